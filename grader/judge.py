@@ -1,0 +1,142 @@
+"""The judge: TRUSTED. Compares what a worker returned with the float64 reference.
+
+It runs in the grading process on tensors read from safetensors files, so nothing the
+student did inside the worker (monkeypatching torch.allclose, say) reaches it. A verdict
+says what was wrong in words a student can act on: the figures, the first bad index and
+the shape of the mismatch ("only columns >= 1024 are wrong").
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+import torch
+
+from grader.plan import storage_of
+from grader.spec import DTYPES, Assignment, Case
+
+
+@dataclass
+class Verdict:
+    outcome: str  # passed | failed
+    message: str
+    details: dict = field(default_factory=dict)
+
+
+def judge_call(
+    spec: Assignment,
+    case: Case,
+    dtype: str,
+    inputs: dict[str, torch.Tensor],
+    reply: dict,
+    saved: dict[str, torch.Tensor],
+    expected_device: str,
+) -> Verdict:
+    """`inputs` are the originals (cpu); `reply` the worker's metadata; `saved` its file."""
+    for name, original in inputs.items():
+        after = saved.get(f"input.{name}")
+        before = storage_of(original)
+        if after is None or after.shape != before.shape or not torch.equal(after, before):
+            return Verdict("failed", f"the input {name} was modified in place: a kernel must only write its output")
+    if "output" not in saved:
+        return Verdict("failed", f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
+    out = saved["output"]
+    ref = spec.reference(*[t.to(torch.float64) for t in inputs.values()])
+    if reply["device"] != expected_device:
+        return Verdict("failed", f"the result is on {reply['device']}, but the inputs were on {expected_device}")
+    if list(out.shape) != list(ref.shape):
+        return Verdict("failed", f"the result has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
+    if reply["dtype"] != dtype:
+        return Verdict("failed", f"the result's dtype is {reply['dtype']}, expected {dtype} (the input's dtype)")
+
+    base = spec.baseline(*inputs.values()).to(torch.float64)
+    base_err = _finite_max((base - ref).abs())
+    tol = spec.tolerance
+    allowed = tol.k * base_err + tol.atol[dtype] + tol.rtol[dtype] * ref.abs()
+    got = out.to(torch.float64)
+    err = (got - ref).abs()
+    bad = ~(err <= allowed)  # NaN compares False: a NaN where the reference is finite is bad
+    both_nan = got.isnan() & ref.isnan()
+    bad &= ~both_nan
+    details = {
+        "max_abs_error": _finite_max(err),
+        "max_rel_error": _finite_max(err / ref.abs().clamp_min(torch.finfo(DTYPES[dtype]).tiny)),
+        "torch_abs_error": base_err,
+        "allowed_abs_error": f"{tol.k:g} x torch's error + {tol.atol[dtype]:g} + {tol.rtol[dtype]:g} x |ref|",
+        "bad_elements": int(bad.sum()),
+        "elements": bad.numel(),
+    }
+    if not bad.any():
+        return Verdict("passed", f"max abs error {details['max_abs_error']:.3g} (torch's: {base_err:.3g})", details)
+    first = tuple(int(i) for i in bad.nonzero()[0])
+    details["first_bad_index"] = list(first)
+    details["first_bad_value"] = f"got {got[first].item():.6g}, expected {ref[first].item():.6g}"
+    pattern = describe_mismatch(bad, got, inputs)
+    details["pattern"] = pattern
+    message = f"{details['bad_elements']} of {bad.numel()} elements wrong; {pattern}"
+    if case.why:
+        message += f" (this case: {case.why})"
+    return Verdict("failed", message, details)
+
+
+def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, torch.Tensor]) -> str:
+    """The mismatch in words, most specific explanation first."""
+    for name, t in inputs.items():
+        if t.shape == got.shape and torch.equal(got, t.to(torch.float64)):
+            return f"the result equals the input {name}: did you return the input instead of the output?"
+    if got.isnan().all():
+        return ("every element is NaN, the poison that fills uninitialized memory: "
+                "the output was never written (is the store missing or fully masked?)")
+    nan_note = " The wrong elements hold NaN." if got[bad].isnan().all() else ""
+    if bad.all():
+        return "every element is wrong." + nan_note
+    if bad.dim() == 1:
+        return _describe_1d(bad) + nan_note
+    if bad.dim() == 2:
+        return _describe_2d(bad) + nan_note
+    return f"first wrong element at {tuple(int(i) for i in bad.nonzero()[0])}." + nan_note
+
+
+def _suffix_start(mask: torch.Tensor) -> int | None:
+    """i if mask is False before i and True from i on (a contiguous tail), else None."""
+    idx = mask.nonzero().flatten()
+    if len(idx) and int(idx[0]) > 0 and len(idx) == mask.numel() - int(idx[0]):
+        return int(idx[0])
+    return None
+
+
+def _block_note(i: int) -> str:
+    power = i & -i
+    return f" ({i} is a multiple of {power}: a block boundary)" if power >= 16 else ""
+
+
+def _describe_1d(bad: torch.Tensor) -> str:
+    start = _suffix_start(bad)
+    if start is not None:
+        return (f"only elements from index {start} on are wrong, the first {start} are right{_block_note(start)}: "
+                "the last, partial block is not handled; check your mask (offsets < n) and the grid size (triton.cdiv)")
+    idx = bad.nonzero().flatten()
+    return f"{len(idx)} elements wrong, scattered between index {int(idx[0])} and {int(idx[-1])}"
+
+
+def _describe_2d(bad: torch.Tensor) -> str:
+    rows, cols = bad.any(dim=1), bad.any(dim=0)
+    col_start = _suffix_start(cols)
+    if col_start is not None and rows.all():
+        return (f"only columns >= {col_start} are wrong, in every row{_block_note(col_start)}: a row longer than "
+                "your block is cut short; loop over the row in blocks, or size the block with triton.next_power_of_2(n_cols)")
+    row_start = _suffix_start(rows)
+    if row_start is not None:
+        right = "row 0 is right" if row_start == 1 else f"rows 0 to {row_start - 1} are right"
+        return (f"{right}, every row from {row_start} on is wrong: the row offset is off; "
+                "use the tensors' own row strides (x.stride(0), out.stride(0)), not the number of columns")
+    if rows.all():
+        return "every row has wrong elements: check how the kernel steps along a row (x.stride(1) may not be 1)"
+    wrong_rows = rows.nonzero().flatten().tolist()
+    shown = ", ".join(map(str, wrong_rows[:5])) + (" ..." if len(wrong_rows) > 5 else "")
+    return f"only rows {shown} are wrong ({len(wrong_rows)} of {rows.numel()})"
+
+
+def _finite_max(t: torch.Tensor) -> float:
+    t = t[torch.isfinite(t)]
+    return float(t.max()) if t.numel() else 0.0

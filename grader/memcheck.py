@@ -1,0 +1,107 @@
+"""Bounds checking for Triton's CPU interpreter, installed in the worker.
+
+The interpreter turns tl.load/tl.store into raw numpy reads and writes at the computed
+addresses and checks nothing: a missing mask reads garbage or corrupts the heap while the
+elements inside the tensor come out right. Here every unmasked lane's address must fall
+inside the storage of one of the kernel's tensor arguments; the first that does not raises
+OutOfBounds, before the access happens, naming the argument, the lanes and the program.
+"""
+
+from __future__ import annotations
+
+import numpy as np
+
+LAST_VIOLATION: dict | None = None
+
+
+class OutOfBounds(Exception):
+    pass
+
+
+_RANGES: list[tuple[str, int, int]] = []  # (argument name, first byte, one past the last byte)
+
+
+def install() -> bool:
+    """Patch the interpreter; returns False where its internals are not the expected ones."""
+    try:
+        from triton.runtime import interpreter as interp
+    except ImportError:
+        return False
+    executor, builder = interp.GridExecutor, interp.InterpreterBuilder
+    if not all(hasattr(executor, a) for a in ("_init_args_hst", "__call__")) or not hasattr(builder, "create_masked_store"):
+        return False
+
+    original_init = executor._init_args_hst
+
+    def init_args(self, args_dev, kwargs):
+        args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
+        _RANGES.clear()
+        named = list(zip(self.arg_names, args_hst)) + list(kwargs_hst.items())
+        for name, arg in named:
+            if hasattr(arg, "untyped_storage"):
+                storage = arg.untyped_storage()
+                _RANGES.append((name, storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+        return args_hst, kwargs_hst
+
+    original_load, original_store = builder.create_masked_load, builder.create_masked_store
+
+    def load(self, ptrs, mask, other, *rest):
+        _check(self, "load", ptrs, mask)
+        return original_load(self, ptrs, mask, other, *rest)
+
+    def store(self, ptrs, value, mask, *rest):
+        _check(self, "store", ptrs, mask)
+        return original_store(self, ptrs, value, mask, *rest)
+
+    executor._init_args_hst = init_args
+    builder.create_masked_load, builder.create_masked_store = load, store
+    return True
+
+
+def _check(builder, kind: str, ptrs, mask) -> None:
+    global LAST_VIOLATION
+    if not _RANGES:
+        return
+    addresses = np.asarray(ptrs.data, dtype=np.uint64).ravel()
+    active = np.broadcast_to(np.asarray(mask.data, dtype=bool), np.shape(ptrs.data)).ravel()
+    size = max(ptrs.get_element_ty().primitive_bitwidth // 8, 1)
+    owner = _owner(int(addresses[active][0])) if active.any() else None
+    inside = np.zeros_like(active)
+    for name, lo, hi in _RANGES:
+        if owner is None or name == owner:  # a pointer made from x may not wander into y
+            inside |= (addresses >= lo) & (addresses + size <= hi)
+    bad = active & ~inside
+    if not bad.any():
+        return
+    first = int(addresses[bad][0])
+    name, offset = _nearest(first, owner)
+    if offset >= 0:
+        where = f"{offset // size + 1} element(s) past the end of {name}"
+    else:
+        where = f"{-offset // size} element(s) before the start of {name}"
+    program = tuple(int(i) for i in (getattr(builder, "grid_idx", None) or ()))
+    message = (f"out-of-bounds {kind} in program {program}: {int(bad.sum())} of {active.size} lanes fall outside "
+               f"the tensor (the first lies {where}); mask this {kind} (e.g. mask=offsets < n)")
+    LAST_VIOLATION = {"kind": kind, "program": program, "where": where, "message": message}
+    raise OutOfBounds(message)
+
+
+def _owner(address: int) -> str | None:
+    """The argument whose storage holds the first active lane: the tensor this pointer belongs to."""
+    for name, lo, hi in _RANGES:
+        if lo <= address < hi:
+            return name
+    return None
+
+
+def _nearest(address: int, owner: str | None) -> tuple[str, int]:
+    """The pointer's own argument (else the closest), and the byte offset past its end (or before its start, negative)."""
+    best = None
+    for name, lo, hi in _RANGES:
+        if owner is not None and name != owner:
+            continue
+        offset = address - hi if address >= hi else address - lo
+        if best is None or abs(offset) < abs(best[1]):
+            best = (name, offset)
+    assert best is not None
+    return best

@@ -1,0 +1,121 @@
+"""Plan: which calls to make (cases x dtypes), and their inputs, made on the trusted side.
+
+Inputs come from the run's seed, are written as safetensors files the worker can load
+without unpickling anything, and keep their layout: a strided view travels as the whole
+storage it views plus (size, stride, offset), so the student sees the same non-contiguous
+tensor the spec made.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from grader.spec import DTYPES, Assignment, Case
+
+
+@dataclass
+class PlannedCall:
+    """One call of the student's function: a case in a dtype. `skip` holds the reason a call
+    is planned but not run here (e.g. bf16 in the CPU interpreter)."""
+
+    assignment: str
+    case: Case
+    dtype: str
+    seed: int
+    skip: str | None = None
+    input_file: Path | None = None
+    layout: dict = field(default_factory=dict)
+
+    @property
+    def id(self) -> str:
+        return f"{self.case.name}/{self.dtype}"
+
+    @property
+    def slug(self) -> str:
+        return "".join(c if c.isalnum() or c in "-_=" else "_" for c in self.id)
+
+
+def derive_seed(seed: int, *parts: str) -> int:
+    """A stable 63-bit seed per (run seed, case, dtype), independent of planning order."""
+    digest = hashlib.sha256(":".join([str(seed), *parts]).encode()).digest()
+    return int.from_bytes(digest[:8], "little") >> 1
+
+
+def cases_for(spec: Assignment, seed: int) -> list[Case]:
+    return list(spec.cases) + spec.random_cases(random.Random(derive_seed(seed, spec.name, "shapes")))
+
+
+def plan_calls(
+    spec: Assignment,
+    seed: int,
+    interpret: bool,
+    case_filter: list[str] | None = None,
+    dtype_filter: list[str] | None = None,
+) -> list[PlannedCall]:
+    calls = []
+    for case in cases_for(spec, seed):
+        if case_filter and case.name not in case_filter:
+            continue
+        for dtype in spec.dtypes:
+            if dtype_filter and dtype not in dtype_filter:
+                continue
+            skip = None
+            if interpret and dtype == "bfloat16":
+                skip = "bf16 arithmetic is wrong in Triton's CPU interpreter; graded on a GPU only"
+            calls.append(PlannedCall(spec.name, case, dtype, seed, skip))
+    return calls
+
+
+def make_inputs(spec: Assignment, case: Case, dtype: str, seed: int) -> dict[str, torch.Tensor]:
+    gen = torch.Generator().manual_seed(derive_seed(seed, spec.name, case.name, dtype))
+    return spec.make_inputs(case.params, DTYPES[dtype], gen)
+
+
+def storage_of(t: torch.Tensor) -> torch.Tensor:
+    """The whole storage behind `t` as a flat tensor of t's dtype, on the CPU: what a view
+    can read or write, so a write outside the view's elements is seen too."""
+    flat = torch.empty(0, dtype=t.dtype, device=t.device)
+    flat.set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),), (1,))
+    return flat.detach().to("cpu").clone()
+
+
+def write_inputs(inputs: dict[str, torch.Tensor], path: Path) -> dict:
+    """Save inputs (views kept as storage + strides); returns the layout the worker rebuilds from."""
+    tensors, layout = {}, {}
+    for name, t in inputs.items():
+        tensors[name] = storage_of(t)
+        layout[name] = {"size": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset()}
+    save_file(tensors, str(path))
+    return layout
+
+
+def rebuild(storages: dict[str, torch.Tensor], layout: dict, device: str = "cpu") -> dict[str, torch.Tensor]:
+    """Inverse of write_inputs: the same views over the same storages, in argument order."""
+    return {
+        name: storages[name].to(device).as_strided(spec["size"], spec["stride"], spec["offset"])
+        for name, spec in layout.items()
+    }
+
+
+def materialize(spec: Assignment, calls: list[PlannedCall], folder: Path) -> None:
+    """Write each runnable call's inputs to folder/<slug>.safetensors (+ layout in the call)."""
+    folder.mkdir(parents=True, exist_ok=True)
+    for call in calls:
+        if call.skip:
+            continue
+        inputs = make_inputs(spec, call.case, call.dtype, call.seed)
+        call.input_file = folder / f"{call.slug}.safetensors"
+        call.layout = write_inputs(inputs, call.input_file)
+        (folder / f"{call.slug}.layout.json").write_text(json.dumps(call.layout))
+
+
+def load_inputs(call: PlannedCall, device: str = "cpu") -> dict[str, torch.Tensor]:
+    assert call.input_file is not None
+    return rebuild(load_file(str(call.input_file)), call.layout, device)

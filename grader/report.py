@@ -1,0 +1,56 @@
+"""HTML report: one self-contained page per submission (inline CSS and SVG, no network),
+rendered from Jinja templates in grader/templates."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from grader.results import BAD_OUTCOMES, RunResult
+
+_ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
+                   trim_blocks=True, lstrip_blocks=True)
+
+
+def perf_chart(details: dict) -> str:
+    """Inline SVG: GB/s of student, reference and torch, with the interquartile range."""
+    figures = details.get("figures", {})
+    if not figures:
+        return ""
+    width, bar_h, gap, left = 420, 22, 8, 90
+    top = max(max(f["gbps"] for f in figures.values()), details.get("copy_gbps", 0)) or 1.0
+    scale = (width - left - 60) / top
+    rows = []
+    colours = {"student": "#2b6cb0", "reference": "#718096", "torch": "#a0aec0"}
+    nbytes = details.get("bytes", 0)
+    for i, (name, f) in enumerate(figures.items()):
+        y = i * (bar_h + gap) + 4
+        w = f["gbps"] * scale
+        lo = nbytes / (f["q3_ms"] * 1e-3) / 1e9 * scale if nbytes else w
+        hi = nbytes / (f["q1_ms"] * 1e-3) / 1e9 * scale if nbytes else w
+        rows.append(
+            f'<text x="0" y="{y + 15}" font-size="12">{name}</text>'
+            f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colours.get(name, "#999")}"/>'
+            f'<line x1="{left + lo:.1f}" x2="{left + hi:.1f}" y1="{y + bar_h / 2}" y2="{y + bar_h / 2}" stroke="#000"/>'
+            f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="11">{f["gbps"]:.0f} GB/s</text>'
+        )
+    height = len(figures) * (bar_h + gap) + 10
+    roof = details.get("copy_gbps")
+    if roof:
+        x = left + roof * scale
+        rows.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{height}" stroke="#c53030" stroke-dasharray="4 3"/>'
+                    f'<title>copy bandwidth {roof:.0f} GB/s</title>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+            f'aria-label="throughput: student vs reference vs torch">{"".join(rows)}</svg>')
+
+
+def render(run: RunResult) -> str:
+    return _ENV.get_template("report.html.j2").render(run=run, bad=BAD_OUTCOMES, perf_chart=perf_chart)
+
+
+def write_report(run: RunResult, folder: Path) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    path = folder / "report.html"
+    path.write_text(render(run))
+    return path

@@ -1,0 +1,136 @@
+"""The assignment spec model, and the catalogue that loads `assignments/<name>/spec.py`.
+
+A spec is plain trusted Python (GPU MODE style): an input generator, a float64 reference,
+the torch baseline in the working dtype, named edge cases, tolerances, points and the
+performance target. Only the grading process loads specs; the worker never sees them.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import random
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Callable
+
+import torch
+
+DTYPES: dict[str, torch.dtype] = {
+    "float32": torch.float32,
+    "float16": torch.float16,
+    "bfloat16": torch.bfloat16,
+}
+
+# The course folder holds assignments/ and (for TAs only) reference/.
+COURSE_ROOT = Path(os.environ.get("GRADER_COURSE", Path(__file__).resolve().parent.parent))
+
+
+@dataclass(frozen=True)
+class Case:
+    """One input shape, named so that a student can re-run exactly it (`--case NAME`)."""
+
+    name: str
+    params: dict
+    why: str = ""  # what this edge case is there to catch, shown in the report
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    """Error model: the student's error may be at most `k` times torch's own error in the
+    same dtype (the FlashAttention test rule), plus a floor of atol + rtol*|ref| per dtype."""
+
+    k: float = 2.0
+    atol: dict[str, float] = field(
+        default_factory=lambda: {"float32": 1e-6, "float16": 1e-3, "bfloat16": 8e-3}
+    )
+    rtol: dict[str, float] = field(
+        default_factory=lambda: {"float32": 1e-5, "float16": 1e-3, "bfloat16": 1e-2}
+    )
+
+
+@dataclass(frozen=True)
+class Performance:
+    """How speed is scored: the student's median time over the reference kernel's median
+    time on one large case. Full points at or under `full_at`, none at or over `zero_at`,
+    linear in log(ratio) between (so 2x slower costs the same wherever it happens)."""
+
+    case: Case
+    dtype: str
+    bytes_moved: Callable[[dict, torch.dtype], int]
+    full_at: float = 1.10
+    zero_at: float = 3.0
+
+    def score_fraction(self, ratio: float) -> float:
+        import math
+
+        if ratio <= self.full_at:
+            return 1.0
+        if ratio >= self.zero_at:
+            return 0.0
+        return 1.0 - math.log(ratio / self.full_at) / math.log(self.zero_at / self.full_at)
+
+
+@dataclass(frozen=True)
+class Assignment:
+    name: str
+    title: str
+    function: str  # the name the student's module exports
+    module: str  # default path of the student's module, relative to the repo root
+    signature: str
+    make_inputs: Callable[[dict, torch.dtype, torch.Generator], dict[str, torch.Tensor]]
+    reference: Callable[..., torch.Tensor]  # float64 truth, called on upcast inputs
+    baseline: Callable[..., torch.Tensor]  # torch in the working dtype: the error model's yardstick and the vendor timing
+    cases: tuple[Case, ...]
+    random_cases: Callable[[random.Random], list[Case]]
+    correctness_points: float
+    performance: Performance | None = None
+    performance_points: float = 0.0
+    dtypes: tuple[str, ...] = ("float32", "float16", "bfloat16")
+    tolerance: Tolerance = Tolerance()
+    forbidden_ops: frozenset[str] = frozenset()  # aten ops that mean "called torch instead of a kernel"
+    call_timeout_s: float = 60.0  # one call in the worker, compile included
+    import_timeout_s: float = 60.0
+    folder: Path = Path(".")
+
+    @property
+    def max_points(self) -> float:
+        return self.correctness_points + self.performance_points
+
+    def reference_module(self) -> Path:
+        return COURSE_ROOT / "reference" / f"{self.name}.py"
+
+
+class UnknownAssignment(KeyError):
+    pass
+
+
+def _load_spec(folder: Path) -> Assignment:
+    module_name = f"grader_assignment_{folder.name}"
+    spec = importlib.util.spec_from_file_location(module_name, folder / "spec.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    assignment: Assignment = module.SPEC
+    object.__setattr__(assignment, "folder", folder)
+    return assignment
+
+
+_CATALOGUE: dict[str, Assignment] | None = None
+
+
+def catalogue() -> dict[str, Assignment]:
+    """Every assignment under COURSE_ROOT/assignments, by name, loaded once."""
+    global _CATALOGUE
+    if _CATALOGUE is None:
+        folders = sorted(p.parent for p in (COURSE_ROOT / "assignments").glob("*/spec.py"))
+        _CATALOGUE = {f.name: _load_spec(f) for f in folders}
+    return _CATALOGUE
+
+
+def get(name: str) -> Assignment:
+    try:
+        return catalogue()[name]
+    except KeyError:
+        known = ", ".join(catalogue()) or "none"
+        raise UnknownAssignment(f"unknown assignment {name!r} (known: {known})") from None

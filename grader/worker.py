@@ -1,0 +1,236 @@
+"""The worker: the only place student code is imported and run. UNTRUSTED once `load` ran.
+
+Started by `grader.sandbox` as a fresh interpreter (`python -m grader.worker RX TX`), it
+answers one JSON request per line on a private pipe: load modules, run one call, time
+calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
+Every verdict is made by the judge in the grading process, never here.
+"""
+
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import time
+import traceback
+from collections import Counter
+from pathlib import Path
+
+
+def _setup_torch():
+    """Poison uninitialized memory (NaN for floats, max int for ints) so that an output
+    allocated with torch.empty and never written cannot pass by holding stale data."""
+    import torch
+
+    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.utils.deterministic.fill_uninitialized_memory = True
+    return torch
+
+
+LAUNCHES: Counter[str] = Counter()
+
+
+def _setup_triton(interpret: bool) -> None:
+    """Count kernel launches (evidence that a Triton kernel really ran), and in the CPU
+    interpreter keep only the first config of @triton.autotune (it would time configs with
+    do_bench, which needs a GPU)."""
+    import triton
+    from triton.runtime import autotuner
+    from triton.runtime.jit import JITFunction
+
+    classes = [JITFunction]
+    if interpret:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        classes.append(InterpretedFunction)
+    for cls in classes:
+        original = cls.run
+
+        def counted(self, *args, __original=original, **kwargs):
+            if not kwargs.get("warmup", False):
+                LAUNCHES[getattr(self, "__name__", None) or self.fn.__name__] += 1
+            return __original(self, *args, **kwargs)
+
+        cls.run = counted
+
+    if interpret:
+        original_autotune = autotuner.autotune
+
+        def first_config_only(configs, *args, **kwargs):
+            return original_autotune(list(configs)[:1], *args, **kwargs)
+
+        triton.autotune = autotuner.autotune = first_config_only
+
+        from grader import memcheck
+
+        memcheck.install()
+
+
+class Worker:
+    def __init__(self) -> None:
+        self.functions: dict[str, object] = {}
+        self.roots: list[str] = []
+        self.torch = _setup_torch()
+
+    # -- requests ---------------------------------------------------------------------
+    def load(self, req: dict) -> dict:
+        """Import each contender's module; `contenders` maps a name to root/module/function."""
+        for name, c in req["contenders"].items():
+            root = str(Path(c["root"]).resolve())
+            if root not in sys.path:
+                sys.path.insert(0, root)
+            self.roots.append(root)
+            module_path = Path(c["module"])
+            if not (Path(root) / module_path).is_file():
+                return _failure("missing", f"{c['module']} not found in the submission")
+            dotted = ".".join(module_path.with_suffix("").parts)
+            module = importlib.import_module(dotted)
+            fn = getattr(module, c["function"], None)
+            if not callable(fn):
+                return _failure("missing", f"{c['module']} defines no function {c['function']}()")
+            self.functions[name] = fn
+        return {"ok": True}
+
+    def run(self, req: dict) -> dict:
+        """Call one contender on one input file; save its result and the inputs as they are after."""
+        from safetensors.torch import load_file, save_file
+
+        from grader.plan import rebuild, storage_of
+
+        torch = self.torch
+        args = rebuild(load_file(req["inputs"]), req["layout"], req["device"])
+        LAUNCHES.clear()
+        ops: Counter[str] = Counter()
+        fn = self.functions[req["contender"]]
+        start = time.perf_counter()
+        if req.get("record_ops"):
+            with _OpRecorder(ops):
+                out = fn(*args.values())
+        else:
+            out = fn(*args.values())
+        if req["device"] == "cuda":
+            torch.cuda.synchronize()
+        seconds = time.perf_counter() - start
+        meta = {
+            "ok": True,
+            "seconds": seconds,
+            "launches": dict(LAUNCHES),
+            "ops": sorted(ops),
+            "result_type": type(out).__name__,
+        }
+        tensors = {f"input.{k}": storage_of(v) for k, v in args.items()}
+        if isinstance(out, torch.Tensor):
+            meta.update(
+                dtype=str(out.dtype).removeprefix("torch."),
+                shape=list(out.shape),
+                stride=list(out.stride()),
+                device=out.device.type,
+                aliases=[k for k, v in args.items() if _shares_memory(out, v)],
+            )
+            tensors["output"] = out.detach().to("cpu").contiguous()
+        save_file(tensors, req["output"])
+        return meta
+
+    def time(self, req: dict) -> dict:
+        """Time contenders on the GPU with grader.timing (see there for the method)."""
+        from safetensors.torch import load_file
+
+        from grader import timing
+        from grader.plan import rebuild
+
+        arg_sets = [list(rebuild(load_file(p), req["layout"], "cuda").values()) for p in req["inputs"]]
+        fn = self.functions[req["contender"]]
+        LAUNCHES.clear()
+        result = timing.time_function(fn, arg_sets, reps=req["reps"], warmup=req.get("warmup", 3))
+        result["launches"] = dict(LAUNCHES)
+        return {"ok": True, **result}
+
+    def probe(self, req: dict) -> dict:
+        from grader import timing
+
+        return {"ok": True, "copy_gbps": timing.copy_bandwidth_gbps(), "device_name": timing.device_name()}
+
+
+def _shares_memory(a, b) -> bool:
+    try:
+        return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.numel() > 0
+    except Exception:
+        return False
+
+
+class _OpRecorder:
+    """Records which aten ops the student's call dispatched (e.g. aten::_softmax means torch
+    did the work, not a kernel). A TorchDispatchMode sees ops below autograd and Python."""
+
+    def __init__(self, ops: Counter) -> None:
+        from torch.utils._python_dispatch import TorchDispatchMode
+
+        class Mode(TorchDispatchMode):
+            def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+                ops[func.name()] += 1
+                return func(*args, **(kwargs or {}))
+
+        self.mode = Mode()
+
+    def __enter__(self):
+        self.mode.__enter__()
+
+    def __exit__(self, *exc):
+        return self.mode.__exit__(*exc)
+
+
+def _failure(kind: str, message: str, tb: str = "") -> dict:
+    return {"ok": False, "kind": kind, "message": message, "traceback": tb}
+
+
+def _student_traceback(exc: BaseException, roots: list[str]) -> str:
+    """The traceback cut down to the student's own frames, with paths relative to the
+    submission, so it points at their file and line, not at our copy or Triton's insides."""
+    chain, seen = [], set()
+    e: BaseException | None = exc
+    while e is not None and id(e) not in seen:
+        seen.add(id(e))
+        chain.append(e)
+        e = e.__cause__ or e.__context__
+    lines = []  # the outer exception's frames lead to the inner one's (Triton re-raises kernel errors)
+    for e in chain:
+        for f in traceback.extract_tb(e.__traceback__):
+            if not any(f.filename.startswith(r + os.sep) for r in roots):
+                continue
+            path = f.filename
+            for root in roots:
+                path = path.removeprefix(root + os.sep)
+            lines.append(f'  File "{path}", line {f.lineno}, in {f.name}')
+            if f.line:
+                lines.append(f"    {f.line.strip()}")
+    inner = chain[-1]
+    lines.append(f"{type(inner).__name__}: {inner}")
+    return "\n".join(lines)
+
+
+def serve(rx: int, tx: int) -> None:
+    from grader import memcheck
+
+    interpret = os.environ.get("TRITON_INTERPRET") == "1"
+    worker = Worker()
+    _setup_triton(interpret)
+    with os.fdopen(rx, "r") as requests, os.fdopen(tx, "w") as replies:
+        for line in requests:
+            req = json.loads(line)
+            op = req["op"]
+            if op == "exit":
+                break
+            memcheck.LAST_VIOLATION = None
+            try:
+                reply = getattr(worker, op)(req)
+            except BaseException as exc:  # student code may raise anything, SystemExit included
+                reply = _failure("error", f"{type(exc).__name__}: {exc}", _student_traceback(exc, worker.roots))
+            if memcheck.LAST_VIOLATION is not None:  # the bounds check fired (even if the student caught it)
+                reply = _failure("memory", memcheck.LAST_VIOLATION["message"], reply.get("traceback", ""))
+            replies.write(json.dumps(reply) + "\n")
+            replies.flush()
+
+
+if __name__ == "__main__":
+    serve(int(sys.argv[1]), int(sys.argv[2]))
