@@ -93,7 +93,7 @@ def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, to
     if bad.dim() == 1:
         return _describe_1d(bad) + nan_note
     if bad.dim() == 2:
-        return _describe_2d(bad) + nan_note
+        return _describe_2d(bad, got) + nan_note
     return f"first wrong element at {tuple(int(i) for i in bad.nonzero()[0])}." + nan_note
 
 
@@ -119,8 +119,13 @@ def _describe_1d(bad: torch.Tensor) -> str:
     return f"{len(idx)} elements wrong, scattered between index {int(idx[0])} and {int(idx[-1])}"
 
 
-def _describe_2d(bad: torch.Tensor) -> str:
+def _describe_2d(bad: torch.Tensor, got: torch.Tensor) -> str:
     rows, cols = bad.any(dim=1), bad.any(dim=0)
+    unwritten = _suffix_start((got.isnan() & bad).all(dim=0))
+    if unwritten is not None:
+        return (f"columns >= {unwritten} were never written (they hold the NaN poison of uninitialized memory){_block_note(unwritten)}, "
+                "and the rest of each row is off too: a row longer than your block is cut short; loop over the row in blocks, "
+                "or size the block with triton.next_power_of_2(n_cols)")
     col_start = _suffix_start(cols)
     if col_start is not None and rows.all():
         return (f"only columns >= {col_start} are wrong, in every row{_block_note(col_start)}: a row longer than "

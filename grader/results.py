@@ -19,6 +19,7 @@ BAD_OUTCOMES = {"failed", "error", "timeout", "crashed", "flagged"}
 
 @dataclass
 class TestResult:
+    __test__ = False  # not a pytest test class
     assignment: str
     kind: str  # correctness | performance | integrity
     name: str

@@ -1,0 +1,92 @@
+"""Shared fixtures: student repos built from tests/fixtures, and the real CLI."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+FIXTURES = Path(__file__).parent / "fixtures"
+REPO_ROOT = Path(__file__).parent.parent
+
+
+def has_gpu() -> bool:
+    try:
+        import torch
+
+        return torch.cuda.is_available()
+    except Exception:
+        return False
+
+
+def pytest_collection_modifyitems(config, items):
+    if has_gpu():
+        return
+    skip = pytest.mark.skip(reason="needs a CUDA GPU; none is visible on this machine")
+    for item in items:
+        if "gpu" in item.keywords:
+            item.add_marker(skip)
+
+
+def build_submission(dest: Path, name: str) -> Path:
+    """A student repo: the correct solution `good`, overlaid with fixture `name`'s files,
+    so each buggy fixture holds only what it gets wrong and the rest still passes."""
+    shutil.copytree(FIXTURES / "good", dest)
+    if name != "good":
+        shutil.copytree(FIXTURES / name, dest, dirs_exist_ok=True)
+    return dest
+
+
+@pytest.fixture
+def submission(tmp_path):
+    return lambda name: build_submission(tmp_path / name, name)
+
+
+@dataclass
+class CliRun:
+    returncode: int
+    stdout: str
+    stderr: str
+    results: dict | None
+    report: str | None
+
+    def test(self, assignment: str, name: str) -> dict:
+        for t in self.results["tests"]:
+            if t["name"] == f"{assignment}: {name}":
+                return t
+        raise KeyError(f"{assignment}: {name} not in {[t['name'] for t in self.results['tests']]}")
+
+    def tests_of(self, assignment: str) -> list[dict]:
+        return [t for t in self.results["tests"] if t["tags"][0] == assignment]
+
+
+def run_cli(args: list[str], cwd: Path, timeout: float = 900) -> CliRun:
+    out = cwd / "out"
+    env = dict(os.environ, COLUMNS="200")
+    proc = subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
+    results_file = out / "results.json"
+    report_file = out / "report.html"
+    return CliRun(
+        proc.returncode,
+        proc.stdout,
+        proc.stderr,
+        json.loads(results_file.read_text()) if results_file.exists() else None,
+        report_file.read_text() if report_file.exists() else None,
+    )
+
+
+@pytest.fixture
+def cli(tmp_path):
+    """Run `python -m grader COMMAND ...`; `check` writes to tmp_path/out."""
+
+    def run(*args, command: str = "check") -> CliRun:
+        extra = ["--json", str(tmp_path / "out" / "results.json"), "--html", str(tmp_path / "out")] if command == "check" else []
+        return run_cli([command, *map(str, args), *extra], tmp_path)
+
+    return run

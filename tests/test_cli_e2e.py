@@ -1,0 +1,164 @@
+"""End to end: the real CLI on fixture submissions, in Triton's CPU interpreter.
+
+Each buggy fixture must fail for the right reason, the report must say that reason, and
+the other assignment of the same submission must still be graded.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from conftest import FIXTURES, has_gpu
+
+pytestmark = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
+
+
+def test_good_submission_passes_every_check(submission, cli):
+    run = cli(submission("good"), "--seed", "7")
+    assert run.returncode == 0, run.stdout + run.stderr
+    outcomes = {t["outcome"] for t in run.results["tests"]}
+    assert outcomes == {"passed", "skipped"}
+    # bf16 and timing are skipped in the interpreter, with the reason
+    skipped = [t for t in run.results["tests"] if t["outcome"] == "skipped"]
+    assert all("bfloat16" in t["tags"] or "performance" in t["tags"] for t in skipped)
+    assert any("bf16 arithmetic is wrong in Triton's CPU interpreter" in t["output"] for t in skipped)
+    assert run.results["score"] == run.results["max_score"] == 12
+    assert run.results["extra_data"]["assignments"]["softmax"]["skipped_points"] == 12
+    env = run.results["extra_data"]["environment"]
+    assert env["mode"] == "cpu-interpreter" and env["torch"] and env["triton"] and env["python"]
+    assert run.results["extra_data"]["seed"] == 7
+    assert "Score: 12 / 12" in run.stdout
+    # the report stands alone: no script, stylesheet or image from the network
+    assert "http://" not in run.report.replace("http://www.w3.org/2000/svg", "") and "https://" not in run.report
+    assert "12 / 12 points" in run.report
+
+
+# fixture, args, the test that must go wrong, its outcome, words its explanation must hold
+BUGS = [
+    ("missing_mask", ["-a", "vector_add", "--case", "n=127"], "vector_add", "n=127 [float32]", "failed",
+     ["out-of-bounds load", "past the end of x_ptr", "mask"]),
+    ("floor_grid", ["-a", "vector_add", "--case", "n=1048577"], "vector_add", "n=1048577 [float32]", "failed",
+     ["only elements from index 1048576 on are wrong", "triton.cdiv", "NaN"]),
+    ("row_stride", ["-a", "softmax", "--case", "sliced-97x300"], "softmax", "sliced-97x300 [float32]", "failed",
+     ["row 0 is right", "x.stride(0)"]),
+    ("short_row", ["-a", "softmax", "--case", "2x20000"], "softmax", "2x20000 [float32]", "failed",
+     ["columns >= 1024 were never written", "loop over the row in blocks"]),
+    ("wrong_dtype", ["-a", "softmax", "--case", "1x1", "--dtype", "float16"], "softmax", "1x1 [float16]", "failed",
+     ["dtype is float32, expected float16"]),
+    ("returns_input", ["-a", "vector_add", "--case", "n=129"], "vector_add", "n=129 [float32]", "failed",
+     ["the result equals the input y", "return the input"]),
+    ("writes_nothing", ["-a", "vector_add", "--case", "n=129"], "vector_add", "n=129 [float32]", "failed",
+     ["never written", "NaN"]),
+    ("raises", ["--case", "1x1", "--case", "n=1"], "softmax", "1x1 [float32]", "error",
+     ["ValueError: softmax: unsupported shape (1, 1)"]),
+    ("os_exit", ["--case", "1x1", "--case", "n=1"], "vector_add", "n=1 [float32]", "crashed",
+     ["exited with status 3"]),
+    ("hangs", ["--case", "1x1", "--case", "n=1", "--timeout", "4"], "softmax", "1x1 [float32]", "timeout",
+     ["no answer within 4 s"]),
+    ("syntax_error", ["--case", "1x1", "--case", "n=1"], "vector_add", "n=1 [float32]", "error",
+     ["SyntaxError", "importing kernels/vector_add.py failed"]),
+]
+
+
+@pytest.mark.parametrize("fixture,args,assignment,name,outcome,words", BUGS, ids=[b[0] for b in BUGS])
+def test_buggy_submission_fails_for_the_right_reason(submission, cli, fixture, args, assignment, name, outcome, words):
+    run = cli(submission(fixture), "--seed", "11", "--dtype", "float32", *args) if "--dtype" not in args else \
+        cli(submission(fixture), "--seed", "11", *args)
+    assert run.returncode == 1, run.stdout + run.stderr
+    test = run.test(assignment, name)
+    assert test["outcome"] == outcome, test
+    assert test["status"] == "failed" and test["score"] == 0
+    for w in words:
+        assert w in test["output"], (w, test["output"])
+        assert w.replace("'", "&#39;").replace(">", "&gt;") in run.report, w
+    # the one-line reproducer names exactly this case, dtype and seed
+    case, dtype = name.rsplit(" [", 1)
+    assert f"--case '{case}' --dtype {dtype[:-1]} --seed 11" in test["output"]
+    # a broken assignment costs nothing elsewhere: the other assignment still passes
+    others = [t for t in run.results["tests"] if t["tags"][0] != assignment and t["outcome"] != "skipped"]
+    assert all(t["outcome"] == "passed" for t in others), others
+
+
+def test_traceback_points_at_the_students_line(submission, cli):
+    run = cli(submission("raises"), "--seed", "1", "-a", "softmax", "--case", "1x1", "--dtype", "float32")
+    output = run.test("softmax", "1x1 [float32]")["output"]
+    assert 'File "kernels/softmax.py", line 8, in _check' in output
+    assert "raise ValueError" in output
+    assert "grader/worker.py" not in output  # our frames are noise to a student
+
+
+def test_out_of_bounds_traceback_names_the_kernel_line(submission, cli):
+    run = cli(submission("missing_mask"), "--seed", "1", "-a", "vector_add", "--case", "n=1", "--dtype", "float32")
+    output = run.test("vector_add", "n=1 [float32]")["output"]
+    assert 'File "kernels/vector_add.py", line 11, in add_kernel' in output
+    assert "x = tl.load(x_ptr + offsets * stride_x)" in output
+
+
+def test_calling_torch_instead_of_a_kernel_is_flagged_and_earns_nothing(submission, cli):
+    run = cli(submission("torch_softmax"), "--seed", "5", "-a", "softmax", "--case", "1x1", "--case", "4x8191", "--dtype", "float32")
+    assert run.returncode == 1
+    integrity = run.test("softmax", "uses its own Triton kernel")
+    assert integrity["outcome"] == "flagged"
+    assert "aten::_softmax ran inside softmax()" in integrity["output"]
+    assert "no Triton kernel was launched" in integrity["output"]
+    # the values were right, but a flag takes every point of the assignment
+    assert run.test("softmax", "1x1 [float32]")["outcome"] == "passed"
+    assert run.results["score"] == 0
+    assert "integrity check was flagged" in run.stdout
+
+
+def test_hang_is_killed_and_later_calls_are_not_waited_for(submission, cli):
+    run = cli(submission("hangs"), "--seed", "2", "-a", "softmax", "--case", "1x1", "--case", "4x8191", "--case", "2x20000",
+              "--dtype", "float32", "--timeout", "3")
+    outcomes = [t["outcome"] for t in run.tests_of("softmax") if t["tags"][1] == "correctness"]
+    assert outcomes == ["timeout", "timeout", "timeout"]
+    assert "not run: the calls before this one timed out" in run.test("softmax", "2x20000 [float32]")["output"]
+
+
+def test_grader_toml_maps_module_and_function(tmp_path, cli):
+    repo = tmp_path / "renamed"
+    (repo / "src").mkdir(parents=True)
+    text = (FIXTURES / "good" / "kernels" / "vector_add.py").read_text().replace("def vector_add(", "def my_add(")
+    (repo / "src" / "adder.py").write_text(text)
+    (repo / "grader.toml").write_text('[assignments.vector_add]\nmodule = "src/adder.py"\nfunction = "my_add"\n')
+    run = cli(repo, "--seed", "3", "--case", "n=129", "--dtype", "float32")
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert run.test("vector_add", "n=129 [float32]")["outcome"] == "passed"
+    assert [a for a in run.results["extra_data"]["assignments"]] == ["vector_add"]
+
+
+@pytest.mark.parametrize("args,message", [
+    (["does-not-exist"], "no such folder"),
+    ([".", "-a", "nope"], "unknown assignment 'nope'"),
+    ([".", "--device", "cuda"], "no CUDA GPU"),
+    ([".", "--case", "no-such-case"], "no case named no-such-case"),
+])
+def test_usage_errors_exit_2_with_one_line(submission, cli, tmp_path, args, message):
+    repo = submission("good")
+    args = [str(repo) if a == "." else a for a in args]
+    run = cli(*args)
+    assert run.returncode == 2
+    assert message in run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1
+    assert "Traceback" not in run.stderr
+
+
+def test_no_assignment_found_exits_2(tmp_path, cli):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    run = cli(empty)
+    assert run.returncode == 2 and "no assignment found" in run.stderr
+
+
+def test_malformed_grader_toml_exits_2(submission, cli):
+    repo = submission("good")
+    (repo / "grader.toml").write_text("[assignments.vector_add\nmodule=")
+    run = cli(repo)
+    assert run.returncode == 2 and "grader.toml is not valid TOML" in run.stderr
+
+
+def test_list_shows_assignments(cli):
+    run = cli(command="list")
+    assert run.returncode == 0
+    assert "vector_add(x: Tensor, y: Tensor) -> Tensor" in run.stdout
+    assert "kernels/softmax.py" in run.stdout
