@@ -68,7 +68,8 @@ class CliRun:
 
 def run_cli(args: list[str], cwd: Path, timeout: float = 900) -> CliRun:
     out = cwd / "out"
-    env = dict(os.environ, COLUMNS="200")
+    # this checkout's grader, whatever is installed, and wide enough lines to assert on
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
     proc = subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     results_file = out / "results.json"
     report_file = out / "report.html"
