@@ -186,6 +186,9 @@ def _from_failure(spec, call, opts, failure: dict, context: str) -> TestResult:
 def _shape(call: PlannedCall) -> str:
     parts = []
     for name, lay in call.layout.items():
+        if "value" in lay:
+            parts.append(f"{name}={lay['value']}")
+            continue
         size = "x".join(map(str, lay["size"]))
         contiguous = _contiguous_strides(lay["size"]) == lay["stride"]
         parts.append(f"{name}[{size}]" + ("" if contiguous else f" stride {tuple(lay['stride'])}"))

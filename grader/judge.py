@@ -34,6 +34,8 @@ def judge_call(
 ) -> Verdict:
     """`inputs` are the originals (cpu); `reply` the worker's metadata; `saved` its file."""
     for name, original in inputs.items():
+        if not isinstance(original, torch.Tensor):
+            continue
         after = saved.get(f"input.{name}")
         before = storage_of(original)
         if after is None or after.shape != before.shape or not torch.equal(after, before):
@@ -41,7 +43,7 @@ def judge_call(
     if "output" not in saved:
         return Verdict("failed", f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
     out = saved["output"]
-    ref = spec.reference(*[t.to(torch.float64) for t in inputs.values()])
+    ref = spec.reference(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
     if reply["device"] != expected_device:
         return Verdict("failed", f"the result is on {reply['device']}, but the inputs were on {expected_device}")
     if list(out.shape) != list(ref.shape):
@@ -82,7 +84,7 @@ def judge_call(
 def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, torch.Tensor]) -> str:
     """The mismatch in words, most specific explanation first."""
     for name, t in inputs.items():
-        if t.shape == got.shape and torch.equal(got, t.to(torch.float64)):
+        if isinstance(t, torch.Tensor) and t.shape == got.shape and torch.equal(got, t.to(torch.float64)):
             return f"the result equals the input {name}: did you return the input instead of the output?"
     if got.isnan().all():
         return ("every element is NaN, the poison that fills uninitialized memory: "

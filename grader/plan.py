@@ -86,20 +86,26 @@ def storage_of(t: torch.Tensor) -> torch.Tensor:
     return flat.detach().to("cpu").clone()
 
 
-def write_inputs(inputs: dict[str, torch.Tensor], path: Path) -> dict:
-    """Save inputs (views kept as storage + strides); returns the layout the worker rebuilds from."""
+def write_inputs(inputs: dict, path: Path) -> dict:
+    """Save inputs (views kept as storage + strides); returns the layout the worker rebuilds
+    from. Plain arguments (causal=True, eps=1e-5, a seed) travel in the layout as JSON values."""
     tensors, layout = {}, {}
     for name, t in inputs.items():
-        tensors[name] = storage_of(t)
-        layout[name] = {"size": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset()}
+        if isinstance(t, torch.Tensor):
+            tensors[name] = storage_of(t)
+            layout[name] = {"size": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset()}
+        elif t is None or isinstance(t, (bool, int, float, str)):
+            layout[name] = {"value": t}
+        else:
+            raise TypeError(f"input {name!r}: a spec's inputs are tensors or plain values, not {type(t).__name__}")
     save_file(tensors, str(path))
     return layout
 
 
-def rebuild(storages: dict[str, torch.Tensor], layout: dict, device: str = "cpu") -> dict[str, torch.Tensor]:
+def rebuild(storages: dict[str, torch.Tensor], layout: dict, device: str = "cpu") -> dict:
     """Inverse of write_inputs: the same views over the same storages, in argument order."""
     return {
-        name: storages[name].to(device).as_strided(spec["size"], spec["stride"], spec["offset"])
+        name: spec["value"] if "value" in spec else storages[name].to(device).as_strided(spec["size"], spec["stride"], spec["offset"])
         for name, spec in layout.items()
     }
 

@@ -119,14 +119,14 @@ class Worker:
             "ops": sorted(ops),
             "result_type": type(out).__name__,
         }
-        tensors = {f"input.{k}": storage_of(v) for k, v in args.items()}
+        tensors = {f"input.{k}": storage_of(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
         if isinstance(out, torch.Tensor):
             meta.update(
                 dtype=str(out.dtype).removeprefix("torch."),
                 shape=list(out.shape),
                 stride=list(out.stride()),
                 device=out.device.type,
-                aliases=[k for k, v in args.items() if _shares_memory(out, v)],
+                aliases=[k for k, v in args.items() if isinstance(v, torch.Tensor) and _shares_memory(out, v)],
             )
             tensors["output"] = out.detach().to("cpu").contiguous()
         save_file(tensors, req["output"])

@@ -30,3 +30,17 @@ def test_random_shapes_follow_the_seed():
     assert names(5) == names(5)
     assert names(5) != names(6)
     assert derive_seed(1, "a") != derive_seed(1, "b")
+
+
+def test_plain_arguments_travel_beside_tensors(tmp_path):
+    import torch
+
+    from grader.plan import rebuild, write_inputs
+    from safetensors.torch import load_file
+
+    inputs = {"q": torch.randn(2, 3).t(), "causal": True, "sm_scale": 0.125, "note": None}
+    layout = write_inputs(inputs, tmp_path / "i.safetensors")
+    back = rebuild(load_file(str(tmp_path / "i.safetensors")), layout)
+    assert list(back) == ["q", "causal", "sm_scale", "note"]
+    assert back["q"].equal(inputs["q"]) and back["q"].stride() == (1, 3)
+    assert (back["causal"], back["sm_scale"], back["note"]) == (True, 0.125, None)
