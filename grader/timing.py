@@ -1,10 +1,14 @@
 """GPU timing, run inside a worker: one method for student, reference and vendor alike.
 
-Each timed call: rotate to the next input set, flush L2 by writing a buffer twice its size,
-record CUDA events around the call alone, then synchronize. Compile and autotune happen in
-the warm-up calls, which are timed separately (first-call cost is reported, not scored).
+Each timed call: rotate to the next input set, flush L2 by zeroing a buffer twice its size,
+record CUDA events around the call alone. Compile and autotune happen in the first call and
+the warm-up calls, outside the timing (the first call's time is reported: TAs want it).
 A wall clock around the whole loop, closed by a device-wide synchronize, is returned too:
 work hidden on another stream or thread shows up there but not in the events.
+
+Everything this module calls is bound when it is imported, before any student module is,
+so a student who monkeypatches torch.cuda.Event or synchronize does not change what we
+measure; `tampered()` reports such patches as evidence.
 """
 
 from __future__ import annotations
@@ -15,7 +19,26 @@ from typing import Callable, Sequence
 
 import torch
 
+_Event = torch.cuda.Event
+_record = torch.cuda.Event.record
+_elapsed = torch.cuda.Event.elapsed_time
+_synchronize = torch.cuda.synchronize
+_clock = time.perf_counter
+
+_WATCHED = {
+    "torch.cuda.Event": (lambda: torch.cuda.Event, _Event),
+    "torch.cuda.Event.record": (lambda: torch.cuda.Event.record, _record),
+    "torch.cuda.Event.elapsed_time": (lambda: torch.cuda.Event.elapsed_time, _elapsed),
+    "torch.cuda.synchronize": (lambda: torch.cuda.synchronize, _synchronize),
+    "time.perf_counter": (lambda: time.perf_counter, _clock),
+}
+
 _FLUSH: torch.Tensor | None = None
+
+
+def tampered() -> list[str]:
+    """Names of the timing functions that no longer are what they were at import."""
+    return [name for name, (current, original) in _WATCHED.items() if current() is not original]
 
 
 def _flush_buffer() -> torch.Tensor:
@@ -30,49 +53,84 @@ def device_name() -> str:
     return torch.cuda.get_device_name(0)
 
 
-def time_function(fn: Callable, arg_sets: Sequence[Sequence[torch.Tensor]], reps: int, warmup: int = 3) -> dict:
-    """Median-ready per-call times (ms) of fn over `reps` calls, rotating through arg_sets."""
+def time_function(
+    fn: Callable,
+    arg_sets: Sequence[Sequence],
+    reps: int,
+    warmup: int = 3,
+    on_timed_start: Callable[[], None] | None = None,
+) -> dict:
+    """Per-call times (ms) of fn over `reps` calls, rotating through arg_sets.
+
+    Returns times_ms, wall_ms (the loop by the host clock, flushes excluded), first_call_ms,
+    and `outputs`: the result of the last timed call on each input set, for validation.
+    """
     flush = _flush_buffer()
-    torch.cuda.synchronize()
-    t0 = time.perf_counter()
+    _synchronize()
+    t0 = _clock()
     fn(*arg_sets[0])
-    torch.cuda.synchronize()
-    first_call_ms = (time.perf_counter() - t0) * 1e3
+    _synchronize()
+    first_call_ms = (_clock() - t0) * 1e3
     for i in range(warmup):
         fn(*arg_sets[i % len(arg_sets)])
-    torch.cuda.synchronize()
+    _synchronize()
 
-    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
-    flush_ms = 0.0
-    wall0 = time.perf_counter()
+    starts = [_Event(enable_timing=True) for _ in range(reps)]
+    ends = [_Event(enable_timing=True) for _ in range(reps)]
+    outputs: list = [None] * len(arg_sets)
+    if on_timed_start:
+        on_timed_start()
+    flush_s = 0.0
+    wall0 = _clock()
     for i in range(reps):
-        f0 = time.perf_counter()
+        f0 = _clock()
         flush.zero_()
-        torch.cuda.synchronize()
-        flush_ms += time.perf_counter() - f0
-        starts[i].record()
-        fn(*arg_sets[i % len(arg_sets)])
-        ends[i].record()
-    torch.cuda.synchronize()
-    wall_ms = (time.perf_counter() - wall0 - flush_ms) * 1e3
-    times = [s.elapsed_time(e) for s, e in zip(starts, ends)]
-    return {"times_ms": times, "median_ms": statistics.median(times), "wall_ms": wall_ms, "first_call_ms": first_call_ms}
+        _synchronize()
+        flush_s += _clock() - f0
+        _record(starts[i])
+        out = fn(*arg_sets[i % len(arg_sets)])
+        _record(ends[i])
+        outputs[i % len(arg_sets)] = out
+    _synchronize()
+    wall_ms = (_clock() - wall0 - flush_s) * 1e3
+    times = [_elapsed(s, e) for s, e in zip(starts, ends)]
+    return {"times_ms": times, "median_ms": statistics.median(times), "wall_ms": wall_ms,
+            "first_call_ms": first_call_ms, "outputs": outputs}
 
 
-def copy_bandwidth_gbps(nbytes: int = 1 << 30, reps: int = 20) -> float:
-    """The roofline for memory-bound kernels: a device-to-device copy, bytes read + written."""
-    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
-    dst = torch.empty_like(src)
+def _median_ms(fn: Callable, reps: int) -> float:
     for _ in range(3):
-        dst.copy_(src)
-    torch.cuda.synchronize()
+        fn()
+    _synchronize()
     times = []
     for _ in range(reps):
-        s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        s.record()
-        dst.copy_(src)
-        e.record()
-        torch.cuda.synchronize()
-        times.append(s.elapsed_time(e))
-    return 2 * nbytes / (statistics.median(times) * 1e-3) / 1e9
+        s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+        _record(s)
+        fn()
+        _record(e)
+        _synchronize()
+        times.append(_elapsed(s, e))
+    return statistics.median(times)
+
+
+def _copy_gbps(nbytes: int = 1 << 30) -> float:
+    src = torch.empty(nbytes // 4, dtype=torch.float32, device="cuda").normal_()
+    dst = torch.empty_like(src)
+    return round(2 * nbytes / (_median_ms(lambda: dst.copy_(src), 20) * 1e-3) / 1e9, 1)
+
+
+def _gemm_tflops(dtype: torch.dtype, n: int = 8192) -> float:
+    a = torch.randn(n, n, device="cuda", dtype=dtype)
+    b = torch.randn(n, n, device="cuda", dtype=dtype)
+    return round(2 * n**3 / (_median_ms(lambda: torch.matmul(a, b), 10) * 1e-3) / 1e12, 1)
+
+
+def roofline() -> dict:
+    """The grading GPU's ceilings, measured, not read off a datasheet: device-to-device copy
+    bandwidth (bytes read + written) and a large cuBLAS GEMM's rate per dtype (random data:
+    zeros run faster)."""
+    result = {"gpu": device_name(), "copy_gbps": _copy_gbps(), "gemm_tflops": {}}
+    for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+        result["gemm_tflops"][name] = _gemm_tflops(dtype)
+    torch.cuda.empty_cache()
+    return result

@@ -71,6 +71,7 @@ class Worker:
     def __init__(self) -> None:
         self.functions: dict[str, object] = {}
         self.roots: list[str] = []
+        self.retained: dict[tuple[str, str], object] = {}  # outputs of timed calls, by (contender, input set)
         self.torch = _setup_torch()
 
     # -- requests ---------------------------------------------------------------------
@@ -133,23 +134,73 @@ class Worker:
         return meta
 
     def time(self, req: dict) -> dict:
-        """Time contenders on the GPU with grader.timing (see there for the method)."""
-        from safetensors.torch import load_file
-
+        """Time a contender on the GPU with grader.timing (see there for the method); keep the
+        output of the last timed call on each input set for the judge to sample."""
         from grader import timing
-        from grader.plan import rebuild
 
-        arg_sets = [list(rebuild(load_file(p), req["layout"], "cuda").values()) for p in req["inputs"]]
+        arg_sets = [list(self._load_cuda(p, req["layout"]).values()) for p in req["inputs"]]
         fn = self.functions[req["contender"]]
         LAUNCHES.clear()
-        result = timing.time_function(fn, arg_sets, reps=req["reps"], warmup=req.get("warmup", 3))
-        result["launches"] = dict(LAUNCHES)
-        return {"ok": True, **result}
+        torch = self.torch
+        # Poisoning every allocation and deterministic-only algorithms would cost every contender
+        # time the kernel does not spend; the fresh untimed call after timing runs with both on.
+        torch.use_deterministic_algorithms(False)
+        torch.utils.deterministic.fill_uninitialized_memory = False
+        try:
+            result = timing.time_function(fn, arg_sets, reps=req["reps"], warmup=req.get("warmup", 3), on_timed_start=LAUNCHES.clear)
+        finally:
+            torch.use_deterministic_algorithms(True, warn_only=True)
+            torch.utils.deterministic.fill_uninitialized_memory = True
+        launches = sum(LAUNCHES.values())
+        outputs = result.pop("outputs")
+        for i, out in enumerate(outputs):
+            self.retained[(req["contender"], f"set{i}")] = out
+        return {"ok": True, **result, "launches": launches, "tampered": timing.tampered(),
+                "output_numel": outputs[0].numel() if hasattr(outputs[0], "numel") else None}
 
-    def probe(self, req: dict) -> dict:
+    def call(self, req: dict) -> dict:
+        """One untimed call on the GPU at timing size, its output kept under `key`; with
+        record_ops, the aten ops it dispatched (a vendor op used only at large sizes shows here)."""
+        args = self._load_cuda(req["inputs"], req["layout"])
+        fn = self.functions[req["contender"]]
+        ops: Counter[str] = Counter()
+        LAUNCHES.clear()
+        if req.get("record_ops"):
+            with _OpRecorder(ops):
+                out = fn(*args.values())
+        else:
+            out = fn(*args.values())
+        self.torch.cuda.synchronize()
+        self.retained[(req["contender"], req["key"])] = out
+        return {"ok": True, "ops": sorted(ops), "launches": sum(LAUNCHES.values())}
+
+    def sample(self, req: dict) -> dict:
+        """Write the kept outputs' elements at the judge's flat indices (chosen after the
+        timing, so they cannot be anticipated) to a safetensors file."""
+        from safetensors.torch import load_file, save_file
+
+        torch = self.torch
+        idx = load_file(req["indices"])["idx"]
+        samples = {}
+        for key in req["keys"]:
+            out = self.retained.get((req["contender"], key))
+            if not isinstance(out, torch.Tensor) or out.numel() <= int(idx.max()):
+                return _failure("error", f"the result of the timed call on {key} is not a tensor of the expected size")
+            samples[key] = out.detach().reshape(-1)[idx.to(out.device)].to("cpu").contiguous()
+        save_file(samples, req["output"])
+        return {"ok": True}
+
+    def _load_cuda(self, path: str, layout: dict) -> dict:
+        from safetensors.torch import load_file
+
+        from grader.plan import rebuild
+
+        return rebuild(load_file(path), layout, "cuda")
+
+    def roofline(self, req: dict) -> dict:
         from grader import timing
 
-        return {"ok": True, "copy_gbps": timing.copy_bandwidth_gbps(), "device_name": timing.device_name()}
+        return {"ok": True, **timing.roofline()}
 
 
 def _shares_memory(a, b) -> bool:
@@ -215,6 +266,10 @@ def serve(rx: int, tx: int) -> None:
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     worker = Worker()
     _setup_triton(interpret)
+    if not interpret:
+        from grader import timing
+
+        timing.tampered()  # imported now, so it binds the timing functions before any student module can patch them
     with os.fdopen(rx, "r") as requests, os.fdopen(tx, "w") as replies:
         for line in requests:
             req = json.loads(line)

@@ -1,0 +1,110 @@
+"""The reference kernels against the vendor baselines and the GPU's measured roofline.
+
+    python benchmarks/references.py [--assignment NAME ...] [--json out.json]
+
+For every assignment with a performance spec and a reference in reference/: the reference
+Triton kernel and the torch/cuBLAS/cuDNN baseline, timed interleaved in one trusted worker
+with the grading method (grader.timing: L2 flush, CUDA events, rotated input sets), on the
+assignment's scoring case. Prints one table: time, GB/s or TFLOP/s, % of roofline, and the
+reference's speed as a fraction of the baseline's.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader import spec as specs  # noqa: E402
+from grader.plan import derive_seed, make_inputs, write_inputs  # noqa: E402
+from grader.sandbox import WorkerProcess  # noqa: E402
+from grader.spec import DTYPES  # noqa: E402
+
+ROUNDS, REPS, SETS = 7, 20, 3
+
+
+def bench(spec, worker: WorkerProcess, folder: Path, roof: dict) -> list[dict]:
+    perf = spec.performance
+    cases = [(perf.case, perf.dtype)] + [(c, d) for c, d in getattr(spec, "benchmark_cases", ())]
+    rows = []
+    for case, dtype in cases:
+        files, layout = [], {}
+        for i in range(SETS):
+            path = folder / f"{spec.name}-{case.name}-{dtype}-{i}.safetensors"
+            layout = write_inputs(make_inputs(spec, case, dtype, derive_seed(1, "bench", str(i))), path)
+            files.append(str(path))
+        times = {"reference": [], "torch": []}
+        for _ in range(ROUNDS):
+            for c in times:
+                reply = worker.request({"op": "time", "contender": c, "inputs": files, "layout": layout, "reps": REPS}, 600)
+                assert reply["ok"], reply
+                times[c] += reply["times_ms"]
+        dt = DTYPES[dtype]
+        nbytes = perf.bytes_moved(case.params, dt)
+        flops = perf.flops(case.params, dt) if getattr(perf, "flops", None) else None
+        row = {"assignment": spec.name, "case": case.name, "dtype": dtype}
+        for c, ts in times.items():
+            ms = statistics.median(ts)
+            row[f"{c}_ms"] = round(ms, 4)
+            if flops:
+                row[f"{c}_tflops"] = round(flops / (ms * 1e-3) / 1e12, 1)
+                row[f"{c}_roof_pct"] = round(100 * row[f"{c}_tflops"] / roof["gemm_tflops"][dtype], 1)
+            else:
+                row[f"{c}_gbps"] = round(nbytes / (ms * 1e-3) / 1e9, 1)
+                row[f"{c}_roof_pct"] = round(100 * row[f"{c}_gbps"] / roof["copy_gbps"], 1)
+        row["reference_speed_vs_torch"] = round(row["torch_ms"] / row["reference_ms"], 3)
+        rows.append(row)
+        print(f"  {spec.name} {case.name} {dtype}: reference {row['reference_ms']} ms, torch {row['torch_ms']} ms, "
+              f"reference/torch speed {row['reference_speed_vs_torch']}", flush=True)
+    return rows
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--assignment", action="append")
+    parser.add_argument("--json", type=Path)
+    args = parser.parse_args()
+    chosen = [s for s in specs.catalogue().values()
+              if s.performance and s.reference_module().is_file() and (not args.assignment or s.name in args.assignment)]
+    rows, roof = [], {}
+    with tempfile.TemporaryDirectory() as tmp:
+        folder = Path(tmp)
+        for spec in chosen:
+            worker = WorkerProcess(folder, folder / f"scratch-{spec.name}", interpret=False)
+            try:
+                ref = spec.reference_module()
+                contenders = {"reference": {"root": str(ref.parent), "module": ref.name, "function": spec.function},
+                              "torch": {"root": str(spec.folder), "module": "spec.py", "function": "baseline"}}
+                loaded = worker.request({"op": "load", "contenders": contenders}, 300)
+                assert loaded["ok"], loaded
+                if not roof:
+                    roof = {k: v for k, v in worker.request({"op": "roofline"}, 600).items() if k != "ok"}
+                    print(f"roofline: {roof}", flush=True)
+                rows += bench(spec, worker, folder, roof)
+            finally:
+                worker.close()
+    import torch
+    import triton
+
+    print(f"\nGPU {roof['gpu']}, torch {torch.__version__}, triton {triton.__version__}; copy {roof['copy_gbps']} GB/s; "
+          f"cuBLAS GEMM TFLOP/s {roof['gemm_tflops']}")
+    print("\n| assignment | case | dtype | reference | torch | reference % of roofline | torch % of roofline | reference speed / torch speed |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- |")
+    for r in rows:
+        unit = "tflops" if "reference_tflops" in r else "gbps"
+        label = "TFLOP/s" if unit == "tflops" else "GB/s"
+        print(f"| {r['assignment']} | {r['case']} | {r['dtype']} | {r['reference_ms']} ms, {r['reference_' + unit]} {label} | "
+              f"{r['torch_ms']} ms, {r['torch_' + unit]} {label} | {r['reference_roof_pct']}% | {r['torch_roof_pct']}% | "
+              f"{r['reference_speed_vs_torch']} |")
+    if args.json:
+        args.json.write_text(json.dumps({"roofline": roof, "rows": rows}, indent=2))
+
+
+if __name__ == "__main__":
+    main()

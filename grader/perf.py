@@ -1,0 +1,260 @@
+"""The performance stage (GPU only): time student, reference and torch, interleaved, and
+decide what the timing is worth.
+
+Rounds go student, reference, torch, student, ... on the same rotated input sets, each
+contender in its own worker (the reference never shares a process with student code).
+Rounds continue until the ratio's interval is tight and does not straddle a scoring
+threshold, or the time budget runs out. A timing earns points only if it is honest:
+- the timing functions were not patched (checked in the worker), and the calls took as
+  long by the grader's own clock, outside the worker, as the CUDA events say (work hidden
+  on another stream or thread, or forged event times, show up there);
+- a Triton kernel launched in every timed call, and no vendor op did the work at this size;
+- the outputs of the timed calls, and of a fresh input set afterwards, are right (caching
+  by pointer or shape, "correct for the first N calls", warm-up detection).
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from grader.plan import derive_seed, make_inputs, write_inputs
+from grader.results import AssignmentResult, TestResult
+from grader.sandbox import WorkerFailure, WorkerProcess
+from grader.spec import DTYPES, Assignment
+
+SAMPLE_SIZE = 1 << 16
+MIN_ROUNDS, MAX_ROUNDS = 5, 15
+TARGET_HALF_WIDTH = 0.015  # stop when the ratio's 95% interval is within +-1.5%
+MIN_SCORED_MS = 0.05  # below this a kernel is launch-bound: its time says little about the kernel
+
+
+@dataclass
+class Timings:
+    times: dict[str, list[list[float]]] = field(default_factory=dict)  # contender -> rounds -> per-call ms
+    outer_ms: dict[str, list[float]] = field(default_factory=dict)  # round trip seen by the grading process
+    wall_ms: dict[str, list[float]] = field(default_factory=dict)  # the worker's own wall clock
+    first_call_ms: dict[str, float] = field(default_factory=dict)
+    launches: dict[str, int] = field(default_factory=dict)
+    tampered: set[str] = field(default_factory=set)
+    output_numel: int | None = None  # as torch's result has it (trusted)
+
+    def all(self, contender: str) -> list[float]:
+        return [t for r in self.times[contender] for t in r]
+
+    def median(self, contender: str) -> float:
+        return statistics.median(self.all(contender))
+
+
+def ratio_interval(student: list[list[float]], reference: list[list[float]], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
+    """95% interval of median(student)/median(reference), by resampling whole rounds
+    (a round is one interleaved visit, so drift between rounds is part of the spread)."""
+    rng = random.Random(seed)
+    n = len(student)
+    ratios = []
+    for _ in range(draws):
+        pick = [rng.randrange(n) for _ in range(n)]
+        s = statistics.median([t for i in pick for t in student[i]])
+        r = statistics.median([t for i in pick for t in reference[i]])
+        ratios.append(s / r)
+    ratios.sort()
+    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+
+
+def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: Path, timeout: float) -> TestResult:
+    """`student` is grade.StudentWorker with the student's module loaded."""
+    perf = spec.performance
+    assert perf is not None
+    name = f"performance {perf.case.name} [{perf.dtype}]"
+
+    def test(outcome: str, message: str, **kw) -> TestResult:
+        return TestResult(spec.name, "performance", name, outcome, message, case=perf.case.name, dtype=perf.dtype, **kw)
+
+    if opts.interpret:
+        return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing")
+    ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != "skipped"]
+    if not ran or any(t.outcome != "passed" for t in result.tests if t.kind != "performance" and t.outcome != "skipped"):
+        return test("failed", "not timed: every correctness and integrity check must pass first (no performance points without correctness)")
+    if student.process is None:
+        return test("error", "not timed: the worker could not be restarted")
+
+    folder = workdir / "perf"
+    folder.mkdir(parents=True, exist_ok=True)
+    files, layout = [], {}
+    for i in range(opts.perf_input_sets + 1):  # the last set is the fresh one, used only after timing
+        path = folder / f"set{i}.safetensors"
+        layout = write_inputs(make_inputs(spec, perf.case, perf.dtype, derive_seed(opts.seed, "perf", str(i))), path)
+        files.append(str(path))
+    timed_files, fresh_file = files[:-1], files[-1]
+
+    trusted = WorkerProcess(workdir / "scratch", workdir / "scratch" / "trusted", interpret=False, gpu=opts.gpu)
+    contenders = {"torch": {"root": str(spec.folder), "module": "spec.py", "function": "baseline"}}
+    has_reference = spec.reference_module().is_file()
+    if has_reference:
+        ref = spec.reference_module()
+        contenders["reference"] = {"root": str(ref.parent), "module": ref.name, "function": spec.function}
+    workers = {"student": student.process, "torch": trusted, "reference": trusted}
+    order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
+    t = Timings(**{k: {c: [] for c in order} for k in ("times", "outer_ms", "wall_ms")})
+    evidence: list[str] = []
+    try:
+        loaded = trusted.request({"op": "load", "contenders": contenders}, 120)
+        if not loaded.get("ok"):
+            return test("infra_error", f"the reference side failed to load: {loaded.get('message')}", traceback=loaded.get("traceback", ""))
+        if not opts.roofline:
+            opts.roofline.update({k: v for k, v in trusted.request({"op": "roofline"}, 300).items() if k != "ok"})
+        budget_end = time.monotonic() + opts.perf_budget_s
+        rounds = 0
+        while True:
+            for c in order:  # interleaved: student, reference, torch, student, ...
+                request = {"op": "time", "contender": c, "inputs": timed_files, "layout": layout, "reps": opts.perf_reps}
+                start = time.monotonic()
+                reply = workers[c].request(request, timeout * 4)
+                outer = (time.monotonic() - start) * 1e3
+                if not reply.get("ok"):
+                    return test("error", f"{c} raised while timed: {reply.get('message')}", traceback=reply.get("traceback", ""))
+                t.times[c].append(reply["times_ms"])
+                t.outer_ms[c].append(outer - reply["first_call_ms"])
+                t.wall_ms[c].append(reply["wall_ms"])
+                t.first_call_ms.setdefault(c, reply["first_call_ms"])
+                t.launches[c] = t.launches.get(c, 0) + reply["launches"]
+                if c == "student":
+                    t.tampered.update(reply["tampered"])
+                if c == "torch":
+                    t.output_numel = reply["output_numel"]
+            rounds += 1
+            if rounds < MIN_ROUNDS or not has_reference:
+                if rounds >= MIN_ROUNDS:
+                    break
+                continue
+            lo, hi = ratio_interval(t.times["student"], t.times["reference"])
+            mid = t.median("student") / t.median("reference")
+            decided = not any(lo < x < hi for x in (perf.full_at, perf.zero_at))
+            if (decided and (hi - lo) / 2 <= TARGET_HALF_WIDTH * mid) or rounds >= MAX_ROUNDS or time.monotonic() > budget_end:
+                break
+        evidence += _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, folder, timeout, t.output_numel)
+    except WorkerFailure as f:
+        return test(f.outcome, f"while timing: {f.message}", output=f.output)
+    finally:
+        trusted.close()
+
+    evidence += _check_clock(t, opts.perf_reps, has_reference)
+    if t.tampered:
+        evidence.append(f"the timing functions were replaced during the run: {', '.join(sorted(t.tampered))}")
+    timed_calls = opts.perf_reps * rounds
+    if t.launches["student"] < timed_calls:
+        evidence.append(f"only {t.launches['student']} Triton kernel launches in {timed_calls} timed calls: "
+                        "the timed work did not run in your kernel")
+    return _verdict(spec, opts, t, rounds, evidence, has_reference, test)
+
+
+def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, folder, timeout, numel: int) -> list[str]:
+    """Sample the outputs of the last timed call on each set, and of an untimed call on a
+    fresh set, at indices drawn now; compare them with torch's. Also record the aten ops of
+    that fresh call: a vendor op used only at large sizes shows here."""
+    evidence = []
+    keys = [f"set{i}" for i in range(len(timed_files))] + ["fresh"]
+    for c, w in workers.items():
+        if c == "student" or c in contenders:
+            reply = w.request({"op": "call", "contender": c, "inputs": fresh_file, "layout": layout, "key": "fresh",
+                               "record_ops": c == "student"}, timeout * 2)
+            if not reply.get("ok"):
+                return [f"{c} failed on a fresh input set after timing: {reply.get('message')}"]
+            if c == "student":
+                forbidden = sorted(set(reply["ops"]) & spec.forbidden_ops)
+                if forbidden:
+                    evidence.append(f"torch computed the result at the timing size: {', '.join(forbidden)} ran inside {spec.function}()")
+    idx_file = folder / "indices.safetensors"
+    rng = torch.Generator().manual_seed(derive_seed(opts.seed, "sample", str(time.time_ns())))
+    save_file({"idx": torch.randint(0, numel, (min(SAMPLE_SIZE, numel),), generator=rng)}, str(idx_file))
+    samples = {}
+    for c in ("student", "reference", "torch"):
+        if c != "student" and c not in contenders:
+            continue
+        out = folder / f"sample-{c}.safetensors"
+        reply = workers[c].request({"op": "sample", "contender": c, "keys": keys, "indices": str(idx_file), "output": str(out)}, timeout)
+        if not reply.get("ok"):
+            return evidence + [f"{c}: {reply.get('message')}"]
+        samples[c] = load_file(str(out))
+    base = samples["torch"]
+    yardstick = samples.get("reference", base)
+    tol = spec.tolerance
+    dtype = spec.performance.dtype
+    for key in keys:
+        t_ = base[key].to(torch.float64)
+        normal = (yardstick[key].to(torch.float64) - t_).abs().max().item()  # how far a correct kernel strays from torch
+        allowed = 2 * normal + tol.atol[dtype] + tol.rtol[dtype] * t_.abs() + 1e-2 * t_.abs()
+        dev = (samples["student"][key].to(torch.float64) - t_).abs()
+        wrong = ~(dev <= allowed)
+        if wrong.any():
+            what = "a fresh input set after the timing" if key == "fresh" else f"input set {key[3:]} in the timed loop"
+            evidence.append(f"wrong results on {what}: {int(wrong.sum())} of {wrong.numel()} sampled elements "
+                            "(outputs cached or replayed, or right only for the first calls?)")
+    return evidence
+
+
+def _check_clock(t: Timings, reps: int, has_reference: bool) -> list[str]:
+    """The grader's own clock against the CUDA events. Per call, the round trip seen from
+    outside the worker minus the event time is overhead (flush, launch, pipe); it must be
+    about what the same measurement costs the reference. Work hidden from the events (a side
+    stream, a thread) or forged event times make it far larger."""
+    base = "reference" if has_reference else "torch"
+    hidden = {}
+    for c in ("student", base):
+        per_call_outer = statistics.median(t.outer_ms[c]) / reps
+        hidden[c] = per_call_outer - t.median(c)
+    excess = hidden["student"] - hidden[base]
+    if excess > max(0.1, 0.25 * t.median(base)):
+        return [f"each timed call took {hidden['student'] + t.median('student'):.3f} ms by the grader's clock but "
+                f"{t.median('student'):.3f} ms by the CUDA events ({excess:.3f} ms more unexplained time than the "
+                f"{base} shows): work outside the timed stream, or forged event times"]
+    return []
+
+
+def _verdict(spec, opts, t: Timings, rounds: int, evidence: list[str], has_reference: bool, test) -> TestResult:
+    perf = spec.performance
+    dt = DTYPES[perf.dtype]
+    nbytes = perf.bytes_moved(perf.case.params, dt)
+    flops = perf.flops(perf.case.params, dt) if getattr(perf, "flops", None) else None
+    figures = {}
+    for c, rounds_ in t.times.items():
+        ts = t.all(c)
+        median = statistics.median(ts)
+        q = statistics.quantiles(ts, n=4)
+        f = {"median_ms": round(median, 5), "q1_ms": round(q[0], 5), "q3_ms": round(q[2], 5),
+             "gbps": round(nbytes / (median * 1e-3) / 1e9, 1),
+             "roofline_pct": round(100 * nbytes / (median * 1e-3) / 1e9 / opts.roofline["copy_gbps"], 1),
+             "first_call_ms": round(t.first_call_ms[c], 2)}
+        if flops:
+            f["tflops"] = round(flops / (median * 1e-3) / 1e12, 1)
+            peak = opts.roofline.get("gemm_tflops", {}).get(perf.dtype)
+            if peak:
+                f["roofline_pct"] = round(100 * f["tflops"] / peak, 1)
+        figures[c] = f
+    details = {"figures": figures, "bytes": nbytes, "copy_gbps": opts.roofline["copy_gbps"], "gpu": opts.roofline["gpu"],
+               "rounds": rounds, "samples": len(t.all("student")), "evidence": evidence,
+               "roofline_kind": "cuBLAS GEMM" if flops else "copy bandwidth"}
+    student = figures["student"]
+    vs_torch = student["median_ms"] / figures["torch"]["median_ms"]
+    details["ratio_to_torch"] = round(vs_torch, 3)
+    rate = f"{student['tflops']:.0f} TFLOP/s" if flops else f"{student['gbps']:.0f} GB/s"
+    summary = f"{rate} ({student['roofline_pct']:.0f}% of the measured {details['roofline_kind']}); {vs_torch:.2f}x torch's time"
+    if evidence:
+        return test("flagged", "no speed credit: " + "; ".join(evidence), details=details)
+    if not has_reference:
+        return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
+    if figures["reference"]["median_ms"] < MIN_SCORED_MS:
+        return test("infra_error", f"the scoring size is launch-bound ({figures['reference']['median_ms']:.3f} ms): not scored", details=details)
+    ratio = student["median_ms"] / figures["reference"]["median_ms"]
+    lo, hi = ratio_interval(t.times["student"], t.times["reference"])
+    fraction = perf.score_fraction(ratio)
+    details.update(ratio_to_reference=round(ratio, 4), ratio_interval=[round(lo, 4), round(hi, 4)], score_fraction=round(fraction, 3))
+    message = (f"{ratio:.3f}x the reference kernel's time (95% interval {lo:.3f}-{hi:.3f}, {rounds} rounds): "
+               f"{fraction:.0%} of the points (full at <= {perf.full_at}x, none at >= {perf.zero_at}x); {summary}")
+    return test("passed" if fraction > 0 else "failed", message, details=details)
