@@ -30,7 +30,7 @@ from grader.sandbox import WorkerFailure, WorkerProcess
 from grader.spec import DTYPES, Assignment
 
 SAMPLE_SIZE = 1 << 16
-MIN_ROUNDS, MAX_ROUNDS = 5, 15
+MIN_ROUNDS, MAX_ROUNDS = 5, 25
 TARGET_HALF_WIDTH = 0.015  # stop when the ratio's 95% interval is within +-1.5%
 MIN_SCORED_MS = 0.05  # below this a kernel is launch-bound: its time says little about the kernel
 
@@ -52,19 +52,18 @@ class Timings:
         return statistics.median(self.all(contender))
 
 
-def ratio_interval(student: list[list[float]], reference: list[list[float]], draws: int = 2000, seed: int = 0) -> tuple[float, float]:
-    """95% interval of median(student)/median(reference), by resampling whole rounds
-    (a round is one interleaved visit, so drift between rounds is part of the spread)."""
+def round_ratios(student: list[list[float]], reference: list[list[float]]) -> list[float]:
+    """One ratio per round: student and reference ran back to back there, so a drift of the
+    GPU's clocks between rounds cancels out of each ratio."""
+    return [statistics.median(s) / statistics.median(r) for s, r in zip(student, reference)]
+
+
+def ratio_estimate(student: list[list[float]], reference: list[list[float]], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+    """The median of the per-round ratios and its 95% bootstrap interval."""
+    ratios = round_ratios(student, reference)
     rng = random.Random(seed)
-    n = len(student)
-    ratios = []
-    for _ in range(draws):
-        pick = [rng.randrange(n) for _ in range(n)]
-        s = statistics.median([t for i in pick for t in student[i]])
-        r = statistics.median([t for i in pick for t in reference[i]])
-        ratios.append(s / r)
-    ratios.sort()
-    return ratios[int(0.025 * draws)], ratios[int(0.975 * draws) - 1]
+    medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
+    return statistics.median(ratios), medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
 def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: Path, timeout: float) -> TestResult:
@@ -114,13 +113,11 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
         while True:
             for c in order:  # interleaved: student, reference, torch, student, ...
                 request = {"op": "time", "contender": c, "inputs": timed_files, "layout": layout, "reps": opts.perf_reps}
-                start = time.monotonic()
-                reply = workers[c].request(request, timeout * 4)
-                outer = (time.monotonic() - start) * 1e3
+                reply, outer = workers[c].request_timed(request, timeout * 4)
                 if not reply.get("ok"):
                     return test("error", f"{c} raised while timed: {reply.get('message')}", traceback=reply.get("traceback", ""))
                 t.times[c].append(reply["times_ms"])
-                t.outer_ms[c].append(outer - reply["first_call_ms"])
+                t.outer_ms[c].append(outer)
                 t.wall_ms[c].append(reply["wall_ms"])
                 t.first_call_ms.setdefault(c, reply["first_call_ms"])
                 t.launches[c] = t.launches.get(c, 0) + reply["launches"]
@@ -133,8 +130,7 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
                 if rounds >= MIN_ROUNDS:
                     break
                 continue
-            lo, hi = ratio_interval(t.times["student"], t.times["reference"])
-            mid = t.median("student") / t.median("reference")
+            mid, lo, hi = ratio_estimate(t.times["student"], t.times["reference"])
             decided = not any(lo < x < hi for x in (perf.full_at, perf.zero_at))
             if (decided and (hi - lo) / 2 <= TARGET_HALF_WIDTH * mid) or rounds >= MAX_ROUNDS or time.monotonic() > budget_end:
                 break
@@ -200,8 +196,8 @@ def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_f
 
 
 def _check_clock(t: Timings, reps: int, has_reference: bool) -> list[str]:
-    """The grader's own clock against the CUDA events. Per call, the round trip seen from
-    outside the worker minus the event time is overhead (flush, launch, pipe); it must be
+    """The grader's own clock against the CUDA events. Per call, the timed loop's length seen
+    from outside the worker minus the event time is overhead (flush, launch); it must be
     about what the same measurement costs the reference. Work hidden from the events (a side
     stream, a thread) or forged event times make it far larger."""
     base = "reference" if has_reference else "torch"
@@ -251,8 +247,7 @@ def _verdict(spec, opts, t: Timings, rounds: int, evidence: list[str], has_refer
         return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
     if figures["reference"]["median_ms"] < MIN_SCORED_MS:
         return test("infra_error", f"the scoring size is launch-bound ({figures['reference']['median_ms']:.3f} ms): not scored", details=details)
-    ratio = student["median_ms"] / figures["reference"]["median_ms"]
-    lo, hi = ratio_interval(t.times["student"], t.times["reference"])
+    ratio, lo, hi = ratio_estimate(t.times["student"], t.times["reference"])
     fraction = perf.score_fraction(ratio)
     details.update(ratio_to_reference=round(ratio, 4), ratio_interval=[round(lo, 4), round(hi, 4)], score_fraction=round(fraction, 3))
     message = (f"{ratio:.3f}x the reference kernel's time (95% interval {lo:.3f}-{hi:.3f}, {rounds} rounds): "

@@ -122,11 +122,29 @@ class WorkerProcess:
         self._buffer = b""
 
     def request(self, message: dict, timeout: float) -> dict:
+        self._send(message)
+        return self._read_reply(time.monotonic() + timeout, timeout)
+
+    def request_timed(self, message: dict, timeout: float) -> tuple[dict, float]:
+        """For a `time` request: the worker says "timing" just before its timed loop; the
+        milliseconds from that line to the reply are measured here, outside the worker,
+        where student code cannot touch the clock."""
+        self._send(message)
+        deadline = time.monotonic() + timeout
+        first = self._read_reply(deadline, timeout)
+        if first.get("phase") != "timing":
+            return first, float("nan")
+        start = time.monotonic()
+        reply = self._read_reply(deadline, timeout)
+        return reply, (time.monotonic() - start) * 1e3
+
+    def _send(self, message: dict) -> None:
         try:
             os.write(self._tx, (json.dumps(message) + "\n").encode())
         except BrokenPipeError:
             pass  # it died already; reading says how
-        deadline = time.monotonic() + timeout
+
+    def _read_reply(self, deadline: float, timeout: float) -> dict:
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
