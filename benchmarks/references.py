@@ -42,7 +42,7 @@ def bench(spec, worker: WorkerProcess, folder: Path, roof: dict) -> list[dict]:
         times = {"reference": [], "torch": []}
         for _ in range(ROUNDS):
             for c in times:
-                reply = worker.request({"op": "time", "contender": c, "inputs": files, "layout": layout, "reps": REPS}, 600)
+                reply, _ = worker.request_timed({"op": "time", "contender": c, "inputs": files, "layout": layout, "reps": REPS}, 600)
                 assert reply["ok"], reply
                 times[c] += reply["times_ms"]
         dt = DTYPES[dtype]
