@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import tempfile
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from grader import environment, perf
 from grader.judge import judge_call
-from grader.plan import PlannedCall, load_inputs, materialize, plan_calls
+from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
 from grader.results import AssignmentResult, RunResult, TestResult
 from grader.sandbox import WorkerFailure, WorkerProcess
 from grader.scoring import score_assignment
@@ -131,6 +131,9 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
             if test.outcome in ("timeout", "crashed"):
                 load_failure = _start(worker, spec)
         result.tests.append(integrity.test())
+        if not opts.interpret and runnable and not load_failure:
+            step(f"{spec.name}: bounds check")
+            result.tests.append(_bounds_check(spec, opts, (module, function), workdir, call_timeout))
         if spec.performance is not None:
             step(f"{spec.name}: performance")
             result.tests.append(perf.measure(spec, result, opts, worker, workdir, call_timeout))
@@ -138,6 +141,49 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
         worker.close()
     score_assignment(spec, result)
     return result
+
+
+BOUNDS_CHECK_MAX_ELEMENTS = 1 << 18
+
+
+def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], workdir: Path, timeout: float) -> TestResult:
+    """On a GPU an out-of-bounds load or store often goes unseen: it reads a neighbour's
+    memory and the values inside the tensor still come out right. So a GPU run replays the
+    small named cases, in float32, in Triton's CPU interpreter, where grader.memcheck checks
+    every access against the bounds of the kernel's tensors."""
+    name = "memory safety (every load and store bounds-checked in the CPU interpreter)"
+    cpu = replace(opts, device="cpu", dtypes=["float32"], cases=None)
+    calls = [c for c in plan_calls(spec, opts.seed, True, None, ["float32"]) if c.case in spec.cases
+             and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values() if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
+    materialize(spec, calls, workdir / "bounds-inputs")
+    worker = StudentWorker(spec, workdir / "repo", target, workdir / "scratch-bounds", cpu)
+    skipped: list[str] = []
+    try:
+        failure = _start(worker, spec)
+        if failure:
+            return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.get('message')}")
+        for call in calls:
+            out = workdir / "bounds-inputs" / f"{call.slug}.out.safetensors"
+            try:
+                reply = worker.request({"op": "run", "contender": "student", "inputs": str(call.input_file), "layout": call.layout,
+                                        "device": "cpu", "output": str(out)}, timeout)
+            except WorkerFailure as f:
+                skipped.append(f"{call.case.name}: {f.message}")
+                _start(worker, spec)
+                continue
+            if reply.get("kind") == "memory":
+                return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply['message']}",
+                                  case=call.case.name, dtype="float32", traceback=reply.get("traceback", ""),
+                                  reproducer=f"{opts.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
+            if not reply.get("ok"):
+                skipped.append(f"{call.case.name}: {reply.get('message')}")
+    finally:
+        worker.close()
+    if len(skipped) == len(calls):
+        return TestResult(spec.name, "integrity", name, "skipped", "the kernel could not run in the interpreter: " + "; ".join(skipped[:2]))
+    checked = ", ".join(c.case.name for c in calls)
+    note = f" (not run there: {'; '.join(skipped[:2])})" if skipped else ""
+    return TestResult(spec.name, "integrity", name, "passed", f"no access out of bounds in {checked}{note}")
 
 
 def _start(worker: StudentWorker, spec: Assignment) -> dict | None:

@@ -59,3 +59,13 @@ def test_timing_cheats_are_flagged_with_evidence(submission, cli, fixture):
     assert "no speed credit" in perf["output"] and CHEATS[fixture] in perf["output"]
     assert perf["score"] == 0 and run.results["score"] == 0
     assert run.returncode == 1
+
+
+def test_missing_mask_is_caught_on_a_gpu_run_by_the_interpreter_bounds_check(submission, cli):
+    run = cli(submission("missing_mask"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577", "--dtype", "float32")
+    check = next(t for t in run.tests_of("vector_add") if t["name"].startswith("vector_add: memory safety"))
+    assert check["outcome"] == "failed" and "out-of-bounds load" in check["output"]
+    assert 'kernels/vector_add.py", line 11' in check["output"]
+    perf = next(t for t in run.tests_of("vector_add") if t["tags"][1] == "performance")
+    assert perf["score"] == 0 and "not timed" in perf["output"]
+    assert run.returncode == 1
