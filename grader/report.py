@@ -45,8 +45,20 @@ def perf_chart(details: dict) -> str:
             f'aria-label="throughput: student vs reference vs torch">{"".join(rows)}</svg>')
 
 
+def matrix(a) -> dict:
+    """Correctness tests as rows (cases) by columns (dtypes), for the compact table."""
+    dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
+    rows: dict[str, dict] = {}
+    for t in a.tests:
+        if t.kind == "correctness":
+            row = rows.setdefault(t.case, {"shape": t.shape or ""})
+            row[t.dtype] = t
+            row["shape"] = row["shape"] or t.shape or ""
+    return {"dtypes": dtypes, "rows": rows}
+
+
 def render(run: RunResult) -> str:
-    return _ENV.get_template("report.html.j2").render(run=run, bad=BAD_OUTCOMES, perf_chart=perf_chart)
+    return _ENV.get_template("report.html.j2").render(run=run, bad=BAD_OUTCOMES, perf_chart=perf_chart, matrix=matrix)
 
 
 def write_report(run: RunResult, folder: Path) -> Path:
