@@ -285,6 +285,11 @@ def _performance(spec: Assignment, result: AssignmentResult, opts: Options, work
         if not opts.roofline:
             probe = trusted.request({"op": "probe"}, 120)
             opts.roofline.update(copy_gbps=probe["copy_gbps"], gpu=probe["device_name"])
+        if perf.flops is not None and perf.dtype not in opts.roofline.get("gemm_tflops", {}):
+            gemm = trusted.request({"op": "probe_gemm", "dtype": perf.dtype}, 120)
+            if not gemm.get("ok"):
+                return test("infra_error", f"the GEMM roofline probe failed: {gemm.get('message')}", traceback=gemm.get("traceback", ""))
+            opts.roofline.setdefault("gemm_tflops", {})[perf.dtype] = gemm["tflops"]
         order = [("student", worker)] + [(c, trusted) for c in ("reference", "torch") if c in contenders]
         times: dict[str, list[float]] = {c: [] for c, _ in order}
         walls: dict[str, float] = Counter()
@@ -303,6 +308,8 @@ def _performance(spec: Assignment, result: AssignmentResult, opts: Options, work
         trusted.close()
 
     nbytes = perf.bytes_moved(perf.case.params, _dtype(perf.dtype))
+    nflops = perf.flops(perf.case.params, _dtype(perf.dtype)) if perf.flops is not None else None
+    peak = opts.roofline["gemm_tflops"][perf.dtype] if nflops else None
     figures = {}
     for contender, ts in times.items():
         median = statistics.median(ts)
@@ -315,6 +322,9 @@ def _performance(spec: Assignment, result: AssignmentResult, opts: Options, work
             "first_call_ms": round(first_call[contender], 2),
             "wall_over_events": round(walls[contender] / sum(ts), 3),
         }
+        if nflops:  # compute bound: the roofline is the GEMM peak, not the copy bandwidth
+            tflops = nflops / (median * 1e-3) / 1e12
+            figures[contender].update(tflops=round(tflops, 1), roofline_pct=round(100 * tflops / peak, 1))
     student = figures["student"]
     details = {"figures": figures, "bytes": nbytes, "copy_gbps": round(opts.roofline["copy_gbps"], 1), "gpu": opts.roofline["gpu"],
                "samples": len(times["student"])}
@@ -322,6 +332,10 @@ def _performance(spec: Assignment, result: AssignmentResult, opts: Options, work
     details["ratio_to_torch"] = round(vs_torch, 3)
     summary = (f"{student['gbps']:.0f} GB/s ({student['roofline_pct']:.0f}% of the measured copy bandwidth); "
                f"{vs_torch:.2f}x torch's time")
+    if nflops:
+        details.update(flops=nflops, gemm_tflops=round(peak, 1))
+        summary = (f"{student['tflops']:.0f} TFLOP/s ({student['roofline_pct']:.0f}% of the measured cuBLAS GEMM peak, "
+                   f"{peak:.0f} TFLOP/s); {vs_torch:.2f}x torch's time")
     if not has_reference:
         return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
     ratio = student["median_ms"] / figures["reference"]["median_ms"]

@@ -151,6 +151,12 @@ class Worker:
 
         return {"ok": True, "copy_gbps": timing.copy_bandwidth_gbps(), "device_name": timing.device_name()}
 
+    def probe_gemm(self, req: dict) -> dict:
+        from grader import roofline
+        from grader.spec import DTYPES
+
+        return {"ok": True, "tflops": roofline.gemm_tflops(DTYPES[req["dtype"]])}
+
 
 def _shares_memory(a, b) -> bool:
     try:
