@@ -133,6 +133,16 @@ def test_attention_hypotheses(case, out, words):
     assert verdict.outcome == "failed" and words in verdict.message, verdict.message
 
 
+def test_attention_mask_that_hides_the_diagonal_is_named():
+    def strict(i):
+        s = (i["q"] @ i["k"].transpose(-1, -2)) / 8.0
+        s = s.masked_fill(torch.ones(130, 130, dtype=torch.bool).triu(0), float("-inf"))
+        return torch.softmax(s, -1) @ i["v"]  # row 0: all masked, NaN
+
+    verdict = _judge("flash_attention", "causal-N=130-D=64", "float32", strict)
+    assert verdict.outcome == "failed" and "the diagonal is masked too" in verdict.message, verdict.message
+
+
 def test_attention_wrong_head_offset_is_located():
     def head_zero_everywhere(i):
         o = _sdpa(i, False)

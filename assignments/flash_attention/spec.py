@@ -24,19 +24,19 @@ def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict:
     return {"q": q, "k": k, "v": v, "causal": params.get("causal", False), "sm_scale": params.get("sm_scale")}
 
 
-def attention(q, k, v, causal: bool, sm_scale: float | None, scores=None) -> torch.Tensor:
-    """softmax(q k^T * scale) v in q's dtype; `scores` (q, k -> q k^T) lets a caller change how
-    the product is formed. Rows see keys 0..i when causal (top-left aligned, as torch's)."""
+def attention(q, k, causal: bool, sm_scale: float | None, diagonal: int = 1) -> torch.Tensor:
+    """softmax(q k^T * scale), the attention weights. When causal, the keys j >= i + diagonal are
+    masked: diagonal 1 lets row i see keys 0..i (top-left aligned, as torch's is_causal)."""
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(q.shape[-1])
-    s = (scores or torch.matmul)(q, k.transpose(-1, -2)) * scale
+    s = (q @ k.transpose(-1, -2)) * scale
     if causal:
         n = q.shape[-2]
-        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(1), float("-inf"))
+        s = s.masked_fill(torch.ones(n, n, dtype=torch.bool).triu(diagonal), float("-inf"))
     return torch.softmax(s, dim=-1)
 
 
 def reference(q, k, v, causal=False, sm_scale=None) -> torch.Tensor:
-    return attention(q, k, v, causal, sm_scale) @ v
+    return attention(q, k, causal, sm_scale) @ v
 
 
 def tf32(t: torch.Tensor) -> torch.Tensor:
@@ -48,8 +48,7 @@ def baseline(q, k, v, causal=False, sm_scale=None) -> torch.Tensor:
     """torch in the working dtype: scaled_dot_product_attention (the vendor timing). In float32
     both products use TF32 operands, as tl.dot on the GPU does (TF32 is allowed)."""
     if q.dtype == torch.float32:
-        p = attention(tf32(q), tf32(k), v, causal, sm_scale, scores=lambda a, b: a @ tf32(b.contiguous()))
-        return tf32(p) @ tf32(v)
+        return tf32(attention(tf32(q), tf32(k), causal, sm_scale)) @ tf32(v)
     return F.scaled_dot_product_attention(q, k, v, is_causal=bool(causal), scale=sm_scale)
 
 
@@ -100,9 +99,10 @@ def explain(mm: Mismatch) -> str | None:
     if not causal and mm.matches(reference(q, k, v, True, sm_scale)):
         return "causal=False, but the result is causal: apply the mask only when causal is True"
     if causal and n > 1:
-        strict = attention(q, k, v, False, sm_scale).masked_fill(torch.ones(n, n, dtype=torch.bool).tril(), 0.0)
-        if mm.matches(torch.softmax(torch.log(strict).nan_to_num(float("-inf")), -1) @ v):
-            return "the diagonal is masked too: query i must see keys 0 to i (mask where j > i, keep j == i)"
+        strict = attention(q, k, True, sm_scale, diagonal=0) @ v  # row i sees keys 0..i-1
+        strict[..., 0, :] = mm.got[..., 0, :]  # row 0 sees no key at all: NaN or anything, depending on the mask
+        if mm.matches(strict):
+            return "the diagonal is masked too: query i must see keys 0 to i (mask the keys j > i, keep j == i)"
     for wrong, what in ((1.0 / math.sqrt(d), "the default 1/sqrt(D)"), (1.0, "1"), (1.0 / d, "1/D")):
         if not math.isclose(wrong, scale) and mm.matches(reference(q, k, v, causal, wrong)):
             given = f"sm_scale={sm_scale:g} was given" if sm_scale is not None else "sm_scale=None means 1/sqrt(D)"
