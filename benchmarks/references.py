@@ -47,7 +47,7 @@ def bench(spec, worker: WorkerProcess, folder: Path, roof: dict) -> list[dict]:
                 times[c] += reply["times_ms"]
         dt = DTYPES[dtype]
         nbytes = perf.bytes_moved(case.params, dt)
-        flops = perf.flops(case.params, dt) if getattr(perf, "flops", None) else None
+        flops = perf.flops(case.params, dt) if perf.flops else None
         row = {"assignment": spec.name, "case": case.name, "dtype": dtype}
         for c, ts in times.items():
             ms = statistics.median(ts)

@@ -12,6 +12,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grader.mismatch import Mismatch
 from grader.plan import storage_of
 from grader.spec import DTYPES, Assignment, Case
 
@@ -73,12 +74,24 @@ def judge_call(
     first = tuple(int(i) for i in bad.nonzero()[0])
     details["first_bad_index"] = list(first)
     details["first_bad_value"] = f"got {got[first].item():.6g}, expected {ref[first].item():.6g}"
-    pattern = describe_mismatch(bad, got, inputs)
+    pattern = _spec_explanation(spec, Mismatch(bad, got, ref, inputs, allowed, base_err, dtype))
+    pattern = pattern or describe_mismatch(bad, got, inputs)
     details["pattern"] = pattern
     message = f"{details['bad_elements']} of {bad.numel()} elements wrong; {pattern}"
     if case.why:
         message += f" (this case: {case.why})"
     return Verdict("failed", message, details)
+
+
+def _spec_explanation(spec: Assignment, mismatch: Mismatch) -> str | None:
+    """The assignment's own words, if it has any for this mismatch. An explanation that breaks
+    must not cost the verdict: the generic words are used instead."""
+    if spec.explain is None:
+        return None
+    try:
+        return spec.explain(mismatch)
+    except Exception:
+        return None
 
 
 def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, torch.Tensor]) -> str:

@@ -217,7 +217,7 @@ def _verdict(spec, opts, t: Timings, rounds: int, evidence: list[str], has_refer
     perf = spec.performance
     dt = DTYPES[perf.dtype]
     nbytes = perf.bytes_moved(perf.case.params, dt)
-    flops = perf.flops(perf.case.params, dt) if getattr(perf, "flops", None) else None
+    flops = perf.flops(perf.case.params, dt) if perf.flops else None
     figures = {}
     for c, rounds_ in t.times.items():
         ts = t.all(c)
@@ -235,7 +235,9 @@ def _verdict(spec, opts, t: Timings, rounds: int, evidence: list[str], has_refer
         figures[c] = f
     details = {"figures": figures, "bytes": nbytes, "copy_gbps": opts.roofline["copy_gbps"], "gpu": opts.roofline["gpu"],
                "rounds": rounds, "samples": len(t.all("student")), "evidence": evidence,
-               "roofline_kind": "cuBLAS GEMM" if flops else "copy bandwidth"}
+               "roofline_kind": "cuBLAS GEMM peak" if flops else "copy bandwidth"}
+    if flops:
+        details.update(flops=flops, gemm_tflops=opts.roofline.get("gemm_tflops", {}).get(perf.dtype))
     student = figures["student"]
     vs_torch = student["median_ms"] / figures["torch"]["median_ms"]
     details["ratio_to_torch"] = round(vs_torch, 3)

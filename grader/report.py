@@ -14,33 +14,36 @@ _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=selec
 
 
 def perf_chart(details: dict) -> str:
-    """Inline SVG: GB/s of student, reference and torch, with the interquartile range."""
+    """Inline SVG: GB/s (TFLOP/s for compute-bound kernels) of student, reference and torch,
+    with the interquartile range and the roofline."""
     figures = details.get("figures", {})
     if not figures:
         return ""
+    if details.get("flops"):
+        key, unit, work, per, roof, roof_name = "tflops", "TFLOP/s", details["flops"], 1e12, details.get("gemm_tflops"), "cuBLAS GEMM peak"
+    else:
+        key, unit, work, per, roof, roof_name = "gbps", "GB/s", details.get("bytes", 0), 1e9, details.get("copy_gbps"), "copy bandwidth"
     width, bar_h, gap, left = 420, 22, 8, 90
-    top = max(max(f["gbps"] for f in figures.values()), details.get("copy_gbps", 0)) or 1.0
-    scale = (width - left - 60) / top
+    top = max(max(f[key] for f in figures.values()), roof or 0) or 1.0
+    scale = (width - left - 70) / top
     rows = []
     colours = {"student": "#2b6cb0", "reference": "#718096", "torch": "#a0aec0"}
-    nbytes = details.get("bytes", 0)
     for i, (name, f) in enumerate(figures.items()):
         y = i * (bar_h + gap) + 4
-        w = f["gbps"] * scale
-        lo = nbytes / (f["q3_ms"] * 1e-3) / 1e9 * scale if nbytes else w
-        hi = nbytes / (f["q1_ms"] * 1e-3) / 1e9 * scale if nbytes else w
+        w = f[key] * scale
+        lo = work / (f["q3_ms"] * 1e-3) / per * scale if work else w
+        hi = work / (f["q1_ms"] * 1e-3) / per * scale if work else w
         rows.append(
             f'<text x="0" y="{y + 15}" font-size="12">{name}</text>'
             f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colours.get(name, "#999")}"/>'
             f'<line x1="{left + lo:.1f}" x2="{left + hi:.1f}" y1="{y + bar_h / 2}" y2="{y + bar_h / 2}" stroke="#000"/>'
-            f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="11">{f["gbps"]:.0f} GB/s</text>'
+            f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="11">{f[key]:.0f} {unit}</text>'
         )
     height = len(figures) * (bar_h + gap) + 10
-    roof = details.get("copy_gbps")
     if roof:
         x = left + roof * scale
         rows.append(f'<line x1="{x:.1f}" x2="{x:.1f}" y1="0" y2="{height}" stroke="#c53030" stroke-dasharray="4 3"/>'
-                    f'<title>copy bandwidth {roof:.0f} GB/s</title>')
+                    f'<title>{roof_name} {roof:.0f} {unit}</title>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
             f'aria-label="throughput: student vs reference vs torch">{"".join(rows)}</svg>')
 

@@ -53,13 +53,16 @@ class Tolerance:
 class Performance:
     """How speed is scored: the student's median time over the reference kernel's median
     time on one large case. Full points at or under `full_at`, none at or over `zero_at`,
-    linear in log(ratio) between (so 2x slower costs the same wherever it happens)."""
+    linear in log(ratio) between (so 2x slower costs the same wherever it happens).
+    `flops` is given for compute-bound kernels: TFLOP/s are reported, and the roofline is
+    then a large cuBLAS GEMM measured on the grading GPU instead of the copy bandwidth."""
 
     case: Case
     dtype: str
     bytes_moved: Callable[[dict, torch.dtype], int]
     full_at: float = 1.10
     zero_at: float = 3.0
+    flops: Callable[[dict, torch.dtype], int] | None = None
 
     def score_fraction(self, ratio: float) -> float:
         import math
@@ -91,6 +94,9 @@ class Assignment:
     forbidden_ops: frozenset[str] = frozenset()  # aten ops that mean "called torch instead of a kernel"
     call_timeout_s: float = 60.0  # one call in the worker, compile included
     import_timeout_s: float = 60.0
+    # The assignment's own words for a mismatch (grader.mismatch.Mismatch -> str or None),
+    # tried before the judge's generic ones: it can test the assignment's typical bugs.
+    explain: Callable[..., str | None] | None = None
     folder: Path = Path(".")
 
     @property

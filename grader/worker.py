@@ -215,6 +215,7 @@ class Worker:
         return {"ok": True, **timing.roofline()}
 
 
+
 def _shares_memory(a, b) -> bool:
     try:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.numel() > 0

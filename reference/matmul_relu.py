@@ -1,0 +1,87 @@
+"""Reference solution for matmul_relu (PRIVATE: never shipped to students).
+
+relu(a @ b) as one tiled GEMM, after Triton's tutorial 03 (matrix multiplication): each
+program computes a BLOCK_M x BLOCK_N tile of the output, walking K in BLOCK_K steps with a
+float32 accumulator (tl.dot: fp16/bf16 tensor cores, TF32 for float32 inputs on the GPU);
+the ReLU and the cast to the output dtype are fused into the store. Programs are ordered in
+groups of GROUP_M rows of tiles so that neighbouring programs share tiles of a and b in L2.
+The autotune list holds the Hopper-friendly shapes (128x256x64 / 128x128x64, 3-4 stages,
+8 warps); the first config is the one the CPU interpreter runs.
+"""
+
+import torch
+import triton
+import triton.language as tl
+
+
+def _configs():
+    shapes = [  # BLOCK_M, BLOCK_N, BLOCK_K, stages, warps
+        (128, 256, 64, 3, 8),
+        (128, 128, 64, 4, 8),
+        (256, 128, 64, 3, 8),
+        (128, 256, 64, 4, 8),
+        (128, 128, 64, 3, 4),
+        (128, 64, 64, 4, 4),
+        (64, 128, 64, 4, 4),
+        (64, 64, 64, 4, 4),
+        (128, 128, 32, 4, 4),
+        (64, 32, 32, 5, 2),
+    ]
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w)
+            for m, n, k, s, w in shapes]
+
+
+@triton.autotune(configs=_configs(), key=["M", "N", "K"])
+@triton.heuristics({"EVEN_K": lambda args: args["K"] % args["BLOCK_K"] == 0})
+@triton.jit
+def _matmul_relu_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
+                        stride_am, stride_ak, stride_bk, stride_bn, stride_cm, stride_cn,
+                        BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
+                        GROUP_M: tl.constexpr, EVEN_K: tl.constexpr):
+    # Grouped ordering: GROUP_M rows of tiles are swept column by column.
+    pid = tl.program_id(0)
+    num_pid_m = tl.cdiv(M, BLOCK_M)
+    num_pid_n = tl.cdiv(N, BLOCK_N)
+    num_pid_in_group = GROUP_M * num_pid_n
+    group_id = pid // num_pid_in_group
+    first_pid_m = group_id * GROUP_M
+    group_size_m = min(num_pid_m - first_pid_m, GROUP_M)
+    pid_m = first_pid_m + ((pid % num_pid_in_group) % group_size_m)
+    pid_n = (pid % num_pid_in_group) // group_size_m
+
+    # Rows of a and columns of b past the edge wrap around (modulo): always in bounds, and
+    # their results land in rows/columns of c that the store's mask drops.
+    offs_am = (pid_m * BLOCK_M + tl.arange(0, BLOCK_M)) % M
+    offs_bn = (pid_n * BLOCK_N + tl.arange(0, BLOCK_N)) % N
+    offs_k = tl.arange(0, BLOCK_K)
+    a_ptrs = a_ptr + offs_am[:, None].to(tl.int64) * stride_am + offs_k[None, :] * stride_ak
+    b_ptrs = b_ptr + offs_k[:, None] * stride_bk + offs_bn[None, :].to(tl.int64) * stride_bn
+
+    acc = tl.zeros((BLOCK_M, BLOCK_N), dtype=tl.float32)
+    for k in range(0, tl.cdiv(K, BLOCK_K)):
+        if EVEN_K:
+            a = tl.load(a_ptrs)
+            b = tl.load(b_ptrs)
+        else:  # the last K step is partial: zeros past K add nothing to the dot product
+            a = tl.load(a_ptrs, mask=offs_k[None, :] < K - k * BLOCK_K, other=0.0)
+            b = tl.load(b_ptrs, mask=offs_k[:, None] < K - k * BLOCK_K, other=0.0)
+        acc = tl.dot(a, b, acc)
+        a_ptrs += BLOCK_K * stride_ak
+        b_ptrs += BLOCK_K * stride_bk
+
+    c = tl.maximum(acc, 0.0).to(c_ptr.dtype.element_ty)  # relu(a @ b), fused into the epilogue
+    offs_cm = pid_m * BLOCK_M + tl.arange(0, BLOCK_M)
+    offs_cn = pid_n * BLOCK_N + tl.arange(0, BLOCK_N)
+    c_ptrs = c_ptr + offs_cm[:, None].to(tl.int64) * stride_cm + offs_cn[None, :] * stride_cn
+    tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
+
+
+def matmul_relu(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+    M, K = a.shape
+    K2, N = b.shape
+    assert K == K2, f"inner dimensions differ: a is {tuple(a.shape)}, b is {tuple(b.shape)}"
+    c = torch.empty((M, N), dtype=a.dtype, device=a.device)
+    grid = lambda meta: (triton.cdiv(M, meta["BLOCK_M"]) * triton.cdiv(N, meta["BLOCK_N"]),)
+    _matmul_relu_kernel[grid](a, b, c, M, N, K, a.stride(0), a.stride(1), b.stride(0), b.stride(1),
+                              c.stride(0), c.stride(1))
+    return c
