@@ -215,7 +215,6 @@ class Worker:
         return {"ok": True, **timing.roofline()}
 
 
-
 def _shares_memory(a, b) -> bool:
     try:
         return a.untyped_storage().data_ptr() == b.untyped_storage().data_ptr() and a.numel() > 0
