@@ -232,5 +232,13 @@ def serve(rx: int, tx: int) -> None:
             replies.flush()
 
 
+def main(channel: list[str]) -> None:
+    """`RX TX`: inherited pipe ends (the sandbox), or paths of FIFOs (a container)."""
+    rx, tx = channel
+    if not rx.isdigit():
+        rx, tx = str(os.open(rx, os.O_RDONLY)), str(os.open(tx, os.O_WRONLY))
+    serve(int(rx), int(tx))
+
+
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    main(sys.argv[1:3])
