@@ -7,6 +7,8 @@ the rest, and the other assignments never notice.
 
 from __future__ import annotations
 
+import os
+import shutil
 import statistics
 import tempfile
 from collections import Counter
@@ -14,9 +16,10 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from safetensors.torch import load_file
+from safetensors.torch import load
 
-from grader import environment
+from grader import environment, sandbox
+from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call
 from grader.plan import PlannedCall, derive_seed, load_inputs, make_inputs, materialize, plan_calls, write_inputs
 from grader.results import AssignmentResult, RunResult, TestResult
@@ -35,12 +38,15 @@ class Options:
     cases: list[str] | None = None
     dtypes: list[str] | None = None
     timeout: float | None = None  # per call, overriding the spec's
+    import_timeout: float | None = None  # for the student's import, overriding the spec's
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES for the workers
     perf_rounds: int = 5
     perf_reps: int = 20
     perf_input_sets: int = 3
     reproducer: str = "grader check ."
     roofline: dict = field(default_factory=dict)  # measured once per run, shared by assignments
+    isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox)
+    hide: list[str] = field(default_factory=list)  # more folders a worker must not see (the output folder)
 
     @property
     def interpret(self) -> bool:
@@ -52,6 +58,7 @@ Progress = Callable[[str], None]
 
 def grade_submission(sub: Submission, specs: list[Assignment], opts: Options, progress: Progress | None = None) -> RunResult:
     run = RunResult(str(sub.root), opts.seed, environment.describe(opts.device), commit=sub.commit())
+    run.environment["isolation"] = sandbox.detect(opts.isolation).describe()
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         for spec in specs:
             run.assignments.append(grade_assignment(sub, spec, opts, Path(tmp) / spec.name, progress))
@@ -68,8 +75,10 @@ def count_steps(specs: list[Assignment], opts: Options) -> int:
 class StudentWorker:
     """The student's module loaded in a worker; restarted after a timeout or crash."""
 
-    def __init__(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, opts: Options) -> None:
+    def __init__(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, opts: Options,
+                 hide: list[Path] = ()) -> None:
         self.spec, self.repo, self.target, self.scratch, self.opts = spec, repo, target, scratch, opts
+        self.hide = [*map(Path, opts.hide), *hide]  # the submission's folder and its neighbours (other students)
         self.process: WorkerProcess | None = None
         self.starts = 0
 
@@ -77,11 +86,13 @@ class StudentWorker:
         """Start and import; returns the worker's reply (ok, or the student's error)."""
         self.close()
         self.starts += 1
-        self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.opts.interpret, self.opts.gpu)
+        self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.opts.interpret, self.opts.gpu,
+                                     isolation=self.opts.isolation, writable=[self.repo.parent / "outputs"], hide=self.hide,
+                                     job=self.repo.parent)
         module, function = self.target
         return self.process.request(
             {"op": "load", "contenders": {"student": {"root": str(self.repo), "module": module, "function": function}}},
-            self.spec.import_timeout_s,
+            self.opts.import_timeout or self.spec.import_timeout_s,
         )
 
     def request(self, message: dict, timeout: float) -> dict:
@@ -103,7 +114,7 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
 
     runnable = [c for c in calls if not c.skip]
 
-    worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", opts)
+    worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", opts, hide=[sub.root.parent])
     integrity = _Integrity(spec)
     try:
         if not runnable:
@@ -111,15 +122,20 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
         elif not sub.has(spec):
             load_failure = {"kind": "error", "message": f"{module} not found in the submission", "traceback": ""}
         else:
-            materialize(spec, runnable, workdir / "inputs")
+            # made outside the worker's view; each call's file is shown to it only for that call,
+            # so no input can be read ahead (at import) and answered from a precomputed cache
+            materialize(spec, runnable, workdir.parent / f"{spec.name}.inputs")
             sub.private_copy(workdir / "repo")
+            _scan(result, workdir / "repo", module)
             load_failure = _start(worker, spec)
-        consecutive_timeouts = 0
+        consecutive_timeouts, restart = 0, False
         for call in calls:
             step(f"{spec.name}: {call.id}")
             if call.skip:
                 result.tests.append(_test(spec, call, opts, "skipped", call.skip))
                 continue
+            if restart and not load_failure and consecutive_timeouts < MAX_CONSECUTIVE_TIMEOUTS:
+                load_failure, restart = _start(worker, spec), False  # a fresh worker, once a call needs one
             if load_failure:
                 result.tests.append(_from_failure(spec, call, opts, load_failure, f"importing {module} failed"))
                 continue
@@ -129,8 +145,7 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
             test = _run_call(spec, call, opts, worker, workdir, call_timeout, integrity)
             result.tests.append(test)
             consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == "timeout" else 0
-            if test.outcome in ("timeout", "crashed"):
-                load_failure = _start(worker, spec)
+            restart = test.outcome in ("timeout", "crashed", "infra_error")
         result.tests.append(integrity.test())
         if spec.performance is not None:
             step(f"{spec.name}: performance")
@@ -139,6 +154,14 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
         worker.close()
     score_assignment(spec, result)
     return result
+
+
+def _scan(result: AssignmentResult, repo: Path, module: str) -> None:
+    """The static scan's warnings, for the TA: in the notes and results.json, never a verdict."""
+    findings = scan_submission(repo, module)
+    result.warnings = [f.to_dict() for f in findings]
+    if findings:
+        result.notes.append(scan_summary(findings))
 
 
 def _start(worker: StudentWorker, spec: Assignment) -> dict | None:
@@ -153,10 +176,14 @@ def _start(worker: StudentWorker, spec: Assignment) -> dict | None:
 def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
     output_file = workdir / "outputs" / f"{call.slug}.safetensors"
     output_file.parent.mkdir(parents=True, exist_ok=True)
+    shown = workdir / "inputs" / call.input_file.name
+    shown.parent.mkdir(mode=0o755, exist_ok=True)
+    shutil.copyfile(call.input_file, shown)
+    os.chmod(shown, 0o644)  # readable by the worker's uid, whatever the umask
     request = {
         "op": "run",
         "contender": "student",
-        "inputs": str(call.input_file),
+        "inputs": str(shown),
         "layout": call.layout,
         "device": opts.device,
         "output": str(output_file),
@@ -166,11 +193,17 @@ def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, wor
         reply = worker.request(request, timeout)
     except WorkerFailure as f:
         return _test(spec, call, opts, f.outcome, f.message, output=f.output)
+    finally:
+        shown.unlink(missing_ok=True)
     if not reply.get("ok"):
         if reply.get("kind") == "memory":
             return _test(spec, call, opts, "failed", reply["message"], traceback=reply.get("traceback", ""))
         return _from_failure(spec, call, opts, reply, f"{spec.function}() raised")
-    verdict = judge_call(spec, call.case, call.dtype, load_inputs(call), reply, load_file(str(output_file)), opts.device)
+    try:
+        saved = load(sandbox.read_worker_file(output_file))
+    except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
+        return _test(spec, call, opts, "failed", f"the worker's output file could not be read: {exc}")
+    verdict = judge_call(spec, call.case, call.dtype, load_inputs(call), reply, saved, opts.device)
     integrity.observe(call, reply, verdict.outcome == "passed")
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     return _test(spec, call, opts, verdict.outcome, verdict.message, details=details)
@@ -178,7 +211,7 @@ def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, wor
 
 def _from_failure(spec, call, opts, failure: dict, context: str) -> TestResult:
     outcome = failure.get("kind", "error")
-    outcome = outcome if outcome in ("timeout", "crashed") else "error"
+    outcome = outcome if outcome in ("timeout", "crashed", "infra_error") else "error"
     return _test(spec, call, opts, outcome, f"{context}: {failure.get('message', '')}",
                  traceback=failure.get("traceback", ""), output=failure.get("output", ""))
 
@@ -271,9 +304,13 @@ def _performance(spec: Assignment, result: AssignmentResult, opts: Options, work
     for i in range(opts.perf_input_sets):
         path = folder / f"set{i}.safetensors"
         layout = write_inputs(make_inputs(spec, perf.case, perf.dtype, derive_seed(opts.seed, "perf", str(i))), path)
+        os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
         files.append(str(path))
 
-    trusted = WorkerProcess(workdir / "scratch", workdir / "scratch" / "trusted", interpret=False, gpu=opts.gpu)
+    # our own code (reference, torch): outside the student's job folder, so nothing it writes
+    # (a planted module, a poisoned Triton cache) reaches the side it is compared with
+    trusted_dir = workdir.parent / f"{spec.name}.trusted"
+    trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=opts.gpu, isolation="none")
     contenders = {"torch": {"root": str(spec.folder), "module": "spec.py", "function": "baseline"}}
     has_reference = spec.reference_module().is_file()
     if has_reference:
