@@ -29,6 +29,7 @@ from grader.spec import COURSE_ROOT, Assignment
 from grader.submission import Submission
 
 MAX_CONSECUTIVE_TIMEOUTS = 2
+WORKER_START_TIMEOUT = 300  # seconds for a fresh worker to import torch and Triton, on a loaded machine
 
 
 @dataclass
@@ -89,6 +90,10 @@ class StudentWorker:
         self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.opts.interpret, self.opts.gpu,
                                      isolation=self.opts.isolation, writable=[self.repo.parent / "outputs"], hide=self.hide,
                                      job=self.repo.parent)
+        try:  # our own start (Python, torch, Triton) is not the student's import time, nor their fault
+            self.process.request({"op": "ping"}, WORKER_START_TIMEOUT)
+        except WorkerFailure as f:
+            raise WorkerFailure("infra_error", f"the worker did not start: {f.message}", f.output) from None
         module, function = self.target
         return self.process.request(
             {"op": "load", "contenders": {"student": {"root": str(self.repo), "module": module, "function": function}}},

@@ -48,7 +48,9 @@ ISOLATION_MODES = ("sandbox", "docker", "none")
 # uids for workers: above login.defs' UID_MAX (60000), below systemd's dynamic users (61184)
 UID_RANGE = os.environ.get("GRADER_SANDBOX_UIDS", "60100-61099")
 DOCKER_IMAGE = os.environ.get("GRADER_DOCKER_IMAGE", "grader")
-DOCKER_USER = "10001:10001"  # the image's `student` user (see the Dockerfile)
+# the image's `student` user (see the Dockerfile); a grader that is not root cannot give it the
+# job folder, so its containers run as the grader's own uid (a user only inside the container)
+DOCKER_USER = "10001:10001" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
 # The worker's entry point: -I keeps the current folder (where a student could plant a
 # torch.py or a grader/ package) and PYTHON* variables out of sys.path; the grader is put back.
 BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.worker import main; main(sys.argv[1:])"
@@ -428,9 +430,6 @@ class WorkerProcess:
         if os.geteuid() == 0:
             uid, gid = (int(x) for x in DOCKER_USER.split(":"))
             _chown_tree(job, uid, gid)
-        else:
-            for path in (channel, requests, replies):
-                os.chmod(path, 0o777 if path == channel else 0o666)
         self._rx = os.open(replies, os.O_RDONLY | os.O_NONBLOCK)  # never blocks; EOF only once a writer came and went
         self._tx = os.open(requests, os.O_RDWR)  # holds a reader too, so neither side's open blocks
         self.container = f"grader-worker-{secrets.token_hex(6)}"

@@ -1,8 +1,8 @@
 """The worker: the only place student code is imported and run. UNTRUSTED once `load` ran.
 
-Started by `grader.sandbox` as a fresh interpreter (`python -m grader.worker RX TX`), it
-answers one JSON request per line on a private pipe: load modules, run one call, time
-calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
+Started by `grader.sandbox` as a fresh interpreter (`main(["RX", "TX"])`, inside the
+sandbox), it answers one JSON request per line on a private pipe: load modules, run one
+call, time calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
 Every verdict is made by the judge in the grading process, never here.
 """
 
@@ -145,6 +145,10 @@ class Worker:
         result = timing.time_function(fn, arg_sets, reps=req["reps"], warmup=req.get("warmup", 3))
         result["launches"] = dict(LAUNCHES)
         return {"ok": True, **result}
+
+    def ping(self, req: dict) -> dict:
+        """Ready: torch and Triton are imported (before any student code)."""
+        return {"ok": True}
 
     def probe(self, req: dict) -> dict:
         from grader import timing

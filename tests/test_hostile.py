@@ -7,6 +7,7 @@ error, failed or flagged with the evidence in the report (never a score the code
 earn), no process of the worker is left, and no file outside the sandbox changed.
 Most run in-process (grade_submission, as the CLI and the batch call it); the attack on
 the grader's command line and results file runs the real CLI, since that is its target.
+All run in the interpreter (`--device cpu`), on a GPU machine too; the `gpu` ones use the GPU.
 """
 
 from __future__ import annotations
@@ -26,7 +27,7 @@ import pytest
 import torch
 from markupsafe import escape
 
-from conftest import REPO_ROOT, assert_nothing_left, build_submission, has_gpu, run_cli
+from conftest import REPO_ROOT, assert_nothing_left, build_submission, run_cli
 from grader import sandbox
 from grader import spec as specs
 from grader.grade import Options, grade_submission
@@ -34,7 +35,6 @@ from grader.report import render
 from grader.submission import open_submission
 
 ISOLATION = sandbox.detect("sandbox")
-pytestmark = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 MARKS = ("pwned-by-escape",)
 
@@ -71,12 +71,12 @@ def outside_state(repo: Path) -> dict:
 
 
 def grade(tmp_path: Path, fixture: str, cases: list[str], timeout: float = 10, import_timeout: float | None = None,
-          extra_files: dict[str, str] | None = None) -> Graded:
+          extra_files: dict[str, str] | None = None, device: str = "cpu") -> Graded:
     repo = build_submission(tmp_path / "submissions" / fixture, f"hostile/{fixture}")
     for name, text in (extra_files or {}).items():
         (repo / name).write_text(text)
     before = outside_state(repo)
-    opts = Options("cpu", 424242, cases, ["float32"], timeout, import_timeout=import_timeout)
+    opts = Options(device, 424242, cases, ["float32"], timeout, import_timeout=import_timeout)
     start = time.monotonic()
     run = grade_submission(open_submission(repo), [specs.get("softmax"), specs.get("vector_add")], opts)
     seconds = time.monotonic() - start
@@ -192,7 +192,7 @@ def test_inputs_modified_in_place_or_returned_as_a_view_fail(tmp_path):
 def test_grader_command_line_seed_results_file_and_reference_are_out_of_reach(tmp_path):
     repo = build_submission(tmp_path / "submissions" / "proc", "hostile/proc")
     before = outside_state(repo)
-    run = run_cli(["check", str(repo), "--seed", "987654321", "--case", "1x1", "--case", "n=1", "--dtype", "float32",
+    run = run_cli(["check", str(repo), "--device", "cpu", "--seed", "987654321", "--case", "1x1", "--case", "n=1", "--dtype", "float32",
                    "--timeout", "20", "--json", str(tmp_path / "out" / "results.json"), "--html", str(tmp_path / "out")], tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     written = (tmp_path / "out" / "results.json").read_text()
@@ -208,5 +208,17 @@ def test_grader_command_line_seed_results_file_and_reference_are_out_of_reach(tm
     time.sleep(2)  # the detached process it tried to leave would have rewritten the file by now
     assert (tmp_path / "out" / "results.json").read_text() == written
     assert run.results["score"] == 0 and "forged" not in written
+    assert run.results["extra_data"]["environment"]["isolation"]["mode"] == "sandbox"
     assert outside_state(repo) == before
+    assert_nothing_left()
+
+
+@pytest.mark.gpu
+def test_gpu_sandboxed_worker_grades_on_the_gpu_and_an_illegal_address_costs_only_its_call(tmp_path):
+    g = grade(tmp_path, "cuda_fault", ["1x1", "n=1", "n=127"], timeout=120, device="cuda")
+    assert g.run.environment["isolation"]["mode"] == "sandbox"
+    assert_outcome(g, "vector_add", "n=1 [float32]", "passed")  # the GPU is reachable from the sandbox
+    fault = g.test("vector_add", "n=127 [float32]")
+    assert fault["outcome"] in ("error", "crashed") and "illegal memory access" in fault["output"], fault
+    assert_outcome(g, "softmax", "1x1 [float32]", "passed")
     assert_nothing_left()

@@ -249,7 +249,7 @@ def test_docker_command_contains_the_worker(tmp_path):
     text = " ".join(argv)
     assert argv[:3] == ["docker", "run", "--rm"]
     for flags in (["--network", "none"], ["--read-only"], ["--pids-limit", "256"], ["--memory", "8192m"],
-                  ["--memory-swap", "8192m"], ["--user", "10001:10001"], ["--cap-drop", "ALL"],
+                  ["--memory-swap", "8192m"], ["--user", sandbox.DOCKER_USER], ["--cap-drop", "ALL"],
                   ["--security-opt", "no-new-privileges"], ["--gpus", '"device=2"'], ["--workdir", str(job / "repo")]):
         i = argv.index(flags[0])
         assert argv[i:i + len(flags)] == flags, flags
