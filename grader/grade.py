@@ -23,7 +23,7 @@ from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call
 from grader.plan import PlannedCall, derive_seed, load_inputs, make_inputs, materialize, plan_calls, write_inputs
 from grader.results import AssignmentResult, RunResult, TestResult
-from grader.sandbox import WorkerFailure, WorkerProcess
+from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess
 from grader.scoring import score_assignment
 from grader.spec import COURSE_ROOT, Assignment
 from grader.submission import Submission
@@ -87,11 +87,13 @@ class StudentWorker:
         """Start and import; returns the worker's reply (ok, or the student's error)."""
         self.close()
         self.starts += 1
-        self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.opts.interpret, self.opts.gpu,
-                                     isolation=self.opts.isolation, writable=[self.repo.parent / "outputs"], hide=self.hide,
-                                     job=self.repo.parent)
-        try:  # our own start (Python, torch, Triton) is not the student's import time, nor their fault
+        try:  # our own start (sandbox, Python, torch, Triton) is not the student's import time, nor their fault
+            self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.opts.interpret, self.opts.gpu,
+                                         isolation=self.opts.isolation, writable=[self.repo.parent / "outputs"],
+                                         hide=self.hide, job=self.repo.parent)
             self.process.request({"op": "ping"}, WORKER_START_TIMEOUT)
+        except (OSError, SandboxError) as exc:
+            raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None
         except WorkerFailure as f:
             raise WorkerFailure("infra_error", f"the worker did not start: {f.message}", f.output) from None
         module, function = self.target

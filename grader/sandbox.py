@@ -333,6 +333,8 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     for entry in sys.path:  # other install locations (a .pth, a --target dir); never the folder we run from
         if entry and os.path.isdir(entry) and os.path.realpath(entry) not in (os.path.realpath(os.getcwd()), PACKAGE_PARENT):
             keep_ro.add(entry)
+    libraries = os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) + [os.environ.get("CUDA_HOME", "")]
+    keep_ro.update(d for d in libraries if d and os.path.isabs(d) and os.path.isdir(d))  # CUDA, wherever it lives
     keep = [(p, False) for p in sorted(keep_ro)] + [(str(p), True) for p in writable]
     return {"cover": cover, "keep": keep, "readonly_root": True, "tmpfs_size": "256m",
             "outer_mount_namespace": os.readlink("/proc/self/ns/mnt")}
@@ -383,42 +385,49 @@ class WorkerProcess:
     # -- the default sandbox ------------------------------------------------------------------
     def _start_sandbox(self, cwd, scratch, job, writable, hide, env, limits, interpret, argv, channel) -> None:
         iso = self.isolation
-        user = None
-        if iso.user_switch:
-            self.lease = UidLease()
-            user = [self.lease.uid, self.lease.uid]
-            _chown_tree(job, *user)
         self._status_rx, status_tx = os.pipe()
         lifeline_rx, self._lifeline = os.pipe()  # the init's lifeline: EOF when the grader is gone
-        config = {
-            "argv": argv,
-            "cwd": str(cwd),
-            "env": env,
-            "limits": limits.for_worker(user is not None, interpret),
-            "user": user,
-            "view": sandbox_view(job, writable, hide) if iso.namespaces else None,
-            "pass_fds": list(channel),
-            "status_fd": status_tx,
-            "lifeline_fd": lifeline_rx,
-        }
-        # the configuration goes in on stdin, not argv: the worker can read its init's /proc/1/cmdline
-        init = [sys.executable, "-I", "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); "
-                "from grader.sandbox_init import main; sys.exit(main(json.load(sys.stdin)))", PACKAGE_PARENT]
-        if iso.namespaces:
-            init = ["unshare", *(["--user", "--map-root-user"] if iso.user_namespace else []),
-                    "--net", "--pid", "--fork", "--kill-child", "--mount-proc", *init]
         try:
+            user = None
+            if iso.user_switch:
+                self.lease = UidLease()
+                user = [self.lease.uid, self.lease.uid]
+                _chown_tree(job, *user)
+            config = {
+                "argv": argv,
+                "cwd": str(cwd),
+                "env": env,
+                "limits": limits.for_worker(user is not None, interpret),
+                "user": user,
+                "view": sandbox_view(job, writable, hide) if iso.namespaces else None,
+                "pass_fds": list(channel),
+                "status_fd": status_tx,
+                "lifeline_fd": lifeline_rx,
+                "own_pid_namespace": iso.namespaces,
+            }
+            # the configuration goes in on stdin, not argv: the worker can read its init's /proc/1/cmdline
+            init = [sys.executable, "-I", "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); "
+                    "from grader.sandbox_init import main; sys.exit(main(json.load(sys.stdin)))", PACKAGE_PARENT]
+            if iso.namespaces:
+                init = ["unshare", *(["--user", "--map-root-user"] if iso.user_namespace else []),
+                        "--net", "--pid", "--fork", "--kill-child", "--mount-proc", *init]
             self.proc = subprocess.Popen(init, cwd="/", env=env, pass_fds=(*channel, status_tx, lifeline_rx),
                                          stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                          start_new_session=True)
-            try:
-                self.proc.stdin.write(json.dumps(config).encode())
-                self.proc.stdin.close()
-            except BrokenPipeError:
-                pass  # it failed before reading: its output and status say why
+        except BaseException:
+            for fd in (self._status_rx, self._lifeline, self._tx, self._rx):
+                os.close(fd)
+            if self.lease:
+                self.lease.release()
+            raise
         finally:
             for fd in (*channel, status_tx, lifeline_rx):
                 os.close(fd)
+        try:
+            self.proc.stdin.write(json.dumps(config).encode())
+            self.proc.stdin.close()
+        except BrokenPipeError:
+            pass  # it failed before reading: its output and status say why
 
     # -- containers ----------------------------------------------------------------------------
     def _start_docker(self, cwd, scratch, job, writable, env, gpu, limits, interpret, command) -> None:

@@ -146,12 +146,12 @@ def children_of(pid: int) -> list[int]:
     return sorted(kids)
 
 
-def kill_everything(worker_pid: int | None) -> None:
+def kill_everything(worker_pid: int | None, own_pid_namespace: bool = False) -> None:
     """Kill every process the worker left: all of the namespace when we are its PID 1, else
     (as a child subreaper, orphans come back to us) our descendants, round after round until
     none is left (a killed child's children are reparented to us and met in the next round)."""
     for _ in range(10000):
-        if os.getpid() == 1:
+        if own_pid_namespace and os.getpid() == 1:  # never kill(-1) anywhere else: it would reach every process
             try:
                 os.kill(-1, signal.SIGKILL)  # everything in this PID namespace but us
             except ProcessLookupError:
@@ -255,7 +255,7 @@ def main(config: dict) -> int:
     worker_pid: int | None = None
 
     def terminate(signum, frame):  # the grader's timeout: leave nothing behind, then go
-        kill_everything(worker_pid)
+        kill_everything(worker_pid, config.get("own_pid_namespace", False))
         os._exit(SETUP_FAILED)
 
     signal.signal(signal.SIGTERM, terminate)
@@ -270,11 +270,11 @@ def main(config: dict) -> int:
     for fd in config["pass_fds"]:
         os.close(fd)  # the worker's pipe ends: only it holds them now, so its death reads as EOF
     if failure:
-        kill_everything(worker_pid)
+        kill_everything(worker_pid, config.get("own_pid_namespace", False))
         _report(status_fd, {"setup_error": failure})
         return SETUP_FAILED
     status = _wait_for(worker_pid, config["lifeline_fd"])
-    kill_everything(worker_pid)
+    kill_everything(worker_pid, config.get("own_pid_namespace", False))
     if status is None:
         _report(status_fd, {"setup_error": "the grader went away; the worker was killed"})
         return SETUP_FAILED
