@@ -214,8 +214,9 @@ def detect(mode: str = "sandbox") -> Isolation:
         if problem is None:
             break
         reasons.append(problem)
-    else:
-        raise SandboxError("a worker cannot be started here: " + "; ".join(reasons))
+    else:  # not even the init runs here (not Linux?): plain processes, said once
+        return Isolation("none", warnings=(f"no sandbox can start here ({'; '.join(reasons)}): workers run as plain "
+                                           "processes, as with --isolation none",))
     if not candidate.namespaces:
         warnings.append(f"sandbox without namespaces ({reasons[-1]}): a worker can use the network, read every file its user "
                         "can, see other processes, and a process it starts could outlive it")
