@@ -346,3 +346,13 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path
     run = grade_submission(open_submission(repo), [specs.get("vector_add")], Options("cpu", 1, ["n=1"], ["float32"]))
     test = next(t for t in run.tests if t.kind == "correctness")
     assert test.outcome == "infra_error" and "no free worker uid in 0-0" in test.message, test
+
+
+def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch):
+    monkeypatch.setattr(sandbox, "_probe", lambda isolation: "the init failed")
+    sandbox.detect.cache_clear()
+    try:
+        fallback = sandbox.detect("sandbox")
+        assert fallback.mode == "none" and "no sandbox can start here (the init failed" in fallback.warnings[0]
+    finally:
+        sandbox.detect.cache_clear()
