@@ -1,12 +1,43 @@
-# GPU grading image: CUDA, torch, triton and the grader. Build from the course folder:
-#   docker build -t grader .
-#   docker run --gpus all -v "$PWD/submissions:/submissions" grader check /submissions/alice
-FROM pytorch/pytorch:2.5.1-cuda12.4-cudnn9-runtime
+# GPU grading image: CUDA, Python, torch, triton and the grader (not the reference solutions).
+#
+#   docker build -t grader .                 # from the course folder
+#   docker build -t grader --build-arg TORCH_VERSION=2.11.0 --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 .
+#
+# Two ways to use it (docs/security.md says what each protects):
+# 1. The grader on the host, each worker in its own container from this image:
+#      GRADER_DOCKER_IMAGE=grader grader check /srv/submissions/alice --isolation docker
+#    The host's grader package is mounted into each worker container (so both speak the same
+#    protocol); the image only provides Python, torch and triton.
+# 2. All of the grader in one container, workers in its default sandbox (namespaces need these
+#    privileges inside the container; without them the sandbox says so and does what it can):
+#      docker run --rm --gpus all --cap-add SYS_ADMIN --security-opt seccomp=unconfined \
+#        --security-opt apparmor=unconfined \
+#        -v "$PWD/reference:/opt/grader/reference:ro" -v "$PWD/submissions:/submissions:ro" \
+#        -v "$PWD/reports:/reports" grader check /submissions/alice --json /reports/alice/results.json --html /reports/alice
+FROM nvidia/cuda:12.8.1-base-ubuntu24.04
+
+ARG TORCH_VERSION=2.11.0
+ARG TORCH_INDEX=https://download.pytorch.org/whl/cu128
+
+# gcc and the Python headers: Triton compiles a small launcher for each kernel signature;
+# util-linux: unshare, for the default sandbox
+RUN apt-get update \
+    && apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc libc6-dev util-linux ca-certificates \
+    && rm -rf /var/lib/apt/lists/*
+
+RUN python3 -m venv /opt/venv
+ENV PATH=/opt/venv/bin:$PATH PIP_NO_CACHE_DIR=1
+RUN pip install --index-url "$TORCH_INDEX" --extra-index-url https://pypi.org/simple "torch==$TORCH_VERSION"
+
 WORKDIR /opt/grader
 COPY pyproject.toml README.md ./
 COPY grader ./grader
 COPY assignments ./assignments
-COPY reference ./reference
-RUN pip install --no-cache-dir -e . && useradd --create-home --uid 10001 student
+RUN pip install . \
+    && mkdir -p /opt/grader/reference \
+    && useradd --create-home --uid 10001 --user-group student
+
+# reference/ is mounted read-only by the TA when the grader runs here (use 2); worker
+# containers (use 1) never get it.
 ENV GRADER_COURSE=/opt/grader
 ENTRYPOINT ["grader"]

@@ -68,8 +68,11 @@ def check(
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only the named case(s), e.g. from a reproducer."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes: float32, float16, bfloat16."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
+    isolation: str = typer.Option("sandbox", help="How student code is contained: sandbox (namespaces, no Docker), "
+                                  "docker (a container per worker) or none. See docs/security.md."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
+    from grader import sandbox
     from grader.grade import Options, count_steps, grade_submission
     from grader.plan import plan_calls
 
@@ -82,12 +85,16 @@ def check(
                 raise UsageError(f"unknown dtype {d!r} (known: {', '.join(specs.DTYPES)})")
         seed = seed if seed is not None else secrets.randbelow(2**31)
         base = f"grader check {shlex.quote(str(repo))}" + ("" if device == "auto" else f" --device {device}")
-        opts = Options(resolved, seed, case or None, dtype or None, timeout, reproducer=base)
+        opts = Options(resolved, seed, case or None, dtype or None, timeout, reproducer=base, isolation=isolation,
+                       hide=[str(json_file.resolve().parent), str(html_dir.resolve())])
         if case and not any(plan_calls(s, seed, opts.interpret, case, dtype) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
-    except (UsageError, SubmissionError) as exc:
+        contained = sandbox.detect(isolation)
+    except (UsageError, SubmissionError, sandbox.SandboxError) as exc:
         err.print(f"[red]error:[/red] {exc}")
         raise typer.Exit(2)
+    for warning in contained.warnings:  # once per run, before any worker starts
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
     mode = "GPU" if resolved == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
     console.print(f"Checking [bold]{sub.root}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {seed}")

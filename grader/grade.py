@@ -7,24 +7,29 @@ the rest, and the other assignments never notice.
 
 from __future__ import annotations
 
+import os
+import shutil
 import tempfile
 from collections import Counter
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from safetensors.torch import load_file
+from safetensors.torch import load
 
-from grader import environment, perf
+from grader import environment, perf, sandbox
+from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call
 from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
 from grader.results import AssignmentResult, RunResult, TestResult
-from grader.sandbox import WorkerFailure, WorkerProcess
+from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess
 from grader.scoring import score_assignment
 from grader.spec import Assignment
 from grader.submission import Submission
 
 MAX_CONSECUTIVE_TIMEOUTS = 2
+WORKER_START_TIMEOUT = 300  # seconds for a fresh worker to import torch and Triton, on a loaded machine
 
 
 @dataclass
@@ -34,12 +39,15 @@ class Options:
     cases: list[str] | None = None
     dtypes: list[str] | None = None
     timeout: float | None = None  # per call, overriding the spec's
+    import_timeout: float | None = None  # for the student's import, overriding the spec's
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES for the workers
     perf_reps: int = 30  # timed calls per contender per round (rounds: see grader.perf)
     perf_input_sets: int = 3
     perf_budget_s: float = 60.0  # per assignment, for extra rounds when the verdict is close
     reproducer: str = "grader check ."
     roofline: dict = field(default_factory=dict)  # measured once per run, shared by assignments
+    isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox)
+    hide: list[str] = field(default_factory=list)  # more folders a worker must not see (the output folder)
 
     @property
     def interpret(self) -> bool:
@@ -51,6 +59,7 @@ Progress = Callable[[str], None]
 
 def grade_submission(sub: Submission, specs: list[Assignment], opts: Options, progress: Progress | None = None) -> RunResult:
     run = RunResult(str(sub.root), opts.seed, environment.describe(opts.device), commit=sub.commit())
+    run.environment["isolation"] = sandbox.detect(opts.isolation).describe()
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         for spec in specs:
             run.assignments.append(grade_assignment(sub, spec, opts, Path(tmp) / spec.name, progress))
@@ -67,8 +76,10 @@ def count_steps(specs: list[Assignment], opts: Options) -> int:
 class StudentWorker:
     """The student's module loaded in a worker; restarted after a timeout or crash."""
 
-    def __init__(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, opts: Options) -> None:
+    def __init__(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, opts: Options,
+                 hide: list[Path] = ()) -> None:
         self.spec, self.repo, self.target, self.scratch, self.opts = spec, repo, target, scratch, opts
+        self.hide = [*map(Path, opts.hide), *hide]  # the submission's folder and its neighbours (other students)
         self.process: WorkerProcess | None = None
         self.starts = 0
 
@@ -76,11 +87,19 @@ class StudentWorker:
         """Start and import; returns the worker's reply (ok, or the student's error)."""
         self.close()
         self.starts += 1
-        self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.opts.interpret, self.opts.gpu)
+        try:  # our own start (sandbox, Python, torch, Triton) is not the student's import time, nor their fault
+            self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.opts.interpret, self.opts.gpu,
+                                         isolation=self.opts.isolation, writable=[self.repo.parent / "outputs"],
+                                         hide=self.hide, job=self.repo.parent)
+            self.process.request({"op": "ping"}, WORKER_START_TIMEOUT)
+        except (OSError, SandboxError) as exc:
+            raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None
+        except WorkerFailure as f:
+            raise WorkerFailure("infra_error", f"the worker did not start: {f.message}", f.output) from None
         module, function = self.target
         return self.process.request(
             {"op": "load", "contenders": {"student": {"root": str(self.repo), "module": module, "function": function}}},
-            self.spec.import_timeout_s,
+            self.opts.import_timeout or self.spec.import_timeout_s,
         )
 
     def request(self, message: dict, timeout: float) -> dict:
@@ -102,7 +121,7 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
 
     runnable = [c for c in calls if not c.skip]
 
-    worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", opts)
+    worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", opts, hide=[sub.root.parent])
     integrity = _Integrity(spec)
     try:
         if not runnable:
@@ -110,15 +129,20 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
         elif not sub.has(spec):
             load_failure = {"kind": "error", "message": f"{module} not found in the submission", "traceback": ""}
         else:
-            materialize(spec, runnable, workdir / "inputs")
+            # made outside the worker's view; each call's file is shown to it only for that call,
+            # so no input can be read ahead (at import) and answered from a precomputed cache
+            materialize(spec, runnable, workdir.parent / f"{spec.name}.inputs")
             sub.private_copy(workdir / "repo")
+            _scan(result, workdir / "repo", module)
             load_failure = _start(worker, spec)
-        consecutive_timeouts = 0
+        consecutive_timeouts, restart = 0, False
         for call in calls:
             step(f"{spec.name}: {call.id}")
             if call.skip:
                 result.tests.append(_test(spec, call, opts, "skipped", call.skip))
                 continue
+            if restart and not load_failure and consecutive_timeouts < MAX_CONSECUTIVE_TIMEOUTS:
+                load_failure, restart = _start(worker, spec), False  # a fresh worker, once a call needs one
             if load_failure:
                 result.tests.append(_from_failure(spec, call, opts, load_failure, f"importing {module} failed"))
                 continue
@@ -128,8 +152,7 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
             test = _run_call(spec, call, opts, worker, workdir, call_timeout, integrity)
             result.tests.append(test)
             consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == "timeout" else 0
-            if test.outcome in ("timeout", "crashed"):
-                load_failure = _start(worker, spec)
+            restart = test.outcome in ("timeout", "crashed", "infra_error")
         result.tests.append(integrity.test())
         if not opts.interpret and runnable and not load_failure:
             step(f"{spec.name}: bounds check")
@@ -155,7 +178,7 @@ def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], work
     cpu = replace(opts, device="cpu", dtypes=["float32"], cases=None)
     calls = [c for c in plan_calls(spec, opts.seed, True, None, ["float32"]) if c.case in spec.cases
              and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values() if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
-    materialize(spec, calls, workdir / "bounds-inputs")
+    materialize(spec, calls, workdir.parent / f"{spec.name}.bounds-inputs")
     worker = StudentWorker(spec, workdir / "repo", target, workdir / "scratch-bounds", cpu)
     skipped: list[str] = []
     try:
@@ -163,10 +186,11 @@ def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], work
         if failure:
             return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.get('message')}")
         for call in calls:
-            out = workdir / "bounds-inputs" / f"{call.slug}.out.safetensors"
+            out = output_path(workdir, f"bounds-{call.slug}.safetensors")
             try:
-                reply = worker.request({"op": "run", "contender": "student", "inputs": str(call.input_file), "layout": call.layout,
-                                        "device": "cpu", "output": str(out)}, timeout)
+                with shown_to_worker(call.input_file, workdir) as shown:
+                    reply = worker.request({"op": "run", "contender": "student", "inputs": str(shown), "layout": call.layout,
+                                            "device": "cpu", "output": str(out)}, timeout)
             except WorkerFailure as f:
                 skipped.append(f"{call.case.name}: {f.message}")
                 _start(worker, spec)
@@ -186,6 +210,14 @@ def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], work
     return TestResult(spec.name, "integrity", name, "passed", f"no access out of bounds in {checked}{note}")
 
 
+def _scan(result: AssignmentResult, repo: Path, module: str) -> None:
+    """The static scan's warnings, for the TA: in the notes and results.json, never a verdict."""
+    findings = scan_submission(repo, module)
+    result.warnings = [f.to_dict() for f in findings]
+    if findings:
+        result.notes.append(scan_summary(findings))
+
+
 def _start(worker: StudentWorker, spec: Assignment) -> dict | None:
     """None when the module imported; else the failure, as the worker or sandbox told it."""
     try:
@@ -195,27 +227,45 @@ def _start(worker: StudentWorker, spec: Assignment) -> dict | None:
     return None if reply.get("ok") else reply
 
 
-def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
-    output_file = workdir / "outputs" / f"{call.slug}.safetensors"
-    output_file.parent.mkdir(parents=True, exist_ok=True)
-    request = {
-        "op": "run",
-        "contender": "student",
-        "inputs": str(call.input_file),
-        "layout": call.layout,
-        "device": opts.device,
-        "output": str(output_file),
-        "record_ops": True,
-    }
+@contextmanager
+def shown_to_worker(source: Path, workdir: Path):
+    """Inputs are made outside the worker's view; each file is shown to it (a readable copy in
+    the job's inputs/ folder) only for the request that needs it, so no input can be read
+    ahead, at import, and answered from a precomputed cache."""
+    shown = workdir / "inputs" / source.name
+    shown.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    shutil.copyfile(source, shown)
+    os.chmod(shown, 0o644)  # readable by the worker's uid, whatever the umask
     try:
-        reply = worker.request(request, timeout)
+        yield shown
+    finally:
+        shown.unlink(missing_ok=True)
+
+
+def output_path(workdir: Path, name: str) -> Path:
+    """Where a worker may write: the job's outputs/ folder (read back without following links)."""
+    path = workdir / "outputs" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
+    output_file = output_path(workdir, f"{call.slug}.safetensors")
+    try:
+        with shown_to_worker(call.input_file, workdir) as shown:
+            reply = worker.request({"op": "run", "contender": "student", "inputs": str(shown), "layout": call.layout,
+                                    "device": opts.device, "output": str(output_file), "record_ops": True}, timeout)
     except WorkerFailure as f:
         return _test(spec, call, opts, f.outcome, f.message, output=f.output)
     if not reply.get("ok"):
         if reply.get("kind") == "memory":
             return _test(spec, call, opts, "failed", reply["message"], traceback=reply.get("traceback", ""))
         return _from_failure(spec, call, opts, reply, f"{spec.function}() raised")
-    verdict = judge_call(spec, call.case, call.dtype, load_inputs(call), reply, load_file(str(output_file)), opts.device)
+    try:
+        saved = load(sandbox.read_worker_file(output_file))
+    except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
+        return _test(spec, call, opts, "failed", f"the worker's output file could not be read: {exc}")
+    verdict = judge_call(spec, call.case, call.dtype, load_inputs(call), reply, saved, opts.device)
     integrity.observe(call, reply, verdict.outcome == "passed")
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     return _test(spec, call, opts, verdict.outcome, verdict.message, details=details)
@@ -223,7 +273,7 @@ def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, wor
 
 def _from_failure(spec, call, opts, failure: dict, context: str) -> TestResult:
     outcome = failure.get("kind", "error")
-    outcome = outcome if outcome in ("timeout", "crashed") else "error"
+    outcome = outcome if outcome in ("timeout", "crashed", "infra_error") else "error"
     return _test(spec, call, opts, outcome, f"{context}: {failure.get('message', '')}",
                  traceback=failure.get("traceback", ""), output=failure.get("output", ""))
 

@@ -15,6 +15,7 @@ threshold, or the time budget runs out. A timing earns points only if it is hone
 
 from __future__ import annotations
 
+import os
 import random
 import statistics
 import time
@@ -22,11 +23,11 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load, save_file
 
 from grader.plan import derive_seed, make_inputs, write_inputs
 from grader.results import AssignmentResult, TestResult
-from grader.sandbox import WorkerFailure, WorkerProcess
+from grader.sandbox import WorkerFailure, WorkerProcess, read_worker_file
 from grader.spec import DTYPES, Assignment
 
 SAMPLE_SIZE = 1 << 16
@@ -83,16 +84,22 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
     if student.process is None:
         return test("error", "not timed: the worker could not be restarted")
 
-    folder = workdir / "perf"
+    folder = workdir / "perf"  # visible to the student's worker, read-only
     folder.mkdir(parents=True, exist_ok=True)
+    hidden = workdir.parent / f"{spec.name}.perf"  # outside its view until shown
+    hidden.mkdir(parents=True, exist_ok=True)
     files, layout = [], {}
-    for i in range(opts.perf_input_sets + 1):  # the last set is the fresh one, used only after timing
-        path = folder / f"set{i}.safetensors"
+    for i in range(opts.perf_input_sets + 1):  # the last set is the fresh one, shown only after timing
+        path = (folder if i < opts.perf_input_sets else hidden) / f"set{i}.safetensors"
         layout = write_inputs(make_inputs(spec, perf.case, perf.dtype, derive_seed(opts.seed, "perf", str(i))), path)
-        files.append(str(path))
-    timed_files, fresh_file = files[:-1], files[-1]
+        os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
+        files.append(path)
+    timed_files, fresh_file = [str(f) for f in files[:-1]], files[-1]
 
-    trusted = WorkerProcess(workdir / "scratch", workdir / "scratch" / "trusted", interpret=False, gpu=opts.gpu)
+    # our own code (reference, torch) runs outside the student's job folder, so nothing the
+    # student's worker writes (a planted module, a poisoned Triton cache) reaches it
+    trusted_dir = workdir.parent / f"{spec.name}.trusted"
+    trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=opts.gpu, isolation="none")
     contenders = {"torch": {"root": str(spec.folder), "module": "spec.py", "function": "baseline"}}
     has_reference = spec.reference_module().is_file()
     if has_reference:
@@ -134,7 +141,7 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
             decided = not any(lo < x < hi for x in (perf.full_at, perf.zero_at))
             if (decided and (hi - lo) / 2 <= TARGET_HALF_WIDTH * mid) or rounds >= MAX_ROUNDS or time.monotonic() > budget_end:
                 break
-        evidence += _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, folder, timeout, t.output_numel)
+        evidence += _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel)
     except WorkerFailure as f:
         return test(f.outcome, f"while timing: {f.message}", output=f.output)
     finally:
@@ -150,34 +157,41 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
     return _verdict(spec, opts, t, rounds, evidence, has_reference, test)
 
 
-def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, folder, timeout, numel: int) -> list[str]:
+def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int) -> list[str]:
     """Sample the outputs of the last timed call on each set, and of an untimed call on a
     fresh set, at indices drawn now; compare them with torch's. Also record the aten ops of
     that fresh call: a vendor op used only at large sizes shows here."""
     evidence = []
     keys = [f"set{i}" for i in range(len(timed_files))] + ["fresh"]
+    from grader.grade import output_path, shown_to_worker
+
     for c, w in workers.items():
         if c == "student" or c in contenders:
-            reply = w.request({"op": "call", "contender": c, "inputs": fresh_file, "layout": layout, "key": "fresh",
-                               "record_ops": c == "student"}, timeout * 2)
+            with shown_to_worker(fresh_file, workdir) as shown:
+                reply = w.request({"op": "call", "contender": c, "inputs": str(shown), "layout": layout, "key": "fresh",
+                                   "record_ops": c == "student"}, timeout * 2)
             if not reply.get("ok"):
                 return [f"{c} failed on a fresh input set after timing: {reply.get('message')}"]
             if c == "student":
                 forbidden = sorted(set(reply["ops"]) & spec.forbidden_ops)
                 if forbidden:
                     evidence.append(f"torch computed the result at the timing size: {', '.join(forbidden)} ran inside {spec.function}()")
-    idx_file = folder / "indices.safetensors"
+    idx_file = workdir / "perf" / "indices.safetensors"
     rng = torch.Generator().manual_seed(derive_seed(opts.seed, "sample", str(time.time_ns())))
     save_file({"idx": torch.randint(0, numel, (min(SAMPLE_SIZE, numel),), generator=rng)}, str(idx_file))
+    os.chmod(idx_file, 0o644)
     samples = {}
     for c in ("student", "reference", "torch"):
         if c != "student" and c not in contenders:
             continue
-        out = folder / f"sample-{c}.safetensors"
+        out = output_path(workdir, f"sample-{c}.safetensors")
         reply = workers[c].request({"op": "sample", "contender": c, "keys": keys, "indices": str(idx_file), "output": str(out)}, timeout)
         if not reply.get("ok"):
             return evidence + [f"{c}: {reply.get('message')}"]
-        samples[c] = load_file(str(out))
+        try:
+            samples[c] = load(read_worker_file(out))
+        except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a sample
+            return evidence + [f"{c}: its sample file could not be read ({exc})"]
     base = samples["torch"]
     yardstick = samples.get("reference", base)
     tol = spec.tolerance

@@ -46,6 +46,7 @@ class AssignmentResult:
     module: str
     tests: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
+    warnings: list[dict] = field(default_factory=list)  # the static scan's findings (grader.integrity), for a TA
 
     @property
     def score(self) -> float:
@@ -113,7 +114,8 @@ class RunResult:
                 "seed": self.seed,
                 "environment": self.environment,
                 "assignments": {
-                    a.name: {"score": a.score, "max_score": a.max_score, "skipped_points": a.skipped_points, "notes": a.notes}
+                    a.name: {"score": a.score, "max_score": a.max_score, "skipped_points": a.skipped_points, "notes": a.notes,
+                           "integrity_warnings": a.warnings}
                     for a in self.assignments
                 },
             },

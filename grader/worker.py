@@ -1,8 +1,8 @@
 """The worker: the only place student code is imported and run. UNTRUSTED once `load` ran.
 
-Started by `grader.sandbox` as a fresh interpreter (`python -m grader.worker RX TX`), it
-answers one JSON request per line on a private pipe: load modules, run one call, time
-calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
+Started by `grader.sandbox` as a fresh interpreter (`main(["RX", "TX"])`, inside the
+sandbox), it answers one JSON request per line on a private pipe: load modules, run one
+call, time calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
 Every verdict is made by the judge in the grading process, never here.
 """
 
@@ -209,6 +209,10 @@ class Worker:
             self.input_cache[path] = {k: v.to("cuda") for k, v in load_file(path).items()}
         return rebuild({k: v.clone() for k, v in self.input_cache[path].items()}, layout, "cuda")
 
+    def ping(self, req: dict) -> dict:
+        """Ready: torch and Triton are imported (before any student code)."""
+        return {"ok": True}
+
     def roofline(self, req: dict) -> dict:
         from grader import timing
 
@@ -304,5 +308,13 @@ def serve(rx: int, tx: int) -> None:
             say(reply)
 
 
+def main(channel: list[str]) -> None:
+    """`RX TX`: inherited pipe ends (the sandbox), or paths of FIFOs (a container)."""
+    rx, tx = channel
+    if not rx.isdigit():
+        rx, tx = str(os.open(rx, os.O_RDONLY)), str(os.open(tx, os.O_WRONLY))
+    serve(int(rx), int(tx))
+
+
 if __name__ == "__main__":
-    serve(int(sys.argv[1]), int(sys.argv[2]))
+    main(sys.argv[1:3])

@@ -7,6 +7,7 @@ import os
 import shutil
 import subprocess
 import sys
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -93,3 +94,27 @@ def cli(tmp_path):
         return run_cli([command, *map(str, args), *extra], tmp_path)
 
     return run
+
+
+def leftovers(marker: str = "") -> list[str]:
+    """Live processes of this checkout's workers (or with `marker` in their command line)."""
+    from grader.sandbox import PACKAGE_PARENT
+
+    found = []
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            cmdline = open(f"/proc/{pid}/cmdline", "rb").read().replace(b"\0", b" ").decode(errors="replace")
+            state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
+        except OSError:
+            continue
+        ours = PACKAGE_PARENT in cmdline and ("grader.worker" in cmdline or "grader.sandbox_init" in cmdline)
+        if state not in ("Z", "X") and (ours or (marker and marker in cmdline)) and int(pid) != os.getpid():
+            found.append(f"{pid}: {cmdline[:120]}")
+    return found
+
+
+def assert_nothing_left(marker: str = "") -> None:
+    deadline = time.monotonic() + 3
+    while (left := leftovers(marker)) and time.monotonic() < deadline:
+        time.sleep(0.1)
+    assert not left, left

@@ -1,13 +1,27 @@
-"""The worker's container: capped output, timeouts that kill the whole group, crashes."""
+"""The worker's container: capped output, timeouts that kill everything, crashes, the
+namespaced sandbox (uid, limits, view of the files), its fallback without namespaces, and
+the docker command (checked by its construction and by a stand-in `docker`)."""
 
 import io
 import os
+import secrets
+import shutil
+import stat
+import sys
+import textwrap
 import time
+from pathlib import Path
 
 import pytest
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
-from grader.sandbox import CappedOutput, WorkerFailure, WorkerProcess
+from conftest import FIXTURES, assert_nothing_left, run_cli
+from grader import sandbox
+from grader.sandbox import CappedOutput, Isolation, Limits, WorkerFailure, WorkerProcess
+
+ISOLATION = sandbox.detect("sandbox")
+needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
+needs_user_switch = pytest.mark.skipif(not ISOLATION.user_switch, reason="the worker switches user only when the grader runs as root")
 
 
 def test_capped_output_keeps_head_and_tail():
@@ -17,52 +31,328 @@ def test_capped_output_keeps_head_and_tail():
     assert "bytes of output elided" in text and len(text) < 400
 
 
-def test_timeout_kills_the_worker_and_its_children(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / "kernels").mkdir(parents=True)
-    marker = tmp_path / "child.pid"
-    (repo / "kernels" / "slow.py").write_text(
-        "import subprocess, time\n"
-        f"p = subprocess.Popen(['sleep', '300'])\nopen({str(marker)!r}, 'w').write(str(p.pid))\n"
-        "def f():\n    time.sleep(300)\n"
-    )
-    inputs = tmp_path / "none.safetensors"
+def _load(worker: WorkerProcess, repo: Path, module: str, function: str = "f") -> dict:
+    return worker.request({"op": "load", "contenders": {"s": {"root": str(repo), "module": module, "function": function}}}, 60)
+
+
+def _repo(tmp_path: Path, source: str, name: str = "mod.py") -> Path:
+    repo = tmp_path / "job" / "repo"
+    repo.mkdir(parents=True)
+    (repo / name).write_text(textwrap.dedent(source))
+    return repo
+
+
+def _call(worker: WorkerProcess, tmp_path: Path, timeout: float) -> dict:
+    inputs = tmp_path / "job" / "none.safetensors"
     save_file({}, str(inputs))
-    worker = WorkerProcess(repo, tmp_path / "scratch", interpret=True)
+    inputs.chmod(0o644)  # the worker's uid reads it
+    return worker.request({"op": "run", "contender": "s", "inputs": str(inputs), "layout": {}, "device": "cpu",
+                           "output": str(tmp_path / "job" / "repo" / "out.safetensors")}, timeout=timeout)
+
+
+def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
+    marker = f"300.{secrets.randbelow(10**9)}"
+    repo = _repo(tmp_path, f"""
+        import os, subprocess, time
+        subprocess.Popen(['sleep', '{marker}'])
+        if os.fork() == 0:  # a daemon in a session of its own
+            os.setsid()
+            os.execvp('sleep', ['sleep', '{marker}'])
+        def f():
+            time.sleep(300)
+        """)
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True)
     try:
-        loaded = worker.request({"op": "load", "contenders": {"s": {"root": str(repo), "module": "kernels/slow.py", "function": "f"}}}, 60)
-        assert loaded["ok"], loaded
+        assert _load(worker, repo, "mod.py")["ok"]
         start = time.monotonic()
         with pytest.raises(WorkerFailure) as info:
-            worker.request({"op": "run", "contender": "s", "inputs": str(inputs), "layout": {}, "device": "cpu",
-                            "output": str(tmp_path / "out.safetensors")}, timeout=1)
+            _call(worker, tmp_path, timeout=1)
         assert info.value.outcome == "timeout" and "no answer within 1 s" in info.value.message
-        assert time.monotonic() - start < 10
+        assert time.monotonic() - start < 15
     finally:
         worker.close()
-    child = int(marker.read_text())
-    time.sleep(0.2)
-    assert not _alive(child), "a child of the worker outlived it"
-
-
-def _alive(pid: int) -> bool:
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    # a zombie is dead for our purposes
-    state = open(f"/proc/{pid}/stat").read().split()[2] if os.path.exists(f"/proc/{pid}/stat") else "X"
-    return state not in ("Z", "X")
+    assert_nothing_left(marker)
 
 
 def test_worker_death_is_reported_with_its_status(tmp_path):
-    repo = tmp_path / "repo"
-    (repo / "kernels").mkdir(parents=True)
-    (repo / "kernels" / "dies.py").write_text("import os\nos._exit(7)\n")
-    worker = WorkerProcess(repo, tmp_path / "scratch", interpret=True)
+    repo = _repo(tmp_path, "import os\nos._exit(7)\n")
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True)
     try:
         with pytest.raises(WorkerFailure) as info:
-            worker.request({"op": "load", "contenders": {"s": {"root": str(repo), "module": "kernels/dies.py", "function": "f"}}}, 60)
+            _load(worker, repo, "mod.py")
         assert info.value.outcome == "crashed" and "exited with status 7" in info.value.message
     finally:
         worker.close()
+
+
+def test_a_flood_of_output_neither_blocks_the_worker_nor_fills_memory(tmp_path):
+    repo = _repo(tmp_path, """
+        import sys
+        chunk = "x" * (1 << 20)
+        for _ in range(100):
+            sys.stdout.write(chunk)
+        print("THE END")
+        """)
+    start = time.monotonic()
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"])
+    try:
+        assert worker.proc.wait(timeout=60) == 0
+        text = worker.output.text()
+    finally:
+        worker.close()
+    out = worker.output
+    assert out.total >= 100 << 20
+    assert len(out.head) <= out.keep and len(out.tail) <= 2 * out.keep  # what is held, whatever was printed
+    assert "bytes of output elided" in text and text.rstrip().endswith("THE END") and len(text) < 3 * out.keep
+    assert time.monotonic() - start < 60
+
+
+@needs_user_switch
+def test_worker_runs_as_an_unprivileged_uid_with_limits(tmp_path):
+    repo = _repo(tmp_path, """
+        import os, resource
+        print("uid", os.getuid(), os.getgid(), os.getgroups())
+        print("nproc", resource.getrlimit(resource.RLIMIT_NPROC)[0])
+        forked = 0
+        try:
+            for _ in range(100):
+                if os.fork() == 0:
+                    import time; time.sleep(30); os._exit(0)
+                forked += 1
+        except OSError as exc:
+            print("fork refused after", forked, exc.strerror)
+        for path in ("/etc/shadow", "/proc/1/environ"):
+            try:
+                open(path).read(); print("READ", path)
+            except OSError as exc:
+                print("cannot read", path, exc.strerror)
+        """)
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, limits=Limits(processes=20),
+                           command=[sys.executable, "mod.py"])
+    try:
+        worker.proc.wait(timeout=60)
+        text = worker.output.text()
+    finally:
+        worker.close()
+    first, last = (int(x) for x in sandbox.UID_RANGE.split("-"))
+    uid, gid = (int(x) for x in text.split("uid ", 1)[1].split()[:2])
+    assert first <= uid <= last and gid == uid and "[]" in text.split("uid ", 1)[1].splitlines()[0]
+    assert "nproc 20" in text and "fork refused after" in text
+    assert int(text.split("fork refused after ")[1].split()[0]) < 20
+    assert "READ" not in text and "cannot read /etc/shadow Permission denied" in text
+    assert_nothing_left()
+
+
+@needs_namespaces
+def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
+    hidden = tmp_path / "hidden"  # e.g. the other students' repos, the output folder
+    hidden.mkdir()
+    (hidden / "secret.txt").write_text("s3cret")
+    outputs = tmp_path / "job" / "outputs"
+    repo = _repo(tmp_path, f"""
+        import os
+        from grader.spec import COURSE_ROOT
+        def attempt(what, fn):
+            try:
+                fn(); print(what, "yes")
+            except OSError as exc:
+                print(what, "no", exc.strerror)
+        def list_reference():
+            if not os.listdir(COURSE_ROOT / "reference"):
+                raise OSError(0, "blank")
+        attempt("list reference", list_reference)
+        attempt("read hidden", lambda: open({str(hidden / 'secret.txt')!r}).read())
+        attempt("write repo", lambda: open("mine.txt", "w").write("x"))
+        attempt("write outputs", lambda: open({str(outputs / 'o.txt')!r}, "w").write("x"))
+        attempt("write job", lambda: open("../planted.txt", "w").write("x"))
+        attempt("write checkout", lambda: open(COURSE_ROOT / "planted.txt", "w").write("x"))
+        attempt("network", lambda: __import__("socket").create_connection(("127.0.0.1", 9), timeout=2))
+        print("processes", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
+        """)
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, writable=[outputs], hide=[hidden],
+                           command=[sys.executable, "mod.py"])
+    try:
+        worker.proc.wait(timeout=60)
+        text = worker.output.text()
+    finally:
+        worker.close()
+    for line in ("list reference no", "read hidden no", "write repo yes", "write outputs yes", "write job no",
+                 "write checkout no", "network no"):
+        assert line in text, (line, text)
+    processes = eval(text.split("processes ", 1)[1].splitlines()[0])  # noqa: S307 - a list it printed
+    assert len(processes) == 2 and 1 in processes  # its init and itself: nothing of the host
+    assert (repo / "mine.txt").exists() and (outputs / "o.txt").exists() and not (tmp_path / "job" / "planted.txt").exists()
+
+
+def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, monkeypatch):
+    which = shutil.which
+    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None if name == "unshare" else which(name))
+    sandbox.detect.cache_clear()
+    try:
+        degraded = sandbox.detect("sandbox")
+        assert not degraded.namespaces and not degraded.user_switch
+        assert len(degraded.warnings) == 1 and "the unshare command is missing" in degraded.warnings[0]
+        assert "could outlive it" in degraded.warnings[0]
+        marker = f"300.{secrets.randbelow(10**9)}"
+        repo = _repo(tmp_path, f"""
+            import os, time
+            for _ in range(3):
+                if os.fork() == 0:
+                    os.setsid()
+                    if os.fork() == 0:
+                        os.execvp('sleep', ['sleep', '{marker}'])
+                    os._exit(0)
+            def f():
+                time.sleep(300)
+            """)
+        worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=degraded)
+        try:
+            assert _load(worker, repo, "mod.py")["ok"]
+            with pytest.raises(WorkerFailure) as info:
+                _call(worker, tmp_path, timeout=1)
+            assert info.value.outcome == "timeout"
+        finally:
+            worker.close()
+        assert_nothing_left(marker)
+    finally:
+        sandbox.detect.cache_clear()
+
+
+def test_chown_of_the_job_never_follows_a_planted_symlink(tmp_path):
+    precious = tmp_path / "precious"
+    precious.write_text("root's")
+    job = tmp_path / "job"
+    (job / "repo").mkdir(parents=True)
+    (job / "repo" / "link").symlink_to(precious)
+    before = precious.stat()
+    if os.geteuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    sandbox._chown_tree(job, 60999, 60999)
+    assert precious.stat().st_uid == before.st_uid and os.lstat(job / "repo" / "link").st_uid == 60999
+
+
+def test_reading_a_worker_file_refuses_a_symlink(tmp_path):
+    target = tmp_path / "elsewhere.safetensors"
+    save_file({}, str(target))
+    link = tmp_path / "out.safetensors"
+    link.symlink_to(target)
+    with pytest.raises(OSError):
+        sandbox.read_worker_file(link)
+    assert sandbox.read_worker_file(target) == target.read_bytes()
+
+
+def test_docker_command_contains_the_worker(tmp_path):
+    job = tmp_path / "job"
+    argv = sandbox.docker_command("grader-worker-x", job / "repo", job, [job / "repo", job / "scratch", job / "outputs"],
+                                  sandbox.worker_env(job / "scratch", False, "2"), "2",
+                                  Limits(processes=256, memory=8 << 30), interpret=False, command=["python", "-c", "pass"])
+    text = " ".join(argv)
+    assert argv[:3] == ["docker", "run", "--rm"]
+    for flags in (["--network", "none"], ["--read-only"], ["--pids-limit", "256"], ["--memory", "8192m"],
+                  ["--memory-swap", "8192m"], ["--user", sandbox.DOCKER_USER], ["--cap-drop", "ALL"],
+                  ["--security-opt", "no-new-privileges"], ["--gpus", '"device=2"'], ["--workdir", str(job / "repo")]):
+        i = argv.index(flags[0])
+        assert argv[i:i + len(flags)] == flags, flags
+    assert f"type=bind,source={job},target={job},readonly" in argv
+    assert f"type=bind,source={job / 'outputs'},target={job / 'outputs'}" in argv
+    assert "CUDA_VISIBLE_DEVICES" not in text  # the container sees its one GPU as device 0
+    assert "--env PYTHONPATH=/opt/grader-host" in text and "target=/opt/grader-host/grader,readonly" in text
+    assert argv[-4:] == [sandbox.DOCKER_IMAGE, "python", "-c", "pass"]
+
+
+FAKE_DOCKER = '''#!{python}
+"""A stand-in for `docker`: runs the container's command here, as docker_command asked."""
+import os, signal, sys
+state, args = os.environ["FAKE_DOCKER_STATE"], sys.argv[1:]
+if args[0] in ("kill", "rm"):
+    try:
+        os.killpg(int(open(os.path.join(state, args[-1])).read()), signal.SIGKILL)  # its own session (start_new_session)
+    except (OSError, ValueError):
+        pass
+    sys.exit(0)
+valued = {{"--name", "--network", "--tmpfs", "--user", "--cap-drop", "--security-opt", "--pids-limit", "--memory",
+          "--memory-swap", "--ulimit", "--mount", "--gpus", "--workdir", "--env"}}
+i, opts = 1, []
+while args[i].startswith("-"):
+    opts.append((args[i], args[i + 1] if args[i] in valued else None))
+    i += 2 if args[i] in valued else 1
+command = args[i + 1:]
+grader = next(v for k, v in opts if k == "--mount" and "target=/opt/grader-host/grader" in v)
+host = os.path.dirname(grader.split("source=")[1].split(",")[0])
+env = {{"PATH": os.environ["PATH"]}}
+env.update(v.replace("/opt/grader-host", host).split("=", 1) for k, v in opts if k == "--env")
+command = [sys.executable if c == "python" else c.replace("/opt/grader-host", host) for c in command]
+open(os.path.join(state, dict(opts)["--name"]), "w").write(str(os.getpid()))
+os.chdir(dict(opts)["--workdir"])
+os.execve(command[0], command, env)
+'''
+
+
+def test_docker_mode_speaks_through_fifos_and_is_killed_by_name(tmp_path, monkeypatch):
+    bin_dir, state = tmp_path / "bin", tmp_path / "state"
+    bin_dir.mkdir()
+    state.mkdir()
+    (bin_dir / "docker").write_text(FAKE_DOCKER.format(python=sys.executable))
+    (bin_dir / "docker").chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    monkeypatch.setenv("FAKE_DOCKER_STATE", str(state))
+    repo = tmp_path / "job" / "repo"
+    shutil.copytree(FIXTURES / "good", repo)
+    (repo / "kernels" / "slow.py").write_text("import time\ndef slow(x, y):\n    time.sleep(300)\n")
+    inputs = tmp_path / "job" / "in.safetensors"
+    import torch
+
+    from grader.plan import write_inputs
+
+    layout = write_inputs({"x": torch.ones(5), "y": torch.ones(5)}, inputs)
+    outputs = tmp_path / "job" / "outputs"
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=Isolation("docker"), writable=[outputs])
+    try:
+        contenders = {"s": {"root": str(repo), "module": "kernels/vector_add.py", "function": "vector_add"},
+                      "t": {"root": str(repo), "module": "kernels/slow.py", "function": "slow"}}
+        assert worker.request({"op": "load", "contenders": contenders}, 60)["ok"]
+        run = {"op": "run", "inputs": str(inputs), "layout": layout, "device": "cpu", "output": str(outputs / "o.safetensors")}
+        reply = worker.request({**run, "contender": "s"}, 60)
+        assert reply["ok"] and reply["launches"] == {"add_kernel": 1}
+        assert load_file(str(outputs / "o.safetensors"))["output"].tolist() == [2.0] * 5
+        with pytest.raises(WorkerFailure) as info:
+            worker.request({**run, "contender": "t"}, 2)
+        assert info.value.outcome == "timeout"
+    finally:
+        worker.close()
+    assert stat.S_ISFIFO(os.stat(tmp_path / "job" / "scratch" / ".channel" / "requests").st_mode)
+    assert_nothing_left()
+
+
+def test_isolation_option_rejects_what_cannot_work(tmp_path, monkeypatch):
+    repo = tmp_path / "good"
+    shutil.copytree(FIXTURES / "good", repo)
+    monkeypatch.setenv("PATH", "/usr/bin:/bin" if not shutil.which("docker", path="/usr/bin:/bin") else "/nonexistent")
+    for value, message in (("docker", "no `docker` command on this machine"), ("chroot", "--isolation must be one of")):
+        run = run_cli(["check", str(repo), "--isolation", value, "--json", str(tmp_path / "r.json"), "--html", str(tmp_path)], tmp_path)
+        assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
+
+
+@needs_user_switch
+def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path, monkeypatch):
+    from grader import spec as specs
+    from grader.grade import Options, grade_submission
+    from grader.submission import open_submission
+
+    assert sandbox.detect("sandbox").user_switch  # found before the range breaks
+    monkeypatch.setattr(sandbox, "UID_RANGE", "0-0")  # root's: never lent to a worker
+    repo = tmp_path / "good"
+    shutil.copytree(FIXTURES / "good", repo)
+    run = grade_submission(open_submission(repo), [specs.get("vector_add")], Options("cpu", 1, ["n=1"], ["float32"]))
+    test = next(t for t in run.tests if t.kind == "correctness")
+    assert test.outcome == "infra_error" and "no free worker uid in 0-0" in test.message, test
+
+
+def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch):
+    monkeypatch.setattr(sandbox, "_probe", lambda isolation: "the init failed")
+    sandbox.detect.cache_clear()
+    try:
+        fallback = sandbox.detect("sandbox")
+        assert fallback.mode == "none" and "no sandbox can start here (the init failed" in fallback.warnings[0]
+    finally:
+        sandbox.detect.cache_clear()

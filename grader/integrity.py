@@ -1,0 +1,213 @@
+"""Static scan of a submission: what in its source a TA should look at.
+
+The sandbox stops what a submission can do; this says what it tried to. It reads (never
+imports) the assignment's module and every module of the repo that it imports, and lists
+imports and calls that a GPU kernel has no use for: starting processes, the network,
+native code through ctypes, the grader's or the reference's modules, the environment,
+/proc, patching torch or the interpreter, code built at run time; and files in the repo
+that would shadow a module the worker imports. Each finding is a warning for a TA, with
+file, line and code, and never a verdict on its own: the score is unchanged.
+"""
+
+from __future__ import annotations
+
+import ast
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+MODULE_WARNINGS = {
+    "subprocess": "starts other programs",
+    "multiprocessing": "starts processes",
+    "pty": "starts processes",
+    "socket": "opens network connections",
+    "http": "opens network connections",
+    "urllib": "opens network connections",
+    "requests": "opens network connections",
+    "ssl": "opens network connections",
+    "ftplib": "opens network connections",
+    "smtplib": "opens network connections",
+    "ctypes": "calls native code directly (it can patch or crash the process)",
+    "cffi": "calls native code directly (it can patch or crash the process)",
+    "grader": "imports the grader itself",
+    "reference": "imports the reference solutions",
+    "builtins": "reaches into Python's built-ins",
+    "signal": "handles signals (a timeout is a signal)",
+    "gc": "walks the interpreter's objects (the worker's own included)",
+}
+CALL_WARNINGS = {
+    "os.system": "starts other programs", "os.popen": "starts other programs", "os.posix_spawn": "starts other programs",
+    "os.posix_spawnp": "starts other programs", "os.fork": "starts processes", "os.forkpty": "starts processes",
+    "os.kill": "sends signals to processes", "os.killpg": "sends signals to processes",
+    "os.setsid": "detaches from its process group", "os.setpgrp": "detaches from its process group",
+    "os._exit": "ends the worker process", "os.abort": "ends the worker process",
+    "os.getenv": "reads environment variables", "os.getenvb": "reads environment variables",
+    "sys._getframe": "inspects the caller's frames (the worker's own)", "sys.settrace": "traces the interpreter",
+    "sys.setprofile": "traces the interpreter", "importlib.reload": "reloads modules",
+    "torch.ops.load_library": "loads native code", "torch.utils.cpp_extension.load": "compiles and loads native code",
+    "torch.utils.cpp_extension.load_inline": "compiles and loads native code",
+    "exec": "runs code built at run time (the scan cannot see it)", "eval": "runs code built at run time (the scan cannot see it)",
+    "compile": "builds code at run time (the scan cannot see it)", "__import__": "imports a module named at run time",
+    "importlib.import_module": "imports a module named at run time", "setattr": "sets an attribute by name",
+}
+PREFIX_CALL_WARNINGS = {"os.exec": "replaces the process with another program", "os.spawn": "starts other programs"}
+ATTRIBUTE_WARNINGS = {"os.environ": "reads environment variables", "os.environb": "reads environment variables",
+                      "sys.modules": "reaches into loaded modules (the worker's own)", "sys.argv": "reads the worker's command line"}
+PATCHED_MODULES = {"torch", "triton", "numpy", "safetensors", "grader", "builtins", "os", "sys", "math", "importlib"}
+STRING_WARNINGS = {"/proc": "reads /proc (other processes, the grader's command line)", "results.json": "names the results file",
+                   "reference/": "names the reference folder", "GRADER_": "names a grader setting"}
+SHADOWED = ("grader", "torch", "triton", "numpy", "safetensors", "sitecustomize", "usercustomize")
+
+
+@dataclass(frozen=True)
+class Finding:
+    file: str
+    line: int
+    code: str
+    what: str
+
+    def __str__(self) -> str:
+        return f"{self.file}:{self.line}: {self.code}: {self.what}"
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+def scan_submission(root: Path, module: str) -> list[Finding]:
+    """Findings in `module` (a path relative to `root`) and the repo's modules it imports."""
+    root = Path(root)
+    findings: list[Finding] = []
+    for name in SHADOWED:
+        for candidate in (root / name, root / f"{name}.py"):
+            if candidate.exists():
+                kind = "folder" if candidate.is_dir() else "file"
+                findings.append(Finding(candidate.name, 0, f"the {kind} {candidate.name}",
+                                        f"shadows the module {name} that the worker imports"))
+    todo, seen = [root / module], set()
+    while todo:
+        path = todo.pop()
+        if path in seen or not path.is_file():
+            continue
+        seen.add(path)
+        try:
+            source = path.read_text(errors="replace")
+            tree = ast.parse(source, filename=str(path))
+        except (SyntaxError, ValueError, OSError):
+            continue  # the worker reports a syntax error with the student's line; nothing to scan
+        scanner = _Scanner(str(path.relative_to(root)), source)
+        scanner.visit(tree)
+        findings += scanner.findings
+        todo += [p for p in _local_modules(root, path, scanner.imports) if p not in seen]
+    return sorted(set(findings), key=lambda f: (f.file, f.line, f.what))
+
+
+def summary(findings: list[Finding], limit: int = 4) -> str:
+    shown = "; ".join(map(str, findings[:limit])) + (f"; and {len(findings) - limit} more" if len(findings) > limit else "")
+    return f"Static scan, for a TA to review (not a verdict, the score is unchanged): {shown}"
+
+
+def _local_modules(root: Path, path: Path, imports: list[tuple[str, int, list[str]]]) -> list[Path]:
+    """Files of the repo that these imports name (absolute from the root, or relative)."""
+    found = []
+    for module, level, names in imports:
+        base = root if level == 0 else path.parents[level - 1]
+        parts = [p for p in module.split(".") if p]
+        for dotted in [parts] + [parts + [n] for n in names]:
+            target = base.joinpath(*dotted) if dotted else base
+            found += [p for p in (target.with_suffix(".py"), target / "__init__.py") if dotted and p.is_file()]
+    return found
+
+
+class _Scanner(ast.NodeVisitor):
+    def __init__(self, file: str, source: str) -> None:
+        self.file, self.lines = file, source.splitlines()
+        self.aliases: dict[str, str] = {}  # local name -> dotted name it was imported as
+        self.imports: list[tuple[str, int, list[str]]] = []
+        self.findings: list[Finding] = []
+
+    def _add(self, node: ast.AST, what: str) -> None:
+        line = getattr(node, "lineno", 0)
+        code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
+        self.findings.append(Finding(self.file, line, code[:120], what))
+
+    def _module(self, node: ast.AST, dotted: str) -> None:
+        top = dotted.split(".")[0]
+        if dotted.startswith("http.") or top in MODULE_WARNINGS:
+            self._add(node, MODULE_WARNINGS.get(top, "opens network connections"))
+
+    def visit_Import(self, node: ast.Import) -> None:
+        for alias in node.names:
+            self._module(node, alias.name)
+            self.aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+            self.imports.append((alias.name, 0, []))
+        self.generic_visit(node)
+
+    def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
+        if node.level == 0 and node.module:
+            self._module(node, node.module)
+        for alias in node.names:
+            self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}" if node.module else alias.name
+        self.imports.append((node.module or "", node.level, [a.name for a in node.names]))
+        self.generic_visit(node)
+
+    def _dotted(self, node: ast.AST) -> str | None:
+        """`o.path.join` -> "os.path.join" when `o` is `import os as o`; None if not a name chain."""
+        parts = []
+        while isinstance(node, ast.Attribute):
+            parts.append(node.attr)
+            node = node.value
+        if not isinstance(node, ast.Name):
+            return None
+        parts.append(self.aliases.get(node.id, node.id))
+        return ".".join(reversed(parts))
+
+    def visit_Call(self, node: ast.Call) -> None:
+        name = self._dotted(node.func)
+        if name:
+            what = CALL_WARNINGS.get(name) or next((w for p, w in PREFIX_CALL_WARNINGS.items() if name.startswith(p)), None)
+            if name in ("importlib.import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+                target = str(node.args[0].value)
+                self._module(node, target)  # a name in plain sight: judged like an import
+                self.imports.append((target, 0, []))
+                what = None
+            elif name == "setattr" and node.args:
+                base = self._dotted(node.args[0])
+                what = f"sets an attribute of {base} by name (patching it?)" if base and base.split(".")[0] in PATCHED_MODULES else None
+            if what:
+                self._add(node, what)
+        self.generic_visit(node)
+
+    def visit_Attribute(self, node: ast.Attribute) -> None:
+        name = self._dotted(node)
+        if name in ATTRIBUTE_WARNINGS:
+            self._add(node, ATTRIBUTE_WARNINGS[name])
+        self.generic_visit(node)
+
+    def visit_Name(self, node: ast.Name) -> None:
+        name = self.aliases.get(node.id)
+        if name in ATTRIBUTE_WARNINGS:  # from os import environ
+            self._add(node, ATTRIBUTE_WARNINGS[name])
+
+    def _patched(self, target: ast.AST) -> None:
+        if isinstance(target, ast.Attribute):
+            name = self._dotted(target)
+            if name and name.split(".")[0] in PATCHED_MODULES:
+                self._add(target, f"replaces {name} (monkeypatching)")
+        elif isinstance(target, (ast.Tuple, ast.List)):
+            for t in target.elts:
+                self._patched(t)
+
+    def visit_Assign(self, node: ast.Assign) -> None:
+        for t in node.targets:
+            self._patched(t)
+        self.generic_visit(node)
+
+    def visit_AugAssign(self, node: ast.AugAssign) -> None:
+        self._patched(node.target)
+        self.generic_visit(node)
+
+    def visit_Constant(self, node: ast.Constant) -> None:
+        if isinstance(node.value, str):
+            for needle, what in STRING_WARNINGS.items():
+                if needle in node.value:
+                    self._add(node, what)
+        self.generic_visit(node)

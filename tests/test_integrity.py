@@ -1,0 +1,77 @@
+"""The static scan: what it reports (file, line, code, why), what it follows, and that an
+honest submission gets nothing."""
+
+from pathlib import Path
+
+import pytest
+
+from conftest import FIXTURES
+from grader.integrity import scan_submission, summary
+
+
+def _found(findings) -> set[tuple[str, int, str]]:
+    return {(f.file, f.line, f.what) for f in findings}
+
+
+@pytest.mark.parametrize("module", ["kernels/softmax.py", "kernels/vector_add.py"])
+def test_an_honest_submission_has_no_findings(module):
+    assert scan_submission(FIXTURES / "good", module) == []
+
+
+def test_imports_calls_patches_and_strings_are_found_through_aliases(tmp_path):
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "k.py").write_text(
+        "import os as o, subprocess as sp\n"          # 1
+        "from os import environ, system\n"            # 2
+        "import torch\n"                              # 3
+        "from . import helper\n"                      # 4
+        "def k(x):\n"                                 # 5
+        "    torch.allclose = lambda *a: True\n"      # 6
+        "    setattr(torch.testing, 'assert_close', None)\n"  # 7
+        "    system('id')\n"                          # 8
+        "    o.execv('/bin/sh', [])\n"                # 9
+        "    seed = environ['SEED']\n"                # 10
+        "    open('/proc/1/cmdline').read()\n"        # 11
+        "    exec('x = 1')\n"                         # 12
+        "    __import__('reference.softmax')\n"       # 13
+        "    setattr(x, 'name', 1)\n"                 # 14: an attribute of a tensor: fine
+    )
+    (tmp_path / "kernels" / "helper.py").write_text("import ctypes\n")
+    (tmp_path / "grader").mkdir()  # would shadow the grader's own package
+    found = _found(scan_submission(tmp_path, "kernels/k.py"))
+    expected = {
+        ("kernels/k.py", 1, "starts other programs"),
+        ("kernels/k.py", 6, "replaces torch.allclose (monkeypatching)"),
+        ("kernels/k.py", 7, "sets an attribute of torch.testing by name (patching it?)"),
+        ("kernels/k.py", 8, "starts other programs"),
+        ("kernels/k.py", 9, "replaces the process with another program"),
+        ("kernels/k.py", 10, "reads environment variables"),
+        ("kernels/k.py", 11, "reads /proc (other processes, the grader's command line)"),
+        ("kernels/k.py", 12, "runs code built at run time (the scan cannot see it)"),
+        ("kernels/k.py", 13, "imports the reference solutions"),
+        ("kernels/helper.py", 1, "calls native code directly (it can patch or crash the process)"),  # followed
+        ("grader", 0, "shadows the module grader that the worker imports"),
+    }
+    assert expected <= found, expected - found
+    assert not any(line == 14 for _, line, _ in found)
+    text = summary(scan_submission(tmp_path, "kernels/k.py"))
+    assert text.startswith("Static scan, for a TA to review (not a verdict, the score is unchanged): ") and "more" in text
+
+
+@pytest.mark.parametrize("fixture,module,what", [
+    ("proc", "kernels/softmax.py", "reads /proc (other processes, the grader's command line)"),
+    ("proc", "kernels/vector_add.py", "reads environment variables"),
+    ("escape", "kernels/vector_add.py", "imports the grader itself"),
+    ("network", "kernels/vector_add.py", "opens network connections"),
+    ("forge", "kernels/vector_add.py", "replaces torch.allclose (monkeypatching)"),
+    ("crashes", "kernels/vector_add.py", "ends the worker process"),
+])
+def test_the_hostile_corpus_is_seen_for_what_it_is(fixture, module, what):
+    assert what in {w for _, _, w in _found(scan_submission(FIXTURES / "hostile" / fixture, module))}
+
+
+def test_a_syntax_error_is_left_to_the_worker(tmp_path):
+    (tmp_path / "m.py").write_text("def broken(:\n")
+    assert scan_submission(tmp_path, "m.py") == []
+    assert scan_submission(tmp_path, "missing.py") == []
+    assert Path(tmp_path / "m.py").exists()
