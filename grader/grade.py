@@ -17,7 +17,7 @@ from typing import Callable
 from safetensors.torch import load_file
 
 from grader import environment
-from grader.judge import judge_call
+from grader.judge import judge_call, judge_runs
 from grader.plan import PlannedCall, derive_seed, load_inputs, make_inputs, materialize, plan_calls, write_inputs
 from grader.results import AssignmentResult, RunResult, TestResult
 from grader.sandbox import WorkerFailure, WorkerProcess
@@ -151,29 +151,47 @@ def _start(worker: StudentWorker, spec: Assignment) -> dict | None:
 
 
 def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
-    output_file = workdir / "outputs" / f"{call.slug}.safetensors"
-    output_file.parent.mkdir(parents=True, exist_ok=True)
-    request = {
-        "op": "run",
-        "contender": "student",
-        "inputs": str(call.input_file),
-        "layout": call.layout,
-        "device": opts.device,
-        "output": str(output_file),
-        "record_ops": True,
-    }
-    try:
-        reply = worker.request(request, timeout)
-    except WorkerFailure as f:
-        return _test(spec, call, opts, f.outcome, f.message, output=f.output)
-    if not reply.get("ok"):
-        if reply.get("kind") == "memory":
-            return _test(spec, call, opts, "failed", reply["message"], traceback=reply.get("traceback", ""))
-        return _from_failure(spec, call, opts, reply, f"{spec.function}() raised")
-    verdict = judge_call(spec, call.case, call.dtype, load_inputs(call), reply, load_file(str(output_file)), opts.device)
+    runs = []  # (inputs, reply, saved) of each call this case makes: usually one
+    for i, (input_file, layout) in enumerate(call.runs):
+        output_file = workdir / "outputs" / (f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
+        output_file.parent.mkdir(parents=True, exist_ok=True)
+        request = {
+            "op": "run",
+            "contender": "student",
+            "inputs": str(input_file),
+            "layout": layout,
+            "device": opts.device,
+            "output": str(output_file),
+            "record_ops": True,
+        }
+        try:
+            reply = worker.request(request, timeout)
+        except WorkerFailure as f:
+            return _test(spec, call, opts, f.outcome, f.message, output=f.output)
+        if not reply.get("ok"):
+            if reply.get("kind") == "memory":
+                return _test(spec, call, opts, "failed", reply["message"], traceback=reply.get("traceback", ""))
+            return _from_failure(spec, call, opts, reply, f"{spec.function}() raised")
+        runs.append((load_inputs(call, index=i), reply, load_file(str(output_file))))
+    if len(runs) == 1 and spec.check is None:
+        verdict = judge_call(spec, call.case, call.dtype, *runs[0], opts.device)
+    else:
+        verdict = judge_runs(spec, call.case, call.dtype, runs, opts.device)
+    reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == "passed")
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     return _test(spec, call, opts, verdict.outcome, verdict.message, details=details)
+
+
+def _merged(replies: list[dict]) -> dict:
+    """One case's calls seen as one: time and launches added up, every op that ran."""
+    if len(replies) == 1:
+        return replies[0]
+    launches: Counter[str] = Counter()
+    for r in replies:
+        launches.update(r["launches"])
+    return {"seconds": sum(r["seconds"] for r in replies), "launches": dict(launches),
+            "ops": sorted({op for r in replies for op in r["ops"]})}
 
 
 def _from_failure(spec, call, opts, failure: dict, context: str) -> TestResult:
