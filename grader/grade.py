@@ -20,7 +20,7 @@ from safetensors.torch import load
 
 from grader import environment, perf, sandbox
 from grader.integrity import scan_submission, summary as scan_summary
-from grader.judge import judge_call
+from grader.judge import judge_call, judge_runs
 from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
 from grader.results import AssignmentResult, RunResult, TestResult
 from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess
@@ -250,25 +250,43 @@ def output_path(workdir: Path, name: str) -> Path:
 
 
 def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
-    output_file = output_path(workdir, f"{call.slug}.safetensors")
-    try:
-        with shown_to_worker(call.input_file, workdir) as shown:
-            reply = worker.request({"op": "run", "contender": "student", "inputs": str(shown), "layout": call.layout,
-                                    "device": opts.device, "output": str(output_file), "record_ops": True}, timeout)
-    except WorkerFailure as f:
-        return _test(spec, call, opts, f.outcome, f.message, output=f.output)
-    if not reply.get("ok"):
-        if reply.get("kind") == "memory":
-            return _test(spec, call, opts, "failed", reply["message"], traceback=reply.get("traceback", ""))
-        return _from_failure(spec, call, opts, reply, f"{spec.function}() raised")
-    try:
-        saved = load(sandbox.read_worker_file(output_file))
-    except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
-        return _test(spec, call, opts, "failed", f"the worker's output file could not be read: {exc}")
-    verdict = judge_call(spec, call.case, call.dtype, load_inputs(call), reply, saved, opts.device)
+    runs = []  # (inputs, reply, saved) of each call this case makes: usually one
+    for i, (input_file, layout) in enumerate(call.runs):
+        output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
+        try:
+            with shown_to_worker(input_file, workdir) as shown:
+                reply = worker.request({"op": "run", "contender": "student", "inputs": str(shown), "layout": layout,
+                                        "device": opts.device, "output": str(output_file), "record_ops": True}, timeout)
+        except WorkerFailure as f:
+            return _test(spec, call, opts, f.outcome, f.message, output=f.output)
+        if not reply.get("ok"):
+            if reply.get("kind") == "memory":
+                return _test(spec, call, opts, "failed", reply["message"], traceback=reply.get("traceback", ""))
+            return _from_failure(spec, call, opts, reply, f"{spec.function}() raised")
+        try:
+            saved = load(sandbox.read_worker_file(output_file))
+        except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
+            return _test(spec, call, opts, "failed", f"the worker's output file could not be read: {exc}")
+        runs.append((load_inputs(call, index=i), reply, saved))
+    if len(runs) == 1 and spec.check is None:
+        verdict = judge_call(spec, call.case, call.dtype, *runs[0], opts.device)
+    else:
+        verdict = judge_runs(spec, call.case, call.dtype, runs, opts.device)
+    reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == "passed")
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     return _test(spec, call, opts, verdict.outcome, verdict.message, details=details)
+
+
+def _merged(replies: list[dict]) -> dict:
+    """One case's calls seen as one: time and launches added up, every op that ran."""
+    if len(replies) == 1:
+        return replies[0]
+    launches: Counter[str] = Counter()
+    for r in replies:
+        launches.update(r["launches"])
+    return {"seconds": sum(r["seconds"] for r in replies), "launches": dict(launches),
+            "ops": sorted({op for r in replies for op in r["ops"]})}
 
 
 def _from_failure(spec, call, opts, failure: dict, context: str) -> TestResult:

@@ -34,6 +34,50 @@ def judge_call(
     expected_device: str,
 ) -> Verdict:
     """`inputs` are the originals (cpu); `reply` the worker's metadata; `saved` its file."""
+    modified = _modified_input(inputs, saved)
+    if modified:
+        return modified
+    ref = spec.reference(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
+    if isinstance(ref, (tuple, list)):
+        return _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, ref)
+    if "output" not in saved:
+        return Verdict("failed", f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
+    problem = _delivery("the result", reply, saved["output"], ref.shape, dtype, expected_device)
+    if problem:
+        return Verdict("failed", problem)
+    base = spec.baseline(*inputs.values()).to(torch.float64)
+    return _compare(spec, case, dtype, inputs, saved["output"], ref, base)
+
+
+def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, dict, dict]], expected_device: str) -> Verdict:
+    """A case of several calls (Assignment.calls) or one judged by a property (Assignment.check,
+    which gets every call's arguments and tensor result). `runs` holds (inputs, reply, saved)
+    per call, in call order."""
+    if spec.check is None:
+        for i, (inputs, reply, saved) in enumerate(runs):
+            verdict = judge_call(spec, case, dtype, inputs, reply, saved, expected_device)
+            if verdict.outcome != "passed":
+                verdict.message = f"call {i + 1} of {len(runs)}: {verdict.message}"
+                return verdict
+        return verdict
+    outputs = []
+    for inputs, reply, saved in runs:
+        modified = _modified_input(inputs, saved)
+        if modified:
+            return modified
+        if "output" not in saved:
+            return Verdict("failed", f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
+        problem = _delivery("the result", reply, saved["output"], None, dtype, expected_device)
+        if problem:
+            return Verdict("failed", problem)
+        outputs.append(saved["output"])
+    verdict = spec.check([inputs for inputs, _, _ in runs], outputs, dtype)
+    if verdict.outcome != "passed" and case.why:
+        verdict.message += f" (this case: {case.why})"
+    return verdict
+
+
+def _modified_input(inputs: dict, saved: dict) -> Verdict | None:
     for name, original in inputs.items():
         if not isinstance(original, torch.Tensor):
             continue
@@ -41,18 +85,49 @@ def judge_call(
         before = storage_of(original)
         if after is None or after.shape != before.shape or not torch.equal(after, before):
             return Verdict("failed", f"the input {name} was modified in place: a kernel must only write its output")
-    if "output" not in saved:
-        return Verdict("failed", f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
-    out = saved["output"]
-    ref = spec.reference(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
-    if reply["device"] != expected_device:
-        return Verdict("failed", f"the result is on {reply['device']}, but the inputs were on {expected_device}")
-    if list(out.shape) != list(ref.shape):
-        return Verdict("failed", f"the result has shape {tuple(out.shape)}, expected {tuple(ref.shape)}")
-    if reply["dtype"] != dtype:
-        return Verdict("failed", f"the result's dtype is {reply['dtype']}, expected {dtype} (the input's dtype)")
+    return None
 
-    base = spec.baseline(*inputs.values()).to(torch.float64)
+
+def _delivery(what: str, meta: dict, out: torch.Tensor, shape, dtype: str, expected_device: str) -> str | None:
+    """What is wrong with a result before its values are looked at (None: nothing);
+    `shape` None leaves the shape to the assignment's property check."""
+    if meta["device"] != expected_device:
+        return f"{what} is on {meta['device']}, but the inputs were on {expected_device}"
+    if shape is not None and list(out.shape) != list(shape):
+        return f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}"
+    if meta["dtype"] != dtype:
+        return f"{what}'s dtype is {meta['dtype']}, expected {dtype} (the input's dtype)"
+    return None
+
+
+def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs) -> Verdict:
+    """A tuple result (e.g. dx, dw, db): each part against the reference's part, in the
+    error model of its own torch baseline; the first wrong part is named."""
+    n = len(refs)
+    names = spec.output_names if len(spec.output_names) == n else tuple(f"output {i}" for i in range(n))
+    metas = reply.get("outputs")
+    if metas is None or len(metas) != n:
+        got = f"{len(metas)} tensors" if metas is not None else reply.get("result_type")
+        return Verdict("failed", f"{spec.function}() returned {got}, expected a tuple of {n} tensors ({', '.join(names)})")
+    bases = spec.baseline(*inputs.values())
+    details, summary = {}, []
+    for i, (meta, ref, base) in enumerate(zip(metas, refs, bases)):
+        what = f"{names[i]} (result {i + 1} of {n})"
+        problem = _delivery(what, meta, saved[f"output.{i}"], ref.shape, dtype, expected_device)
+        if problem:
+            return Verdict("failed", problem)
+        verdict = _compare(spec, case, dtype, inputs, saved[f"output.{i}"], ref, base.to(torch.float64))
+        if verdict.outcome != "passed":
+            verdict.message = f"{what} is wrong: {verdict.message}"
+            verdict.details["wrong_output"] = names[i]
+            return verdict
+        details[names[i]] = verdict.details
+        summary.append(f"{names[i]}: {verdict.message}")
+    return Verdict("passed", "; ".join(summary), details)
+
+
+def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor) -> Verdict:
+    """The error model: |out - ref| <= k x torch's max error + atol + rtol x |ref|, elementwise."""
     base_err = _finite_max((base - ref).abs())
     tol = spec.tolerance
     allowed = tol.k * base_err + tol.atol[dtype] + tol.rtol[dtype] * ref.abs()
@@ -108,7 +183,8 @@ def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, to
     if bad.dim() == 1:
         return _describe_1d(bad) + nan_note
     if bad.dim() == 2:
-        return _describe_2d(bad, got) + nan_note
+        strided = any(isinstance(t, torch.Tensor) and t.dim() == 2 and t.stride(1) != 1 for t in inputs.values())
+        return _describe_2d(bad, got, strided) + nan_note
     return f"first wrong element at {tuple(int(i) for i in bad.nonzero()[0])}." + nan_note
 
 
@@ -134,7 +210,7 @@ def _describe_1d(bad: torch.Tensor) -> str:
     return f"{len(idx)} elements wrong, scattered between index {int(idx[0])} and {int(idx[-1])}"
 
 
-def _describe_2d(bad: torch.Tensor, got: torch.Tensor) -> str:
+def _describe_2d(bad: torch.Tensor, got: torch.Tensor, strided: bool = True) -> str:
     rows, cols = bad.any(dim=1), bad.any(dim=0)
     unwritten = _suffix_start((got.isnan() & bad).all(dim=0))
     if unwritten is not None:
@@ -151,6 +227,8 @@ def _describe_2d(bad: torch.Tensor, got: torch.Tensor) -> str:
         return (f"{right}, every row from {row_start} on is wrong: the row offset is off; "
                 "use the tensors' own row strides (x.stride(0), out.stride(0)), not the number of columns")
     if rows.all():
+        if not strided:  # the stride hint only where an input really steps along a row by more than 1
+            return "every row has wrong elements"
         return "every row has wrong elements: check how the kernel steps along a row (x.stride(1) may not be 1)"
     wrong_rows = rows.nonzero().flatten().tolist()
     shown = ", ".join(map(str, wrong_rows[:5])) + (" ..." if len(wrong_rows) > 5 else "")

@@ -32,6 +32,12 @@ class PlannedCall:
     skip: str | None = None
     input_file: Path | None = None
     layout: dict = field(default_factory=dict)
+    more: list[tuple[Path, dict]] = field(default_factory=list)  # further calls of this case (Assignment.calls)
+
+    @property
+    def runs(self) -> list[tuple[Path, dict]]:
+        """(input file, layout) of every call of the student's function this case makes."""
+        return [(self.input_file, self.layout), *self.more]
 
     @property
     def id(self) -> str:
@@ -111,17 +117,26 @@ def rebuild(storages: dict[str, torch.Tensor], layout: dict, device: str = "cpu"
 
 
 def materialize(spec: Assignment, calls: list[PlannedCall], folder: Path) -> None:
-    """Write each runnable call's inputs to folder/<slug>.safetensors (+ layout in the call)."""
+    """Write each runnable call's inputs to folder/<slug>.safetensors (+ layout in the call);
+    a case of several calls (Assignment.calls) adds <slug>.call<i>.safetensors for the others."""
     folder.mkdir(parents=True, exist_ok=True)
     for call in calls:
         if call.skip:
             continue
         inputs = make_inputs(spec, call.case, call.dtype, call.seed)
-        call.input_file = folder / f"{call.slug}.safetensors"
-        call.layout = write_inputs(inputs, call.input_file)
-        (folder / f"{call.slug}.layout.json").write_text(json.dumps(call.layout))
+        for i, args in enumerate(spec.calls(inputs) if spec.calls else [inputs]):
+            stem = call.slug if i == 0 else f"{call.slug}.call{i}"
+            path = folder / f"{stem}.safetensors"
+            layout = write_inputs(args, path)
+            (folder / f"{stem}.layout.json").write_text(json.dumps(layout))
+            if i == 0:
+                call.input_file, call.layout = path, layout
+            else:
+                call.more.append((path, layout))
 
 
-def load_inputs(call: PlannedCall, device: str = "cpu") -> dict[str, torch.Tensor]:
-    assert call.input_file is not None
-    return rebuild(load_file(str(call.input_file)), call.layout, device)
+def load_inputs(call: PlannedCall, device: str = "cpu", index: int = 0) -> dict[str, torch.Tensor]:
+    """The arguments of the case's `index`-th call, as the trusted side made them."""
+    path, layout = call.runs[index]
+    assert path is not None
+    return rebuild(load_file(str(path)), layout, device)

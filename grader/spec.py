@@ -12,7 +12,7 @@ import os
 import random
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable
+from typing import Any, Callable
 
 import torch
 
@@ -24,6 +24,13 @@ DTYPES: dict[str, torch.dtype] = {
 
 # The course folder holds assignments/ and (for TAs only) reference/.
 COURSE_ROOT = Path(os.environ.get("GRADER_COURSE", Path(__file__).resolve().parent.parent))
+
+
+def aten_ops(*names: str) -> frozenset[str]:
+    """Every overload of these aten ops, named as the worker's op recorder names them
+    ("aten::rand", "aten::rand.generator", ...): for a spec's forbidden_ops."""
+    return frozenset(f"aten::{n}" + ("" if o == "default" else f".{o}")
+                     for n in names if hasattr(torch.ops.aten, n) for o in getattr(torch.ops.aten, n).overloads())
 
 
 @dataclass(frozen=True)
@@ -82,7 +89,7 @@ class Assignment:
     module: str  # default path of the student's module, relative to the repo root
     signature: str
     make_inputs: Callable[[dict, torch.dtype, torch.Generator], dict[str, torch.Tensor]]
-    reference: Callable[..., torch.Tensor]  # float64 truth, called on upcast inputs
+    reference: Callable[..., Any] | None  # float64 truth (a tensor, or a tuple of them), called on upcast inputs; None where `check` judges
     baseline: Callable[..., torch.Tensor]  # torch in the working dtype: the error model's yardstick and the vendor timing
     cases: tuple[Case, ...]
     random_cases: Callable[[random.Random], list[Case]]
@@ -98,6 +105,14 @@ class Assignment:
     # tried before the judge's generic ones: it can test the assignment's typical bugs.
     explain: Callable[..., str | None] | None = None
     folder: Path = Path(".")
+    # A case may call the student's function more than once (e.g. dropout: the same seed twice,
+    # then another seed): `calls` makes each call's arguments from the case's inputs.
+    calls: Callable[[dict], list[dict]] | None = None
+    # Where no exact oracle exists, a trusted property check replaces the comparison with
+    # `reference`: it gets every call's arguments, every call's result tensor and the dtype, and
+    # returns a grader.judge.Verdict whose message tells the student what to fix.
+    check: Callable[[list[dict], list, str], Any] | None = None
+    output_names: tuple[str, ...] = ()  # names of a tuple result's parts (dx, dw, db), for messages
 
     @property
     def max_points(self) -> float:

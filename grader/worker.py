@@ -124,14 +124,12 @@ class Worker:
         }
         tensors = {f"input.{k}": storage_of(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
         if isinstance(out, torch.Tensor):
-            meta.update(
-                dtype=str(out.dtype).removeprefix("torch."),
-                shape=list(out.shape),
-                stride=list(out.stride()),
-                device=out.device.type,
-                aliases=[k for k, v in args.items() if isinstance(v, torch.Tensor) and _shares_memory(out, v)],
-            )
+            meta.update(_describe(out, args))
             tensors["output"] = out.detach().to("cpu").contiguous()
+        elif isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
+            # several results (e.g. dx, dw, db): output.0, output.1, ..., each described in order
+            meta["outputs"] = [_describe(o, args) for o in out]
+            tensors.update({f"output.{i}": o.detach().to("cpu", copy=True).contiguous() for i, o in enumerate(out)})
         save_file(tensors, req["output"])
         return meta
 
@@ -217,6 +215,19 @@ class Worker:
         from grader import timing
 
         return {"ok": True, **timing.roofline()}
+
+
+def _describe(out, args: dict) -> dict:
+    """What the judge checks of a result without its values: dtype, shape, layout, device."""
+    import torch
+
+    return {
+        "dtype": str(out.dtype).removeprefix("torch."),
+        "shape": list(out.shape),
+        "stride": list(out.stride()),
+        "device": out.device.type,
+        "aliases": [k for k, v in args.items() if isinstance(v, torch.Tensor) and _shares_memory(out, v)],
+    }
 
 
 def _shares_memory(a, b) -> bool:
