@@ -128,6 +128,8 @@ def _test_output(t: TestResult) -> str:
         parts.append(f"Reproduce: {t.reproducer}")
     if t.traceback:
         parts.append(t.traceback)
+    elif t.output and t.outcome in ("crashed", "timeout", "infra_error"):
+        parts.append("Last lines of the worker's output:\n" + "\n".join(t.output.rstrip().splitlines()[-15:]))
     return "\n".join(parts)
 
 

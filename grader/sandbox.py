@@ -225,9 +225,15 @@ def detect(mode: str = "sandbox") -> Isolation:
     return Isolation(candidate.mode, candidate.namespaces, candidate.user_namespace, candidate.user_switch, tuple(warnings))
 
 
-PROBE = ("import importlib.util as u, grader.worker\n"
-         "for m in ('torch', 'triton', 'numpy', 'safetensors'):\n"
-         "    open(u.find_spec(m).origin, 'rb').close()\n")
+PROBE = ("import os, grader.worker, numpy, safetensors, torch, triton\n"
+         "if os.environ.get('CUDA_VISIBLE_DEVICES') != '':\n"  # a GPU worker must reach the GPU from inside
+         "    torch.zeros(1, device='cuda')\n")
+
+
+def _has_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _probe(isolation: Isolation) -> str | None:
@@ -236,15 +242,15 @@ def _probe(isolation: Isolation) -> str | None:
         job = Path(tmp)
         (job / "repo").mkdir()
         try:
-            proc = WorkerProcess(job / "repo", job / "scratch", interpret=True, isolation=isolation,
+            proc = WorkerProcess(job / "repo", job / "scratch", interpret=not _has_gpu(), isolation=isolation,
                                  command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r})\n" + PROBE])
         except (OSError, SandboxError) as exc:
             return str(exc)
         try:
-            code = proc.proc.wait(timeout=60)
+            code = proc.proc.wait(timeout=120)
         except subprocess.TimeoutExpired:
             proc.kill()
-            return "a test worker did not start within 60 s"
+            return "a test worker did not start within 120 s"
         status = proc.status()
         proc.close()
         if code == 0 and status.get("exit") == 0:
