@@ -139,6 +139,11 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str
         "HOME": str(scratch),
         "TMPDIR": str(scratch),
         "LANG": "C.UTF-8",
+        # a worker's uid may have no passwd entry: getpass.getuser() (torch calls it at import)
+        # reads these first, and torch's compile caches go to the worker's own scratch
+        "USER": "grader-worker",
+        "LOGNAME": "grader-worker",
+        "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor-cache"),
         "PYTHONPATH": PACKAGE_PARENT,
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
