@@ -39,17 +39,23 @@ def perf_of(run, assignment):
 ROOFLINE: dict = {}  # measured by the first run, then shared: it is the same GPU
 
 
+ISOLATION = ["sandbox"]
+
+
 def grade(fixture: str, seed: int, assignments=ASSIGNMENTS, cases=SMALL_CASES):
     with tempfile.TemporaryDirectory() as tmp:
         sub = open_submission(build_submission(Path(tmp) / "repo", fixture))
-        return grade_submission(sub, [specs.get(a) for a in assignments], Options("cuda", seed, cases, ["float32"], roofline=ROOFLINE))
+        opts = Options("cuda", seed, cases, ["float32"], roofline=ROOFLINE, isolation=ISOLATION[0])
+        return grade_submission(sub, [specs.get(a) for a in assignments], opts)
 
 
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--json", type=Path)
+    parser.add_argument("--isolation", default="sandbox", help="how workers are contained (see grader check --isolation)")
     args = parser.parse_args()
+    ISOLATION[0] = args.isolation
     report: dict = {"stability": {a: [] for a in ASSIGNMENTS}, "slow10": {a: [] for a in ASSIGNMENTS}, "cheats": {}}
     t0 = time.time()
     for i in range(args.runs):
