@@ -65,6 +65,7 @@ def main() -> None:
             for a in ASSIGNMENTS:
                 t = perf_of(run, a)
                 d = t.details
+                print(f"run {i} {fixture} {a}: {t.outcome} {t.message[:160]}", flush=True)
                 report[key][a].append({"outcome": t.outcome, "ratio": d.get("ratio_to_reference"),
                                        "interval": d.get("ratio_interval"), "rounds": d.get("rounds"),
                                        "student_ms": d["figures"]["student"]["median_ms"] if "figures" in d else None,
@@ -72,6 +73,7 @@ def main() -> None:
     for fixture in sorted(p.name for p in (ROOT / "tests" / "fixtures" / "gpu").glob("cheat_*")):
         run = grade(f"gpu/{fixture}", 7, ["vector_add"], ["n=1048577"])
         t = perf_of(run, "vector_add")
+        print(f"{fixture}: {t.outcome} {t.message[:160]}", flush=True)
         report["cheats"][fixture] = {"outcome": t.outcome, "score": run.score, "message": t.message}
     report["seconds"] = round(time.time() - t0, 1)
 
