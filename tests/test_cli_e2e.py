@@ -25,9 +25,9 @@ def test_good_submission_passes_every_check(submission, cli):
     skipped = [t for t in run.results["tests"] if t["outcome"] == "skipped"]
     assert all("bfloat16" in t["tags"] or "performance" in t["tags"] for t in skipped)
     assert any("bf16 arithmetic is wrong in Triton's CPU interpreter" in t["output"] for t in skipped)
-    # every assignment of the fixture ran; float32 and float16 earn 2/3 of the correctness points here
+    # both assignments ran; float32 and float16 earn 2/3 of the correctness points here
     graded = run.results["extra_data"]["assignments"]
-    assert {"vector_add", "softmax", "matmul_relu", "flash_attention", "conv2d"} <= set(graded)
+    assert set(graded) == {"vector_add", "softmax"}
     expected = round(sum(specs.get(name).correctness_points * 2 / 3 for name in graded), 4)
     assert run.results["score"] == run.results["max_score"] == expected
     assert graded["softmax"]["skipped_points"] == 12

@@ -139,7 +139,9 @@ def test_writes_outside_the_repo_copy_change_nothing(tmp_path):
             assert what == "written" and not Path(target).exists(), (target, what)
         else:
             assert what != "written" and what != "touched", (target, what)
-            assert "Read-only file system" in what or "Permission denied" in what or what.startswith("OSError"), (target, what)
+            # read-only, not ours, or not even there (a folder under a private /tmp is blank in the worker)
+            assert any(w in what for w in ("Read-only file system", "Permission denied", "No such file or directory")) \
+                or what.startswith("OSError"), (target, what)
     assert_outcome(g, "softmax", "1x1 [float32]", "passed")
     assert_nothing_left()
 
@@ -202,7 +204,8 @@ def test_grader_command_line_seed_results_file_and_reference_are_out_of_reach(tm
     output = run.test("vector_add", "n=1 [float32]")["output"]
     secrets_report = output.split("secrets report: ", 1)[1].splitlines()[0]  # its words, not our reproducer's
     assert "987654321" not in secrets_report and "seed-like: {}" in secrets_report
-    assert "reference: unreadable" in secrets_report and "folder lists []" in secrets_report
+    assert "reference: unreadable" in secrets_report
+    assert "folder lists []" in secrets_report or "folder lists nothing" in secrets_report  # blank, or absent from its view
     seen = set(ast.literal_eval(secrets_report.split("environment variables seen: ", 1)[1].split("]", 1)[0] + "]"))
     assert {k for k in seen if not k.startswith(("TORCH", "TRITON"))} <= set(sandbox.worker_env(Path("/x"), True, None))
     time.sleep(2)  # the detached process it tried to leave would have rewritten the file by now
