@@ -318,12 +318,22 @@ def default_job_timeout(job: Job) -> float:
     return 120 + 3 * spec.import_timeout_s + len(calls) * per_call + perf
 
 
-def _die_with_parent() -> None:
-    """In the job process: SIGTERM when the grader that started it dies, even by SIGKILL."""
-    try:
-        ctypes.CDLL(None).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except (AttributeError, OSError):
-        pass
+try:  # loaded here, not in the forked child (the loader's locks may be held there)
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (AttributeError, OSError):  # not Linux
+    _PRCTL = None
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """preexec_fn of a job process: SIGTERM when the grader that started it dies, even by SIGKILL."""
+
+    def arm() -> None:
+        if _PRCTL is not None:
+            _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the grader died before the line above
+            os._exit(1)
+
+    return arm
 
 
 class LocalExecutor:
@@ -377,7 +387,7 @@ class LocalExecutor:
             log.flush()
             proc = subprocess.Popen([*self.runner, "--job", job.label, "--out", job.out], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
-                                    preexec_fn=_die_with_parent)
+                                    preexec_fn=_die_with(os.getpid()))
             with self.lock:
                 self.running[job.attempt] = proc
                 stopping = self.stopping
@@ -513,50 +523,47 @@ class RayExecutor:
         if not ray.is_initialized():
             # the driver's grader and course folder for local workers; a cluster's nodes have their own install
             env = {"PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get("PYTHONPATH")]))}
-            for var in ("GRADER_COURSE", "GRADER_LOCK_DIR"):
+            for var in ("GRADER_COURSE", "GRADER_REFERENCE_DIR", "GRADER_LOCK_DIR"):
                 if var in os.environ:
                     env[var] = os.environ[var]
             ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False,
                      **({} if self.address else {"include_dashboard": False}))
+        task = ray.remote(ray_task)
         in_flight: dict = {}
-        while True:
-            while len(in_flight) < self.max_in_flight and not self.stopping:
-                job = sched.take(block=False)
-                if job is None:
-                    break
-                resources = {"num_gpus": 1 / self.per_gpu} if job.device == "cuda" else {"num_cpus": 1}
-                task = ray.remote(ray_task).options(max_retries=0, **resources)
-                ref = task.remote(asdict(job), pack_repo(Path(job.repo)))
-                in_flight[ref] = (job, time.time(), self.job_timeout(job))
-            if not in_flight:
-                if sched.idle or self.stopping or sched.stopped:
-                    return
-                time.sleep(0.2)
-                continue
-            try:
+        try:
+            while not self.stopping:
+                while len(in_flight) < self.max_in_flight:
+                    job = sched.take(block=False)
+                    if job is None:
+                        break
+                    resources = {"num_gpus": 1 / self.per_gpu} if job.device == "cuda" else {"num_cpus": 1}
+                    ref = task.options(max_retries=0, **resources).remote(asdict(job), pack_repo(Path(job.repo)))
+                    in_flight[ref] = (job, time.time(), self.job_timeout(job))
+                if not in_flight:
+                    if sched.idle or sched.stopped:
+                        return
+                    time.sleep(0.2)
+                    continue
                 ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
-            except KeyboardInterrupt:
-                self.stopping = True
-                ready = []
-            for ref in ready:
-                job, started, _ = in_flight.pop(ref)
-                try:
-                    record, log_text = ray.get(ref)
-                except Exception as exc:  # the task or its node died: ours, not the student's
-                    record, log_text = new_record(job, "infra_error", f"the Ray task failed: {type(exc).__name__}: {exc}",
-                                                  started=started), traceback.format_exc()
-                self._finish(sched, job, record, log_text)
-            now = time.time()
-            for ref, (job, started, limit) in list(in_flight.items()):
-                if self.stopping:
-                    ray.cancel(ref, force=True)
-                    in_flight.pop(ref)
-                    sched.finish(job, None)
-                elif now - started > limit:
-                    ray.cancel(ref, force=True)
-                    in_flight.pop(ref)
-                    self._finish(sched, job, new_record(job, "infra_error", f"the Ray task ran over its time limit ({limit:.0f} s) "
-                                                        "and was cancelled", started=started), "")
+                for ref in ready:
+                    job, started, _ = in_flight.pop(ref)
+                    try:
+                        record, log_text = ray.get(ref)
+                    except Exception as exc:  # the task or its node died: ours, not the student's
+                        record, log_text = new_record(job, "infra_error", f"the Ray task failed: {type(exc).__name__}: {exc}",
+                                                      started=started), traceback.format_exc()
+                    self._finish(sched, job, record, log_text)
+                now = time.time()
+                for ref, (job, started, limit) in list(in_flight.items()):
+                    if now - started > limit:
+                        ray.cancel(ref, force=True)
+                        in_flight.pop(ref)
+                        self._finish(sched, job, new_record(job, "infra_error", f"the Ray task ran over its time limit "
+                                                            f"({limit:.0f} s) and was cancelled", started=started), "")
+        finally:  # Ctrl-C, or stop(): what is still running is cancelled and not a result
+            for ref, (job, _, _) in in_flight.items():
+                ray.cancel(ref, force=True)
+                sched.finish(job, None)
 
     def _finish(self, sched: Scheduler, job: Job, record: dict, log_text: str) -> None:
         out = Path(job.out)
@@ -571,7 +578,7 @@ class RayExecutor:
         self.stopping = True
 
     def join(self) -> None:
-        pass  # run() returns once every task in flight was cancelled
+        pass  # run() cancels what is in flight as it returns
 
 
 # -- a batch -------------------------------------------------------------------------------------------

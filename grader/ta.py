@@ -1,8 +1,10 @@
 """The TA's commands, `grader fetch` and `grader grade`, registered on the `grader` CLI.
 
-Exit codes: 0 done; 1 done, but something needs the TA (a student could not be fetched, a job
-ended in infra_error after its retries); 2 usage error or malformed roster/lock, with one
-line; 130 interrupted (everything finished so far is kept: run again with --resume).
+Exit codes of `fetch`: 0 every student fetched; 1 some could not be (each has its line, and
+the lock file is written for the others). Of `grade`: 0 every job graded (students failing
+checks is not an error of the batch); 1 some job ended in infra_error after its retries;
+130 interrupted (everything finished so far is kept: run again with --resume). Both: 2 for a
+usage error or a malformed roster or lock file, with one line.
 """
 
 from __future__ import annotations
@@ -146,8 +148,16 @@ def grade(
             if not reference_dir.is_dir():
                 raise UsageError(f"--reference-dir {reference_dir}: no such folder")
             os.environ["GRADER_REFERENCE_DIR"] = str(reference_dir.resolve())  # job processes inherit it
-        resolved = resolve_device(device)
-        slots, gpu_model = resolve_slots(resolved, gpus, jobs)
+        if executor == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                raise UsageError("--executor ray needs Ray: pip install 'grader[ray]'")
+        if executor == "ray" and device == "cuda" and not _local_gpu():
+            resolved, slots, gpu_model = "cuda", [None] * (jobs or 2), "GPUs of the Ray cluster"  # the driver has none
+        else:
+            resolved = resolve_device(device)
+            slots, gpu_model = resolve_slots(resolved, gpus, jobs)
         if roster is None:
             lock = read_lock(lock_file)
     except specs.UnknownAssignment as exc:
@@ -202,6 +212,12 @@ def grade(
     if entry.get("interrupted"):
         raise typer.Exit(130)
     raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] else 0)
+
+
+def _local_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
 
 
 def _interrupt(signum, frame):
