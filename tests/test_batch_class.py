@@ -19,9 +19,7 @@ from pathlib import Path
 import pytest
 
 from classbuild import commit, make_class, make_repo, overlay
-from conftest import REPO_ROOT, has_gpu, run_cli
-
-pytestmark = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
+from conftest import REPO_ROOT, run_cli
 
 DEADLINE = "2025-02-01T00:00:00+00:00"
 QUICK = ["--device", "cpu", "--jobs", "2", "--case", "n=1", "--case", "1x1", "--dtype", "float32", "--seed", "3"]
@@ -211,3 +209,14 @@ def test_killed_batch_resumes_to_completion_with_earlier_results_intact(tmp_path
     runs = json.loads((out / "batch.json").read_text())["runs"]
     assert runs[0]["interrupted"] is True and runs[-1].get("interrupted") is None
     assert len({r["seed"] for r in [json.loads(v) for v in final.values()]}) == 1  # one seed for the class
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--lock", "lock.json", "--roster", "roster.csv"], "give either --roster ROSTER or --lock LOCK"),
+    (["--lock", "lock.json", "--reference-dir", "nowhere"], "--reference-dir nowhere: no such folder"),
+    (["--lock", "nowhere.json"], "lock file nowhere.json: no such file (write one with `grader fetch`)"),
+])
+def test_grade_usage_errors_exit_2_with_one_line(tmp_path, args, message):
+    run = run_cli(["grade", *args, "--device", "cpu"], tmp_path)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert len(run.stderr.strip().splitlines()) == 1

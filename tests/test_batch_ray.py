@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from classbuild import make_class
-from conftest import has_gpu, run_cli
+from conftest import run_cli
 from grader.batch import RayExecutor, Scheduler, _unpack, log_path, new_record, pack_repo, read_json, record_path
 from grader.results import AssignmentResult, TestResult
 from test_batch_pool import make_job
@@ -127,7 +127,6 @@ def test_ray_executor_stores_records_retries_lost_tasks_and_cancels_stuck_ones(t
 
 @pytest.mark.slow
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="Ray is not installed (pip install -e '.[ray]')")
-@pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
 def test_local_ray_instance_grades_into_the_same_layout(tmp_path):
     roster = make_class(tmp_path, {"alice": "good"})
     run = run_cli(["grade", "--roster", str(roster), "--out", "out", "--executor", "ray", "--device", "cpu", "--jobs", "1",
