@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from classbuild import commit, make_class, make_repo, overlay
+from classbuild import commit, make_class, overlay
 from conftest import REPO_ROOT, run_cli
 
 DEADLINE = "2025-02-01T00:00:00+00:00"

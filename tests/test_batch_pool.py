@@ -13,8 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from grader.batch import (Job, LocalExecutor, Scheduler, failed_path, is_reusable, job_key, log_path, new_record, read_json,
-                          record_path, spec_fingerprint, store_record)
+from grader.batch import (Job, failed_path, is_reusable, job_key, log_path, new_record, read_json, record_path,
+                          spec_fingerprint, store_record)
+from grader.executors import LocalExecutor, Scheduler
 from grader.results import AssignmentResult, TestResult
 
 # A job process stand-in: what it does depends on the student's name.

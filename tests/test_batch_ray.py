@@ -10,13 +10,13 @@ import io
 import json
 import tarfile
 import time
-from pathlib import Path
 
 import pytest
 
 from classbuild import make_class
 from conftest import run_cli
-from grader.batch import RayExecutor, Scheduler, _unpack, log_path, new_record, pack_repo, read_json, record_path
+from grader.batch import log_path, new_record, read_json, record_path
+from grader.executors import RayExecutor, Scheduler, _unpack, pack_repo
 from grader.results import AssignmentResult, TestResult
 from test_batch_pool import make_job
 

@@ -123,7 +123,7 @@ def main() -> int:
         rc, text, wall = grader("grade", "--lock", "ws/lock.json", "--out", str(out), "--device", args.device, "--gpus", args.gpus,
                                 "--jobs", str(jobs), "--seed", args.seed, "--timeout", args.timeout, *extra, cwd=root)
         summary = json.loads((out / "summary.json").read_text())
-        run = {"jobs": jobs, "rc": rc, "wall_s": round(wall, 1), "students_per_hour": round(len(students) / wall * 3600, 1),
+        run = {"jobs": jobs, "rc": rc, "wall_s": round(wall, 1), "load_average": os.getloadavg(), "students_per_hour": round(len(students) / wall * 3600, 1),
                "students_per_gpu_hour": round(len(students) / (wall / 3600 * n_gpus), 1), "counts": summary["counts"],
                "ratios": {a: spread(list(r.values())) for a, r in ratios(out, students).items()}}
         runs.append(run)
@@ -134,17 +134,18 @@ def main() -> int:
     report = {"students": len(students), "mix": {k: sum(1 for f in students.values() if (f if f in ("good", "slow", "hangs") else "buggy") == k)
                                                  for k in ("good", "slow", "buggy", "hangs")},
               "device": args.device, "gpus": n_gpus, "stability_bar": args.stability_bar, "runs": runs}
-    print("\n| --jobs | wall s | students / GPU-hour | speed-up | " + " | ".join(
-        f"{a} ratio median (CV)" for a in sorted(base["ratios"])) + " | timing within the bar |")
-    print("|---" * (5 + len(base["ratios"])) + "|")
+    header = ["--jobs", "wall s", "students / GPU-hour", "speed-up", *[f"{a} ratio median (CV)" for a in sorted(base["ratios"])],
+              "timing within the bar"]
+    print("\n| " + " | ".join(header) + " |\n" + "|---" * len(header) + "|")
     for run in runs:
         ok = all(r.get("cv") is not None and r["cv"] <= args.stability_bar
                  and abs(r["median"] / base["ratios"][a]["median"] - 1) <= args.stability_bar
                  for a, r in run["ratios"].items()) if run["ratios"] else None
         run["timing_within_bar"] = ok
         cells = [f"{run['ratios'][a]['median']} ({run['ratios'][a]['cv']:.1%})" for a in sorted(base["ratios"]) if a in run["ratios"]]
-        print(f"| {run['jobs']} | {run['wall_s']} | {run['students_per_gpu_hour']} | {base['wall_s'] / run['wall_s']:.2f}x | "
-              + " | ".join(cells) + f" | {'n/a (no timing)' if ok is None else ('yes' if ok else 'NO')} |")
+        row = [run["jobs"], run["wall_s"], run["students_per_gpu_hour"], f"{base['wall_s'] / run['wall_s']:.2f}x", *cells,
+               "n/a (no timing)" if ok is None else ("yes" if ok else "NO")]
+        print("| " + " | ".join(map(str, row)) + " |")
     (root / "throughput.json").write_text(json.dumps(report, indent=2))
     print(f"\nfull figures: {root / 'throughput.json'}")
     return 0

@@ -58,7 +58,8 @@ def test_one_call_graded_in_process(benchmark, good):
 
 
 def test_one_call_as_a_pool_job(benchmark, good, tmp_path):
-    from grader.batch import Job, LocalExecutor, Scheduler, read_json, record_path
+    from grader.batch import Job, read_json, record_path
+    from grader.executors import LocalExecutor, Scheduler
 
     out = tmp_path / "out"
 
