@@ -237,6 +237,17 @@ def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
     return run
 
 
+def repair_students(out: Path, folders: list[str]) -> None:
+    """Rewrite a student's results.json and report.html where a record is newer (a job process
+    killed between writing its record and the reports)."""
+    for folder in folders:
+        records = list((student_dir(out, folder) / "jobs").glob("*.json"))
+        report = student_dir(out, folder) / "results.json"
+        if records and (not report.is_file() or report.stat().st_mtime < max(p.stat().st_mtime for p in records)):
+            with _FileLock(student_dir(out, folder) / ".lock"):
+                write_student(out, folder)
+
+
 def write_student(out: Path, folder: str) -> None:
     from grader import spec as specs
     from grader.report import render
@@ -359,6 +370,7 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
                      infra_error=sum(r["status"] == "infra_error" for r in done),
                      not_run=len(plan.jobs) - len(done))
         write_json_atomic(manifest, out / MANIFEST)
+        repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
         write_class_outputs(out, lock, manifest["assignments"], manifest)
     return entry
 
@@ -375,6 +387,7 @@ def _job_process_main(argv: list[str]) -> int:
     signal.signal(signal.SIGINT, terminate)
     job = Job(**json.loads(sys.stdin.read()))
     record = execute(job, log=lambda line: print(line, flush=True))
+    signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and the reports, whole
     store_record(Path(job.out), record)
     return 0
 

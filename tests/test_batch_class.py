@@ -76,7 +76,7 @@ def test_class_is_graded_into_reports_gradebooks_and_a_summary(graded_class):
     # the deadline note reaches the student's own report
     assert "can be forged" in (out / "students" / "alice" / "report.html").read_text()
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["counts"] == {"students": 5, "unfetched": 2, "late": 1, "jobs": 10, "graded": 6, "infra_error": 0,
+    assert summary["counts"] == {"students": 5, "unfetched": 2, "late": 1, "jobs": 6, "graded": 6, "infra_error": 0,
                                  "not graded": 0, "flagged": 1}
     carol = next(s for s in summary["students"] if s["student"] == "carol")
     assert carol["assignments"]["softmax"]["flagged"] is True
@@ -183,27 +183,27 @@ def test_killed_batch_resumes_to_completion_with_earlier_results_intact(tmp_path
     assert proc.returncode == 130, output
     assert "Interrupted" in output and "--resume" in output
     first = records(out)
-    assert 1 <= len(first) < 4
-    assert (out / "index.html").is_file() and len(grades(out)) == 4
+    assert 1 <= len(first) < 4, output
+    assert (out / "index.html").is_file() and len(grades(out)) == 4, output
     _wait_for(lambda: not _processes_under(tmp_path), 30)
 
     # 2. SIGKILL while resuming: no chance to clean up; its job processes die with it
     proc = _start([*args, "--resume"], tmp_path)
     _wait_for(lambda: len(records(out)) > len(first) or proc.poll() is not None)
     proc.kill()
-    proc.communicate(timeout=30)
+    output = proc.communicate(timeout=30)[0]
     _wait_for(lambda: not _processes_under(tmp_path), 30)
     second = records(out)
-    assert all(second[k] == v for k, v in first.items())
+    assert all(second[k] == v for k, v in first.items()), output
 
     # 3. resume completes the class; nothing graded before is graded again or changed
     run = run_cli([*args, "--resume"], tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
     assert f"Grading {4 - len(second)} jobs ({len(second)} already graded, kept)" in run.stdout
     final = records(out)
-    assert len(final) == 4 and all(final[k] == v for k, v in second.items())
+    assert len(final) == 4 and all(final[k] == v for k, v in second.items()), run.stdout
     g = grades(out)
-    assert [g[s]["vector_add"] for s in ("s1", "s2", "s3", "s4")] == ["6", "0", "0", "6"]
+    assert [g[s]["vector_add"] for s in ("s1", "s2", "s3", "s4")] == ["6", "0", "0", "6"], run.stdout
     s3 = json.loads((out / "students" / "s3" / "results.json").read_text())
     assert "never written" in s3["tests"][0]["output"]
     runs = json.loads((out / "batch.json").read_text())["runs"]

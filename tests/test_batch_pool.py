@@ -161,3 +161,14 @@ def test_key_follows_the_spec_and_reference_files(tmp_path, monkeypatch):
     assert len({first, second, third}) == 3
     key = job_key("abc", spec, "cpu-interpreter", {"cases": None})
     assert key["spec"] == third and key["commit"] == "abc" and key["gpu_model"] == "cpu-interpreter"
+
+
+def test_reports_behind_their_records_are_rewritten(tmp_path):
+    from grader.batch import repair_students
+
+    out = tmp_path / "out"
+    store_record(out, graded(make_job(out, "alice")))
+    report = out / "students" / "alice" / "results.json"
+    report.unlink()  # as if the job process died between its record and its reports
+    repair_students(out, ["alice", "nobody"])
+    assert '"score": 6.0' in report.read_text()
