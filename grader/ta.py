@@ -211,7 +211,7 @@ def grade(
     _print_summary(out, lock, entry)
     if entry.get("interrupted"):
         raise typer.Exit(130)
-    raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] else 0)
+    raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] or plan.broken else 0)
 
 
 def _local_gpu() -> bool:
