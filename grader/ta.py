@@ -144,6 +144,12 @@ def grade(
         for d in dtype or []:
             if d not in specs.DTYPES:
                 raise UsageError(f"unknown dtype {d!r} (known: {', '.join(specs.DTYPES)})")
+        if case:
+            from grader.plan import cases_for
+
+            missing_cases = [n for n in names if not {c.name for c in cases_for(specs.get(n), seed or 0)} & set(case)]
+            if missing_cases:
+                raise UsageError(f"no case named {', '.join(case)} in {', '.join(missing_cases)}: choose the assignments with -a")
         if reference_dir is not None:
             if not reference_dir.is_dir():
                 raise UsageError(f"--reference-dir {reference_dir}: no such folder")

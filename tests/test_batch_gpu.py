@@ -17,7 +17,8 @@ def test_overlapping_jobs_on_the_gpu_keep_timing_clean(tmp_path, monkeypatch):
     monkeypatch.setenv("GRADER_LOCK_DIR", str(tmp_path / "locks"))
     roster = make_class(tmp_path, {"a": "good", "b": "good", "c": "slow", "d": "missing_mask"})
     run = run_cli(["grade", "--roster", str(roster), "--out", "out", "--device", "cuda", "--gpus", "0", "--jobs", "3",
-                   "--case", "n=1", "--case", "1x1", "--dtype", "float32", "--seed", "4"], tmp_path)
+                   "-a", "vector_add", "-a", "softmax", "--case", "n=1", "--case", "1x1", "--dtype", "float32", "--seed", "4"],
+                  tmp_path)
     assert run.returncode == 0, run.stdout + run.stderr
 
     def perf(student: str, assignment: str) -> dict:

@@ -13,8 +13,8 @@ bar when jobs overlap:
 On the GPU machine (the figures for docs/performance.md):
     python tests/bench/synthetic_class.py --out /tmp/synthetic --device cuda --jobs 1 2 4 8
 On a CPU-only machine (Triton's interpreter, CI-sized cases; no timing, so no ratios):
-    python tests/bench/synthetic_class.py --out /tmp/synthetic-cpu --device cpu --jobs 1 2 \\
-        --case n=1 --case n=129 --case 1x1 --case 4x8191 --dtype float32
+    python tests/bench/synthetic_class.py --out /tmp/synthetic-cpu --device cpu --jobs 1 2 -a vector_add -a softmax \\
+        --timeout 5 --case n=1 --case 1x1 --dtype float32
 """
 
 from __future__ import annotations
@@ -93,6 +93,7 @@ def main() -> int:
     ap.add_argument("--gpus", default="all")
     ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2, 4, 8], help="--jobs values to compare (the first is the baseline)")
     ap.add_argument("--timeout", default="10", help="seconds one call may take (bounds the hanging submissions)")
+    ap.add_argument("--assignment", "-a", action="append", default=[], help="only these assignments (default: all)")
     ap.add_argument("--case", action="append", default=[])
     ap.add_argument("--dtype", action="append", default=[])
     ap.add_argument("--seed", default="1234")
@@ -116,7 +117,7 @@ def main() -> int:
         import torch
 
         n_gpus = torch.cuda.device_count() if args.gpus == "all" else len(args.gpus.split(","))
-    extra = [f"--case={c}" for c in args.case] + [f"--dtype={d}" for d in args.dtype]
+    extra = [f"--assignment={a}" for a in args.assignment] + [f"--case={c}" for c in args.case] + [f"--dtype={d}" for d in args.dtype]
     runs = []
     for jobs in args.jobs:
         out = root / f"jobs-{jobs}"
