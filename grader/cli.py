@@ -181,5 +181,10 @@ def list_assignments() -> None:
     console.print(table)
 
 
+from grader.ta import register as _register_ta_commands  # noqa: E402  (fetch, grade: they use the helpers above)
+
+_register_ta_commands(app)
+
+
 def main() -> None:
     app()

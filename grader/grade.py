@@ -19,6 +19,7 @@ from typing import Callable
 from safetensors.torch import load
 
 from grader import environment, perf, sandbox
+from grader.devicelock import gpu_phase, timing_lock
 from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call, judge_runs
 from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
@@ -159,7 +160,8 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
             result.tests.append(_bounds_check(spec, opts, (module, function), workdir, call_timeout))
         if spec.performance is not None:
             step(f"{spec.name}: performance")
-            result.tests.append(perf.measure(spec, result, opts, worker, workdir, call_timeout))
+            with timing_lock(opts.gpu, enabled=not opts.interpret):  # the GPU alone while timing
+                result.tests.append(perf.measure(spec, result, opts, worker, workdir, call_timeout))
     finally:
         worker.close()
     score_assignment(spec, result)
@@ -254,7 +256,8 @@ def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, wor
     for i, (input_file, layout) in enumerate(call.runs):
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
-            with shown_to_worker(input_file, workdir) as shown:
+            with shown_to_worker(input_file, workdir) as shown, \
+                    gpu_phase(opts.gpu, exclusive=False, enabled=not opts.interpret):  # waits while another job times
                 reply = worker.request({"op": "run", "contender": "student", "inputs": str(shown), "layout": layout,
                                         "device": opts.device, "output": str(output_file), "record_ops": True}, timeout)
         except WorkerFailure as f:

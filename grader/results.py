@@ -139,4 +139,17 @@ def write_json_atomic(data: dict, path: Path) -> None:
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
     with os.fdopen(fd, "w") as f:
         json.dump(data, f, indent=2, default=str)
+        f.flush()
+        os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old file or the new one
+    os.replace(tmp, path)
+
+
+def write_text_atomic(text: str, path: Path) -> None:
+    """write_json_atomic for text (HTML, CSV)."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+    with os.fdopen(fd, "w") as f:
+        f.write(text)
+        f.flush()
+        os.fsync(f.fileno())
     os.replace(tmp, path)

@@ -119,7 +119,8 @@ class Assignment:
         return self.correctness_points + self.performance_points
 
     def reference_module(self) -> Path:
-        return COURSE_ROOT / "reference" / f"{self.name}.py"
+        """COURSE_ROOT/reference/<name>.py, or in $GRADER_REFERENCE_DIR (`grader grade --reference-dir`)."""
+        return Path(os.environ.get("GRADER_REFERENCE_DIR") or COURSE_ROOT / "reference") / f"{self.name}.py"
 
 
 class UnknownAssignment(KeyError):

@@ -27,6 +27,11 @@ def has_gpu() -> bool:
 
 
 def pytest_collection_modifyitems(config, items):
+    if "bench" not in (config.getoption("-m") or ""):  # benchmarks run only when -m names them
+        benches = [item for item in items if "bench" in item.keywords]
+        if benches:
+            config.hook.pytest_deselected(items=benches)
+            items[:] = [item for item in items if "bench" not in item.keywords]
     if has_gpu():
         return
     skip = pytest.mark.skip(reason="needs a CUDA GPU; none is visible on this machine")

@@ -1,0 +1,240 @@
+"""The class view: every student x assignment from the records on disk, as a dashboard
+(index.html), the gradebook exports and a machine-readable summary.
+
+It is rebuilt whole from OUT/students/*/jobs/*.json after every batch (and after a regrade of
+one student), so it always shows what is stored, and regrading one student rewrites only
+that student's files and these class-level ones.
+"""
+
+from __future__ import annotations
+
+import math
+from collections import Counter
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from jinja2 import Environment, PackageLoader, select_autoescape
+
+from grader.batch import assignment_from_dict, failed_path, read_json, read_records, student_dir
+from grader.results import BAD_OUTCOMES, write_json_atomic, write_text_atomic
+
+_ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
+                   trim_blocks=True, lstrip_blocks=True)
+
+
+@dataclass
+class Cell:
+    assignment: str
+    status: str  # graded | infra_error | not graded | unfetched
+    score: float | None = None
+    max_score: float | None = None
+    outcomes: dict = field(default_factory=dict)
+    flagged: bool = False
+    note: str = ""  # e.g. an infra_error kept beside the grade, or a grade of an older commit
+    link: str = ""
+
+    @property
+    def fraction(self) -> float | None:
+        if self.score is None or not self.max_score:
+            return None
+        return self.score / self.max_score
+
+    @property
+    def summary(self) -> str:
+        """The outcomes in a few words: '7 passed, 1 failed'."""
+        order = ["passed", "failed", "error", "timeout", "crashed", "flagged", "infra_error", "skipped"]
+        return ", ".join(f"{self.outcomes[o]} {o}" for o in order if self.outcomes.get(o))
+
+
+@dataclass
+class Row:
+    student: str
+    folder: str
+    status: str  # fetched | unfetched
+    reason: str = ""
+    name: str = ""
+    github_username: str = ""
+    repo: str | None = None
+    commit: str | None = None
+    commit_date: str | None = None
+    late: bool | None = None
+    late_commits: int = 0
+    cells: dict[str, Cell] = field(default_factory=dict)
+    report: str = ""
+
+    @property
+    def total(self) -> float | None:
+        scores = [c.score for c in self.cells.values() if c.score is not None]
+        return round(sum(scores), 4) if scores else None
+
+    @property
+    def max_total(self) -> float | None:
+        maxes = [c.max_score for c in self.cells.values() if c.max_score is not None]
+        return round(sum(maxes), 4) if maxes else None
+
+    @property
+    def note(self) -> str:
+        if self.status != "fetched":
+            return f"unfetched: {self.reason}"
+        return "; ".join(f"{c.assignment}: {c.status}{' (' + c.note + ')' if c.note else ''}"
+                         for c in self.cells.values() if c.status != "graded" or c.note)
+
+
+@dataclass
+class CheckRate:
+    assignment: str
+    check: str
+    passed: int
+    ran: int
+    failing: Counter
+
+    @property
+    def rate(self) -> float:
+        return self.passed / self.ran if self.ran else 0.0
+
+
+@dataclass
+class ClassView:
+    rows: list[Row]
+    assignments: list[str]
+    titles: dict[str, str]
+    created: str
+    deadline: str | None
+    warning: str | None
+    seed: int | None
+    checks: list[CheckRate]
+    flags: list[dict]
+    environment: dict
+
+    def graded(self, assignment: str) -> list[Cell]:
+        return [r.cells[assignment] for r in self.rows if assignment in r.cells and r.cells[assignment].score is not None]
+
+    def counts(self) -> dict:
+        cells = [c for r in self.rows if r.status == "fetched" for c in r.cells.values()]
+        return {"students": len(self.rows), "unfetched": sum(r.status != "fetched" for r in self.rows),
+                "late": sum(bool(r.late) for r in self.rows), "jobs": len(cells),
+                **{s: sum(c.status == s for c in cells) for s in ("graded", "infra_error", "not graded")},
+                "flagged": len(self.flags)}
+
+
+def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None) -> ClassView:
+    from datetime import datetime, timezone
+
+    from grader import spec as specs
+
+    out = Path(out)
+    known = specs.catalogue()
+    titles = {a: known[a].title if a in known else a for a in assignments}
+    rows, flags = [], []
+    rates: dict[tuple[str, str], CheckRate] = {}
+    environment: dict = {}
+    for p in lock.students:
+        row = Row(p.student, p.folder, p.status, p.reason, p.name, p.github_username, p.repo, p.commit, p.commit_date,
+                  p.late, p.late_commits)
+        records = read_records(out, p.folder) if p.status == "fetched" else {}
+        if (student_dir(out, p.folder) / "report.html").is_file():
+            row.report = f"students/{p.folder}/report.html"
+        for a in assignments:
+            if p.status != "fetched":
+                row.cells[a] = Cell(a, "unfetched")
+                continue
+            record = records.get(a)
+            if record is None:
+                row.cells[a] = Cell(a, "not graded")
+                continue
+            cell = Cell(a, record["status"], link=f"{row.report}#{a}" if row.report else "")
+            if record.get("result"):
+                result = assignment_from_dict(record["result"])
+                cell.score, cell.max_score = result.score, result.max_score
+                cell.outcomes = dict(Counter(t.outcome for t in result.tests))
+                cell.flagged = any(t.outcome == "flagged" for t in result.tests)
+                _count_checks(rates, a, result)
+                for t in result.tests:
+                    if t.outcome == "flagged":
+                        flags.append({"student": p.student, "assignment": a, "check": t.name, "message": t.message,
+                                      "link": cell.link})
+                environment = environment or record.get("environment") or {}
+            else:
+                cell.note = record.get("error", "")
+            if record["status"] == "graded" and failed_path(out, p.folder, a).is_file():
+                kept = read_json(failed_path(out, p.folder, a)) or {}
+                cell.note = f"a later attempt failed ({kept.get('error', 'infra_error')}): this earlier grade is kept"
+            if record.get("commit") != p.commit:
+                cell.note = f"graded at commit {str(record.get('commit'))[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
+            row.cells[a] = cell
+        rows.append(row)
+    checks = sorted(rates.values(), key=lambda c: (c.rate, c.assignment, c.check))
+    manifest = manifest or {}
+    return ClassView(rows, assignments, titles, datetime.now(timezone.utc).isoformat(timespec="seconds"), lock.deadline,
+                     lock.warning, manifest.get("seed"), checks, flags, environment)
+
+
+def _count_checks(rates: dict, assignment: str, result) -> None:
+    for t in result.tests:
+        if t.outcome == "skipped":
+            continue
+        rate = rates.setdefault((assignment, t.name), CheckRate(assignment, t.name, 0, 0, Counter()))
+        rate.ran += 1
+        if t.outcome == "passed":
+            rate.passed += 1
+        else:
+            rate.failing[t.outcome] += 1
+
+
+def histogram_svg(fractions: list[float], bins: int = 10, width: int = 320, height: int = 120) -> str:
+    """Inline SVG: how many students scored in each tenth of the points."""
+    counts = [0] * bins
+    for f in fractions:
+        counts[min(bins - 1, max(0, math.floor(f * bins)))] += 1
+    top = max(counts) or 1
+    pad, plot_h = 14, height - 34  # room for the count above the tallest bar and the labels below
+    bar_w = (width - 2 * pad) / bins
+    parts = []
+    for i, n in enumerate(counts):
+        h = plot_h * n / top
+        x, y = pad + i * bar_w, 14 + plot_h - h
+        label = f"{i * 100 // bins}-{(i + 1) * 100 // bins}%: {n} student{'s' if n != 1 else ''}"
+        parts.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" fill="#2b6cb0"><title>{label}</title></rect>')
+        if n:
+            parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{y - 2:.1f}" font-size="10" text-anchor="middle">{n}</text>')
+    for i in (0, bins // 2, bins):
+        parts.append(f'<text x="{pad + i * bar_w:.1f}" y="{height - 4}" font-size="10" text-anchor="middle">{i * 100 // bins}%</text>')
+    parts.append(f'<line x1="{pad}" x2="{width - pad}" y1="{14 + plot_h:.1f}" y2="{14 + plot_h:.1f}" stroke="#4a5568"/>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
+            f'aria-label="score histogram">{"".join(parts)}</svg>')
+
+
+def render_dashboard(view: ClassView) -> str:
+    histograms = {a: histogram_svg([c.fraction for c in view.graded(a) if c.fraction is not None]) for a in view.assignments}
+    return _ENV.get_template("class.html.j2").render(view=view, histograms=histograms, counts=view.counts(), bad=BAD_OUTCOMES)
+
+
+def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
+    """The machine-readable summary: the class, each student's cells, and the last run."""
+    return {
+        "created": view.created, "deadline": view.deadline, "seed": view.seed, "assignments": view.assignments,
+        "counts": view.counts(), "environment": view.environment,
+        "last_run": ((manifest or {}).get("runs") or [None])[-1],
+        "students": [
+            {"student": r.student, "status": r.status, "reason": r.reason, "repo": r.repo, "commit": r.commit,
+             "late": r.late, "late_commits": r.late_commits, "total": r.total, "max_total": r.max_total, "report": r.report,
+             "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
+                                 "flagged": c.flagged, "note": c.note} for a, c in r.cells.items()}}
+            for r in view.rows
+        ],
+        "checks": [{"assignment": c.assignment, "check": c.check, "passed": c.passed, "ran": c.ran,
+                    "failing": dict(c.failing)} for c in view.checks],
+        "flags": view.flags,
+    }
+
+
+def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict | None = None) -> ClassView:
+    """index.html, summary.json and the gradebooks (grader.exporters), each written atomically."""
+    from grader import exporters
+
+    out = Path(out)
+    view = build_class_view(out, lock, assignments, manifest)
+    write_text_atomic(render_dashboard(view), out / "index.html")
+    write_json_atomic(summary_json(view, manifest), out / "summary.json")
+    exporters.write_all(view, out)
+    return view

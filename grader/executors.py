@@ -1,0 +1,358 @@
+"""Executors: how the jobs of a batch run, with the queue they share.
+
+- `LocalExecutor`: `--jobs N` job processes at once on this machine (`python -m grader.batch`,
+  each starting its own sandboxed worker); slot i owns GPU i mod G. A job process that dies or
+  runs over its time limit is an infra_error of that job alone; one that outlives the grader
+  is sent SIGTERM by the kernel (PR_SET_PDEATHSIG), closes its workers and writes nothing.
+- `RayExecutor`: the same jobs as Ray tasks; the submission travels with the task as a tar.gz,
+  the record comes back and is stored here.
+- `Scheduler`: the queue both take from: an infra_error goes back in line until its retries
+  are spent, and stop() (Ctrl-C) lets no new job start.
+"""
+
+from __future__ import annotations
+
+import collections
+import ctypes
+import io
+import json
+import os
+import signal
+import subprocess
+import sys
+import tarfile
+import tempfile
+import threading
+import time
+import traceback
+import uuid
+from dataclasses import asdict
+from pathlib import Path
+from typing import Callable
+
+from grader.batch import Job, _now, execute, failed_path, log_path, new_record, read_json, record_path, store_record
+
+
+# -- scheduling ---------------------------------------------------------------------------------------
+
+class Scheduler:
+    """The queue of jobs: slots take jobs, an infra_error goes back in line until its retries
+    are spent, and stop() (Ctrl-C) lets no new job start."""
+
+    def __init__(self, jobs: list[Job], retries: int, on_event: Callable[[str, Job, dict | None], None]) -> None:
+        self.queue = collections.deque(jobs)
+        self.retries = retries
+        self.on_event = on_event
+        self.cond = threading.Condition()
+        self.in_flight = 0
+        self.stopped = False
+        self.finished: list[tuple[Job, dict | None]] = []
+
+    def take(self, block: bool = True) -> Job | None:
+        with self.cond:
+            while block and not self.queue and self.in_flight and not self.stopped:
+                self.cond.wait()
+            if self.stopped or not self.queue:
+                return None
+            job = self.queue.popleft()
+            job.tries += 1
+            job.attempt = uuid.uuid4().hex
+            self.in_flight += 1
+        self.on_event("start", job, None)
+        return job
+
+    def finish(self, job: Job, record: dict | None) -> None:
+        with self.cond:
+            self.in_flight -= 1
+            retry = record is not None and record["status"] == "infra_error" and job.tries <= self.retries and not self.stopped
+            if retry:
+                self.queue.append(job)
+            else:
+                self.finished.append((job, record))
+            self.cond.notify_all()
+        self.on_event("retry" if retry else ("interrupted" if record is None else "done"), job, record)
+
+    @property
+    def idle(self) -> bool:
+        with self.cond:
+            return not self.queue and not self.in_flight
+
+    def stop(self) -> None:
+        with self.cond:
+            self.stopped = True
+            self.cond.notify_all()
+
+
+def default_job_timeout(job: Job) -> float:
+    """Generous: every call may use its whole timeout, the worker may restart, timing may run."""
+    from grader import spec as specs
+    from grader.plan import plan_calls
+
+    spec = specs.get(job.assignment)
+    calls = plan_calls(spec, job.seed, job.device == "cpu", job.cases, job.dtypes)
+    per_call = job.timeout or spec.call_timeout_s
+    perf = 900 if spec.performance is not None and job.device == "cuda" else 0
+    return 120 + 3 * spec.import_timeout_s + len(calls) * per_call + perf
+
+
+try:  # loaded here, not in the forked child (the loader's locks may be held there)
+    _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
+except (AttributeError, OSError):  # not Linux
+    _PRCTL = None
+
+
+def _die_with(parent: int) -> Callable[[], None]:
+    """preexec_fn of a job process: SIGTERM when the grader that started it dies, even by SIGKILL."""
+
+    def arm() -> None:
+        if _PRCTL is not None:
+            _PRCTL(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
+        if os.getppid() != parent:  # the grader died before the line above
+            os._exit(1)
+
+    return arm
+
+
+class LocalExecutor:
+    """`slots` job processes at once on this machine; slot i owns GPU slots[i] (None: CPU)."""
+
+    def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] = default_job_timeout,
+                 runner: list[str] | None = None) -> None:
+        from grader.sandbox import PACKAGE_PARENT
+
+        self.slots = slots
+        self.job_timeout = job_timeout
+        self.runner = runner or [sys.executable, "-m", "grader.batch"]
+        self.pythonpath = PACKAGE_PARENT
+        self.running: dict[str, subprocess.Popen] = {}
+        self.lock = threading.Lock()
+        self.stopping = False
+
+    def run(self, sched: Scheduler) -> None:
+        self.threads = [threading.Thread(target=self._slot, args=(sched, gpu), name=f"slot-{i}", daemon=True)
+                        for i, gpu in enumerate(self.slots)]
+        for t in self.threads:
+            t.start()
+        self.join()
+
+    def join(self) -> None:
+        for t in getattr(self, "threads", []):
+            while t.is_alive():
+                t.join(0.2)  # short joins: Ctrl-C reaches the main thread
+
+    def _slot(self, sched: Scheduler, gpu: str | None) -> None:
+        while (job := sched.take()) is not None:
+            job.gpu = gpu
+            try:
+                record = self._run_one(job)
+            except Exception as exc:  # never lose the slot to our own bug
+                record = new_record(job, "infra_error", f"the pool failed: {type(exc).__name__}: {exc}")
+                store_record(Path(job.out), record)
+            sched.finish(job, record)
+
+    def _run_one(self, job: Job) -> dict | None:
+        out = Path(job.out)
+        log_file = log_path(out, job.folder, job.assignment)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
+        if job.device == "cuda" and job.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = job.gpu
+        limit = self.job_timeout(job)
+        started = time.time()
+        with open(log_file, "a") as log:
+            log.write(f"\n=== {_now()} attempt {job.tries} of {job.label}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n")
+            log.flush()
+            proc = subprocess.Popen([*self.runner, "--job", job.label, "--out", job.out], stdin=subprocess.PIPE,
+                                    stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
+                                    preexec_fn=_die_with(os.getpid()))
+            with self.lock:
+                self.running[job.attempt] = proc
+                stopping = self.stopping
+            if stopping:
+                self._terminate(proc)
+            try:
+                proc.stdin.write(json.dumps(asdict(job)).encode())
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+            hung = False
+            try:
+                proc.wait(timeout=limit)
+            except subprocess.TimeoutExpired:
+                hung = True
+                self._terminate(proc)
+            with self.lock:
+                del self.running[job.attempt]
+                stopping = self.stopping
+        for path in (record_path(out, job.folder, job.assignment), failed_path(out, job.folder, job.assignment)):
+            record = read_json(path)
+            if record and record.get("attempt") == job.attempt:
+                return record
+        if stopping:
+            return None  # interrupted: not a result, the job runs again on --resume
+        why = (f"the grading job ran over its time limit ({limit:.0f} s) and was killed" if hung
+               else f"the grading job process died ({_exit_reason(proc.returncode)}) before writing a result")
+        record = new_record(job, "infra_error", why + f"; see {log_file}", started=started)
+        store_record(out, record)
+        return record
+
+    def _terminate(self, proc: subprocess.Popen) -> None:
+        """SIGTERM (the job closes its workers), then SIGKILL if it lingers."""
+        for sig, wait in ((signal.SIGTERM, 15), (signal.SIGKILL, 5)):
+            try:
+                os.killpg(proc.pid, sig)
+            except (ProcessLookupError, PermissionError):
+                return
+            try:
+                proc.wait(timeout=wait)
+                return
+            except subprocess.TimeoutExpired:
+                continue
+
+    def stop(self) -> None:
+        with self.lock:
+            self.stopping = True
+            procs = list(self.running.values())
+        threads = [threading.Thread(target=self._terminate, args=(p,)) for p in procs]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+
+
+def _exit_reason(code: int | None) -> str:
+    if code is None:
+        return "no exit status"
+    if code < 0:
+        return f"killed by signal {signal.Signals(-code).name}"
+    return f"exit status {code}"
+
+
+# -- Ray ----------------------------------------------------------------------------------------------
+
+def pack_repo(root: Path) -> bytes:
+    """The submission as a tar.gz (what the worker's private copy would hold), to travel to a node."""
+    from grader.submission import IGNORED
+
+    buffer = io.BytesIO()
+    root = Path(root)
+    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        for folder, dirs, files in os.walk(root):
+            ignored = IGNORED(folder, dirs + files)
+            dirs[:] = sorted(d for d in dirs if d not in ignored)
+            for name in sorted(files):
+                if name not in ignored:
+                    path = Path(folder) / name
+                    tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+    return buffer.getvalue()
+
+
+def _unpack(code: bytes, dest: Path) -> None:
+    with tarfile.open(fileobj=io.BytesIO(code), mode="r:gz") as tar:
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, filter="data")
+        else:  # pragma: no cover - Python without the extraction filters
+            for m in tar.getmembers():
+                if m.name.startswith("/") or ".." in Path(m.name).parts or not (m.isfile() or m.isdir()):
+                    raise ValueError(f"unsafe path in the submission archive: {m.name}")
+            tar.extractall(dest)
+
+
+def ray_task(job: dict, code: bytes) -> tuple[dict, str]:
+    """Runs on a Ray node: unpack the submission, grade it there, return the record and log."""
+    lines: list[str] = []
+    j = Job(**job)
+    j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None  # the GPU Ray gave the task
+    with tempfile.TemporaryDirectory(prefix="grader-ray-") as tmp:
+        _unpack(code, Path(tmp) / "repo")
+        j.repo = str(Path(tmp) / "repo")
+        record = execute(j, log=lines.append)
+    record["node"] = os.uname().nodename
+    return record, "\n".join(lines) + "\n"
+
+
+class RayExecutor:
+    """The jobs as Ray tasks: a GPU fraction each on cuda (so `per_gpu` jobs share a GPU and
+    overlap their correctness phases; the lock files serialize timing on each node)."""
+
+    def __init__(self, address: str | None, max_in_flight: int, per_gpu: int = 2,
+                 job_timeout: Callable[[Job], float] = default_job_timeout, ray_module=None) -> None:
+        self.address = address
+        self.max_in_flight = max(1, max_in_flight)
+        self.per_gpu = max(1, per_gpu)
+        self.job_timeout = job_timeout
+        self.ray = ray_module
+        self.stopping = False
+
+    def _ray(self):
+        if self.ray is None:
+            try:
+                import ray
+            except ImportError:
+                raise RuntimeError("--executor ray needs Ray: pip install 'grader[ray]'") from None
+            self.ray = ray
+        return self.ray
+
+    def run(self, sched: Scheduler) -> None:
+        ray = self._ray()
+        from grader.sandbox import PACKAGE_PARENT
+
+        if not ray.is_initialized():
+            # the driver's grader and course folder for local workers; a cluster's nodes have their own install
+            env = {"PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get("PYTHONPATH")]))}
+            for var in ("GRADER_COURSE", "GRADER_REFERENCE_DIR", "GRADER_LOCK_DIR"):
+                if var in os.environ:
+                    env[var] = os.environ[var]
+            ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False,
+                     **({} if self.address else {"include_dashboard": False}))
+        task = ray.remote(ray_task)
+        in_flight: dict = {}
+        try:
+            while not self.stopping:
+                while len(in_flight) < self.max_in_flight:
+                    job = sched.take(block=False)
+                    if job is None:
+                        break
+                    resources = {"num_gpus": 1 / self.per_gpu} if job.device == "cuda" else {"num_cpus": 1}
+                    ref = task.options(max_retries=0, **resources).remote(asdict(job), pack_repo(Path(job.repo)))
+                    in_flight[ref] = (job, time.time(), self.job_timeout(job))
+                if not in_flight:
+                    if sched.idle or sched.stopped:
+                        return
+                    time.sleep(0.2)
+                    continue
+                ready, _ = ray.wait(list(in_flight), num_returns=1, timeout=0.5)
+                for ref in ready:
+                    job, started, _ = in_flight.pop(ref)
+                    try:
+                        record, log_text = ray.get(ref)
+                    except Exception as exc:  # the task or its node died: ours, not the student's
+                        record, log_text = new_record(job, "infra_error", f"the Ray task failed: {type(exc).__name__}: {exc}",
+                                                      started=started), traceback.format_exc()
+                    self._finish(sched, job, record, log_text)
+                now = time.time()
+                for ref, (job, started, limit) in list(in_flight.items()):
+                    if now - started > limit:
+                        ray.cancel(ref, force=True)
+                        in_flight.pop(ref)
+                        self._finish(sched, job, new_record(job, "infra_error", f"the Ray task ran over its time limit "
+                                                            f"({limit:.0f} s) and was cancelled", started=started), "")
+        finally:  # Ctrl-C, or stop(): what is still running is cancelled and not a result
+            for ref, (job, _, _) in in_flight.items():
+                ray.cancel(ref, force=True)
+                sched.finish(job, None)
+
+    def _finish(self, sched: Scheduler, job: Job, record: dict, log_text: str) -> None:
+        out = Path(job.out)
+        log_file = log_path(out, job.folder, job.assignment)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        with open(log_file, "a") as log:
+            log.write(f"\n=== {_now()} attempt {job.tries} of {job.label} on Ray node {record.get('node', '?')} ===\n{log_text}")
+        store_record(out, record)
+        sched.finish(job, record)
+
+    def stop(self) -> None:
+        self.stopping = True
+
+    def join(self) -> None:
+        pass  # run() cancels what is in flight as it returns

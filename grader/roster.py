@@ -1,0 +1,138 @@
+"""The class roster: who is graded and where their repo is.
+
+Three CSV layouts are read, told apart by their header:
+- the plain one, `student,repo[,commit]` (repo: a URL, a file:// URL or a local path,
+  relative to the roster's folder; commit: pins that commit instead of the branch head);
+- GitHub Classroom's roster export, `identifier,github_username,github_id,name`, with
+  `--org ORG --prefix PREFIX`: Classroom names a student's repo ORG/PREFIX-USERNAME;
+- GitHub Classroom's grades export of one assignment, which holds
+  `student_repository_url` itself.
+
+A roster that cannot be read as a whole (no known header, a row without a student or a repo,
+two rows for one student) is a RosterError: the TA fixes the file before anything runs.
+A student that cannot be fetched (no GitHub account linked yet) is only that student's
+problem, carried in `problem`.
+"""
+
+from __future__ import annotations
+
+import csv
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+PLAIN = ("student", "repo")
+CLASSROOM_ROSTER = ("identifier", "github_username", "github_id", "name")
+CLASSROOM_GRADES = ("github_username", "roster_identifier", "student_repository_url")
+
+
+class RosterError(Exception):
+    """The roster file is malformed: nobody is graded until it is fixed."""
+
+
+@dataclass
+class RosterEntry:
+    student: str  # the gradebook's key: what the TA knows the student by
+    repo: str | None  # URL or absolute path; None when it cannot be formed (see problem)
+    commit: str | None = None  # pinned by the roster itself
+    name: str = ""
+    github_username: str = ""
+    problem: str | None = None
+
+    @property
+    def folder(self) -> str:
+        return safe_name(self.student)
+
+
+def safe_name(student: str) -> str:
+    """A folder name for a student id (ids may be emails or full names)."""
+    name = re.sub(r"[^A-Za-z0-9._@+-]", "_", student.strip()).lstrip(".")
+    return name or "_"
+
+
+def load_roster(path: Path, org: str | None = None, prefix: str | None = None) -> list[RosterEntry]:
+    path = Path(path)
+    if not path.is_file():
+        raise RosterError(f"roster {path}: no such file")
+    try:
+        text = path.read_text(encoding="utf-8-sig")  # Excel writes a byte-order mark
+    except UnicodeDecodeError:
+        raise RosterError(f"roster {path}: not UTF-8 text (save it as CSV UTF-8)") from None
+    rows = list(csv.reader(text.splitlines()))
+    rows = [(i + 1, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]
+    if not rows:
+        raise RosterError(f"roster {path}: the file is empty")
+    header = [h.strip().lower() for h in rows[0][1]]
+    data = rows[1:]
+    for line, row in data:
+        if len(row) > len(header):
+            raise RosterError(f"roster {path}, line {line}: {len(row)} fields, but the header has {len(header)}")
+    records = [(line, {h: (row[i].strip() if i < len(row) else "") for i, h in enumerate(header)}) for line, row in data]
+
+    if set(PLAIN) <= set(header):
+        entries = [_plain(path, line, rec) for line, rec in records]
+    elif set(CLASSROOM_GRADES) <= set(header):
+        entries = [_classroom_grades(path, line, rec) for line, rec in records]
+    elif {"identifier", "github_username"} <= set(header):
+        if not org or not prefix:
+            raise RosterError(f"roster {path} is GitHub Classroom's roster export: give --org ORG and --prefix PREFIX "
+                              "(the assignment's repo prefix), so each repo is ORG/PREFIX-USERNAME")
+        entries = [_classroom_roster(line, rec, org, prefix) for line, rec in records]
+    else:
+        raise RosterError(f"roster {path}: unknown header {','.join(header)!r}; expected 'student,repo[,commit]', "
+                          f"GitHub Classroom's roster ({','.join(CLASSROOM_ROSTER)}) with --org and --prefix, "
+                          "or Classroom's grades export (with student_repository_url)")
+    if not entries:
+        raise RosterError(f"roster {path}: a header but no student")
+    _check_unique(path, entries)
+    return entries
+
+
+def _plain(path: Path, line: int, rec: dict) -> RosterEntry:
+    student, repo = rec["student"], rec["repo"]
+    if not student:
+        raise RosterError(f"roster {path}, line {line}: no student id")
+    if not repo:
+        raise RosterError(f"roster {path}, line {line}: student {student!r} has no repo")
+    commit = rec.get("commit") or None
+    if commit and not re.fullmatch(r"[0-9a-fA-F]{7,40}", commit):
+        raise RosterError(f"roster {path}, line {line}: commit {commit!r} of {student!r} is not a commit hash")
+    return RosterEntry(student, _resolve(repo, path.parent), commit, name=rec.get("name", ""))
+
+
+def _classroom_roster(line: int, rec: dict, org: str, prefix: str) -> RosterEntry:
+    user = rec["github_username"]
+    student = rec["identifier"] or user
+    if not student:
+        raise RosterError(f"line {line}: neither an identifier nor a github_username")
+    if not user:
+        return RosterEntry(student, None, name=rec.get("name", ""),
+                           problem="no GitHub account is linked to this roster identifier in Classroom (assignment not accepted?)")
+    base = org.rstrip("/") if "://" in org else f"https://github.com/{org.strip('/')}"
+    return RosterEntry(student, f"{base}/{prefix.rstrip('-')}-{user}", name=rec.get("name", ""), github_username=user)
+
+
+def _classroom_grades(path: Path, line: int, rec: dict) -> RosterEntry:
+    user = rec["github_username"]
+    student = rec["roster_identifier"] or user
+    if not student:
+        raise RosterError(f"roster {path}, line {line}: neither a roster_identifier nor a github_username")
+    url = rec["student_repository_url"]
+    return RosterEntry(student, url or None, github_username=user,
+                       problem=None if url else "Classroom lists no repository for this student")
+
+
+def _resolve(repo: str, base: Path) -> str:
+    """URLs stay as they are; a local path is taken relative to the roster's folder."""
+    if "://" in repo or re.match(r"^[\w.-]+@[\w.-]+:", repo):
+        return repo
+    return str((base / repo).resolve())
+
+
+def _check_unique(path: Path, entries: list[RosterEntry]) -> None:
+    seen: dict[str, str] = {}
+    for e in entries:
+        if e.folder in seen:
+            what = "appears twice" if seen[e.folder] == e.student else f"and {seen[e.folder]!r} map to the same folder {e.folder!r}"
+            raise RosterError(f"roster {path}: student {e.student!r} {what}")
+        seen[e.folder] = e.student

@@ -1,0 +1,260 @@
+"""The TA's commands, `grader fetch` and `grader grade`, registered on the `grader` CLI.
+
+Exit codes of `fetch`: 0 every student fetched; 1 some could not be (each has its line, and
+the lock file is written for the others). Of `grade`: 0 every job graded (students failing
+checks is not an error of the batch); 1 some job ended in infra_error after its retries;
+130 interrupted (everything finished so far is kept: run again with --resume). Both: 2 for a
+usage error or a malformed roster or lock file, with one line.
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
+
+from grader import spec as specs
+from grader.cli import STYLE, UsageError, console, err, resolve_device
+from grader.roster import RosterError, load_roster
+
+DEFAULT_JOBS_PER_GPU = 2
+
+
+def _fail(exc: Exception) -> None:
+    err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[str], prefix: Optional[str],
+                branch: Optional[str], jobs: int):
+    """Roster -> WORKDIR/repos + WORKDIR/lock.json, one line per student."""
+    from grader.workspace import fetch_roster, parse_deadline
+
+    try:
+        entries = load_roster(roster, org, prefix)
+        when = parse_deadline(deadline) if deadline else None
+    except (RosterError, ValueError) as exc:
+        _fail(exc)
+    console.print(f"Fetching {len(entries)} repos into {out}" + (f", pinned at the deadline {when.isoformat()}" if when else ""))
+    lock_print = threading.Lock()
+
+    def show(p) -> None:
+        with lock_print:
+            if p.status == "fetched":
+                late = f"  [yellow]late: {p.late_commits} commit(s) after the deadline not graded[/yellow]" if p.late else ""
+                console.print(f"  [green]ok[/green]  {escape(p.student)}: {p.branch} @ {p.commit[:12]} ({p.commit_date}){late}")
+            else:
+                console.print(f"  [red]unfetched[/red]  {escape(p.student)}: {escape(p.reason)}")
+
+    lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show)
+    bad = [p for p in lock.students if p.status != "fetched"]
+    console.print(f"{len(lock.students) - len(bad)} fetched, {len(bad)} unfetched; lock file: {out / 'lock.json'}")
+    if lock.warning:
+        console.print(f"[yellow]{lock.warning}[/yellow]")
+    return lock
+
+
+def fetch(
+    roster: Path = typer.Option(..., "--roster", help="CSV: student,repo[,commit], or GitHub Classroom's roster export."),
+    out: Path = typer.Option(..., "--out", help="The workspace: repos/ and lock.json are written there."),
+    deadline: Optional[str] = typer.Option(None, help="ISO 8601 with a time zone: pin the last commit dated on or before it."),
+    org: Optional[str] = typer.Option(None, help="GitHub Classroom: the organization (or a base URL)."),
+    prefix: Optional[str] = typer.Option(None, help="GitHub Classroom: the assignment's repo prefix."),
+    branch: Optional[str] = typer.Option(None, help="The branch to grade (default: each repo's default branch)."),
+    jobs: int = typer.Option(8, help="Repos fetched at once."),
+) -> None:
+    """Clone or update every student's repo and pin the commit to grade in WORKDIR/lock.json."""
+    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs)
+    raise typer.Exit(1 if any(p.status != "fetched" for p in lock.students) else 0)
+
+
+def resolve_slots(device: str, gpus: str, jobs: Optional[int]) -> tuple[list, str]:
+    """One entry per pool slot: the CUDA_VISIBLE_DEVICES token of its GPU (None on the CPU), and
+    the GPU model every result is keyed on (a class is graded on one model of GPU)."""
+    if device == "cpu":
+        n = jobs or os.cpu_count() or 1
+        return [None] * max(1, n), "cpu-interpreter"
+    import torch
+
+    count = torch.cuda.device_count()
+    if gpus == "all":
+        chosen = list(range(count))
+    else:
+        try:
+            chosen = [int(g) for g in gpus.split(",") if g.strip()]
+        except ValueError:
+            raise UsageError(f"--gpus must be 'all' or indices like 0,1, not {gpus!r}") from None
+        wrong = [g for g in chosen if not 0 <= g < count]
+        if wrong or not chosen:
+            raise UsageError(f"--gpus {gpus}: this machine has GPUs 0..{count - 1}")
+    models = {torch.cuda.get_device_name(i) for i in chosen}
+    if len(models) > 1:
+        raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): their timings do not compare; "
+                         "grade a class on one model")
+    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    tokens = [t.strip() for t in visible.split(",")] if visible else [str(i) for i in range(count)]
+    n = jobs or DEFAULT_JOBS_PER_GPU * len(chosen)
+    return [tokens[chosen[i % len(chosen)]] for i in range(max(1, n))], models.pop()
+
+
+def grade(
+    roster: Optional[Path] = typer.Option(None, "--roster", help="Grade from a roster (fetched first into OUT/workspace)."),
+    lock_file: Optional[Path] = typer.Option(None, "--lock", help="Grade the commits pinned by `grader fetch`."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (default: all)."),
+    out: Path = typer.Option(Path("reports"), "--out", help="The class folder: students/, index.html, grades.csv, summary.json."),
+    device: str = typer.Option("auto", help="auto (GPU if present), cuda, or cpu (Triton's interpreter)."),
+    gpus: str = typer.Option("all", help="GPUs to spread jobs over: all, or indices like 0,1."),
+    jobs: Optional[int] = typer.Option(None, help="Jobs at once (default: 2 per GPU, or one per CPU core)."),
+    resume: bool = typer.Option(False, help="Skip jobs already graded at the same commit, spec, grader version and GPU model."),
+    only: Optional[List[str]] = typer.Option(None, "--only", help="Regrade only these students (repeatable)."),
+    reference_dir: Optional[Path] = typer.Option(None, "--reference-dir", help="The private reference kernels (default: COURSE/reference)."),
+    seed: Optional[int] = typer.Option(None, help="Seed for the class (default: the one stored in OUT, else a new one)."),
+    case: Optional[List[str]] = typer.Option(None, "--case", help="Only the named case(s): for a quick dry run."),
+    dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes."),
+    timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
+    job_timeout: Optional[float] = typer.Option(None, help="Seconds one job may take before it is killed (default: from the plan)."),
+    retries: int = typer.Option(1, help="Times an infra_error job is tried again in this run."),
+    executor: str = typer.Option("local", help="local (a pool on this machine) or ray (a Ray cluster)."),
+    address: Optional[str] = typer.Option(None, help="Ray: the cluster's address (default: a local Ray instance)."),
+    org: Optional[str] = typer.Option(None, help="With a Classroom roster: the organization."),
+    prefix: Optional[str] = typer.Option(None, help="With a Classroom roster: the assignment's repo prefix."),
+    branch: Optional[str] = typer.Option(None, help="With --roster: the branch to grade."),
+    deadline: Optional[str] = typer.Option(None, help="With --roster: pin the last commit dated on or before this."),
+) -> None:
+    """Grade a whole class: per-student reports, a dashboard, gradebooks; resumable."""
+    from grader.batch import BatchOptions, plan_batch, run_batch
+    from grader.workspace import LockError, read_lock
+
+    try:
+        if (roster is None) == (lock_file is None):
+            raise UsageError("give either --roster ROSTER or --lock LOCK")
+        if executor not in ("local", "ray"):
+            raise UsageError(f"--executor must be local or ray, not {executor!r}")
+        if jobs is not None and jobs < 1:
+            raise UsageError("--jobs must be at least 1")
+        names = assignment or list(specs.catalogue())
+        for n in names:
+            specs.get(n)
+        for d in dtype or []:
+            if d not in specs.DTYPES:
+                raise UsageError(f"unknown dtype {d!r} (known: {', '.join(specs.DTYPES)})")
+        if case:
+            from grader.plan import cases_for
+
+            missing_cases = [n for n in names if not {c.name for c in cases_for(specs.get(n), seed or 0)} & set(case)]
+            if missing_cases:
+                raise UsageError(f"no case named {', '.join(case)} in {', '.join(missing_cases)}: choose the assignments with -a")
+        if reference_dir is not None:
+            if not reference_dir.is_dir():
+                raise UsageError(f"--reference-dir {reference_dir}: no such folder")
+            os.environ["GRADER_REFERENCE_DIR"] = str(reference_dir.resolve())  # job processes inherit it
+        if executor == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                raise UsageError("--executor ray needs Ray: pip install 'grader[ray]'")
+        if executor == "ray" and device == "cuda" and not _local_gpu():
+            resolved, slots, gpu_model = "cuda", [None] * (jobs or 2), "GPUs of the Ray cluster"  # the driver has none
+        else:
+            resolved = resolve_device(device)
+            slots, gpu_model = resolve_slots(resolved, gpus, jobs)
+        if roster is None:
+            lock = read_lock(lock_file)
+    except specs.UnknownAssignment as exc:
+        _fail(UsageError(exc.args[0]))
+    except (UsageError, LockError) as exc:
+        _fail(exc)
+    if roster is not None:
+        lock = fetch_class(roster, out / "workspace", deadline, org, prefix, branch, 8)
+    known = {p.student for p in lock.students}
+    missing = [s for s in only or [] if s not in known]
+    if missing:
+        _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock (it has {len(known)} students)"))
+    for n in names:
+        if not specs.get(n).reference_module().is_file() and resolved == "cuda":
+            console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not scored[/yellow]")
+
+    opts = BatchOptions(out.resolve(), names, resolved, slots, gpu_model, resume, only or None, seed, case or None,
+                        dtype or None, timeout, retries, executor, address, job_timeout=job_timeout)
+    plan = plan_batch(lock, opts)
+    where = "CPU interpreter (no timing, no bf16)" if resolved == "cpu" else f"{gpu_model} x{len(set(slots))}"
+    console.print(f"Grading {len(plan.jobs)} jobs ({len(plan.reused)} already graded, kept) on {where}, "
+                  f"{len(slots)} at once ({executor}), seed {plan.seed}")
+    for line in plan.broken:
+        console.print(f"[red]{escape(line)}[/red]")
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False) as bar:
+        task = bar.add_task("grading", total=len(plan.jobs), counts="")
+        counts = {"graded": 0, "infra_error": 0, "retried": 0}
+        guard = threading.Lock()
+
+        def on_event(kind: str, job, record) -> None:
+            with guard:
+                if kind == "start":
+                    return
+                if kind == "retry":
+                    counts["retried"] += 1
+                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {escape(job.label)}: {escape(record['error'])} (trying again)")
+                elif kind == "done":
+                    counts[record["status"]] += 1
+                    bar.console.print("  " + _job_line(job, record))
+                    bar.advance(task)
+                bar.update(task, counts=", ".join(f"{v} {k}" for k, v in counts.items() if v))
+
+        previous = signal.signal(signal.SIGTERM, _interrupt)  # a TERM stops as cleanly as Ctrl-C
+        try:
+            entry = run_batch(lock, opts, plan, on_event)
+        finally:
+            signal.signal(signal.SIGTERM, previous)
+
+    _print_summary(out, lock, entry)
+    if entry.get("interrupted"):
+        raise typer.Exit(130)
+    raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] or plan.broken else 0)
+
+
+def _local_gpu() -> bool:
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def _interrupt(signum, frame):
+    raise KeyboardInterrupt
+
+
+def _job_line(job, record: dict) -> str:
+    if record["status"] != "graded":
+        return f"[bold blue]infra_error[/bold blue] {escape(job.label)}: {escape(record['error'])}"
+    from collections import Counter
+
+    result = record["result"]
+    outcomes = Counter(t["outcome"] for t in result["tests"])
+    score = sum(t["score"] for t in result["tests"])
+    top = sum(t["max_score"] for t in result["tests"])
+    words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != "skipped")
+    return f"{escape(job.label)}: {score:g} / {top:g} ({words}) in {record['seconds']:.0f} s"
+
+
+def _print_summary(out: Path, lock, entry: dict) -> None:
+    unfetched = [p for p in lock.students if p.status != "fetched"]
+    console.print(f"\n[bold]{entry['graded']} jobs graded[/bold], {entry['infra_error']} infra errors, "
+                  f"{entry['reused']} kept from before, in {entry['wall_s']:.0f} s")
+    for p in unfetched:
+        console.print(f"  [red]unfetched[/red] {escape(p.student)}: {escape(p.reason)}")
+    if entry.get("interrupted"):
+        console.print(f"[yellow]Interrupted: {entry['not_run']} jobs not finished. Everything graded so far is kept; "
+                      "run the same command with --resume to finish.[/yellow]")
+    console.print(f"dashboard: {out / 'index.html'}   gradebook: {out / 'grades.csv'}   summary: {out / 'summary.json'}")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("fetch")(fetch)
+    app.command("grade")(grade)

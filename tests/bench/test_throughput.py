@@ -1,0 +1,109 @@
+"""CPU-side throughput of grading, as pytest-benchmark benchmarks (deselected by default).
+
+    python -m pytest tests/bench -m bench --benchmark-autosave          # record a baseline
+    python -m pytest tests/bench -m bench --benchmark-compare           # compare with the last one
+
+- interpreter check time per assignment: grade_assignment on the correct submission with every
+  default case, in Triton's CPU interpreter (what a student's `grader check` costs);
+- the harness's own overhead per job: one tiny job (one call) through the job process of
+  `grader grade`, beside the same call graded in-process and a bare worker start: the
+  difference is what the pool adds to each job;
+- the class view: the dashboard and gradebooks of a 200-student class from records on disk.
+"""
+
+from __future__ import annotations
+
+import sys
+import tempfile
+from pathlib import Path
+
+import pytest
+
+from conftest import build_submission
+from grader import spec as specs
+from grader.grade import Options, grade_assignment
+from grader.submission import open_submission
+
+pytestmark = pytest.mark.bench
+
+
+@pytest.fixture(scope="module")
+def good(tmp_path_factory):
+    return open_submission(build_submission(tmp_path_factory.mktemp("bench") / "good", "good"))
+
+
+@pytest.mark.parametrize("assignment", sorted(specs.catalogue()))
+def test_interpreter_check_time_per_assignment(benchmark, good, assignment):
+    spec = specs.get(assignment)
+    opts = Options("cpu", seed=1)
+
+    def check():
+        with tempfile.TemporaryDirectory() as tmp:
+            return grade_assignment(good, spec, opts, Path(tmp) / assignment)
+
+    result = benchmark.pedantic(check, rounds=1, iterations=1)
+    assert result.score == result.max_score > 0
+    benchmark.extra_info["checks"] = sum(t.outcome != "skipped" for t in result.tests)
+
+
+def test_one_call_graded_in_process(benchmark, good):
+    spec = specs.get("vector_add")
+    opts = Options("cpu", seed=1, cases=["n=1"], dtypes=["float32"])
+
+    def check():
+        with tempfile.TemporaryDirectory() as tmp:
+            return grade_assignment(good, spec, opts, Path(tmp) / "vector_add")
+
+    assert benchmark.pedantic(check, rounds=3, iterations=1).score == 6
+
+
+def test_one_call_as_a_pool_job(benchmark, good, tmp_path):
+    from grader.batch import Job, read_json, record_path
+    from grader.executors import LocalExecutor, Scheduler
+
+    out = tmp_path / "out"
+
+    def job():
+        j = Job("alice", "alice", "vector_add", str(good.root), None, None, {}, str(out), 1, "cpu",
+                cases=["n=1"], dtypes=["float32"])
+        LocalExecutor([None]).run(Scheduler([j], 0, lambda *a: None))
+        return read_json(record_path(out, "alice", "vector_add"))
+
+    assert benchmark.pedantic(job, rounds=3, iterations=1)["status"] == "graded"
+
+
+def test_bare_worker_start(benchmark, tmp_path):
+    from grader.sandbox import WorkerProcess
+
+    def start():
+        w = WorkerProcess(tmp_path, tmp_path / "scratch", interpret=True)
+        try:
+            return w.request({"op": "load", "contenders": {}}, 60)
+        finally:
+            w.close()
+
+    assert benchmark.pedantic(start, rounds=3, iterations=1)["ok"]
+
+
+def test_class_view_of_200_students(benchmark, tmp_path):
+    from grader.batch import Job, new_record, store_record
+    from grader.classview import write_class_outputs
+    from grader.results import AssignmentResult, TestResult
+    from grader.workspace import Lock, Pinned
+
+    students = []
+    for i in range(200):
+        name = f"s{i:03d}"
+        students.append(Pinned(name, f"https://example.edu/{name}", "fetched", commit="c" * 40, path=f"repos/{name}"))
+        for a in ("vector_add", "softmax"):
+            job = Job(name, name, a, "", None, "c" * 40, {}, str(tmp_path), 1, "cpu")
+            tests = [TestResult(a, "correctness", f"case{k} [float32]", "passed" if (i + k) % 7 else "failed", "", 1.0,
+                                float(bool((i + k) % 7))) for k in range(20)]
+            store_record(tmp_path, new_record(job, "graded", result=AssignmentResult(a, a, "m", tests)))
+    lock = Lock(students, "now", root=tmp_path)
+    view = benchmark.pedantic(lambda: write_class_outputs(tmp_path, lock, ["vector_add", "softmax"]), rounds=3, iterations=1)
+    assert len(view.rows) == 200 and (tmp_path / "index.html").stat().st_size > 0
+
+
+if __name__ == "__main__":  # pragma: no cover
+    sys.exit(pytest.main([__file__, "-m", "bench"]))
