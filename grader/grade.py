@@ -70,8 +70,10 @@ def grade_submission(sub: Submission, specs: list[Assignment], opts: Options, pr
 
 
 def count_steps(specs: list[Assignment], opts: Options) -> int:
-    """How many progress steps grade_submission reports (one per call, one per timing)."""
-    return sum(len(plan_calls(s, opts.seed, opts.interpret, opts.cases, opts.dtypes)) + (s.performance is not None) for s in specs)
+    """How many progress steps grade_submission reports: one per call, one per timing, and on a
+    GPU one per bounds check (when an assignment's module is missing, that step never comes)."""
+    return sum(len(plan_calls(s, opts.seed, opts.interpret, opts.cases, opts.dtypes)) + (s.performance is not None)
+               + (not opts.interpret) for s in specs)
 
 
 class StudentWorker:
