@@ -42,6 +42,17 @@ def _repo(tmp_path: Path, source: str, name: str = "mod.py") -> Path:
     return repo
 
 
+def _run_module(repo: Path, tmp_path: Path, **options) -> tuple[int, str, object]:
+    """Run the repo's mod.py in a sandboxed worker, as student code runs: its exit status,
+    its captured output as text, and the capture itself."""
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options)
+    try:
+        code = worker.proc.wait(timeout=60)
+        return code, worker.output.text(), worker.output
+    finally:
+        worker.close()
+
+
 def _call(worker: WorkerProcess, tmp_path: Path, timeout: float) -> dict:
     inputs = tmp_path / "job" / "none.safetensors"
     save_file({}, str(inputs))
@@ -94,13 +105,8 @@ def test_a_flood_of_output_neither_blocks_the_worker_nor_fills_memory(tmp_path):
         print("THE END")
         """)
     start = time.monotonic()
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"])
-    try:
-        assert worker.proc.wait(timeout=60) == 0
-        text = worker.output.text()
-    finally:
-        worker.close()
-    out = worker.output
+    code, text, out = _run_module(repo, tmp_path)
+    assert code == 0
     assert out.total >= 100 << 20
     assert len(out.head) <= out.keep and len(out.tail) <= 2 * out.keep  # what is held, whatever was printed
     assert "bytes of output elided" in text and text.rstrip().endswith("THE END") and len(text) < 3 * out.keep
@@ -127,13 +133,7 @@ def test_worker_runs_as_an_unprivileged_uid_with_limits(tmp_path):
             except OSError as exc:
                 print("cannot read", path, exc.strerror)
         """)
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, limits=Limits(processes=20),
-                           command=[sys.executable, "mod.py"])
-    try:
-        worker.proc.wait(timeout=60)
-        text = worker.output.text()
-    finally:
-        worker.close()
+    _, text, _ = _run_module(repo, tmp_path, limits=Limits(processes=20))
     first, last = (int(x) for x in sandbox.UID_RANGE.split("-"))
     uid, gid = (int(x) for x in text.split("uid ", 1)[1].split()[:2])
     assert first <= uid <= last and gid == uid and "[]" in text.split("uid ", 1)[1].splitlines()[0]
@@ -169,13 +169,7 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
         attempt("network", lambda: __import__("socket").create_connection(("127.0.0.1", 9), timeout=2))
         print("processes", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
         """)
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, writable=[outputs], hide=[hidden],
-                           command=[sys.executable, "mod.py"])
-    try:
-        worker.proc.wait(timeout=60)
-        text = worker.output.text()
-    finally:
-        worker.close()
+    _, text, _ = _run_module(repo, tmp_path, writable=[outputs], hide=[hidden])
     for line in ("list reference no", "read hidden no", "write repo yes", "write outputs yes", "write job no",
                  "write checkout no", "network no"):
         assert line in text, (line, text)
