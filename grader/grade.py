@@ -7,11 +7,8 @@ the rest, and the other assignments never notice.
 
 from __future__ import annotations
 
-import os
-import shutil
 import tempfile
 from collections import Counter
-from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -24,7 +21,7 @@ from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call, judge_runs
 from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
 from grader.results import AssignmentResult, RunResult, TestResult
-from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess
+from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
 from grader.scoring import score_assignment
 from grader.spec import Assignment
 from grader.submission import Submission
@@ -229,28 +226,6 @@ def _start(worker: StudentWorker, spec: Assignment) -> dict | None:
     except WorkerFailure as f:
         return {"kind": f.outcome, "message": f"while importing: {f.message}", "traceback": "", "output": f.output}
     return None if reply.get("ok") else reply
-
-
-@contextmanager
-def shown_to_worker(source: Path, workdir: Path):
-    """Inputs are made outside the worker's view; each file is shown to it (a readable copy in
-    the job's inputs/ folder) only for the request that needs it, so no input can be read
-    ahead, at import, and answered from a precomputed cache."""
-    shown = workdir / "inputs" / source.name
-    shown.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    shutil.copyfile(source, shown)
-    os.chmod(shown, 0o644)  # readable by the worker's uid, whatever the umask
-    try:
-        yield shown
-    finally:
-        shown.unlink(missing_ok=True)
-
-
-def output_path(workdir: Path, name: str) -> Path:
-    """Where a worker may write: the job's outputs/ folder (read back without following links)."""
-    path = workdir / "outputs" / name
-    path.parent.mkdir(parents=True, exist_ok=True)
-    return path
 
 
 def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:

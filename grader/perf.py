@@ -27,7 +27,7 @@ from safetensors.torch import load, save_file
 
 from grader.plan import derive_seed, make_inputs, write_inputs
 from grader.results import AssignmentResult, TestResult
-from grader.sandbox import WorkerFailure, WorkerProcess, read_worker_file
+from grader.sandbox import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker
 from grader.spec import DTYPES, Assignment
 
 SAMPLE_SIZE = 1 << 16
@@ -163,8 +163,6 @@ def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_f
     that fresh call: a vendor op used only at large sizes shows here."""
     evidence = []
     keys = [f"set{i}" for i in range(len(timed_files))] + ["fresh"]
-    from grader.grade import output_path, shown_to_worker
-
     for c, w in workers.items():
         if c == "student" or c in contenders:
             with shown_to_worker(fresh_file, workdir) as shown:

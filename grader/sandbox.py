@@ -36,6 +36,7 @@ import sys
 import tempfile
 import threading
 import time
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -636,6 +637,28 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
             continue  # the image's own
         argv += ["--env", f"{key}={value if key != 'PYTHONPATH' else '/opt/grader-host'}"]
     return argv + [image, *command]
+
+
+@contextmanager
+def shown_to_worker(source: Path, workdir: Path):
+    """Inputs are made outside the worker's view; each file is shown to it (a readable copy in
+    the job's inputs/ folder) only for the request that needs it, so no input can be read
+    ahead, at import, and answered from a precomputed cache."""
+    shown = workdir / "inputs" / source.name
+    shown.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    shutil.copyfile(source, shown)
+    os.chmod(shown, 0o644)  # readable by the worker's uid, whatever the umask
+    try:
+        yield shown
+    finally:
+        shown.unlink(missing_ok=True)
+
+
+def output_path(workdir: Path, name: str) -> Path:
+    """Where a worker may write: the job's outputs/ folder (read back without following links)."""
+    path = workdir / "outputs" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
 
 
 def read_worker_file(path: Path, limit: int = 4 << 30) -> bytes:
