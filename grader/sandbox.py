@@ -297,6 +297,35 @@ class UidLease:
             self.fd = -1
 
 
+class JobLease:
+    """The uid of a job's workers, shared by every worker of that job alive at once. Each
+    start hands the job folder to its worker's uid, so a second uid (the interpreter replay
+    started beside the GPU worker) would lock the first worker out of its own outputs/."""
+
+    _held: dict[str, list] = {}  # job folder -> [UidLease, workers using it]
+    _lock = threading.Lock()
+
+    def __init__(self, job: Path) -> None:
+        self.key = str(Path(job).resolve())
+        with self._lock:
+            entry = self._held.get(self.key)
+            if entry is None:
+                entry = self._held[self.key] = [UidLease(), 0]
+            entry[1] += 1
+            self.uid = entry[0].uid
+
+    def release(self) -> None:
+        if self.key is None:
+            return
+        key, self.key = self.key, None
+        with self._lock:
+            entry = self._held[key]
+            entry[1] -= 1
+            if entry[1] == 0:
+                entry[0].release()
+                del self._held[key]
+
+
 def _has_account(uid: int) -> bool:
     try:
         pwd.getpwuid(uid)
@@ -364,7 +393,7 @@ class WorkerProcess:
                  isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
                  job: Path | None = None, command: list[str] | None = None) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation)
-        self.lease: UidLease | None = None
+        self.lease: JobLease | None = None
         self.container: str | None = None
         self._status_rx = self._lifeline = -1
         self._status = b""
@@ -403,7 +432,7 @@ class WorkerProcess:
         try:
             user = None
             if iso.user_switch:
-                self.lease = UidLease()
+                self.lease = JobLease(job)
                 user = [self.lease.uid, self.lease.uid]
                 _chown_tree(job, *user)
             config = {

@@ -1,10 +1,15 @@
 """GPU timing, run inside a worker: one method for student, reference and vendor alike.
 
-Each timed call: rotate to the next input set, flush L2 by zeroing a buffer twice its size,
-record CUDA events around the call alone. Compile and autotune happen in the first call and
-the warm-up calls, outside the timing (the first call's time is reported: TAs want it).
-A wall clock around the whole loop, closed by a device-wide synchronize, is returned too:
-work hidden on another stream or thread shows up there but not in the events.
+Each timed call: a device-wide synchronize (work a call left on any stream ends there, inside
+the loop's wall time), flush L2 by zeroing a buffer twice its size, a short GPU sleep, then
+CUDA events around the call alone. The flush and the sleep keep the GPU busy while the host
+runs the call's Python and launches its kernels, so the events time the GPU's work and not
+the host's launch latency (without that shadow an idle GPU records the start event at once,
+and every call is charged some 40-90 us of Python: a quarter of a 0.3 ms kernel). Compile and
+autotune happen in the first call and the warm-up calls, outside the timing (the first call's
+time is reported: TAs want it). A wall clock around the whole loop, closed by a device-wide
+synchronize, is returned too: work hidden on another stream or thread shows up there but not
+in the events.
 
 Everything this module calls is bound when it is imported, before any student module is,
 so a student who monkeypatches torch.cuda.Event or synchronize does not change what we
@@ -23,13 +28,20 @@ _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
 _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
+_sleep = torch.cuda._sleep
 _clock = time.perf_counter
+
+# GPU cycles of sleep before each timed call: about 200 us at Hopper's clocks, which with the
+# flush covers a call's host overhead (a plain Triton launch takes tens of us; an autotuned one
+# that builds three TMA descriptors, over 100 us: a 50 us sleep still charged that to the kernel)
+LAUNCH_SHADOW_CYCLES = 400_000
 
 _WATCHED = {
     "torch.cuda.Event": (lambda: torch.cuda.Event, _Event),
     "torch.cuda.Event.record": (lambda: torch.cuda.Event.record, _record),
     "torch.cuda.Event.elapsed_time": (lambda: torch.cuda.Event.elapsed_time, _elapsed),
     "torch.cuda.synchronize": (lambda: torch.cuda.synchronize, _synchronize),
+    "torch.cuda._sleep": (lambda: torch.cuda._sleep, _sleep),
     "time.perf_counter": (lambda: time.perf_counter, _clock),
 }
 
@@ -62,7 +74,7 @@ def time_function(
 ) -> dict:
     """Per-call times (ms) of fn over `reps` calls, rotating through arg_sets.
 
-    Returns times_ms, wall_ms (the loop by the host clock, flushes excluded), first_call_ms,
+    Returns times_ms, wall_ms (the loop by the host clock, flushes and sleeps included), first_call_ms,
     and `outputs`: the result of the last timed call on each input set, for validation.
     """
     flush = _flush_buffer()
@@ -80,19 +92,17 @@ def time_function(
     outputs: list = [None] * len(arg_sets)
     if on_timed_start:
         on_timed_start()
-    flush_s = 0.0
     wall0 = _clock()
     for i in range(reps):
-        f0 = _clock()
-        flush.zero_()
         _synchronize()
-        flush_s += _clock() - f0
+        flush.zero_()
+        _sleep(LAUNCH_SHADOW_CYCLES)
         _record(starts[i])
         out = fn(*arg_sets[i % len(arg_sets)])
         _record(ends[i])
         outputs[i % len(arg_sets)] = out
     _synchronize()
-    wall_ms = (_clock() - wall0 - flush_s) * 1e3
+    wall_ms = (_clock() - wall0) * 1e3
     times = [_elapsed(s, e) for s, e in zip(starts, ends)]
     return {"times_ms": times, "median_ms": statistics.median(times), "wall_ms": wall_ms,
             "first_call_ms": first_call_ms, "outputs": outputs}
@@ -105,6 +115,8 @@ def _median_ms(fn: Callable, reps: int) -> float:
     times = []
     for _ in range(reps):
         s, e = _Event(enable_timing=True), _Event(enable_timing=True)
+        _synchronize()
+        _sleep(LAUNCH_SHADOW_CYCLES)
         _record(s)
         fn()
         _record(e)

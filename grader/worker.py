@@ -62,9 +62,28 @@ def _setup_triton(interpret: bool) -> None:
 
         triton.autotune = autotuner.autotune = first_config_only
 
+        _index_one_element_arrays()
         from grader import memcheck
 
         memcheck.install()
+
+
+def _index_one_element_arrays() -> None:
+    """Triton 3.6's interpreter turns a scalar argument into an index with int(array) on a
+    one-element 1-D array, which numpy 2.5 refuses: every `range(0, n_cols, BLOCK)` in a
+    student's kernel would fail. Later Triton squeezes the array first; so does this."""
+    from triton.runtime import interpreter
+
+    original = getattr(interpreter, "_patch_lang_tensor", None)
+    if original is None:
+        return
+
+    def patched(tensor, scope):
+        original(tensor, scope)
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]) if self.handle.data.size == 1
+                       else int(self.handle.data))
+
+    interpreter._patch_lang_tensor = patched
 
 
 class Worker:

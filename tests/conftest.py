@@ -101,8 +101,10 @@ def cli(tmp_path):
     return run
 
 
-def leftovers(marker: str = "") -> list[str]:
-    """Live processes of this checkout's workers (or with `marker` in their command line)."""
+def leftovers(marker: str = "", within: Path | None = None) -> list[str]:
+    """Live processes of this checkout's workers (or with `marker` in their command line);
+    with `within`, only those whose environment names that folder (a worker's HOME is its
+    scratch folder), so tests running in parallel do not see each other's workers."""
     from grader.sandbox import PACKAGE_PARENT
 
     found = []
@@ -114,12 +116,21 @@ def leftovers(marker: str = "") -> list[str]:
             continue
         ours = PACKAGE_PARENT in cmdline and ("grader.worker" in cmdline or "grader.sandbox_init" in cmdline)
         if state not in ("Z", "X") and (ours or (marker and marker in cmdline)) and int(pid) != os.getpid():
+            if within is not None and not _environ_names(pid, within):
+                continue
             found.append(f"{pid}: {cmdline[:120]}")
     return found
 
 
-def assert_nothing_left(marker: str = "") -> None:
+def _environ_names(pid: str, folder: Path) -> bool:
+    try:
+        return str(folder).encode() in open(f"/proc/{pid}/environ", "rb").read()
+    except OSError:
+        return False
+
+
+def assert_nothing_left(marker: str = "", within: Path | None = None) -> None:
     deadline = time.monotonic() + 3
-    while (left := leftovers(marker)) and time.monotonic() < deadline:
+    while (left := leftovers(marker, within)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, left

@@ -42,7 +42,7 @@ def test_ten_percent_slower_is_measured_slower(submission, cli):
 
 CHEATS = {
     "cheat_side_stream": "by the grader's clock",
-    "cheat_thread": "",  # caught by the clock or by wrong timed outputs, whichever the race gives
+    "cheat_thread": "",  # caught by the clock, by wrong timed outputs, or already by correctness: whichever the race gives
     "cheat_cache": "wrong results on input set",
     "cheat_first_n": "wrong results on",
     "cheat_patch_elapsed": "torch.cuda.Event.elapsed_time",
@@ -55,8 +55,13 @@ CHEATS = {
 def test_timing_cheats_are_flagged_with_evidence(submission, cli, fixture):
     run = cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
     perf = [t for t in run.tests_of("vector_add") if t["tags"][1] == "performance"][0]
-    assert perf["outcome"] == "flagged", perf["output"]
-    assert "no speed credit" in perf["output"] and CHEATS[fixture] in perf["output"]
+    if fixture == "cheat_thread" and perf["outcome"] == "failed":
+        # the thread had not written the result when the correctness call returned it
+        wrong = [t for t in run.tests_of("vector_add") if t["tags"][1] == "correctness" and t["outcome"] == "failed"]
+        assert wrong and "not timed" in perf["output"], perf["output"]
+    else:
+        assert perf["outcome"] == "flagged", perf["output"]
+        assert "no speed credit" in perf["output"] and CHEATS[fixture] in perf["output"]
     assert perf["score"] == 0 and run.results["score"] == 0
     assert run.returncode == 1
 

@@ -19,6 +19,7 @@ import os
 import secrets
 import select
 import socket
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -217,11 +218,12 @@ def test_grader_command_line_seed_results_file_and_reference_are_out_of_reach(tm
 
 
 @pytest.mark.gpu
-def test_gpu_sandboxed_worker_grades_on_the_gpu_and_an_illegal_address_costs_only_its_call(tmp_path):
+def test_gpu_sandboxed_worker_grades_on_the_gpu_and_an_illegal_address_costs_only_its_call(tmp_path, monkeypatch):
+    monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its workers' folders: told apart from parallel tests'
     g = grade(tmp_path, "cuda_fault", ["1x1", "n=1", "n=127"], timeout=120, device="cuda")
     assert g.run.environment["isolation"]["mode"] == "sandbox"
     assert_outcome(g, "vector_add", "n=1 [float32]", "passed")  # the GPU is reachable from the sandbox
     fault = g.test("vector_add", "n=127 [float32]")
     assert fault["outcome"] in ("error", "crashed") and "illegal memory access" in fault["output"], fault
     assert_outcome(g, "softmax", "1x1 [float32]", "passed")
-    assert_nothing_left()
+    assert_nothing_left(within=tmp_path)

@@ -114,6 +114,38 @@ def test_a_flood_of_output_neither_blocks_the_worker_nor_fills_memory(tmp_path):
 
 
 @needs_user_switch
+def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
+    """A GPU run's interpreter replay starts a second worker on the job while the first must
+    still write its timing samples to outputs/: the second start must not lock it out."""
+    repo = _repo(tmp_path, """
+        import os, torch
+        def f():
+            return torch.tensor([float(os.getuid())])
+        """)
+    outputs = tmp_path / "job" / "outputs"
+    inputs = tmp_path / "job" / "none.safetensors"
+    save_file({}, str(inputs))
+    inputs.chmod(0o644)
+    first = WorkerProcess(repo, tmp_path / "job" / "scratch-1", interpret=True, writable=[outputs])
+    try:
+        assert _load(first, repo, "mod.py")["ok"]
+        second = WorkerProcess(repo, tmp_path / "job" / "scratch-2", interpret=True, writable=[outputs])
+        try:
+            assert _load(second, repo, "mod.py")["ok"]
+            assert second.lease.uid == first.lease.uid
+        finally:
+            second.close()
+        reply = first.request({"op": "run", "contender": "s", "inputs": str(inputs), "layout": {}, "device": "cpu",
+                               "output": str(outputs / "out.safetensors")}, timeout=60)
+        assert reply["ok"], reply
+        assert int(next(iter(load_file(outputs / "out.safetensors").values()))[0]) == first.lease.uid
+    finally:
+        first.close()
+    third = WorkerProcess(repo, tmp_path / "job" / "scratch-3", interpret=True, writable=[outputs])
+    third.close()  # the job's lease was given back with its last worker: a new one starts cleanly
+
+
+@needs_user_switch
 def test_worker_runs_as_an_unprivileged_uid_with_limits(tmp_path):
     repo = _repo(tmp_path, """
         import os, resource

@@ -185,6 +185,9 @@ SPEC = Assignment(
         zero_at=4.0,
     ),
     performance_points=8,
+    benchmark_cases=((Case("causal-B=4-H=32-N=4096-D=64", {"B": 4, "H": 32, "N": 4096, "D": 64, "causal": True}), "bfloat16"),
+                     (Case("B=4-H=32-N=4096-D=64", {"B": 4, "H": 32, "N": 4096, "D": 64}), "float16"),
+                     (Case("B=4-H=32-N=4096-D=64", {"B": 4, "H": 32, "N": 4096, "D": 64}), "bfloat16")),
     forbidden_ops=frozenset({
         "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
         "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",

@@ -125,10 +125,13 @@ SPEC = Assignment(
         dtype="float16",
         bytes_moved=lambda p, dt: (p["M"] * p["K"] + p["K"] * p["N"] + p["M"] * p["N"]) * torch.finfo(dt).bits // 8,
         flops=lambda p, dt: 2 * p["M"] * p["N"] * p["K"],
-        full_at=1.10,
+        # the reference is a persistent TMA kernel (1.08x cuBLAS's speed on an H200); a well-tuned
+        # classic tiled kernel (pointer loads, autotuned) measured 1.16x its time: full marks
+        full_at=1.20,
         zero_at=4.0,
     ),
     performance_points=8,
+    benchmark_cases=((Case("4096x4096x4096", {"M": 4096, "N": 4096, "K": 4096}), "bfloat16"),),
     forbidden_ops=frozenset({
         "aten::mm", "aten::matmul", "aten::bmm", "aten::addmm", "aten::baddbmm", "aten::addbmm", "aten::linear",
         "aten::mv", "aten::dot", "aten::einsum", "aten::tensordot", "aten::_scaled_mm",
