@@ -20,20 +20,25 @@ import triton
 import triton.language as tl
 
 
-def _configs():
-    shapes = [  # BLOCK_M, BLOCK_N, BLOCK_K, stages, warps
-        (128, 256, 64, 3, 8),
-        (128, 128, 64, 4, 8),
-        (256, 128, 64, 3, 8),
-        (128, 256, 64, 4, 8),
-        (128, 128, 64, 3, 4),
-        (128, 64, 64, 4, 4),
-        (64, 128, 64, 4, 4),
-        (64, 64, 64, 4, 4),
-        (128, 128, 32, 4, 4),
-        (64, 32, 32, 5, 2),
-    ]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w)
+# BLOCK_M, BLOCK_N, BLOCK_K, stages, warps: the tiled kernel's autotune list (the first is what the
+# CPU interpreter runs); the persistent TMA kernel tries the first six
+SHAPES = [
+    (128, 256, 64, 3, 8),
+    (128, 128, 64, 4, 8),
+    (256, 128, 64, 3, 8),
+    (128, 256, 64, 4, 8),
+    (128, 128, 64, 3, 4),
+    (128, 64, 64, 4, 4),
+    (64, 128, 64, 4, 4),
+    (64, 64, 64, 4, 4),
+    (128, 128, 32, 4, 4),
+    (64, 32, 32, 5, 2),
+]
+
+
+def _configs(shapes=SHAPES, pre_hook=None):
+    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w,
+                          pre_hook=pre_hook)
             for m, n, k, s, w in shapes]
 
 
@@ -82,20 +87,6 @@ def _matmul_relu_kernel(a_ptr, b_ptr, c_ptr, M, N, K,
     tl.store(c_ptrs, c, mask=(offs_cm[:, None] < M) & (offs_cn[None, :] < N))
 
 
-def _tma_configs():
-    shapes = [  # BLOCK_M, BLOCK_N, BLOCK_K, stages, warps
-        (128, 256, 64, 3, 8),
-        (128, 128, 64, 4, 8),
-        (128, 128, 64, 3, 4),
-        (256, 128, 64, 3, 8),
-        (128, 256, 64, 4, 8),
-        (128, 64, 64, 4, 4),
-    ]
-    return [triton.Config({"BLOCK_M": m, "BLOCK_N": n, "BLOCK_K": k, "GROUP_M": 8}, num_stages=s, num_warps=w,
-                          pre_hook=_set_block_shapes)
-            for m, n, k, s, w in shapes]
-
-
 def _set_block_shapes(nargs):
     # A descriptor's block shape is part of the config being tried, so it is set per config.
     bm, bn, bk = nargs["BLOCK_M"], nargs["BLOCK_N"], nargs["BLOCK_K"]
@@ -104,7 +95,7 @@ def _set_block_shapes(nargs):
     nargs["c_desc"].block_shape = [bm, bn]
 
 
-@triton.autotune(configs=_tma_configs(), key=["M", "N", "K"])
+@triton.autotune(configs=_configs(SHAPES[:6], pre_hook=_set_block_shapes), key=["M", "N", "K"])
 @triton.jit
 def _matmul_relu_tma_persistent(a_desc, b_desc, c_desc, M, N, K, NUM_SMS: tl.constexpr,
                                 BLOCK_M: tl.constexpr, BLOCK_N: tl.constexpr, BLOCK_K: tl.constexpr,
