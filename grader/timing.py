@@ -5,7 +5,7 @@ the loop's wall time), flush L2 by zeroing a buffer twice its size, a short GPU 
 CUDA events around the call alone. The flush and the sleep keep the GPU busy while the host
 runs the call's Python and launches its kernels, so the events time the GPU's work and not
 the host's launch latency (without that shadow an idle GPU records the start event at once,
-and every call is charged some 40-90 us of Python: a quarter of a 0.3 ms kernel). Compile and
+and every call is charged some 40-120 us of Python: a quarter of a 0.3 ms kernel). Compile and
 autotune happen in the first call and the warm-up calls, outside the timing (the first call's
 time is reported: TAs want it). A wall clock around the whole loop, closed by a device-wide
 synchronize, is returned too: work hidden on another stream or thread shows up there but not
@@ -115,8 +115,7 @@ def _median_ms(fn: Callable, reps: int) -> float:
     times = []
     for _ in range(reps):
         s, e = _Event(enable_timing=True), _Event(enable_timing=True)
-        _synchronize()
-        _sleep(LAUNCH_SHADOW_CYCLES)
+        _sleep(LAUNCH_SHADOW_CYCLES)  # the GPU is idle here (synchronized after the warm-up and each call)
         _record(s)
         fn()
         _record(e)

@@ -80,8 +80,7 @@ def _index_one_element_arrays() -> None:
 
     def patched(tensor, scope):
         original(tensor, scope)
-        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.reshape(-1)[0]) if self.handle.data.size == 1
-                       else int(self.handle.data))
+        scope.set_attr(tensor, "__index__", lambda self: int(self.handle.data.squeeze()))
 
     interpreter._patch_lang_tensor = patched
 
