@@ -65,6 +65,7 @@ class Job:
     notes: list[str] = field(default_factory=list)
     attempt: str = ""
     tries: int = 0
+    cache: str | None = None  # the run's grader.runcache folder (this host); None: the job makes its own
 
     @property
     def label(self) -> str:
@@ -157,6 +158,7 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     Student failures are outcomes inside the result; only our own failures are infra_error."""
     from grader import environment, spec as specs
     from grader.grade import Options, grade_assignment
+    from grader.runcache import RunCache
     from grader.submission import open_submission
 
     started = time.time()
@@ -165,9 +167,15 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     try:
         spec = specs.get(job.assignment)
         sub = open_submission(Path(job.repo))
-        opts = Options(job.device, job.seed, job.cases, job.dtypes, job.timeout, gpu=job.gpu)
-        with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
-            result = grade_assignment(sub, spec, opts, Path(tmp) / spec.name, lambda step: log(f"  {step}"))
+        own = not job.cache and job.device == "cuda"
+        cache = RunCache(Path(job.cache)) if job.cache else RunCache.temporary() if own else None
+        opts = Options(job.device, job.seed, job.cases, job.dtypes, job.timeout, gpu=job.gpu, cache=cache)
+        try:
+            with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
+                result = grade_assignment(sub, spec, opts, Path(tmp) / spec.name, lambda step: log(f"  {step}"))
+        finally:
+            if own:
+                cache.remove()
         result.notes[:0] = job.notes
         env = environment.describe(job.device)
         if opts.roofline:
@@ -343,6 +351,7 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
     of the manifest."""
     from grader.classview import write_class_outputs
     from grader.executors import Scheduler
+    from grader.runcache import RunCache
 
     out = Path(opts.out).resolve()
     manifest = read_json(out / MANIFEST) or {}
@@ -354,8 +363,13 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
     manifest.setdefault("runs", []).append(entry)
     write_json_atomic(manifest, out / MANIFEST)
 
-    sched = Scheduler(plan.jobs, opts.retries, on_event)
     executor = executor or make_executor(opts, opts.slots)
+    # jobs on this host share one run cache (inputs, roofline, the reference's compiled kernels);
+    # a Ray job on another node makes its own
+    cache = RunCache.temporary() if opts.executor == "local" and opts.device == "cuda" else None
+    for job in plan.jobs:
+        job.cache = str(cache.folder) if cache else None
+    sched = Scheduler(plan.jobs, opts.retries, on_event)
     started = time.time()
     try:
         executor.run(sched)
@@ -372,6 +386,8 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
         write_json_atomic(manifest, out / MANIFEST)
         repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
         write_class_outputs(out, lock, manifest["assignments"], manifest)
+        if cache:
+            cache.remove()
     return entry
 
 

@@ -21,6 +21,7 @@ from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call, judge_runs
 from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
 from grader.results import AssignmentResult, RunResult, TestResult
+from grader.runcache import RunCache
 from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
 from grader.scoring import score_assignment
 from grader.spec import Assignment
@@ -46,6 +47,7 @@ class Options:
     roofline: dict = field(default_factory=dict)  # measured once per run, shared by assignments
     isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox)
     hide: list[str] = field(default_factory=list)  # more folders a worker must not see (the output folder)
+    cache: RunCache | None = None  # shared by the grades of one run (grader.runcache); else one per submission
 
     @property
     def interpret(self) -> bool:
@@ -58,9 +60,16 @@ Progress = Callable[[str], None]
 def grade_submission(sub: Submission, specs: list[Assignment], opts: Options, progress: Progress | None = None) -> RunResult:
     run = RunResult(str(sub.root), opts.seed, environment.describe(opts.device), commit=sub.commit())
     run.environment["isolation"] = sandbox.detect(opts.isolation).describe()
-    with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
-        for spec in specs:
-            run.assignments.append(grade_assignment(sub, spec, opts, Path(tmp) / spec.name, progress))
+    own_cache = opts.cache is None and not opts.interpret
+    if own_cache:
+        opts = replace(opts, cache=RunCache.temporary())
+    try:
+        with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
+            for spec in specs:
+                run.assignments.append(grade_assignment(sub, spec, opts, Path(tmp) / spec.name, progress))
+    finally:
+        if own_cache:
+            opts.cache.remove()
     if opts.roofline:
         run.environment["roofline"] = opts.roofline
     return run
@@ -97,10 +106,12 @@ class StudentWorker:
         except WorkerFailure as f:
             raise WorkerFailure("infra_error", f"the worker did not start: {f.message}", f.output) from None
         module, function = self.target
-        return self.process.request(
-            {"op": "load", "contenders": {"student": {"root": str(self.repo), "module": module, "function": function}}},
-            self.opts.import_timeout or self.spec.import_timeout_s,
-        )
+        # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
+        with gpu_phase(self.opts.gpu, exclusive=False, enabled=not self.opts.interpret):
+            return self.process.request(
+                {"op": "load", "contenders": {"student": {"root": str(self.repo), "module": module, "function": function}}},
+                self.opts.import_timeout or self.spec.import_timeout_s,
+            )
 
     def request(self, message: dict, timeout: float) -> dict:
         assert self.process is not None
@@ -159,8 +170,8 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
             result.tests.append(_bounds_check(spec, opts, (module, function), workdir, call_timeout))
         if spec.performance is not None:
             step(f"{spec.name}: performance")
-            with timing_lock(opts.gpu, enabled=not opts.interpret):  # the GPU alone while timing
-                result.tests.append(perf.measure(spec, result, opts, worker, workdir, call_timeout))
+            result.tests.append(perf.measure(spec, result, opts, worker, workdir, call_timeout,  # the GPU alone while timing
+                                             exclusive=lambda: timing_lock(opts.gpu, enabled=not opts.interpret)))
     finally:
         worker.close()
     score_assignment(spec, result)

@@ -19,15 +19,18 @@ import os
 import random
 import statistics
 import time
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, ContextManager
 
 import torch
 from safetensors.torch import load, save_file
 
+from grader.devicelock import device_id
 from grader.plan import derive_seed, make_inputs, write_inputs
 from grader.results import AssignmentResult, TestResult
-from grader.sandbox import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker
+from grader.sandbox import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.spec import DTYPES, Assignment
 
 SAMPLE_SIZE = 1 << 16
@@ -67,8 +70,11 @@ def ratio_estimate(student: list[list[float]], reference: list[list[float]], dra
     return statistics.median(ratios), medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
-def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: Path, timeout: float) -> TestResult:
-    """`student` is grade.StudentWorker with the student's module loaded."""
+def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: Path, timeout: float,
+            exclusive: Callable[[], ContextManager] = nullcontext) -> TestResult:
+    """`student` is grade.StudentWorker with the student's module loaded; `exclusive()` holds
+    the GPU alone (grader.devicelock), taken only once the input sets are written and the
+    reference is loaded: for the roofline, the timed loops and the checks of their outputs."""
     perf = spec.performance
     assert perf is not None
     name = f"performance {perf.case.name} [{perf.dtype}]"
@@ -84,22 +90,21 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
     if student.process is None:
         return test("error", "not timed: the worker could not be restarted")
 
-    folder = workdir / "perf"  # visible to the student's worker, read-only
-    folder.mkdir(parents=True, exist_ok=True)
-    hidden = workdir.parent / f"{spec.name}.perf"  # outside its view until shown
-    hidden.mkdir(parents=True, exist_ok=True)
-    files, layout = [], {}
-    for i in range(opts.perf_input_sets + 1):  # the last set is the fresh one, shown only after timing
-        path = (folder if i < opts.perf_input_sets else hidden) / f"set{i}.safetensors"
-        layout = write_inputs(make_inputs(spec, perf.case, perf.dtype, derive_seed(opts.seed, "perf", str(i))), path)
-        os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
-        files.append(path)
-    timed_files, fresh_file = [str(f) for f in files[:-1]], files[-1]
+    phases: dict[str, float] = {}  # seconds per phase, for the TA (what a job spends where)
+    clock = time.monotonic()
+
+    def phase(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        phases[name] = round(now - clock, 2)
+        clock = now
 
     # our own code (reference, torch) runs outside the student's job folder, so nothing the
     # student's worker writes (a planted module, a poisoned Triton cache) reaches it
     trusted_dir = workdir.parent / f"{spec.name}.trusted"
-    trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=opts.gpu, isolation="none")
+    # started first: it imports torch and Triton while the input sets are written
+    trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=opts.gpu, isolation="none",
+                            triton_cache=opts.cache.trusted_triton_cache if opts.cache is not None else None)
     contenders = {"torch": {"root": str(spec.folder), "module": "spec.py", "function": "baseline"}}
     has_reference = spec.reference_module().is_file()
     if has_reference:
@@ -110,38 +115,44 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
     t = Timings(**{k: {c: [] for c in order} for k in ("times", "outer_ms", "wall_ms")})
     evidence: list[str] = []
     try:
+        folder = workdir / "perf"  # visible to the student's worker, read-only
+        folder.mkdir(parents=True, exist_ok=True)
+        hidden = workdir.parent / f"{spec.name}.perf"  # outside its view until shown
+        hidden.mkdir(parents=True, exist_ok=True)
+        files, layout = [], {}
+        shareable = worker_cannot_write(student.process.isolation)  # else each job gets its own copy
+        for i in range(opts.perf_input_sets + 1):  # the last set is the fresh one, shown only after timing
+            path = (folder if i < opts.perf_input_sets else hidden) / f"set{i}.safetensors"
+            if opts.cache is not None:  # made once per run, for every student graded with this seed
+                layout = opts.cache.perf_inputs(spec, perf.case, perf.dtype, opts.seed, i, path, link=shareable)
+            else:
+                layout = write_inputs(make_inputs(spec, perf.case, perf.dtype, derive_seed(opts.seed, "perf", str(i))), path)
+            os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
+            files.append(path)
+        timed_files, fresh_file = [str(f) for f in files[:-1]], files[-1]
+        phase("inputs")
+        # inputs made and the trusted side loaded before the GPU is taken: another job's
+        # correctness calls may run meanwhile, but nothing runs beside the timed loops
         loaded = trusted.request({"op": "load", "contenders": contenders}, 120)
         if not loaded.get("ok"):
             return test("infra_error", f"the reference side failed to load: {loaded.get('message')}", traceback=loaded.get("traceback", ""))
-        if not opts.roofline:
-            opts.roofline.update({k: v for k, v in trusted.request({"op": "roofline"}, 300).items() if k != "ok"})
-        budget_end = time.monotonic() + opts.perf_budget_s
-        rounds = 0
-        while True:
-            for c in order:  # interleaved: student, reference, torch, student, ...
-                request = {"op": "time", "contender": c, "inputs": timed_files, "layout": layout, "reps": opts.perf_reps}
-                reply, outer = workers[c].request_timed(request, timeout * 4)
-                if not reply.get("ok"):
-                    return test("error", f"{c} raised while timed: {reply.get('message')}", traceback=reply.get("traceback", ""))
-                t.times[c].append(reply["times_ms"])
-                t.outer_ms[c].append(outer)
-                t.wall_ms[c].append(reply["wall_ms"])
-                t.first_call_ms.setdefault(c, reply["first_call_ms"])
-                t.launches[c] = t.launches.get(c, 0) + reply["launches"]
-                if c == "student":
-                    t.tampered.update(reply["tampered"])
-                if c == "torch":
-                    t.output_numel = reply["output_numel"]
-            rounds += 1
-            if rounds < MIN_ROUNDS or not has_reference:
-                if rounds >= MIN_ROUNDS:
-                    break
-                continue
-            mid, lo, hi = ratio_estimate(t.times["student"], t.times["reference"])
-            decided = not any(lo < x < hi for x in (perf.full_at, perf.zero_at))
-            if (decided and (hi - lo) / 2 <= TARGET_HALF_WIDTH * mid) or rounds >= MAX_ROUNDS or time.monotonic() > budget_end:
-                break
-        evidence += _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel)
+        phase("reference_load")
+        with exclusive():
+            phase("waiting_for_gpu")
+            if not opts.roofline:
+                def roofline() -> dict:
+                    return {k: v for k, v in trusted.request({"op": "roofline"}, 300).items() if k != "ok"}
+                opts.roofline.update(opts.cache.roofline(device_id(opts.gpu), roofline) if opts.cache is not None else roofline())
+                phase("roofline")
+            rounds, failed = _timed_rounds(opts, perf, workers, order, t, timed_files, layout, timeout, has_reference)
+            if failed:
+                c, reply = failed
+                return test("error", f"{c} raised while timed: {reply.get('message')}", traceback=reply.get("traceback", ""))
+            phase("timed_rounds")
+            # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
+            # of GB at the scoring sizes), which must be freed before another job times
+            evidence += _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel)
+            phase("output_checks")
     except WorkerFailure as f:
         return test(f.outcome, f"while timing: {f.message}", output=f.output)
     finally:
@@ -154,7 +165,41 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
     if t.launches["student"] < timed_calls:
         evidence.append(f"only {t.launches['student']} Triton kernel launches in {timed_calls} timed calls: "
                         "the timed work did not run in your kernel")
-    return _verdict(spec, opts, t, rounds, evidence, has_reference, test)
+    verdict = _verdict(spec, opts, t, rounds, evidence, has_reference, test)
+    verdict.details["phase_seconds"] = phases
+    return verdict
+
+
+def _timed_rounds(opts, perf, workers, order, t: Timings, timed_files, layout, timeout, has_reference) -> tuple[int, tuple | None]:
+    """Rounds of student, reference, torch, until the ratio's interval is tight and clear of
+    the scoring thresholds (or the budget is spent). Returns the rounds run, and the
+    contender and reply of a call that raised."""
+    budget_end = time.monotonic() + opts.perf_budget_s
+    rounds = 0
+    while True:
+        for c in order:  # interleaved: student, reference, torch, student, ...
+            request = {"op": "time", "contender": c, "inputs": timed_files, "layout": layout, "reps": opts.perf_reps}
+            reply, outer = workers[c].request_timed(request, timeout * 4)
+            if not reply.get("ok"):
+                return rounds, (c, reply)
+            t.times[c].append(reply["times_ms"])
+            t.outer_ms[c].append(outer)
+            t.wall_ms[c].append(reply["wall_ms"])
+            t.first_call_ms.setdefault(c, reply["first_call_ms"])
+            t.launches[c] = t.launches.get(c, 0) + reply["launches"]
+            if c == "student":
+                t.tampered.update(reply["tampered"])
+            if c == "torch":
+                t.output_numel = reply["output_numel"]
+        rounds += 1
+        if rounds < MIN_ROUNDS:
+            continue
+        if not has_reference:
+            return rounds, None
+        mid, lo, hi = ratio_estimate(t.times["student"], t.times["reference"])
+        decided = not any(lo < x < hi for x in (perf.full_at, perf.zero_at))
+        if (decided and (hi - lo) / 2 <= TARGET_HALF_WIDTH * mid) or rounds >= MAX_ROUNDS or time.monotonic() > budget_end:
+            return rounds, None
 
 
 def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int) -> list[str]:
@@ -165,7 +210,7 @@ def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_f
     keys = [f"set{i}" for i in range(len(timed_files))] + ["fresh"]
     for c, w in workers.items():
         if c == "student" or c in contenders:
-            with shown_to_worker(fresh_file, workdir) as shown:
+            with shown_to_worker(fresh_file, workdir, link=c != "student" or worker_cannot_write(w.isolation)) as shown:
                 reply = w.request({"op": "call", "contender": c, "inputs": str(shown), "layout": layout, "key": "fresh",
                                    "record_ops": c == "student"}, timeout * 2)
             if not reply.get("ok"):

@@ -30,6 +30,7 @@ import secrets
 import select
 import shutil
 import signal
+import stat
 import site
 import subprocess
 import sys
@@ -347,11 +348,17 @@ def _uids_in_use() -> set[int]:
 
 def _chown_tree(folder: Path, uid: int, gid: int) -> None:
     """Give the worker's uid its job folder. Never follows a link: a submission may hold a
-    symlink to /etc/shadow, and chown through it would hand that file over."""
+    symlink to /etc/shadow, and chown through it would hand that file over. Never hands over a
+    file with a second hard link either: it is shared beyond the job (the run's input sets,
+    grader.runcache), and its owner is who may write it."""
     os.chown(folder, uid, gid, follow_symlinks=False)
     for parent, dirs, files in os.walk(folder):
         for name in dirs + files:
-            os.chown(os.path.join(parent, name), uid, gid, follow_symlinks=False)
+            path = os.path.join(parent, name)
+            st = os.lstat(path)
+            if stat.S_ISREG(st.st_mode) and st.st_nlink > 1:
+                continue
+            os.chown(path, uid, gid, follow_symlinks=False)
 
 
 # -- the worker's view of the file system -------------------------------------------------------
@@ -391,7 +398,7 @@ class WorkerProcess:
 
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
                  isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
-                 job: Path | None = None, command: list[str] | None = None) -> None:
+                 job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation)
         self.lease: JobLease | None = None
         self.container: str | None = None
@@ -404,6 +411,8 @@ class WorkerProcess:
             w.mkdir(parents=True, exist_ok=True)
         job = Path(job or os.path.commonpath([cwd, scratch]))
         env = worker_env(scratch, interpret, gpu)
+        if triton_cache is not None:  # the trusted worker's, shared by a run (never a student's)
+            env["TRITON_CACHE_DIR"] = str(triton_cache)
         mode = self.isolation.mode
         if mode == "docker":
             self._start_docker(cwd, scratch, job, writable, env, gpu, limits, interpret, command)
@@ -669,18 +678,28 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
 
 
 @contextmanager
-def shown_to_worker(source: Path, workdir: Path):
+def shown_to_worker(source: Path, workdir: Path, link: bool = False):
     """Inputs are made outside the worker's view; each file is shown to it (a readable copy in
-    the job's inputs/ folder) only for the request that needs it, so no input can be read
-    ahead, at import, and answered from a precomputed cache."""
+    the job's inputs/ folder, or a hard link where the worker cannot write it: see
+    `worker_cannot_write`) only for the request that needs it, so no input can be read ahead,
+    at import, and answered from a precomputed cache."""
+    from grader.runcache import place
+
     shown = workdir / "inputs" / source.name
     shown.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
-    shutil.copyfile(source, shown)
+    place(source, shown, link)
     os.chmod(shown, 0o644)  # readable by the worker's uid, whatever the umask
     try:
         yield shown
     finally:
         shown.unlink(missing_ok=True)
+
+
+def worker_cannot_write(isolation: "Isolation") -> bool:
+    """Whether a grader-owned 0644 file in a job folder is safe from that job's worker: it runs
+    as another uid, or sees the job folder through a read-only mount. Then a file may be shared
+    with other jobs by a hard link instead of copied."""
+    return isolation.mode == "sandbox" and (isolation.user_switch or isolation.namespaces)
 
 
 def output_path(workdir: Path, name: str) -> Path:

@@ -16,7 +16,7 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from conftest import FIXTURES, assert_nothing_left, run_cli
-from grader import sandbox
+from grader import sandbox, spec as specs
 from grader.sandbox import CappedOutput, Isolation, Limits, WorkerFailure, WorkerProcess
 
 ISOLATION = sandbox.detect("sandbox")
@@ -255,6 +255,35 @@ def test_chown_of_the_job_never_follows_a_planted_symlink(tmp_path):
         pytest.skip("chown to another uid needs root")
     sandbox._chown_tree(job, 60999, 60999)
     assert precious.stat().st_uid == before.st_uid and os.lstat(job / "repo" / "link").st_uid == 60999
+
+
+def test_a_run_cache_file_linked_into_a_job_stays_the_graders(tmp_path):
+    """Input sets shared by the jobs of a run are hard-linked into each job folder; handing the
+    job folder to a worker's uid must not hand over the shared file (the next student's inputs)."""
+    from grader.runcache import RunCache
+
+    spec = specs.get("vector_add")
+    cache = RunCache(tmp_path / "cache")
+    job = tmp_path / "job"
+    (job / "perf").mkdir(parents=True)
+    cache.perf_inputs(spec, spec.cases[1], "float32", 3, 0, job / "perf" / "set0.safetensors", link=True)
+    shared = next(cache.folder.glob("inputs-*.safetensors"))
+    assert os.path.samefile(shared, job / "perf" / "set0.safetensors")  # linked, not copied
+    (job / "perf" / "own.txt").write_text("the job's own")
+    if os.geteuid() != 0:
+        pytest.skip("chown to another uid needs root")
+    sandbox._chown_tree(job, 60999, 60999)
+    assert shared.stat().st_uid == os.geteuid()
+    assert (job / "perf" / "own.txt").stat().st_uid == 60999 and (job / "perf").stat().st_uid == 60999
+
+
+def test_files_are_linked_into_a_job_only_where_its_worker_cannot_write_them():
+    iso = sandbox.Isolation
+    assert sandbox.worker_cannot_write(iso("sandbox", user_switch=True))
+    assert sandbox.worker_cannot_write(iso("sandbox", namespaces=True))  # the job folder is mounted read-only
+    assert not sandbox.worker_cannot_write(iso("sandbox"))  # same uid, no private view: copies
+    assert not sandbox.worker_cannot_write(iso("none"))
+    assert not sandbox.worker_cannot_write(iso("docker"))
 
 
 def test_reading_a_worker_file_refuses_a_symlink(tmp_path):
