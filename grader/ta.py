@@ -208,11 +208,14 @@ def grade(
                     bar.advance(task)
                 bar.update(task, counts=", ".join(f"{v} {k}" for k, v in counts.items() if v))
 
-        previous = signal.signal(signal.SIGTERM, _interrupt)  # a TERM stops as cleanly as Ctrl-C
+        # a TERM stops as cleanly as Ctrl-C; and Ctrl-C always does, even where the shell that
+        # started us in the background left SIGINT ignored (Python then installs no handler)
+        previous = {sig: signal.signal(sig, _interrupt) for sig in (signal.SIGTERM, signal.SIGINT)}
         try:
             entry = run_batch(lock, opts, plan, on_event)
         finally:
-            signal.signal(signal.SIGTERM, previous)
+            for sig, handler in previous.items():
+                signal.signal(sig, handler)
 
     _print_summary(out, lock, entry)
     if entry.get("interrupted"):

@@ -141,11 +141,13 @@ def test_regrading_one_student_touches_only_that_student(graded_class, tmp_path)
     assert bad.returncode == 2 and "no student 'zoe'" in bad.stderr
 
 
-def _start(args: list[str], cwd: Path) -> subprocess.Popen:
+def _start(args: list[str], cwd: Path, sigint_ignored: bool = False) -> subprocess.Popen:
+    """sigint_ignored: started as a shell script's background job is (SIGINT inherited ignored)."""
     env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(REPO_ROOT), TMPDIR=str(cwd / "tmp"))
     (cwd / "tmp").mkdir(exist_ok=True)
     return subprocess.Popen([sys.executable, "-m", "grader", *args], cwd=cwd, env=env, stdout=subprocess.PIPE,
-                            stderr=subprocess.STDOUT, text=True)
+                            stderr=subprocess.STDOUT, text=True,
+                            preexec_fn=(lambda: signal.signal(signal.SIGINT, signal.SIG_IGN)) if sigint_ignored else None)
 
 
 def _wait_for(condition, timeout: float = 120) -> None:
@@ -177,8 +179,9 @@ def test_killed_batch_resumes_to_completion_with_earlier_results_intact(tmp_path
             "--case", "n=1", "--dtype", "float32", "--seed", "3"]
     out = tmp_path / "out"
 
-    # 1. Ctrl-C after the first job is stored: a clean stop, the finished jobs kept, the dashboard written
-    proc = _start(args, tmp_path)
+    # 1. Ctrl-C after the first job is stored: a clean stop, the finished jobs kept, the dashboard
+    # written; even where the grader was started with SIGINT ignored, as from a script's `&`
+    proc = _start(args, tmp_path, sigint_ignored=True)
     _wait_for(lambda: len(records(out)) >= 1)
     proc.send_signal(signal.SIGINT)
     output = proc.communicate(timeout=60)[0]
