@@ -65,7 +65,7 @@ class Job:
     notes: list[str] = field(default_factory=list)
     attempt: str = ""
     tries: int = 0
-    cache: str | None = None  # the run's grader.runcache folder (this host); None: the job makes its own
+    cache: str | None = None  # the run's grader.runcache folder (this host); None: the job makes its own inputs
 
     @property
     def label(self) -> str:
@@ -167,15 +167,10 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     try:
         spec = specs.get(job.assignment)
         sub = open_submission(Path(job.repo))
-        own = not job.cache and job.device == "cuda"
-        cache = RunCache(Path(job.cache)) if job.cache else RunCache.temporary() if own else None
-        opts = Options(job.device, job.seed, job.cases, job.dtypes, job.timeout, gpu=job.gpu, cache=cache)
-        try:
-            with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
-                result = grade_assignment(sub, spec, opts, Path(tmp) / spec.name, lambda step: log(f"  {step}"))
-        finally:
-            if own:
-                cache.remove()
+        opts = Options(job.device, job.seed, job.cases, job.dtypes, job.timeout, gpu=job.gpu,
+                       cache=RunCache(Path(job.cache)) if job.cache else None)
+        with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
+            result = grade_assignment(sub, spec, opts, Path(tmp) / spec.name, lambda step: log(f"  {step}"))
         result.notes[:0] = job.notes
         env = environment.describe(job.device)
         if opts.roofline:

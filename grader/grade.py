@@ -47,7 +47,7 @@ class Options:
     roofline: dict = field(default_factory=dict)  # measured once per run, shared by assignments
     isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox)
     hide: list[str] = field(default_factory=list)  # more folders a worker must not see (the output folder)
-    cache: RunCache | None = None  # shared by the grades of one run (grader.runcache); else one per submission
+    cache: RunCache | None = None  # shared by the grades of a batch (grader.runcache); None: each makes its own inputs
 
     @property
     def interpret(self) -> bool:
@@ -60,16 +60,9 @@ Progress = Callable[[str], None]
 def grade_submission(sub: Submission, specs: list[Assignment], opts: Options, progress: Progress | None = None) -> RunResult:
     run = RunResult(str(sub.root), opts.seed, environment.describe(opts.device), commit=sub.commit())
     run.environment["isolation"] = sandbox.detect(opts.isolation).describe()
-    own_cache = opts.cache is None and not opts.interpret
-    if own_cache:
-        opts = replace(opts, cache=RunCache.temporary())
-    try:
-        with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
-            for spec in specs:
-                run.assignments.append(grade_assignment(sub, spec, opts, Path(tmp) / spec.name, progress))
-    finally:
-        if own_cache:
-            opts.cache.remove()
+    with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
+        for spec in specs:
+            run.assignments.append(grade_assignment(sub, spec, opts, Path(tmp) / spec.name, progress))
     if opts.roofline:
         run.environment["roofline"] = opts.roofline
     return run

@@ -28,8 +28,9 @@ import torch
 from safetensors.torch import load, save_file
 
 from grader.devicelock import device_id
-from grader.plan import derive_seed, make_inputs, write_inputs
+from grader.plan import derive_seed
 from grader.results import AssignmentResult, TestResult
+from grader.runcache import write_perf_set
 from grader.sandbox import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.spec import DTYPES, Assignment
 
@@ -126,7 +127,7 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
             if opts.cache is not None:  # made once per run, for every student graded with this seed
                 layout = opts.cache.perf_inputs(spec, perf.case, perf.dtype, opts.seed, i, path, link=shareable)
             else:
-                layout = write_inputs(make_inputs(spec, perf.case, perf.dtype, derive_seed(opts.seed, "perf", str(i))), path)
+                layout = write_perf_set(spec, perf.case, perf.dtype, opts.seed, i, path)
             os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
             files.append(path)
         timed_files, fresh_file = [str(f) for f in files[:-1]], files[-1]

@@ -11,7 +11,7 @@ outside the timed loops. Kept here:
   read-only view of the job folder; the sandbox never hands a linked file to a worker's uid),
   else copied: a worker that could write the shared file would change the next student's
   inputs. Links keep a class's disk use at one copy of the inputs, not one per job in flight;
-- the roofline of each GPU model, measured by the first timing phase on it;
+- the roofline of each GPU, measured by the first timing phase on it;
 - the trusted worker's Triton cache (reference kernels only: a student's worker always has
   its own, private cache).
 
@@ -32,18 +32,13 @@ from pathlib import Path
 from typing import Callable, Iterator
 
 from grader.plan import derive_seed, make_inputs, write_inputs
+from grader.sandbox import place
 from grader.spec import Assignment, Case
 
 
-def place(source: Path, dest: Path, link: bool) -> None:
-    """dest becomes source's content: a hard link if asked and possible, else a copy."""
-    if link:
-        try:
-            os.link(source, dest)
-            return
-        except OSError:  # another file system, or links not allowed: copy
-            pass
-    shutil.copyfile(source, dest)
+def write_perf_set(spec: Assignment, case: Case, dtype: str, seed: int, index: int, path: Path) -> dict:
+    """Input set `index` of a performance case, from the run's seed; returns its layout."""
+    return write_inputs(make_inputs(spec, case, dtype, derive_seed(seed, "perf", str(index))), path)
 
 
 class RunCache:
@@ -73,21 +68,22 @@ class RunCache:
                     link: bool = False) -> dict:
         """Input set `index` of the performance case at `dest` (a hard link with `link`, else a
         copy); returns its layout."""
-        set_seed = derive_seed(seed, "perf", str(index))
-        name = f"inputs-{spec.name}-{derive_seed(set_seed, case.name, json.dumps(case.params, sort_keys=True), dtype)}"
+        key = derive_seed(seed, "perf", str(index), case.name, json.dumps(case.params, sort_keys=True), dtype)
+        name = f"inputs-{spec.name}-{key}"
         with self._entry(name) as path:
             data, layout_file = path.with_suffix(".safetensors"), path.with_suffix(".layout.json")
             if not (data.is_file() and layout_file.is_file()):
                 tmp = data.with_name(f".{data.name}.tmp")
-                layout = write_inputs(make_inputs(spec, case, dtype, set_seed), tmp)
+                layout = write_perf_set(spec, case, dtype, seed, index, tmp)
                 os.replace(tmp, data)
                 layout_file.write_text(json.dumps(layout))
             place(data, dest, link)
             return json.loads(layout_file.read_text())
 
-    def roofline(self, gpu_model: str, measure: Callable[[], dict]) -> dict:
-        """The GPU's roofline, measured once per model for the run (under the caller's timing lock)."""
-        safe = "".join(c if c.isalnum() else "_" for c in gpu_model)
+    def roofline(self, gpu: str, measure: Callable[[], dict]) -> dict:
+        """GPU `gpu`'s roofline (devicelock.device_id), measured once for the run (under the
+        caller's timing lock)."""
+        safe = "".join(c if c.isalnum() else "_" for c in gpu)
         with self._entry(f"roofline-{safe}.json") as path:
             if path.is_file():
                 return json.loads(path.read_text())

@@ -677,14 +677,23 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
     return argv + [image, *command]
 
 
+def place(source: Path, dest: Path, link: bool) -> None:
+    """dest becomes source's content: a hard link if asked and possible, else a copy."""
+    if link:
+        try:
+            os.link(source, dest)
+            return
+        except OSError:  # another file system, or links not allowed: copy
+            pass
+    shutil.copyfile(source, dest)
+
+
 @contextmanager
 def shown_to_worker(source: Path, workdir: Path, link: bool = False):
     """Inputs are made outside the worker's view; each file is shown to it (a readable copy in
     the job's inputs/ folder, or a hard link where the worker cannot write it: see
     `worker_cannot_write`) only for the request that needs it, so no input can be read ahead,
     at import, and answered from a precomputed cache."""
-    from grader.runcache import place
-
     shown = workdir / "inputs" / source.name
     shown.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     place(source, shown, link)
