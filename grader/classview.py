@@ -16,7 +16,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.batch import assignment_from_dict, failed_path, read_json, read_records, student_dir
-from grader.results import BAD_OUTCOMES, write_json_atomic, write_text_atomic
+from grader.results import BAD_OUTCOMES, cents, write_json_atomic, write_text_atomic
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -64,13 +64,13 @@ class Row:
 
     @property
     def total(self) -> float | None:
-        scores = [c.score for c in self.cells.values() if c.score is not None]
-        return round(sum(scores), 4) if scores else None
+        scores = [cents(c.score) for c in self.cells.values() if c.score is not None]
+        return sum(scores) / 100 if scores else None
 
     @property
     def max_total(self) -> float | None:
-        maxes = [c.max_score for c in self.cells.values() if c.max_score is not None]
-        return round(sum(maxes), 4) if maxes else None
+        maxes = [cents(c.max_score) for c in self.cells.values() if c.max_score is not None]
+        return sum(maxes) / 100 if maxes else None
 
     @property
     def note(self) -> str:
@@ -152,7 +152,7 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
                 for t in result.tests:
                     if t.outcome == "flagged":
                         flags.append({"student": p.student, "assignment": a, "check": t.name, "message": t.message,
-                                      "link": cell.link})
+                                      "severity": t.severity or "conclusive", "link": cell.link})
                 environment = environment or record.get("environment") or {}
             else:
                 cell.note = record.get("error", "")

@@ -136,9 +136,10 @@ def print_summary(run: RunResult) -> None:
         for t in a.tests:
             if t.kind != "correctness":
                 points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != "skipped" else ""
-                console.print(f"  {t.kind} - {escape(t.name)}: [{STYLE[t.outcome]}]{t.outcome}[/]{points}: {escape(_short(t.message, 300))}")
+                outcome = f"{t.outcome} ({t.severity})" if t.outcome == "flagged" and t.severity else t.outcome
+                console.print(f"  {t.kind} - {escape(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: {escape(_short(t.message, 300))}")
         if a.skipped_points:
-            console.print(f"  [dim]{a.skipped_points:g} more points need a GPU.[/dim]")
+            console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded there).[/dim]")
         for note in a.notes:
             console.print(f"  [yellow]{escape(note)}[/yellow]")
     bad = [t for t in run.tests if t.outcome in BAD_OUTCOMES]
@@ -157,7 +158,8 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"[dim]{escape(_last_lines(t.output, 8))}[/dim]")
             if t.reproducer:
                 console.print(f"  reproduce: [cyan]{escape(t.reproducer)}[/cyan]")
-    console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]")
+    gpu_only = f" ({run.skipped_points:g} of them can only be earned on a GPU)" if run.skipped_points else ""
+    console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]{gpu_only}")
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -20,7 +20,7 @@ from grader.devicelock import gpu_phase, timing_lock
 from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call, judge_runs
 from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
-from grader.results import AssignmentResult, RunResult, TestResult
+from grader.results import AssignmentResult, RunResult, Severity, TestResult
 from grader.runcache import RunCache
 from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
 from grader.scoring import score_assignment
@@ -257,7 +257,7 @@ def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, wor
     else:
         verdict = judge_runs(spec, call.case, call.dtype, runs, opts.device)
     reply = _merged([r for _, r, _ in runs])
-    integrity.observe(call, reply, verdict.outcome == "passed")
+    integrity.observe(call, reply, verdict.outcome == "passed", trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     return _test(spec, call, opts, verdict.outcome, verdict.message, details=details)
 
@@ -306,38 +306,60 @@ def _test(spec, call: PlannedCall, opts: Options, outcome: str, message: str, **
                       case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer, **kw)
 
 
+def _trivial(saved: dict, inputs: dict) -> bool:
+    """A result that proves nothing about a kernel: empty, all zeros, or a copy of an input (a
+    dropout at p=1 or p=0, say). Returning it without a launch is a legitimate shortcut."""
+    import torch
+
+    outputs = [v for k, v in saved.items() if k == "output" or k.startswith("output.")]
+    given = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
+
+    def trivial(out: torch.Tensor) -> bool:
+        return (out.numel() == 0 or not bool(out.any())
+                or any(g.shape == out.shape and g.dtype == out.dtype and torch.equal(g.cpu(), out) for g in given))
+
+    return bool(outputs) and all(trivial(o) for o in outputs)
+
+
 class _Integrity:
     """Evidence that the student's own Triton kernel did the work: which aten ops the call
-    dispatched (a forbidden one means torch computed the answer) and how many kernels launched."""
+    dispatched (a forbidden one means torch computed the answer: conclusive) and how many kernels
+    launched (a right result with no launch is for a TA to review, and costs only those cases;
+    a trivial result, all zeros or a copy of an input, proves nothing either way)."""
 
     def __init__(self, spec: Assignment) -> None:
         self.spec = spec
         self.forbidden: dict[str, list[str]] = {}
-        self.no_kernel: list[str] = []
+        self.no_kernel: list[PlannedCall] = []
         self.kernels: Counter[str] = Counter()
         self.observed = 0
 
-    def observe(self, call: PlannedCall, reply: dict, passed: bool) -> None:
+    def observe(self, call: PlannedCall, reply: dict, passed: bool, trivial: bool = False) -> None:
         self.observed += 1
         self.kernels.update(reply["launches"])
         for op in sorted(set(reply["ops"]) & self.spec.forbidden_ops):
             self.forbidden.setdefault(op, []).append(call.id)
-        if passed and not reply["launches"]:
-            self.no_kernel.append(call.id)
+        if passed and not reply["launches"] and not trivial:
+            self.no_kernel.append(call)
 
     def test(self) -> TestResult:
         name = "uses its own Triton kernel"
         if not self.observed:
             return TestResult(self.spec.name, "integrity", name, "skipped", "no call completed, so nothing to inspect")
-        evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {_few(ids)}"
-                    for op, ids in self.forbidden.items()]
+        details = {"kernels_launched": dict(self.kernels)}
+        if self.forbidden:
+            evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {_few(ids)}"
+                        for op, ids in self.forbidden.items()]
+            return TestResult(self.spec.name, "integrity", name, "flagged", "; ".join(evidence),
+                              details=dict(details, evidence=evidence), severity=Severity.CONCLUSIVE.value)
         if self.no_kernel:
-            evidence.append(f"no Triton kernel was launched in {_few(self.no_kernel)}, yet the result was right")
-        details = {"kernels_launched": dict(self.kernels), "evidence": evidence}
-        if evidence:
-            return TestResult(self.spec.name, "integrity", name, "flagged", "; ".join(evidence), details=details)
+            evidence = [f"no Triton kernel was launched in {_few([c.id for c in self.no_kernel])}, yet the result was right"]
+            concerns = [f"{c.case.name} [{c.dtype}]" for c in self.no_kernel]
+            return TestResult(self.spec.name, "integrity", name, "flagged", evidence[0],
+                              details=dict(details, evidence=evidence, concerns=concerns), severity=Severity.REVIEW.value)
         kernels = ", ".join(self.kernels) or "none"
-        return TestResult(self.spec.name, "integrity", name, "passed", f"Triton kernels launched: {kernels}", details=details)
+        return TestResult(self.spec.name, "integrity", name, "passed", f"Triton kernels launched: {kernels}",
+                          details=dict(details, evidence=[]))
 
 
 def _few(ids: list[str]) -> str:

@@ -4,13 +4,19 @@ decide what the timing is worth.
 Rounds go student, reference, torch, student, ... on the same rotated input sets, each
 contender in its own worker (the reference never shares a process with student code).
 Rounds continue until the ratio's interval is tight and does not straddle a scoring
-threshold, or the time budget runs out. A timing earns points only if it is honest:
-- the timing functions were not patched (checked in the worker), and the calls took as
-  long by the grader's own clock, outside the worker, as the CUDA events say (work hidden
-  on another stream or thread, or forged event times, show up there);
-- a Triton kernel launched in every timed call, and no vendor op did the work at this size;
-- the outputs of the timed calls, and of a fresh input set afterwards, are right (caching
-  by pointer or shape, "correct for the first N calls", warm-up detection).
+threshold, or the time budget runs out. A call's time is the GPU time of its own work, read
+from the GPU's activity records on every stream (grader.activity), so work moved to a side
+stream or a thread is timed where it ran, and a slow Python wrapper costs no GPU time. A timing earns points only if it is honest,
+and each finding says how sure it is (grader.results.Severity):
+- conclusive: the timing functions were patched; a vendor op did the work at this size; the
+  outputs of the timed calls, or of a fresh input set afterwards, are wrong (caching by pointer
+  or shape, "correct for the first N calls", replay of an earlier result);
+- review: the function returned before its GPU work was done (an unjoined stream or a thread),
+  GPU work ran while none of its calls was running, fewer Triton launches than timed calls, or
+  a time faster than this GPU can go (bytes / measured copy bandwidth and FLOPs / measured GEMM
+  peak are floors on any honest time).
+Host overhead is not evidence of anything: each call's host (wall) time is reported beside its
+GPU time, and a spec may score on it (`Performance.score_on`).
 """
 
 from __future__ import annotations
@@ -27,9 +33,10 @@ from typing import Callable, ContextManager
 import torch
 from safetensors.torch import load, save_file
 
+from grader import activity
 from grader.devicelock import device_id
 from grader.plan import derive_seed
-from grader.results import AssignmentResult, TestResult
+from grader.results import AssignmentResult, Severity, TestResult
 from grader.runcache import write_perf_set
 from grader.sandbox import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.spec import DTYPES, Assignment
@@ -38,16 +45,29 @@ SAMPLE_SIZE = 1 << 16
 MIN_ROUNDS, MAX_ROUNDS = 5, 25
 TARGET_HALF_WIDTH = 0.015  # stop when the ratio's 95% interval is within +-1.5%
 MIN_SCORED_MS = 0.05  # below this a kernel is launch-bound: its time says little about the kernel
+# A time may beat the roofline's floor by this much before it is called impossible: the copy probe
+# is torch's own device-to-device copy, which a tuned kernel beat by 3% on an H200 (vector_add's
+# reference: 103%), and clocks vary a few percent between runs.
+ROOFLINE_MARGIN = 0.15
+
+
+@dataclass(frozen=True)
+class Finding:
+    severity: Severity
+    text: str
 
 
 @dataclass
 class Timings:
-    times: dict[str, list[list[float]]] = field(default_factory=dict)  # contender -> rounds -> per-call ms
-    outer_ms: dict[str, list[float]] = field(default_factory=dict)  # round trip seen by the grading process
-    wall_ms: dict[str, list[float]] = field(default_factory=dict)  # the worker's own wall clock
+    times: dict[str, list[list[float]]] = field(default_factory=dict)  # contender -> rounds -> per-call GPU ms (scored)
+    event_ms: dict[str, list[float]] = field(default_factory=dict)  # per-call CUDA event times, all rounds (a cross-check)
+    host_ms: dict[str, list[list[float]]] = field(default_factory=dict)  # rounds -> per settle call host wall ms
+    outer_ms: dict[str, list[float]] = field(default_factory=dict)  # the loop's round trip seen by the grading process
     first_call_ms: dict[str, float] = field(default_factory=dict)
     launches: dict[str, int] = field(default_factory=dict)
     tampered: set[str] = field(default_factory=set)
+    unfinished: list[str] = field(default_factory=list)  # the student's
+    strays: list[str] = field(default_factory=list)  # the student's
     output_numel: int | None = None  # as torch's result has it (trusted)
 
     def all(self, contender: str) -> list[float]:
@@ -55,6 +75,22 @@ class Timings:
 
     def median(self, contender: str) -> float:
         return statistics.median(self.all(contender))
+
+
+class UntrustedRecords(Exception):
+    """The GPU activity records do not fit the timed loop: the timing cannot be trusted (ours)."""
+
+
+def call_times(reply: dict) -> tuple[list[float], list[float], activity.Reading]:
+    """Per timed call: the GPU time it is scored on (its own GPU activities, on any stream, from
+    the records), the CUDA event times (a cross-check), and the whole reading of the records."""
+    if reply.get("activities") is None:
+        raise UntrustedRecords(f"the GPU activity records could not be collected ({reply.get('activity_error')}): "
+                               "work on other streams could go unseen")
+    reading = activity.read(reply["activities"], reply["marks"], reply["settle_marks"])
+    if reading.problems:
+        raise UntrustedRecords("the GPU activity records do not fit the timed loop: " + "; ".join(reading.problems[:3]))
+    return reading.busy_ms, reply["event_ms"], reading
 
 
 def round_ratios(student: list[list[float]], reference: list[list[float]]) -> list[float]:
@@ -69,6 +105,26 @@ def ratio_estimate(student: list[list[float]], reference: list[list[float]], dra
     rng = random.Random(seed)
     medians = sorted(statistics.median(rng.choices(ratios, k=len(ratios))) for _ in range(draws))
     return statistics.median(ratios), medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
+
+
+def needs_more_rounds(rounds: int, student: list[list[float]], reference: list[list[float]] | None, full_at: float,
+                      zero_at: float, out_of_time: bool) -> bool:
+    """Another round, unless: the minimum is run and the ratio's interval is tight and clear of
+    both scoring thresholds; or the maximum or the budget is spent; or there is no reference."""
+    if rounds < MIN_ROUNDS:
+        return True
+    if reference is None or rounds >= MAX_ROUNDS or out_of_time:
+        return False
+    mid, lo, hi = ratio_estimate(student, reference)
+    decided = not any(lo < x < hi for x in (full_at, zero_at))
+    return not (decided and (hi - lo) / 2 <= TARGET_HALF_WIDTH * mid)
+
+
+def floor_ms(nbytes: int, flops: int | None, copy_gbps: float, gemm_tflops: float | None) -> tuple[float, str]:
+    """The least time any honest kernel can take on this GPU, and which ceiling sets it."""
+    memory = nbytes / (copy_gbps * 1e9) * 1e3
+    compute = flops / (gemm_tflops * 1e12) * 1e3 if flops and gemm_tflops else 0.0
+    return (compute, "cuBLAS GEMM peak") if compute > memory else (memory, "copy bandwidth")
 
 
 def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: Path, timeout: float,
@@ -113,8 +169,8 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
         contenders["reference"] = {"root": str(ref.parent), "module": ref.name, "function": spec.function}
     workers = {"student": student.process, "torch": trusted, "reference": trusted}
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
-    t = Timings(**{k: {c: [] for c in order} for k in ("times", "outer_ms", "wall_ms")})
-    evidence: list[str] = []
+    t = Timings(**{k: {c: [] for c in order} for k in ("times", "event_ms", "host_ms", "outer_ms")})
+    findings: list[Finding] = []
     try:
         folder = workdir / "perf"  # visible to the student's worker, read-only
         folder.mkdir(parents=True, exist_ok=True)
@@ -145,30 +201,46 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
                     return {k: v for k, v in trusted.request({"op": "roofline"}, 300).items() if k != "ok"}
                 opts.roofline.update(opts.cache.roofline(device_id(opts.gpu), roofline) if opts.cache is not None else roofline())
                 phase("roofline")
-            rounds, failed = _timed_rounds(opts, perf, workers, order, t, timed_files, layout, timeout, has_reference)
+            try:
+                rounds, failed = _timed_rounds(opts, perf, workers, order, t, timed_files, layout, timeout, has_reference)
+            except UntrustedRecords as exc:
+                return test("infra_error", f"not scored: {exc}")
             if failed:
                 c, reply = failed
                 return test("error", f"{c} raised while timed: {reply.get('message')}", traceback=reply.get("traceback", ""))
             phase("timed_rounds")
             # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
             # of GB at the scoring sizes), which must be freed before another job times
-            evidence += _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel)
+            findings += _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel)
             phase("output_checks")
     except WorkerFailure as f:
         return test(f.outcome, f"while timing: {f.message}", output=f.output)
     finally:
         trusted.close()
 
-    evidence += _check_clock(t, opts.perf_reps, has_reference)
-    if t.tampered:
-        evidence.append(f"the timing functions were replaced during the run: {', '.join(sorted(t.tampered))}")
-    timed_calls = opts.perf_reps * rounds
-    if t.launches["student"] < timed_calls:
-        evidence.append(f"only {t.launches['student']} Triton kernel launches in {timed_calls} timed calls: "
-                        "the timed work did not run in your kernel")
-    verdict = _verdict(spec, opts, t, rounds, evidence, has_reference, test)
+    findings += _conduct(t, opts.perf_reps * rounds)
+    verdict = _verdict(spec, opts, t, rounds, findings, has_reference, test)
     verdict.details["phase_seconds"] = phases
     return verdict
+
+
+def _conduct(t: Timings, timed_calls: int) -> list[Finding]:
+    """What the timed loop itself shows about the student's calls."""
+    findings = []
+    if t.tampered:
+        findings.append(Finding(Severity.CONCLUSIVE, f"the timing functions were replaced during the run: {', '.join(sorted(t.tampered))}"))
+    if t.unfinished:
+        findings.append(Finding(Severity.REVIEW, "your function returned before its GPU work was done: "
+                                f"{t.unfinished[0]}{f' (and {len(t.unfinished) - 1} more calls)' if len(t.unfinished) > 1 else ''}; "
+                                "a caller would read an unfinished result (make the caller's stream wait for yours: "
+                                "torch.cuda.current_stream().wait_stream(s))"))
+    if t.strays:
+        findings.append(Finding(Severity.REVIEW, f"GPU work ran while none of your calls was running: {t.strays[0]}"
+                                + (f" (and {len(t.strays) - 1} more)" if len(t.strays) > 1 else "")))
+    if t.launches["student"] < timed_calls:
+        findings.append(Finding(Severity.REVIEW, f"only {t.launches['student']} Triton kernel launches in {timed_calls} timed calls: "
+                                "the timed work did not run in your kernel"))
+    return findings
 
 
 def _timed_rounds(opts, perf, workers, order, t: Timings, timed_files, layout, timeout, has_reference) -> tuple[int, tuple | None]:
@@ -176,6 +248,7 @@ def _timed_rounds(opts, perf, workers, order, t: Timings, timed_files, layout, t
     the scoring thresholds (or the budget is spent). Returns the rounds run, and the
     contender and reply of a call that raised."""
     budget_end = time.monotonic() + opts.perf_budget_s
+    scored = "host_ms" if perf.score_on == "wall" else "times"
     rounds = 0
     while True:
         for c in order:  # interleaved: student, reference, torch, student, ...
@@ -183,27 +256,27 @@ def _timed_rounds(opts, perf, workers, order, t: Timings, timed_files, layout, t
             reply, outer = workers[c].request_timed(request, timeout * 4)
             if not reply.get("ok"):
                 return rounds, (c, reply)
-            t.times[c].append(reply["times_ms"])
+            times, events, reading = call_times(reply)
+            t.times[c].append(times)
+            t.event_ms[c] += events
+            t.host_ms[c].append(reply["host_ms"])
             t.outer_ms[c].append(outer)
-            t.wall_ms[c].append(reply["wall_ms"])
             t.first_call_ms.setdefault(c, reply["first_call_ms"])
             t.launches[c] = t.launches.get(c, 0) + reply["launches"]
             if c == "student":
                 t.tampered.update(reply["tampered"])
+                t.unfinished += reading.unfinished
+                t.strays += reading.strays
             if c == "torch":
                 t.output_numel = reply["output_numel"]
         rounds += 1
-        if rounds < MIN_ROUNDS:
-            continue
-        if not has_reference:
-            return rounds, None
-        mid, lo, hi = ratio_estimate(t.times["student"], t.times["reference"])
-        decided = not any(lo < x < hi for x in (perf.full_at, perf.zero_at))
-        if (decided and (hi - lo) / 2 <= TARGET_HALF_WIDTH * mid) or rounds >= MAX_ROUNDS or time.monotonic() > budget_end:
+        reference = getattr(t, scored)["reference"] if has_reference else None
+        if not needs_more_rounds(rounds, getattr(t, scored)["student"], reference, perf.full_at, perf.zero_at,
+                                 time.monotonic() > budget_end):
             return rounds, None
 
 
-def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int) -> list[str]:
+def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int) -> list[Finding]:
     """Sample the outputs of the last timed call on each set, and of an untimed call on a
     fresh set, at indices drawn now; compare them with torch's. Also record the aten ops of
     that fresh call: a vendor op used only at large sizes shows here."""
@@ -215,11 +288,13 @@ def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_f
                 reply = w.request({"op": "call", "contender": c, "inputs": str(shown), "layout": layout, "key": "fresh",
                                    "record_ops": c == "student"}, timeout * 2)
             if not reply.get("ok"):
-                return [f"{c} failed on a fresh input set after timing: {reply.get('message')}"]
+                if c != "student":
+                    raise WorkerFailure("infra_error", f"the {c} failed on a fresh input set after timing: {reply.get('message')}", "")
+                return [Finding(Severity.REVIEW, f"your function failed on a fresh input set after timing: {reply.get('message')}")]
             if c == "student":
                 forbidden = sorted(set(reply["ops"]) & spec.forbidden_ops)
                 if forbidden:
-                    evidence.append(f"torch computed the result at the timing size: {', '.join(forbidden)} ran inside {spec.function}()")
+                    evidence.append(Finding(Severity.CONCLUSIVE, f"torch computed the result at the timing size: {', '.join(forbidden)} ran inside {spec.function}()"))
     idx_file = workdir / "perf" / "indices.safetensors"
     rng = torch.Generator().manual_seed(derive_seed(opts.seed, "sample", str(time.time_ns())))
     save_file({"idx": torch.randint(0, numel, (min(SAMPLE_SIZE, numel),), generator=rng)}, str(idx_file))
@@ -231,11 +306,15 @@ def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_f
         out = output_path(workdir, f"sample-{c}.safetensors")
         reply = workers[c].request({"op": "sample", "contender": c, "keys": keys, "indices": str(idx_file), "output": str(out)}, timeout)
         if not reply.get("ok"):
-            return evidence + [f"{c}: {reply.get('message')}"]
+            if c != "student":
+                raise WorkerFailure("infra_error", f"the {c}'s timed outputs could not be sampled: {reply.get('message')}", "")
+            return evidence + [Finding(Severity.CONCLUSIVE, f"the outputs of your timed calls could not be sampled: {reply.get('message')}")]
         try:
             samples[c] = load(read_worker_file(out))
         except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a sample
-            return evidence + [f"{c}: its sample file could not be read ({exc})"]
+            if c != "student":
+                raise WorkerFailure("infra_error", f"the {c}'s sample file could not be read ({exc})", "") from None
+            return evidence + [Finding(Severity.CONCLUSIVE, f"the sample of your timed outputs could not be read ({exc})")]
     base = samples["torch"]
     yardstick = samples.get("reference", base)
     tol = spec.tolerance
@@ -248,68 +327,68 @@ def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_f
         wrong = ~(dev <= allowed)
         if wrong.any():
             what = "a fresh input set after the timing" if key == "fresh" else f"input set {key[3:]} in the timed loop"
-            evidence.append(f"wrong results on {what}: {int(wrong.sum())} of {wrong.numel()} sampled elements "
-                            "(outputs cached or replayed, or right only for the first calls?)")
+            evidence.append(Finding(Severity.CONCLUSIVE, f"wrong results on {what}: {int(wrong.sum())} of {wrong.numel()} sampled "
+                                    "elements (outputs cached or replayed, or right only for the first calls)"))
     return evidence
 
 
-def _check_clock(t: Timings, reps: int, has_reference: bool) -> list[str]:
-    """The grader's own clock against the CUDA events. Per call, the timed loop's length seen
-    from outside the worker minus the event time is overhead (flush, launch); it must be
-    about what the same measurement costs the reference. Work hidden from the events (a side
-    stream, a thread) or forged event times make it far larger."""
-    base = "reference" if has_reference else "torch"
-    hidden = {}
-    for c in ("student", base):
-        per_call_outer = statistics.median(t.outer_ms[c]) / reps
-        hidden[c] = per_call_outer - t.median(c)
-    excess = hidden["student"] - hidden[base]
-    if excess > max(0.1, 0.25 * t.median(base)):
-        return [f"each timed call took {hidden['student'] + t.median('student'):.3f} ms by the grader's clock but "
-                f"{t.median('student'):.3f} ms by the CUDA events ({excess:.3f} ms more unexplained time than the "
-                f"{base} shows): work outside the timed stream, or forged event times"]
-    return []
-
-
-def _verdict(spec, opts, t: Timings, rounds: int, evidence: list[str], has_reference: bool, test) -> TestResult:
+def _verdict(spec, opts, t: Timings, rounds: int, findings: list[Finding], has_reference: bool, test) -> TestResult:
     perf = spec.performance
     dt = DTYPES[perf.dtype]
     nbytes = perf.bytes_moved(perf.case.params, dt)
     flops = perf.flops(perf.case.params, dt) if perf.flops else None
+    peak = opts.roofline.get("gemm_tflops", {}).get(perf.dtype)
+    floor, bound = floor_ms(nbytes, flops, opts.roofline["copy_gbps"], peak)
     figures = {}
-    for c, rounds_ in t.times.items():
+    for c in t.times:
         ts = t.all(c)
         median = statistics.median(ts)
         q = statistics.quantiles(ts, n=4)
+        host = [h for r in t.host_ms[c] for h in r]
         f = {"median_ms": round(median, 5), "q1_ms": round(q[0], 5), "q3_ms": round(q[2], 5),
-             "gbps": round(nbytes / (median * 1e-3) / 1e9, 1),
-             "roofline_pct": round(100 * nbytes / (median * 1e-3) / 1e9 / opts.roofline["copy_gbps"], 1),
+             "event_median_ms": round(statistics.median(t.event_ms[c]), 5),
+             "host_median_ms": round(statistics.median(host), 5) if host else None,
+             "gbps": round(nbytes / (median * 1e-3) / 1e9, 1) if median > 0 else None,  # 0: no GPU work at all
+             "roofline_pct": round(100 * floor / median, 1) if median > 0 else None,
              "first_call_ms": round(t.first_call_ms[c], 2)}
         if flops:
-            f["tflops"] = round(flops / (median * 1e-3) / 1e12, 1)
-            peak = opts.roofline.get("gemm_tflops", {}).get(perf.dtype)
-            if peak:
-                f["roofline_pct"] = round(100 * f["tflops"] / peak, 1)
+            f["tflops"] = round(flops / (median * 1e-3) / 1e12, 1) if median > 0 else None
         figures[c] = f
-    details = {"figures": figures, "bytes": nbytes, "copy_gbps": opts.roofline["copy_gbps"], "gpu": opts.roofline["gpu"],
-               "rounds": rounds, "samples": len(t.all("student")), "evidence": evidence,
-               "roofline_kind": "cuBLAS GEMM peak" if flops else "copy bandwidth"}
-    if flops:
-        details.update(flops=flops, gemm_tflops=opts.roofline.get("gemm_tflops", {}).get(perf.dtype))
     student = figures["student"]
+    if student["median_ms"] < floor / (1 + ROOFLINE_MARGIN):
+        ceiling = (f"{flops:.3g} FLOPs at the measured {bound} ({peak} TFLOP/s)" if bound == "cuBLAS GEMM peak"
+                   else f"{nbytes:.3g} bytes at the measured {bound} ({opts.roofline['copy_gbps']:.0f} GB/s)")
+        findings.append(Finding(Severity.REVIEW, f"faster than this GPU can go: {student['median_ms']:.4f} ms per call, where "
+                                f"{ceiling} take at least {floor:.4f} ms (a {ROOFLINE_MARGIN:.0%} margin allowed): "
+                                "the timing missed work"))
+    details = {"figures": figures, "bytes": nbytes, "copy_gbps": opts.roofline["copy_gbps"], "gpu": opts.roofline["gpu"],
+               "rounds": rounds, "samples": len(t.all("student")), "score_on": perf.score_on,
+               "floor_ms": round(floor, 5), "roofline_kind": bound,
+               "evidence": [f.text for f in findings], "findings": [{"severity": f.severity.value, "text": f.text} for f in findings]}
+    if flops:
+        details.update(flops=flops, gemm_tflops=peak)
     vs_torch = student["median_ms"] / figures["torch"]["median_ms"]
     details["ratio_to_torch"] = round(vs_torch, 3)
-    rate = f"{student['tflops']:.0f} TFLOP/s" if flops else f"{student['gbps']:.0f} GB/s"
-    summary = f"{rate} ({student['roofline_pct']:.0f}% of the measured {details['roofline_kind']}); {vs_torch:.2f}x torch's time"
-    if evidence:
-        return test("flagged", "no speed credit: " + "; ".join(evidence), details=details)
+    host = f"; {student['host_median_ms']:.3f} ms per call by the host's clock" if student["host_median_ms"] is not None else ""
+    if student["median_ms"] > 0:
+        compute_bound = bound == "cuBLAS GEMM peak"
+        rate = f"{student['tflops']:.0f} TFLOP/s" if compute_bound else f"{student['gbps']:.0f} GB/s"
+        rate += f" ({student['roofline_pct']:.0f}% of what the measured {bound} allows)"
+    else:
+        rate = "no GPU work recorded"
+    summary = f"{student['median_ms']:.4f} ms per call on the GPU{host}; {rate}; {vs_torch:.2f}x torch's time"
+    if findings:
+        worst = Severity.CONCLUSIVE if any(f.severity == Severity.CONCLUSIVE for f in findings) else Severity.REVIEW
+        return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details, severity=worst.value)
     if not has_reference:
         return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
     if figures["reference"]["median_ms"] < MIN_SCORED_MS:
         return test("infra_error", f"the scoring size is launch-bound ({figures['reference']['median_ms']:.3f} ms): not scored", details=details)
-    ratio, lo, hi = ratio_estimate(t.times["student"], t.times["reference"])
+    scored = t.host_ms if perf.score_on == "wall" else t.times
+    ratio, lo, hi = ratio_estimate(scored["student"], scored["reference"])
     fraction = perf.score_fraction(ratio)
     details.update(ratio_to_reference=round(ratio, 4), ratio_interval=[round(lo, 4), round(hi, 4)], score_fraction=round(fraction, 3))
-    message = (f"{ratio:.3f}x the reference kernel's time (95% interval {lo:.3f}-{hi:.3f}, {rounds} rounds): "
+    clock = "time per call by the host's clock" if perf.score_on == "wall" else "GPU time"
+    message = (f"{ratio:.3f}x the reference kernel's {clock} (95% interval {lo:.3f}-{hi:.3f}, {rounds} rounds): "
                f"{fraction:.0%} of the points (full at <= {perf.full_at}x, none at >= {perf.zero_at}x); {summary}")
     return test("passed" if fraction > 0 else "failed", message, details=details)

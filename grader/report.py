@@ -19,11 +19,13 @@ def perf_chart(details: dict) -> str:
     figures = details.get("figures", {})
     if not figures:
         return ""
-    if details.get("flops"):
+    if details.get("flops") and details.get("roofline_kind", "cuBLAS GEMM peak") == "cuBLAS GEMM peak":
         key, unit, work, per, roof, roof_name = "tflops", "TFLOP/s", details["flops"], 1e12, details.get("gemm_tflops"), "cuBLAS GEMM peak"
     else:
         key, unit, work, per, roof, roof_name = "gbps", "GB/s", details.get("bytes", 0), 1e9, details.get("copy_gbps"), "copy bandwidth"
     width, bar_h, gap, left = 420, 22, 8, 90
+    if any(not f.get(key) or not f.get("q1_ms") for f in figures.values()):
+        return ""  # a call with no GPU work recorded: nothing to draw (the message says why)
     top = max(max(f[key] for f in figures.values()), roof or 0) or 1.0
     scale = (width - left - 70) / top
     rows = []

@@ -11,10 +11,24 @@ import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field
+from enum import Enum
 from pathlib import Path
 
 OUTCOMES = ("passed", "failed", "error", "timeout", "crashed", "skipped", "flagged", "infra_error")
 BAD_OUTCOMES = {"failed", "error", "timeout", "crashed", "flagged"}
+
+
+class Severity(str, Enum):
+    """What a `flagged` finding costs (grader.scoring). An integrity finding is an accusation:
+    conclusive only where the evidence leaves no honest reading."""
+
+    CONCLUSIVE = "conclusive"  # the vendor op computed the result, timers patched, outputs forged or replayed
+    REVIEW = "review"  # evidence for a TA to look at: costs only the points of what it concerns
+
+
+def cents(points: float) -> int:
+    """Points in hundredths: scores are added up as integers, so totals are exact."""
+    return round(points * 100)
 
 
 @dataclass
@@ -34,6 +48,7 @@ class TestResult:
     traceback: str = ""
     output: str = ""  # the worker's captured stdout/stderr, head and tail
     reproducer: str = ""
+    severity: str = ""  # for a flagged outcome: a Severity value (none given: conclusive)
 
     def __post_init__(self) -> None:
         assert self.outcome in OUTCOMES, self.outcome
@@ -50,15 +65,16 @@ class AssignmentResult:
 
     @property
     def score(self) -> float:
-        return round(sum(t.score for t in self.tests), 4)
+        return sum(cents(t.score) for t in self.tests) / 100
 
     @property
     def max_score(self) -> float:
-        return round(sum(t.max_score for t in self.tests), 4)
+        return sum(cents(t.max_score) for t in self.tests) / 100
 
     @property
     def skipped_points(self) -> float:
-        return round(sum(t.details.get("points_if_run", 0.0) for t in self.tests if t.outcome == "skipped"), 4)
+        """Points of this assignment that could not be earned here (a GPU is needed)."""
+        return sum(cents(t.max_score) for t in self.tests if t.outcome == "skipped") / 100
 
     def count(self, outcome: str) -> int:
         return sum(t.outcome == outcome for t in self.tests)
@@ -74,11 +90,15 @@ class RunResult:
 
     @property
     def score(self) -> float:
-        return round(sum(a.score for a in self.assignments), 4)
+        return sum(cents(a.score) for a in self.assignments) / 100
 
     @property
     def max_score(self) -> float:
-        return round(sum(a.max_score for a in self.assignments), 4)
+        return sum(cents(a.max_score) for a in self.assignments) / 100
+
+    @property
+    def skipped_points(self) -> float:
+        return sum(cents(a.skipped_points) for a in self.assignments) / 100
 
     @property
     def tests(self) -> list[TestResult]:
@@ -98,7 +118,7 @@ class RunResult:
                 "output": _test_output(t),
                 "outcome": t.outcome,
                 "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []),
-                "extra_data": {k: v for k, v in asdict(t).items() if k in ("case", "dtype", "shape", "details", "reproducer")},
+                "extra_data": {k: v for k, v in asdict(t).items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
             }
             if t.outcome != "skipped":
                 entry["status"] = "passed" if t.outcome == "passed" else "failed"
@@ -123,7 +143,7 @@ class RunResult:
 
 
 def _test_output(t: TestResult) -> str:
-    parts = [f"[{t.outcome}] {t.message}"]
+    parts = [f"[{t.outcome}{': ' + t.severity if t.outcome == 'flagged' and t.severity else ''}] {t.message}"]
     if t.reproducer and t.outcome != "passed":
         parts.append(f"Reproduce: {t.reproducer}")
     if t.traceback:

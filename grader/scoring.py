@@ -1,35 +1,63 @@
 """Scoring: turn outcomes into points, after every test of an assignment is known.
 
-Correctness points are split evenly over the planned correctness tests; a test that could
-not run here (skipped) carries no points here and says what it would have been worth.
-Performance points follow the spec's curve, and only with every correctness test passed.
-An integrity flag takes every point of that assignment: a score must be earned.
+Points are kept in hundredths (integers), so that the shares of an assignment add up to exactly
+the number its spec gives: correctness points are split over the planned correctness tests by
+largest remainder (16 points over 3 tests: 5.34, 5.33, 5.33), never 5.333 each and 15.999 in
+all. A test that could not run here (skipped) keeps its share as its maximum and earns nothing
+here: an assignment is always out of its spec's total, and the report says which points need
+a GPU. Performance points follow the spec's curve, and only with every correctness test passed.
+
+Integrity findings cost what they taint (grader.results.Severity):
+- conclusive (the vendor op computed the result, the timers were patched, outputs forged or
+  replayed): every point of the assignment, until a TA reviews it;
+- review (evidence a TA must look at, not proof): the points of the tests it concerns only.
 """
 
 from __future__ import annotations
 
-from grader.results import AssignmentResult
+from grader.results import AssignmentResult, Severity, TestResult, cents
 from grader.spec import Assignment
+
+
+def split_cents(points: float, parts: int) -> list[int]:
+    """`points` in hundredths, split over `parts` shares that differ by at most one hundredth and
+    add up to exactly round(points * 100); the larger shares come first."""
+    if parts <= 0:
+        return []
+    base, extra = divmod(cents(points), parts)
+    return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
 def score_assignment(spec: Assignment, result: AssignmentResult) -> None:
     correctness = [t for t in result.tests if t.kind == "correctness"]
-    each = spec.correctness_points / len(correctness) if correctness else 0.0
-    for t in correctness:
-        _assign(t, each, 1.0 if t.outcome == "passed" else 0.0)
+    for t, share in zip(correctness, split_cents(spec.correctness_points, len(correctness))):
+        _assign(t, share, 1.0 if t.outcome == "passed" else 0.0)
     for t in result.tests:
         if t.kind == "performance":
-            _assign(t, spec.performance_points, t.details.get("score_fraction", 0.0) if t.outcome == "passed" else 0.0)
-    if any(t.outcome == "flagged" for t in result.tests):
+            _assign(t, cents(spec.performance_points), t.details.get("score_fraction", 0.0) if t.outcome == "passed" else 0.0)
+    flagged = [t for t in result.tests if t.outcome == "flagged"]
+    conclusive = [t for t in flagged if t.severity != Severity.REVIEW]
+    if conclusive:
         for t in result.tests:
             t.score = 0.0
-        result.notes.append("An integrity check was flagged: no points for this assignment until a TA reviews it.")
+        result.notes.append("A conclusive integrity finding (" + "; ".join(t.name for t in conclusive)
+                            + "): no points for this assignment until a TA reviews it.")
+        return
+    for finding in flagged:
+        concerned = set(finding.details.get("concerns", ()))
+        lost = 0
+        for t in result.tests:
+            if t is finding or t.name in concerned:
+                lost += cents(t.max_score)
+                t.score = 0.0
+        result.notes.append(f"For a TA to review: {finding.name} ({finding.message}). "
+                            f"The {lost / 100:g} points it concerns are withheld until then; the rest of the assignment counts.")
 
 
-def _assign(test, points: float, fraction: float) -> None:
+def _assign(test: TestResult, share: int, fraction: float) -> None:
+    test.max_score = share / 100
     if test.outcome == "skipped":
-        test.max_score, test.score = 0.0, 0.0
-        test.details["points_if_run"] = round(points, 4)
+        test.score = 0.0
+        test.details["points_if_run"] = share / 100
     else:
-        test.max_score = round(points, 4)
-        test.score = round(points * fraction, 4)
+        test.score = round(share * fraction) / 100

@@ -61,8 +61,13 @@ class Performance:
     """How speed is scored: the student's median time over the reference kernel's median
     time on one large case. Full points at or under `full_at`, none at or over `zero_at`,
     linear in log(ratio) between (so 2x slower costs the same wherever it happens).
-    `flops` is given for compute-bound kernels: TFLOP/s are reported, and the roofline is
-    then a large cuBLAS GEMM measured on the grading GPU instead of the copy bandwidth."""
+
+    `bytes_moved` and `flops` are the least memory traffic and arithmetic any correct kernel
+    must do at the scoring size: with the grading GPU's measured copy bandwidth and GEMM peak
+    they set the floor no honest time can beat (grader.perf), and the % of roofline reported.
+    `score_on` chooses the clock: "gpu" (the kernel's GPU time) or "wall" (each call's time by
+    the host's clock, the wrapper's Python and launches included, for an assignment where host
+    overhead is part of the task)."""
 
     case: Case
     dtype: str
@@ -70,6 +75,11 @@ class Performance:
     full_at: float = 1.10
     zero_at: float = 3.0
     flops: Callable[[dict, torch.dtype], int] | None = None
+    score_on: str = "gpu"
+
+    def __post_init__(self) -> None:
+        if self.score_on not in ("gpu", "wall"):
+            raise ValueError(f"Performance.score_on must be 'gpu' or 'wall', not {self.score_on!r}")
 
     def score_fraction(self, ratio: float) -> float:
         import math

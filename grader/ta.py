@@ -238,10 +238,12 @@ def _job_line(job, record: dict) -> str:
         return f"[bold blue]infra_error[/bold blue] {escape(job.label)}: {escape(record['error'])}"
     from collections import Counter
 
+    from grader.results import cents
+
     result = record["result"]
     outcomes = Counter(t["outcome"] for t in result["tests"])
-    score = sum(t["score"] for t in result["tests"])
-    top = sum(t["max_score"] for t in result["tests"])
+    score = sum(cents(t["score"]) for t in result["tests"]) / 100
+    top = sum(cents(t["max_score"]) for t in result["tests"]) / 100
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != "skipped")
     return f"{escape(job.label)}: {score:g} / {top:g} ({words}) in {record['seconds']:.0f} s"
 

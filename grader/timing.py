@@ -1,19 +1,25 @@
 """GPU timing, run inside a worker: one method for student, reference and vendor alike.
 
-Each timed call: a device-wide synchronize (work a call left on any stream ends there, inside
-the loop's wall time), flush L2 by zeroing a buffer twice its size, a short GPU sleep, then
-CUDA events around the call alone. The flush and the sleep keep the GPU busy while the host
-runs the call's Python and launches its kernels, so the events time the GPU's work and not
-the host's launch latency (without that shadow an idle GPU records the start event at once,
-and every call is charged some 40-120 us of Python: a quarter of a 0.3 ms kernel). Compile and
-autotune happen in the first call and the warm-up calls, outside the timing (the first call's
-time is reported: TAs want it). A wall clock around the whole loop, closed by a device-wide
-synchronize, is returned too: work hidden on another stream or thread shows up there but not
-in the events.
+Each timed call: a device-wide synchronize, L2 flushed by zeroing a buffer twice its size, a
+second synchronize, a short GPU sleep, then CUDA events around the call. The sleep keeps the GPU
+busy while the host runs the call's Python and launches its kernels, so the events time the
+GPU's work and not the host's launch latency. Compile and autotune happen in the first call and
+the warm-up calls, outside the timing (the first call's time is reported: TAs want it).
+
+The events see only the stream they are recorded on. So the whole loop also runs under the
+profiler's GPU activity records (CUPTI), which list every kernel, copy and set of the process
+with its start and end on the GPU, whatever stream or host thread launched it. The records come
+back with the host's marks of each call (`marks`), and the grading process works out from them
+how long each call kept the GPU busy (grader.activity): work hidden on another stream or thread
+is counted where it ran, and the time between launches (the host's) is not. After the timed loop a few untimed "settle" calls run without the
+sleep, each followed at once by a marker kernel on the caller's stream: work of the call still
+running after that marker means the function returned before its result was computed. Those
+calls also give each call's host (wall) time: the latency a caller sees, Python and launch
+included.
 
 Everything this module calls is bound when it is imported, before any student module is,
-so a student who monkeypatches torch.cuda.Event or synchronize does not change what we
-measure; `tampered()` reports such patches as evidence.
+so a student who monkeypatches torch.cuda.Event, synchronize or the profiler does not change
+what we measure; `tampered()` reports such patches as evidence.
 """
 
 from __future__ import annotations
@@ -23,6 +29,7 @@ import time
 from typing import Callable, Sequence
 
 import torch
+import torch.profiler
 
 _Event = torch.cuda.Event
 _record = torch.cuda.Event.record
@@ -30,14 +37,15 @@ _elapsed = torch.cuda.Event.elapsed_time
 _synchronize = torch.cuda.synchronize
 _sleep = torch.cuda._sleep
 _clock = time.perf_counter
+_now_ns = time.time_ns  # the profiler's records are in this clock (ns since the epoch)
+_Profile = torch.profiler.profile
+_CUDA_ACTIVITY = torch.profiler.ProfilerActivity.CUDA
 
-# GPU cycles of sleep before each timed call: about 1 ms at Hopper's clocks, which with the
-# flush covers a call's host overhead (a plain Triton launch takes tens of us; an autotuned one
-# that builds three TMA descriptors, over 100 us: a 50 us sleep still charged that to the kernel).
-# 200 us sufficed for one grade alone; batch grading runs other jobs' workers on the same CPUs,
-# where a wrapper's Python can take longer, so the margin is five times that. It costs 1 ms of
-# GPU time per timed call, outside the events.
+# GPU cycles of sleep before each timed call: about 1 ms at Hopper's clocks, which covers a call's
+# host overhead (a plain Triton launch takes tens of us; an autotuned one that builds three TMA
+# descriptors, over 100 us). It costs 1 ms of GPU time per timed call, outside the events.
 LAUNCH_SHADOW_CYCLES = 2_000_000
+SETTLE_CALLS = 3  # untimed calls after the loop: host wall time, and did the call return finished?
 
 _WATCHED = {
     "torch.cuda.Event": (lambda: torch.cuda.Event, _Event),
@@ -45,10 +53,10 @@ _WATCHED = {
     "torch.cuda.Event.elapsed_time": (lambda: torch.cuda.Event.elapsed_time, _elapsed),
     "torch.cuda.synchronize": (lambda: torch.cuda.synchronize, _synchronize),
     "torch.cuda._sleep": (lambda: torch.cuda._sleep, _sleep),
+    "torch.profiler.profile": (lambda: torch.profiler.profile, _Profile),
     "time.perf_counter": (lambda: time.perf_counter, _clock),
+    "time.time_ns": (lambda: time.time_ns, _now_ns),
 }
-
-_FLUSH: torch.Tensor | None = None
 
 
 def tampered() -> list[str]:
@@ -57,15 +65,24 @@ def tampered() -> list[str]:
 
 
 def _flush_buffer() -> torch.Tensor:
-    global _FLUSH
-    if _FLUSH is None:
-        l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
-        _FLUSH = torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device="cuda")
-    return _FLUSH
+    l2 = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+    return torch.empty(max(2 * l2, 64 << 20) // 4, dtype=torch.int32, device="cuda")
 
 
 def device_name() -> str:
     return torch.cuda.get_device_name(0)
+
+
+def _device_records(prof) -> list[list]:
+    """[name, stream, start_ns, end_ns] of every GPU activity (kernel, copy, set) the profiler saw."""
+    records = []
+    for e in prof.profiler.kineto_results.events():
+        if e.device_type() != torch.autograd.DeviceType.CUDA:
+            continue
+        start = int(e.start_ns())
+        records.append([e.name(), int(e.device_resource_id()), start, start + int(e.duration_ns())])
+    records.sort(key=lambda r: r[2])
+    return records
 
 
 def time_function(
@@ -74,11 +91,15 @@ def time_function(
     reps: int,
     warmup: int = 3,
     on_timed_start: Callable[[], None] | None = None,
+    on_timed_end: Callable[[], None] | None = None,
 ) -> dict:
-    """Per-call times (ms) of fn over `reps` calls, rotating through arg_sets.
+    """Per-call times of fn over `reps` calls, rotating through arg_sets.
 
-    Returns times_ms, wall_ms (the loop by the host clock, flushes and sleeps included), first_call_ms,
-    and `outputs`: the result of the last timed call on each input set, for validation.
+    Returns `event_ms` (per timed call, by the CUDA events), `marks` (per timed call: the host's
+    ns before the flush, after it, and after the call returned), `settle_marks` and `host_ms` (per
+    settle call), `activities` (the GPU records, or None with `activity_error`), `loop_ms` (the
+    loop by the host clock), `first_call_ms`, and `outputs`: the result of the last timed call on
+    each input set, for validation.
     """
     flush = _flush_buffer()
     _synchronize()
@@ -93,21 +114,55 @@ def time_function(
     starts = [_Event(enable_timing=True) for _ in range(reps)]
     ends = [_Event(enable_timing=True) for _ in range(reps)]
     outputs: list = [None] * len(arg_sets)
-    if on_timed_start:
-        on_timed_start()
-    wall0 = _clock()
-    for i in range(reps):
+    marks, settle_marks, host_ms = [], [], []
+    activities, activity_error = None, None
+    try:
+        prof = _Profile(activities=[_CUDA_ACTIVITY])
+        prof.__enter__()
+    except Exception as exc:  # noqa: BLE001 - no CUPTI here: the grading process decides what that costs
+        prof, activity_error = None, f"{type(exc).__name__}: {exc}"
+    try:
+        if on_timed_start:
+            on_timed_start()
+        loop0 = _clock()
+        for i in range(reps):
+            _synchronize()
+            before = _now_ns()
+            flush.zero_()
+            _synchronize()
+            after = _now_ns()
+            _sleep(LAUNCH_SHADOW_CYCLES)
+            _record(starts[i])
+            out = fn(*arg_sets[i % len(arg_sets)])
+            _record(ends[i])
+            marks.append([before, after, _now_ns()])
+            outputs[i % len(arg_sets)] = out
         _synchronize()
-        flush.zero_()
-        _sleep(LAUNCH_SHADOW_CYCLES)
-        _record(starts[i])
-        out = fn(*arg_sets[i % len(arg_sets)])
-        _record(ends[i])
-        outputs[i % len(arg_sets)] = out
-    _synchronize()
-    wall_ms = (_clock() - wall0) * 1e3
-    times = [_elapsed(s, e) for s, e in zip(starts, ends)]
-    return {"times_ms": times, "median_ms": statistics.median(times), "wall_ms": wall_ms,
+        loop_ms = (_clock() - loop0) * 1e3
+        if on_timed_end:
+            on_timed_end()
+        for i in range(SETTLE_CALLS):
+            _synchronize()
+            before = _now_ns()
+            flush.zero_()
+            _synchronize()
+            after = _now_ns()
+            t0 = _clock()
+            fn(*arg_sets[i % len(arg_sets)])
+            _sleep(1)  # the marker: runs on the caller's stream the moment that stream is done
+            _synchronize()
+            host_ms.append((_clock() - t0) * 1e3)
+            settle_marks.append([before, after, _now_ns()])
+    finally:
+        if prof is not None:
+            try:
+                prof.__exit__(None, None, None)
+                activities = _device_records(prof)
+            except Exception as exc:  # noqa: BLE001
+                activity_error = f"{type(exc).__name__}: {exc}"
+    event_ms = [_elapsed(s, e) for s, e in zip(starts, ends)]
+    return {"event_ms": event_ms, "marks": marks, "settle_marks": settle_marks, "host_ms": host_ms,
+            "activities": activities, "activity_error": activity_error, "loop_ms": loop_ms,
             "first_call_ms": first_call_ms, "outputs": outputs}
 
 
@@ -142,9 +197,15 @@ def _gemm_tflops(dtype: torch.dtype, n: int = 8192) -> float:
 def roofline() -> dict:
     """The grading GPU's ceilings, measured, not read off a datasheet: device-to-device copy
     bandwidth (bytes read + written) and a large cuBLAS GEMM's rate per dtype (random data:
-    zeros run faster)."""
+    zeros run faster). float32 is measured with TF32 allowed: Triton's tl.dot uses TF32 by
+    default, so that is the ceiling a float32 kernel can reach."""
     result = {"gpu": device_name(), "copy_gbps": _copy_gbps(), "gemm_tflops": {}}
-    for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
-        result["gemm_tflops"][name] = _gemm_tflops(dtype)
+    tf32 = torch.backends.cuda.matmul.allow_tf32
+    try:
+        torch.backends.cuda.matmul.allow_tf32 = True
+        for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
+            result["gemm_tflops"][name] = _gemm_tflops(dtype)
+    finally:
+        torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.cuda.empty_cache()
     return result

@@ -83,7 +83,7 @@ def test_class_is_graded_into_reports_gradebooks_and_a_summary(graded_class):
     assert carol["assignments"]["softmax"]["flagged"] is True
     # Classroom- and Gradescope-shaped exports
     classroom = list(csv.DictReader(io.StringIO((out / "classroom.csv").read_text())))
-    assert {"assignment_name": "vector_add", "roster_identifier": "bob", "points_awarded": "0", "points_available": "6"}.items() \
+    assert {"assignment_name": "vector_add", "roster_identifier": "bob", "points_awarded": "0", "points_available": "10"}.items() \
         <= next(r for r in classroom if r["roster_identifier"] == "bob" and r["assignment_name"] == "vector_add").items()
     assert (out / "gradescope.csv").read_text().splitlines()[0] == "Name,SID,Email,vector_add,softmax,Total Score"
 

@@ -40,30 +40,56 @@ def test_ten_percent_slower_is_measured_slower(submission, cli):
         assert perf["extra_data"]["details"]["ratio_interval"][0] > 1.0, perf["output"]
 
 
+# each cheat, the severity it must get, and words its evidence must contain
 CHEATS = {
-    "cheat_side_stream": "by the grader's clock",
-    "cheat_thread": "",  # caught by the clock, by wrong timed outputs, or already by correctness: whichever the race gives
-    "cheat_cache": "wrong results on input set",
-    "cheat_first_n": "wrong results on",
-    "cheat_patch_elapsed": "torch.cuda.Event.elapsed_time",
-    "cheat_patch_sync": "torch.cuda.synchronize",
-    "cheat_vendor_large": "aten::add.Tensor ran inside vector_add()",
+    "cheat_side_stream": ("review", "returned before its GPU work was done"),
+    "cheat_side_stream_waits_inputs": ("review", "returned before its GPU work was done"),
+    "cheat_thread": ("review", "returned before its GPU work was done"),
+    "cheat_graph_replay": ("conclusive", "wrong results on"),
+    "cheat_cache": ("conclusive", "wrong results on input set"),
+    "cheat_first_n": ("conclusive", "wrong results on"),
+    "cheat_patch_elapsed": ("conclusive", "torch.cuda.Event.elapsed_time"),
+    "cheat_patch_sync": ("conclusive", "torch.cuda.synchronize"),
+    "cheat_vendor_large": ("conclusive", "aten::add.Tensor ran inside vector_add()"),
 }
 
 
+def _perf(run, assignment="vector_add") -> dict:
+    return [t for t in run.tests_of(assignment) if t["tags"][1] == "performance"][0]
+
+
 @pytest.mark.parametrize("fixture", sorted(CHEATS))
-def test_timing_cheats_are_flagged_with_evidence(submission, cli, fixture):
+def test_timing_cheats_earn_no_speed_credit_with_evidence(submission, cli, fixture):
     run = cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
-    perf = [t for t in run.tests_of("vector_add") if t["tags"][1] == "performance"][0]
-    if fixture == "cheat_thread" and perf["outcome"] == "failed":
-        # the thread had not written the result when the correctness call returned it
-        wrong = [t for t in run.tests_of("vector_add") if t["tags"][1] == "correctness" and t["outcome"] == "failed"]
-        assert wrong and "not timed" in perf["output"], perf["output"]
-    else:
-        assert perf["outcome"] == "flagged", perf["output"]
-        assert "no speed credit" in perf["output"] and CHEATS[fixture] in perf["output"]
-    assert perf["score"] == 0 and run.results["score"] == 0
-    assert run.returncode == 1
+    perf = _perf(run)
+    severity, words = CHEATS[fixture]
+    correctness = [t for t in run.tests_of("vector_add") if t["tags"][1] == "correctness"]
+    assert perf["outcome"] == "flagged", perf["output"]
+    assert perf["extra_data"]["severity"] == severity, perf["output"]
+    assert "no speed credit" in perf["output"] and words in perf["output"]
+    assert perf["score"] == 0 and run.returncode == 1
+    if severity == "conclusive":
+        assert run.results["score"] == 0
+    else:  # a review finding costs the speed points only: the correct cases keep theirs
+        assert run.results["score"] == sum(t["score"] for t in correctness) > 0
+
+
+HONEST = ["honest_two_streams", "honest_slow_wrapper"]
+
+
+@pytest.mark.parametrize("fixture", HONEST)
+def test_honest_kernels_are_timed_whole_and_never_flagged(submission, cli, fixture):
+    run = cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
+    perf = _perf(run)
+    assert perf["outcome"] == "passed" and not perf["extra_data"]["severity"], perf["output"]
+    assert not any(t["outcome"] == "flagged" for t in run.results["tests"])
+    details = perf["extra_data"]["details"]
+    figures = details["figures"]["student"]
+    assert 0.8 < details["ratio_to_reference"] < 1.5, perf["output"]  # the same kernel as the reference's, all of it timed
+    assert figures["median_ms"] >= details["floor_ms"] / 1.15
+    if fixture == "honest_slow_wrapper":  # the wrapper's Python shows on the host's clock, not in the GPU time
+        assert figures["host_median_ms"] > figures["median_ms"] + 0.5, figures
+        assert perf["score"] > 0
 
 
 def test_missing_mask_is_caught_on_a_gpu_run_by_the_interpreter_bounds_check(submission, cli):

@@ -1,6 +1,17 @@
-"""The timing verdict's arithmetic, on made-up timings (no GPU needed)."""
+"""The timing verdict's arithmetic and decisions, on made-up timings and GPU activity records
+(no GPU needed): what a side stream, a thread, an honest two-stream kernel, a slow wrapper and an
+impossible time each get."""
 
-from grader.perf import Timings, _check_clock, ratio_estimate
+from __future__ import annotations
+
+import pytest
+
+from grader import activity
+from grader.perf import (MAX_ROUNDS, MIN_ROUNDS, ROOFLINE_MARGIN, Finding, Timings, UntrustedRecords, _conduct, _verdict,
+                         call_times, floor_ms, needs_more_rounds, ratio_estimate)
+from grader.results import Severity, TestResult
+
+US = 1_000  # ns
 
 
 def test_paired_rounds_cancel_drift_between_rounds():
@@ -22,12 +33,273 @@ def test_interval_widens_with_noise_and_contains_the_estimate():
     assert lo < mid < hi and hi - lo > 0.005
 
 
-def test_clock_check_flags_work_hidden_from_the_events():
-    reps = 30
-    honest = Timings(times={"student": [[1.0] * reps], "reference": [[1.0] * reps]},
-                     outer_ms={"student": [reps * 1.06], "reference": [reps * 1.05]})
-    assert _check_clock(honest, reps, True) == []
-    hidden = Timings(times={"student": [[0.02] * reps], "reference": [[1.0] * reps]},
-                     outer_ms={"student": [reps * 1.1], "reference": [reps * 1.05]})
-    evidence = _check_clock(hidden, reps, True)
-    assert evidence and "by the grader's clock" in evidence[0]
+# --- a synthetic timed loop: what grader.timing records on the GPU -------------------------------
+class Loop:
+    """Builds the records and host marks of a timed loop call by call, with the harness's own
+    flush and sleep where grader.timing puts them. Times in ns from 0."""
+
+    def __init__(self) -> None:
+        self.t = 1_000_000
+        self.records: list[list] = []
+        self.marks: list[list[int]] = []
+        self.settle_marks: list[list[int]] = []
+
+    def _flush(self) -> tuple[int, int]:
+        before = self.t
+        self.records.append(["at::native::FillFunctor<int>", 7, before + 6 * US, before + 60 * US])
+        after = before + 70 * US
+        return before, after
+
+    def timed(self, kernels: list[tuple[int, int, int]], extra_in_flush: bool = False) -> None:
+        """kernels: (stream, start offset, duration) in us, offsets from the end of our sleep
+        (negative: a side stream that started during the sleep)."""
+        before, after = self._flush()
+        if extra_in_flush:
+            self.records.append(["stray_kernel", 13, before + 20 * US, before + 40 * US])
+        sleep_start, sleep_end = after + 5 * US, after + 1005 * US
+        self.records.append(["spin_kernel(long)", 7, sleep_start, sleep_end])
+        end = sleep_end
+        for stream, offset, duration in kernels:
+            start = sleep_end + offset * US
+            self.records.append(["add_kernel", stream, start, start + duration * US])
+            end = max(end, start + duration * US)
+        self.marks.append([before, after, after + 30 * US])
+        self.t = end + 20 * US
+
+    def settle(self, kernels: list[tuple[int, int, int]], joined: bool) -> None:
+        """kernels: (stream, start offset, duration) from the call's start; the marker runs when
+        the caller's stream is done: after the kernels if joined, else at once."""
+        before, after = self._flush()
+        begin = after + 10 * US
+        end = begin
+        for stream, offset, duration in kernels:
+            start = begin + offset * US
+            self.records.append(["add_kernel", stream, start, start + duration * US])
+            end = max(end, start + duration * US)
+        marker = (end + 2 * US) if joined else (begin + 3 * US)
+        self.records.append(["spin_kernel(long)", 7, marker, marker + 2 * US])
+        self.settle_marks.append([before, after, max(end, marker) + 10 * US])
+        self.t = max(end, marker) + 30 * US
+
+    def reply(self, event_ms: list[float]) -> dict:
+        return {"activities": self.records, "marks": self.marks, "settle_marks": self.settle_marks, "event_ms": event_ms}
+
+
+def honest_loop(calls=5, duration=500) -> Loop:
+    loop = Loop()
+    for _ in range(calls):
+        loop.timed([(7, 1, duration)])
+    for _ in range(3):
+        loop.settle([(7, 0, duration)], joined=True)
+    return loop
+
+
+def test_an_honest_single_stream_kernel_is_timed_by_its_own_gpu_work():
+    loop = honest_loop()
+    times, events, reading = call_times(loop.reply([0.503] * 5))
+    assert times == pytest.approx([0.5] * 5)  # the kernel alone: our flush and sleep left out
+    assert events == [0.503] * 5  # kept as a cross-check
+    assert not reading.unfinished and not reading.strays and not reading.problems
+
+
+def test_a_slow_wrappers_host_gaps_between_launches_are_not_gpu_time():
+    loop = Loop()
+    for _ in range(3):  # two kernels of 200 us, the second launched 2 ms later (Python in between)
+        loop.timed([(7, 1, 200), (7, 2000, 200)])
+    times, _, _ = call_times(loop.reply([2.4] * 3))
+    assert times == pytest.approx([0.4] * 3)
+
+
+def test_a_side_stream_without_a_wait_is_timed_where_it_ran_and_caught_returning_early():
+    loop = Loop()
+    for _ in range(5):  # launched during our sleep on another stream: the events see nothing
+        loop.timed([(13, -700, 500)])
+    for _ in range(3):
+        loop.settle([(13, 0, 500)], joined=False)
+    times, _, reading = call_times(loop.reply([0.002] * 5))
+    assert times == pytest.approx([0.5] * 5)  # not 0.002 ms: the work is counted
+    assert len(reading.unfinished) == 3 and "add_kernel ran 0.497 ms past the return" in reading.unfinished[0]
+
+
+def test_an_honest_kernel_split_over_two_joined_streams_is_timed_whole_and_not_flagged():
+    loop = Loop()
+    for _ in range(5):
+        loop.timed([(13, -300, 400), (17, -250, 450)])  # both start during the sleep, joined before the end event
+    for _ in range(3):
+        loop.settle([(13, 0, 400), (17, 5, 450)], joined=True)
+    times, _, reading = call_times(loop.reply([0.2] * 5))
+    assert times == pytest.approx([0.5] * 5)  # the two overlap: from the first start (-300 us) to the last end (-250 + 450 us)
+    assert reading.unfinished == [] and reading.strays == []
+
+
+def test_work_between_calls_is_a_stray_and_a_background_threads_late_work_outlives_the_return():
+    loop = Loop()
+    loop.timed([(7, 1, 500)], extra_in_flush=True)
+    for _ in range(2):
+        loop.timed([(7, 1, 500)])
+    loop.settle([(13, 20, 500)], joined=False)  # a thread launches after the call returned
+    _, _, reading = call_times(loop.reply([0.5] * 3))
+    assert reading.strays == ["stray_kernel ran while no call of yours was running (before timed call 1)"]
+    assert reading.unfinished and "past the return of settle call 1" in reading.unfinished[0]
+
+
+def test_records_that_do_not_fit_the_loop_are_not_trusted():
+    loop = honest_loop(calls=2)
+    del loop.records[0]  # the first flush missing: the marks and the records disagree
+    with pytest.raises(UntrustedRecords, match="timed call 1: the L2 flush is missing"):
+        call_times(loop.reply([0.5] * 2))
+    with pytest.raises(UntrustedRecords, match="could not be collected"):
+        call_times({"activities": None, "activity_error": "CUPTI_ERROR_NOT_INITIALIZED", "marks": [], "settle_marks": [], "event_ms": []})
+    loop = honest_loop(calls=2)
+    loop.records = [r for r in loop.records if "spin" not in r[0]]
+    with pytest.raises(UntrustedRecords, match="launch shadow is missing"):
+        call_times(loop.reply([0.5] * 2))
+
+
+def test_a_call_that_ran_nothing_on_the_gpu_has_no_busy_time():
+    loop = Loop()
+    loop.timed([])
+    times, _, reading = call_times(loop.reply([0.001]))
+    assert times == [0.0] and reading.kernels == [0]
+
+
+# --- decisions ------------------------------------------------------------------------------------
+def test_rounds_stop_only_when_the_interval_is_tight_and_clear_of_the_thresholds():
+    tight = [[1.5] * 30 for _ in range(MIN_ROUNDS)]
+    ref = [[1.0] * 30 for _ in range(MIN_ROUNDS)]
+    assert needs_more_rounds(MIN_ROUNDS - 1, tight[:-1], ref[:-1], 1.1, 3.0, False)
+    assert not needs_more_rounds(MIN_ROUNDS, tight, ref, 1.1, 3.0, False)
+    # a ratio of 1.1 +- 3% straddles full_at: measure on, until the cap or the budget
+    import random
+
+    rng = random.Random(3)
+    noisy = [[1.1 * rng.uniform(0.94, 1.06)] * 30 for _ in range(MIN_ROUNDS)]
+    assert needs_more_rounds(MIN_ROUNDS, noisy, ref, 1.1, 3.0, False)
+    assert not needs_more_rounds(MAX_ROUNDS, noisy, ref, 1.1, 3.0, False)
+    assert not needs_more_rounds(MIN_ROUNDS, noisy, ref, 1.1, 3.0, True)
+    assert not needs_more_rounds(MIN_ROUNDS, noisy, None, 1.1, 3.0, False)  # nothing to compare with
+
+
+def test_the_floor_is_set_by_the_tighter_ceiling():
+    # 3 GB at 3000 GB/s: 1 ms; 2e12 FLOPs at 1000 TFLOP/s: 2 ms
+    assert floor_ms(3 * 10**9, None, 3000.0, None) == (pytest.approx(1.0), "copy bandwidth")
+    assert floor_ms(3 * 10**9, 2 * 10**12, 3000.0, 1000.0) == (pytest.approx(2.0), "cuBLAS GEMM peak")
+    assert floor_ms(3 * 10**9, 10**9, 3000.0, 1000.0) == (pytest.approx(1.0), "copy bandwidth")
+
+
+class _Spec:
+    """Just what perf._verdict reads of a spec: vector_add's scoring case, 2^28 float32."""
+
+    class performance:
+        class case:
+            name, params = "n=2^28", {"n": 1 << 28}
+        dtype, full_at, zero_at, score_on = "float32", 1.1, 3.0, "gpu"
+        bytes_moved = staticmethod(lambda p, dt: 12 * p["n"])
+        flops = staticmethod(lambda p, dt: p["n"])
+
+        @staticmethod
+        def score_fraction(r):
+            return 1.0 if r <= 1.1 else 0.0
+
+
+class _Opts:
+    roofline = {"gpu": "test GPU", "copy_gbps": 3000.0, "gemm_tflops": {"float32": 400.0}}
+
+
+def _timings(student_ms: float, reference_ms: float = 1.1, host_ms: float | None = None, rounds: int = 5) -> Timings:
+    t = Timings()
+    for c, ms in (("student", student_ms), ("reference", reference_ms), ("torch", 1.12)):
+        t.times[c] = [[ms] * 30 for _ in range(rounds)]
+        t.event_ms[c] = [ms] * 30 * rounds
+        host = host_ms if host_ms is not None and c == "student" else ms + 0.02  # the wrapper's cost is the student's alone
+        t.host_ms[c] = [[host] * 3 for _ in range(rounds)]
+        t.first_call_ms[c] = 100.0
+    return t
+
+
+def _test(outcome, message, **kw):
+    return TestResult("vector_add", "performance", "performance", outcome, message, **kw)
+
+
+def test_a_time_faster_than_the_hardware_earns_no_credit_and_shows_the_figures():
+    # 2^28 * 12 bytes = 3.22 GB at 3000 GB/s: at least 1.074 ms
+    findings: list[Finding] = []
+    verdict = _verdict(_Spec, _Opts, _timings(0.5), 5, findings, True, _test)
+    assert verdict.outcome == "flagged" and verdict.severity == "review"
+    assert "faster than this GPU can go: 0.5000 ms per call" in verdict.message and "at least 1.0737 ms" in verdict.message
+    # just inside the margin: an excellent kernel, not an impossible one
+    ok = _verdict(_Spec, _Opts, _timings(1.0737 / (1 + ROOFLINE_MARGIN) * 1.01), 5, [], True, _test)
+    assert ok.outcome == "passed", ok.message
+
+
+def test_host_overhead_is_reported_and_never_flagged():
+    verdict = _verdict(_Spec, _Opts, _timings(1.12, host_ms=2.7), 5, [], True, _test)
+    assert verdict.outcome == "passed" and verdict.severity == ""
+    assert "2.700 ms per call by the host's clock" in verdict.message
+    assert "GB/s (" in verdict.message and "TFLOP/s" not in verdict.message  # memory-bound: bandwidth is the figure
+    assert verdict.details["figures"]["student"]["host_median_ms"] == 2.7
+
+
+def test_a_spec_may_score_on_the_hosts_clock():
+    class WallSpec(_Spec):
+        class performance(_Spec.performance):
+            score_on = "wall"
+
+    slow_wrapper = _timings(1.12, host_ms=2.7)  # the kernel as fast as the reference, the wrapper slow
+    assert _verdict(_Spec, _Opts, slow_wrapper, 5, [], True, _test).details["score_fraction"] == 1.0
+    on_wall = _verdict(WallSpec, _Opts, slow_wrapper, 5, [], True, _test)
+    assert on_wall.details["ratio_to_reference"] == pytest.approx(2.7 / 1.12, rel=1e-3)  # the reference's host time: 1.1 + 0.02 ms and on_wall.outcome == "failed"
+
+
+def test_the_worst_finding_sets_the_severity():
+    t = _timings(1.12)
+    t.launches = {"student": 150}
+    t.unfinished = ["add_kernel ran 0.497 ms past the return of settle call 1"]
+    findings = _conduct(t, 150)
+    assert [f.severity for f in findings] == [Severity.REVIEW]
+    assert "returned before its GPU work was done" in findings[0].text
+    review = _verdict(_Spec, _Opts, t, 5, findings, True, _test)
+    assert review.outcome == "flagged" and review.severity == "review"
+    t.tampered = {"torch.cuda.synchronize"}
+    worst = _verdict(_Spec, _Opts, t, 5, _conduct(t, 150), True, _test)
+    assert worst.severity == "conclusive" and "torch.cuda.synchronize" in worst.message
+
+
+def test_an_honest_timing_has_no_findings():
+    t = _timings(1.12)
+    t.launches = {"student": 150}
+    assert _conduct(t, 150) == []
+    t.launches = {"student": 149}  # one timed call without a Triton launch
+    assert [f.severity for f in _conduct(t, 150)] == [Severity.REVIEW]
+
+
+def test_activity_windows_take_each_record_by_its_midpoint():
+    # a record whose start is a few us early in the host's clock still lands in its own window
+    loop = honest_loop(calls=1)
+    loop.records[0][2] -= 8 * US  # the flush now starts 2 us before the host's `before` mark
+    reading = activity.read(loop.records, loop.marks, loop.settle_marks)
+    assert not reading.problems and reading.busy_ms == pytest.approx([0.5])
+
+
+def test_a_call_that_did_no_gpu_work_is_impossible_not_a_crash():
+    # a cached result handed back: nothing runs on the GPU, the measured time is 0
+    verdict = _verdict(_Spec, _Opts, _timings(0.0), 5, [], True, _test)
+    assert verdict.outcome == "flagged" and verdict.severity == "review"
+    assert "faster than this GPU can go: 0.0000 ms per call" in verdict.message
+    assert verdict.details["figures"]["student"]["gbps"] is None
+
+
+def test_the_report_shows_gpu_and_host_time_and_the_severity():
+    from grader.report import render
+    from grader.results import AssignmentResult, RunResult
+
+    run = RunResult("repo", 1, {"mode": "gpu"})
+    a = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()")
+    honest = _verdict(_Spec, _Opts, _timings(1.12, host_ms=2.7), 5, [], True, _test)
+    cached = _verdict(_Spec, _Opts, _timings(0.0), 5, [], True, _test)
+    a.tests += [honest, cached]
+    run.assignments.append(a)
+    html = render(run)
+    assert "host ms per call" in html and "<td>2.7</td>" in html  # the slow wrapper's host time, beside its GPU time
+    assert "GB/s" in html and "% of the copy bandwidth floor" in html
+    assert "flagged (review)" in html and "faster than this GPU can go" in html

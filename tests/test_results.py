@@ -1,33 +1,85 @@
-"""results.json in Gradescope's schema, and the scoring rules."""
+"""results.json in Gradescope's schema, and the scoring rules: exact shares, skipped points,
+and what each severity of integrity finding costs."""
+
+from fractions import Fraction
 
 from grader import spec as specs
 from grader.results import AssignmentResult, RunResult, TestResult
-from grader.scoring import score_assignment
+from grader.scoring import score_assignment, split_cents
 
 
-def _result(outcomes, perf=None):
-    a = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()")
+def _result(outcomes, perf=None, name="vector_add"):
+    a = AssignmentResult(name, "title", f"kernels/{name}.py:{name}()")
     for i, o in enumerate(outcomes):
-        a.tests.append(TestResult("vector_add", "correctness", f"case{i}", o, "msg", dtype="float32"))
+        a.tests.append(TestResult(name, "correctness", f"case{i} [float32]", o, "msg", dtype="float32"))
     if perf:
-        a.tests.append(TestResult("vector_add", "performance", "perf", perf[0], "msg", details={"score_fraction": perf[1]}))
+        a.tests.append(TestResult(name, "performance", "perf", perf[0], "msg", details={"score_fraction": perf[1]}))
     return a
 
 
-def test_skipped_tests_carry_no_points_but_say_their_worth():
+def test_shares_add_up_to_exactly_the_specs_points():
+    assert split_cents(16, 3) == [534, 533, 533]  # 1600 hundredths: 533 each and one left over
+    assert split_cents(10, 30) == [34] * 10 + [33] * 20  # 1000 = 30 * 33 + 10
+    assert split_cents(6, 4) == [150] * 4
+    assert split_cents(0, 5) == [0] * 5 and split_cents(7, 0) == []
+    for points, parts in ((16, 3), (10, 30), (6.5, 7), (12, 41)):
+        assert sum(split_cents(points, parts)) == round(points * 100)
+
+
+def test_an_assignment_is_out_of_its_specs_total_even_where_tests_are_skipped():
+    # vector_add: 6 correctness + 4 performance points; one case and the timing need a GPU
     a = _result(["passed", "passed", "skipped"], perf=("skipped", 0))
     score_assignment(specs.get("vector_add"), a)
-    assert (a.score, a.max_score) == (4.0, 4.0)
+    assert (a.score, a.max_score) == (4.0, 10.0)
     assert a.skipped_points == 2.0 + 4.0
+    assert a.tests[2].score == 0 and a.tests[2].details["points_if_run"] == 2.0
 
 
-def test_performance_follows_the_curve_and_a_flag_takes_everything():
+def test_a_third_of_sixteen_points_shows_as_sixteen_in_the_total():
+    # dropout: 10 correctness points over 3 tests (3.34 + 3.33 + 3.33), 6 for speed
+    a = _result(["passed", "passed", "passed"], perf=("passed", 1.0), name="dropout")
+    score_assignment(specs.get("dropout"), a)
+    assert a.max_score == 16 and a.score == 16
+    assert [t.max_score for t in a.tests] == [3.34, 3.33, 3.33, 6.0]
+    run = RunResult("repo", 1, {})
+    run.assignments += [a, a]
+    assert run.score == 32 and run.max_score == 32
+    assert Fraction(str(run.to_gradescope()["max_score"])) == 32
+
+
+def test_performance_follows_the_curve_and_a_conclusive_flag_takes_everything():
     a = _result(["passed", "passed"], perf=("passed", 0.5))
     score_assignment(specs.get("vector_add"), a)
     assert a.score == 6 + 2
+    a.tests.append(TestResult("vector_add", "integrity", "own kernel", "flagged", "torch did it", severity="conclusive"))
+    score_assignment(specs.get("vector_add"), a)
+    assert a.score == 0 and a.max_score == 10
+    assert any("conclusive integrity finding" in n for n in a.notes)
+
+
+def test_a_finding_without_a_severity_counts_as_conclusive():
+    a = _result(["passed", "passed"], perf=("passed", 1.0))
     a.tests.append(TestResult("vector_add", "integrity", "own kernel", "flagged", "torch did it"))
     score_assignment(specs.get("vector_add"), a)
     assert a.score == 0
+
+
+def test_a_review_finding_costs_only_what_it_concerns():
+    a = _result(["passed", "passed", "passed"], perf=("passed", 1.0))
+    a.tests.append(TestResult("vector_add", "integrity", "own kernel", "flagged", "no kernel in case1", severity="review",
+                              details={"concerns": ["case1 [float32]"]}))
+    score_assignment(specs.get("vector_add"), a)
+    assert [t.score for t in a.tests] == [2.0, 0.0, 2.0, 4.0, 0.0]
+    assert a.score == 8 and a.max_score == 10
+    assert any("For a TA to review" in n and "The 2 points it concerns" in n for n in a.notes)
+
+
+def test_a_flagged_timing_under_review_costs_the_speed_points_only():
+    a = _result(["passed", "passed"])
+    a.tests.append(TestResult("vector_add", "performance", "perf", "flagged", "returned early", severity="review",
+                              details={"score_fraction": 1.0}))
+    score_assignment(specs.get("vector_add"), a)
+    assert a.score == 6 and a.max_score == 10
 
 
 def test_curve_endpoints():
@@ -47,4 +99,4 @@ def test_gradescope_schema():
         assert {"name", "score", "max_score", "output", "outcome", "tags"} <= set(t)
         assert t["tags"][:2] == ["vector_add", "correctness"]
     assert [t.get("status") for t in data["tests"]] == ["passed", "failed", None]
-    assert data["score"] == 2.0 and data["max_score"] == 4.0  # 6 points over 3 tests, one skipped
+    assert data["score"] == 2.0 and data["max_score"] == 6.0  # 6 points over 3 tests, one skipped (no timing test here)

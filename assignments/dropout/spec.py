@@ -177,6 +177,7 @@ SPEC = Assignment(
         case=Case("n=2^28-p=0.5", {"shape": [1 << 28], "p": 0.5}),
         dtype="float32",
         bytes_moved=lambda p, dt: 2 * p["shape"][0] * torch.finfo(dt).bits // 8,  # read x, write the result
+        flops=lambda p, dt: 3 * p["shape"][0],  # compare a random number, select, scale per element (the RNG's own work not counted)
     ),
     performance_points=6,
     calls=calls,

@@ -85,6 +85,7 @@ SPEC = Assignment(
         dtype="float16",
         # read x, write y, read weight and bias once
         bytes_moved=lambda p, dt: (2 * p["shape"][0] + 2) * p["shape"][1] * torch.finfo(dt).bits // 8,
+        flops=lambda p, dt: 8 * p["shape"][0] * p["shape"][1],  # mean, variance, normalize, scale, shift per element
     ),
     performance_points=8,
     forbidden_ops=aten_ops("native_layer_norm", "layer_norm", "group_norm", "native_group_norm", "batch_norm",

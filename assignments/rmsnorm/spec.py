@@ -78,6 +78,7 @@ SPEC = Assignment(
         dtype="float16",
         # read x, write y, read the weight once
         bytes_moved=lambda p, dt: (2 * p["shape"][0] + 1) * p["shape"][1] * torch.finfo(dt).bits // 8,
+        flops=lambda p, dt: 4 * p["shape"][0] * p["shape"][1],  # square, sum, normalize, scale per element
     ),
     performance_points=6,
     forbidden_ops=aten_ops("rms_norm", "_fused_rms_norm", "pow", "mean", "rsqrt", "sqrt", "norm", "linalg_vector_norm",

@@ -62,6 +62,7 @@ SPEC = Assignment(
         case=Case("32768x4096", {"rows": 32768, "cols": 4096}),
         dtype="float32",
         bytes_moved=lambda p, dt: 2 * p["rows"] * p["cols"] * torch.finfo(dt).bits // 8,
+        flops=lambda p, dt: 5 * p["rows"] * p["cols"],  # max, subtract, exp, sum, divide per element
     ),
     performance_points=8,
     forbidden_ops=frozenset({"aten::_softmax", "aten::softmax.int", "aten::_log_softmax", "aten::exp", "aten::sum.dim_IntList", "aten::amax"}),

@@ -51,6 +51,7 @@ SPEC = Assignment(
         case=Case("n=2^28", {"n": 1 << 28}),
         dtype="float32",
         bytes_moved=lambda p, dt: 3 * p["n"] * torch.finfo(dt).bits // 8,
+        flops=lambda p, dt: p["n"],  # one add per element
     ),
     performance_points=4,
     forbidden_ops=frozenset({"aten::add.Tensor", "aten::add.out", "aten::add_.Tensor", "aten::sum", "aten::sum.dim_IntList"}),

@@ -1,0 +1,76 @@
+"""Integrity findings cost what they taint: a trivial result proves nothing, a vendor op is
+conclusive, a right result with no launch is for a TA to review. Both directions: the honest
+shortcut is never flagged."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from grader import spec as specs
+from grader.grade import _Integrity, _trivial
+from grader.plan import PlannedCall
+from grader.spec import Case
+
+from conftest import has_gpu
+
+
+def _call(case: str, dtype: str = "float32") -> PlannedCall:
+    return PlannedCall("test", Case(case, {}), dtype, 1)
+
+
+def test_trivial_results_are_empty_zero_or_a_copy_of_an_input():
+    x = torch.randn(64)
+    assert _trivial({"output": torch.zeros(64)}, {"x": x, "p": 1.0})
+    assert _trivial({"output": x.clone()}, {"x": x, "p": 0.0})
+    assert _trivial({"output": torch.empty(0)}, {"x": torch.empty(0)})
+    assert _trivial({"output.0": torch.zeros(3), "output.1": x.clone()}, {"x": x})
+    assert not _trivial({"output": x * 2}, {"x": x})
+    assert not _trivial({"output": x.to(torch.float16)}, {"x": x})  # same values, another dtype: computed
+    assert not _trivial({"output.0": torch.zeros(3), "output.1": x * 2}, {"x": x})
+    assert not _trivial({}, {"x": x})
+
+
+def test_a_shortcut_without_a_launch_on_a_trivial_case_is_no_finding():
+    integrity = _Integrity(specs.get("dropout"))
+    integrity.observe(_call("p=1-n=4099"), {"launches": {}, "ops": ["aten::zeros_like"]}, passed=True, trivial=True)
+    integrity.observe(_call("n=1025-p=0.3"), {"launches": {"dropout_kernel": 1}, "ops": []}, passed=True)
+    t = integrity.test()
+    assert t.outcome == "passed" and t.details["evidence"] == []
+
+
+def test_a_right_result_without_a_launch_is_for_review_and_names_its_cases():
+    integrity = _Integrity(specs.get("vector_add"))
+    integrity.observe(_call("n=127"), {"launches": {}, "ops": ["aten::sub.Tensor"]}, passed=True)
+    integrity.observe(_call("n=1"), {"launches": {"add_kernel": 1}, "ops": []}, passed=True)
+    t = integrity.test()
+    assert t.outcome == "flagged" and t.severity == "review"
+    assert "no Triton kernel was launched in n=127" in t.message
+    assert t.details["concerns"] == ["n=127 [float32]"]
+
+
+def test_a_wrong_result_without_a_launch_is_just_wrong():
+    integrity = _Integrity(specs.get("vector_add"))
+    integrity.observe(_call("n=127"), {"launches": {}, "ops": []}, passed=False)
+    assert integrity.test().outcome == "passed"  # the correctness test already failed it: no accusation on top
+
+
+def test_a_forbidden_op_is_conclusive():
+    integrity = _Integrity(specs.get("vector_add"))
+    integrity.observe(_call("n=127"), {"launches": {}, "ops": ["aten::add.Tensor"]}, passed=True)
+    t = integrity.test()
+    assert t.outcome == "flagged" and t.severity == "conclusive"
+    assert "torch computed the result: aten::add.Tensor ran inside vector_add() in n=127/float32" in t.message
+
+
+@pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
+def test_dropouts_shortcuts_at_p_one_and_zero_are_not_flagged(submission, cli):
+    run = cli(submission("dropout_shortcuts"), "-a", "dropout", "--case", "p=1-n=4099", "--case", "p=0-n=4099",
+              "--case", "n=1025-p=0.3", "--dtype", "float32", "--seed", "5")
+    assert run.returncode == 0, run.stdout + run.stderr
+    integrity = run.test("dropout", "uses its own Triton kernel")
+    assert integrity["outcome"] == "passed", integrity["output"]
+    assert {t["outcome"] for t in run.tests_of("dropout") if t["tags"][1] == "correctness"} == {"passed"}
+    dropout = run.results["extra_data"]["assignments"]["dropout"]
+    assert dropout["max_score"] == 16  # the spec's 10 + 6, not 15.999 nor what ran here
+    assert dropout["score"] == 10 and dropout["skipped_points"] == 6
