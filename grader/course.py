@@ -182,7 +182,9 @@ def load_course(path: Path) -> Course:
     try:
         data = tomllib.loads(text)
     except tomllib.TOMLDecodeError as exc:
-        raise CourseError(f"{path}: not valid TOML: {exc}") from None
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f", line {m.group(1)}" if m else ""
+        raise CourseError(f"{path}{where}: not valid TOML: {exc}") from None
     return _Reader(Path(path), text).course(data)
 
 
