@@ -21,6 +21,7 @@ grades and for how many points, their deadlines, the late policy and per-student
 
     [similarity]
     threshold = 0.6                              # the dashboard's cut for similar pairs
+    common_share = 0.5                           # optional: drop fingerprints in more than half the class
     [leaderboard]
     named = ["bob"]                              # students who opted in to their name on the board
 
@@ -136,6 +137,7 @@ class Course:
     policy: LatePolicy | None = None
     extensions: list[Extension] = field(default_factory=list)
     similarity_threshold: float | None = None
+    similarity_common_share: float | None = None  # MOSS's -m, as a share of the class (off: None)
     named: frozenset[str] = frozenset()  # opted in to their name on the leaderboard
 
     def deadline_for(self, student: str, assignment: str, base: datetime | None = None) -> datetime | None:
@@ -258,6 +260,15 @@ class _Reader:
             if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
                 self.fail(f"threshold must be a number in (0, 1], not {t!r}", "similarity", "threshold")
             c.similarity_threshold = float(t)
+        if "common_share" in sim:
+            m = sim["common_share"]
+            if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m <= 1:
+                self.fail(f"common_share must be a number in (0, 1], not {m!r}", "similarity", "common_share")
+            c.similarity_common_share = float(m)
+        unknown = set(sim) - {"threshold", "common_share"}
+        if unknown:
+            self.fail(f"unknown key {sorted(unknown)[0]!r} in [similarity] (known: threshold, common_share)", "similarity",
+                      sorted(unknown)[0])
         named = self.table(data, "leaderboard").get("named", [])
         if not isinstance(named, list) or not all(isinstance(n, str) for n in named):
             self.fail("named must be a list of student names", "leaderboard", "named")

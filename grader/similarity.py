@@ -5,9 +5,11 @@ matter, k-gram hashes, a window's minimum kept as a fingerprint).
 A pair's score is the lower of the two shares (copydetect's "similarity" of each file: its
 tokens covered by fingerprints found in the other), so one short file inside a long one does
 not score high. The assignment's starter file is boilerplate (its fingerprints never count),
-and so is a fingerprint found in more than `common_share` of the class (an idiom everybody
-writes, as MOSS's -m). Pairs are found through an inverted index of fingerprints, so only
-students who share something are compared: a class of 500 (125,000 pairs) takes seconds.
+and, where course.toml asks for it, so is a fingerprint found in more than `common_share` of the
+class (an idiom everybody writes, as MOSS's -m). Pairs are found through an inverted index of
+fingerprints, so only students who share something are compared, and tokenizing (the slow part)
+runs on every core: a class of 500 (125,000 pairs) takes under a minute per assignment on 2
+cores (docs/performance.md, benchmarks/similarity_scale.py).
 
 Nothing here decides anything: the pairs above the TA's threshold are leads, each with a
 side-by-side page of the matching regions (OUT/similarity/<assignment>/<a>--<b>.html).
@@ -19,7 +21,11 @@ import hashlib
 import html
 import io
 import json
+import multiprocessing
+import os
 import shutil
+from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 from collections import defaultdict
 from dataclasses import asdict, dataclass
 from itertools import combinations
@@ -27,12 +33,16 @@ from pathlib import Path
 
 import numpy as np
 from copydetect import CodeFingerprint, compare_files
-from copydetect.utils import get_token_coverage, highlight_overlap
+from copydetect.utils import filter_code, get_document_fingerprints, get_token_coverage, highlight_overlap
 
 K = 40  # characters of normalised code per k-gram (copydetect's noise threshold)
 WINDOW = 6  # winnowing window: any match of K + WINDOW - 1 characters is found
 DEFAULT_THRESHOLD = 0.6
-COMMON_SHARE = 0.2  # a fingerprint in more than this share of the class is an idiom, not evidence (classes of 10+)
+# MOSS's -m: a fingerprint in more than this share of a class (of 10 or more) is dropped as the
+# course's common code. Off unless course.toml sets [similarity] common_share: it would also hide a
+# solution copied by that many (a public repo), and independent solutions stay under the threshold without it.
+COMMON_SHARE: float | None = None
+PARALLEL_FROM = 40  # files: from this many on, tokenizing (the slow part) is spread over the CPU cores
 MAX_PAIRS = 200  # per assignment, the most similar first
 MAX_BYTES = 256 * 1024  # a larger module is not compared (it is not a kernel)
 FOLDER = "similarity"
@@ -56,6 +66,34 @@ def fingerprint(text: str, name: str, boilerplate: np.ndarray | None = None) -> 
     return CodeFingerprint(name, K, WINDOW, boilerplate, fp=io.StringIO(text), language="python")
 
 
+def _tokenize(item: tuple[str, str]) -> tuple[str, str, np.ndarray]:
+    name, text = item
+    filtered, offsets = filter_code(text, f"{name}.py", "python")
+    return name, filtered, offsets
+
+
+def fingerprint_all(files: dict[str, str], boilerplate: np.ndarray, jobs: int | None = None) -> dict[str, CodeFingerprint]:
+    """Every file's CodeFingerprint. Tokenizing (pygments) is most of the time, so for a class
+    it runs on all cores; the k-gram hashes are taken here, in one process (Python's string
+    hash differs between processes)."""
+    jobs = jobs or os.cpu_count() or 1
+    if len(files) < PARALLEL_FROM or jobs < 2:
+        return {s: fingerprint(text, s, boilerplate) for s, text in files.items()}
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn")) as pool:
+            tokenized = list(pool.map(_tokenize, files.items(), chunksize=max(1, len(files) // (4 * jobs))))
+    except (BrokenProcessPool, OSError):  # no processes to be had here: the same work, one core
+        tokenized = [_tokenize(item) for item in files.items()]
+    fps = {}
+    for name, filtered, offsets in tokenized:
+        fp = CodeFingerprint.__new__(CodeFingerprint)  # what its __init__ sets, from the parts made above
+        fp.filename, fp.raw_code, fp.filtered_code, fp.offsets, fp.k = name, files[name], filtered, offsets, K
+        fp.hashes, fp.hash_idx = get_document_fingerprints(filtered, K, WINDOW, boilerplate)
+        fp.token_coverage = get_token_coverage(fp.hash_idx, K, len(filtered))
+        fps[name] = fp
+    return fps
+
+
 def boilerplate_of(starter: str | None) -> np.ndarray:
     """Every k-gram of the starter (window 1, as copydetect does for boilerplate)."""
     if not starter:
@@ -73,17 +111,17 @@ def _drop(fp: CodeFingerprint, hashes: set) -> None:
 
 
 def compare_class(files: dict[str, str], starter: str | None, assignment: str, threshold: float = DEFAULT_THRESHOLD,
-                  common_share: float = COMMON_SHARE) -> tuple[list[Pair], dict[str, CodeFingerprint], dict]:
+                  common_share: float | None = COMMON_SHARE) -> tuple[list[Pair], dict[str, CodeFingerprint], dict]:
     """All pairs of `files` (student -> source) at or above `threshold`, most similar first;
     with the fingerprints (for the side-by-side pages) and counts of what was done."""
     boilerplate = boilerplate_of(starter)
-    fps = {s: fingerprint(text, f"{s}.py", boilerplate) for s, text in files.items()}
+    fps = fingerprint_all(files, boilerplate)
     index: dict[int, list[str]] = defaultdict(list)
     for s, fp in fps.items():
         for h in fp.hashes:
             index[h].append(s)
     common = set()
-    if len(fps) >= 10:
+    if common_share is not None and len(fps) >= 10:
         limit = max(2, int(common_share * len(fps)))
         common = {h for h, owners in index.items() if len(owners) > limit}
         for fp in fps.values():
@@ -150,9 +188,10 @@ def update_similarity(view, out: Path, lock, threshold: float | None = None) -> 
 
     course = getattr(view, "course", None)
     threshold = threshold or (course.similarity_threshold if course is not None else None) or DEFAULT_THRESHOLD
+    common = course.similarity_common_share if course is not None else COMMON_SHARE
     out = Path(out)
     view.similarity_meta = {"threshold": threshold, "k": K, "window": WINDOW, "score": "min of the two shares",
-                            "common_share": COMMON_SHARE, "per_assignment": {}}
+                            "common_share": common, "per_assignment": {}}
     known = specs.catalogue()
     for a in view.assignments:
         if a not in known:
@@ -165,14 +204,19 @@ def update_similarity(view, out: Path, lock, threshold: float | None = None) -> 
                 if text is not None and text.strip():
                     files[p.student] = text
         starter = _starter_text(spec)
-        key = hashlib.sha256(json.dumps([sorted(files.items()), starter, threshold, K, WINDOW, COMMON_SHARE, MAX_PAIRS]).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps([sorted(files.items()), starter, threshold, K, WINDOW, common, MAX_PAIRS]).encode()).hexdigest()
         folder = out / FOLDER / a
         stored = _read(folder / "pairs.json")
         if stored and stored.get("key") == key:
             view.similarity[a] = [Pair(**d) for d in stored["pairs"]]
             view.similarity_meta["per_assignment"][a] = stored["counts"]
             continue
-        pairs, fps, counts = compare_class(files, starter, a, threshold)
+        try:
+            pairs, fps, counts = compare_class(files, starter, a, threshold, common)
+        except Exception as exc:  # a review aid: its failure must not cost the grades, the dashboard or the gradebooks
+            view.similarity[a] = []
+            view.similarity_meta["per_assignment"][a] = {"files": len(files), "error": f"{type(exc).__name__}: {exc}"}
+            continue
         counts["above_threshold"] = len(pairs)
         pairs = pairs[:MAX_PAIRS]
         if folder.exists():

@@ -167,3 +167,25 @@ def test_fetch_of_assignments_with_different_deadlines_is_refused(tmp_path):
     assert run.returncode == 2 and "different deadlines" in run.stderr and "-a NAME" in run.stderr
     ok = run_cli(["fetch", "--roster", "roster.csv", "--out", "ws", "--course", "course.toml", "-a", "softmax"], tmp_path)
     assert ok.returncode == 0 and "pinned at the deadline 2025-02-08T00:00:00+00:00" in ok.stdout, ok.stdout + ok.stderr
+
+
+def test_similarity_of_a_class_large_enough_to_use_every_core(tmp_path):
+    """40 students (tokenizing then runs in a spawned process pool, under `python -m grader`):
+    20 hand in `good`, 20 the independent softmax; only pairs within each group are listed."""
+    from grader.similarity import PARALLEL_FROM
+
+    n = max(40, PARALLEL_FROM)
+    roster = make_class(tmp_path, {f"s{i:02d}": "good" if i % 2 else "softmax_independent" for i in range(n)})
+    assert run_cli(["fetch", "--roster", str(roster), "--out", "ws"], tmp_path).returncode == 0
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "batch.json").write_text(json.dumps({"lock": str(tmp_path / "ws"), "assignments": ["softmax"]}))
+    run = run_cli(["similarity", "--class", "out"], tmp_path, timeout=600)
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads((out / "summary.json").read_text())
+    counts = summary["similarity"]["settings"]["per_assignment"]["softmax"]
+    half = n // 2
+    assert counts["files"] == n and counts["above_threshold"] == 2 * half * (half - 1) // 2
+    listed = summary["similarity"]["pairs"]["softmax"]
+    assert len(listed) == min(200, counts["above_threshold"])
+    assert all(int(p["a"][1:]) % 2 == int(p["b"][1:]) % 2 for p in listed)  # never a good and an independent one

@@ -58,7 +58,7 @@ def test_the_starter_is_boilerplate():
     assert pairs and pairs[0].score == 1.0
 
 
-def test_code_shared_by_much_of_the_class_is_an_idiom_not_evidence():
+def test_with_common_share_code_shared_by_much_of_the_class_is_an_idiom_not_evidence():
     idiom = '''
 def grid_for(n_rows: int, n_cols: int, block: int) -> tuple:
     """The launch grid every student copied from the lecture notes."""
@@ -70,12 +70,12 @@ def grid_for(n_rows: int, n_cols: int, block: int) -> tuple:
     bodies = [good(a) for a in ASSIGNMENTS] + [(ROOT / "reference" / f"{a}.py").read_text() for a in ASSIGNMENTS[4:]]
     files = {f"s{i:02d}": body + idiom for i, body in enumerate(bodies)}
     files["copy"] = disguise(good("conv2d")) + idiom
-    pairs, _, counts = compare_class(files, None, "mixed", threshold=0.0)
+    pairs, _, counts = compare_class(files, None, "mixed", threshold=0.0, common_share=0.2)
     assert counts["files"] == 13 and counts["idioms_dropped"] > 0
     assert (pairs[0].a, pairs[0].b) == ("copy", "s05") and pairs[0].score >= DEFAULT_THRESHOLD  # conv2d is the 6th body
     assert all(p.score < DEFAULT_THRESHOLD for p in pairs[1:]), pairs[:3]
     # counted as evidence, the shared function would lift every pair (and MOSS's -m exists for this)
-    kept, _, counts = compare_class(files, None, "mixed", threshold=0.0, common_share=1.0)
+    kept, _, counts = compare_class(files, None, "mixed", threshold=0.0)  # the default: off
     assert counts["idioms_dropped"] == 0
     assert sum(p.score for p in kept[1:]) > 2 * sum(p.score for p in pairs[1:])
 
@@ -98,3 +98,64 @@ def test_side_by_side_marks_both_files_and_escapes_them():
 def test_pair_json_round_trip():
     p = Pair("softmax", "a", "b", 0.9, 0.95, 0.9, "similarity/softmax/a--b.html")
     assert Pair(**p.to_json()) == p
+
+
+def test_tokenizing_on_several_cores_gives_the_same_fingerprints():
+    from grader.similarity import PARALLEL_FROM, boilerplate_of, fingerprint_all
+
+    sources = [good(a) for a in ASSIGNMENTS] + [disguise(good(a)) for a in ASSIGNMENTS]
+    files = {f"s{i:02d}": sources[i % len(sources)] + f"\n# student {i}\n" for i in range(PARALLEL_FROM)}
+    bp = boilerplate_of(starter("softmax"))
+    serial, parallel = fingerprint_all(files, bp, jobs=1), fingerprint_all(files, bp, jobs=2)
+    for s in files:
+        a, b = serial[s], parallel[s]
+        assert (a.hashes, a.filtered_code, a.token_coverage, a.raw_code) == (b.hashes, b.filtered_code, b.token_coverage, b.raw_code)
+        assert (a.offsets == b.offsets).all() and a.hash_idx.keys() == b.hash_idx.keys()
+
+
+def _class(tmp_path, modules: dict[str, str]):
+    from types import SimpleNamespace
+
+    from grader.workspace import Lock, Pinned
+
+    students = []
+    for name, text in modules.items():
+        (tmp_path / "repos" / name / "kernels").mkdir(parents=True)
+        (tmp_path / "repos" / name / "kernels" / "softmax.py").write_text(text)
+        students.append(Pinned(name, None, "fetched", path=f"repos/{name}", commit=name[0] * 40))
+    view = SimpleNamespace(assignments=["softmax"], course=None, similarity={}, similarity_meta={})
+    return view, Lock(students, "now", root=tmp_path)
+
+
+def test_class_pages_are_written_and_reused_and_a_failure_costs_only_the_list(tmp_path, monkeypatch):
+    import grader.similarity as similarity
+
+    view, lock = _class(tmp_path, {"alice": good("softmax"), "bob": (FIXTURES / "softmax_renamed" / "kernels" / "softmax.py").read_text(),
+                                   "carol": (FIXTURES / "softmax_independent" / "kernels" / "softmax.py").read_text()})
+    out = tmp_path / "out"
+    similarity.update_similarity(view, out, lock)
+    [pair] = view.similarity["softmax"]
+    assert (pair.a, pair.b, pair.page) == ("alice", "bob", "similarity/softmax/alice--bob.html")
+    assert "aaaaaaaaaaaa" in (out / pair.page).read_text()
+    # nothing changed: the stored result is used, nothing is compared again
+    monkeypatch.setattr(similarity, "compare_class", lambda *a, **k: (_ for _ in ()).throw(RuntimeError("pygments choked")))
+    similarity.update_similarity(view, out, lock)
+    assert [p.page for p in view.similarity["softmax"]] == [pair.page]
+    # a changed file is compared again; if that fails, the dashboard says so and goes on
+    (tmp_path / "repos" / "carol" / "kernels" / "softmax.py").write_text(good("softmax"))
+    similarity.update_similarity(view, out, lock)
+    assert view.similarity["softmax"] == []
+    assert view.similarity_meta["per_assignment"]["softmax"]["error"] == "RuntimeError: pygments choked"
+
+
+def test_a_module_outside_the_checkout_is_not_read(tmp_path):
+    secret = tmp_path / "secret.py"
+    secret.write_text(good("softmax"))
+    view, lock = _class(tmp_path, {"alice": good("softmax"), "bob": "x = 1\n"})
+    target = tmp_path / "repos" / "bob" / "kernels" / "softmax.py"
+    target.unlink()
+    target.symlink_to(secret)  # a student's symlink to a file of the grading machine
+    from grader.similarity import update_similarity
+
+    update_similarity(view, tmp_path / "out", lock)
+    assert view.similarity_meta["per_assignment"]["softmax"]["files"] == 1 and view.similarity["softmax"] == []
