@@ -17,6 +17,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import platform
 import random
 import subprocess
@@ -97,11 +98,11 @@ def run(assignment: str, students: int, copies: int, seed: int, out: Path) -> di
     t2 = time.perf_counter()
     found = {(p.a, p.b) for p in pairs}
     result = {"assignment": assignment, "students": students, **counts, "above_threshold": len(pairs),
-              "compare_s": round(t1 - t0, 2), "pages_s": round(t2 - t1, 2), "pages": min(len(pairs), MAX_PAIRS),
+              "total_s": round(t1 - t0, 2), "pages_s": round(t2 - t1, 2), "pages": min(len(pairs), MAX_PAIRS),
               "planted_copies": len(planted), "planted_found": sum(p in found for p in planted),
               "mean_bytes": round(sum(map(len, files.values())) / len(files))}
     print(f"{assignment}: {students} students, {counts['pairs']} pairs ({counts['compared']} sharing a fingerprint) compared in "
-          f"{result['compare_s']} s; {len(pairs)} at or above {DEFAULT_THRESHOLD}; {result['pages']} pages in {result['pages_s']} s; "
+          f"{result['total_s']} s (tokenizing {counts['fingerprint_s']} s, comparing {counts['compare_s']} s); {len(pairs)} at or above {DEFAULT_THRESHOLD}; {result['pages']} pages in {result['pages_s']} s; "
           f"planted copies found: {result['planted_found']} of {len(planted)}", flush=True)
     return result
 
@@ -119,9 +120,11 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         results = [run(a, args.students, args.copies, args.seed, Path(tmp)) for a in args.assignment or ["softmax", "layernorm"]]
     commit = subprocess.run(["git", "rev-parse", "--short", "HEAD"], cwd=ROOT, capture_output=True, text=True).stdout.strip()
+    load = os.getloadavg()
     print(json.dumps({"results": results, "python": platform.python_version(), "copydetect": copydetect.__version__
                       if hasattr(copydetect, "__version__") else "?", "numpy": numpy.__version__, "machine": platform.processor()
-                      or platform.machine(), "commit": commit}, indent=1))
+                      or platform.machine(), "cores": len(os.sched_getaffinity(0)), "load_average": [round(x, 2) for x in load],
+                      "commit": commit, "date": time.strftime("%Y-%m-%d %H:%M UTC", time.gmtime())}, indent=1))
 
 
 if __name__ == "__main__":

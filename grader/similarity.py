@@ -24,6 +24,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
 from collections import defaultdict
@@ -43,6 +44,7 @@ DEFAULT_THRESHOLD = 0.6
 # solution copied by that many (a public repo), and independent solutions stay under the threshold without it.
 COMMON_SHARE: float | None = None
 PARALLEL_FROM = 40  # files: from this many on, tokenizing (the slow part) is spread over the CPU cores
+PARALLEL_PAIRS = 5000  # candidate pairs: from this many on, so is comparing them
 MAX_PAIRS = 200  # per assignment, the most similar first
 MAX_BYTES = 256 * 1024  # a larger module is not compared (it is not a kernel)
 FOLDER = "similarity"
@@ -110,12 +112,47 @@ def _drop(fp: CodeFingerprint, hashes: set) -> None:
         fp.token_coverage = get_token_coverage(fp.hash_idx, fp.k, len(fp.filtered_code))
 
 
+_FPS: dict[str, CodeFingerprint] = {}
+
+
+def _init_worker(fps: dict[str, CodeFingerprint]) -> None:
+    global _FPS
+    _FPS = fps
+
+
+def _compare_chunk(chunk: list[tuple[str, str]], fps: dict[str, CodeFingerprint] | None = None) -> list[tuple[str, str, float, float]]:
+    fps = fps or _FPS
+    shares = []
+    for a, b in chunk:
+        _, (sa, sb), _ = compare_files(fps[a], fps[b])
+        shares.append((a, b, float(sa), float(sb)))
+    return shares
+
+
+def _shares(fps: dict[str, CodeFingerprint], candidates: list[tuple[str, str]], jobs: int | None = None):
+    """copydetect's two shares for every candidate pair; a class's worth on every core (the
+    fingerprints are plain numbers by now, the same in any process)."""
+    jobs = jobs or os.cpu_count() or 1
+    if len(candidates) < PARALLEL_PAIRS or jobs < 2:
+        return _compare_chunk(candidates, fps)
+    size = max(200, len(candidates) // (8 * jobs))
+    chunks = [candidates[i:i + size] for i in range(0, len(candidates), size)]
+    try:
+        with ProcessPoolExecutor(jobs, mp_context=multiprocessing.get_context("spawn"), initializer=_init_worker,
+                                 initargs=(fps,)) as pool:
+            return [s for part in pool.map(_compare_chunk, chunks) for s in part]
+    except (BrokenProcessPool, OSError):
+        return _compare_chunk(candidates, fps)
+
+
 def compare_class(files: dict[str, str], starter: str | None, assignment: str, threshold: float = DEFAULT_THRESHOLD,
                   common_share: float | None = COMMON_SHARE) -> tuple[list[Pair], dict[str, CodeFingerprint], dict]:
     """All pairs of `files` (student -> source) at or above `threshold`, most similar first;
     with the fingerprints (for the side-by-side pages) and counts of what was done."""
+    started = time.perf_counter()
     boilerplate = boilerplate_of(starter)
     fps = fingerprint_all(files, boilerplate)
+    fingerprinted = time.perf_counter()
     index: dict[int, list[str]] = defaultdict(list)
     for s, fp in fps.items():
         for h in fp.hashes:
@@ -130,15 +167,12 @@ def compare_class(files: dict[str, str], starter: str | None, assignment: str, t
     for h, owners in index.items():
         if h not in common and len(owners) > 1:
             candidates.update(combinations(sorted(owners), 2))
-    pairs = []
-    for a, b in candidates:
-        _, (sa, sb), _ = compare_files(fps[a], fps[b])
-        score = min(sa, sb)
-        if score >= threshold:
-            pairs.append(Pair(assignment, a, b, round(float(score), 4), round(float(sa), 4), round(float(sb), 4)))
+    pairs = [Pair(assignment, a, b, round(min(sa, sb), 4), round(sa, 4), round(sb, 4))
+             for a, b, sa, sb in _shares(fps, sorted(candidates)) if min(sa, sb) >= threshold]
     pairs.sort(key=lambda p: (-p.score, p.a, p.b))
     n = len(fps)
-    return pairs, fps, {"files": n, "pairs": n * (n - 1) // 2, "compared": len(candidates), "idioms_dropped": len(common)}
+    return pairs, fps, {"files": n, "pairs": n * (n - 1) // 2, "compared": len(candidates), "idioms_dropped": len(common),
+                        "fingerprint_s": round(fingerprinted - started, 2), "compare_s": round(time.perf_counter() - fingerprinted, 2)}
 
 
 def side_by_side(pair: Pair, fps: dict[str, CodeFingerprint], context: dict) -> str:

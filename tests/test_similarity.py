@@ -159,3 +159,15 @@ def test_a_module_outside_the_checkout_is_not_read(tmp_path):
 
     update_similarity(view, tmp_path / "out", lock)
     assert view.similarity_meta["per_assignment"]["softmax"]["files"] == 1 and view.similarity["softmax"] == []
+
+
+def test_comparing_on_several_cores_gives_the_same_shares():
+    from grader.similarity import _shares, boilerplate_of, fingerprint_all
+
+    sources = [good(a) for a in ASSIGNMENTS] + [disguise(good(a)) for a in ASSIGNMENTS]
+    fps = fingerprint_all({f"s{i:02d}": text for i, text in enumerate(sources)}, boilerplate_of(None), jobs=1)
+    pairs = [(a, b) for a in sorted(fps) for b in sorted(fps) if a < b]
+    from grader.similarity import PARALLEL_PAIRS
+
+    many = pairs * (PARALLEL_PAIRS // len(pairs) + 1)  # enough to go to the pool
+    assert _shares(fps, pairs, jobs=1) == _shares(fps, many, jobs=2)[:len(pairs)]
