@@ -411,8 +411,9 @@ def apply_late(view, out: Path) -> None:
                 if cell.score is not None and late.percent:
                     cut = late.penalty(exact(cell.score))
                     penalty += cut
-                    scaled = f" (this course counts {a} for {cell.max_score:g} points)" if a in course.points else ""
-                    text += (f" In the gradebook{scaled} you earned {cell.score:g} of {cell.max_score:g} points: "
+                    earned, top = float(cell.score), float(cell.max_score or 0)
+                    scaled = f" (this course counts {a} for {top:g} points)" if a in course.points else ""
+                    text += (f" In the gradebook{scaled} you earned {earned:g} of {top:g} points: "
                              f"{float(cut):.4g} deducted, {float(exact(cell.score) - cut):.4g} count.")
                 if text:
                     notes[a] = text

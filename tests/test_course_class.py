@@ -160,6 +160,13 @@ def test_a_bad_course_file_stops_fetch_and_grade_with_its_line(tmp_path):
     assert not (tmp_path / "ws").exists() and not (tmp_path / "out").exists()
 
 
+def test_grade_refuses_a_threshold_out_of_range(tmp_path):
+    make_class(tmp_path, {"alice": "good"})
+    run = run_cli(["grade", "--roster", "roster.csv", "--out", "out", "--similarity-threshold", "1.5"], tmp_path)
+    assert run.returncode == 2 and "--similarity-threshold must be in (0, 1]" in run.stderr
+    assert not (tmp_path / "out").exists()
+
+
 def test_fetch_of_assignments_with_different_deadlines_is_refused(tmp_path):
     (tmp_path / "course.toml").write_text(COURSE.replace('[assignments.softmax]\ndeadline = "2025-02-01', '[assignments.softmax]\ndeadline = "2025-02-08'))
     make_class(tmp_path, {"alice": "good"})
