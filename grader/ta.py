@@ -1,10 +1,12 @@
-"""The TA's commands, `grader fetch` and `grader grade`, registered on the `grader` CLI.
+"""The TA's commands, `grader fetch`, `grader grade`, `grader similarity` and `grader
+leaderboard`, registered on the `grader` CLI. All read course.toml (grader.course); its flags
+override it.
 
 Exit codes of `fetch`: 0 every student fetched; 1 some could not be (each has its line, and
 the lock file is written for the others). Of `grade`: 0 every job graded (students failing
 checks is not an error of the batch); 1 some job ended in infra_error after its retries;
-130 interrupted (everything finished so far is kept: run again with --resume). Both: 2 for a
-usage error or a malformed roster or lock file, with one line.
+130 interrupted (everything finished so far is kept: run again with --resume). All: 2 for a
+usage error or a malformed roster, lock or course file, with one line.
 """
 
 from __future__ import annotations

@@ -132,6 +132,7 @@ def test_dashboard_lists_similar_pairs_with_side_by_side_pages(course_class):
     speed = html.split("<h2>Speed</h2>")[1].split("<h2>")[0]
     assert "4 graded without a scored timing" in speed and "GPU only" in speed
     assert "late penalty" in html and "1 h of grace" in html
+    assert "<h1>Class dashboard: Kernels 101</h1>" in html
 
 
 def test_similarity_command_rebuilds_with_another_threshold(course_class, tmp_path):
