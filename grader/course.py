@@ -229,6 +229,8 @@ class _Reader:
                 self.fail(f"unknown table [{key}] (known: {', '.join(sorted(self.TOP))})", key, key)
         c = Course(self.path)
         meta = self.table(data, "course")
+        self.known_keys(meta, "course", {"name"})
+        self.known_keys(self.table(data, "leaderboard"), "leaderboard", {"named"})
         c.name = str(meta.get("name", ""))
         known = specs.catalogue()
         for name, entry in self.table(data, "assignments").items():
@@ -274,6 +276,11 @@ class _Reader:
             self.fail("named must be a list of student names", "leaderboard", "named")
         c.named = frozenset(named)
         return c
+
+    def known_keys(self, table: dict, name: str, known: set[str]) -> None:
+        for key in table:
+            if key not in known:
+                self.fail(f"unknown key {key!r} in [{name}] (known: {', '.join(sorted(known))})", name, key)
 
     def table(self, data: dict, name: str) -> dict:
         value = data.get(name, {})

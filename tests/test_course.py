@@ -135,6 +135,7 @@ def test_one_fetch_needs_one_deadline(tmp_path):
     ("[[extensions]]\nstudent = \"a\"\nhours = 5\n\n[[extensions]]\nstudent = \"b\"\nuntil = \"soon\"\n", 7, "until 'soon' is not"),
     ("[course]\nname = 'x'\n[grading]\nfoo = 1\n", 3, "unknown table [grading]"),
     ("[similarity]\nthreshold = 60\n", 2, "threshold must be a number in (0, 1]"),
+    ("[course]\nname = 'x'\ndeadline = 2025-02-01T00:00:00Z\n", 3, "unknown key 'deadline' in [course] (known: name)"),
 ])
 def test_a_bad_course_file_names_the_line(tmp_path, text, line, words):
     path = write(tmp_path, text)
@@ -143,3 +144,14 @@ def test_a_bad_course_file_names_the_line(tmp_path, text, line, words):
     message = str(err.value)
     assert message.startswith(f"{path}, line {line}: "), message
     assert words in message, message
+
+
+def test_the_documented_example_is_a_valid_course_file(tmp_path):
+    import re
+    from pathlib import Path
+
+    doc = (Path(__file__).resolve().parent.parent / "docs" / "course.md").read_text()
+    example = re.search(r"```toml\n(.*?)```", doc, re.S).group(1)
+    c = load_course(write(tmp_path, example))
+    assert c.order == ["vector_add", "softmax"] and c.policy.accept_days == 5 and c.named == {"bob"}
+    assert c.similarity_threshold == 0.6 and c.similarity_common_share == 0.5
