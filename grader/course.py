@@ -402,6 +402,7 @@ def apply_late(view, out: Path) -> None:
     from grader.batch import rewrite_student, student_dir
 
     course = view.course or Course()
+    unpinned = False  # a deadline from course.toml that the fetch did not pin by
     for r in view.rows:
         notes: dict[str, str] = {}
         if r.status == "fetched" and r.commit_date:
@@ -410,6 +411,7 @@ def apply_late(view, out: Path) -> None:
                 deadline = _when(r.deadline) or course.deadline_for(r.student, a)
                 if deadline is None:
                     continue
+                unpinned = unpinned or r.deadline is None
                 late = Late.of(_when(r.commit_date), deadline, course.policy)
                 view.late[(r.student, a)] = late
                 r.hours_late = round(late.hours, 2)
@@ -435,6 +437,10 @@ def apply_late(view, out: Path) -> None:
                 path.parent.mkdir(parents=True, exist_ok=True)
                 path.write_text(new)
             rewrite_student(out, r.folder)
+    if unpinned:
+        view.warning = ((view.warning + " ") if view.warning else "") + (
+            "The lock was fetched without course.toml's deadlines: lateness is computed from them, but the commits graded "
+            "were not pinned by them (later ones may be graded). Fetch again with the course file to pin them.")
 
 
 def late_notes(folder: Path) -> dict[str, str]:

@@ -197,3 +197,23 @@ def test_similarity_of_a_class_large_enough_to_use_every_core(tmp_path):
     listed = summary["similarity"]["pairs"]["softmax"]
     assert len(listed) == min(200, counts["above_threshold"])
     assert all(int(p["a"][1:]) % 2 == int(p["b"][1:]) % 2 for p in listed)  # never a good and an independent one
+
+
+def test_a_course_deadline_the_fetch_did_not_pin_by_is_applied_with_a_warning(course_class, tmp_path):
+    """The lock fetched with no deadline (before course.toml had one): lateness still comes from
+    course.toml, and the dashboard says the commits were not pinned by it."""
+    from grader.classview import write_class_outputs
+    from grader.course import load_course
+    from grader.workspace import read_lock
+
+    root, _, _ = course_class
+    work = tmp_path / "c"
+    shutil.copytree(root, work, symlinks=True)
+    lock = read_lock(work / "ws" / "lock.json")
+    for p in lock.students:
+        p.deadline = p.cutoff = None
+    view = write_class_outputs(work / "out", lock, ["vector_add", "softmax"], None, load_course(work / "course.toml"))
+    g = table(work / "out" / "grades.csv")
+    assert float(g["alice"]["late_penalty"]) == pytest.approx(float(g["alice"]["total"]) / 10)
+    assert g["bob"]["late_penalty"] == "0"  # his extension is course.toml's too
+    assert "not pinned by them" in view.warning and "not pinned by them" in (work / "out" / "index.html").read_text()
