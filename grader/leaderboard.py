@@ -123,6 +123,9 @@ class LeaderboardError(Exception):
 def write_leaderboard(class_dir: Path, dest: Path, anonymize: bool, named: frozenset[str] = frozenset(),
                       title: str = "") -> Path:
     """DIR/index.html from CLASS/summary.json; with `anonymize`, pseudonyms except `named`."""
+    if Path(dest).resolve() == Path(class_dir).resolve():
+        raise LeaderboardError(f"--out {dest} is the class folder, whose index.html is the dashboard (names, grades, "
+                               "the pseudonym key): write the page to publish elsewhere")
     summary_path = Path(class_dir) / "summary.json"
     try:
         summary = json.loads(summary_path.read_text())

@@ -89,3 +89,11 @@ def test_a_summary_from_before_the_speed_view_is_refused(tmp_path):
     (tmp_path / "summary.json").write_text(json.dumps({"students": []}))
     with pytest.raises(LeaderboardError, match="no speed section"):
         write_leaderboard(tmp_path, tmp_path / "pub", anonymize=False)
+
+
+def test_the_page_never_replaces_the_dashboard(tmp_path):
+    summary(tmp_path, rows())
+    (tmp_path / "index.html").write_text("the dashboard")
+    with pytest.raises(LeaderboardError, match="is the class folder"):
+        write_leaderboard(tmp_path, tmp_path / ".", anonymize=True)
+    assert (tmp_path / "index.html").read_text() == "the dashboard"
