@@ -251,8 +251,15 @@ def repair_students(out: Path, folders: list[str]) -> None:
                 write_student(out, folder)
 
 
+def rewrite_student(out: Path, folder: str) -> None:
+    """write_student under the student's lock (the class view's late notes changed)."""
+    with _FileLock(student_dir(out, folder) / ".lock"):
+        write_student(out, folder)
+
+
 def write_student(out: Path, folder: str) -> None:
     from grader import spec as specs
+    from grader.course import late_notes
     from grader.report import render
     from grader.results import write_text_atomic
 
@@ -260,6 +267,10 @@ def write_student(out: Path, folder: str) -> None:
     if run is None:
         return
     folder_path = student_dir(out, folder)
+    late = late_notes(folder_path)
+    for a in run.assignments:
+        if a.name in late:
+            a.notes.append(late[a.name])
     write_json_atomic(run.to_gradescope(), folder_path / "results.json")
     write_text_atomic(render(run), folder_path / "report.html")
 
@@ -287,6 +298,8 @@ class BatchOptions:
     address: str | None = None
     per_gpu: int = 2
     job_timeout: float | None = None
+    course: object = None  # grader.course.Course: points, late policy (the class view applies them)
+    similarity_threshold: float | None = None
 
 
 @dataclass
@@ -380,7 +393,7 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
                      not_run=len(plan.jobs) - len(done))
         write_json_atomic(manifest, out / MANIFEST)
         repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
-        write_class_outputs(out, lock, manifest["assignments"], manifest)
+        write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold)
         if cache:
             cache.remove()
     return entry

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import math
 from collections import Counter
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -61,6 +61,13 @@ class Row:
     late_commits: int = 0
     cells: dict[str, Cell] = field(default_factory=dict)
     report: str = ""
+    deadline: str | None = None  # this student's (an extension moves it)
+    penalty: float = 0.0  # late points deducted from the total (grader.course)
+    hours_late: float | None = None
+
+    @property
+    def final(self) -> float | None:
+        return None if self.total is None else round(self.total - self.penalty, 4)
 
     @property
     def total(self) -> float | None:
@@ -105,6 +112,11 @@ class ClassView:
     checks: list[CheckRate]
     flags: list[dict]
     environment: dict
+    course: object = None  # grader.course.Course
+    late: dict = field(default_factory=dict)  # (student, assignment) -> grader.course.Late
+    similarity: dict = field(default_factory=dict)  # assignment -> grader.similarity.Pair list above the threshold
+    similarity_meta: dict = field(default_factory=dict)
+    speed: dict = field(default_factory=dict)  # assignment -> grader.leaderboard.SpeedRow list
 
     def graded(self, assignment: str) -> list[Cell]:
         return [r.cells[assignment] for r in self.rows if assignment in r.cells and r.cells[assignment].score is not None]
@@ -117,7 +129,7 @@ class ClassView:
                 "flagged": len(self.flags)}
 
 
-def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None) -> ClassView:
+def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None) -> ClassView:
     from datetime import datetime, timezone
 
     from grader import spec as specs
@@ -130,7 +142,7 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     environment: dict = {}
     for p in lock.students:
         row = Row(p.student, p.folder, p.status, p.reason, p.name, p.github_username, p.repo, p.commit, p.commit_date,
-                  p.late, p.late_commits)
+                  p.late, p.late_commits, deadline=getattr(p, "deadline", None))
         records = read_records(out, p.folder) if p.status == "fetched" else {}
         if (student_dir(out, p.folder) / "report.html").is_file():
             row.report = f"students/{p.folder}/report.html"
@@ -146,6 +158,11 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
             if record.get("result"):
                 result = assignment_from_dict(record["result"])
                 cell.score, cell.max_score = result.score, result.max_score
+                if course is not None and a in course.points:  # course.toml: this assignment's points in this course
+                    from grader.course import exact
+
+                    scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
+                    cell.score, cell.max_score = round(float(scaled), 4), float(top)
                 cell.outcomes = dict(Counter(t.outcome for t in result.tests))
                 cell.flagged = any(t.outcome == "flagged" for t in result.tests)
                 _count_checks(rates, a, result)
@@ -166,7 +183,7 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     checks = sorted(rates.values(), key=lambda c: (c.rate, c.assignment, c.check))
     manifest = manifest or {}
     return ClassView(rows, assignments, titles, datetime.now(timezone.utc).isoformat(timespec="seconds"), lock.deadline,
-                     lock.warning, manifest.get("seed"), checks, flags, environment)
+                     lock.warning, manifest.get("seed"), checks, flags, environment, course)
 
 
 def _count_checks(rates: dict, assignment: str, result) -> None:
@@ -218,6 +235,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
         "students": [
             {"student": r.student, "status": r.status, "reason": r.reason, "repo": r.repo, "commit": r.commit,
              "late": r.late, "late_commits": r.late_commits, "total": r.total, "max_total": r.max_total, "report": r.report,
+             "deadline": r.deadline, "hours_late": r.hours_late, "late_penalty": r.penalty, "final": r.final,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
                                  "flagged": c.flagged, "note": c.note} for a, c in r.cells.items()}}
             for r in view.rows
@@ -225,15 +243,28 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
         "checks": [{"assignment": c.assignment, "check": c.check, "passed": c.passed, "ran": c.ran,
                     "failing": dict(c.failing)} for c in view.checks],
         "flags": view.flags,
+        "late_policy": view.course.policy.describe() if view.course is not None and view.course.policy else None,
+        "similarity": {"settings": view.similarity_meta,
+                       "pairs": {a: [p.to_json() for p in pairs] for a, pairs in view.similarity.items()}},
+        "speed": {a: [asdict(s) for s in rows] for a, rows in view.speed.items()},
     }
 
 
-def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict | None = None) -> ClassView:
-    """index.html, summary.json and the gradebooks (grader.exporters), each written atomically."""
+def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
+                        similarity_threshold: float | None = None) -> ClassView:
+    """index.html, summary.json and the gradebooks (grader.exporters), each written atomically;
+    with course.toml's late policy applied (grader.course), the similar pairs
+    (grader.similarity) and the speed table (grader.leaderboard)."""
     from grader import exporters
+    from grader.course import apply_late
+    from grader.leaderboard import speed_rows
+    from grader.similarity import update_similarity
 
     out = Path(out)
-    view = build_class_view(out, lock, assignments, manifest)
+    view = build_class_view(out, lock, assignments, manifest, course)
+    apply_late(view, out)
+    view.speed = {a: speed_rows(view, out, a) for a in assignments}
+    update_similarity(view, out, lock, similarity_threshold)
     write_text_atomic(render_dashboard(view), out / "index.html")
     write_json_atomic(summary_json(view, manifest), out / "summary.json")
     exporters.write_all(view, out)

@@ -11,6 +11,11 @@
 
 A score cell is empty where there is no grade (unfetched, not graded yet, infra error):
 an empty cell is not a zero, and the note says why.
+
+Late penalties (course.toml's late policy, grader.course) are applied at the student's total:
+grades.csv keeps the raw scores and adds hours_late, late_penalty and final; gradescope.csv adds
+a Late Penalty column (where course.toml sets a late policy) and its Total Score is the final one; classroom.csv, one row per
+assignment, awards the points after that assignment's penalty and shows both.
 """
 
 from __future__ import annotations
@@ -32,30 +37,45 @@ def _csv(rows: list[list]) -> str:
     return buffer.getvalue()
 
 
+def _penalty(view, r, a: str) -> float:
+    """The late points deducted from one assignment's score."""
+    from grader.course import exact
+
+    late, score = view.late.get((r.student, a)), r.cells[a].score
+    return 0.0 if late is None or score is None else round(float(late.penalty(exact(score))), 4)
+
+
 def grades_csv(view) -> str:
-    header = ["student", "commit", *view.assignments, "total", "late", "note"]
+    header = ["student", "commit", *view.assignments, "total", "late", "hours_late", "late_penalty", "final", "note"]
     rows = [header]
     for r in view.rows:
         late = "" if r.late is None else ("yes" if r.late else "no")
-        rows.append([r.student, r.commit or "", *[_score(r.cells[a].score) for a in view.assignments], _score(r.total), late, r.note])
+        hours = "" if r.hours_late is None else f"{max(0.0, r.hours_late):g}"
+        rows.append([r.student, r.commit or "", *[_score(r.cells[a].score) for a in view.assignments], _score(r.total), late,
+                     hours, _score(r.penalty) if r.total is not None else "", _score(r.final), r.note])
     return _csv(rows)
 
 
 def classroom_csv(view) -> str:
     rows = [["assignment_name", "github_username", "roster_identifier", "student_repository_url", "commit",
-             "points_awarded", "points_available"]]
+             "points_awarded", "points_available", "raw_points", "late_penalty"]]
     for r in view.rows:
         for a in view.assignments:
             c = r.cells[a]
-            rows.append([a, r.github_username, r.student, r.repo or "", r.commit or "", _score(c.score), _score(c.max_score)])
+            cut = _penalty(view, r, a)
+            final = None if c.score is None else round(c.score - cut, 4)
+            rows.append([a, r.github_username, r.student, r.repo or "", r.commit or "", _score(final), _score(c.max_score),
+                         _score(c.score), _score(cut) if c.score is not None else ""])
     return _csv(rows)
 
 
 def gradescope_csv(view) -> str:
-    rows = [["Name", "SID", "Email", *view.assignments, "Total Score"]]
+    policy = view.course is not None and view.course.policy is not None
+    rows = [["Name", "SID", "Email", *view.assignments, *(["Late Penalty"] if policy else []), "Total Score"]]
     for r in view.rows:
         email = r.student if "@" in r.student else ""
-        rows.append([r.name, r.student, email, *[_score(r.cells[a].score) for a in view.assignments], _score(r.total)])
+        penalty = [_score(r.penalty) if r.total is not None else ""] if policy else []
+        rows.append([r.name, r.student, email, *[_score(r.cells[a].score) for a in view.assignments], *penalty, _score(r.final)])
     return _csv(rows)
 
 

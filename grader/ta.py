@@ -1,10 +1,12 @@
-"""The TA's commands, `grader fetch` and `grader grade`, registered on the `grader` CLI.
+"""The TA's commands, `grader fetch`, `grader grade`, `grader similarity` and `grader
+leaderboard`, registered on the `grader` CLI. All read course.toml (grader.course); its flags
+override it.
 
 Exit codes of `fetch`: 0 every student fetched; 1 some could not be (each has its line, and
 the lock file is written for the others). Of `grade`: 0 every job graded (students failing
 checks is not an error of the batch); 1 some job ended in infra_error after its retries;
-130 interrupted (everything finished so far is kept: run again with --resume). Both: 2 for a
-usage error or a malformed roster or lock file, with one line.
+130 interrupted (everything finished so far is kept: run again with --resume). All: 2 for a
+usage error or a malformed roster, lock or course file, with one line.
 """
 
 from __future__ import annotations
@@ -31,28 +33,50 @@ def _fail(exc: Exception) -> None:
     raise typer.Exit(2)
 
 
+def load_course_or_fail(path: Optional[Path]):
+    """course.toml (--course, or the course root's), or an empty course; exit 2 if it is bad."""
+    from grader.course import CourseError, find_course
+
+    try:
+        return find_course(path)
+    except CourseError as exc:
+        _fail(exc)
+
+
 def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[str], prefix: Optional[str],
-                branch: Optional[str], jobs: int):
-    """Roster -> WORKDIR/repos + WORKDIR/lock.json, one line per student."""
+                branch: Optional[str], jobs: int, course=None, names: Optional[List[str]] = None):
+    """Roster -> WORKDIR/repos + WORKDIR/lock.json, one line per student. The deadline is
+    --deadline, else course.toml's for the assignments fetched; its extensions and late policy
+    decide each student's deadline and the last commit still graded."""
+    from grader.course import Course, class_deadline
     from grader.workspace import fetch_roster, parse_deadline
 
+    course = course or Course()
     try:
         entries = load_roster(roster, org, prefix)
         when = parse_deadline(deadline) if deadline else None
+        when, per_student = class_deadline(course, names or course.order or list(specs.catalogue()), when)
     except (RosterError, ValueError) as exc:
         _fail(exc)
     console.print(f"Fetching {len(entries)} repos into {out}" + (f", pinned at the deadline {when.isoformat()}" if when else ""))
+    if course.policy and when:
+        console.print(f"Late policy ({course.path}): {course.policy.describe()}; commits up to "
+                      f"{course.cutoff(when).isoformat()} are graded, with the penalty")
     lock_print = threading.Lock()
 
     def show(p) -> None:
         with lock_print:
             if p.status == "fetched":
-                late = f"  [yellow]late: {p.late_commits} commit(s) after the deadline not graded[/yellow]" if p.late else ""
+                late = ""
+                if p.late and p.cutoff:
+                    late = f"  [yellow]late: the graded commit is dated after the deadline {p.deadline}[/yellow]"
+                elif p.late:
+                    late = f"  [yellow]late: {p.late_commits} commit(s) after the deadline not graded[/yellow]"
                 console.print(f"  [green]ok[/green]  {escape(p.student)}: {p.branch} @ {p.commit[:12]} ({p.commit_date}){late}")
             else:
                 console.print(f"  [red]unfetched[/red]  {escape(p.student)}: {escape(p.reason)}")
 
-    lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show)
+    lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student)
     bad = [p for p in lock.students if p.status != "fetched"]
     console.print(f"{len(lock.students) - len(bad)} fetched, {len(bad)} unfetched; lock file: {out / 'lock.json'}")
     if lock.warning:
@@ -63,14 +87,24 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
 def fetch(
     roster: Path = typer.Option(..., "--roster", help="CSV: student,repo[,commit], or GitHub Classroom's roster export."),
     out: Path = typer.Option(..., "--out", help="The workspace: repos/ and lock.json are written there."),
-    deadline: Optional[str] = typer.Option(None, help="ISO 8601 with a time zone: pin the last commit dated on or before it."),
+    deadline: Optional[str] = typer.Option(None, help="ISO 8601 with a time zone: pin the last commit dated on or before it "
+                                           "(default: course.toml's deadline for the assignments)."),
     org: Optional[str] = typer.Option(None, help="GitHub Classroom: the organization (or a base URL)."),
     prefix: Optional[str] = typer.Option(None, help="GitHub Classroom: the assignment's repo prefix."),
     branch: Optional[str] = typer.Option(None, help="The branch to grade (default: each repo's default branch)."),
     jobs: int = typer.Option(8, help="Repos fetched at once."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="The assignments this fetch is for: "
+                                                   "their deadline in course.toml applies (default: the course's)."),
+    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Clone or update every student's repo and pin the commit to grade in WORKDIR/lock.json."""
-    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs)
+    course = load_course_or_fail(course_file)
+    try:
+        for n in assignment or []:
+            specs.get(n)
+    except specs.UnknownAssignment as exc:
+        _fail(UsageError(exc.args[0]))
+    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment)
     raise typer.Exit(1 if any(p.status != "fetched" for p in lock.students) else 0)
 
 
@@ -126,19 +160,26 @@ def grade(
     prefix: Optional[str] = typer.Option(None, help="With a Classroom roster: the assignment's repo prefix."),
     branch: Optional[str] = typer.Option(None, help="With --roster: the branch to grade."),
     deadline: Optional[str] = typer.Option(None, help="With --roster: pin the last commit dated on or before this."),
+    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file: assignments, points, late policy "
+                                               "(default: COURSE/course.toml if there is one)."),
+    similarity_threshold: Optional[float] = typer.Option(None, "--similarity-threshold", help="List pairs of submissions at "
+                                                         "least this similar on the dashboard (default: course.toml's, else 0.6)."),
 ) -> None:
     """Grade a whole class: per-student reports, a dashboard, gradebooks; resumable."""
     from grader.batch import BatchOptions, plan_batch, run_batch
     from grader.workspace import LockError, read_lock
 
+    course = load_course_or_fail(course_file)
     try:
         if (roster is None) == (lock_file is None):
             raise UsageError("give either --roster ROSTER or --lock LOCK")
+        if similarity_threshold is not None and not 0 < similarity_threshold <= 1:
+            raise UsageError("--similarity-threshold must be in (0, 1]")
         if executor not in ("local", "ray"):
             raise UsageError(f"--executor must be local or ray, not {executor!r}")
         if jobs is not None and jobs < 1:
             raise UsageError("--jobs must be at least 1")
-        names = assignment or list(specs.catalogue())
+        names = assignment or course.order or list(specs.catalogue())
         for n in names:
             specs.get(n)
         for d in dtype or []:
@@ -171,7 +212,7 @@ def grade(
     except (UsageError, LockError) as exc:
         _fail(exc)
     if roster is not None:
-        lock = fetch_class(roster, out / "workspace", deadline, org, prefix, branch, 8)
+        lock = fetch_class(roster, out / "workspace", deadline, org, prefix, branch, 8, course, names)
     known = {p.student for p in lock.students}
     missing = [s for s in only or [] if s not in known]
     if missing:
@@ -181,7 +222,8 @@ def grade(
             console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not scored[/yellow]")
 
     opts = BatchOptions(out.resolve(), names, resolved, slots, gpu_model, resume, only or None, seed, case or None,
-                        dtype or None, timeout, retries, executor, address, job_timeout=job_timeout)
+                        dtype or None, timeout, retries, executor, address, job_timeout=job_timeout, course=course,
+                        similarity_threshold=similarity_threshold)
     plan = plan_batch(lock, opts)
     where = "CPU interpreter (no timing, no bf16)" if resolved == "cpu" else f"{gpu_model} x{len(set(slots))}"
     console.print(f"Grading {len(plan.jobs)} jobs ({len(plan.reused)} already graded, kept) on {where}, "
@@ -260,6 +302,63 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
     console.print(f"dashboard: {out / 'index.html'}   gradebook: {out / 'grades.csv'}   summary: {out / 'summary.json'}")
 
 
+def _class_lock(class_dir: Path):
+    """The lock a graded class folder was graded from (its batch.json names it)."""
+    from grader.batch import MANIFEST, read_json
+    from grader.workspace import LockError, read_lock
+
+    manifest = read_json(class_dir / MANIFEST)
+    if not manifest or not manifest.get("lock"):
+        _fail(UsageError(f"{class_dir}: not a class folder graded by grader grade (no {MANIFEST})"))
+    try:
+        return read_lock(Path(manifest["lock"])), manifest
+    except LockError as exc:
+        _fail(exc)
+
+
+def similarity(
+    class_dir: Path = typer.Option(Path("reports"), "--class", help="The graded class folder (grader grade --out)."),
+    threshold: Optional[float] = typer.Option(None, help="List pairs at least this similar (0-1; default: course.toml's, else 0.6)."),
+    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
+) -> None:
+    """Compare every pair of students' modules per assignment; rebuild the dashboard's list of similar pairs."""
+    from grader.classview import write_class_outputs
+
+    course = load_course_or_fail(course_file)
+    if threshold is not None and not 0 < threshold <= 1:
+        _fail(UsageError("--threshold must be in (0, 1]"))
+    lock, manifest = _class_lock(class_dir)
+    view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold)
+    for a in view.assignments:
+        pairs = view.similarity.get(a, [])
+        console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"
+                      + "".join(f"\n  {p.score:.0%}  {escape(p.a)} ~ {escape(p.b)}  {class_dir / p.page}" for p in pairs[:10]))
+    console.print(f"dashboard: {class_dir / 'index.html'}")
+
+
+def leaderboard(
+    out: Path = typer.Option(..., "--out", help="Where to write the page (index.html) to publish."),
+    class_dir: Path = typer.Option(Path("reports"), "--class", help="The graded class folder (grader grade --out)."),
+    anonymize: bool = typer.Option(False, help="Pseudonyms for everyone but the students course.toml names under [leaderboard] named."),
+    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
+) -> None:
+    """Write a speed leaderboard of the graded class, as a page a TA can publish."""
+    from grader.leaderboard import PSEUDONYMS, LeaderboardError, write_leaderboard
+
+    course = load_course_or_fail(course_file)
+    try:
+        page = write_leaderboard(class_dir, out, anonymize, course.named, course.name)
+    except LeaderboardError as exc:
+        _fail(exc)
+    console.print(f"leaderboard: {page}")
+    if anonymize:
+        console.print(f"pseudonyms (private, not for publishing): {class_dir / PSEUDONYMS}")
+    else:
+        console.print("[yellow]names are shown: use --anonymize for pseudonyms unless every student agreed[/yellow]")
+
+
 def register(app: typer.Typer) -> None:
     app.command("fetch")(fetch)
     app.command("grade")(grade)
+    app.command("similarity")(similarity)
+    app.command("leaderboard")(leaderboard)

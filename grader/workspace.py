@@ -60,6 +60,8 @@ class Pinned:
     notes: list[str] = field(default_factory=list)
     name: str = ""
     github_username: str = ""
+    deadline: str | None = None  # this student's deadline (an extension moves it), from course.toml or --deadline
+    cutoff: str | None = None  # with a late policy: the last commit date still graded
 
     @property
     def folder(self) -> str:
@@ -98,13 +100,19 @@ def parse_deadline(text: str) -> datetime:
 
 
 def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime | None = None, branch: str | None = None,
-                 jobs: int = 4, roster: Path | None = None, progress: Callable[[Pinned], None] | None = None) -> Lock:
-    """Fetch every student (`jobs` at a time: clones wait on the network) and write the lock."""
+                 jobs: int = 4, roster: Path | None = None, progress: Callable[[Pinned], None] | None = None,
+                 per_student: Callable[[str], tuple[datetime | None, datetime | None]] | None = None) -> Lock:
+    """Fetch every student (`jobs` at a time: clones wait on the network) and write the lock.
+    `per_student(student)` gives (deadline, cutoff) where they differ by student (course.toml's
+    extensions and late policy): the commit pinned is the last dated on or before the cutoff."""
     workdir = Path(workdir).resolve()
     (workdir / "repos").mkdir(parents=True, exist_ok=True)
 
     def one(entry: RosterEntry) -> Pinned:
-        pinned = fetch_one(entry, workdir, deadline, branch)
+        mine, cutoff = per_student(entry.student) if per_student else (deadline, None)
+        pinned = fetch_one(entry, workdir, mine, branch, cutoff)
+        if mine is not None and pinned.status == "fetched":
+            pinned.deadline, pinned.cutoff = mine.isoformat(), cutoff.isoformat() if cutoff else None
         if progress:
             progress(pinned)
         return pinned
@@ -117,7 +125,8 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
     return lock
 
 
-def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, branch: str | None) -> Pinned:
+def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, branch: str | None,
+              cutoff: datetime | None = None) -> Pinned:
     base = Pinned(entry.student, entry.repo, "unfetched", name=entry.name, github_username=entry.github_username)
     if entry.problem or not entry.repo:
         base.reason = entry.problem or "no repository"
@@ -126,7 +135,7 @@ def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, bran
     try:
         _check_url(entry.repo)
         repo = _fetch(entry.repo, dest)
-        pinned = _pin(repo, entry, deadline, branch)
+        pinned = _pin(repo, entry, deadline, branch, cutoff)
         _checkout(repo, pinned.commit)
     except FetchError as exc:
         base.reason = str(exc)
@@ -198,7 +207,10 @@ def _default_branch(repo: git.Repo, branches: list[str]) -> str:
     raise FetchError(f"the repository names no default branch and has several ({', '.join(branches)}): give --branch")
 
 
-def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: str | None) -> Pinned:
+def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: str | None,
+         cutoff: datetime | None = None) -> Pinned:
+    """The commit to grade: the roster's, else the last dated on or before the cutoff (the
+    deadline, or with a late policy the end of its acceptance window), else the head."""
     branches = _branches(repo)
     if not branches:
         raise FetchError("the repository is empty: no commit has been pushed")
@@ -215,22 +227,24 @@ def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: 
             raise FetchError(f"commit {entry.commit} (pinned by the roster) is not in the repository") from None
         p.notes.append(f"Graded at commit {chosen.hexsha[:12]}, pinned by the roster.")
     elif deadline is not None:
+        limit = cutoff or deadline
+        what = "the deadline" if cutoff is None else "the end of the late period"
         history = list(repo.iter_commits(head))
-        on_time = [c for c in history if c.committed_datetime <= deadline]
+        on_time = [c for c in history if c.committed_datetime <= limit]
         if not on_time:
-            raise FetchError(f"no commit on {branch!r} is dated on or before the deadline {deadline.isoformat()} "
+            raise FetchError(f"no commit on {branch!r} is dated on or before {what} {limit.isoformat()} "
                              f"(the first is dated {_iso(history[-1])})")
         chosen = max(on_time, key=lambda c: c.committed_datetime)  # ties: the first in git's order
         p.late_commits = sum(1 for _ in repo.iter_commits(f"{chosen.hexsha}..{head.hexsha}"))
-        p.notes.append(f"Graded at commit {chosen.hexsha[:12]} ({_iso(chosen)}), the last one dated on or before the deadline "
-                       f"{deadline.isoformat()}. " + DATE_WARNING)
+        p.notes.append(f"Graded at commit {chosen.hexsha[:12]} ({_iso(chosen)}), the last one dated on or before {what} "
+                       f"{limit.isoformat()}" + (f" (deadline {deadline.isoformat()})" if cutoff else "") + ". " + DATE_WARNING)
         if p.late_commits:
-            p.notes.append(f"{p.late_commits} commit(s) dated after the deadline were not graded.")
+            p.notes.append(f"{p.late_commits} commit(s) dated after {what} were not graded.")
     else:
         chosen = head
     p.commit, p.commit_date = chosen.hexsha, _iso(chosen)
     if deadline is not None:
-        p.late = chosen.committed_datetime > deadline or p.late_commits > 0
+        p.late = chosen.committed_datetime > deadline or (cutoff is None and p.late_commits > 0)
     return p
 
 

@@ -1,0 +1,451 @@
+"""The course file, `course.toml` at the course root: the course's name, which assignments it
+grades and for how many points, their deadlines, the late policy and per-student extensions.
+
+    [course]
+    name = "GPU Programming, spring 2026"
+
+    [assignments.vector_add]
+    points = 20                                  # the spec's points scaled to 20 in the gradebooks
+    deadline = "2026-02-01T23:59:00-05:00"
+
+    [late_policy]
+    grace_hours = 1          # the deadline moves by this much for everyone
+    penalty_per_day = 10     # percent of the points earned, per started day after the grace
+    max_penalty = 50         # percent, the cap
+    accept_days = 5          # commits later than deadline + grace + this are not graded (default: until the cap)
+
+    [[extensions]]
+    student = "alice"
+    assignment = "vector_add"                    # optional: every assignment
+    hours = 48                                   # or: until = "2026-02-04T12:00:00-05:00"
+
+    [similarity]
+    threshold = 0.6                              # the dashboard's cut for similar pairs
+    common_share = 0.5                           # optional: drop fingerprints in more than half the class
+    [leaderboard]
+    named = ["bob"]                              # students who opted in to their name on the board
+
+The rule for lateness (one place, `Late.of`): the graded commit's date is compared with the
+student's deadline (an extension moves it). At or before deadline + grace: on time, no
+penalty. After it: `days` = the number of started 24-hour days since deadline + grace
+(25 h after the deadline with 1 h of grace is exactly 24 h, so 1 day; one second more is
+2 days); the penalty is min(days x penalty_per_day, max_penalty) percent of the points the
+student earned on that assignment. Commit dates are set by the student's machine.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import sys
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+from fractions import Fraction
+from pathlib import Path
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # pragma: no cover
+    import tomli as tomllib
+
+COURSE_FILE = "course.toml"
+DAY = timedelta(hours=24)
+
+
+class CourseError(Exception):
+    """course.toml is unreadable or says something that cannot be applied: the message names the line."""
+
+
+@dataclass(frozen=True)
+class LatePolicy:
+    grace: timedelta = timedelta(0)
+    per_day: Fraction = Fraction(0)  # percent of the earned points, per started day
+    cap: Fraction = Fraction(100)  # percent
+    accept_days: int | None = None  # None: until the penalty reaches the cap
+
+    @property
+    def accept(self) -> timedelta:
+        """How long after deadline + grace a commit is still graded."""
+        if self.accept_days is not None:
+            return self.accept_days * DAY
+        if self.per_day <= 0:
+            return timedelta(days=3650)
+        return math.ceil(self.cap / self.per_day) * DAY
+
+    def describe(self) -> str:
+        grace = f"{_hours(self.grace):g} h of grace, then " if self.grace else ""
+        return f"{grace}{_pct(self.per_day)}% of the points per started day late, at most {_pct(self.cap)}%"
+
+
+@dataclass(frozen=True)
+class Late:
+    """How late one graded commit is, and what it costs (percent of the points earned)."""
+
+    deadline: datetime
+    submitted: datetime
+    hours: float  # after the deadline (negative: early)
+    days: int  # started days charged, after the grace
+    percent: Fraction
+
+    @classmethod
+    def of(cls, submitted: datetime, deadline: datetime, policy: LatePolicy | None) -> "Late":
+        after = submitted - deadline
+        hours = after.total_seconds() / 3600
+        if policy is None or after <= policy.grace:
+            return cls(deadline, submitted, hours, 0, Fraction(0))
+        days = math.ceil((after - policy.grace) / DAY)
+        return cls(deadline, submitted, hours, days, min(days * policy.per_day, policy.cap))
+
+    @property
+    def late(self) -> bool:
+        return self.hours > 0
+
+    def penalty(self, earned: Fraction) -> Fraction:
+        return earned * self.percent / 100
+
+    def explain(self, policy: LatePolicy | None) -> str:
+        """The student's own words for it, as the report shows them."""
+        when = f"Your graded commit is dated {self.submitted.isoformat()}"
+        if not self.late:
+            return ""
+        head = f"{when}, {self.hours:.1f} h after your deadline {self.deadline.isoformat()}"
+        if policy is None:
+            return head + " (this course sets no late policy: no penalty)."
+        if not self.days:
+            return head + f", within the {_hours(policy.grace):g} h grace period: no penalty."
+        return (head + f". Late policy: {policy.describe()}. That is {self.days} started day(s) after the grace: "
+                f"{_pct(self.percent)}% of the points you earn on this assignment are deducted in the gradebook. "
+                "(Commit dates are set by your own machine; the pinned commit is what counts.)")
+
+
+@dataclass(frozen=True)
+class Extension:
+    student: str
+    assignment: str | None  # None: every assignment
+    hours: float | None = None
+    until: datetime | None = None
+
+
+@dataclass
+class Course:
+    path: Path | None = None
+    name: str = ""
+    points: dict[str, Fraction] = field(default_factory=dict)
+    deadlines: dict[str, datetime] = field(default_factory=dict)
+    order: list[str] = field(default_factory=list)  # the assignments this course grades
+    policy: LatePolicy | None = None
+    extensions: list[Extension] = field(default_factory=list)
+    similarity_threshold: float | None = None
+    similarity_common_share: float | None = None  # MOSS's -m, as a share of the class (off: None)
+    named: frozenset[str] = frozenset()  # opted in to their name on the leaderboard
+
+    def deadline_for(self, student: str, assignment: str, base: datetime | None = None) -> datetime | None:
+        """The student's deadline: `base` (the command line's) or the course's, moved by an
+        extension for this student (one naming the assignment wins over one for all)."""
+        deadline = base or self.deadlines.get(assignment)
+        mine = [e for e in self.extensions if e.student == student and e.assignment in (assignment, None)]
+        mine.sort(key=lambda e: e.assignment is None)
+        if not mine:
+            return deadline
+        e = mine[0]
+        if e.until is not None:
+            return e.until
+        if deadline is None:
+            return None
+        return deadline + timedelta(hours=e.hours or 0)
+
+    def cutoff(self, deadline: datetime) -> datetime:
+        """The last commit date still graded for this deadline."""
+        return deadline if self.policy is None else deadline + self.policy.grace + self.policy.accept
+
+    def scale(self, assignment: str, score: Fraction, max_score: Fraction) -> tuple[Fraction, Fraction]:
+        """A score in the course's points for the assignment (the spec's where none are set)."""
+        points = self.points.get(assignment)
+        if points is None or not max_score:
+            return score, max_score
+        return score * points / max_score, points
+
+
+def find_course(path: Path | None = None) -> Course:
+    """`path`, or course.toml at the course root if there is one, else an empty course."""
+    from grader.spec import COURSE_ROOT
+
+    if path is not None:
+        if not Path(path).is_file():
+            raise CourseError(f"{path}: no such course file")
+        return load_course(Path(path))
+    default = COURSE_ROOT / COURSE_FILE
+    return load_course(default) if default.is_file() else Course()
+
+
+def load_course(path: Path) -> Course:
+    text = Path(path).read_text()
+    try:
+        data = tomllib.loads(text)
+    except tomllib.TOMLDecodeError as exc:
+        m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
+        where = f", line {m.group(1)}" if m else ""
+        raise CourseError(f"{path}{where}: not valid TOML: {exc}") from None
+    return _Reader(Path(path), text).course(data)
+
+
+class _Reader:
+    """Validates the parsed file; every error names the file and the line it is about."""
+
+    TOP = {"course", "assignments", "late_policy", "extensions", "similarity", "leaderboard"}
+
+    def __init__(self, path: Path, text: str) -> None:
+        self.path, self.lines = path, text.splitlines()
+
+    def fail(self, message: str, table: str = "", key: str = "", nth: int = 0) -> None:
+        raise CourseError(f"{self.path}, line {self.line_of(table, key, nth)}: {message}")
+
+    def line_of(self, table: str, key: str, nth: int = 0) -> int:
+        """The line of `key = ...` inside [table] (the nth [[table]] of an array), or the
+        table's header line."""
+        current, header, seen = "", 0, -1
+        for i, raw in enumerate(self.lines, 1):
+            line = raw.split("#", 1)[0].strip()
+            m = re.match(r"^\[\[?\s*([^\]]+?)\s*\]\]?$", line)
+            if m:
+                current = m.group(1).replace('"', "")
+                if current == table:
+                    seen += 1
+                    header = header if seen > nth else i
+                continue
+            here = current == table and seen == nth
+            if key and here and re.match(rf'^"?{re.escape(key)}"?\s*=', line):
+                return i
+            if not table and key and current == "" and re.match(rf'^"?{re.escape(key)}"?\s*=', line):
+                return i
+        return header or 1
+
+    def course(self, data: dict) -> Course:
+        from grader import spec as specs
+
+        for key in data:
+            if key not in self.TOP:
+                self.fail(f"unknown table [{key}] (known: {', '.join(sorted(self.TOP))})", key, key)
+        c = Course(self.path)
+        meta = self.table(data, "course")
+        self.known_keys(meta, "course", {"name"})
+        self.known_keys(self.table(data, "leaderboard"), "leaderboard", {"named"})
+        c.name = str(meta.get("name", ""))
+        known = specs.catalogue()
+        for name, entry in self.table(data, "assignments").items():
+            where = f"assignments.{name}"
+            if name not in known:
+                self.fail(f"unknown assignment {name!r} (known: {', '.join(known)})", where)
+            if not isinstance(entry, dict):
+                self.fail(f"[assignments.{name}] must be a table", "assignments", name)
+            for key, value in entry.items():
+                if key == "points":
+                    if isinstance(value, bool) or not isinstance(value, (int, float)) or value <= 0:
+                        self.fail(f"points must be a positive number, not {value!r}", where, key)
+                    c.points[name] = Fraction(str(value))
+                elif key == "deadline":
+                    c.deadlines[name] = self.date(value, where, key)
+                else:
+                    self.fail(f"unknown key {key!r} in [assignments.{name}] (known: points, deadline)", where, key)
+            c.order.append(name)
+        if "late_policy" in data:
+            c.policy = self.policy(self.table(data, "late_policy"))
+        extensions = data.get("extensions", [])
+        if not isinstance(extensions, list):
+            self.fail("extensions must be an array of tables: [[extensions]]", "extensions")
+        for nth, entry in enumerate(extensions):
+            c.extensions.append(self.extension(entry, nth))
+        sim = self.table(data, "similarity")
+        if "threshold" in sim:
+            t = sim["threshold"]
+            if isinstance(t, bool) or not isinstance(t, (int, float)) or not 0 < t <= 1:
+                self.fail(f"threshold must be a number in (0, 1], not {t!r}", "similarity", "threshold")
+            c.similarity_threshold = float(t)
+        if "common_share" in sim:
+            m = sim["common_share"]
+            if isinstance(m, bool) or not isinstance(m, (int, float)) or not 0 < m <= 1:
+                self.fail(f"common_share must be a number in (0, 1], not {m!r}", "similarity", "common_share")
+            c.similarity_common_share = float(m)
+        unknown = set(sim) - {"threshold", "common_share"}
+        if unknown:
+            self.fail(f"unknown key {sorted(unknown)[0]!r} in [similarity] (known: threshold, common_share)", "similarity",
+                      sorted(unknown)[0])
+        named = self.table(data, "leaderboard").get("named", [])
+        if not isinstance(named, list) or not all(isinstance(n, str) for n in named):
+            self.fail("named must be a list of student names", "leaderboard", "named")
+        c.named = frozenset(named)
+        return c
+
+    def known_keys(self, table: dict, name: str, known: set[str]) -> None:
+        for key in table:
+            if key not in known:
+                self.fail(f"unknown key {key!r} in [{name}] (known: {', '.join(sorted(known))})", name, key)
+
+    def table(self, data: dict, name: str) -> dict:
+        value = data.get(name, {})
+        if not isinstance(value, dict):
+            self.fail(f"{name} must be a table: [{name}]", "", name)
+        return value
+
+    def date(self, value, table: str, key: str, nth: int = 0) -> datetime:
+        if isinstance(value, datetime):
+            when = value
+        elif isinstance(value, str):
+            try:
+                when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
+            except ValueError:
+                self.fail(f"{key} {value!r} is not an ISO 8601 date and time, e.g. 2026-02-01T23:59:00-05:00", table, key, nth)
+        else:
+            self.fail(f"{key} must be a date and time, not {value!r}", table, key, nth)
+        if when.tzinfo is None:
+            self.fail(f"{key} {value} has no time zone: add one, e.g. -05:00 or Z", table, key, nth)
+        return when
+
+    def number(self, table: dict, key: str, default, where: str, low: float = 0, high: float | None = None,
+               nth: int = 0) -> Fraction:
+        value = table.get(key, default)
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (high is not None and value > high):
+            bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
+            self.fail(f"{key} must be a number {bound}, not {value!r}", where, key, nth)
+        return Fraction(str(value))
+
+    def policy(self, t: dict) -> LatePolicy:
+        known = {"grace_hours", "penalty_per_day", "max_penalty", "accept_days"}
+        for key in t:
+            if key not in known:
+                self.fail(f"unknown key {key!r} in [late_policy] (known: {', '.join(sorted(known))})", "late_policy", key)
+        accept = t.get("accept_days")
+        if accept is not None and (isinstance(accept, bool) or not isinstance(accept, int) or accept < 0):
+            self.fail(f"accept_days must be a whole number of days, not {accept!r}", "late_policy", "accept_days")
+        return LatePolicy(timedelta(hours=float(self.number(t, "grace_hours", 0, "late_policy"))),
+                          self.number(t, "penalty_per_day", 0, "late_policy", 0, 100),
+                          self.number(t, "max_penalty", 100, "late_policy", 0, 100), accept)
+
+    def extension(self, e, nth: int) -> Extension:
+        if not isinstance(e, dict) or not isinstance(e.get("student"), str):
+            self.fail("each [[extensions]] needs student = \"NAME\"", "extensions", "", nth)
+        unknown = set(e) - {"student", "assignment", "hours", "days", "until"}
+        if unknown:
+            self.fail(f"unknown key {sorted(unknown)[0]!r} in [[extensions]] (known: student, assignment, hours, days, until)",
+                      "extensions", sorted(unknown)[0], nth)
+        a = e.get("assignment")
+        from grader import spec as specs
+
+        if a is not None and a not in specs.catalogue():
+            self.fail(f"extension for {e['student']}: unknown assignment {a!r}", "extensions", "assignment", nth)
+        given = [k for k in ("hours", "days", "until") if k in e]
+        if len(given) != 1:
+            self.fail(f"extension for {e['student']}: give exactly one of hours, days or until", "extensions", "student", nth)
+        if "until" in e:
+            return Extension(e["student"], a, until=self.date(e["until"], "extensions", "until", nth))
+        k = given[0]
+        amount = float(self.number(e, k, 0, "extensions", 0, nth=nth))
+        return Extension(e["student"], a, hours=amount * (24 if k == "days" else 1))
+
+
+def _pct(x: Fraction) -> str:
+    return f"{float(x):g}"
+
+
+def _hours(d: timedelta) -> float:
+    return d.total_seconds() / 3600
+
+
+def exact(x) -> Fraction:
+    """A score as an exact fraction (a float is taken at its shortest decimal: 8.5 -> 17/2)."""
+    if isinstance(x, Fraction):
+        return x
+    if isinstance(x, int):
+        return Fraction(x)
+    return Fraction(repr(float(x)))
+
+
+def class_deadline(course: Course, names: list[str], override: datetime | None):
+    """(the class's deadline, per_student) for a fetch of these assignments: `override` (the
+    command line's) or the course's, which must be one deadline for all of them (one lock pins
+    one commit per student). per_student(student) -> (deadline, cutoff), or None where no
+    deadline applies."""
+    base = override
+    if base is None:
+        found = {n: course.deadlines.get(n) for n in names}
+        if len(set(found.values())) > 1:
+            listed = ", ".join(f"{n} {d.isoformat() if d else '(none)'}" for n, d in found.items())
+            raise ValueError(f"{course.path} gives these assignments different deadlines ({listed}): a lock pins one commit "
+                             "per student, so fetch each deadline into its own workspace (grader fetch -a NAME --out DIR)")
+        base = next(iter(found.values()), None)
+    if base is None and not any(e.until for e in course.extensions):
+        return None, None
+
+    def per_student(student: str):
+        mine = [d for d in (course.deadline_for(student, n, base) for n in names) if d is not None]
+        if not mine:
+            return None, None
+        deadline = max(mine)  # an extension of one of them extends this fetch
+        return deadline, course.cutoff(deadline) if course.policy else None
+
+    return base, per_student
+
+
+def _when(text: str | None) -> datetime | None:
+    return datetime.fromisoformat(text) if text else None
+
+
+LATE_NOTES = "late.json"  # OUT/students/<folder>/late.json: the report's words on lateness, per assignment
+
+
+def apply_late(view, out: Path) -> None:
+    """Lateness per (student, assignment) from the graded commit's date and the student's
+    deadline (the lock's, which pinning used; else course.toml's), and its penalty: computed on
+    each assignment's earned points, summed into the row's `penalty` (applied to the total by
+    the gradebooks). Each student's report gets the explanation (rewritten only if it changed)."""
+    from grader.batch import rewrite_student, student_dir
+
+    course = view.course or Course()
+    unpinned = False  # a deadline from course.toml that the fetch did not pin by
+    for r in view.rows:
+        notes: dict[str, str] = {}
+        if r.status == "fetched" and r.commit_date:
+            penalty = Fraction(0)
+            for a, cell in r.cells.items():
+                deadline = _when(r.deadline) or course.deadline_for(r.student, a)
+                if deadline is None:
+                    continue
+                unpinned = unpinned or r.deadline is None
+                late = Late.of(_when(r.commit_date), deadline, course.policy)
+                view.late[(r.student, a)] = late
+                r.hours_late = round(late.hours, 2)
+                r.late = bool(r.late) or late.late
+                text = late.explain(course.policy)
+                if cell.score is not None and late.percent:
+                    cut = late.penalty(exact(cell.score))
+                    penalty += cut
+                    earned, top = float(cell.score), float(cell.max_score or 0)
+                    scaled = f" (this course counts {a} for {top:g} points)" if a in course.points else ""
+                    text += (f" In the gradebook{scaled} you earned {earned:g} of {top:g} points: "
+                             f"{float(cut):.4g} deducted, {float(exact(cell.score) - cut):.4g} count.")
+                if text:
+                    notes[a] = text
+            r.penalty = round(float(penalty), 4)
+        path = student_dir(out, r.folder) / LATE_NOTES
+        old = path.read_text() if path.is_file() else None
+        new = json.dumps(notes, indent=1, sort_keys=True) if notes else None
+        if old != new and (new is not None or path.exists()):
+            if new is None:
+                path.unlink()
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(new)
+            rewrite_student(out, r.folder)
+    if unpinned:
+        view.warning = ((view.warning + " ") if view.warning else "") + (
+            "The lock was fetched without course.toml's deadlines: lateness is computed from them, but the commits graded "
+            "were not pinned by them (later ones may be graded). Fetch again with the course file to pin them.")
+
+
+def late_notes(folder: Path) -> dict[str, str]:
+    """What apply_late wrote for a student's report (empty if nothing)."""
+    try:
+        return json.loads((Path(folder) / LATE_NOTES).read_text())
+    except (OSError, ValueError):
+        return {}
