@@ -70,6 +70,8 @@ def check(
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
     isolation: str = typer.Option("sandbox", help="How student code is contained: sandbox (namespaces, no Docker), "
                                   "docker (a container per worker) or none. See docs/security.md."),
+    ci: Optional[str] = typer.Option(None, "--ci", help="github: a job summary, annotations and GitHub Classroom's "
+                                     "result output (default when GITHUB_ACTIONS=true); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader import sandbox
@@ -89,6 +91,8 @@ def check(
                        hide=[str(json_file.resolve().parent), str(html_dir.resolve())])
         if case and not any(plan_calls(s, seed, opts.interpret, case, dtype) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
+        if ci not in (None, "github", "none"):
+            raise UsageError(f"--ci must be github or none, not {ci!r}")
         contained = sandbox.detect(isolation)
     except (UsageError, SubmissionError, sandbox.SandboxError) as exc:
         err.print(f"[red]error:[/red] {exc}")
@@ -109,6 +113,10 @@ def check(
     html = write_report(run, html_dir)
     print_summary(run)
     console.print(f"\nresults: {json_file}   report: {html}")
+    from grader import ci as github
+
+    if github.enabled(ci):
+        github.report_github(run, sub.root, resolved, echo=lambda line: print(line, flush=True))
     if any(t.outcome == "infra_error" for t in run.tests):
         raise typer.Exit(2)
     raise typer.Exit(0 if run.all_passed else 1)
@@ -184,6 +192,10 @@ def list_assignments() -> None:
 from grader.ta import register as _register_ta_commands  # noqa: E402  (fetch, grade: they use the helpers above)
 
 _register_ta_commands(app)
+
+from grader.lifecycle import register as _register_lifecycle_commands  # noqa: E402  (release, gradescope)
+
+_register_lifecycle_commands(app)
 
 
 def main() -> None:
