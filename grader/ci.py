@@ -39,13 +39,14 @@ def enabled(ci: str | None, env: dict | None = None) -> bool:
 
 def source_line(test: TestResult, repo: Path) -> tuple[str, int] | None:
     """(path relative to the repo, line) of the deepest traceback frame in a file of the repo.
-    The worker ran a private copy, so a frame's path is matched on its trailing components."""
+    Frames name the worker's private copy (or a path relative to it), so a frame's path is
+    matched on its trailing components."""
     found = None
     for path, line in _FRAME.findall(test.traceback or ""):
         parts = Path(path).parts
-        for i in range(1, len(parts)):
+        for i in range(len(parts)):
             rel = Path(*parts[i:])
-            if (repo / rel).is_file() and not rel.parts[0].startswith("."):
+            if not rel.is_absolute() and (repo / rel).is_file() and not rel.parts[0].startswith("."):
                 found = (rel.as_posix(), int(line))
                 break
     return found
