@@ -1,0 +1,77 @@
+"""Public and hidden cases, and where random shapes come from (the course secret, or the run's seed alone)."""
+
+from __future__ import annotations
+
+import hashlib
+import random
+import shutil
+
+import pytest
+
+from conftest import REPO_ROOT
+from grader import spec as specs
+from grader.grade import hidden_note
+from grader.plan import cases_for, plan_calls
+
+
+def _shape_seed(*parts: str) -> int:
+    """sha256 of the parts joined by ':', first 8 bytes little-endian, top bit dropped (63 bits)."""
+    return int.from_bytes(hashlib.sha256(":".join(parts).encode()).digest()[:8], "little") >> 1
+
+
+def test_hidden_py_cases_are_graded_and_marked(monkeypatch):
+    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
+    spec = specs.get("vector_add")
+    hidden = [c.name for c in spec.cases if c.hidden]
+    assert hidden == ["n=4095", "strided-n=3001-stride=3"] and spec.hidden_count == 2
+    assert "n=4095" not in (spec.folder / "spec.py").read_text()  # they live in hidden.py alone
+    assert [c.name for c in spec.public_cases] == [c.name for c in spec.cases if not c.hidden]
+    calls = plan_calls(spec, 1, interpret=True)
+    assert {c.case.name for c in calls if c.case.hidden} == set(hidden)  # the TA's runs include them
+    assert "2 of these cases are hidden from students" in hidden_note(spec)
+    assert hidden_note(specs.get("matmul_relu")) == ""
+
+
+def test_random_shapes_come_from_the_secret_where_there_is_one(monkeypatch, tmp_path):
+    spec = specs.get("softmax")
+    monkeypatch.setattr(specs, "COURSE_ROOT", tmp_path)  # no course-secret.txt there
+    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
+    public = [c.name for c in cases_for(spec, 9) if c.name.startswith("random")]
+    assert public == [c.name for c in spec.random_cases(random.Random(_shape_seed("9", "softmax", "shapes")))]
+    monkeypatch.setenv("GRADER_COURSE_SECRET", "s3")
+    graded = [c.name for c in cases_for(spec, 9) if c.name.startswith("random")]
+    assert graded == [c.name for c in spec.random_cases(random.Random(_shape_seed("9", "softmax", "shapes", "s3")))]
+    assert graded != public  # a kit (no secret) cannot draw the graded shapes, even knowing the seed
+    assert graded == [c.name for c in cases_for(spec, 9) if c.name.startswith("random")]  # but they are replayable
+    monkeypatch.delenv("GRADER_COURSE_SECRET")
+    (tmp_path / "course-secret.txt").write_text("s3\n")
+    assert [c.name for c in cases_for(spec, 9) if c.name.startswith("random")] == graded  # the file, same secret
+
+
+def test_a_kit_knows_how_many_hidden_cases_it_lacks(monkeypatch, tmp_path):
+    kit = tmp_path / "kit"
+    shutil.copytree(REPO_ROOT / "assignments" / "vector_add", kit / "assignments" / "vector_add",
+                    ignore=shutil.ignore_patterns("hidden.py", "starter", "__pycache__"))
+    (kit / "grader-kit.toml").write_text('grader = "0.1.0"\n\n[assignments.vector_add]\nhidden_cases = 2\n')
+    monkeypatch.setattr(specs, "COURSE_ROOT", kit)
+    monkeypatch.setattr(specs, "_CATALOGUE", None)
+    spec = specs.get("vector_add")
+    assert not any(c.hidden for c in spec.cases) and spec.withheld_cases == spec.hidden_count == 2
+    assert hidden_note(spec).startswith("2 hidden case(s) of vector_add are not in this kit: they run at grading time")
+
+
+def test_the_tas_course_wins_over_a_kit_around_the_working_directory(monkeypatch, tmp_path):
+    """A submission is a clone of the kit (public specs, grader-kit.toml): grading from inside it
+    must still use the course installed beside the grader, never the student's copy of the specs."""
+    (tmp_path / "grader-kit.toml").write_text("")
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("GRADER_COURSE", raising=False)
+    assert specs._find_course() == REPO_ROOT
+    monkeypatch.setenv("GRADER_COURSE", str(tmp_path / "elsewhere"))
+    assert specs._find_course() == tmp_path / "elsewhere"
+
+
+def test_a_hidden_py_of_the_wrong_shape_says_so(tmp_path):
+    (tmp_path / "hidden.py").write_text("CASES = ({'name': 'n=5'},)\n")
+    with pytest.raises(TypeError, match="CASES must be a tuple of grader.spec.Case"):
+        specs._load_hidden(tmp_path)
