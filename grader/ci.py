@@ -151,6 +151,21 @@ def report_github(run: RunResult, repo: Path, device: str, env: dict | None = No
             f.write(f"result={encode(classroom_payload(run, repo))}\n")
 
 
+def report_error(message: str, env: dict | None = None) -> None:
+    """A check that could not run at all (no module found, a bad option): the summary says why,
+    and Classroom gets an error payload instead of nothing."""
+    env = os.environ if env is None else env
+    if env.get("GITHUB_STEP_SUMMARY"):
+        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(f"## Triton kernels: the check could not run\n\n{_md(message)}\n")
+    if env.get("GITHUB_OUTPUT"):
+        payload = {"version": 1, "status": "error", "max_score": 0,
+                   "tests": [{"name": "grader check", "status": "error", "score": 0, "message": _short(message, MESSAGE_LIMIT),
+                              "test_code": "grader check", "filename": "", "line_no": 0, "duration": 0}]}
+        with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
+            f.write(f"result={encode(payload)}\n")
+
+
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
 

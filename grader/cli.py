@@ -96,6 +96,10 @@ def check(
         contained = sandbox.detect(isolation)
     except (UsageError, SubmissionError, sandbox.SandboxError) as exc:
         err.print(f"[red]error:[/red] {exc}")
+        from grader import ci as github
+
+        if github.enabled(ci if ci in ("github", "none") else None):
+            github.report_error(str(exc))
         raise typer.Exit(2)
     for warning in contained.warnings:  # once per run, before any worker starts
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
@@ -184,8 +188,9 @@ def list_assignments() -> None:
         table.add_column(col)
     for s in specs.catalogue().values():
         perf = f" + {s.performance_points:g} speed" if s.performance_points else ""
+        hidden = f" + {s.hidden_count} hidden" if s.hidden_count else ""
         table.add_row(s.name, s.module, s.signature, f"{s.correctness_points:g} correctness{perf}",
-                      f"{len(s.cases)} named + random, {', '.join(s.dtypes)}")
+                      f"{len(s.public_cases)} named{hidden} + random, {', '.join(s.dtypes)}")
     console.print(table)
 
 

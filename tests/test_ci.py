@@ -151,6 +151,23 @@ def test_check_in_github_actions_writes_summary_output_and_annotations(tmp_path,
     text = summary.read_text()
     assert text.startswith("earlier step\n## Triton kernels: ")  # appended, not replaced
     assert "### Failing checks" in text and "out-of-bounds load" in text and "reproduce: `grader check" in text
-    assert "2 hidden case(s) of vector_add" not in text  # the TA's course has them here, not withheld
+    assert "hidden case(s) of vector_add are not in this kit" not in text  # the TA's course has them here, not withheld
     assert re.search(r"^::error file=kernels/vector_add\.py,line=11,title=vector_add n=\S+ \[float32\]%3A failed::"
                      r"out-of-bounds load", run.stdout, re.M), run.stdout
+
+
+def test_a_check_that_cannot_run_still_reports(tmp_path, cli):
+    """No kernel in the repo: exit 2, and in Actions the summary and Classroom's payload say why."""
+    import os
+
+    summary, output = tmp_path / "summary.md", tmp_path / "output"
+    (tmp_path / "empty").mkdir()
+    os.environ.update(GITHUB_STEP_SUMMARY=str(summary), GITHUB_OUTPUT=str(output))
+    try:
+        run = cli(tmp_path / "empty", "--ci", "github")
+    finally:
+        del os.environ["GITHUB_STEP_SUMMARY"], os.environ["GITHUB_OUTPUT"]
+    assert run.returncode == 2 and "no assignment found" in run.stderr
+    assert "the check could not run" in summary.read_text() and "no assignment found" in summary.read_text()
+    payload = _decode(output)
+    assert payload["status"] == "error" and payload["max_score"] == 0 and "no assignment found" in payload["tests"][0]["message"]

@@ -97,17 +97,17 @@ def test_run_autograder_grades_a_submission_into_results_json(autograder, tmp_pa
     tests = data["tests"]
     for t in tests:
         assert GRADESCOPE_TEST_KEYS <= set(t) and t["status"] in ("passed", "failed") and t["visibility"] in VISIBILITY, t
-    # 7 public + 2 hidden + 3 random cases x 3 dtypes, the own-kernel check, speed
-    assert len(tests) == 12 * 3 + 2
+    # 7 public + 6 hidden + 3 random cases x 3 dtypes, the own-kernel check, speed
+    assert len(tests) == 16 * 3 + 2
     hidden = {t["extra_data"]["case"] for t in tests if t["visibility"] == "after_published"}
-    assert hidden == {"n=4095", "strided-n=3001-stride=3"}  # hidden cases ran, shown after publishing
+    assert hidden == {"n=4095", "strided-n=3001-stride=3", "n=2-pair", "n=1023-below-1024", "n=65535-odd-tail",
+                      "strided-n=7-stride=4"}  # hidden cases ran, shown after publishing
     skipped = [t for t in tests if t["outcome"] == "skipped"]
-    assert len(skipped) == 12 + 1 and all(t["status"] == "failed" and t["max_score"] == 0 for t in skipped)
+    assert len(skipped) == 16 + 1 and all(t["status"] == "failed" and t["max_score"] == 0 for t in skipped)
     ran = [t for t in tests if t["outcome"] != "skipped"]
     assert all(t["outcome"] == "passed" and t["status"] == "passed" for t in ran)
-    # 6 correctness points over 36 cases x dtypes; the 24 that ran here earn 4 (each test's points
-    # are rounded to 4 places today: 24 x 0.1667)
-    assert data["score"] == pytest.approx(4.0, abs=1e-3) and sum(t["score"] for t in tests) == pytest.approx(data["score"])
+    # 6 correctness points over 48 cases x dtypes; the 32 that ran here earn 4
+    assert data["score"] == pytest.approx(4.0) and sum(t["score"] for t in tests) == pytest.approx(data["score"])
     assert [t["number"] for t in tests[:3]] == ["1.1", "1.2", "1.3"]
     assert "leaderboard" not in data  # no timing on the CPU
     assert (root / "results" / "report" / "report.html").is_file()
@@ -123,7 +123,7 @@ def test_run_autograder_without_the_module_still_writes_results(autograder, tmp_
     assert proc.returncode == 0, proc.stdout + proc.stderr
     data = json.loads((root / "results" / "results.json").read_text())
     # -a names the assignment, so a missing module is graded (zero), not an unreadable run
-    assert data["score"] == 0 and data["max_score"] == pytest.approx(4.0, abs=1e-3)  # what ran here, all lost
+    assert data["score"] == 0 and data["max_score"] == pytest.approx(4.0)  # what ran here, all lost
     errors = [t for t in data["tests"] if t["outcome"] == "error"]
     assert errors and "kernels/vector_add.py not found in the submission" in errors[0]["output"]
     assert all(t["status"] == "failed" for t in errors)

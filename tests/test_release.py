@@ -118,7 +118,7 @@ def test_kit_layout_starters_handouts_specs_and_manifest(kit):
 
     manifest = tomllib.loads((root / "grader-kit.toml").read_text())
     assert manifest["assignments"]["vector_add"] == {"module": "kernels/vector_add.py", "function": "vector_add",
-                                                     "points": 10, "hidden_cases": 2}
+                                                     "points": 10, "hidden_cases": 6}
     assert manifest["assignments"]["matmul_relu"]["hidden_cases"] == 0
     readme = (root / "README.md").read_text()
     for words in ("pip install -r requirements-grader.txt", "grader check", "How points work", "hidden cases",
@@ -247,7 +247,7 @@ def test_fresh_venv_installs_the_kits_grader_and_checks(kit, tmp_path):
     shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", repo / "kernels" / "vector_add.py")
     good = check()
     assert good.returncode == 0, good.stdout + good.stderr
-    assert "2 hidden case(s) of vector_add are not in this kit: they run at grading time" in good.stdout
+    assert "6 hidden case(s) of vector_add are not in this kit: they run at grading time" in good.stdout
     import json
 
     results = json.loads((repo / "reports" / "results.json").read_text())
