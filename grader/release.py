@@ -30,6 +30,7 @@ from grader import spec as specs
 PYTHON = "3.11"
 PACKAGE_HOME = Path(__file__).resolve().parent.parent  # where pyproject.toml is, in a source checkout
 PRIVATE_NAMES = {"hidden.py", "starter", "__pycache__", "solution", "solutions"}
+STARTER_PATH = re.compile(r"`(?:\.\./[\w-]+/)?starter/([^`]+)`")  # a handout's `starter/kernels/x.py`
 MIN_DISTINCTIVE = 24  # a reference line this long, found in no public file, is the reference's own
 GITIGNORE = """# the grader's outputs
 reports/
@@ -121,6 +122,8 @@ def _add_assignment(out: Path, spec: specs.Assignment) -> None:
                            f"move them to {folder / 'hidden.py'} (CASES = (...)), which is never released")
     dest = out / "assignments" / folder.name
     shutil.copytree(folder, dest, ignore=lambda d, names: [n for n in names if n in PRIVATE_NAMES or n.endswith(".pyc")])
+    for handout in dest.glob("*.md"):  # the kit has the starters in place: point at them there
+        handout.write_text(STARTER_PATH.sub(r"`\1`", handout.read_text()))
     starter = folder / "starter"
     if starter.is_dir():
         for src in sorted(p for p in starter.rglob("*") if p.is_file() and "__pycache__" not in p.parts):
