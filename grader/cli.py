@@ -50,6 +50,9 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
             return [specs.get(n) for n in names]
         except specs.UnknownAssignment as exc:
             raise UsageError(exc.args[0]) from None
+    if not specs.catalogue():
+        raise UsageError(f"no course found: no assignments/ in {specs.COURSE_ROOT}. Run grader check inside your "
+                         f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
     found = [s for s in specs.catalogue().values() if sub.has(s)]
     if not found:
         looked = ", ".join(sub.target(s)[0] for s in specs.catalogue().values())

@@ -58,40 +58,47 @@ class Kit:
 
 def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False, requirement: str | None = None,
               gpu_runner: str | None = None, title: str = "Triton kernels") -> Kit:
-    """Write the kit to `out` (empty or absent; with force, replaced). On any failure nothing is left there."""
+    """Write the kit to `out`: empty or absent, or with force, a folder whose contents are replaced
+    (all but .git: regenerate into a clone of the template repository and commit the difference).
+    It is built beside `out` and moved in only once scanned, so a failure leaves `out` as it was."""
     chosen = [specs.get(n) for n in names] if names else list(specs.catalogue().values())
     out = Path(out).resolve()
-    if out.exists() and any(out.iterdir()):
-        if not force:
-            raise ReleaseError(f"{out} is not empty: choose a new folder, or --force to replace it")
-        shutil.rmtree(out)
-    if out == specs.COURSE_ROOT.resolve() or specs.COURSE_ROOT.resolve().is_relative_to(out):
-        raise ReleaseError(f"{out} would hold the course itself: choose a folder outside it")
-    out.mkdir(parents=True, exist_ok=True)
+    course = specs.COURSE_ROOT.resolve()
+    if out == course or course.is_relative_to(out) or out.is_relative_to(course / "assignments"):
+        raise ReleaseError(f"{out} would hold or overwrite the course itself: choose a folder outside it")
+    kept = [p for p in out.iterdir() if p.name != ".git"] if out.is_dir() else []
+    if kept and not force:
+        raise ReleaseError(f"{out} is not empty: choose a new folder, or --force to replace its contents (.git is kept)")
+    out.parent.mkdir(parents=True, exist_ok=True)
+    build = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
-        install, wheel = _grader_install(out, requirement)
+        install, wheel = _grader_install(build, requirement)
         for spec in chosen:
-            _add_assignment(out, spec)
+            _add_assignment(build, spec)
         manifest = {"grader": __version__, "title": title, "assignments": {
             s.name: {"module": s.module, "function": s.function, "points": s.max_points, "hidden_cases": s.hidden_count}
             for s in chosen}}
-        (out / specs.KIT_MANIFEST).write_text(_toml(manifest))
-        (out / "requirements-grader.txt").write_text(install + "\n")
-        (out / ".gitignore").write_text(GITIGNORE)
+        (build / specs.KIT_MANIFEST).write_text(_toml(manifest))
+        (build / "requirements-grader.txt").write_text(install + "\n")
+        (build / ".gitignore").write_text(GITIGNORE)
         rows = [{"name": s.name, "title": s.title, "module": s.module, "function": s.function, "points": f"{s.max_points:g}",
                  "hidden": s.hidden_count} for s in chosen]
-        (out / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
+        (build / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
             title=title, assignments=rows, python=PYTHON, wheel=wheel))
-        (out / ".github" / "workflows").mkdir(parents=True)
-        (out / ".github" / "workflows" / "classroom.yml").write_text(workflow(gpu_runner))
-        leaks = find_leaks(out)
+        (build / ".github" / "workflows").mkdir(parents=True)
+        (build / ".github" / "workflows" / "classroom.yml").write_text(workflow(gpu_runner))
+        leaks = find_leaks(build)
         if leaks:
             raise ReleaseError("the kit would leak private material:\n  " + "\n  ".join(leaks[:20]))
-        _check_loads(out, [s.name for s in chosen])
-    except BaseException:
-        shutil.rmtree(out, ignore_errors=True)
-        raise
-    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file())
+        _check_loads(build, [s.name for s in chosen])
+        out.mkdir(exist_ok=True)
+        for old in kept:
+            shutil.rmtree(old) if old.is_dir() and not old.is_symlink() else old.unlink()
+        for part in build.iterdir():
+            shutil.move(str(part), str(out / part.name))
+    finally:
+        shutil.rmtree(build, ignore_errors=True)
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and ".git" not in p.relative_to(out).parts)
     return Kit(out, [s.name for s in chosen], install, files)
 
 

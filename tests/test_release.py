@@ -192,7 +192,25 @@ def test_release_refuses_a_kit_that_would_leak_and_leaves_nothing(tmp_path, monk
     out = tmp_path / "kit"
     with pytest.raises(release.ReleaseError, match=r"kernels/helper\.py: the content of reference/vector_add\.py"):
         release.build_kit(out, ["vector_add"], requirement="grader==0.1.0")
-    assert not out.exists()
+    assert not out.exists() and not list(tmp_path.glob(".kit.partial-*"))
+
+
+def test_force_rebuilds_into_a_clone_keeping_git_and_a_failure_keeps_what_was_there(tmp_path, monkeypatch):
+    course = _course(tmp_path, monkeypatch)
+    out = tmp_path / "template"
+    (out / ".git").mkdir(parents=True)
+    (out / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (out / "old.txt").write_text("from the last release")
+    release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", force=True)
+    assert (out / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n" and not (out / "old.txt").exists()
+    assert (out / "kernels" / "vector_add.py").is_file()
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    (course / "assignments" / "vector_add" / "starter" / "kernels" / "leak.py").write_text(
+        (course / "reference" / "vector_add.py").read_text())
+    with pytest.raises(release.ReleaseError, match="would leak"):
+        release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", force=True)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before  # untouched
+    assert not list(tmp_path.glob(".template.partial-*"))
 
 
 def test_release_refuses_hidden_cases_written_in_the_public_spec(tmp_path, monkeypatch):
@@ -256,3 +274,12 @@ def test_fresh_venv_installs_the_kits_grader_and_checks(kit, tmp_path):
     results = json.loads((repo / "reports" / "results.json").read_text())
     names = {t["extra_data"]["case"] for t in results["tests"] if t["extra_data"].get("case")}
     assert "n=127" in names and not names & set(_hidden_names()["vector_add"])
+
+
+def test_check_without_a_course_says_where_to_run_it(tmp_path):
+    """The grader installed from a kit's wheel, run outside the kit: one line that says what to do."""
+    (tmp_path / "empty-course").mkdir()
+    env = dict(os.environ, GRADER_COURSE=str(tmp_path / "empty-course"), PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", str(tmp_path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no course found" in proc.stderr and "grader-kit.toml" in proc.stderr, proc.stderr
