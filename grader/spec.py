@@ -23,7 +23,7 @@ DTYPES: dict[str, torch.dtype] = {
 }
 
 KIT_MANIFEST = "grader-kit.toml"  # marks a student kit (grader release): public specs, no secret
-SECRET_FILE = "course-secret.txt"  # the course's secret (never released): the graded random shapes
+SECRET_FILE = "assignments/course-secret.txt"  # the course's secret (never released; out of the workers' sight)
 
 
 def _find_course() -> Path:
@@ -47,7 +47,7 @@ COURSE_ROOT = _find_course()
 
 
 def course_secret() -> str | None:
-    """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or COURSE_ROOT/course-secret.txt.
+    """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or COURSE_ROOT/assignments/course-secret.txt.
     None in a student kit: there the random shapes come from the run's (public, printed) seed alone."""
     value = os.environ.get("GRADER_COURSE_SECRET")
     if value is None and (COURSE_ROOT / SECRET_FILE).is_file():

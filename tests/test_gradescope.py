@@ -40,7 +40,7 @@ def test_zip_holds_setup_run_the_grader_and_the_course(autograder):
         modes = {i.filename: (i.external_attr >> 16) & 0o777 for i in z.infolist()}
         setup = z.read("setup.sh").decode()
         run = z.read("run_autograder").decode()
-        secret = z.read("course/course-secret.txt").decode().strip()
+        secret = z.read("course/assignments/course-secret.txt").decode().strip()
     assert {"setup.sh", "run_autograder", "course/assignments/vector_add/spec.py", "course/assignments/vector_add/hidden.py",
             "course/reference/vector_add.py"} <= names
     assert not any("starter" in n or "__pycache__" in n for n in names)

@@ -34,7 +34,7 @@ def test_hidden_py_cases_are_graded_and_marked(monkeypatch):
 
 def test_random_shapes_come_from_the_secret_where_there_is_one(monkeypatch, tmp_path):
     spec = specs.get("softmax")
-    monkeypatch.setattr(specs, "COURSE_ROOT", tmp_path)  # no course-secret.txt there
+    monkeypatch.setattr(specs, "COURSE_ROOT", tmp_path)  # no assignments/course-secret.txt there
     monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
     public = [c.name for c in cases_for(spec, 9) if c.name.startswith("random")]
     assert public == [c.name for c in spec.random_cases(random.Random(_shape_seed("9", "softmax", "shapes")))]
@@ -44,7 +44,8 @@ def test_random_shapes_come_from_the_secret_where_there_is_one(monkeypatch, tmp_
     assert graded != public  # a kit (no secret) cannot draw the graded shapes, even knowing the seed
     assert graded == [c.name for c in cases_for(spec, 9) if c.name.startswith("random")]  # but they are replayable
     monkeypatch.delenv("GRADER_COURSE_SECRET")
-    (tmp_path / "course-secret.txt").write_text("s3\n")
+    (tmp_path / "assignments").mkdir()
+    (tmp_path / "assignments" / "course-secret.txt").write_text("s3\n")
     assert [c.name for c in cases_for(spec, 9) if c.name.startswith("random")] == graded  # the file, same secret
 
 

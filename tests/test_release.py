@@ -223,9 +223,9 @@ def test_release_makes_a_secret_once_and_never_ships_it(tmp_path, monkeypatch):
     course = _course(tmp_path, monkeypatch)
     monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
     made = release.ensure_secret()
-    assert made == str(course / "course-secret.txt") and release.ensure_secret() is None
-    secret = (course / "course-secret.txt").read_text().strip()
-    assert len(secret) == 32 and oct((course / "course-secret.txt").stat().st_mode)[-3:] == "600"
+    assert made == str(course / "assignments" / "course-secret.txt") and release.ensure_secret() is None
+    secret = (course / "assignments" / "course-secret.txt").read_text().strip()
+    assert len(secret) == 32 and oct((course / "assignments" / "course-secret.txt").stat().st_mode)[-3:] == "600"
     kit = release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0")
     assert (kit.root / "requirements-grader.txt").read_text() == "grader==0.1.0\n"
     assert not any(secret in t for t in _kit_texts(kit.root).values())
