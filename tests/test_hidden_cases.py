@@ -98,3 +98,13 @@ def test_resumed_grades_are_keyed_on_hidden_cases_and_the_secret(monkeypatch, tm
         assert spec_fingerprint(spec) != before  # hidden.py changed: regrade
     finally:
         object.__setattr__(spec, "folder", REPO_ROOT / "assignments" / "vector_add")
+
+
+def test_the_secret_never_reaches_a_worker(monkeypatch, tmp_path):
+    from grader.sandbox import sandbox_view, worker_env
+
+    monkeypatch.setenv("GRADER_COURSE_SECRET", "do-not-pass")
+    env = worker_env(tmp_path, interpret=True, gpu=None)
+    assert "do-not-pass" not in "".join(env.values()) and "GRADER_COURSE_SECRET" not in env
+    covered = {path for path, _ in sandbox_view(tmp_path, [], [])["cover"]}
+    assert str(specs.COURSE_ROOT / "assignments") in covered  # hidden.py files and the secret file: blank
