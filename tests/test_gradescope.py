@@ -84,12 +84,13 @@ def _gradescope_root(tmp_path: Path, autograder_zip: Path, submission: Path | No
 
 @pytest.mark.slow
 def test_run_autograder_grades_a_submission_into_results_json(autograder, tmp_path):
-    sub = tmp_path / "sub"
-    (sub / "kernels").mkdir(parents=True)
-    shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", sub / "kernels")
+    sub = tmp_path / "sub"  # uploaded by dragging the file in: no kernels/ folder
+    sub.mkdir()
+    shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", sub)
     root, env = _gradescope_root(tmp_path, autograder[0], sub)
     proc = subprocess.run([str(root / "run_autograder")], cwd=root, env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert "vector_add: kernels/vector_add.py not found; grading vector_add.py" in proc.stdout
     data = json.loads((root / "results" / "results.json").read_text())
     assert data["extra_data"]["environment"]["mode"].startswith("cpu")
     assert isinstance(data["execution_time"], int) and data["execution_time"] > 0
@@ -137,3 +138,24 @@ def test_run_autograder_with_no_submission_folder_explains(autograder, tmp_path)
     data = json.loads((root / "results" / "results.json").read_text())
     assert data["score"] == 0 and data["tests"] == []
     assert "could not grade this submission (exit code 2)" in data["output"] and "no such folder" in data["output"]
+
+
+def test_a_flat_upload_is_found_by_name(tmp_path):
+    """Files dragged into Gradescope arrive without their folders."""
+    from grader.gradescope import locate_modules
+
+    (tmp_path / "vector_add.py").write_text("# the student's kernel\n")
+    (tmp_path / "notes").mkdir()
+    (tmp_path / "notes" / "softmax.py").write_text("# one\n")
+    (tmp_path / "softmax.py").write_text("# two: ambiguous, left alone\n")
+    (tmp_path / "grader.toml").write_text('[assignments.layernorm]\nmodule = "src/ln.py"\n')
+    done = locate_modules(tmp_path, ["vector_add", "softmax", "layernorm", "matmul_relu"])
+    assert done == ["vector_add: kernels/vector_add.py not found; grading vector_add.py"]
+    from grader.submission import open_submission
+    from grader import spec as specs
+
+    sub = open_submission(tmp_path)
+    assert sub.target(specs.get("vector_add")) == ("vector_add.py", "vector_add")
+    assert sub.target(specs.get("layernorm")) == ("src/ln.py", "layer_norm")  # the student's own entry kept
+    assert sub.target(specs.get("softmax"))[0] == "kernels/softmax.py"
+    assert locate_modules(tmp_path, ["vector_add"]) == []  # already named: nothing more to do
