@@ -47,7 +47,8 @@ def release(
     hidden = {n: specs.get(n).hidden_count for n in kit.assignments}
     console.print(f"Student kit in {kit.root}: {', '.join(kit.assignments)} ({len(kit.files)} files)")
     console.print(f"  students install the grader with: pip install -r requirements-grader.txt  ({kit.install})")
-    console.print(f"  hidden cases kept back: {', '.join(f'{n} {c}' for n, c in hidden.items())}")
+    kept = ", ".join(f"{n} {c}" for n, c in hidden.items() if c) or "none (no assignment has hidden.py)"
+    console.print(f"  hidden cases kept back: {kept}")
     console.print("  scanned: no reference kernel, hidden case or course secret in it.")
     console.print("Next: push it as the template repository of the assignment (GitHub Classroom: the starter code repo).")
 
