@@ -40,6 +40,7 @@ from typing import Callable
 
 import grader
 from grader.results import AssignmentResult, RunResult, TestResult, write_json_atomic
+from grader.spec import course_secret
 
 RECORD_FORMAT = 1
 
@@ -73,11 +74,16 @@ class Job:
 
 
 def spec_fingerprint(spec) -> str:
-    """sha256 of the assignment's spec.py and its reference kernel (both decide the grade)."""
+    """sha256 of the assignment's spec.py and its reference kernel (both decide the grade), and of
+    its hidden.py and the course secret (the hidden cases and the random shapes) where there are."""
     h = hashlib.sha256()
-    for part in (Path(spec.folder) / "spec.py", spec.reference_module()):
+    hidden = Path(spec.folder) / "hidden.py"
+    for part in (Path(spec.folder) / "spec.py", spec.reference_module(), *([hidden] if hidden.is_file() else [])):
         h.update(part.name.encode() + b"\0")
         h.update(part.read_bytes() if part.is_file() else b"<absent>")
+    secret = course_secret()
+    if secret:
+        h.update(b"secret\0" + hashlib.sha256(secret.encode()).digest())
     return h.hexdigest()[:16]
 
 

@@ -50,6 +50,9 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
             return [specs.get(n) for n in names]
         except specs.UnknownAssignment as exc:
             raise UsageError(exc.args[0]) from None
+    if not specs.catalogue():
+        raise UsageError(f"no course found: no assignments/ in {specs.COURSE_ROOT}. Run grader check inside your "
+                         f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
     found = [s for s in specs.catalogue().values() if sub.has(s)]
     if not found:
         looked = ", ".join(sub.target(s)[0] for s in specs.catalogue().values())
@@ -70,6 +73,8 @@ def check(
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
     isolation: str = typer.Option("sandbox", help="How student code is contained: sandbox (namespaces, no Docker), "
                                   "docker (a container per worker) or none. See docs/security.md."),
+    ci: Optional[str] = typer.Option(None, "--ci", help="github: a job summary, annotations and GitHub Classroom's "
+                                     "result output (default when GITHUB_ACTIONS=true); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader import sandbox
@@ -89,9 +94,15 @@ def check(
                        hide=[str(json_file.resolve().parent), str(html_dir.resolve())])
         if case and not any(plan_calls(s, seed, opts.interpret, case, dtype) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
+        if ci not in (None, "github", "none"):
+            raise UsageError(f"--ci must be github or none, not {ci!r}")
         contained = sandbox.detect(isolation)
     except (UsageError, SubmissionError, sandbox.SandboxError) as exc:
         err.print(f"[red]error:[/red] {exc}")
+        from grader import ci as github
+
+        if github.enabled(ci if ci in ("github", "none") else None):
+            github.report_error(str(exc))
         raise typer.Exit(2)
     for warning in contained.warnings:  # once per run, before any worker starts
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
@@ -109,6 +120,10 @@ def check(
     html = write_report(run, html_dir)
     print_summary(run)
     console.print(f"\nresults: {json_file}   report: {html}")
+    from grader import ci as github
+
+    if github.enabled(ci):
+        github.report_github(run, sub.root, resolved, echo=lambda line: print(line, flush=True))
     if any(t.outcome == "infra_error" for t in run.tests):
         raise typer.Exit(2)
     raise typer.Exit(0 if run.all_passed else 1)
@@ -178,14 +193,19 @@ def list_assignments() -> None:
         table.add_column(col)
     for s in specs.catalogue().values():
         perf = f" + {s.performance_points:g} speed" if s.performance_points else ""
+        hidden = f" + {s.hidden_count} hidden" if s.hidden_count else ""
         table.add_row(s.name, s.module, s.signature, f"{s.correctness_points:g} correctness{perf}",
-                      f"{len(s.cases)} named + random, {', '.join(s.dtypes)}")
+                      f"{len(s.public_cases)} named{hidden} + random, {', '.join(s.dtypes)}")
     console.print(table)
 
 
 from grader.ta import register as _register_ta_commands  # noqa: E402  (fetch, grade: they use the helpers above)
 
 _register_ta_commands(app)
+
+from grader.lifecycle import register as _register_lifecycle_commands  # noqa: E402  (release, gradescope)
+
+_register_lifecycle_commands(app)
 
 
 def main() -> None:

@@ -8,6 +8,11 @@
 - gradescope.csv: Name, SID, Email, a column per assignment and Total Score, for Gradescope's
   score upload (it asks which column is which). Each student's results.json is already in
   Gradescope's autograder schema.
+- canvas.csv: Canvas's gradebook import (Grades > Import): Student, ID, SIS User ID, SIS Login ID,
+  Section, then a column per assignment, and a Points Possible row under the header. Canvas matches
+  a row to a student by ID, SIS User ID or SIS Login ID: the roster's student column goes in SIS
+  Login ID (use the Canvas login or email there); ID, SIS User ID and Section are left empty (Canvas
+  fills them or ignores them). A new column name makes Canvas create the assignment on import.
 
 A score cell is empty where there is no grade (unfetched, not graded yet, infra error):
 an empty cell is not a zero, and the note says why.
@@ -79,7 +84,29 @@ def gradescope_csv(view) -> str:
     return _csv(rows)
 
 
-EXPORTS = {"grades.csv": grades_csv, "classroom.csv": classroom_csv, "gradescope.csv": gradescope_csv}
+CANVAS_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
+
+
+def canvas_csv(view) -> str:
+    rows = [[*CANVAS_HEADER, *view.assignments],
+            ["Points Possible", "", "", "", "", *[_score(_points_possible(view, a)) for a in view.assignments]]]
+    for r in view.rows:
+        rows.append([r.name or r.student, "", "", r.student, "", *[_score(r.cells[a].score) for a in view.assignments]])
+    return _csv(rows)
+
+
+def _points_possible(view, assignment: str) -> float | None:
+    """The assignment's full points (GPU-only points included): the spec's, else the most any row was graded on."""
+    from grader import spec as specs
+
+    try:
+        return specs.get(assignment).max_points
+    except specs.UnknownAssignment:
+        maxes = [r.cells[assignment].max_score for r in view.rows if r.cells[assignment].max_score is not None]
+        return max(maxes) if maxes else None
+
+
+EXPORTS = {"grades.csv": grades_csv, "classroom.csv": classroom_csv, "gradescope.csv": gradescope_csv, "canvas.csv": canvas_csv}
 
 
 def write_all(view, out: Path) -> list[Path]:

@@ -8,6 +8,7 @@ the rest, and the other assignments never notice.
 from __future__ import annotations
 
 import tempfile
+import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -58,6 +59,7 @@ Progress = Callable[[str], None]
 
 
 def grade_submission(sub: Submission, specs: list[Assignment], opts: Options, progress: Progress | None = None) -> RunResult:
+    started = time.monotonic()
     run = RunResult(str(sub.root), opts.seed, environment.describe(opts.device), commit=sub.commit())
     run.environment["isolation"] = sandbox.detect(opts.isolation).describe()
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
@@ -65,6 +67,7 @@ def grade_submission(sub: Submission, specs: list[Assignment], opts: Options, pr
             run.assignments.append(grade_assignment(sub, spec, opts, Path(tmp) / spec.name, progress))
     if opts.roofline:
         run.environment["roofline"] = opts.roofline
+    run.execution_time = time.monotonic() - started
     return run
 
 
@@ -168,7 +171,18 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
     finally:
         worker.close()
     score_assignment(spec, result)
+    if note := hidden_note(spec):
+        result.notes.append(note)
     return result
+
+
+def hidden_note(spec: Assignment) -> str:
+    """What a report says of the hidden cases: how many, and that they run at grading."""
+    if spec.withheld_cases:
+        return (f"{spec.withheld_cases} hidden case(s) of {spec.name} are not in this kit: they run at grading time, "
+                "with random shapes of their own. Passing every case here does not guarantee them.")
+    here = sum(c.hidden for c in spec.cases)
+    return f"{here} of these cases are hidden from students (they run at grading time only)." if here else ""
 
 
 BOUNDS_CHECK_MAX_ELEMENTS = 1 << 18
@@ -303,7 +317,8 @@ def _contiguous_strides(size: list[int]) -> list[int]:
 def _test(spec, call: PlannedCall, opts: Options, outcome: str, message: str, **kw) -> TestResult:
     reproducer = f"{opts.reproducer} -a {spec.name} --case '{call.case.name}' --dtype {call.dtype} --seed {call.seed}"
     return TestResult(spec.name, "correctness", f"{call.case.name} [{call.dtype}]", outcome, message,
-                      case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer, **kw)
+                      case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer,
+                      hidden=call.case.hidden, **kw)
 
 
 def _trivial(saved: dict, inputs: dict) -> bool:

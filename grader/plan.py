@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from grader.spec import DTYPES, Assignment, Case
+from grader.spec import DTYPES, Assignment, Case, course_secret
 
 
 @dataclass
@@ -55,7 +55,12 @@ def derive_seed(seed: int, *parts: str) -> int:
 
 
 def cases_for(spec: Assignment, seed: int) -> list[Case]:
-    return list(spec.cases) + spec.random_cases(random.Random(derive_seed(seed, spec.name, "shapes")))
+    """The named cases (hidden ones included where this course has them) and the random ones.
+    Random shapes come from the run's seed and, in a TA's course, the course secret: a student
+    kit (no secret) draws other shapes, so the graded ones cannot be known from the kit."""
+    secret = course_secret()
+    shapes = derive_seed(seed, spec.name, "shapes", secret) if secret else derive_seed(seed, spec.name, "shapes")
+    return list(spec.cases) + spec.random_cases(random.Random(shapes))
 
 
 def plan_calls(

@@ -49,6 +49,7 @@ class TestResult:
     output: str = ""  # the worker's captured stdout/stderr, head and tail
     reproducer: str = ""
     severity: str = ""  # for a flagged outcome: a Severity value (none given: conclusive)
+    hidden: bool = False  # a hidden case: students see it only after grading (Gradescope: after_published)
 
     def __post_init__(self) -> None:
         assert self.outcome in OUTCOMES, self.outcome
@@ -87,6 +88,7 @@ class RunResult:
     environment: dict
     assignments: list[AssignmentResult] = field(default_factory=list)
     commit: str | None = None
+    execution_time: float | None = None  # seconds the grading took (Gradescope's execution_time)
 
     @property
     def score(self) -> float:
@@ -109,24 +111,30 @@ class RunResult:
         return not any(t.outcome in BAD_OUTCOMES or t.outcome == "infra_error" for t in self.tests)
 
     def to_gradescope(self) -> dict:
+        """Gradescope's autograder results (its specification's fields), plus our own.
+        A skipped test gets status "failed": Gradescope shows a test without a status and with
+        score == max_score (0 == 0 here) as passed, and a check that did not run has not passed."""
         tests = []
-        for t in self.tests:
-            entry = {
-                "name": f"{t.assignment}: {t.name}",
-                "score": t.score,
-                "max_score": t.max_score,
-                "output": _test_output(t),
-                "outcome": t.outcome,
-                "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []),
-                "extra_data": {k: v for k, v in asdict(t).items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
-            }
-            if t.outcome != "skipped":
-                entry["status"] = "passed" if t.outcome == "passed" else "failed"
-            tests.append(entry)
-        return {
+        for ai, a in enumerate(self.assignments, 1):
+            for ti, t in enumerate(a.tests, 1):
+                tests.append({
+                    "name": f"{t.assignment}: {t.name}",
+                    "number": f"{ai}.{ti}",
+                    "score": t.score,
+                    "max_score": t.max_score,
+                    "status": "passed" if t.outcome == "passed" else "failed",
+                    "visibility": "after_published" if t.hidden else "visible",
+                    "output": _test_output(t),
+                    "outcome": t.outcome,
+                    "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
+                    "extra_data": {k: v for k, v in asdict(t).items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
+                })
+        data = {
             "score": self.score,
             "max_score": self.max_score,
             "output": f"{self.score:g} / {self.max_score:g} points",
+            # the console output names hidden cases: students see it only where there are none
+            "stdout_visibility": "hidden" if any(t.hidden for t in self.tests) else "visible",
             "tests": tests,
             "extra_data": {
                 "submission": self.submission,
@@ -140,10 +148,31 @@ class RunResult:
                 },
             },
         }
+        if self.execution_time is not None:
+            data["execution_time"] = round(self.execution_time)
+        if board := self.leaderboard():
+            data["leaderboard"] = board
+        return data
+
+    def leaderboard(self) -> list[dict]:
+        """Gradescope leaderboard entries where timing ran: the time over the reference kernel's
+        (lower is better) and the % of the measured roofline, per assignment."""
+        board = []
+        for t in self.tests:
+            if t.kind != "performance" or t.outcome not in ("passed", "failed"):
+                continue
+            student = t.details.get("figures", {}).get("student", {})
+            if "ratio_to_reference" in t.details:
+                board.append({"name": f"{t.assignment} time / reference", "value": t.details["ratio_to_reference"], "order": "asc"})
+            if "roofline_pct" in student:
+                board.append({"name": f"{t.assignment} % of roofline", "value": student["roofline_pct"], "order": "desc"})
+        return board
 
 
 def _test_output(t: TestResult) -> str:
     parts = [f"[{t.outcome}{': ' + t.severity if t.outcome == 'flagged' and t.severity else ''}] {t.message}"]
+    if t.outcome == "skipped" and t.details.get("points_if_run"):
+        parts.append(f"Worth {t.details['points_if_run']:g} points where it can run; here it earns none.")
     if t.reproducer and t.outcome != "passed":
         parts.append(f"Reproduce: {t.reproducer}")
     if t.traceback:

@@ -371,7 +371,8 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     writable (the worker's own) in the worker's mount namespace; see sandbox_init.build_view."""
     from grader.spec import COURSE_ROOT
 
-    private = [COURSE_ROOT / "reference", Path.home(), *hide]
+    # assignments/ too: every assignment's hidden.py and the course secret (a worker could print them)
+    private = [COURSE_ROOT / "reference", COURSE_ROOT / "assignments", Path.home(), *hide]
     scratch_dirs = {tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"}
     cover = [(str(p), "0755") for p in private if str(Path(p).resolve()) not in NEVER_COVERED]
     cover += [(d, "1777") for d in sorted(scratch_dirs) if d not in NEVER_COVERED]

@@ -10,7 +10,7 @@ from __future__ import annotations
 import importlib.util
 import os
 import random
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
 
@@ -22,8 +22,49 @@ DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
 }
 
-# The course folder holds assignments/ and (for TAs only) reference/.
-COURSE_ROOT = Path(os.environ.get("GRADER_COURSE", Path(__file__).resolve().parent.parent))
+KIT_MANIFEST = "grader-kit.toml"  # marks a student kit (grader release): public specs, no secret
+SECRET_FILE = "assignments/course-secret.txt"  # the course's secret (never released; out of the workers' sight)
+
+
+def _find_course() -> Path:
+    """$GRADER_COURSE; else the folder this package sits in when it holds assignments/ (a TA's
+    checkout); else the student kit around the working directory (the grader installed from a
+    wheel has no course of its own). A course found first always wins, so a kit's public specs
+    inside a submission never replace the TA's."""
+    if os.environ.get("GRADER_COURSE"):
+        return Path(os.environ["GRADER_COURSE"])
+    home = Path(__file__).resolve().parent.parent
+    if (home / "assignments").is_dir():
+        return home
+    for folder in (Path.cwd(), *Path.cwd().parents):
+        if (folder / KIT_MANIFEST).is_file():
+            return folder
+    return home
+
+
+# The course folder holds assignments/ and (for TAs only) reference/, hidden.py files and the secret.
+COURSE_ROOT = _find_course()
+
+
+def course_secret() -> str | None:
+    """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or COURSE_ROOT/assignments/course-secret.txt.
+    None in a student kit: there the random shapes come from the run's (public, printed) seed alone."""
+    value = os.environ.get("GRADER_COURSE_SECRET")
+    if value is None and (COURSE_ROOT / SECRET_FILE).is_file():
+        value = (COURSE_ROOT / SECRET_FILE).read_text().strip()
+    return value or None
+
+
+def kit_manifest() -> dict:
+    """COURSE_ROOT/grader-kit.toml where the course is a student kit, else {}."""
+    path = COURSE_ROOT / KIT_MANIFEST
+    if not path.is_file():
+        return {}
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib
+    return tomllib.loads(path.read_text())
 
 
 def aten_ops(*names: str) -> frozenset[str]:
@@ -40,6 +81,7 @@ class Case:
     name: str
     params: dict
     why: str = ""  # what this edge case is there to catch, shown in the report
+    hidden: bool = False  # run at grading only: kept in assignments/<name>/hidden.py, never released
 
 
 @dataclass(frozen=True)
@@ -126,6 +168,16 @@ class Assignment:
     # returns a grader.judge.Verdict whose message tells the student what to fix.
     check: Callable[[list[dict], list, str], Any] | None = None
     output_names: tuple[str, ...] = ()  # names of a tuple result's parts (dx, dw, db), for messages
+    withheld_cases: int = 0  # hidden cases this copy of the course lacks (a student kit): counted, run at grading
+
+    @property
+    def public_cases(self) -> tuple[Case, ...]:
+        return tuple(c for c in self.cases if not c.hidden)
+
+    @property
+    def hidden_count(self) -> int:
+        """Hidden named cases, here or withheld (a kit knows only their number)."""
+        return sum(c.hidden for c in self.cases) + self.withheld_cases
 
     @property
     def max_points(self) -> float:
@@ -148,7 +200,24 @@ def _load_spec(folder: Path) -> Assignment:
     spec.loader.exec_module(module)
     assignment: Assignment = module.SPEC
     object.__setattr__(assignment, "folder", folder)
+    if (folder / "hidden.py").is_file():
+        object.__setattr__(assignment, "cases", assignment.cases + _load_hidden(folder))
+    withheld = kit_manifest().get("assignments", {}).get(folder.name, {}).get("hidden_cases", 0)
+    object.__setattr__(assignment, "withheld_cases", int(withheld))
     return assignment
+
+
+def _load_hidden(folder: Path) -> tuple[Case, ...]:
+    """assignments/<name>/hidden.py's CASES, marked hidden: a file of its own, so that the
+    release leaves it out whole instead of editing the public spec."""
+    spec = importlib.util.spec_from_file_location(f"grader_hidden_{folder.name}", folder / "hidden.py")
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    cases = tuple(getattr(module, "CASES", ()))
+    if not all(isinstance(c, Case) for c in cases):
+        raise TypeError(f"{folder / 'hidden.py'}: CASES must be a tuple of grader.spec.Case")
+    return tuple(replace(c, hidden=True) for c in cases)
 
 
 _CATALOGUE: dict[str, Assignment] | None = None

@@ -86,6 +86,9 @@ def test_class_is_graded_into_reports_gradebooks_and_a_summary(graded_class):
     assert {"assignment_name": "vector_add", "roster_identifier": "bob", "points_awarded": "0", "points_available": "10"}.items() \
         <= next(r for r in classroom if r["roster_identifier"] == "bob" and r["assignment_name"] == "vector_add").items()
     assert (out / "gradescope.csv").read_text().splitlines()[0] == "Name,SID,Email,vector_add,softmax,Total Score"
+    canvas = (out / "canvas.csv").read_text().splitlines()
+    assert canvas[:2] == ["Student,ID,SIS User ID,SIS Login ID,Section,vector_add,softmax", "Points Possible,,,,,10,20"]
+    assert "alice,,,alice,,6,12" in canvas  # graded on the deadline's commit, as in grades.csv
 
 
 def test_dashboard_shows_the_class_and_stands_alone(graded_class):

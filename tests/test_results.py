@@ -98,5 +98,29 @@ def test_gradescope_schema():
     for t in data["tests"]:
         assert {"name", "score", "max_score", "output", "outcome", "tags"} <= set(t)
         assert t["tags"][:2] == ["vector_add", "correctness"]
-    assert [t.get("status") for t in data["tests"]] == ["passed", "failed", None]
-    assert data["score"] == 2.0 and data["max_score"] == 6.0  # 6 points over 3 tests, one skipped (no timing test here)
+    # Gradescope shows a test without a status whose score equals its max_score (0 == 0) as passed:
+    # a skipped check has not passed, so it says failed, and its output says why it did not run
+    assert [t["status"] for t in data["tests"]] == ["passed", "failed", "failed"]
+    assert data["tests"][2]["output"].startswith("[skipped]") and "Worth 2 points" in data["tests"][2]["output"]
+    assert data["score"] == 2.0 and data["max_score"] == 6.0  # 6 points over 3 tests: the skipped one's 2 still count in the total
+    assert [t["number"] for t in data["tests"]] == ["1.1", "1.2", "1.3"]
+    assert {t["visibility"] for t in data["tests"]} == {"visible"} and data["stdout_visibility"] == "visible"
+    assert "leaderboard" not in data and "execution_time" not in data  # no timing ran; no duration known
+
+
+def test_gradescope_hidden_cases_time_and_leaderboard():
+    run = RunResult("repo", 1, {"mode": "gpu"}, execution_time=41.6)
+    a = AssignmentResult("softmax", "Row-wise softmax", "kernels/softmax.py:softmax()")
+    a.tests.append(TestResult("softmax", "correctness", "1x1 [float32]", "passed", "ok", case="1x1", dtype="float32"))
+    a.tests.append(TestResult("softmax", "correctness", "5x16385 [float32]", "failed", "wrong", case="5x16385",
+                              dtype="float32", hidden=True))
+    a.tests.append(TestResult("softmax", "performance", "performance", "passed", "1.5x",
+                              details={"ratio_to_reference": 1.5, "figures": {"student": {"roofline_pct": 61.0}}}))
+    run.assignments.append(a)
+    data = run.to_gradescope()
+    assert [t["visibility"] for t in data["tests"]] == ["visible", "after_published", "visible"]
+    assert "hidden" in data["tests"][1]["tags"]
+    assert data["stdout_visibility"] == "hidden"  # the console output names the hidden cases
+    assert data["execution_time"] == 42
+    assert data["leaderboard"] == [{"name": "softmax time / reference", "value": 1.5, "order": "asc"},
+                                   {"name": "softmax % of roofline", "value": 61.0, "order": "desc"}]

@@ -193,6 +193,7 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
             if not os.listdir(COURSE_ROOT / "reference"):
                 raise OSError(0, "blank")
         attempt("list reference", list_reference)
+        attempt("read hidden cases", lambda: open(COURSE_ROOT / "assignments" / "softmax" / "hidden.py").read())
         attempt("read hidden", lambda: open({str(hidden / 'secret.txt')!r}).read())
         attempt("write repo", lambda: open("mine.txt", "w").write("x"))
         attempt("write outputs", lambda: open({str(outputs / 'o.txt')!r}, "w").write("x"))
@@ -202,7 +203,7 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
         print("processes", sorted(int(p) for p in os.listdir("/proc") if p.isdigit()))
         """)
     _, text, _ = _run_module(repo, tmp_path, writable=[outputs], hide=[hidden])
-    for line in ("list reference no", "read hidden no", "write repo yes", "write outputs yes", "write job no",
+    for line in ("list reference no", "read hidden cases no", "read hidden no", "write repo yes", "write outputs yes", "write job no",
                  "write checkout no", "network no"):
         assert line in text, (line, text)
     processes = eval(text.split("processes ", 1)[1].splitlines()[0])  # noqa: S307 - a list it printed

@@ -1,0 +1,184 @@
+"""`grader check --ci github`: what a GitHub Actions run of the check leaves behind.
+
+- A Markdown job summary appended to $GITHUB_STEP_SUMMARY: the score, each assignment, every
+  failing check with its reproducer, the points that need a GPU and when they are graded.
+- `::error file=...,line=...::` workflow commands on stdout where a failure points at a line of
+  the student's code (the deepest frame of their file in the traceback): GitHub shows them on the
+  file in the commit and the pull request.
+- `result=<base64 JSON>` appended to $GITHUB_OUTPUT, in the format of GitHub Classroom's
+  `autograding-command-grader` action (version 1, status, max_score, tests[] with name, status,
+  score, message, test_code, filename, line_no, duration), which the
+  `autograding-grading-reporter` action sums into the Classroom gradebook: partial points, where
+  an exit code alone gives all or nothing.
+
+All of it comes from the same RunResult as results.json.
+"""
+
+from __future__ import annotations
+
+import base64
+import json
+import os
+import re
+from pathlib import Path
+
+from grader.results import BAD_OUTCOMES, RunResult, TestResult
+
+# Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
+CLASSROOM_STATUS = {"passed": "pass", "failed": "fail", "error": "fail", "timeout": "fail", "crashed": "fail",
+                    "flagged": "fail", "infra_error": "error"}
+MESSAGE_LIMIT = 1000  # the reporter prints messages in the job log: keep each one short
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+
+
+def enabled(ci: str | None, env: dict | None = None) -> bool:
+    """--ci github, or --ci left unset inside GitHub Actions (GITHUB_ACTIONS=true)."""
+    env = os.environ if env is None else env
+    return ci == "github" or (ci is None and env.get("GITHUB_ACTIONS") == "true")
+
+
+def source_line(test: TestResult, repo: Path) -> tuple[str, int] | None:
+    """(path relative to the repo, line) of the deepest traceback frame in a file of the repo.
+    Frames name the worker's private copy (or a path relative to it), so a frame's path is
+    matched on its trailing components."""
+    found = None
+    for path, line in _FRAME.findall(test.traceback or ""):
+        parts = Path(path).parts
+        for i in range(len(parts)):
+            rel = Path(*parts[i:])
+            if not rel.is_absolute() and (repo / rel).is_file() and not rel.parts[0].startswith("."):
+                found = (rel.as_posix(), int(line))
+                break
+    return found
+
+
+def classroom_payload(run: RunResult, repo: Path) -> dict:
+    tests = []
+    for t in run.tests:
+        if t.outcome == "skipped":
+            continue
+        where = source_line(t, repo) if t.outcome != "passed" else None
+        message = t.message if t.outcome == "passed" else f"[{t.outcome}] {t.message}" + (
+            f"\nReproduce: {t.reproducer}" if t.reproducer else "")
+        tests.append({
+            "name": f"{t.assignment}: {t.name}",
+            "status": CLASSROOM_STATUS[t.outcome],
+            "score": t.score,
+            "max_score": t.max_score,
+            "message": _short(message, MESSAGE_LIMIT),
+            "test_code": t.reproducer,
+            "filename": where[0] if where else "",
+            "line_no": where[1] if where else 0,
+            "duration": round(float(t.details.get("seconds", 0.0)) * 1000),
+        })
+    statuses = {x["status"] for x in tests}
+    status = "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
+    return {"version": 1, "status": status, "max_score": run.max_score, "tests": tests}
+
+
+def encode(payload: dict) -> str:
+    return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
+
+
+def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
+    """One `::error` command per distinct failure that points at a line of the student's code;
+    file= is relative to the workspace (the repository's root in Actions)."""
+    lines, seen = [], set()
+    for t in run.tests:
+        if t.outcome not in BAD_OUTCOMES:
+            continue
+        where = source_line(t, repo)
+        if not where:
+            continue
+        file = os.path.relpath(repo / where[0], workspace)
+        key = (file, where[1], t.message)
+        if key in seen:
+            continue
+        seen.add(key)
+        title = f"{t.assignment} {t.name}: {t.outcome}"
+        lines.append(f"::error file={_prop(file)},line={where[1]},title={_prop(title)}::{_data(t.message)}")
+    return lines
+
+
+def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
+    """The job summary (GitHub-flavoured Markdown)."""
+    where = "a GPU" if device == "cuda" else "the CPU (Triton's interpreter: no timing, no bfloat16)"
+    out = [f"## Triton kernels: {run.score:g} / {run.max_score:g} points", "",
+           f"Checked on {where}, seed {run.seed}.", ""]
+    gpu_points = sum(a.skipped_points for a in run.assignments)
+    if gpu_points:
+        out += [f"> **{gpu_points:g} more points need a GPU** (bfloat16 cases and speed) and are not counted here: "
+                "they are graded on the course's GPU after the deadline.", ""]
+    out += ["| assignment | points | passed | failed | not run here | hidden cases |", "| --- | --- | --- | --- | --- | --- |"]
+    for a in run.assignments:
+        bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count("infra_error")
+        gpu = f"{a.count('skipped')} ({a.skipped_points:g} pts, GPU)" if a.count("skipped") else "0"
+        out.append(f"| {a.name} (`{a.module}`) | {a.score:g} / {a.max_score:g} | {a.count('passed')} | {bad} | {gpu} | "
+                   f"{hidden.get(a.name, 0)} |")
+    if any(hidden.values()):
+        out += ["", "Hidden cases are not run here: they run at grading time, on top of the cases above."]
+    failing = [t for t in run.tests if t.outcome in BAD_OUTCOMES or t.outcome == "infra_error"]
+    if failing:
+        out += ["", "### Failing checks", ""]
+        seen = set()
+        for t in failing:
+            if (t.assignment, t.message) in seen:
+                continue
+            seen.add((t.assignment, t.message))
+            out.append(f"- **{t.assignment}** `{t.name}`: {t.outcome}: {_md(_short(t.message, 500))}")
+            if t.reproducer:
+                out.append(f"  reproduce: `{t.reproducer}`")
+    notes = [n for a in run.assignments for n in a.notes]
+    if notes:
+        out += ["", "### Notes", "", *[f"- {_md(n)}" for n in notes]]
+    out += ["", "The full report is the `grader-report` artifact of this run (report.html, results.json).", ""]
+    return "\n".join(out)
+
+
+def report_github(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print) -> None:
+    """Write the summary and the Classroom output where Actions asks, and print the annotations."""
+    env = os.environ if env is None else env
+    from grader import spec as specs
+
+    hidden = {a.name: specs.get(a.name).hidden_count for a in run.assignments}
+    for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or Path.cwd())):
+        echo(line)
+    if env.get("GITHUB_STEP_SUMMARY"):
+        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(step_summary(run, device, hidden))
+    if env.get("GITHUB_OUTPUT"):
+        with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
+            f.write(f"result={encode(classroom_payload(run, repo))}\n")
+
+
+def report_error(message: str, env: dict | None = None) -> None:
+    """A check that could not run at all (no module found, a bad option): the summary says why,
+    and Classroom gets an error payload instead of nothing."""
+    env = os.environ if env is None else env
+    if env.get("GITHUB_STEP_SUMMARY"):
+        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(f"## Triton kernels: the check could not run\n\n{_md(message)}\n")
+    if env.get("GITHUB_OUTPUT"):
+        payload = {"version": 1, "status": "error", "max_score": 0,
+                   "tests": [{"name": "grader check", "status": "error", "score": 0, "message": _short(message, MESSAGE_LIMIT),
+                              "test_code": "grader check", "filename": "", "line_no": 0, "duration": 0}]}
+        with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
+            f.write(f"result={encode(payload)}\n")
+
+
+def _short(text: str, limit: int) -> str:
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _md(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def _data(text: str) -> str:
+    """Escaping of a workflow command's message (GitHub's toolkit: %, CR, LF)."""
+    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
+
+
+def _prop(text: str) -> str:
+    """Escaping of a workflow command's property (also : and ,)."""
+    return _data(text).replace(":", "%3A").replace(",", "%2C")

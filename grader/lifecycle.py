@@ -1,0 +1,78 @@
+"""The course staff's hand-out commands, `grader release` and `grader gradescope`, registered on the CLI.
+
+Exit codes: 0 written; 2 a usage error, or a kit that would leak private material (nothing is
+left at --out then), with its reason.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import List, Optional
+
+import typer
+from rich.markup import escape
+
+from grader import spec as specs
+from grader.cli import console, err
+
+
+def _fail(message: str) -> None:
+    err.print(f"[red]error:[/red] {escape(message)}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def release(
+    out: Path = typer.Option(..., "--out", help="The kit's folder (the student template repository); empty or new."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (default: all)."),
+    grader_requirement: Optional[str] = typer.Option(None, help="What students pip-install for the grader (e.g. "
+                                                      "'grader==0.1.0'); default: a wheel of this grader, in the kit."),
+    gpu_runner: Optional[str] = typer.Option(None, help="Run the kit's CI on a self-hosted runner with this label "
+                                             "(a CUDA GPU: speed and bf16 checked too) instead of GitHub's hosted CPU runner."),
+    title: str = typer.Option("Triton kernels", help="The kit README's title."),
+    force: bool = typer.Option(False, help="Replace --out if it is not empty."),
+) -> None:
+    """Build the student kit: starters, handouts, public specs, README, CI workflow; no reference, hidden case or secret."""
+    from grader.release import ReleaseError, build_kit, ensure_secret
+
+    try:
+        made = ensure_secret()
+        if made:
+            console.print(f"[yellow]made the course secret {made}: graded random shapes come from it. Keep it with the "
+                          "course (never in a kit); every grader of this class needs the same one.[/yellow]")
+        kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner, title=title)
+    except specs.UnknownAssignment as exc:
+        _fail(exc.args[0])
+    except ReleaseError as exc:
+        _fail(str(exc))
+    hidden = {n: specs.get(n).hidden_count for n in kit.assignments}
+    console.print(f"Student kit in {kit.root}: {', '.join(kit.assignments)} ({len(kit.files)} files)")
+    console.print(f"  students install the grader with: pip install -r requirements-grader.txt  ({kit.install})")
+    kept = ", ".join(f"{n} {c}" for n, c in hidden.items() if c) or "none (no assignment has hidden.py)"
+    console.print(f"  hidden cases kept back: {kept}")
+    console.print("  scanned: no reference kernel, hidden case or course secret in it.")
+    console.print("Next: push it as the template repository of the assignment (GitHub Classroom: the starter code repo).")
+
+
+def gradescope(
+    out: Path = typer.Option(Path("autograder.zip"), "--out", help="The zip to upload as a Gradescope programming assignment's autograder."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (default: all)."),
+    cuda: bool = typer.Option(False, help="Install torch's CUDA build (a Gradescope GPU image); default: the CPU build."),
+    torch_index: Optional[str] = typer.Option(None, help="The pip index torch comes from (overrides --cuda's choice)."),
+) -> None:
+    """Build a Gradescope autograder zip: setup.sh, run_autograder, the grader and the course (reference included)."""
+    from grader.gradescope import build_autograder
+    from grader.release import ReleaseError
+
+    try:
+        members = build_autograder(out, assignment or None, cuda=cuda, torch_index=torch_index)
+    except specs.UnknownAssignment as exc:
+        _fail(exc.args[0])
+    except ReleaseError as exc:
+        _fail(str(exc))
+    console.print(f"Gradescope autograder: {out} ({len(members)} files; torch {'CUDA' if cuda else 'CPU'} build)")
+    console.print("  it holds the reference kernels, hidden cases and secret: upload it to Gradescope only.")
+
+
+def register(app: typer.Typer) -> None:
+    app.command("release")(release)
+    app.command("gradescope")(gradescope)

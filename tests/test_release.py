@@ -1,0 +1,285 @@
+"""`grader release`: the student kit holds what students need and nothing private.
+
+The leak scan here is the test's own: every file under reference/ whole, each of its lines that
+is long and appears in no public file of the course, every hidden case's name (read from the
+hidden.py files) and the course secret, searched in every file of the kit and inside its wheel.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import os
+import shutil
+import subprocess
+import sys
+import zipfile
+from pathlib import Path
+
+import pytest
+import yaml
+
+from conftest import FIXTURES, REPO_ROOT
+from grader import release
+from grader import spec as specs
+
+SECRET = "kit-test-secret-5f1c0e9a"
+
+
+@pytest.fixture(scope="module")
+def kit(tmp_path_factory):
+    os.environ["GRADER_COURSE_SECRET"] = SECRET
+    try:
+        built = release.build_kit(tmp_path_factory.mktemp("kit") / "kit")
+    finally:
+        del os.environ["GRADER_COURSE_SECRET"]
+    return built
+
+
+def _hidden_names() -> dict[str, list[str]]:
+    names = {}
+    for path in sorted((REPO_ROOT / "assignments").glob("*/hidden.py")):
+        module_spec = importlib.util.spec_from_file_location(f"test_hidden_{path.parent.name}", path)
+        module = importlib.util.module_from_spec(module_spec)
+        module_spec.loader.exec_module(module)
+        names[path.parent.name] = [c.name for c in module.CASES]
+    return names
+
+
+def _kit_texts(root: Path) -> dict[str, str]:
+    texts = {}
+    for p in root.rglob("*"):
+        if p.is_file() and p.suffix == ".whl":
+            with zipfile.ZipFile(p) as z:
+                texts.update({f"{p.name}!{m}": z.read(m).decode(errors="replace") for m in z.namelist()})
+        elif p.is_file():
+            texts[str(p.relative_to(root))] = p.read_bytes().decode(errors="replace")
+    return texts
+
+
+def _public_text() -> str:
+    files = [p for p in (REPO_ROOT / "assignments").rglob("*") if p.is_file() and p.name != "hidden.py"]
+    files += list((REPO_ROOT / "grader").rglob("*.py")) + list((REPO_ROOT / "grader" / "templates").glob("*"))
+    return "\n".join(p.read_text(errors="replace") for p in files if "__pycache__" not in p.parts)
+
+
+def test_kit_holds_no_reference_hidden_case_or_secret(kit):
+    texts = _kit_texts(kit.root)
+    assert any(name.startswith("grader-") and name.endswith("grader/cli.py") for name in texts)  # the wheel was scanned
+    public = _public_text()
+    hits = []
+    references = [p for p in (REPO_ROOT / "reference").rglob("*.py") if "__pycache__" not in p.parts]
+    assert len(references) >= 8
+    distinctive = 0
+    for ref in references:
+        body = ref.read_text()
+        needles = [body.strip()] + [line.strip() for line in body.splitlines()
+                                    if len(line.strip()) >= 30 and line.strip() not in public]
+        distinctive += len(needles) - 1
+        hits += [f"{f}: {ref.name}: {n[:60]!r}" for n in needles for f, t in texts.items() if n in t]
+    assert distinctive > 50  # the scan has real lines to look for
+    hidden = _hidden_names()
+    assert sum(map(len, hidden.values())) >= 4
+    hits += [f"{f}: hidden case {n}" for names in hidden.values() for n in names for f, t in texts.items() if n in t]
+    hits += [f"{f}: the secret" for f, t in texts.items() if SECRET in t]
+    assert not hits, hits
+    assert not list(kit.root.rglob("hidden.py")) and not list(kit.root.rglob("reference"))
+
+
+def test_the_scan_finds_a_planted_reference_hidden_case_or_secret(kit, tmp_path, monkeypatch):
+    """Both directions: the kit as built is clean, and each kind of leak planted in a copy is found."""
+    monkeypatch.setenv("GRADER_COURSE_SECRET", SECRET)
+    assert release.find_leaks(kit.root) == []
+    for planted, expected in [
+        ((REPO_ROOT / "reference" / "softmax.py").read_text(), "reference/softmax.py"),
+        (next(line for line in (REPO_ROOT / "reference" / "matmul_relu.py").read_text().splitlines()
+              if len(line.strip()) >= 30 and line.strip() not in _public_text()), "of reference/matmul_relu.py"),
+        ("CASES = [Case('5x16385', {})]", "hidden case '5x16385'"),
+        (f"# {SECRET}", "the course secret"),
+    ]:
+        copy = tmp_path / f"copy{len(expected)}"
+        shutil.copytree(kit.root, copy)
+        (copy / "kernels" / "softmax.py").write_text(planted)
+        leaks = release.find_leaks(copy)
+        assert any(expected in leak and leak.startswith("kernels/softmax.py") for leak in leaks), (expected, leaks)
+
+
+def test_kit_layout_starters_handouts_specs_and_manifest(kit):
+    root = kit.root
+    for spec in specs.catalogue().values():
+        module = root / spec.module
+        assert module.is_file(), spec.module
+        assert f"def {spec.function}(" in module.read_text()
+        handout = (root / "assignments" / spec.name / "README.md").read_text()
+        original = (spec.folder / "README.md").read_text()
+        # the same handout, pointing at the starter where the kit has it (kernels/x.py, not starter/kernels/x.py)
+        assert "starter/" not in handout and handout == original.replace("../layernorm/starter/", "").replace("`starter/", "`")
+        assert (root / "assignments" / spec.name / "spec.py").read_bytes() == (spec.folder / "spec.py").read_bytes()
+        starter = spec.folder / "starter" / spec.module
+        if starter.is_file():
+            assert module.read_bytes() == starter.read_bytes()  # the starter in place, untouched
+    import tomllib
+
+    manifest = tomllib.loads((root / "grader-kit.toml").read_text())
+    assert manifest["assignments"]["vector_add"] == {"module": "kernels/vector_add.py", "function": "vector_add",
+                                                     "points": 10, "hidden_cases": 6}
+    assert manifest["assignments"]["matmul_relu"]["hidden_cases"] == 0
+    readme = (root / "README.md").read_text()
+    for words in ("pip install -r requirements-grader.txt", "grader check", "How points work", "hidden cases",
+                  "download.pytorch.org/whl/cpu", "kernels/vector_add.py"):
+        assert words in readme, words
+    ignored = (root / ".gitignore").read_text().split()
+    assert {"reports/", "*.safetensors", "__pycache__/"} <= set(ignored)
+    line = (root / "requirements-grader.txt").read_text().strip()
+    assert line.startswith("./.grader/grader-") and (root / line).is_file()
+    with zipfile.ZipFile(root / line) as z:
+        tops = {m.split("/")[0] for m in z.namelist()}
+    assert "grader" in tops and not tops & {"assignments", "reference", "tests"}
+
+
+def test_workflow_job_permissions_and_steps(kit):
+    flow = yaml.safe_load((kit.root / ".github" / "workflows" / "classroom.yml").read_text())
+    assert set(flow["on"]) >= {"push", "workflow_dispatch"}
+    assert flow["permissions"] == {"checks": "write", "actions": "read", "contents": "read"}
+    assert list(flow["jobs"]) == ["run-autograding-tests"]  # the reporter finds its check run by this name
+    job = flow["jobs"]["run-autograding-tests"]
+    assert job["runs-on"] == "ubuntu-latest"
+    steps = job["steps"]
+    uses = [s.get("uses", "").split("@")[0] for s in steps]
+    assert uses[:2] == ["actions/checkout", "actions/setup-python"]
+    install = next(s for s in steps if s.get("name") == "Install the grader")["run"]
+    assert "pip install -r requirements-grader.txt" in install and "whl/cpu" in install
+    check = next(s for s in steps if s.get("id") == "grader")
+    assert check["run"].split() == ["grader", "check", "--ci", "github", "--device", "cpu"]
+    artifact = steps[uses.index("actions/upload-artifact")]
+    assert artifact["if"] == "always()" and artifact["with"]["path"] == "reports/"
+    reporter = steps[uses.index("classroom-resources/autograding-grading-reporter")]
+    assert reporter["with"]["runners"] == "grader"
+    # the reporter reads <RUNNER>_RESULTS, the check step's `result` output
+    assert reporter["env"]["GRADER_RESULTS"] == "${{ steps.grader.outputs.result }}"
+    assert "always()" in reporter["if"]
+
+
+def test_workflow_for_a_self_hosted_gpu_runner():
+    job = yaml.safe_load(release.workflow("gpu-h100"))["jobs"]["run-autograding-tests"]
+    assert job["runs-on"] == ["self-hosted", "gpu-h100"]
+    check = next(s for s in job["steps"] if s.get("id") == "grader")
+    assert "--device auto" in check["run"]
+    install = next(s for s in job["steps"] if s.get("name") == "Install the grader")["run"]
+    assert "whl/cpu" not in install
+    with pytest.raises(release.ReleaseError, match="runner label"):
+        release.workflow("gpu; rm -rf /")
+
+
+def _course(tmp_path: Path, monkeypatch, starter_extra: str | None = None, inline_hidden: bool = False) -> Path:
+    """A course of vector_add alone, in tmp_path, as the catalogue's course."""
+    course = tmp_path / "course"
+    shutil.copytree(REPO_ROOT / "assignments" / "vector_add", course / "assignments" / "vector_add",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (course / "reference").mkdir()
+    shutil.copy(REPO_ROOT / "reference" / "vector_add.py", course / "reference")
+    if starter_extra is not None:
+        (course / "assignments" / "vector_add" / "starter" / "kernels" / "helper.py").write_text(starter_extra)
+    if inline_hidden:
+        spec = course / "assignments" / "vector_add" / "spec.py"
+        spec.write_text(spec.read_text().replace('Case("n=1", {"n": 1},', 'Case("n=1", {"n": 1}, hidden=True, why='))
+    monkeypatch.setattr(specs, "COURSE_ROOT", course)
+    monkeypatch.setattr(specs, "_CATALOGUE", None)
+    return course
+
+
+def test_release_refuses_a_kit_that_would_leak_and_leaves_nothing(tmp_path, monkeypatch):
+    _course(tmp_path, monkeypatch, starter_extra=(REPO_ROOT / "reference" / "vector_add.py").read_text())
+    out = tmp_path / "kit"
+    with pytest.raises(release.ReleaseError, match=r"kernels/helper\.py: the content of reference/vector_add\.py"):
+        release.build_kit(out, ["vector_add"], requirement="grader==0.1.0")
+    assert not out.exists() and not list(tmp_path.glob(".kit.partial-*"))
+
+
+def test_force_rebuilds_into_a_clone_keeping_git_and_a_failure_keeps_what_was_there(tmp_path, monkeypatch):
+    course = _course(tmp_path, monkeypatch)
+    out = tmp_path / "template"
+    (out / ".git").mkdir(parents=True)
+    (out / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
+    (out / "old.txt").write_text("from the last release")
+    release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", force=True)
+    assert (out / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n" and not (out / "old.txt").exists()
+    assert (out / "kernels" / "vector_add.py").is_file()
+    before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
+    (course / "assignments" / "vector_add" / "starter" / "kernels" / "leak.py").write_text(
+        (course / "reference" / "vector_add.py").read_text())
+    with pytest.raises(release.ReleaseError, match="would leak"):
+        release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", force=True)
+    assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before  # untouched
+    assert not list(tmp_path.glob(".template.partial-*"))
+
+
+def test_release_refuses_hidden_cases_written_in_the_public_spec(tmp_path, monkeypatch):
+    _course(tmp_path, monkeypatch, inline_hidden=True)
+    with pytest.raises(release.ReleaseError, match=r"marks case\(s\) n=1 hidden in the public spec: move them to .*hidden\.py"):
+        release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0")
+
+
+def test_release_makes_a_secret_once_and_never_ships_it(tmp_path, monkeypatch):
+    course = _course(tmp_path, monkeypatch)
+    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
+    made = release.ensure_secret()
+    assert made == str(course / "assignments" / "course-secret.txt") and release.ensure_secret() is None
+    secret = (course / "assignments" / "course-secret.txt").read_text().strip()
+    assert len(secret) == 32 and oct((course / "assignments" / "course-secret.txt").stat().st_mode)[-3:] == "600"
+    kit = release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0")
+    assert (kit.root / "requirements-grader.txt").read_text() == "grader==0.1.0\n"
+    assert not any(secret in t for t in _kit_texts(kit.root).values())
+
+
+def test_release_cli_usage_errors(tmp_path, cli):
+    (tmp_path / "full").mkdir()
+    (tmp_path / "full" / "x").write_text("x")
+    run = cli("--out", tmp_path / "full", command="release")
+    assert run.returncode == 2 and "is not empty" in run.stderr and (tmp_path / "full" / "x").exists()
+    run = cli("--out", tmp_path / "k", "-a", "nope", command="release")
+    assert run.returncode == 2 and "unknown assignment 'nope'" in run.stderr
+
+
+@pytest.mark.slow
+def test_fresh_venv_installs_the_kits_grader_and_checks(kit, tmp_path):
+    """The kit's own install line and entry point: a new venv that sees the system's torch and
+    triton (--system-site-packages: no download here) installs the kit's wheel from
+    requirements-grader.txt with --no-deps, and its `grader check`, run in a clone of the kit
+    with no PYTHONPATH, finds the kit's public specs and grades on the CPU."""
+    venv = tmp_path / "venv"
+    subprocess.run([sys.executable, "-m", "venv", "--system-site-packages", str(venv)], check=True)
+    repo = tmp_path / "student"
+    shutil.copytree(kit.root, repo)
+    env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "GRADER_COURSE", "GRADER_COURSE_SECRET")}
+    env["COLUMNS"] = "200"
+    subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "-r", "requirements-grader.txt"],
+                   cwd=repo, env=env, check=True)
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import grader, grader.spec as s; print(grader.__file__); print(s.COURSE_ROOT)"],
+                           cwd=repo, env=env, capture_output=True, text=True, check=True).stdout.split()
+    assert where[0].startswith(str(venv)) and Path(where[1]) == repo  # the kit's grader, the kit's course
+
+    def check(*args):
+        return subprocess.run([str(venv / "bin" / "grader"), "check", "-a", "vector_add", "--device", "cpu",
+                               "--dtype", "float32", "--seed", "11", *args], cwd=repo, env=env, capture_output=True,
+                              text=True, timeout=900)
+
+    starter = check()  # the starter as handed out: it runs, and fails
+    assert starter.returncode == 1, starter.stdout + starter.stderr
+    shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", repo / "kernels" / "vector_add.py")
+    good = check()
+    assert good.returncode == 0, good.stdout + good.stderr
+    assert "6 hidden case(s) of vector_add are not in this kit: they run at grading time" in good.stdout
+    import json
+
+    results = json.loads((repo / "reports" / "results.json").read_text())
+    names = {t["extra_data"]["case"] for t in results["tests"] if t["extra_data"].get("case")}
+    assert "n=127" in names and not names & set(_hidden_names()["vector_add"])
+
+
+def test_check_without_a_course_says_where_to_run_it(tmp_path):
+    """The grader installed from a kit's wheel, run outside the kit: one line that says what to do."""
+    (tmp_path / "empty-course").mkdir()
+    env = dict(os.environ, GRADER_COURSE=str(tmp_path / "empty-course"), PYTHONPATH=str(REPO_ROOT))
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", str(tmp_path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=300)
+    assert proc.returncode == 2 and "no course found" in proc.stderr and "grader-kit.toml" in proc.stderr, proc.stderr
