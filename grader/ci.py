@@ -22,7 +22,7 @@ import os
 import re
 from pathlib import Path
 
-from grader.results import BAD_OUTCOMES, RunResult, TestResult
+from grader.results import BAD_OUTCOMES, RunResult, TestResult, cents
 
 # Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
 CLASSROOM_STATUS = {"passed": "pass", "failed": "fail", "error": "fail", "timeout": "fail", "crashed": "fail",
@@ -73,7 +73,9 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
         })
     statuses = {x["status"] for x in tests}
     status = "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
-    return {"version": 1, "status": status, "max_score": run.max_score, "tests": tests}
+    # out of the points that can be earned here: those that need a GPU are graded later (the summary says so)
+    checkable = (cents(run.max_score) - cents(run.skipped_points)) / 100
+    return {"version": 1, "status": status, "max_score": checkable, "tests": tests}
 
 
 def encode(payload: dict) -> str:
@@ -107,7 +109,7 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
            f"Checked on {where}, seed {run.seed}.", ""]
     gpu_points = sum(a.skipped_points for a in run.assignments)
     if gpu_points:
-        out += [f"> **{gpu_points:g} more points need a GPU** (bfloat16 cases and speed) and are not counted here: "
+        out += [f"> **{gpu_points:g} of these points need a GPU** (bfloat16 cases and speed) and cannot be earned here: "
                 "they are graded on the course's GPU after the deadline.", ""]
     out += ["| assignment | points | passed | failed | not run here | hidden cases |", "| --- | --- | --- | --- | --- | --- |"]
     for a in run.assignments:

@@ -39,7 +39,8 @@ def _run(tmp_path) -> RunResult:
         TestResult("vector_add", "correctness", "n=1 [float32]", "passed", "ok", max_score=1.5, score=1.5),
         TestResult("vector_add", "correctness", "n=129 [float32]", "failed", "out-of-bounds load", max_score=1.5,
                    traceback=TRACEBACK, reproducer="grader check . -a vector_add --case 'n=129' --dtype float32 --seed 7"),
-        TestResult("vector_add", "correctness", "n=1 [bfloat16]", "skipped", "needs a GPU", details={"points_if_run": 1.5}),
+        TestResult("vector_add", "correctness", "n=1 [bfloat16]", "skipped", "needs a GPU", max_score=1.5,
+                   details={"points_if_run": 1.5}),  # as grader.scoring leaves it: its share, none earned here
         TestResult("vector_add", "correctness", "n=2 [float16]", "timeout", "took too long", max_score=1.5),
         TestResult("vector_add", "integrity", "uses its own Triton kernel", "passed", "add_kernel"),
     ]
@@ -67,7 +68,7 @@ def test_classroom_payload_has_the_reporters_fields_and_maps_outcomes(tmp_path):
         "vector_add: n=1 [float32]": "pass", "vector_add: n=129 [float32]": "fail", "vector_add: n=2 [float16]": "fail",
         "vector_add: uses its own Triton kernel": "pass", "softmax: 1x1 [float32]": "fail", "softmax: 2x2 [float32]": "fail",
         "softmax: uses its own Triton kernel": "fail", "softmax: 3x3 [float32]": "error"}
-    # the reporter's sum: 1.5 earned of 1.5 * 3 + 2.0 * 3 = 10.5 (the skipped 1.5 counts nowhere)
+    # the reporter's sum: 1.5 earned of 1.5 * 3 + 2.0 * 3 = 10.5 (the skipped 1.5 cannot be earned here)
     assert sum(t["score"] for t in payload["tests"]) == 1.5 and payload["max_score"] == 10.5
     failing = next(t for t in payload["tests"] if t["name"] == "vector_add: n=129 [float32]")
     assert (failing["filename"], failing["line_no"]) == ("kernels/vector_add.py", 11)  # the deepest frame of their file
@@ -106,9 +107,9 @@ def test_enabled_by_flag_or_github_actions():
 
 def test_summary_names_score_failures_gpu_points_and_hidden_cases(tmp_path):
     text = ci.step_summary(_run(tmp_path), "cpu", {"vector_add": 2, "softmax": 0})
-    assert text.startswith("## Triton kernels: 1.5 / 10.5 points")
-    assert "**1.5 more points need a GPU**" in text and "after the deadline" in text
-    assert "| vector_add (`kernels/vector_add.py:vector_add()`) | 1.5 / 4.5 | 2 | 2 | 1 (1.5 pts, GPU) | 2 |" in text
+    assert text.startswith("## Triton kernels: 1.5 / 12 points")
+    assert "**1.5 of these points need a GPU**" in text and "after the deadline" in text
+    assert "| vector_add (`kernels/vector_add.py:vector_add()`) | 1.5 / 6 | 2 | 2 | 1 (1.5 pts, GPU) | 2 |" in text
     assert "reproduce: `grader check . -a vector_add --case 'n=129' --dtype float32 --seed 7`" in text
     assert "Hidden cases are not run here" in text
 
@@ -147,7 +148,8 @@ def test_check_in_github_actions_writes_summary_output_and_annotations(tmp_path,
     assert by_name["vector_add: n=128 [float32]"]["status"] == "fail"  # 128 of its 1024 lanes are in bounds
     assert all(t["status"] in ("pass", "fail") for t in payload["tests"])
     results = run.results
-    assert payload["max_score"] == results["max_score"] and sum(t["score"] for t in payload["tests"]) == results["score"]
+    gpu_only = sum(a["skipped_points"] for a in results["extra_data"]["assignments"].values())
+    assert payload["max_score"] == round(results["max_score"] - gpu_only, 2) and sum(t["score"] for t in payload["tests"]) == results["score"]
     text = summary.read_text()
     assert text.startswith("earlier step\n## Triton kernels: ")  # appended, not replaced
     assert "### Failing checks" in text and "out-of-bounds load" in text and "reproduce: `grader check" in text
