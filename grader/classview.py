@@ -42,7 +42,7 @@ class Cell:
     @property
     def summary(self) -> str:
         """The outcomes in a few words: '7 passed, 1 failed'."""
-        order = ["passed", "failed", "error", "timeout", "crashed", "flagged", "infra_error", "skipped"]
+        order = ["not submitted", "passed", "failed", "error", "timeout", "crashed", "flagged", "infra_error", "skipped"]
         return ", ".join(f"{self.outcomes[o]} {o}" for o in order if self.outcomes.get(o))
 
 
@@ -147,6 +147,8 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
                 result = assignment_from_dict(record["result"])
                 cell.score, cell.max_score = result.score, result.max_score
                 cell.outcomes = dict(Counter(t.outcome for t in result.tests))
+                if any(t.details.get("not_submitted") for t in result.tests):
+                    cell.outcomes = {"not submitted": 1}  # one fact, not a count of failed checks
                 cell.flagged = any(t.outcome == "flagged" for t in result.tests)
                 _count_checks(rates, a, result)
                 for t in result.tests:

@@ -17,6 +17,7 @@ from safetensors.torch import load
 
 from grader import environment, perf, sandbox
 from grader.devicelock import gpu_phase, timing_lock
+from grader.feedback import headline
 from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call, judge_runs
 from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
@@ -124,14 +125,14 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
     call_timeout = opts.timeout or spec.call_timeout_s
 
     runnable = [c for c in calls if not c.skip]
+    if runnable and not sub.has(spec):  # one result that says so, not one error per case
+        return _not_submitted(spec, sub, opts, result, module, calls, runnable)
 
     worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", opts, hide=[sub.root.parent])
     integrity = _Integrity(spec)
     try:
         if not runnable:
             load_failure = None
-        elif not sub.has(spec):
-            load_failure = {"kind": "error", "message": f"{module} not found in the submission", "traceback": ""}
         else:
             # made outside the worker's view; each call's file is shown to it only for that call,
             # so no input can be read ahead (at import) and answered from a precomputed cache
@@ -167,7 +168,32 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
                                              exclusive=lambda: timing_lock(opts.gpu, enabled=not opts.interpret)))
     finally:
         worker.close()
-    score_assignment(spec, result)
+    planned = None
+    if opts.cases or opts.dtypes:  # a partial run: each case keeps its share of the full run's points
+        planned = len(plan_calls(spec, opts.seed, opts.interpret))
+        result.partial = {"cases_run": len(calls), "cases": planned, "assignment_points": spec.max_points}
+    score_assignment(spec, result, planned)
+    result.headline = headline(result, sub.root / module)
+    return result
+
+
+def _not_submitted(spec: Assignment, sub: Submission, opts: Options, result: AssignmentResult, module: str,
+                   calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
+    """The assignment's module is not in the repo: one failed result worth every point this
+    run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
+    planned = len(plan_calls(spec, opts.seed, opts.interpret)) if (opts.cases or opts.dtypes) else len(calls)
+    each = spec.correctness_points / planned if planned else 0.0
+    timed = spec.performance is not None and not opts.interpret
+    named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
+    test = TestResult(spec.name, "submission", "not submitted", "failed",
+                      f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
+                      details={"not_submitted": True})
+    test.max_score = round(each * len(runnable) + (spec.performance_points if timed else 0.0), 4)
+    skipped = each * (len(calls) - len(runnable)) + (spec.performance_points if spec.performance is not None and not timed else 0.0)
+    if skipped:  # what a GPU run would add, as a graded submission's skipped tests say
+        result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
+                                       "not submitted, and not runnable here", details={"points_if_run": round(skipped, 4)}))
+    result.tests.insert(0, test)
     return result
 
 
@@ -336,7 +362,11 @@ class _Integrity:
         details = {"kernels_launched": dict(self.kernels), "evidence": evidence}
         if evidence:
             return TestResult(self.spec.name, "integrity", name, "flagged", "; ".join(evidence), details=details)
-        kernels = ", ".join(self.kernels) or "none"
+        if not self.kernels:  # nothing ran: there is nothing to vouch for
+            return TestResult(self.spec.name, "integrity", name, "failed",
+                              f"no Triton kernel was launched in any call: {self.spec.function}() must launch your kernel "
+                              "(kernel[grid](...))", details=details)
+        kernels = ", ".join(self.kernels)
         return TestResult(self.spec.name, "integrity", name, "passed", f"Triton kernels launched: {kernels}", details=details)
 
 

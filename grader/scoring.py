@@ -12,9 +12,12 @@ from grader.results import AssignmentResult
 from grader.spec import Assignment
 
 
-def score_assignment(spec: Assignment, result: AssignmentResult) -> None:
+def score_assignment(spec: Assignment, result: AssignmentResult, planned: int | None = None) -> None:
+    """`planned`: how many correctness tests the full run has, when only some of them ran
+    (--case, --dtype): each keeps the share it has in the full run."""
     correctness = [t for t in result.tests if t.kind == "correctness"]
-    each = spec.correctness_points / len(correctness) if correctness else 0.0
+    count = planned if planned is not None else len(correctness)
+    each = spec.correctness_points / count if count else 0.0
     for t in correctness:
         _assign(t, each, 1.0 if t.outcome == "passed" else 0.0)
     for t in result.tests:

@@ -301,6 +301,12 @@ def _student_traceback(exc: BaseException, roots: list[str]) -> str:
             if f.line:
                 lines.append(f"    {f.line.strip()}")
     inner = chain[-1]
+    if isinstance(inner, SyntaxError):  # its file, line and a caret under the column, as Python prints them
+        for line in traceback.format_exception_only(type(inner), inner):
+            for root in roots:
+                line = line.replace(f'"{root}{os.sep}', '"')
+            lines.append(line.rstrip("\n"))
+        return "\n".join(lines)
     lines.append(f"{type(inner).__name__}: {inner}")
     return "\n".join(lines)
 
