@@ -19,7 +19,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.feedback import group_failures
+from grader.feedback import group_failures, points_line, run_total
 from grader.results import RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
@@ -200,21 +200,10 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"  reproduce: [cyan]{escape(t.reproducer)}[/cyan]")
     partial = [a for a in run.assignments if a.partial]
     if partial:
-        total = run.max_score + sum(a.partial["assignment_points"] - a.max_score for a in partial)
-        console.print(f"\n[bold]Score: {run.score:g} / {total:g}[/bold] (partial run: only the cases chosen "
+        console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "
                       "with --case/--dtype ran; the others earn nothing here)")
     else:
         console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]")
-
-
-def points_line(a) -> str:
-    """'4 / 4 points', or for a partial run the points of the cases that ran out of the
-    assignment's total, said to be partial."""
-    if not a.partial:
-        return f"{a.score:g} / {a.max_score:g} points"
-    p = a.partial
-    return (f"{a.score:g} / {p['assignment_points']:g} points (partial run: {p['cases_run']} of {p['cases']} cases, "
-            f"worth {a.max_score:g})")
 
 
 def _short(text: str, limit: int = 160) -> str:

@@ -28,9 +28,17 @@ class FailureGroup:
 
     @property
     def cases(self) -> str:
-        """The cases, named once each: 'n=1, n=127 [float32, float16]'."""
-        names = [t.name for t in self.tests]
-        return ", ".join(names[:8]) + (f" and {len(names) - 8} more" if len(names) > 8 else "")
+        """The cases, each named once with its dtypes: 'n=1, n=127, n=128 (float32, float16)'."""
+        dtypes: dict[str, list[str]] = {}
+        for t in self.tests:
+            dtypes.setdefault(t.case or t.name, []).extend([t.dtype] if t.dtype else [])
+        names = list(dtypes)
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        kinds = {tuple(d) for d in dtypes.values()}
+        if len(kinds) == 1 and (common := next(iter(kinds))):
+            return f"{shown} ({', '.join(common)})"
+        return ", ".join(f"{n} [{', '.join(d)}]" if d else n for n, d in list(dtypes.items())[:10]) + \
+            (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
 def diagnosis(t: TestResult) -> str:
@@ -81,3 +89,28 @@ def _has_todo(path: Path | None) -> bool:
         return path is not None and "TODO" in path.read_text(errors="replace")
     except OSError:
         return False
+
+
+def nonfinite_words(nan: int, inf: int) -> str:
+    """'3 elements are NaN, 1 is infinite': the counts the finite error maxima leave out."""
+    words = []
+    if nan:
+        words.append(f"{nan} element{'s are' if nan != 1 else ' is'} NaN")
+    if inf:
+        words.append(f"{inf} {'are' if inf != 1 else 'is'} infinite" if nan else f"{inf} element{'s are' if inf != 1 else ' is'} infinite")
+    return ", ".join(words)
+
+
+def points_line(a: AssignmentResult) -> str:
+    """'4 / 4 points', or for a partial run (--case/--dtype) the points of the cases that ran out
+    of the assignment's total, said to be partial."""
+    if not a.partial:
+        return f"{a.score:g} / {a.max_score:g} points"
+    p = a.partial
+    return (f"{a.score:g} / {p['assignment_points']:g} points (partial run: {p['cases_run']} of {p['cases']} cases, "
+            f"worth {a.max_score:g})")
+
+
+def run_total(assignments: list[AssignmentResult]) -> float:
+    """The points a run is out of: a partial assignment counts with its whole total."""
+    return round(sum(a.partial["assignment_points"] if a.partial else a.max_score for a in assignments), 4)

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grader.feedback import nonfinite_words
 from grader.mismatch import Mismatch, contiguous_reading
+from grader.picture import wrong_map
 from grader.plan import storage_of
 from grader.spec import DTYPES, Assignment, Case
 
@@ -159,6 +161,7 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
     pattern = (_spec_explanation(spec, mismatch) or strides_ignored(spec, mismatch, part)
                or describe_mismatch(bad, got, inputs))
     details["pattern"] = pattern
+    details["wrong_map"] = wrong_map(bad, got)
     message = f"{details['bad_elements']} of {bad.numel()} elements wrong"
     if nan or inf:
         message += f" ({nonfinite_words(nan, inf)})"
@@ -177,16 +180,6 @@ def _spec_explanation(spec: Assignment, mismatch: Mismatch) -> str | None:
         return spec.explain(mismatch)
     except Exception:
         return None
-
-
-def nonfinite_words(nan: int, inf: int) -> str:
-    """'3 elements are NaN, 1 is infinite': the counts the finite error maxima leave out."""
-    words = []
-    if nan:
-        words.append(f"{nan} element{'s are' if nan != 1 else ' is'} NaN")
-    if inf:
-        words.append(f"{inf} {'are' if inf != 1 else 'is'} infinite" if nan else f"{inf} element{'s are' if inf != 1 else ' is'} infinite")
-    return ", ".join(words)
 
 
 def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = None) -> str | None:

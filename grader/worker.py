@@ -29,6 +29,7 @@ def _setup_torch():
 
 
 LAUNCHES: Counter[str] = Counter()
+BLOCKS: dict[str, int] = {}  # the BLOCK* sizes a call's launches passed: where the report draws block boundaries
 
 
 def _setup_triton(interpret: bool) -> None:
@@ -50,6 +51,9 @@ def _setup_triton(interpret: bool) -> None:
         def counted(self, *args, __original=original, **kwargs):
             if not kwargs.get("warmup", False):
                 LAUNCHES[getattr(self, "__name__", None) or self.fn.__name__] += 1
+                for k, v in kwargs.items():
+                    if k.upper().startswith("BLOCK") and type(v) is int and k not in BLOCKS:
+                        BLOCKS[k] = v
             return __original(self, *args, **kwargs)
 
         cls.run = counted
@@ -122,6 +126,7 @@ class Worker:
         torch = self.torch
         args = rebuild(load_file(req["inputs"]), req["layout"], req["device"])
         LAUNCHES.clear()
+        BLOCKS.clear()
         ops: Counter[str] = Counter()
         fn = self.functions[req["contender"]]
         start = time.perf_counter()
@@ -137,6 +142,7 @@ class Worker:
             "ok": True,
             "seconds": seconds,
             "launches": dict(LAUNCHES),
+            "blocks": dict(list(BLOCKS.items())[:8]),
             "ops": sorted(ops),
             "result_type": type(out).__name__,
         }
