@@ -25,7 +25,7 @@ from grader.submission import SubmissionError, open_submission
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
 console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # a message is one line, even piped: a path is never cut
 
 STYLE = {"passed": "green", "failed": "red", "error": "red", "timeout": "magenta", "crashed": "magenta",
          "skipped": "dim", "flagged": "bold yellow", "infra_error": "bold blue"}
@@ -117,7 +117,7 @@ def check(
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
         contained = sandbox.detect(isolation)
     except (UsageError, SubmissionError, sandbox.SandboxError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         raise typer.Exit(2)
     for warning in contained.warnings:  # once per run, before any worker starts
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
@@ -158,7 +158,8 @@ def print_summary(run: RunResult) -> None:
     for a in run.assignments:
         if a.headline:  # one cause explains everything: say it first
             console.print(f"[bold red]{a.name}:[/bold red] [bold]{escape(a.headline)}[/bold]")
-        table = Table(title=f"{a.name} ({a.module}): {points_line(a)}", title_justify="left")
+        console.print(f"[bold]{a.name}[/bold] ({escape(a.module)}): {points_line(a)}")  # a line, not a title wrapped to the table
+        table = Table()
         dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
         table.add_column("case")
         table.add_column("shape")
