@@ -89,8 +89,8 @@ def svg(m: dict, blocks: dict | None = None, width: int = 640) -> str:
     ncols, nrows = len(cells[0]), len(cells)
     if one_d:
         cw, ch = width / ncols, 36.0
-    else:  # square cells, at most 16 px, the grid at most 640 x 400
-        cw = ch = min(width / ncols, 400 / nrows, 16.0)
+    else:  # cells of at most 16 px, the grid at most 640 x 400
+        cw, ch = min(width / ncols, 16.0), min(400 / nrows, 16.0)
         width = round(cw * ncols, 2)
     height = nrows * ch
     parts = []
@@ -108,7 +108,8 @@ def svg(m: dict, blocks: dict | None = None, width: int = 640) -> str:
     parts.append(f'<text x="{left + width}" y="{top - 5}" font-size="11" text-anchor="end">{cols - 1}</text>')
     if not one_d:
         parts.append(f'<text x="{left - 4}" y="{top + 10}" font-size="11" text-anchor="end">row 0</text>')
-        parts.append(f'<text x="{left - 4}" y="{top + height:.2f}" font-size="11" text-anchor="end">{rows - 1}</text>')
+        if height >= 28:  # room for both labels
+            parts.append(f'<text x="{left - 4}" y="{top + height:.2f}" font-size="11" text-anchor="end">{rows - 1}</text>')
     if one_d and m.get("zoom"):  # the same strip, one element per cell, around the first wrong element
         start, zoom = m["zoom_start"], m["zoom"]
         ztop = top + height + 26
