@@ -42,12 +42,9 @@ class FailureGroup:
 
 
 def diagnosis(t: TestResult) -> str:
-    """A failure's cause without what is particular to its case (counts, the case's note), so
-    that the same bug in ten cases is one diagnosis."""
-    pattern = t.details.get("pattern")
-    if pattern:
-        return pattern
-    return t.message
+    """A failure's cause without what is particular to its case (the counts, the case's note):
+    the judge's pattern where it has one, so that the same bug in ten cases is one diagnosis."""
+    return t.details.get("pattern") or t.message
 
 
 def group_failures(tests: list[TestResult]) -> list[FailureGroup]:
@@ -77,9 +74,8 @@ def headline(result: AssignmentResult, module_file: Path | None) -> str:
         return ""
     launched = any(t.details.get("kernels") for t in ran)
     what = "the kernel stores nothing yet" + ("" if launched else " (no Triton kernel was launched)")
-    name = module_file.name if module_file is not None else "your module"
-    todo = _has_todo(module_file)
-    where = f"fill in the TODOs in {result.module.split(':')[0]}" if todo else f"write the kernel's tl.store in {name}"
+    file = result.module.split(":")[0]
+    where = f"fill in the TODOs in {file}" if _has_todo(module_file) else f"write the kernel's tl.store in {file}"
     return (f"{what}: every output is still uninitialized memory (NaN) in all {len(ran)} cases; {where}, "
             "then run grader check again")
 

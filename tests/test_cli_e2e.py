@@ -11,7 +11,7 @@ import pytest
 from conftest import FIXTURES, has_gpu
 from grader import spec as specs
 
-pytestmark = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
+pytestmark = [pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter"), pytest.mark.slow]
 
 
 def test_good_submission_passes_every_check(submission, cli):

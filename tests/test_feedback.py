@@ -360,3 +360,26 @@ def test_grade_with_nobody_fetched_exits_1(tmp_path):
                    "--case", "n=1", "--dtype", "float32"], tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     assert "nothing was graded: no student could be fetched" in run.stderr
+
+
+@cpu_only
+@pytest.mark.slow
+def test_class_batch_shows_a_missing_module_as_not_submitted(tmp_path):
+    from classbuild import commit, make_class
+
+    roster = make_class(tmp_path, {"frank": "good"})
+    repo = tmp_path / "repos" / "frank"
+    (repo / "kernels" / "softmax.py").unlink()
+    commit(repo, "no softmax", "2025-01-11T12:00:00+00:00")
+    quick = ["--device", "cpu", "-a", "vector_add", "-a", "softmax", "--case", "n=1", "--case", "1x1", "--dtype", "float32",
+             "--seed", "3"]
+    run = run_cli(["grade", "--roster", str(roster), "--out", "out", *quick], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    (student,) = summary["students"]
+    cells = student["assignments"]
+    assert cells["softmax"]["outcomes"] == {"not submitted": 1}
+    assert cells["softmax"]["score"] == 0 and cells["softmax"]["max_score"] > 0
+    assert cells["vector_add"]["outcomes"].get("passed", 0) >= 1 and "not submitted" not in cells["vector_add"]["outcomes"]
+    dashboard = (tmp_path / "out" / "index.html").read_text()
+    assert "1 not submitted" in dashboard and "error" not in cells["softmax"]["outcomes"]
