@@ -191,7 +191,7 @@ def print_summary(run: RunResult) -> None:
             if len(g.tests) == 1:
                 console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {t.assignment} {escape(t.name)}: {escape(t.message)}")
             else:
-                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {t.assignment}, {len(g.tests)} cases "
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {t.assignment}, {len(g.tests)} checks "
                               f"({escape(g.cases)}): {escape(g.diagnosis)}")
             if t.traceback:
                 console.print(f"[dim]{escape(_last_lines(t.traceback, 8))}[/dim]")

@@ -76,7 +76,7 @@ def headline(result: AssignmentResult, module_file: Path | None) -> str:
     what = "the kernel stores nothing yet" + ("" if launched else " (no Triton kernel was launched)")
     file = result.module.split(":")[0]
     where = f"fill in the TODOs in {file}" if _has_todo(module_file) else f"write the kernel's tl.store in {file}"
-    return (f"{what}: every output is still uninitialized memory (NaN) in all {len(ran)} cases; {where}, "
+    return (f"{what}: every output is still uninitialized memory (NaN) in all {len(ran)} checks; {where}, "
             "then run grader check again")
 
 

@@ -314,7 +314,7 @@ def test_untouched_starter_says_so_first_and_leaves_the_repo_clean(tmp_path):
     # one entry for the six identical diagnoses, which lists its cases
     wrong = run.stdout.split("What went wrong", 1)[1]
     assert wrong.count("every element is NaN") == 1
-    assert "6 cases (n=1, n=127, n=129 (float32, float16))" in wrong
+    assert "6 checks (n=1, n=127, n=129 (float32, float16))" in wrong
     assert "uses its own Triton kernel: passed" not in run.stdout
     # the results are written where git does not see them, and the command says where
     assert "results: .grader/results.json" in run.stdout
