@@ -112,7 +112,7 @@ def check(
         seed = seed if seed is not None else secrets.randbelow(2**31)
         base = f"grader check {shlex.quote(str(repo))}" + ("" if device == "auto" else f" --device {device}")
         opts = Options(resolved, seed, case or None, dtype or None, timeout, reproducer=base, isolation=isolation,
-                       hide=[str(json_file.resolve().parent), str(html_dir.resolve())])
+                       hide=[str(json_file.resolve().parent), str(html_dir.resolve())], partial_points=True)
         if case and not any(plan_calls(s, seed, opts.interpret, case, dtype) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
         contained = sandbox.detect(isolation)

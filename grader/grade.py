@@ -49,6 +49,7 @@ class Options:
     isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox)
     hide: list[str] = field(default_factory=list)  # more folders a worker must not see (the output folder)
     cache: RunCache | None = None  # shared by the grades of a batch (grader.runcache); None: each makes its own inputs
+    partial_points: bool = False  # with cases/dtypes: each case earns its share of the full run (grader check's replays)
 
     @property
     def interpret(self) -> bool:
@@ -169,7 +170,7 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
     finally:
         worker.close()
     planned = None
-    if opts.cases or opts.dtypes:  # a partial run: each case keeps its share of the full run's points
+    if opts.partial_points and (opts.cases or opts.dtypes):  # a partial run: each case keeps its share of the full run's points
         planned = len(plan_calls(spec, opts.seed, opts.interpret))
         result.partial = {"cases_run": len(calls), "cases": planned, "assignment_points": spec.max_points}
     score_assignment(spec, result, planned)
@@ -181,7 +182,8 @@ def _not_submitted(spec: Assignment, sub: Submission, opts: Options, result: Ass
                    calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
-    planned = len(plan_calls(spec, opts.seed, opts.interpret)) if (opts.cases or opts.dtypes) else len(calls)
+    partial = opts.partial_points and (opts.cases or opts.dtypes)
+    planned = len(plan_calls(spec, opts.seed, opts.interpret)) if partial else len(calls)
     each = spec.correctness_points / planned if planned else 0.0
     timed = spec.performance is not None and not opts.interpret
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
