@@ -42,7 +42,9 @@ class Cell:
     @property
     def summary(self) -> str:
         """The outcomes in a few words: '7 passed, 1 failed'."""
-        order = ["not submitted", "passed", "failed", "error", "timeout", "crashed", "flagged", "infra_error", "skipped"]
+        if self.outcomes.get("not submitted"):
+            return "not submitted"
+        order = ["passed", "failed", "error", "timeout", "crashed", "flagged", "infra_error", "skipped"]
         return ", ".join(f"{self.outcomes[o]} {o}" for o in order if self.outcomes.get(o))
 
 
