@@ -138,7 +138,8 @@ def is_reusable(record: dict | None, key: dict) -> bool:
 
 def assignment_from_dict(d: dict) -> AssignmentResult:
     tests = [TestResult(**t) for t in d.get("tests", [])]
-    return AssignmentResult(d["name"], d["title"], d["module"], tests, list(d.get("notes", [])))
+    return AssignmentResult(d["name"], d["title"], d["module"], tests, list(d.get("notes", [])),
+                            headline=d.get("headline", ""), partial=dict(d.get("partial") or {}))
 
 
 def _now() -> str:

@@ -42,6 +42,8 @@ class Cell:
     @property
     def summary(self) -> str:
         """The outcomes in a few words: '7 passed, 1 failed'."""
+        if self.outcomes.get("not submitted"):
+            return "not submitted"
         order = ["passed", "failed", "error", "timeout", "crashed", "flagged", "infra_error", "skipped"]
         return ", ".join(f"{self.outcomes[o]} {o}" for o in order if self.outcomes.get(o))
 
@@ -164,6 +166,8 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
                     scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
                     cell.score, cell.max_score = round(float(scaled), 4), float(top)
                 cell.outcomes = dict(Counter(t.outcome for t in result.tests))
+                if any(t.details.get("not_submitted") for t in result.tests):
+                    cell.outcomes = {"not submitted": 1}  # one fact, not a count of failed checks
                 cell.flagged = any(t.outcome == "flagged" for t in result.tests)
                 _count_checks(rates, a, result)
                 for t in result.tests:

@@ -6,6 +6,7 @@ error, with a one-line message.
 
 from __future__ import annotations
 
+import json
 import secrets
 import shlex
 from pathlib import Path
@@ -18,15 +19,19 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.results import BAD_OUTCOMES, RunResult, write_json_atomic
+from grader.feedback import group_failures, points_line, run_total
+from grader.results import RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
 console = Console(highlight=False)
-err = Console(stderr=True, highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # a message is one line, even piped: a path is never cut
 
 STYLE = {"passed": "green", "failed": "red", "error": "red", "timeout": "magenta", "crashed": "magenta",
          "skipped": "dim", "flagged": "bold yellow", "infra_error": "bold blue"}
+
+
+OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
 
 class UsageError(Exception):
@@ -50,22 +55,41 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
             return [specs.get(n) for n in names]
         except specs.UnknownAssignment as exc:
             raise UsageError(exc.args[0]) from None
-    if not specs.catalogue():
+    catalogue = specs.catalogue()
+    if not catalogue:
         raise UsageError(f"no course found: no assignments/ in {specs.COURSE_ROOT}. Run grader check inside your "
                          f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
-    found = [s for s in specs.catalogue().values() if sub.has(s)]
+    found = [s for s in catalogue.values() if sub.has(s)]
+    problems = toml_problems(sub, catalogue)
     if not found:
-        looked = ", ".join(sub.target(s)[0] for s in specs.catalogue().values())
-        raise UsageError(f"no assignment found in {sub.root} (looked for {looked})")
+        looked = ", ".join(sub.target(s)[0] for s in catalogue.values())
+        raise UsageError(f"no assignment found in {sub.root} (looked for {looked})"
+                         + "".join(f"\n  {p}" for p in problems))
+    for p in problems:  # the rest is checked; what grader.toml names in vain is said, not skipped in silence
+        err.print(f"[yellow]warning:[/yellow] {escape(p)}")
     return found
+
+
+def toml_problems(sub, catalogue: dict) -> list[str]:
+    """What the submission's grader.toml names that is not there: a module file that does not
+    exist, an assignment that does not exist."""
+    problems = []
+    for name, entry in sub.overrides.items():
+        if name not in catalogue:
+            problems.append(f"grader.toml names [assignments.{name}], which is not an assignment "
+                            f"(known: {', '.join(catalogue)})")
+        elif "module" in entry and not sub.has(catalogue[name]):
+            problems.append(f"grader.toml sets [assignments.{name}] module = \"{entry['module']}\", "
+                            f"but {sub.root / entry['module']} does not exist")
+    return problems
 
 
 @app.command()
 def check(
     repo: Path = typer.Argument(Path("."), help="The submission's folder (your repo)."),
     assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (repeatable)."),
-    json_file: Path = typer.Option(Path("reports/results.json"), "--json", help="Where to write results.json."),
-    html_dir: Path = typer.Option(Path("reports"), "--html", help="Folder for report.html."),
+    json_file: Optional[Path] = typer.Option(None, "--json", help=f"Where to write results.json (default: {OUTPUT_DIR}/results.json)."),
+    html_dir: Optional[Path] = typer.Option(None, "--html", help=f"Folder for report.html (default: {OUTPUT_DIR}/)."),
     device: str = typer.Option("auto", help="auto (GPU if present), cuda, or cpu (Triton's interpreter)."),
     seed: Optional[int] = typer.Option(None, help="Seed for inputs and random shapes (default: a new one, printed)."),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only the named case(s), e.g. from a reproducer."),
@@ -81,6 +105,8 @@ def check(
     from grader.grade import Options, count_steps, grade_submission
     from grader.plan import plan_calls
 
+    json_file = json_file or OUTPUT_DIR / "results.json"
+    html_dir = html_dir or OUTPUT_DIR
     try:
         sub = open_submission(repo)
         chosen = select_assignments(sub, assignment)
@@ -91,14 +117,14 @@ def check(
         seed = seed if seed is not None else secrets.randbelow(2**31)
         base = f"grader check {shlex.quote(str(repo))}" + ("" if device == "auto" else f" --device {device}")
         opts = Options(resolved, seed, case or None, dtype or None, timeout, reproducer=base, isolation=isolation,
-                       hide=[str(json_file.resolve().parent), str(html_dir.resolve())])
+                       hide=[str(json_file.resolve().parent), str(html_dir.resolve())], partial_points=True)
         if case and not any(plan_calls(s, seed, opts.interpret, case, dtype) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
         if ci not in (None, "github", "none"):
             raise UsageError(f"--ci must be github or none, not {ci!r}")
         contained = sandbox.detect(isolation)
     except (UsageError, SubmissionError, sandbox.SandboxError) as exc:
-        err.print(f"[red]error:[/red] {exc}")
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
         from grader import ci as github
 
         if github.enabled(ci if ci in ("github", "none") else None):
@@ -114,12 +140,15 @@ def check(
         task = bar.add_task("starting", total=count_steps(chosen, opts))
         run = grade_submission(sub, chosen, opts, lambda text: bar.update(task, advance=1, description=text))
 
+    for folder in {json_file.parent, html_dir}:
+        ignored_by_git(folder)
     write_json_atomic(run.to_gradescope(), json_file)
     from grader.report import write_report
 
     html = write_report(run, html_dir)
     print_summary(run)
-    console.print(f"\nresults: {json_file}   report: {html}")
+    kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if html_dir.resolve() == OUTPUT_DIR.resolve() else ""
+    console.print(f"\nresults: {json_file}   report: {html}{kept}")
     from grader import ci as github
 
     if github.enabled(ci):
@@ -129,10 +158,23 @@ def check(
     raise typer.Exit(0 if run.all_passed else 1)
 
 
+def ignored_by_git(folder: Path) -> None:
+    """The default output folder keeps itself out of the student's commits (its own .gitignore:
+    `*`), so a check leaves no untracked files behind. A folder the user chose is theirs."""
+    if folder.resolve() == OUTPUT_DIR.resolve():
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / ".gitignore"
+        if not marker.exists():
+            marker.write_text("# written by grader check: its results, never committed\n*\n")
+
+
 def print_summary(run: RunResult) -> None:
     """One compact table per assignment (cases x dtypes), then every distinct failure in full."""
     for a in run.assignments:
-        table = Table(title=f"{a.name} ({a.module}): {a.score:g} / {a.max_score:g} points", title_justify="left")
+        if a.headline:  # one cause explains everything: say it first
+            console.print(f"[bold red]{a.name}:[/bold red] [bold]{escape(a.headline)}[/bold]")
+        console.print(f"[bold]{a.name}[/bold] ({escape(a.module)}): {points_line(a)}")  # a line, not a title wrapped to the table
+        table = Table()
         dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
         table.add_column("case")
         table.add_column("shape")
@@ -157,24 +199,29 @@ def print_summary(run: RunResult) -> None:
             console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded there).[/dim]")
         for note in a.notes:
             console.print(f"  [yellow]{escape(note)}[/yellow]")
-    bad = [t for t in run.tests if t.outcome in BAD_OUTCOMES]
-    if bad:
+    groups = group_failures(run.tests)
+    if groups:
         console.print("\n[bold]What went wrong[/bold]")
-        seen = set()
-        for t in bad:
-            key = (t.assignment, t.message)
-            if key in seen:
-                continue
-            seen.add(key)
-            console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {t.assignment} {escape(t.name)}: {escape(t.message)}")
+        for g in groups:  # each diagnosis once, with the cases it concerns
+            t = g.first
+            if len(g.tests) == 1:
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {t.assignment} {escape(t.name)}: {escape(t.message)}")
+            else:
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {t.assignment}, {len(g.tests)} checks "
+                              f"({escape(g.cases)}): {escape(g.diagnosis)}")
             if t.traceback:
                 console.print(f"[dim]{escape(_last_lines(t.traceback, 8))}[/dim]")
             elif t.output and t.outcome in ("crashed", "timeout"):
                 console.print(f"[dim]{escape(_last_lines(t.output, 8))}[/dim]")
             if t.reproducer:
                 console.print(f"  reproduce: [cyan]{escape(t.reproducer)}[/cyan]")
-    gpu_only = f" ({run.skipped_points:g} of them can only be earned on a GPU)" if run.skipped_points else ""
-    console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]{gpu_only}")
+    partial = [a for a in run.assignments if a.partial]
+    if partial:
+        console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "
+                      "with --case/--dtype ran; the others earn nothing here)")
+    else:
+        gpu_only = f" ({run.skipped_points:g} of them can only be earned on a GPU)" if run.skipped_points else ""
+        console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]{gpu_only}")
 
 
 def _short(text: str, limit: int = 160) -> str:
@@ -186,17 +233,40 @@ def _last_lines(text: str, n: int) -> str:
 
 
 @app.command("list")
-def list_assignments() -> None:
+def list_assignments(
+    as_json: bool = typer.Option(False, "--json", help="Print the assignments as JSON (for scripts)."),
+) -> None:
     """Show the assignments, their interfaces and points."""
+    rows = [assignment_info(s) for s in specs.catalogue().values()]
+    if as_json:
+        print(json.dumps(rows, indent=2))
+        return
     table = Table(title="Assignments")
     for col in ("name", "module", "interface", "points", "cases"):
-        table.add_column(col)
-    for s in specs.catalogue().values():
-        perf = f" + {s.performance_points:g} speed" if s.performance_points else ""
-        hidden = f" + {s.hidden_count} hidden" if s.hidden_count else ""
-        table.add_row(s.name, s.module, s.signature, f"{s.correctness_points:g} correctness{perf}",
-                      f"{len(s.public_cases)} named{hidden} + random, {', '.join(s.dtypes)}")
-    console.print(table)
+        table.add_column(col, no_wrap=True)
+    for r in rows:
+        table.add_row(r["name"], r["module"], r["interface"], r["points_words"], r["cases_words"])
+    cols = ("name", "module", "interface", "points_words", "cases_words")
+    needed = sum(max(len(r[c]) for r in rows) + 3 for c in cols) + 1  # a cell's text, its padding and border
+    if console.is_terminal and needed <= console.width:
+        console.print(table)
+        return
+    # piped, or a terminal too narrow for the table: one block per assignment, nothing cut
+    for r in rows:
+        print(f"{r['name']}: {r['title']}")
+        for key in ("module", "interface", "points", "cases"):
+            print(f"  {key + ':':<10} {r[key + '_words'] if key in ('points', 'cases') else r[key]}")
+
+
+def assignment_info(s: specs.Assignment) -> dict:
+    """One assignment as `grader list` shows it, words and figures."""
+    perf = f" + {s.performance_points:g} speed" if s.performance_points else ""
+    hidden = f" + {s.hidden_count} hidden" if s.hidden_count else ""
+    return {"name": s.name, "title": s.title, "module": s.module, "function": s.function, "interface": s.signature,
+            "correctness_points": s.correctness_points, "performance_points": s.performance_points,
+            "named_cases": [c.name for c in s.public_cases], "hidden_cases": s.hidden_count, "dtypes": list(s.dtypes),
+            "points_words": f"{s.correctness_points:g} correctness{perf}",
+            "cases_words": f"{len(s.public_cases)} named{hidden} + random, {', '.join(s.dtypes)}"}
 
 
 from grader.ta import register as _register_ta_commands  # noqa: E402  (fetch, grade: they use the helpers above)

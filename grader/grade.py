@@ -18,13 +18,14 @@ from safetensors.torch import load
 
 from grader import environment, perf, sandbox
 from grader.devicelock import gpu_phase, timing_lock
+from grader.feedback import headline
 from grader.integrity import scan_submission, summary as scan_summary
 from grader.judge import judge_call, judge_runs
 from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
-from grader.results import AssignmentResult, RunResult, Severity, TestResult
+from grader.results import AssignmentResult, RunResult, Severity, TestResult, cents
 from grader.runcache import RunCache
 from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
-from grader.scoring import score_assignment
+from grader.scoring import score_assignment, split_cents
 from grader.spec import Assignment
 from grader.submission import Submission
 
@@ -49,6 +50,7 @@ class Options:
     isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox)
     hide: list[str] = field(default_factory=list)  # more folders a worker must not see (the output folder)
     cache: RunCache | None = None  # shared by the grades of a batch (grader.runcache); None: each makes its own inputs
+    partial_points: bool = False  # with cases/dtypes: each case earns its share of the full run (grader check's replays)
 
     @property
     def interpret(self) -> bool:
@@ -127,14 +129,14 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
     call_timeout = opts.timeout or spec.call_timeout_s
 
     runnable = [c for c in calls if not c.skip]
+    if runnable and not sub.has(spec):  # one result that says so, not one error per case
+        return _not_submitted(spec, sub, opts, result, module, calls, runnable)
 
     worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", opts, hide=[sub.root.parent])
     integrity = _Integrity(spec)
     try:
         if not runnable:
             load_failure = None
-        elif not sub.has(spec):
-            load_failure = {"kind": "error", "message": f"{module} not found in the submission", "traceback": ""}
         else:
             # made outside the worker's view; each call's file is shown to it only for that call,
             # so no input can be read ahead (at import) and answered from a precomputed cache
@@ -170,9 +172,38 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
                                              exclusive=lambda: timing_lock(opts.gpu, enabled=not opts.interpret)))
     finally:
         worker.close()
-    score_assignment(spec, result)
+    planned = None
+    if opts.partial_points and (opts.cases or opts.dtypes):  # a partial run: each case keeps its share of the full run's points
+        planned = [f"{c.case.name} [{c.dtype}]" for c in plan_calls(spec, opts.seed, opts.interpret)]
+        result.partial = {"cases_run": len(calls), "cases": len(planned), "assignment_points": spec.max_points}
+    score_assignment(spec, result, planned)
     if note := hidden_note(spec):
         result.notes.append(note)
+    result.headline = headline(result, sub.root / module)
+    return result
+
+
+def _not_submitted(spec: Assignment, sub: Submission, opts: Options, result: AssignmentResult, module: str,
+                   calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
+    """The assignment's module is not in the repo: one failed result worth every point this
+    run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
+    partial = opts.partial_points and (opts.cases or opts.dtypes)
+    planned = [f"{c.case.name} [{c.dtype}]" for c in (plan_calls(spec, opts.seed, opts.interpret) if partial else calls)]
+    shares = dict(zip(planned, split_cents(spec.correctness_points, len(planned))))
+    share = {c.id: shares.get(f"{c.case.name} [{c.dtype}]", 0) for c in calls}
+    perf = cents(spec.performance_points) if spec.performance is not None else 0
+    timed = spec.performance is not None and not opts.interpret
+    named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
+    test = TestResult(spec.name, "submission", "not submitted", "failed",
+                      f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
+                      details={"not_submitted": True})
+    test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
+    skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
+    if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+        result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
+                                       "not submitted, and not runnable here", max_score=skipped / 100,
+                                       details={"points_if_run": skipped / 100}))
+    result.tests.insert(0, test)
     return result
 
 
@@ -273,6 +304,10 @@ def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, wor
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == "passed", trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
+    if "wrong_map" in details:  # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
+        blocks = runs[0][1].get("blocks")
+        details["blocks"] = {str(k)[:40]: v for k, v in (blocks if isinstance(blocks, dict) else {}).items()
+                             if type(v) is int and 0 < v <= 1 << 24}
     return _test(spec, call, opts, verdict.outcome, verdict.message, details=details)
 
 
@@ -348,9 +383,11 @@ class _Integrity:
         self.no_kernel: list[PlannedCall] = []
         self.kernels: Counter[str] = Counter()
         self.observed = 0
+        self.all_trivial = True
 
     def observe(self, call: PlannedCall, reply: dict, passed: bool, trivial: bool = False) -> None:
         self.observed += 1
+        self.all_trivial = self.all_trivial and trivial
         self.kernels.update(reply["launches"])
         for op in sorted(set(reply["ops"]) & self.spec.forbidden_ops):
             self.forbidden.setdefault(op, []).append(call.id)
@@ -372,7 +409,15 @@ class _Integrity:
             concerns = [f"{c.case.name} [{c.dtype}]" for c in self.no_kernel]
             return TestResult(self.spec.name, "integrity", name, "flagged", evidence[0],
                               details=dict(details, evidence=evidence, concerns=concerns), severity=Severity.REVIEW.value)
-        kernels = ", ".join(self.kernels) or "none"
+        if not self.kernels:  # nothing ran: there is nothing to vouch for
+            if self.all_trivial:
+                return TestResult(self.spec.name, "integrity", name, "skipped",
+                                  "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",
+                                  details=dict(details, evidence=[]))
+            return TestResult(self.spec.name, "integrity", name, "failed",
+                              f"no Triton kernel was launched in any call: {self.spec.function}() must launch your kernel "
+                              "(kernel[grid](...))", details=dict(details, evidence=[]))
+        kernels = ", ".join(self.kernels)
         return TestResult(self.spec.name, "integrity", name, "passed", f"Triton kernels launched: {kernels}",
                           details=dict(details, evidence=[]))
 

@@ -12,7 +12,9 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.mismatch import Mismatch
+from grader.feedback import nonfinite_words
+from grader.mismatch import Mismatch, contiguous_reading
+from grader.picture import wrong_map
 from grader.plan import storage_of
 from grader.spec import DTYPES, Assignment, Case
 
@@ -116,7 +118,7 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs)
         problem = _delivery(what, meta, saved[f"output.{i}"], ref.shape, dtype, expected_device)
         if problem:
             return Verdict("failed", problem)
-        verdict = _compare(spec, case, dtype, inputs, saved[f"output.{i}"], ref, base.to(torch.float64))
+        verdict = _compare(spec, case, dtype, inputs, saved[f"output.{i}"], ref, base.to(torch.float64), part=i)
         if verdict.outcome != "passed":
             verdict.message = f"{what} is wrong: {verdict.message}"
             verdict.details["wrong_output"] = names[i]
@@ -126,8 +128,10 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs)
     return Verdict("passed", "; ".join(summary), details)
 
 
-def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor) -> Verdict:
-    """The error model: |out - ref| <= k x torch's max error + atol + rtol x |ref|, elementwise."""
+def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor,
+             part: int | None = None) -> Verdict:
+    """The error model: |out - ref| <= k x torch's max error + atol + rtol x |ref|, elementwise.
+    `part`: which of the reference's results this is, for a function that returns several."""
     base_err = _finite_max((base - ref).abs())
     tol = spec.tolerance
     allowed = tol.k * base_err + tol.atol[dtype] + tol.rtol[dtype] * ref.abs()
@@ -144,15 +148,27 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
         "bad_elements": int(bad.sum()),
         "elements": bad.numel(),
     }
+    finite_ref = torch.isfinite(ref)
+    nan, inf = int((got.isnan() & finite_ref).sum()), int((got.isinf() & finite_ref).sum())
+    if nan or inf:  # the maxima above are over finite values only: say what they leave out
+        details["nan_elements"], details["inf_elements"] = nan, inf
     if not bad.any():
         return Verdict("passed", f"max abs error {details['max_abs_error']:.3g} (torch's: {base_err:.3g})", details)
     first = tuple(int(i) for i in bad.nonzero()[0])
     details["first_bad_index"] = list(first)
     details["first_bad_value"] = f"got {got[first].item():.6g}, expected {ref[first].item():.6g}"
-    pattern = _spec_explanation(spec, Mismatch(bad, got, ref, inputs, allowed, base_err, dtype))
-    pattern = pattern or describe_mismatch(bad, got, inputs)
+    mismatch = Mismatch(bad, got, ref, inputs, allowed, base_err, dtype)
+    strides = strides_ignored(spec, mismatch, part)  # before any tail or block pattern, which a stride bug mimics
+    own = _spec_explanation(spec, mismatch)
+    if strides and not (own and "stride" in own):  # the spec's words only where they name the strides too
+        own = strides
+    pattern = own or describe_mismatch(bad, got, inputs)
     details["pattern"] = pattern
-    message = f"{details['bad_elements']} of {bad.numel()} elements wrong; {pattern}"
+    details["wrong_map"] = wrong_map(bad, got)
+    message = f"{details['bad_elements']} of {bad.numel()} elements wrong"
+    if nan or inf:
+        message += f" ({nonfinite_words(nan, inf)})"
+    message += f"; {pattern}"
     if case.why:
         message += f" (this case: {case.why})"
     return Verdict("failed", message, details)
@@ -167,6 +183,36 @@ def _spec_explanation(spec: Assignment, mismatch: Mismatch) -> str | None:
         return spec.explain(mismatch)
     except Exception:
         return None
+
+
+def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = None) -> str | None:
+    """The hypothesis 'the kernel reads an input as if it were contiguous', for every assignment:
+    recompute the reference with each non-contiguous input read that way (all of it contiguous,
+    or only its last stride taken as 1) and ask whether the student's result is exactly that.
+    Tested before the generic tail and row patterns, which a stride bug often mimics."""
+    if mismatch.got.isnan().all():
+        return None  # nothing was stored: the judge's words for that
+    for name, t in mismatch.inputs.items():
+        if not isinstance(t, torch.Tensor) or t.is_contiguous():
+            continue
+        for keep_row in (False, True):
+            wrong = contiguous_reading(t, keep_row_stride=keep_row)
+            if wrong is None:
+                continue
+            args = [(wrong if k == name else v) for k, v in mismatch.inputs.items()]
+            try:
+                guess = spec.reference(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
+            except Exception:  # noqa: BLE001 - a reference that cannot take this reading proves nothing
+                continue
+            if isinstance(guess, (tuple, list)):
+                guess = guess[part or 0]
+            if mismatch.matches(guess):
+                strides = ", ".join(f"{name}.stride({d})" for d in range(t.dim()))
+                assumed = "with a step of 1 along its last dimension" if keep_row else "as if it were contiguous"
+                return (f"the result is exactly what reading {name} {assumed} gives, but {name} is a non-contiguous view here "
+                        f"({name}.stride() == {tuple(t.stride())}): the strides are the cause, not a mask or the grid; "
+                        f"pass {strides} to the kernel and address every element of {name} with them")
+    return None
 
 
 def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, torch.Tensor]) -> str:

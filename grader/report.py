@@ -7,7 +7,9 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from grader.results import BAD_OUTCOMES, RunResult
+from grader import picture
+from grader.feedback import group_failures, nonfinite_words, points_line, run_total
+from grader.results import RunResult
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -63,7 +65,9 @@ def matrix(a) -> dict:
 
 
 def render(run: RunResult) -> str:
-    return _ENV.get_template("report.html.j2").render(run=run, bad=BAD_OUTCOMES, perf_chart=perf_chart, matrix=matrix)
+    return _ENV.get_template("report.html.j2").render(
+        run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments), perf_chart=perf_chart, matrix=matrix, points_line=points_line,
+        groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words)
 
 
 def write_report(run: RunResult, folder: Path) -> Path:

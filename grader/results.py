@@ -63,6 +63,8 @@ class AssignmentResult:
     tests: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
     warnings: list[dict] = field(default_factory=list)  # the static scan's findings (grader.integrity), for a TA
+    headline: str = ""  # one line that explains every failure at once (grader.feedback), shown first
+    partial: dict = field(default_factory=dict)  # only some cases ran (--case/--dtype): cases_run, cases, assignment_points
 
     @property
     def score(self) -> float:
@@ -142,7 +144,8 @@ class RunResult:
                 "seed": self.seed,
                 "environment": self.environment,
                 "assignments": {
-                    a.name: {"score": a.score, "max_score": a.max_score, "skipped_points": a.skipped_points, "notes": a.notes,
+                    a.name: {"score": a.score, "max_score": a.max_score, "skipped_points": a.skipped_points,
+                             "headline": a.headline, "partial": a.partial, "notes": a.notes,
                            "integrity_warnings": a.warnings}
                     for a in self.assignments
                 },

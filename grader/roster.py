@@ -78,6 +78,8 @@ def load_roster(path: Path, org: str | None = None, prefix: str | None = None) -
             raise RosterError(f"roster {path} is GitHub Classroom's roster export: give --org ORG and --prefix PREFIX "
                               "(the assignment's repo prefix), so each repo is ORG/PREFIX-USERNAME")
         entries = [_classroom_roster(line, rec, org, prefix) for line, rec in records]
+    elif missing := _missing_columns(header):
+        raise RosterError(f"roster {path}: the header {','.join(header)!r} has no {missing}")
     else:
         raise RosterError(f"roster {path}: unknown header {','.join(header)!r}; expected 'student,repo[,commit]', "
                           f"GitHub Classroom's roster ({','.join(CLASSROOM_ROSTER)}) with --org and --prefix, "
@@ -86,6 +88,19 @@ def load_roster(path: Path, org: str | None = None, prefix: str | None = None) -
         raise RosterError(f"roster {path}: a header but no student")
     _check_unique(path, entries)
     return entries
+
+
+def _missing_columns(header: list[str]) -> str:
+    """'repo column (a plain roster is student,repo[,commit])' for a header that is most of
+    a known layout: the column to add, named. Empty when the header resembles none."""
+    layouts = ((PLAIN, "a plain roster is student,repo[,commit]"),
+               (CLASSROOM_GRADES, "Classroom's grades export has " + ",".join(CLASSROOM_GRADES)))
+    best = max(layouts, key=lambda lay: len(set(lay[0]) & set(header)))
+    have = set(best[0]) & set(header)
+    if not have:
+        return ""
+    missing = [c for c in best[0] if c not in header]
+    return f"{' and '.join(missing)} column{'s' if len(missing) > 1 else ''} ({best[1]})"
 
 
 def _plain(path: Path, line: int, rec: dict) -> RosterEntry:

@@ -28,10 +28,14 @@ def split_cents(points: float, parts: int) -> list[int]:
     return [base + (1 if i < extra else 0) for i in range(parts)]
 
 
-def score_assignment(spec: Assignment, result: AssignmentResult) -> None:
+def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[str] | None = None) -> None:
+    """`planned`: the names of the full run's correctness tests, in order, when only some of them
+    ran (--case, --dtype): each test that ran keeps the share it has in the full run."""
     correctness = [t for t in result.tests if t.kind == "correctness"]
-    for t, share in zip(correctness, split_cents(spec.correctness_points, len(correctness))):
-        _assign(t, share, 1.0 if t.outcome == "passed" else 0.0)
+    names = planned if planned is not None else [t.name for t in correctness]
+    shares = dict(zip(names, split_cents(spec.correctness_points, len(names))))
+    for t in correctness:
+        _assign(t, shares.get(t.name, 0), 1.0 if t.outcome == "passed" else 0.0)
     for t in result.tests:
         if t.kind == "performance":
             _assign(t, cents(spec.performance_points), t.details.get("score_fraction", 0.0) if t.outcome == "passed" else 0.0)

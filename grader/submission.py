@@ -21,7 +21,7 @@ else:  # pragma: no cover
 
 from grader.spec import Assignment
 
-IGNORED = shutil.ignore_patterns(".git", "__pycache__", "reports", "grader-report", "*.safetensors", ".venv", "node_modules")
+IGNORED = shutil.ignore_patterns(".git", "__pycache__", "reports", ".grader", "grader-report", "*.safetensors", ".venv", "node_modules")
 
 
 class SubmissionError(Exception):

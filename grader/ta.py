@@ -4,7 +4,8 @@ override it.
 
 Exit codes of `fetch`: 0 every student fetched; 1 some could not be (each has its line, and
 the lock file is written for the others). Of `grade`: 0 every job graded (students failing
-checks is not an error of the batch); 1 some job ended in infra_error after its retries;
+checks is not an error of the batch); 1 some job ended in infra_error after its retries, or
+nothing at all was graded (no student could be fetched);
 130 interrupted (everything finished so far is kept: run again with --resume). All: 2 for a
 usage error or a malformed roster, lock or course file, with one line.
 """
@@ -262,6 +263,11 @@ def grade(
     _print_summary(out, lock, entry)
     if entry.get("interrupted"):
         raise typer.Exit(130)
+    if not entry["graded"] and not entry["reused"]:  # a run that graded nothing is not a success
+        fetched = sum(p.status == "fetched" for p in lock.students)
+        why = "no student could be fetched" if not fetched else "no job was graded"
+        err.print(f"[red]error:[/red] nothing was graded: {why} ({len(lock.students)} in the roster)")
+        raise typer.Exit(1)
     raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] or plan.broken else 0)
 
 

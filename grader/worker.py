@@ -30,6 +30,7 @@ def _setup_torch():
 
 
 LAUNCHES: Counter[str] = Counter()
+BLOCKS: dict[str, int] = {}  # the BLOCK* sizes a call's launches passed: where the report draws block boundaries
 
 
 def _setup_triton(interpret: bool) -> None:
@@ -51,6 +52,9 @@ def _setup_triton(interpret: bool) -> None:
         def counted(self, *args, __original=original, **kwargs):
             if not kwargs.get("warmup", False):
                 LAUNCHES[getattr(self, "__name__", None) or self.fn.__name__] += 1
+                for k, v in kwargs.items():
+                    if k.upper().startswith("BLOCK") and type(v) is int and k not in BLOCKS:
+                        BLOCKS[k] = v
             return __original(self, *args, **kwargs)
 
         cls.run = counted
@@ -123,6 +127,7 @@ class Worker:
         torch = self.torch
         args = rebuild(load_file(req["inputs"]), req["layout"], req["device"])
         LAUNCHES.clear()
+        BLOCKS.clear()
         ops: Counter[str] = Counter()
         fn = self.functions[req["contender"]]
         threads = set(threading.enumerate())
@@ -140,6 +145,7 @@ class Worker:
             "ok": True,
             "seconds": seconds,
             "launches": dict(LAUNCHES),
+            "blocks": dict(list(BLOCKS.items())[:8]),
             "ops": sorted(ops),
             "result_type": type(out).__name__,
         }
@@ -324,6 +330,12 @@ def _student_traceback(exc: BaseException, roots: list[str]) -> str:
             if f.line:
                 lines.append(f"    {f.line.strip()}")
     inner = chain[-1]
+    if isinstance(inner, SyntaxError):  # its file, line and a caret under the column, as Python prints them
+        for line in traceback.format_exception_only(type(inner), inner):
+            for root in roots:
+                line = line.replace(f'"{root}{os.sep}', '"')
+            lines.append(line.rstrip("\n"))
+        return "\n".join(lines)
     lines.append(f"{type(inner).__name__}: {inner}")
     return "\n".join(lines)
 

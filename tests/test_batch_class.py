@@ -51,6 +51,7 @@ def graded_class(tmp_path_factory):
     return root, run
 
 
+@pytest.mark.slow
 def test_class_is_graded_into_reports_gradebooks_and_a_summary(graded_class):
     root, run = graded_class
     out = root / "out"
@@ -91,6 +92,7 @@ def test_class_is_graded_into_reports_gradebooks_and_a_summary(graded_class):
     assert "alice,,,alice,,6,12" in canvas  # graded on the deadline's commit, as in grades.csv
 
 
+@pytest.mark.slow
 def test_dashboard_shows_the_class_and_stands_alone(graded_class):
     root, _ = graded_class
     html = (root / "out" / "index.html").read_text()
@@ -113,6 +115,7 @@ def test_dashboard_shows_the_class_and_stands_alone(graded_class):
     assert 'class="sortable"' in html and "addEventListener(\"click\"" in html
 
 
+@pytest.mark.slow
 def test_regrading_one_student_touches_only_that_student(graded_class, tmp_path):
     root, _ = graded_class
     work = tmp_path / "class"
@@ -176,6 +179,7 @@ def _processes_under(folder: Path) -> list[int]:
     return found
 
 
+@pytest.mark.slow
 def test_killed_batch_resumes_to_completion_with_earlier_results_intact(tmp_path):
     roster = make_class(tmp_path, {"s1": "good", "s2": "missing_mask", "s3": "writes_nothing", "s4": "good"})
     args = ["grade", "--roster", str(roster), "--out", "out", "--device", "cpu", "--jobs", "2", "-a", "vector_add",

@@ -66,6 +66,7 @@ def run_pool(jobs, runner, slots=2, retries=1, job_timeout=4.0):
     return events
 
 
+@pytest.mark.slow
 def test_a_job_that_dies_or_hangs_costs_only_that_job(tmp_path, fake_runner):
     out = tmp_path / "out"
     names = ["ok-1", "dies-1", "hangs-1", "flaky-1", "ok-2"]

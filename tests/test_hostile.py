@@ -38,6 +38,7 @@ from grader.submission import open_submission
 ISOLATION = sandbox.detect("sandbox")
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 MARKS = ("pwned-by-escape",)
+pytestmark = pytest.mark.slow  # each grades hostile code in sandboxed workers
 
 
 @dataclass

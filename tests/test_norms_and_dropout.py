@@ -44,6 +44,7 @@ def _check_all(cli, repo, cases):
     return run
 
 
+@pytest.mark.slow
 @interpreter_only
 def test_good_solutions_pass(submission, cli):
     run = _check_all(cli, submission("good"), CASES)
@@ -53,6 +54,7 @@ def test_good_solutions_pass(submission, cli):
     assert "same seed, same result" in dropout and "another seed, another mask" in dropout
 
 
+@pytest.mark.slow
 @interpreter_only
 def test_reference_solutions_pass_in_the_interpreter(tmp_path, cli):
     # rows of 20000 take the references' multi-block path (the subset's rows fit in one block)

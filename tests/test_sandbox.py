@@ -61,6 +61,7 @@ def _call(worker: WorkerProcess, tmp_path: Path, timeout: float) -> dict:
                            "output": str(tmp_path / "job" / "repo" / "out.safetensors")}, timeout=timeout)
 
 
+@pytest.mark.slow
 def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
     marker = f"300.{secrets.randbelow(10**9)}"
     repo = _repo(tmp_path, f"""
@@ -85,6 +86,7 @@ def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
     assert_nothing_left(marker)
 
 
+@pytest.mark.slow
 def test_worker_death_is_reported_with_its_status(tmp_path):
     repo = _repo(tmp_path, "import os\nos._exit(7)\n")
     worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True)
@@ -113,6 +115,7 @@ def test_a_flood_of_output_neither_blocks_the_worker_nor_fills_memory(tmp_path):
     assert time.monotonic() - start < 60
 
 
+@pytest.mark.slow
 @needs_user_switch
 def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
     """A GPU run's interpreter replay starts a second worker on the job while the first must
@@ -175,6 +178,7 @@ def test_worker_runs_as_an_unprivileged_uid_with_limits(tmp_path):
     assert_nothing_left()
 
 
+@pytest.mark.slow
 @needs_namespaces
 def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
     hidden = tmp_path / "hidden"  # e.g. the other students' repos, the output folder
@@ -211,6 +215,7 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
     assert (repo / "mine.txt").exists() and (outputs / "o.txt").exists() and not (tmp_path / "job" / "planted.txt").exists()
 
 
+@pytest.mark.slow
 def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, monkeypatch):
     which = shutil.which
     monkeypatch.setattr(sandbox.shutil, "which", lambda name: None if name == "unshare" else which(name))
@@ -344,6 +349,7 @@ os.execve(command[0], command, env)
 '''
 
 
+@pytest.mark.slow
 def test_docker_mode_speaks_through_fifos_and_is_killed_by_name(tmp_path, monkeypatch):
     bin_dir, state = tmp_path / "bin", tmp_path / "state"
     bin_dir.mkdir()
@@ -380,6 +386,7 @@ def test_docker_mode_speaks_through_fifos_and_is_killed_by_name(tmp_path, monkey
     assert_nothing_left()
 
 
+@pytest.mark.slow
 def test_isolation_option_rejects_what_cannot_work(tmp_path, monkeypatch):
     repo = tmp_path / "good"
     shutil.copytree(FIXTURES / "good", repo)
@@ -389,6 +396,7 @@ def test_isolation_option_rejects_what_cannot_work(tmp_path, monkeypatch):
         assert run.returncode == 2 and message in run.stderr and "Traceback" not in run.stderr, run.stderr
 
 
+@pytest.mark.slow
 @needs_user_switch
 def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path, monkeypatch):
     from grader import spec as specs

@@ -1,0 +1,112 @@
+"""What a student reads first: one headline per assignment, and failures grouped by diagnosis.
+
+A student who runs the untouched starter should not scroll through ten copies of the same
+explanation: the headline says what state the code is in, and every distinct diagnosis is
+told once, with the cases it concerns.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from grader.results import BAD_OUTCOMES, AssignmentResult, TestResult, cents
+
+
+@dataclass
+class FailureGroup:
+    """Tests of one assignment that failed the same way."""
+
+    assignment: str
+    outcome: str
+    diagnosis: str
+    tests: list[TestResult] = field(default_factory=list)
+
+    @property
+    def first(self) -> TestResult:
+        return self.tests[0]
+
+    @property
+    def cases(self) -> str:
+        """The cases, each named once with its dtypes: 'n=1, n=127, n=128 (float32, float16)'."""
+        dtypes: dict[str, list[str]] = {}
+        for t in self.tests:
+            dtypes.setdefault(t.case or t.name, []).extend([t.dtype] if t.dtype else [])
+        names = list(dtypes)
+        shown = ", ".join(names[:10]) + (f" and {len(names) - 10} more" if len(names) > 10 else "")
+        kinds = {tuple(d) for d in dtypes.values()}
+        if len(kinds) == 1 and (common := next(iter(kinds))):
+            return f"{shown} ({', '.join(common)})"
+        return ", ".join(f"{n} [{', '.join(d)}]" if d else n for n, d in list(dtypes.items())[:10]) + \
+            (f" and {len(names) - 10} more" if len(names) > 10 else "")
+
+
+def diagnosis(t: TestResult) -> str:
+    """A failure's cause without what is particular to its case (the counts, the case's note):
+    the judge's pattern where it has one, so that the same bug in ten cases is one diagnosis."""
+    return t.details.get("pattern") or t.message
+
+
+def group_failures(tests: list[TestResult]) -> list[FailureGroup]:
+    """Bad outcomes grouped by (assignment, outcome, diagnosis), in the order first seen."""
+    groups: dict[tuple, FailureGroup] = {}
+    for t in tests:
+        if t.outcome not in BAD_OUTCOMES:
+            continue
+        key = (t.assignment, t.outcome, diagnosis(t))
+        groups.setdefault(key, FailureGroup(t.assignment, t.outcome, key[2])).tests.append(t)
+    return list(groups.values())
+
+
+def stores_nothing(t: TestResult) -> bool:
+    """A correctness case whose output is still, every element of it, the NaN poison of
+    uninitialized memory: the kernel stored nothing (or was never launched)."""
+    d = t.details
+    return (t.kind == "correctness" and t.outcome == "failed" and d.get("elements", 0) > 0
+            and d.get("nan_elements") == d.get("elements"))
+
+
+def headline(result: AssignmentResult, module_file: Path | None) -> str:
+    """The assignment's first line when one cause explains everything: the starter untouched
+    (nothing stored anywhere). Empty otherwise: the failures speak for themselves."""
+    ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != "skipped"]
+    if not ran or not all(stores_nothing(t) for t in ran):
+        return ""
+    launched = any(t.details.get("kernels") for t in ran)
+    what = "the kernel stores nothing yet" + ("" if launched else " (no Triton kernel was launched)")
+    file = result.module.split(":")[0]
+    where = f"fill in the TODOs in {file}" if _has_todo(module_file) else f"write the kernel's tl.store in {file}"
+    return (f"{what}: every output is still uninitialized memory (NaN) in all {len(ran)} checks; {where}, "
+            "then run grader check again")
+
+
+def _has_todo(path: Path | None) -> bool:
+    try:
+        return path is not None and "TODO" in path.read_text(errors="replace")
+    except OSError:
+        return False
+
+
+def nonfinite_words(nan: int, inf: int) -> str:
+    """'3 elements are NaN, 1 is infinite': the counts the finite error maxima leave out."""
+    words = []
+    if nan:
+        words.append(f"{nan} element{'s are' if nan != 1 else ' is'} NaN")
+    if inf:
+        words.append(f"{inf} {'are' if inf != 1 else 'is'} infinite" if nan else f"{inf} element{'s are' if inf != 1 else ' is'} infinite")
+    return ", ".join(words)
+
+
+def points_line(a: AssignmentResult) -> str:
+    """'4 / 4 points', or for a partial run (--case/--dtype) the points of the cases that ran out
+    of the assignment's total, said to be partial."""
+    if not a.partial:
+        return f"{a.score:g} / {a.max_score:g} points"
+    p = a.partial
+    return (f"{a.score:g} / {p['assignment_points']:g} points (partial run: {p['cases_run']} of {p['cases']} cases, "
+            f"worth {a.max_score:g})")
+
+
+def run_total(assignments: list[AssignmentResult]) -> float:
+    """The points a run is out of: a partial assignment counts with its whole total."""
+    return sum(cents(a.partial["assignment_points"] if a.partial else a.max_score) for a in assignments) / 100
