@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from classbuild import FIXTURES, commit, make_class
+from classbuild import commit, make_class
 from conftest import run_cli
 
 COURSE = """\

@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES, REPO_ROOT
+from conftest import FIXTURES
 from grader.gradescope import build_autograder
 from grader.release import ReleaseError
 

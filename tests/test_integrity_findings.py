@@ -52,7 +52,16 @@ def test_a_right_result_without_a_launch_is_for_review_and_names_its_cases():
 def test_a_wrong_result_without_a_launch_is_just_wrong():
     integrity = _Integrity(specs.get("vector_add"))
     integrity.observe(_call("n=127"), {"launches": {}, "ops": []}, passed=False)
-    assert integrity.test().outcome == "passed"  # the correctness test already failed it: no accusation on top
+    t = integrity.test()
+    assert t.outcome == "failed" and not t.severity  # nothing ran: a failed check, no accusation
+    assert "no Triton kernel was launched in any call" in t.message
+
+
+def test_only_trivial_results_and_no_launch_is_nothing_to_inspect():
+    integrity = _Integrity(specs.get("dropout"))
+    integrity.observe(_call("p=1-n=4099"), {"launches": {}, "ops": []}, passed=True, trivial=True)
+    t = integrity.test()
+    assert t.outcome == "skipped" and "trivial" in t.message
 
 
 def test_a_forbidden_op_is_conclusive():
@@ -72,5 +81,8 @@ def test_dropouts_shortcuts_at_p_one_and_zero_are_not_flagged(submission, cli):
     assert integrity["outcome"] == "passed", integrity["output"]
     assert {t["outcome"] for t in run.tests_of("dropout") if t["tags"][1] == "correctness"} == {"passed"}
     dropout = run.results["extra_data"]["assignments"]["dropout"]
-    assert dropout["max_score"] == 16  # the spec's 10 + 6, not 15.999 nor what ran here
-    assert dropout["score"] == 10 and dropout["skipped_points"] == 6
+    # a partial run (3 of the cases): out of the spec's 10 + 6, the 3 cases' exact shares earned
+    assert dropout["partial"]["assignment_points"] == 16 and dropout["skipped_points"] == 6
+    shares = [t["max_score"] for t in run.tests_of("dropout") if t["tags"][1] == "correctness"]
+    assert dropout["score"] == round(sum(shares), 2) and all(s in (0.30, 0.31) for s in shares), shares
+    assert "/ 16 points (partial run" in run.stdout
