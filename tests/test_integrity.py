@@ -75,3 +75,50 @@ def test_a_syntax_error_is_left_to_the_worker(tmp_path):
     assert scan_submission(tmp_path, "m.py") == []
     assert scan_submission(tmp_path, "missing.py") == []
     assert Path(tmp_path / "m.py").exists()
+
+
+# -- the grade-level check "uses its own Triton kernel" (grader.grade._Integrity) -----------------
+
+def _kernel_check(calls):
+    """The check after these calls: (call id, launches, aten ops, passed) each."""
+    from types import SimpleNamespace
+
+    from grader import spec as specs
+    from grader.grade import _Integrity
+
+    check = _Integrity(specs.get("softmax"))
+    for call_id, launches, ops, passed in calls:
+        check.observe(SimpleNamespace(id=call_id), {"launches": launches, "ops": ops}, passed)
+    return check.test()
+
+
+def test_a_kernel_that_did_the_work_passes():
+    result = _kernel_check([("1x1 [float32]", {"softmax_kernel": 1}, ["aten::empty_like"], True),
+                            ("4x8191 [float32]", {"softmax_kernel": 2}, ["aten::empty_like"], False)])
+    assert (result.kind, result.outcome) == ("integrity", "passed")
+    assert result.message == "Triton kernels launched: softmax_kernel"
+    assert result.details == {"kernels_launched": {"softmax_kernel": 3}, "evidence": []}
+
+
+def test_a_right_answer_without_a_kernel_is_flagged():
+    result = _kernel_check([("1x1 [float32]", {"softmax_kernel": 1}, [], True), ("n=2 [float32]", {}, [], True)])
+    assert result.outcome == "flagged"
+    assert result.message == "no Triton kernel was launched in n=2 [float32], yet the result was right"
+
+
+def test_a_wrong_answer_without_a_kernel_is_only_wrong():
+    """Returning early (an input, zeros) is a failure of that call, not evidence of a cheat."""
+    result = _kernel_check([("1x1 [float32]", {}, [], False), ("n=2 [float32]", {"softmax_kernel": 1}, [], True)])
+    assert result.outcome == "passed"
+
+
+def test_torch_computing_the_result_is_flagged_even_beside_a_kernel():
+    result = _kernel_check([(f"c{i}", {"copy_kernel": 1}, ["aten::_softmax", "aten::empty_like"], True) for i in range(5)])
+    assert result.outcome == "flagged"
+    assert result.message == "torch computed the result: aten::_softmax ran inside softmax() in c0, c1, c2 and 2 more"
+    assert result.details["kernels_launched"] == {"copy_kernel": 5}
+
+
+def test_nothing_observed_is_skipped_not_passed():
+    result = _kernel_check([])
+    assert result.outcome == "skipped" and "no call completed" in result.message
