@@ -79,7 +79,7 @@ def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
         with pytest.raises(WorkerFailure) as info:
             _call(worker, tmp_path, timeout=1)
         assert info.value.outcome == "timeout" and "no answer within 1 s" in info.value.message
-        assert time.monotonic() - start < 15
+        assert time.monotonic() - start < 60  # killed at its 1 s timeout, not waited out (it sleeps 300 s)
     finally:
         worker.close()
     assert_nothing_left(marker)
