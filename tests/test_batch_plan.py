@@ -96,3 +96,55 @@ def test_the_class_keeps_its_seed_unless_one_is_given(lock, tmp_path):
     (out / "batch.json").write_text(json.dumps({"seed": 77}))
     assert plan_batch(lock, options(out, seed=None)).seed == 77
     assert plan_batch(lock, options(out, seed=5)).seed == 5
+
+
+def test_a_job_carries_what_it_is_graded_with_and_its_full_key(lock, tmp_path):
+    import grader
+    from grader import spec as specs
+    from grader.batch import spec_fingerprint
+
+    out = tmp_path / "out"
+    plan = plan_batch(lock, options(out, timeout=7.0))
+    job = next(j for j in plan.jobs if j.student == "alice")
+    assert (job.folder, job.assignment, job.repo, job.repo_url, job.commit) == ("alice", "vector_add", str(tmp_path / "repos" / "alice"), "a.git", "a1")
+    assert (job.out, job.seed, job.device, job.cases, job.dtypes, job.timeout) == (str(out.resolve()), 3, "cpu", ["n=1"], ["float32"], 7.0)
+    assert job.key == {"commit": "a1", "spec": spec_fingerprint(specs.get("vector_add")), "grader": grader.__version__,
+                       "gpu_model": "cpu-interpreter",
+                       "options": {"device": "cpu", "cases": ["n=1"], "dtypes": ["float32"], "timeout": 7.0, "seed": 3}}
+
+
+def test_a_new_class_gets_a_random_seed_kept_for_later_runs(lock, tmp_path):
+    seeds = {plan_batch(lock, options(tmp_path / f"out{i}", seed=None)).seed for i in range(4)}
+    assert len(seeds) > 1 and all(0 <= s < 2**31 for s in seeds)
+
+
+def test_a_damaged_checkout_is_not_graded_and_says_why(lock, tmp_path, monkeypatch):
+    def ensure(lock, p):
+        if p.student == "bob":
+            raise OSError("not a git repository")
+        return tmp_path / "repos" / p.student
+
+    monkeypatch.setattr("grader.workspace.ensure_checkout", ensure)
+    out = tmp_path / "out"
+    plan = plan_batch(lock, options(out))
+    assert labels(plan.jobs) == ["alice/vector_add"]
+    assert plan.broken == ["the checkout of bob in the workspace is missing or damaged (not a git repository): run grader fetch again"]
+    from grader.batch import read_records
+
+    record = read_records(out, "bob")["vector_add"]
+    assert (record["status"], record["error"], record["student"]) == ("infra_error", plan.broken[0], "bob")
+
+
+def test_read_records_skips_kept_failures_and_foreign_files(lock, tmp_path):
+    from grader.batch import read_records, record_path
+
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out, assignments=["vector_add", "softmax"]))
+    jobs = record_path(out, "alice", "vector_add").parent
+    (jobs / "vector_add.infra_error.json").write_text('{"format": 1, "assignment": "vector_add", "status": "infra_error"}')
+    (jobs / ".partial.json").write_text('{"format": 1, "assignment": "partial"}')
+    (jobs / "old.json").write_text('{"format": 0, "assignment": "old"}')
+    (jobs / "junk.json").write_text("not json")
+    records = read_records(out, "alice")
+    assert set(records) == {"softmax", "vector_add"} and records["vector_add"]["status"] == "graded"
+    assert read_records(out, "nobody") == {}

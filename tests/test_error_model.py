@@ -166,3 +166,112 @@ def test_an_input_changed_in_place_fails_even_when_the_result_is_right():
     assert verdict.outcome == "failed" and "the input y was modified in place" in verdict.message
     saved["input.y"] = storage_of(Y)
     assert judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu").outcome == "passed"
+
+
+# -- tuple results and several calls, on synthetic specs -------------------------------------------
+
+def tuple_spec(names=("total", "difference")):
+    """A function returning (x + y, x - y): each part judged on its own, in its own error model."""
+    return replace(specs.get("vector_add"), reference=lambda x, y: (x + y, x - y),
+                   baseline=lambda x, y: (x.double() + y.double(), x.double() - y.double()),
+                   tolerance=Tolerance(k=2.0, atol={"float32": 1e-3}, rtol={"float32": 0.0}), explain=None, output_names=names)
+
+
+def judge_tuple(spec, parts, metas=None, expected_device="cpu"):
+    saved = {"input.x": storage_of(X), "input.y": storage_of(Y), **{f"output.{i}": p for i, p in enumerate(parts)}}
+    metas = metas or [{"device": "cpu", "dtype": "float32"} for _ in parts]
+    reply = {"device": "cpu", "result_type": "tuple", "outputs": metas}
+    return judge_call(spec, CASE, "float32", {"x": X, "y": Y}, reply, saved, expected_device)
+
+
+def test_each_part_of_a_tuple_is_judged_and_named():
+    spec = tuple_spec()
+    right = [X.double() + Y.double(), X.double() - Y.double()]
+    verdict = judge_tuple(spec, right)
+    assert verdict.outcome == "passed" and set(verdict.details) == {"total", "difference"}
+    assert verdict.message.startswith("total: max abs error 0") and "; difference: max abs error 0" in verdict.message
+    wrong = [right[0], right[1].clone()]
+    wrong[1][3] += 2e-3  # over the 1e-3 floor, in the second part only
+    verdict = judge_tuple(spec, wrong)
+    assert verdict.outcome == "failed" and verdict.message.startswith("difference (result 2 of 2) is wrong: 1 of 5 elements wrong")
+    assert verdict.details["wrong_output"] == "difference" and verdict.details["first_bad_index"] == [3]
+    wrong[1][3] -= 1.5e-3  # 5e-4 off: inside
+    assert judge_tuple(spec, wrong).outcome == "passed"
+
+
+def test_a_tuple_part_delivered_wrong_is_named():
+    spec = tuple_spec()
+    right = [X.double() + Y.double(), X.double() - Y.double()]
+    verdict = judge_tuple(spec, right, [{"device": "cpu", "dtype": "float32"}, {"device": "cpu", "dtype": "float16"}])
+    assert verdict.outcome == "failed"
+    assert verdict.message == "difference (result 2 of 2)'s dtype is float16, expected float32 (the input's dtype)"
+    verdict = judge_tuple(spec, right, [{"device": "cuda", "dtype": "float32"}, {"device": "cuda", "dtype": "float32"}],
+                          expected_device="cuda")
+    assert verdict.outcome == "passed"
+    verdict = judge_tuple(spec, [right[0], right[1][:4]])
+    assert verdict.message == "difference (result 2 of 2) has shape (4,), expected (5,)"
+    verdict = judge_tuple(spec, right[:1], [{"device": "cpu", "dtype": "float32"}])
+    assert verdict.message == "vector_add() returned 1 tensors, expected a tuple of 2 tensors (total, difference)"
+
+
+def test_parts_without_names_are_numbered():
+    spec = tuple_spec(names=())
+    right = [X.double() + Y.double(), X.double() - Y.double()]
+    assert set(judge_tuple(spec, right).details) == {"output 0", "output 1"}
+    wrong = [right[0] + 1, right[1]]
+    assert judge_tuple(spec, wrong).message.startswith("output 0 (result 1 of 2) is wrong: ")
+
+
+def calls_spec():
+    """vector_add called twice per case (the second time with x and y swapped), no property check:
+    each call is compared with the reference on its own arguments."""
+    return replace(synthetic(k=2.0, atol=1e-3, rtol=0.0, torch_error=0.0),
+                   calls=lambda i: [i, {"x": i["y"], "y": i["x"]}])
+
+
+def run_of(out: torch.Tensor, x=X, y=Y, meta=None):
+    return ({"x": x, "y": y}, {"device": "cpu", "dtype": "float32", "result_type": "Tensor", **(meta or {})},
+            {"input.x": storage_of(x), "input.y": storage_of(y), "output": out})
+
+
+def test_several_calls_each_compared_and_the_wrong_one_named():
+    spec, case = calls_spec(), Case("twice", {}, "x and y swapped")
+    right = run_of(REF.clone())
+    verdict = judge_runs(spec, case, "float32", [right, run_of(REF.clone(), Y, X)], "cpu")
+    assert verdict.outcome == "passed" and verdict.details["bad_elements"] == 0
+    verdict = judge_runs(spec, case, "float32", [right, run_of(off_by(0.5), Y, X)], "cpu")
+    assert verdict.outcome == "failed" and verdict.message.startswith("call 2 of 2: 1 of 5 elements wrong")
+    assert verdict.message.endswith("(this case: x and y swapped)")
+    verdict = judge_runs(spec, case, "float32", [run_of(off_by(0.5)), right], "cpu")
+    assert verdict.message.startswith("call 1 of 2: ")
+    verdict = judge_runs(spec, case, "float32", [right, run_of(REF.clone(), Y, X, {"device": "cuda"})], "cpu")
+    assert verdict.message == "call 2 of 2: the result is on cuda, but the inputs were on cpu"
+
+
+def test_a_property_check_gets_every_call_and_its_verdict_names_the_case():
+    from grader.judge import Verdict
+
+    seen = []
+
+    def check(args, outputs, dtype):
+        seen.append((args, outputs, dtype))
+        return Verdict("failed" if outputs[0][0] != 0 else "passed", "first element")
+
+    spec = replace(synthetic(k=2.0, atol=1.0, rtol=1.0, torch_error=0.0), check=check, reference=None)
+    case = Case("prop", {}, "a property")
+    zero = REF.clone()
+    zero[0] = 0
+    verdict = judge_runs(spec, case, "float32", [run_of(zero), run_of(REF.clone(), Y, X)], "cpu")
+    assert verdict.outcome == "passed" and verdict.message == "first element"  # no case note on a pass
+    (args, outputs, dtype), = seen
+    assert [a["x"] is X for a in args] == [True, False] and outputs[0] is not None and dtype == "float32"
+    assert torch.equal(outputs[1], REF)
+    verdict = judge_runs(spec, case, "float32", [run_of(REF.clone()), run_of(REF.clone())], "cpu")
+    assert verdict.outcome == "failed" and verdict.message == "first element (this case: a property)"
+    bad = run_of(REF.clone(), meta={"dtype": "float16"})
+    verdict = judge_runs(spec, case, "float32", [run_of(zero), bad], "cpu")
+    assert verdict.message == "the result's dtype is float16, expected float32 (the input's dtype)" and len(seen) == 2
+    scribbled = run_of(REF.clone())
+    scribbled[2]["input.y"] = Y + 1
+    verdict = judge_runs(spec, case, "float32", [run_of(zero), scribbled], "cpu")
+    assert verdict.outcome == "failed" and "the input y was modified in place" in verdict.message

@@ -89,7 +89,10 @@ def _kernel_check(calls):
     check = _Integrity(specs.get("softmax"))
     for call_id, launches, ops, passed in calls:
         check.observe(SimpleNamespace(id=call_id), {"launches": launches, "ops": ops}, passed)
-    return check.test()
+    result = check.test()
+    # an integrity test of softmax, by the name the reports and the dashboard know it by (and no points of its own)
+    assert (result.assignment, result.kind, result.name) == ("softmax", "integrity", "uses its own Triton kernel")
+    return result
 
 
 def test_a_kernel_that_did_the_work_passes():
@@ -121,4 +124,20 @@ def test_torch_computing_the_result_is_flagged_even_beside_a_kernel():
 
 def test_nothing_observed_is_skipped_not_passed():
     result = _kernel_check([])
-    assert result.outcome == "skipped" and "no call completed" in result.message
+    assert result.outcome == "skipped" and result.message == "no call completed, so nothing to inspect"
+
+
+def test_evidence_lists_at_most_three_calls():
+    from grader.grade import _few
+
+    assert _few(["a", "b", "c"]) == "a, b, c"
+    assert _few(["a", "b", "c", "d"]) == "a, b, c and 1 more"
+    result = _kernel_check([("a", {}, ["aten::_softmax"], True), ("b", {}, ["aten::_softmax"], True)])
+    assert result.message == ("torch computed the result: aten::_softmax ran inside softmax() in a, b; "
+                              "no Triton kernel was launched in a, b, yet the result was right")
+    assert result.details == {"kernels_launched": {}, "evidence": result.message.split("; ")}
+
+
+def test_no_kernel_at_all_is_said_in_words():
+    result = _kernel_check([("a", {}, [], False)])
+    assert result.outcome == "passed" and result.message == "Triton kernels launched: none"

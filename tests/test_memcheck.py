@@ -62,8 +62,11 @@ def test_up_to_the_last_element_is_allowed(checked):
 def test_one_element_past_the_end_is_refused(checked):
     x, out = torch.arange(10, dtype=torch.float32), torch.zeros(10)
     text = _violation(lambda: load_store[(1,)](x, out, 0, 11, 10, BLOCK=16))
-    assert "out-of-bounds load in program (0, 0, 0): 1 of 16 lanes" in text
-    assert "1 element(s) past the end of x_ptr" in text
+    message = ("out-of-bounds load in program (0, 0, 0): 1 of 16 lanes fall outside the tensor (the first lies "
+               "1 element(s) past the end of x_ptr); mask this load (e.g. mask=offsets < n)")
+    assert message in text
+    assert memcheck.LAST_VIOLATION == {"kind": "load", "program": (0, 0, 0), "where": "1 element(s) past the end of x_ptr",
+                                       "message": message}
     text = _violation(lambda: load_store[(1,)](x, out, 0, 10, 11, BLOCK=16))
     assert "out-of-bounds store" in text and "1 element(s) past the end of out_ptr" in text
     assert torch.equal(out, torch.zeros(10))  # refused before the access: nothing was written
@@ -74,13 +77,23 @@ def test_the_element_size_counts(checked):
     x, out = torch.arange(10, dtype=torch.float64), torch.zeros(10, dtype=torch.float64)
     load_store[(1,)](x, out, 0, 10, 10, BLOCK=16)
     assert torch.equal(out, x)
-    assert "1 element(s) past the end of x_ptr" in _violation(lambda: load_store[(1,)](x, out, 0, 11, 10, BLOCK=16))
+    assert "(the first lies 1 element(s) past the end of x_ptr)" in _violation(lambda: load_store[(1,)](x, out, 0, 11, 10, BLOCK=16))
+    assert "(the first lies 1 element(s) past the end of x_ptr)" in _violation(lambda: load_store[(1,)](x, out, 2, 9, 8, BLOCK=16))
+
+
+def test_one_byte_elements_up_to_the_last_are_allowed(checked):
+    x, out = torch.arange(10, dtype=torch.int8), torch.zeros(10, dtype=torch.int8)
+    load_store[(1,)](x, out, 0, 10, 10, BLOCK=16)
+    assert torch.equal(out, x)
+    assert "(the first lies 1 element(s) past the end of x_ptr)" in _violation(lambda: load_store[(1,)](x, out, 0, 11, 10, BLOCK=16))
 
 
 def test_before_the_first_element_is_refused(checked):
     x, out = torch.arange(10, dtype=torch.float32), torch.zeros(12)
     text = _violation(lambda: load_store[(1,)](x, out[2:], -1, 4, 0, BLOCK=4))
-    assert "1 element(s) before the start of x_ptr" in text
+    assert "1 of 4 lanes fall outside the tensor (the first lies 1 element(s) before the start of x_ptr)" in text
+    text = _violation(lambda: load_store[(1,)](x, out[2:], -3, 4, 0, BLOCK=4))
+    assert "3 of 4 lanes fall outside the tensor (the first lies 3 element(s) before the start of x_ptr)" in text
 
 
 def test_a_view_is_bounded_by_its_storage(checked):
