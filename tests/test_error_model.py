@@ -189,6 +189,7 @@ def test_each_part_of_a_tuple_is_judged_and_named():
     right = [X.double() + Y.double(), X.double() - Y.double()]
     verdict = judge_tuple(spec, right)
     assert verdict.outcome == "passed" and set(verdict.details) == {"total", "difference"}
+    assert verdict.details["difference"]["max_abs_error"] == 0.0 and verdict.details["total"]["elements"] == 5
     assert verdict.message.startswith("total: max abs error 0") and "; difference: max abs error 0" in verdict.message
     wrong = [right[0], right[1].clone()]
     wrong[1][3] += 2e-3  # over the 1e-3 floor, in the second part only
@@ -275,3 +276,63 @@ def test_a_property_check_gets_every_call_and_its_verdict_names_the_case():
     scribbled[2]["input.y"] = Y + 1
     verdict = judge_runs(spec, case, "float32", [run_of(zero), scribbled], "cpu")
     assert verdict.outcome == "failed" and "the input y was modified in place" in verdict.message
+
+
+def test_a_failure_reports_every_figure():
+    spec = synthetic(k=2.0, atol=1e-3, rtol=0.0, torch_error=1e-2)
+    verdict = judge(spec, off_by(0.5, at=3))
+    assert verdict.details == {
+        "max_abs_error": 0.5, "max_rel_error": pytest.approx(0.5 / 20), "torch_abs_error": pytest.approx(1e-2),
+        "allowed_abs_error": "2 x torch's error + 0.001 + 0 x |ref|", "bad_elements": 1, "elements": 5,
+        "first_bad_index": [3], "first_bad_value": "got 20.5, expected 20",
+        "pattern": "1 elements wrong, scattered between index 3 and 3"}
+    assert verdict.message == "1 of 5 elements wrong; 1 elements wrong, scattered between index 3 and 3"
+    assert judge(spec, REF.clone()).details["max_rel_error"] == 0.0
+
+
+def test_the_assignments_own_words_come_first_and_a_broken_explanation_costs_nothing():
+    seen = []
+
+    def explain(mm):
+        seen.append(mm)
+        return "your own words"
+
+    spec = replace(synthetic(k=2.0, atol=1e-3, rtol=0.0, torch_error=0.0), explain=explain)
+    verdict = judge(spec, off_by(0.5, at=3))
+    assert verdict.message == "1 of 5 elements wrong; your own words"
+    (mm,) = seen
+    assert mm.bad.tolist() == [False, False, False, True, False] and mm.got[3] == 20.5 and mm.ref[3] == 20
+    assert mm.inputs["x"] is X and float(mm.allowed[0]) == pytest.approx(1e-3) and mm.torch_error == 0.0 and mm.dtype == "float32"
+
+    def broken(mm):
+        raise ZeroDivisionError
+
+    verdict = judge(replace(spec, explain=broken), off_by(0.5, at=3))
+    assert verdict.message == "1 of 5 elements wrong; 1 elements wrong, scattered between index 3 and 3"
+
+
+def test_returning_an_input_is_named():
+    spec = synthetic(k=2.0, atol=1e-3, rtol=0.0, torch_error=0.0)
+    verdict = judge(spec, X.clone())  # a float32 tensor, as a worker returns it
+    assert "the result equals the input x: did you return the input instead of the output?" in verdict.message
+
+
+def test_an_empty_result_passes_with_zero_errors():
+    empty = torch.zeros(0)
+    spec = synthetic(k=2.0, atol=1e-3, rtol=0.0, torch_error=0.0)
+    spec = replace(spec, baseline=lambda x, y: x.double() + y.double())
+    verdict = judge(spec, empty.double(), x=empty, y=empty)
+    assert verdict.outcome == "passed" and verdict.details["max_abs_error"] == 0.0 and verdict.details["torch_abs_error"] == 0.0
+
+
+def test_inputs_are_checked_whatever_comes_first_and_a_missing_copy_counts_as_modified():
+    spec = replace(synthetic(k=2.0, atol=1.0, rtol=1.0, torch_error=0.0), reference=lambda n, x, y: x + y,
+                   baseline=lambda n, x, y: x.double() + y.double())
+    inputs = {"n": 5, "x": X, "y": Y}  # a plain argument first
+    reply = {"device": "cpu", "dtype": "float32", "result_type": "Tensor"}
+    saved = {"input.x": storage_of(X), "input.y": Y + 1, "output": REF.clone()}
+    assert "the input y was modified in place" in judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu").message
+    del saved["input.y"]
+    assert "the input y was modified in place" in judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu").message
+    saved["input.y"] = storage_of(Y)
+    assert judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu").outcome == "passed"

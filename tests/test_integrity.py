@@ -141,3 +141,46 @@ def test_evidence_lists_at_most_three_calls():
 def test_no_kernel_at_all_is_said_in_words():
     result = _kernel_check([("a", {}, [], False)])
     assert result.outcome == "passed" and result.message == "Triton kernels launched: none"
+
+
+def test_findings_name_the_exact_line_and_follow_every_kind_of_import(tmp_path):
+    long_call = "os.system('" + "x" * 130 + "')"
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "k.py").write_text(
+        "import http.client\n"                          # 1: a submodule of http
+        "import os.path\n"                              # 2: binds os
+        "import torch, numpy\n"                         # 3
+        "from .helper import f\n"                       # 4: relative, followed
+        "from pkg import sub\n"                         # 5: a package's module, followed
+        "import importlib\n"                            # 6
+        "importlib.import_module('dyn')\n"              # 7: a name in plain sight, followed
+        "torch.x += 1\n"                                # 8: augmented patch
+        "torch.a, numpy.b = 1, 2\n"                     # 9: two patches in one
+        "y = object(); y.attr = 1\n"                    # 10: not a module's attribute: fine
+        "print(os.environ)\n"                           # 11
+        f"{long_call}\n"                                # 12: the code is cut at 120 characters
+    )
+    (tmp_path / "helper.py").write_text("import socket\n")
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("import ctypes\n")
+    (tmp_path / "dyn.py").write_text("import signal\n")
+    (tmp_path / "torch.py").write_text("")  # shadows torch: a file
+    found = {(f.file, f.line, f.code, f.what) for f in scan_submission(tmp_path, "k.py")}
+    expected = {
+        ("k.py", 1, "import http.client", "opens network connections"),
+        ("k.py", 8, "torch.x += 1", "replaces torch.x (monkeypatching)"),
+        ("k.py", 9, "torch.a, numpy.b = 1, 2", "replaces torch.a (monkeypatching)"),
+        ("k.py", 9, "torch.a, numpy.b = 1, 2", "replaces numpy.b (monkeypatching)"),
+        ("k.py", 11, "print(os.environ)", "reads environment variables"),
+        ("k.py", 12, long_call[:120], "starts other programs"),
+        ("helper.py", 1, "import socket", "opens network connections"),
+        ("pkg/sub/__init__.py", 1, "import ctypes", "calls native code directly (it can patch or crash the process)"),
+        ("dyn.py", 1, "import signal", "handles signals (a timeout is a signal)"),
+        ("torch.py", 0, "the file torch.py", "shadows the module torch that the worker imports"),
+    }
+    assert found == expected, (found - expected, expected - found)
+
+
+def test_a_relative_import_is_not_judged_as_a_top_level_module(tmp_path):
+    (tmp_path / "k.py").write_text("from . import socket\nfrom .grader import x\n")  # the repo's own modules
+    assert scan_submission(tmp_path, "k.py") == []
