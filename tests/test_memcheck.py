@@ -115,6 +115,9 @@ def test_a_pointer_may_not_wander_into_another_argument(checked):
     assert torch.equal(out, torch.from_numpy(buffer[:8] + buffer[8:]))
     text = _violation(lambda: two_inputs[(1,)](x, y, out, 8, 1, BLOCK=8))
     assert "1 element(s) past the end of x_ptr" in text  # named after x, though the address is y's
+    # the same from x's very first byte: lanes x[0] .. x[8], the last one y's first element
+    text = _violation(lambda: load_store[(1,)](x, y, 0, 9, 0, BLOCK=16))
+    assert "1 of 16 lanes fall outside the tensor (the first lies 1 element(s) past the end of x_ptr)" in text
 
 
 def test_masked_lanes_are_never_checked(checked):
