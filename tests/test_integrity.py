@@ -206,3 +206,9 @@ def test_the_summary_shows_four_findings_and_counts_the_rest():
 def test_a_relative_import_is_not_judged_as_a_top_level_module(tmp_path):
     (tmp_path / "k.py").write_text("from . import socket\nfrom .grader import x\n")  # the repo's own modules
     assert scan_submission(tmp_path, "k.py") == []
+
+
+def test_a_submodule_imported_under_another_name_is_followed_to_its_calls(tmp_path):
+    (tmp_path / "k.py").write_text("import torch.utils.cpp_extension as ext\next.load_inline('m', '')\n")
+    found = {(f.line, f.what) for f in scan_submission(tmp_path, "k.py")}
+    assert found == {(2, "compiles and loads native code")}
