@@ -57,6 +57,9 @@ def test_up_to_the_last_element_is_allowed(checked):
     x, out = torch.arange(10, dtype=torch.float32), torch.zeros(10)
     load_store[(1,)](x, out, 0, 10, 10, BLOCK=16)
     assert torch.equal(out, x) and memcheck._RANGES  # the check was there, and found nothing
+    one, out1 = torch.ones(1), torch.zeros(1)  # a single active lane
+    load_store[(1,)](one, out1, 0, 1, 1, BLOCK=16)
+    assert torch.equal(out1, one)
 
 
 def test_one_element_past_the_end_is_refused(checked):
