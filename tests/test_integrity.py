@@ -212,3 +212,10 @@ def test_a_submodule_imported_under_another_name_is_followed_to_its_calls(tmp_pa
     (tmp_path / "k.py").write_text("import torch.utils.cpp_extension as ext\next.load_inline('m', '')\n")
     found = {(f.line, f.what) for f in scan_submission(tmp_path, "k.py")}
     assert found == {(2, "compiles and loads native code")}
+
+
+def test_a_finding_goes_into_results_json_whole():
+    from grader.integrity import Finding
+
+    assert Finding("k.py", 3, "import socket", "opens network connections").to_dict() == \
+        {"file": "k.py", "line": 3, "code": "import socket", "what": "opens network connections"}
