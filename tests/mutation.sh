@@ -2,7 +2,7 @@
 # Mutation testing of the grade-deciding code with mutmut (slow: not part of the default run).
 # Mutates the functions below, runs the focused tests of pyproject.toml's [tool.mutmut] against
 # each mutant, and prints every mutant that survived. See docs/testing.md for the score and triage.
-#   sh tests/mutation.sh            # from the repository root; about 15 minutes on 2 cores
+#   sh tests/mutation.sh            # from the repository root; 6 to 12 minutes on 2 cores
 set -e
 cd "$(dirname "$0")/.."
 rm -rf mutants  # a fresh copy: results cached from other sources or tests would be stale
