@@ -11,7 +11,7 @@ Nothing is lost:
   (OUT/students/<student>/jobs/<assignment>.json), then that student's results.json and
   report.html; the class view is rebuilt from the records on disk;
 - `--resume` skips a job whose record is a real grade with the same key: commit, spec and
-  reference fingerprint, grader version, GPU model and the grading options;
+  reference fingerprint, grader version, GPU model and the grading options (the seed included);
 - an infra_error (our fault: the job process died, hung, or the grader raised) is retried, and
   never overwrites an earlier real grade (it is kept beside it, as <assignment>.infra_error.json);
 - a job process dies with the grader (SIGKILL included: the kernel sends it SIGTERM), closes
@@ -327,7 +327,8 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
     out = Path(opts.out).resolve()
     manifest = read_json(out / MANIFEST) or {}
     seed = opts.seed if opts.seed is not None else manifest.get("seed", secrets.randbelow(2**31))
-    options = {"device": opts.device, "cases": opts.cases, "dtypes": opts.dtypes, "timeout": opts.timeout}
+    # everything that changes what is graded; the seed draws the random cases and every input
+    options = {"device": opts.device, "cases": opts.cases, "dtypes": opts.dtypes, "timeout": opts.timeout, "seed": seed}
     plan = Plan([], [], seed)
     for p in lock.students:
         if p.status != "fetched" or (opts.only and p.student not in opts.only):

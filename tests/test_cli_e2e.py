@@ -124,6 +124,9 @@ def test_buggy_submission_fails_for_the_right_reason(submission, cli, fixture, a
     # the one-line reproducer names exactly this case, dtype and seed
     case, dtype = name.rsplit(" [", 1)
     assert f"--case '{case}' --dtype {dtype[:-1]} --seed 11" in test["output"]
+    # honest but wrong code is not accused: its own kernel check passes, or had no call to look at
+    own = run.test(assignment, "uses its own Triton kernel")
+    assert own["outcome"] == "passed" or (own["outcome"] == "skipped" and "no call completed" in own["output"]), own
     # a broken assignment costs nothing elsewhere: the other assignment still passes
     others = [t for t in run.results["tests"] if t["tags"][0] != assignment and t["outcome"] != "skipped"]
     assert all(t["outcome"] == "passed" for t in others), others

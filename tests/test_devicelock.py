@@ -9,6 +9,7 @@ import sys
 import textwrap
 import threading
 import time
+from pathlib import Path
 
 import pytest
 
@@ -29,6 +30,25 @@ def test_device_id_is_the_first_visible_gpu(monkeypatch):
     assert device_id("GPU-1b2c/../x") == "GPU-1b2c____x"
 
 
+def lock_file(gpu: str, part: str) -> Path:
+    return Path(os.environ["GRADER_LOCK_DIR"]) / f"gpu-{gpu}.{part}"
+
+
+def wait_until_blocked(path: Path, waiters: int = 1, pid: int | None = None) -> None:
+    """Until `waiters` flock requests on `path` (of process `pid`, default this one) are queued,
+    blocked, in the kernel's lock table: a condition, not a guess at how long a thread takes."""
+    pid = pid or os.getpid()
+    deadline = time.monotonic() + 120
+    while True:
+        ino = os.stat(path).st_ino if path.exists() else None
+        blocked = [line for line in Path("/proc/locks").read_text().splitlines()
+                   if ino is not None and " -> " in f" {line} " and line.split()[5] == str(pid) and line.split()[6].endswith(f":{ino}")]
+        if len(blocked) >= waiters:
+            return
+        assert time.monotonic() < deadline, f"no {waiters} blocked lock request(s) on {path}: {Path('/proc/locks').read_text()}"
+        time.sleep(0.01)
+
+
 def test_correctness_calls_share_a_gpu_and_timing_waits_for_them():
     events = []
     in_call = threading.Event()
@@ -38,7 +58,7 @@ def test_correctness_calls_share_a_gpu_and_timing_waits_for_them():
         with gpu_phase("0", exclusive=False):
             events.append(f"{name} in")
             in_call.set()
-            release.wait(5)
+            release.wait()
             events.append(f"{name} out")
 
     def timing():
@@ -47,16 +67,16 @@ def test_correctness_calls_share_a_gpu_and_timing_waits_for_them():
 
     a = threading.Thread(target=call, args=("a",))
     a.start()
-    in_call.wait(5)
+    assert in_call.wait(60)
     with gpu_phase("0", exclusive=False):  # a second call gets in beside the first
         events.append("b in")
     t = threading.Thread(target=timing)
     t.start()
-    time.sleep(0.3)
-    assert "timing" not in events  # call a still runs on the GPU
-    release.set()
-    a.join(5)
-    t.join(5)
+    wait_until_blocked(lock_file("0", "lock"))  # the timing phase waits for call a ...
+    assert "timing" not in events
+    release.set()  # ... and goes once it is done
+    a.join(60)
+    t.join(60)
     assert events == ["a in", "b in", "a out", "timing"]
 
 
@@ -68,7 +88,7 @@ def test_waiting_timing_phase_holds_new_calls_back():
     def long_call():
         with gpu_phase("0", exclusive=False):
             first_in.set()
-            release.wait(5)
+            release.wait()
         order.append("long call done")
 
     def timing():
@@ -81,17 +101,18 @@ def test_waiting_timing_phase_holds_new_calls_back():
 
     threads = [threading.Thread(target=long_call)]
     threads[0].start()
-    first_in.wait(5)
+    assert first_in.wait(60)
     threads.append(threading.Thread(target=timing))
     threads[1].start()
-    time.sleep(0.3)  # the timing phase now waits at the turnstile
+    wait_until_blocked(lock_file("0", "lock"))  # the timing phase holds the turnstile, waits for the GPU
     threads.append(threading.Thread(target=late_call))
     threads[2].start()
-    time.sleep(0.3)
-    assert order == []  # the late call queues behind the waiting timing phase
+    wait_until_blocked(lock_file("0", "turnstile"))  # the late call queues at the turnstile
+    assert order == []
     release.set()
     for t in threads:
-        t.join(5)
+        t.join(60)
+    assert not any(t.is_alive() for t in threads)
     assert order.index("timing") < order.index("late call")
 
 
@@ -105,7 +126,8 @@ def test_other_gpus_and_the_interpreter_are_not_held():
     with timing_lock("0"):
         t = threading.Thread(target=other_gpu)
         t.start()
-        t.join(2)
+        t.join(60)  # not held: it goes at once (a wrong lock would keep it waiting until the end)
+        assert not t.is_alive()
         with gpu_phase("0", exclusive=True, enabled=False):  # the CPU interpreter takes no lock
             done.append("interpreter")
     assert done == ["gpu 1", "interpreter"]
@@ -113,17 +135,30 @@ def test_other_gpus_and_the_interpreter_are_not_held():
 
 def test_a_timing_phase_in_another_process_excludes_this_one(tmp_path):
     script = textwrap.dedent("""
-        import sys, time
+        import sys
         from grader.devicelock import timing_lock
         with timing_lock("0"):
             print("held", flush=True)
-            time.sleep(1.5)
+            sys.stdin.readline()  # held until told to let go
     """)
     env = dict(os.environ, PYTHONPATH=str(REPO_ROOT))
-    proc = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True, env=env)
-    assert proc.stdout.readline().strip() == "held"
-    start = time.monotonic()
-    with timing_lock("0"):
-        waited = time.monotonic() - start
-    proc.wait(10)
-    assert waited > 0.8
+    proc = subprocess.Popen([sys.executable, "-c", script], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True, env=env)
+    try:
+        assert proc.stdout.readline().strip() == "held"
+        got = threading.Event()
+
+        def take():
+            with timing_lock("0"):
+                got.set()
+
+        t = threading.Thread(target=take)
+        t.start()
+        wait_until_blocked(lock_file("0", "turnstile"))  # the other process holds it: this one waits
+        assert not got.is_set()
+        proc.stdin.write("go\n")
+        proc.stdin.flush()
+        assert got.wait(60)  # and goes once it is let go
+        t.join(60)
+    finally:
+        proc.stdin.close()
+        proc.wait(60)

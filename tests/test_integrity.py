@@ -75,3 +75,147 @@ def test_a_syntax_error_is_left_to_the_worker(tmp_path):
     assert scan_submission(tmp_path, "m.py") == []
     assert scan_submission(tmp_path, "missing.py") == []
     assert Path(tmp_path / "m.py").exists()
+
+
+# -- the grade-level check "uses its own Triton kernel" (grader.grade._Integrity) -----------------
+
+def _kernel_check(calls):
+    """The check after these calls: (call id, launches, aten ops, passed) each."""
+    from types import SimpleNamespace
+
+    from grader import spec as specs
+    from grader.grade import _Integrity
+
+    check = _Integrity(specs.get("softmax"))
+    for call_id, launches, ops, passed in calls:
+        check.observe(SimpleNamespace(id=call_id), {"launches": launches, "ops": ops}, passed)
+    result = check.test()
+    # an integrity test of softmax, by the name the reports and the dashboard know it by (and no points of its own)
+    assert (result.assignment, result.kind, result.name) == ("softmax", "integrity", "uses its own Triton kernel")
+    return result
+
+
+def test_a_kernel_that_did_the_work_passes():
+    result = _kernel_check([("1x1 [float32]", {"softmax_kernel": 1}, ["aten::empty_like"], True),
+                            ("4x8191 [float32]", {"softmax_kernel": 2, "max_kernel": 1}, ["aten::empty_like"], False)])
+    assert (result.kind, result.outcome) == ("integrity", "passed")
+    assert result.message == "Triton kernels launched: softmax_kernel, max_kernel"
+    assert result.details == {"kernels_launched": {"softmax_kernel": 3, "max_kernel": 1}, "evidence": []}
+
+
+def test_a_right_answer_without_a_kernel_is_flagged():
+    result = _kernel_check([("1x1 [float32]", {"softmax_kernel": 1}, [], True), ("n=2 [float32]", {}, [], True)])
+    assert result.outcome == "flagged"
+    assert result.message == "no Triton kernel was launched in n=2 [float32], yet the result was right"
+
+
+def test_a_wrong_answer_without_a_kernel_is_only_wrong():
+    """Returning early (an input, zeros) is a failure of that call, not evidence of a cheat."""
+    result = _kernel_check([("1x1 [float32]", {}, [], False), ("n=2 [float32]", {"softmax_kernel": 1}, [], True)])
+    assert result.outcome == "passed"
+
+
+def test_torch_computing_the_result_is_flagged_even_beside_a_kernel():
+    result = _kernel_check([(f"c{i}", {"copy_kernel": 1}, ["aten::_softmax", "aten::empty_like"], True) for i in range(5)])
+    assert result.outcome == "flagged"
+    assert result.message == "torch computed the result: aten::_softmax ran inside softmax() in c0, c1, c2 and 2 more"
+    assert result.details["kernels_launched"] == {"copy_kernel": 5}
+
+
+def test_nothing_observed_is_skipped_not_passed():
+    result = _kernel_check([])
+    assert result.outcome == "skipped" and result.message == "no call completed, so nothing to inspect"
+
+
+def test_evidence_lists_at_most_three_calls():
+    from grader.grade import _few
+
+    assert _few(["a", "b", "c"]) == "a, b, c"
+    assert _few(["a", "b", "c", "d"]) == "a, b, c and 1 more"
+    result = _kernel_check([("a", {}, ["aten::_softmax"], True), ("b", {}, ["aten::_softmax"], True)])
+    assert result.message == ("torch computed the result: aten::_softmax ran inside softmax() in a, b; "
+                              "no Triton kernel was launched in a, b, yet the result was right")
+    assert result.details == {"kernels_launched": {}, "evidence": result.message.split("; ")}
+
+
+def test_no_kernel_at_all_is_said_in_words():
+    result = _kernel_check([("a", {}, [], False)])
+    assert result.outcome == "passed" and result.message == "Triton kernels launched: none"
+
+
+def test_findings_name_the_exact_line_and_follow_every_kind_of_import(tmp_path):
+    long_call = "os.system('" + "x" * 130 + "')"
+    (tmp_path / "pkg" / "sub").mkdir(parents=True)
+    (tmp_path / "kernels").mkdir()
+    (tmp_path / "kernels" / "k.py").write_text(
+        "import http.client\n"                          # 1: a submodule of http
+        "import os.path\n"                              # 2: binds os
+        "import torch, numpy\n"                         # 3
+        "from .helper import f\n"                       # 4: relative (kernels/helper.py), followed
+        "from pkg import sub\n"                         # 5: a package's module, followed
+        "import importlib\n"                            # 6
+        "importlib.import_module('dyn')\n"              # 7: a name in plain sight, from the root, followed
+        "torch.x += 1\n"                                # 8: augmented patch
+        "torch.a, numpy.b = 1, 2\n"                     # 9: two patches in one
+        "y = object(); y.attr = 1\n"                    # 10: not a module's attribute: fine
+        "print(os.environ)\n"                           # 11
+        f"{long_call}\n"                                # 12: the code is cut at 120 characters
+        "from socket import create_connection\n"        # 13
+        "import pkg.mod\n"                              # 14: a dotted module of the repo, followed
+        "import broken, plain, plain\n"                 # 15: a syntax error, and a module named twice
+    )
+    (tmp_path / "kernels" / "helper.py").write_text("import socket\n")
+    (tmp_path / "pkg" / "__init__.py").write_text("")
+    (tmp_path / "pkg" / "sub" / "__init__.py").write_text("import ctypes\n")
+    (tmp_path / "pkg" / "mod.py").write_text("import pty  # \xe9t\xe9\n".encode("latin-1").decode("latin-1"), encoding="latin-1")
+    (tmp_path / "dyn.py").write_text("import signal\nimport kernels.k\n")  # and back: a cycle
+    (tmp_path / "broken.py").write_text("def (:\n")
+    (tmp_path / "plain.py").write_text("import gc\n")
+    (tmp_path / "torch.py").write_text("")  # shadows torch: a file
+    (tmp_path / "numpy").mkdir()  # shadows numpy: a folder
+    found = {(f.file, f.line, f.code, f.what) for f in scan_submission(tmp_path, "kernels/k.py")}
+    expected = {
+        ("kernels/k.py", 1, "import http.client", "opens network connections"),
+        ("kernels/k.py", 8, "torch.x += 1", "replaces torch.x (monkeypatching)"),
+        ("kernels/k.py", 9, "torch.a, numpy.b = 1, 2", "replaces torch.a (monkeypatching)"),
+        ("kernels/k.py", 9, "torch.a, numpy.b = 1, 2", "replaces numpy.b (monkeypatching)"),
+        ("kernels/k.py", 11, "print(os.environ)", "reads environment variables"),
+        ("kernels/k.py", 12, long_call[:120], "starts other programs"),
+        ("kernels/k.py", 13, "from socket import create_connection", "opens network connections"),
+        ("kernels/helper.py", 1, "import socket", "opens network connections"),
+        ("pkg/sub/__init__.py", 1, "import ctypes", "calls native code directly (it can patch or crash the process)"),
+        ("pkg/mod.py", 1, "import pty  # \ufffdt\ufffd", "starts processes"),  # not UTF-8: read all the same
+        ("dyn.py", 1, "import signal", "handles signals (a timeout is a signal)"),
+        ("plain.py", 1, "import gc", "walks the interpreter's objects (the worker's own included)"),
+        ("torch.py", 0, "the file torch.py", "shadows the module torch that the worker imports"),
+        ("numpy", 0, "the folder numpy", "shadows the module numpy that the worker imports"),
+    }
+    assert found == expected, (found - expected, expected - found)
+
+
+def test_the_summary_shows_four_findings_and_counts_the_rest():
+    from grader.integrity import Finding
+
+    findings = [Finding("k.py", i, f"line {i}", "starts other programs") for i in range(1, 6)]
+    head = "Static scan, for a TA to review (not a verdict, the score is unchanged): "
+    shown = "; ".join(f"k.py:{i}: line {i}: starts other programs" for i in range(1, 5))
+    assert summary(findings) == head + shown + "; and 1 more"
+    assert summary(findings[:4]) == head + shown
+
+
+def test_a_relative_import_is_not_judged_as_a_top_level_module(tmp_path):
+    (tmp_path / "k.py").write_text("from . import socket\nfrom .grader import x\n")  # the repo's own modules
+    assert scan_submission(tmp_path, "k.py") == []
+
+
+def test_a_submodule_imported_under_another_name_is_followed_to_its_calls(tmp_path):
+    (tmp_path / "k.py").write_text("import torch.utils.cpp_extension as ext\next.load_inline('m', '')\n")
+    found = {(f.line, f.what) for f in scan_submission(tmp_path, "k.py")}
+    assert found == {(2, "compiles and loads native code")}
+
+
+def test_a_finding_goes_into_results_json_whole():
+    from grader.integrity import Finding
+
+    assert Finding("k.py", 3, "import socket", "opens network connections").to_dict() == \
+        {"file": "k.py", "line": 3, "code": "import socket", "what": "opens network connections"}

@@ -1,0 +1,157 @@
+"""plan_batch decides which stored grades a run keeps: only with --resume, and only a real
+grade made the same way (commit, spec, grader, GPU model, and every option that changes what
+is graded: device, cases, dtypes, call timeout, seed). Anything else is graded again."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from grader.batch import BatchOptions, new_record, plan_batch, store_record
+from grader.results import AssignmentResult, TestResult
+from grader.workspace import Lock, Pinned
+
+
+@pytest.fixture
+def lock(tmp_path, monkeypatch):
+    """Two fetched students and one unfetched; their checkouts are not looked at here."""
+    students = [Pinned("alice", "a.git", "fetched", commit="a1", notes=["late by 2 commits"]),
+                Pinned("bob", "b.git", "fetched", commit="b1"), Pinned("carol", "c.git", "unfetched", reason="no such repo")]
+    lock = Lock(students, created="2025-01-01T00:00:00+00:00", root=tmp_path)
+
+    def ensure(given, p):
+        assert given is lock
+        return tmp_path / "repos" / p.student
+
+    monkeypatch.setattr("grader.workspace.ensure_checkout", ensure)
+    return lock
+
+
+def options(out: Path, **kw) -> BatchOptions:
+    base = BatchOptions(out, ["vector_add"], "cpu", [None], "cpu-interpreter", seed=3, cases=["n=1"], dtypes=["float32"])
+    return replace(base, **kw)
+
+
+def grade_everyone(lock, opts: BatchOptions, status: str = "graded") -> None:
+    """Store a record for every planned job, as the job processes would."""
+    for job in plan_batch(lock, opts).jobs:
+        test = TestResult(job.assignment, "correctness", "n=1 [float32]", "passed", "", max_score=6.0, score=6.0)
+        result = AssignmentResult(job.assignment, "Vector addition", "m", [test]) if status == "graded" else None
+        store_record(Path(opts.out), new_record(job, status, "" if result else "the grader failed", result=result))
+
+
+def labels(jobs) -> list[str]:
+    return sorted(j.label for j in jobs)
+
+
+def test_everyone_fetched_is_planned_once_per_assignment(lock, tmp_path):
+    plan = plan_batch(lock, options(tmp_path / "out", assignments=["vector_add", "softmax"]))
+    assert labels(plan.jobs) == ["alice/softmax", "alice/vector_add", "bob/softmax", "bob/vector_add"]
+    assert plan.reused == [] and plan.seed == 3
+
+
+def test_a_stored_grade_is_kept_only_with_resume(lock, tmp_path):
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out))
+    again = plan_batch(lock, options(out))  # a plain `grader grade`: everything is graded again
+    assert labels(again.jobs) == ["alice/vector_add", "bob/vector_add"] and again.reused == []
+    resumed = plan_batch(lock, options(out, resume=True))
+    assert resumed.jobs == [] and labels(resumed.reused) == ["alice/vector_add", "bob/vector_add"]
+
+
+@pytest.mark.parametrize("change", [
+    {"cases": ["n=127"]}, {"cases": None}, {"dtypes": ["float16"]}, {"dtypes": None}, {"timeout": 5.0},
+    {"device": "cuda", "gpu_model": "NVIDIA H100"}, {"seed": 4},
+], ids=lambda c: ",".join(c))
+def test_resume_regrades_what_was_graded_another_way(lock, tmp_path, change):
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out))
+    plan = plan_batch(lock, options(out, resume=True, **change))
+    assert labels(plan.jobs) == ["alice/vector_add", "bob/vector_add"] and plan.reused == []
+
+
+def test_resume_regrades_a_new_commit_and_a_failed_job_only(lock, tmp_path):
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out))
+    lock.students[0].commit = "a2"  # alice pushed again and was re-fetched
+    plan = plan_batch(lock, options(out, resume=True))
+    assert labels(plan.jobs) == ["alice/vector_add"] and labels(plan.reused) == ["bob/vector_add"]
+
+
+def test_an_infra_error_is_never_kept(lock, tmp_path):
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out), status="infra_error")
+    plan = plan_batch(lock, options(out, resume=True))
+    assert labels(plan.jobs) == ["alice/vector_add", "bob/vector_add"] and plan.reused == []
+
+
+def test_only_names_the_students_to_grade(lock, tmp_path):
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out))
+    plan = plan_batch(lock, options(out, only=["bob"]))
+    assert labels(plan.jobs) == ["bob/vector_add"] and plan.reused == []
+
+
+def test_the_class_keeps_its_seed_unless_one_is_given(lock, tmp_path):
+    import json
+
+    out = tmp_path / "out"
+    out.mkdir()
+    (out / "batch.json").write_text(json.dumps({"seed": 77}))
+    assert plan_batch(lock, options(out, seed=None)).seed == 77
+    assert plan_batch(lock, options(out, seed=5)).seed == 5
+
+
+def test_a_job_carries_what_it_is_graded_with_and_its_full_key(lock, tmp_path):
+    import grader
+    from grader import spec as specs
+    from grader.batch import spec_fingerprint
+
+    out = tmp_path / "out"
+    plan = plan_batch(lock, options(out, timeout=7.0))
+    job = next(j for j in plan.jobs if j.student == "alice")
+    assert (job.folder, job.assignment, job.repo, job.repo_url, job.commit) == ("alice", "vector_add", str(tmp_path / "repos" / "alice"), "a.git", "a1")
+    assert (job.out, job.seed, job.device, job.cases, job.dtypes, job.timeout) == (str(out.resolve()), 3, "cpu", ["n=1"], ["float32"], 7.0)
+    assert job.notes == ["late by 2 commits"] and job.notes is not lock.students[0].notes
+    assert job.key == {"commit": "a1", "spec": spec_fingerprint(specs.get("vector_add")), "grader": grader.__version__,
+                       "gpu_model": "cpu-interpreter",
+                       "options": {"device": "cpu", "cases": ["n=1"], "dtypes": ["float32"], "timeout": 7.0, "seed": 3}}
+
+
+def test_a_new_class_gets_a_random_seed_kept_for_later_runs(lock, tmp_path):
+    seeds = {plan_batch(lock, options(tmp_path / f"out{i}", seed=None)).seed for i in range(20)}
+    assert len(seeds) > 10 and all(0 <= s < 2**31 for s in seeds) and max(seeds) > 2**20  # a secret, not a small number
+
+
+def test_a_damaged_checkout_is_not_graded_and_says_why(lock, tmp_path, monkeypatch):
+    def ensure(lock, p):
+        if p.student == "bob":
+            raise OSError("not a git repository")
+        return tmp_path / "repos" / p.student
+
+    monkeypatch.setattr("grader.workspace.ensure_checkout", ensure)
+    out = tmp_path / "out"
+    plan = plan_batch(lock, options(out))
+    assert labels(plan.jobs) == ["alice/vector_add"]
+    assert plan.broken == ["the checkout of bob in the workspace is missing or damaged (not a git repository): run grader fetch again"]
+    from grader.batch import read_records
+
+    record = read_records(out, "bob")["vector_add"]
+    assert (record["status"], record["error"], record["student"]) == ("infra_error", plan.broken[0], "bob")
+
+
+def test_read_records_skips_kept_failures_and_foreign_files(lock, tmp_path):
+    from grader.batch import read_records, record_path
+
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out, assignments=["vector_add", "softmax"]))
+    jobs = record_path(out, "alice", "vector_add").parent
+    (jobs / "vector_add.infra_error.json").write_text('{"format": 1, "assignment": "vector_add", "status": "infra_error"}')
+    (jobs / ".partial.json").write_text('{"format": 1, "assignment": "partial"}')
+    (jobs / "old.json").write_text('{"format": 0, "assignment": "old"}')
+    (jobs / "junk.json").write_text("not json")
+    records = read_records(out, "alice")
+    assert set(records) == {"softmax", "vector_add"} and records["vector_add"]["status"] == "graded"
+    assert read_records(out, "nobody") == {}
