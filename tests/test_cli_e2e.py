@@ -151,13 +151,12 @@ def test_calling_torch_instead_of_a_kernel_is_flagged_and_earns_nothing(submissi
     run = cli(submission("torch_softmax"), "--seed", "5", "-a", "softmax", "--case", "1x1", "--case", "4x8191", "--dtype", "float32")
     assert run.returncode == 1
     integrity = run.test("softmax", "uses its own Triton kernel")
-    assert integrity["outcome"] == "flagged"
+    assert integrity["outcome"] == "flagged" and integrity["extra_data"]["severity"] == "conclusive"
     assert "aten::_softmax ran inside softmax()" in integrity["output"]
-    assert "no Triton kernel was launched" in integrity["output"]
-    # the values were right, but a flag takes every point of the assignment
+    # the values were right, but a conclusive finding takes every point of the assignment
     assert run.test("softmax", "1x1 [float32]")["outcome"] == "passed"
     assert run.results["score"] == 0
-    assert "integrity check was flagged" in run.stdout
+    assert "conclusive integrity finding" in run.stdout
 
 
 def test_hang_is_killed_and_later_calls_are_not_waited_for(submission, cli):
