@@ -281,6 +281,8 @@ def test_a_property_check_gets_every_call_and_its_verdict_names_the_case():
 def test_a_failure_reports_every_figure():
     spec = synthetic(k=2.0, atol=1e-3, rtol=0.0, torch_error=1e-2)
     verdict = judge(spec, off_by(0.5, at=3))
+    where = verdict.details.pop("wrong_map")  # the report's picture of where it is wrong: only element 3 of 5
+    assert (where["shape"], where["rows"], where["cols"]) == ([5], 1, 5)
     assert verdict.details == {
         "max_abs_error": 0.5, "max_rel_error": pytest.approx(0.5 / 20), "torch_abs_error": pytest.approx(1e-2),
         "allowed_abs_error": "2 x torch's error + 0.001 + 0 x |ref|", "bad_elements": 1, "elements": 5,

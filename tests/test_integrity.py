@@ -80,15 +80,15 @@ def test_a_syntax_error_is_left_to_the_worker(tmp_path):
 # -- the grade-level check "uses its own Triton kernel" (grader.grade._Integrity) -----------------
 
 def _kernel_check(calls):
-    """The check after these calls: (call id, launches, aten ops, passed) each."""
-    from types import SimpleNamespace
-
+    """The check after these calls: (case, launches, aten ops, passed) each, in float32."""
     from grader import spec as specs
     from grader.grade import _Integrity
+    from grader.plan import PlannedCall
+    from grader.spec import Case
 
     check = _Integrity(specs.get("softmax"))
-    for call_id, launches, ops, passed in calls:
-        check.observe(SimpleNamespace(id=call_id), {"launches": launches, "ops": ops}, passed)
+    for case, launches, ops, passed in calls:
+        check.observe(PlannedCall("softmax", Case(case, {}), "float32", 1), {"launches": launches, "ops": ops}, passed)
     result = check.test()
     # an integrity test of softmax, by the name the reports and the dashboard know it by (and no points of its own)
     assert (result.assignment, result.kind, result.name) == ("softmax", "integrity", "uses its own Triton kernel")
@@ -96,29 +96,31 @@ def _kernel_check(calls):
 
 
 def test_a_kernel_that_did_the_work_passes():
-    result = _kernel_check([("1x1 [float32]", {"softmax_kernel": 1}, ["aten::empty_like"], True),
-                            ("4x8191 [float32]", {"softmax_kernel": 2, "max_kernel": 1}, ["aten::empty_like"], False)])
-    assert (result.kind, result.outcome) == ("integrity", "passed")
+    result = _kernel_check([("1x1", {"softmax_kernel": 1}, ["aten::empty_like"], True),
+                            ("4x8191", {"softmax_kernel": 2, "max_kernel": 1}, ["aten::empty_like"], False)])
+    assert (result.kind, result.outcome, result.severity) == ("integrity", "passed", "")
     assert result.message == "Triton kernels launched: softmax_kernel, max_kernel"
     assert result.details == {"kernels_launched": {"softmax_kernel": 3, "max_kernel": 1}, "evidence": []}
 
 
-def test_a_right_answer_without_a_kernel_is_flagged():
-    result = _kernel_check([("1x1 [float32]", {"softmax_kernel": 1}, [], True), ("n=2 [float32]", {}, [], True)])
-    assert result.outcome == "flagged"
-    assert result.message == "no Triton kernel was launched in n=2 [float32], yet the result was right"
+def test_a_right_answer_without_a_kernel_is_for_review_and_costs_only_its_case():
+    result = _kernel_check([("1x1", {"softmax_kernel": 1}, [], True), ("n=2", {}, [], True)])
+    assert (result.outcome, result.severity) == ("flagged", "review")
+    assert result.message == "no Triton kernel was launched in n=2/float32, yet the result was right"
+    assert result.details["concerns"] == ["n=2 [float32]"]
 
 
 def test_a_wrong_answer_without_a_kernel_is_only_wrong():
     """Returning early (an input, zeros) is a failure of that call, not evidence of a cheat."""
-    result = _kernel_check([("1x1 [float32]", {}, [], False), ("n=2 [float32]", {"softmax_kernel": 1}, [], True)])
+    result = _kernel_check([("1x1", {}, [], False), ("n=2", {"softmax_kernel": 1}, [], True)])
     assert result.outcome == "passed"
 
 
-def test_torch_computing_the_result_is_flagged_even_beside_a_kernel():
+def test_torch_computing_the_result_is_conclusive_even_beside_a_kernel():
     result = _kernel_check([(f"c{i}", {"copy_kernel": 1}, ["aten::_softmax", "aten::empty_like"], True) for i in range(5)])
-    assert result.outcome == "flagged"
-    assert result.message == "torch computed the result: aten::_softmax ran inside softmax() in c0, c1, c2 and 2 more"
+    assert (result.outcome, result.severity) == ("flagged", "conclusive")
+    assert result.message == ("torch computed the result: aten::_softmax ran inside softmax() in c0/float32, c1/float32, "
+                              "c2/float32 and 2 more")
     assert result.details["kernels_launched"] == {"copy_kernel": 5}
 
 
@@ -132,15 +134,16 @@ def test_evidence_lists_at_most_three_calls():
 
     assert _few(["a", "b", "c"]) == "a, b, c"
     assert _few(["a", "b", "c", "d"]) == "a, b, c and 1 more"
+    # torch's own op is the conclusive evidence: it stands alone
     result = _kernel_check([("a", {}, ["aten::_softmax"], True), ("b", {}, ["aten::_softmax"], True)])
-    assert result.message == ("torch computed the result: aten::_softmax ran inside softmax() in a, b; "
-                              "no Triton kernel was launched in a, b, yet the result was right")
-    assert result.details == {"kernels_launched": {}, "evidence": result.message.split("; ")}
+    assert result.message == "torch computed the result: aten::_softmax ran inside softmax() in a/float32, b/float32"
+    assert result.details == {"kernels_launched": {}, "evidence": [result.message]}
 
 
-def test_no_kernel_at_all_is_said_in_words():
+def test_no_kernel_at_all_fails_the_check_without_accusing():
     result = _kernel_check([("a", {}, [], False)])
-    assert result.outcome == "passed" and result.message == "Triton kernels launched: none"
+    assert (result.outcome, result.severity) == ("failed", "")
+    assert result.message.startswith("no Triton kernel was launched in any call: softmax() must launch your kernel")
 
 
 def test_findings_name_the_exact_line_and_follow_every_kind_of_import(tmp_path):
