@@ -31,8 +31,10 @@ PYTHON = "3.11"
 PACKAGE_HOME = Path(__file__).resolve().parent.parent  # where pyproject.toml is, in a source checkout
 PRIVATE_NAMES = {"hidden.py", "starter", "__pycache__", "solution", "solutions"}
 STARTER_PATH = re.compile(r"`(?:\.\./[\w-]+/)?starter/([^`]+)`")  # a handout's `starter/kernels/x.py`
+WHEEL_DIR = "grader-dist"  # the kit's copy of the grader, installed by requirements-grader.txt
 MIN_DISTINCTIVE = 24  # a reference line this long, found in no public file, is the reference's own
 GITIGNORE = """# the grader's outputs
+.grader/
 reports/
 grader-report/
 *.safetensors
@@ -172,10 +174,10 @@ def _grader_install(out: Path, requirement: str | None) -> tuple[str, str | None
     if not (PACKAGE_HOME / "pyproject.toml").is_file():
         raise ReleaseError("this grader is not a source checkout, so no wheel can be built for the kit: "
                            "name what students install with --grader-requirement (e.g. 'grader==0.1.0')")
-    dest = out / ".grader"
+    dest = out / WHEEL_DIR  # committed with the kit (grader check's own outputs go to .grader/, which git ignores)
     dest.mkdir()
     wheel = build_wheel(dest)
-    return f"./.grader/{wheel.name}", f".grader/{wheel.name}"
+    return f"./{WHEEL_DIR}/{wheel.name}", f"{WHEEL_DIR}/{wheel.name}"
 
 
 def build_wheel(dest: Path) -> Path:

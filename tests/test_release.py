@@ -128,9 +128,9 @@ def test_kit_layout_starters_handouts_specs_and_manifest(kit):
                   "download.pytorch.org/whl/cpu", "kernels/vector_add.py"):
         assert words in readme, words
     ignored = (root / ".gitignore").read_text().split()
-    assert {"reports/", "*.safetensors", "__pycache__/"} <= set(ignored)
+    assert {".grader/", "*.safetensors", "__pycache__/"} <= set(ignored)
     line = (root / "requirements-grader.txt").read_text().strip()
-    assert line.startswith("./.grader/grader-") and (root / line).is_file()
+    assert line.startswith("./grader-dist/grader-") and (root / line).is_file()
     with zipfile.ZipFile(root / line) as z:
         tops = {m.split("/")[0] for m in z.namelist()}
     assert "grader" in tops and not tops & {"assignments", "reference", "tests"}
@@ -151,7 +151,7 @@ def test_workflow_job_permissions_and_steps(kit):
     check = next(s for s in steps if s.get("id") == "grader")
     assert check["run"].split() == ["grader", "check", "--ci", "github", "--device", "cpu"]
     artifact = steps[uses.index("actions/upload-artifact")]
-    assert artifact["if"] == "always()" and artifact["with"]["path"] == "reports/"
+    assert artifact["if"] == "always()" and artifact["with"]["path"] == ".grader/"
     reporter = steps[uses.index("classroom-resources/autograding-grading-reporter")]
     assert reporter["with"]["runners"] == "grader"
     # the reporter reads <RUNNER>_RESULTS, the check step's `result` output
@@ -271,7 +271,7 @@ def test_fresh_venv_installs_the_kits_grader_and_checks(kit, tmp_path):
     assert "6 hidden case(s) of vector_add are not in this kit: they run at grading time" in good.stdout
     import json
 
-    results = json.loads((repo / "reports" / "results.json").read_text())
+    results = json.loads((repo / ".grader" / "results.json").read_text())
     names = {t["extra_data"]["case"] for t in results["tests"] if t["extra_data"].get("case")}
     assert "n=127" in names and not names & set(_hidden_names()["vector_add"])
 
