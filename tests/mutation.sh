@@ -15,6 +15,9 @@ mutmut run --max-children "${JOBS:-2}" \
   "grader.integrity.*" \
   "grader.batch.x_job_key*" "grader.batch.x_spec_fingerprint*" "grader.batch.x_is_reusable*" "grader.batch.x_plan_batch*" \
   "grader.batch.x_store_record*" "grader.batch.x_read_records*" \
-  "grader.grade.xǁ_Integrityǁ*" "grader.grade.x__few*" \
+  "grader.grade.xǁ_Integrityǁ*" "grader.grade.x__few*" "grader.grade.x__trivial*" \
+  "grader.scoring.*" "grader.activity.*" \
+  "grader.perf.x_call_times*" "grader.perf.x_round_ratios*" "grader.perf.x_ratio_estimate*" "grader.perf.x_needs_more_rounds*" \
+  "grader.perf.x_floor_ms*" "grader.perf.x__conduct*" "grader.perf.x__verdict*" \
   > mutants.log 2>&1 || true
 mutmut results

@@ -303,3 +303,35 @@ def test_the_report_shows_gpu_and_host_time_and_the_severity():
     assert "host ms per call" in html and "<td>2.7</td>" in html  # the slow wrapper's host time, beside its GPU time
     assert "GB/s" in html and "% of the copy bandwidth floor" in html
     assert "flagged (review)" in html and "faster than this GPU can go" in html
+
+
+def test_a_decided_but_wide_interval_still_measures_on(monkeypatch):
+    """The stop rule on the ratio's interval alone (the estimate given): stop once it is clear of
+    both thresholds and its half-width is at most 1.5% of the ratio."""
+    from grader import perf
+
+    rounds = [[1.0]] * MIN_ROUNDS
+
+    def decide(mid, lo, hi):
+        monkeypatch.setattr(perf, "ratio_estimate", lambda s, r: (mid, lo, hi))
+        return needs_more_rounds(MIN_ROUNDS, rounds, rounds, 1.1, 3.0, False)
+
+    assert decide(2.0, 1.98, 2.02) is False  # half-width 1% of 2.0: tight and clear of 1.1 and 3.0
+    assert decide(2.0, 1.96, 2.04) is True  # half-width 2%: clear of both thresholds, but too wide
+    assert decide(2.0, 1.9701, 2.0299) is False  # just under 1.5%
+    assert decide(1.1, 1.095, 1.105) is True  # tight, but it straddles full_at
+    assert decide(2.99, 2.98, 3.0) is False  # touching a threshold is not straddling it
+    assert decide(1.105, 1.1, 1.11) is False  # from either side
+
+
+def test_the_floor_without_a_measured_peak_or_flops_is_the_memory_floor():
+    assert floor_ms(3 * 10**8, 10**15, 3000.0, None) == (pytest.approx(0.1), "copy bandwidth")  # no GEMM peak measured
+    assert floor_ms(3 * 10**8, None, 3000.0, 750.0) == (pytest.approx(0.1), "copy bandwidth")  # no FLOPs stated
+
+
+def test_overlapping_activities_count_once_however_they_chain():
+    A = activity.Activity
+    assert activity.union_ns([A("a", 1, 0, 10), A("b", 2, 5, 15), A("c", 3, 12, 20)]) == 20
+    assert activity.union_ns([A("a", 1, 0, 10), A("b", 2, 10, 12), A("c", 3, 30, 31)]) == 13
+    assert activity.union_ns([A("a", 1, 0, 100), A("b", 2, 5, 15)]) == 100
+    assert activity.union_ns([]) == 0

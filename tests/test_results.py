@@ -21,7 +21,7 @@ def test_shares_add_up_to_exactly_the_specs_points():
     assert split_cents(16, 3) == [534, 533, 533]  # 1600 hundredths: 533 each and one left over
     assert split_cents(10, 30) == [34] * 10 + [33] * 20  # 1000 = 30 * 33 + 10
     assert split_cents(6, 4) == [150] * 4
-    assert split_cents(0, 5) == [0] * 5 and split_cents(7, 0) == []
+    assert split_cents(0, 5) == [0] * 5 and split_cents(7, 0) == [] and split_cents(5, 1) == [500]
     for points, parts in ((16, 3), (10, 30), (6.5, 7), (12, 41)):
         assert sum(split_cents(points, parts)) == round(points * 100)
 
