@@ -62,7 +62,6 @@ class Timings:
     times: dict[str, list[list[float]]] = field(default_factory=dict)  # contender -> rounds -> per-call GPU ms (scored)
     event_ms: dict[str, list[float]] = field(default_factory=dict)  # per-call CUDA event times, all rounds (a cross-check)
     host_ms: dict[str, list[list[float]]] = field(default_factory=dict)  # rounds -> per settle call host wall ms
-    outer_ms: dict[str, list[float]] = field(default_factory=dict)  # the loop's round trip seen by the grading process
     first_call_ms: dict[str, float] = field(default_factory=dict)
     launches: dict[str, int] = field(default_factory=dict)
     tampered: set[str] = field(default_factory=set)
@@ -169,7 +168,7 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
         contenders["reference"] = {"root": str(ref.parent), "module": ref.name, "function": spec.function}
     workers = {"student": student.process, "torch": trusted, "reference": trusted}
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
-    t = Timings(**{k: {c: [] for c in order} for k in ("times", "event_ms", "host_ms", "outer_ms")})
+    t = Timings(**{k: {c: [] for c in order} for k in ("times", "event_ms", "host_ms")})
     findings: list[Finding] = []
     try:
         folder = workdir / "perf"  # visible to the student's worker, read-only
@@ -253,14 +252,13 @@ def _timed_rounds(opts, perf, workers, order, t: Timings, timed_files, layout, t
     while True:
         for c in order:  # interleaved: student, reference, torch, student, ...
             request = {"op": "time", "contender": c, "inputs": timed_files, "layout": layout, "reps": opts.perf_reps}
-            reply, outer = workers[c].request_timed(request, timeout * 4)
+            reply, _ = workers[c].request_timed(request, timeout * 4)
             if not reply.get("ok"):
                 return rounds, (c, reply)
             times, events, reading = call_times(reply)
             t.times[c].append(times)
             t.event_ms[c] += events
             t.host_ms[c].append(reply["host_ms"])
-            t.outer_ms[c].append(outer)
             t.first_call_ms.setdefault(c, reply["first_call_ms"])
             t.launches[c] = t.launches.get(c, 0) + reply["launches"]
             if c == "student":

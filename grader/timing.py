@@ -107,9 +107,8 @@ def time_function(
 
     Returns `event_ms` (per timed call, by the CUDA events), `marks` (per timed call: the host's
     ns before the flush, after it, and after the call returned), `settle_marks` and `host_ms` (per
-    settle call), `activities` (the GPU records, or None with `activity_error`), `loop_ms` (the
-    loop by the host clock), `first_call_ms`, and `outputs`: the result of the last timed call on
-    each input set, for validation.
+    settle call), `activities` (the GPU records, or None with `activity_error`), `first_call_ms`,
+    and `outputs`: the result of the last timed call on each input set, for validation.
     """
     flush = _flush_buffer()
     _synchronize()
@@ -134,7 +133,6 @@ def time_function(
     try:
         if on_timed_start:
             on_timed_start()
-        loop0 = _clock()
         for i in range(reps):
             before, after = _flush_window(flush)
             _sleep(LAUNCH_SHADOW_CYCLES)
@@ -144,7 +142,6 @@ def time_function(
             marks.append([before, after, _now_ns()])
             outputs[i % len(arg_sets)] = out
         _synchronize()
-        loop_ms = (_clock() - loop0) * 1e3
         if on_timed_end:
             on_timed_end()
         for i in range(SETTLE_CALLS):
@@ -164,7 +161,7 @@ def time_function(
                 activity_error = f"{type(exc).__name__}: {exc}"
     event_ms = [_elapsed(s, e) for s, e in zip(starts, ends)]
     return {"event_ms": event_ms, "marks": marks, "settle_marks": settle_marks, "host_ms": host_ms,
-            "activities": activities, "activity_error": activity_error, "loop_ms": loop_ms,
+            "activities": activities, "activity_error": activity_error,
             "first_call_ms": first_call_ms, "outputs": outputs}
 
 

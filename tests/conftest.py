@@ -43,9 +43,11 @@ def pytest_collection_modifyitems(config, items):
 def build_submission(dest: Path, name: str) -> Path:
     """A student repo: the correct solution `good`, overlaid with fixture `name`'s files,
     so each buggy fixture holds only what it gets wrong and the rest still passes. The good
-    vector_add also stays importable as `kernels._good_add`, for the timing cheats that wrap it."""
+    vector_add and dropout also stay importable as `kernels._good_add` and `kernels._good_dropout`,
+    for the fixtures that wrap them (timing cheats, honest shortcuts)."""
     shutil.copytree(FIXTURES / "good", dest)
     shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", dest / "kernels" / "_good_add.py")
+    shutil.copy(FIXTURES / "good" / "kernels" / "dropout.py", dest / "kernels" / "_good_dropout.py")
     if name != "good":
         shutil.copytree(FIXTURES / name, dest, dirs_exist_ok=True)
     return dest
