@@ -4,7 +4,7 @@
 
 For every assignment with a performance spec and a reference in reference/: the reference
 Triton kernel and the torch/cuBLAS/cuDNN baseline, timed interleaved in one trusted worker
-with the grading method (grader.timing: L2 flush, CUDA events, rotated input sets), on the
+with the grading method (grader.worker.timing: L2 flush, CUDA events, rotated input sets), on the
 assignment's scoring case. Prints one table: time, GB/s or TFLOP/s, % of roofline, and the
 reference's speed as a fraction of the baseline's.
 """
@@ -22,9 +22,10 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader import spec as specs  # noqa: E402
-from grader.perf import call_times  # noqa: E402
-from grader.plan import derive_seed, make_inputs, write_inputs  # noqa: E402
-from grader.sandbox import WorkerProcess  # noqa: E402
+from grader.judge.perf import call_times  # noqa: E402
+from grader.codec import write_inputs
+from grader.judge.plan import derive_seed, make_inputs# noqa: E402
+from grader.sandbox.process import WorkerProcess  # noqa: E402
 from grader.spec import DTYPES  # noqa: E402
 
 ROUNDS, REPS, SETS = 7, 20, 3

@@ -1,5 +1,5 @@
 """How long similarity across a class takes: a synthetic class of N students per assignment,
-every pair compared (grader.similarity.compare_class), and the side-by-side pages of the pairs
+every pair compared (grader.batch.similarity.compare_class), and the side-by-side pages of the pairs
 listed. Prints one line per assignment and a JSON summary.
 
     PYTHONPATH=. python benchmarks/similarity_scale.py            # 500 students, softmax and layernorm
@@ -84,7 +84,7 @@ def synthetic_class(assignment: str, students: int, copies: int, seed: int) -> t
 
 def run(assignment: str, students: int, copies: int, seed: int, out: Path) -> dict:
     from grader import spec as specs
-    from grader.similarity import DEFAULT_THRESHOLD, MAX_PAIRS, compare_class, side_by_side
+    from grader.batch.similarity import DEFAULT_THRESHOLD, MAX_PAIRS, compare_class, side_by_side
 
     spec = specs.get(assignment)
     starter = (Path(spec.folder) / "starter" / spec.module).read_text()

@@ -5,7 +5,7 @@ slow Python wrapper, and from a background thread.
     python benchmarks/timing_probe.py [--n 268435456] [--reps 30] [--json out.json]
 
 For each variant it prints the median per call of the CUDA events, of the GPU time read from the
-activity records (grader.activity), of the host's clock (settle calls), and what the records say
+activity records (grader.judge.activity), of the host's clock (settle calls), and what the records say
 (calls that returned before their work was done, work between calls, records that do not fit
 the loop). The plain variant's GPU time is the yardstick: every variant does the same work, so
 its GPU time must match, whatever its events say. Runs in this process, no sandbox: it checks
@@ -29,7 +29,8 @@ import torch  # noqa: E402
 import triton  # noqa: E402
 import triton.language as tl  # noqa: E402
 
-from grader import activity, timing  # noqa: E402
+from grader.judge import activity  # noqa: E402
+from grader.worker import timing
 
 
 @triton.jit

@@ -10,7 +10,7 @@
 - Cheats: every tests/fixtures/gpu/cheat_* must be flagged with evidence and earn nothing.
 Each run is a full `grade_submission` (correctness on each assignment's first case, the
 bounds check, then timing) with the same seed, as every student of a batch gets the run's
-seed; the run cache (grader.runcache) is shared, as in a batch: the input sets and the
+seed; the run cache (grader.judge.runcache) is shared, as in a batch: the input sets and the
 roofline are made once. `--json` is rewritten after every grade, so a cut-off run keeps
 what it measured; the tables cover the runs that finished. `--jobs N` grades N runs at once, as `grader grade --jobs` does: their
 timing phases still take the GPU one at a time.
@@ -33,8 +33,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from conftest import build_submission  # noqa: E402
 
 from grader import spec as specs  # noqa: E402
-from grader.grade import Options, grade_submission  # noqa: E402
-from grader.runcache import RunCache  # noqa: E402
+from grader.judge.grade import Options, grade_submission  # noqa: E402
+from grader.judge.runcache import RunCache  # noqa: E402
 from grader.submission import open_submission  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -151,7 +151,7 @@ def main() -> None:
 
     try:
         # grades of several runs may overlap (--jobs): their compile and correctness phases
-        # share the GPU, their timing phases take it alone (grader.devicelock), as in a batch
+        # share the GPU, their timing phases take it alone (grader.judge.devicelock), as in a batch
         with ThreadPoolExecutor(args.jobs) as pool:
             for future in [pool.submit(one, t) for t in tasks]:
                 future.result()

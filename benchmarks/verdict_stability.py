@@ -28,7 +28,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests"), str(ROOT / "benchmarks")]
 from test_gpu import CHEATS  # noqa: E402
 from timing_proof import grade, perf_of  # noqa: E402
 
-from grader.runcache import RunCache  # noqa: E402
+from grader.judge.runcache import RunCache  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 HONEST = {"good", "gpu/honest_two_streams", "gpu/honest_slow_wrapper", "gpu/slow10"}

@@ -7,8 +7,8 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from grader import picture
-from grader.feedback import group_failures, nonfinite_words, points_line, run_total
+from grader.judge import picture
+from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total
 from grader.results import RunResult
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),

@@ -19,7 +19,7 @@ BAD_OUTCOMES = {"failed", "error", "timeout", "crashed", "flagged"}
 
 
 class Severity(str, Enum):
-    """What a `flagged` finding costs (grader.scoring). An integrity finding is an accusation:
+    """What a `flagged` finding costs (grader.judge.scoring). An integrity finding is an accusation:
     conclusive only where the evidence leaves no honest reading."""
 
     CONCLUSIVE = "conclusive"  # the vendor op computed the result, timers patched, outputs forged or replayed
@@ -62,8 +62,8 @@ class AssignmentResult:
     module: str
     tests: list[TestResult] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
-    warnings: list[dict] = field(default_factory=list)  # the static scan's findings (grader.integrity), for a TA
-    headline: str = ""  # one line that explains every failure at once (grader.feedback), shown first
+    warnings: list[dict] = field(default_factory=list)  # the static scan's findings (grader.judge.integrity), for a TA
+    headline: str = ""  # one line that explains every failure at once (grader.judge.feedback), shown first
     partial: dict = field(default_factory=dict)  # only some cases ran (--case/--dtype): cases_run, cases, assignment_points
 
     @property

@@ -106,7 +106,7 @@ class Performance:
 
     `bytes_moved` and `flops` are the least memory traffic and arithmetic any correct kernel
     must do at the scoring size: with the grading GPU's measured copy bandwidth and GEMM peak
-    they set the floor no honest time can beat (grader.perf), and the % of roofline reported.
+    they set the floor no honest time can beat (grader.judge.perf), and the % of roofline reported.
     `score_on` chooses the clock: "gpu" (the kernel's GPU time) or "wall" (each call's time by
     the host's clock, the wrapper's Python and launches included, for an assignment where host
     overhead is part of the task)."""
@@ -156,7 +156,7 @@ class Assignment:
     forbidden_ops: frozenset[str] = frozenset()  # aten ops that mean "called torch instead of a kernel"
     call_timeout_s: float = 60.0  # one call in the worker, compile included
     import_timeout_s: float = 60.0
-    # The assignment's own words for a mismatch (grader.mismatch.Mismatch -> str or None),
+    # The assignment's own words for a mismatch (grader.judge.mismatch.Mismatch -> str or None),
     # tried before the judge's generic ones: it can test the assignment's typical bugs.
     explain: Callable[..., str | None] | None = None
     folder: Path = Path(".")
@@ -165,7 +165,7 @@ class Assignment:
     calls: Callable[[dict], list[dict]] | None = None
     # Where no exact oracle exists, a trusted property check replaces the comparison with
     # `reference`: it gets every call's arguments, every call's result tensor and the dtype, and
-    # returns a grader.judge.Verdict whose message tells the student what to fix.
+    # returns a grader.judge.verdict.Verdict whose message tells the student what to fix.
     check: Callable[[list[dict], list, str], Any] | None = None
     output_names: tuple[str, ...] = ()  # names of a tuple result's parts (dx, dw, db), for messages
     withheld_cases: int = 0  # hidden cases this copy of the course lacks (a student kit): counted, run at grading

@@ -9,9 +9,9 @@ from pathlib import Path
 
 import pytest
 
-from grader.batch import BatchOptions, new_record, plan_batch, store_record
+from grader.batch.jobs import BatchOptions, new_record, plan_batch, store_record
 from grader.results import AssignmentResult, TestResult
-from grader.workspace import Lock, Pinned
+from grader.batch.workspace import Lock, Pinned
 
 
 @pytest.fixture
@@ -25,7 +25,7 @@ def lock(tmp_path, monkeypatch):
         assert given is lock
         return tmp_path / "repos" / p.student
 
-    monkeypatch.setattr("grader.workspace.ensure_checkout", ensure)
+    monkeypatch.setattr("grader.batch.workspace.ensure_checkout", ensure)
     return lock
 
 
@@ -107,7 +107,7 @@ def test_the_class_keeps_its_seed_unless_one_is_given(lock, tmp_path):
 def test_a_job_carries_what_it_is_graded_with_and_its_full_key(lock, tmp_path):
     import grader
     from grader import spec as specs
-    from grader.batch import spec_fingerprint
+    from grader.batch.jobs import spec_fingerprint
 
     out = tmp_path / "out"
     plan = plan_batch(lock, options(out, timeout=7.0))
@@ -131,19 +131,19 @@ def test_a_damaged_checkout_is_not_graded_and_says_why(lock, tmp_path, monkeypat
             raise OSError("not a git repository")
         return tmp_path / "repos" / p.student
 
-    monkeypatch.setattr("grader.workspace.ensure_checkout", ensure)
+    monkeypatch.setattr("grader.batch.workspace.ensure_checkout", ensure)
     out = tmp_path / "out"
     plan = plan_batch(lock, options(out))
     assert labels(plan.jobs) == ["alice/vector_add"]
     assert plan.broken == ["the checkout of bob in the workspace is missing or damaged (not a git repository): run grader fetch again"]
-    from grader.batch import read_records
+    from grader.batch.jobs import read_records
 
     record = read_records(out, "bob")["vector_add"]
     assert (record["status"], record["error"], record["student"]) == ("infra_error", plan.broken[0], "bob")
 
 
 def test_read_records_skips_kept_failures_and_foreign_files(lock, tmp_path):
-    from grader.batch import read_records, record_path
+    from grader.batch.jobs import read_records, record_path
 
     out = tmp_path / "out"
     grade_everyone(lock, options(out, assignments=["vector_add", "softmax"]))

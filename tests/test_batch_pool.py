@@ -13,9 +13,9 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from grader.batch import (Job, failed_path, is_reusable, job_key, log_path, new_record, read_json, record_path,
+from grader.batch.jobs import (Job, failed_path, is_reusable, job_key, log_path, new_record, read_json, record_path,
                           spec_fingerprint, store_record)
-from grader.executors import LocalExecutor, Scheduler
+from grader.batch.executors import LocalExecutor, Scheduler
 from grader.results import AssignmentResult, TestResult
 
 # A job process stand-in: what it does depends on the student's name.
@@ -30,7 +30,7 @@ FAKE_JOB = textwrap.dedent(f"""
         time.sleep(600)
     from pathlib import Path
     sys.path.insert(0, {str(REPO_ROOT)!r})
-    from grader.batch import Job, new_record, store_record  # storing a record imports torch: slow on a busy machine
+    from grader.batch.jobs import Job, new_record, store_record  # storing a record imports torch: slow on a busy machine
     from grader.results import AssignmentResult, TestResult
 
     job = Job(**spec)
@@ -170,7 +170,7 @@ def test_key_follows_the_spec_and_reference_files(tmp_path, monkeypatch):
 
 
 def test_reports_behind_their_records_are_rewritten(tmp_path):
-    from grader.batch import repair_students
+    from grader.batch.jobs import repair_students
 
     out = tmp_path / "out"
     store_record(out, graded(make_job(out, "alice")))

@@ -15,8 +15,8 @@ import pytest
 
 from classbuild import make_class
 from conftest import run_cli
-from grader.batch import log_path, new_record, read_json, record_path
-from grader.executors import RayExecutor, Scheduler, _unpack, pack_repo
+from grader.batch.jobs import log_path, new_record, read_json, record_path
+from grader.batch.executors import RayExecutor, Scheduler, _unpack, pack_repo
 from grader.results import AssignmentResult, TestResult
 from test_batch_pool import make_job
 
@@ -89,7 +89,7 @@ class FakeRay:
         job = ref.job
         if job["student"].startswith("lost") and ref.attempt == 1:
             raise RuntimeError("the node running this task died")
-        from grader.batch import Job
+        from grader.batch.jobs import Job
 
         j = Job(**job)
         test = TestResult(j.assignment, "correctness", "n=1 [float32]", "passed", "", max_score=6.0, score=6.0)

@@ -3,7 +3,7 @@
 import pytest
 
 from grader import spec as specs
-from grader.grade import Options, _bounds_check
+from grader.judge.grade import Options, _bounds_check
 from grader.submission import open_submission
 
 

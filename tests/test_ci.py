@@ -15,7 +15,7 @@ import re
 import pytest
 
 from conftest import run_cli
-from grader import ci
+from grader.kit import github as ci
 from grader.results import AssignmentResult, RunResult, TestResult
 
 TRACEBACK = """Traceback (most recent call last):
@@ -25,7 +25,7 @@ TRACEBACK = """Traceback (most recent call last):
     add_kernel[grid](x, y, out, n)
   File "/tmp/grader-x1/vector_add/repo/kernels/vector_add.py", line 11, in add_kernel
     x = tl.load(x_ptr + offsets)
-grader.memcheck.OutOfBounds: out-of-bounds load
+grader.worker.memcheck.OutOfBounds: out-of-bounds load
 """
 REPORTER_FIELDS = {"name", "status", "score", "message", "test_code", "filename", "line_no", "duration"}
 
@@ -40,7 +40,7 @@ def _run(tmp_path) -> RunResult:
         TestResult("vector_add", "correctness", "n=129 [float32]", "failed", "out-of-bounds load", max_score=1.5,
                    traceback=TRACEBACK, reproducer="grader check . -a vector_add --case 'n=129' --dtype float32 --seed 7"),
         TestResult("vector_add", "correctness", "n=1 [bfloat16]", "skipped", "needs a GPU", max_score=1.5,
-                   details={"points_if_run": 1.5}),  # as grader.scoring leaves it: its share, none earned here
+                   details={"points_if_run": 1.5}),  # as grader.judge.scoring leaves it: its share, none earned here
         TestResult("vector_add", "correctness", "n=2 [float16]", "timeout", "took too long", max_score=1.5),
         TestResult("vector_add", "integrity", "uses its own Triton kernel", "passed", "add_kernel"),
     ]

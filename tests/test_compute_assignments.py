@@ -10,9 +10,10 @@ import torch
 import torch.nn.functional as F
 
 from grader import spec as specs
-from grader.judge import judge_call
-from grader.mismatch import contiguous_reading
-from grader.plan import make_inputs, storage_of
+from grader.judge.verdict import judge_call
+from grader.judge.mismatch import contiguous_reading
+from grader.codec import storage_of
+from grader.judge.plan import make_inputs
 
 COMPUTE = ["matmul_relu", "flash_attention", "conv2d"]
 
@@ -92,7 +93,7 @@ def test_float32_accumulation_rounded_once_passes_in_every_dtype(name):
 @pytest.mark.parametrize("name", COMPUTE)
 def test_calling_torch_is_a_forbidden_op(name):
     """The vendor call (torch's own way to compute the answer) dispatches a flagged op."""
-    from grader.worker import _OpRecorder
+    from grader.worker.server import _OpRecorder
 
     spec = specs.get(name)
     inputs = make_inputs(spec, spec.cases[2], "float16", 0)
@@ -236,7 +237,7 @@ def test_flops_are_reported_for_the_compute_bound_assignments():
     assert conv.flops(conv.case.params, torch.float16) == 2 * 32 * 64 * 54 * 54 * 64 * 9
     # every timed assignment states its bytes and its FLOPs; with an H100-like roofline (3000 GB/s,
     # 750 TFLOP/s) the memory-bound ones are held back by bandwidth, the compute-bound ones by the GEMM peak
-    from grader.perf import floor_ms
+    from grader.judge.perf import floor_ms
 
     for name, s in specs.catalogue().items():
         perf = s.performance

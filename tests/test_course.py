@@ -8,7 +8,7 @@ from fractions import Fraction
 
 import pytest
 
-from grader.course import CourseError, Late, LatePolicy, class_deadline, load_course
+from grader.batch.course import CourseError, Late, LatePolicy, class_deadline, load_course
 
 D = datetime(2025, 2, 1, 0, 0, tzinfo=timezone.utc)
 POLICY = LatePolicy(grace=timedelta(hours=1), per_day=Fraction(10), cap=Fraction(50))

@@ -2,7 +2,7 @@
 the pinning, the gradebooks and the student's report; an extension for one student; the
 course's points; similar pairs on the dashboard with their side-by-side pages; the speed view.
 
-The late rule (grader/course.py, docs/course.md) worked by hand for these numbers: the deadline
+The late rule (grader/batch/course.py, docs/course.md) worked by hand for these numbers: the deadline
 is 2025-02-01T00:00Z, the grace 1 h, 10% of the points earned per started day after it.
 alice's graded commit is dated 2025-02-02T01:00Z: 25 h late, 24 h after the grace, 1 day: 10%.
 bob's commit has the same date, but his 48 h extension moves his deadline to 2025-02-03: on time.
@@ -181,7 +181,7 @@ def test_fetch_of_assignments_with_different_deadlines_is_refused(tmp_path):
 def test_similarity_of_a_class_large_enough_to_use_every_core(tmp_path):
     """40 students (tokenizing then runs in a spawned process pool, under `python -m grader`):
     20 hand in `good`, 20 the independent softmax; only pairs within each group are listed."""
-    from grader.similarity import PARALLEL_FROM
+    from grader.batch.similarity import PARALLEL_FROM
 
     n = max(40, PARALLEL_FROM)
     roster = make_class(tmp_path, {f"s{i:02d}": "good" if i % 2 else "softmax_independent" for i in range(n)})
@@ -203,9 +203,9 @@ def test_similarity_of_a_class_large_enough_to_use_every_core(tmp_path):
 def test_a_course_deadline_the_fetch_did_not_pin_by_is_applied_with_a_warning(course_class, tmp_path):
     """The lock fetched with no deadline (before course.toml had one): lateness still comes from
     course.toml, and the dashboard says the commits were not pinned by it."""
-    from grader.classview import write_class_outputs
-    from grader.course import load_course
-    from grader.workspace import read_lock
+    from grader.batch.classview import write_class_outputs
+    from grader.batch.course import load_course
+    from grader.batch.workspace import read_lock
 
     root, _, _ = course_class
     work = tmp_path / "c"

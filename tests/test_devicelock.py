@@ -14,7 +14,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from grader.devicelock import device_id, gpu_phase, timing_lock
+from grader.judge.devicelock import device_id, gpu_phase, timing_lock
 
 
 @pytest.fixture(autouse=True)
@@ -136,7 +136,7 @@ def test_other_gpus_and_the_interpreter_are_not_held():
 def test_a_timing_phase_in_another_process_excludes_this_one(tmp_path):
     script = textwrap.dedent("""
         import sys
-        from grader.devicelock import timing_lock
+        from grader.judge.devicelock import timing_lock
         with timing_lock("0"):
             print("held", flush=True)
             sys.stdin.readline()  # held until told to let go

@@ -16,8 +16,9 @@ import pytest
 import torch
 
 from grader import spec as specs
-from grader.judge import judge_call, judge_runs
-from grader.plan import make_inputs, storage_of
+from grader.judge.verdict import judge_call, judge_runs
+from grader.codec import storage_of
+from grader.judge.plan import make_inputs
 from grader.spec import Case, Tolerance
 
 CASE = Case("hand-made", {})
@@ -250,7 +251,7 @@ def test_several_calls_each_compared_and_the_wrong_one_named():
 
 
 def test_a_property_check_gets_every_call_and_its_verdict_names_the_case():
-    from grader.judge import Verdict
+    from grader.judge.verdict import Verdict
 
     seen = []
 

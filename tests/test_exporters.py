@@ -6,8 +6,8 @@ import csv
 import io
 from types import SimpleNamespace
 
-from grader.classview import Cell, Row
-from grader.exporters import EXPORTS, canvas_csv
+from grader.batch.classview import Cell, Row
+from grader.batch.exporters import EXPORTS, canvas_csv
 
 
 def test_canvas_csv_header_points_row_and_a_student():

@@ -17,14 +17,15 @@ import torch
 
 from conftest import REPO_ROOT, has_gpu, run_cli
 from grader import spec as specs
-from grader.feedback import group_failures, headline, points_line, run_total
-from grader.grade import Options, _Integrity, grade_assignment
-from grader.judge import judge_call
-from grader.mismatch import contiguous_reading
-from grader.plan import make_inputs, storage_of
+from grader.judge.feedback import group_failures, headline, points_line, run_total
+from grader.judge.grade import Options, _Integrity, grade_assignment
+from grader.judge.verdict import judge_call
+from grader.judge.mismatch import contiguous_reading
+from grader.codec import storage_of
+from grader.judge.plan import make_inputs
 from grader.results import AssignmentResult, TestResult
-from grader.roster import RosterError, load_roster
-from grader.scoring import score_assignment
+from grader.batch.roster import RosterError, load_roster
+from grader.judge.scoring import score_assignment
 from grader.submission import open_submission
 
 cpu_only = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
@@ -142,7 +143,7 @@ def test_a_few_nan_and_inf_elements_are_counted_apart():
 # -- the integrity check does not vouch for nothing -----------------------------------------
 
 def _planned(name="vector_add"):
-    from grader.plan import plan_calls
+    from grader.judge.plan import plan_calls
 
     return plan_calls(specs.get(name), 1, True)[0]
 
@@ -236,7 +237,7 @@ def test_roster_without_its_repo_column_names_it(tmp_path):
 # -- SyntaxError: the line and a caret --------------------------------------------------------
 
 def test_syntax_error_traceback_shows_the_line_and_a_caret(tmp_path):
-    from grader.worker import _student_traceback
+    from grader.worker.server import _student_traceback
 
     (tmp_path / "kernels").mkdir()
     (tmp_path / "kernels" / "broken.py").write_text("x = 1\ndef f(a)\n    return a\n")

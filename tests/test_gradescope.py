@@ -14,8 +14,8 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from grader.gradescope import build_autograder
-from grader.release import ReleaseError
+from grader.kit.gradescope import build_autograder
+from grader.kit.release import ReleaseError
 
 SECRET = "gs-test-secret-0b7d"
 GRADESCOPE_TEST_KEYS = {"score", "max_score", "status", "name", "number", "output", "tags", "visibility", "extra_data"}
@@ -145,7 +145,7 @@ def test_run_autograder_with_no_submission_folder_explains(autograder, tmp_path)
 
 def test_a_flat_upload_is_found_by_name(tmp_path):
     """Files dragged into Gradescope arrive without their folders."""
-    from grader.gradescope import locate_modules
+    from grader.kit.gradescope import locate_modules
 
     (tmp_path / "vector_add.py").write_text("# the student's kernel\n")
     (tmp_path / "notes").mkdir()

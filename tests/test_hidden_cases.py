@@ -10,8 +10,8 @@ import pytest
 
 from conftest import REPO_ROOT
 from grader import spec as specs
-from grader.grade import hidden_note
-from grader.plan import cases_for, plan_calls
+from grader.judge.grade import hidden_note
+from grader.judge.plan import cases_for, plan_calls
 
 
 def _shape_seed(*parts: str) -> int:
@@ -79,7 +79,7 @@ def test_a_hidden_py_of_the_wrong_shape_says_so(tmp_path):
 
 
 def test_resumed_grades_are_keyed_on_hidden_cases_and_the_secret(monkeypatch, tmp_path):
-    from grader.batch import spec_fingerprint
+    from grader.batch.jobs import spec_fingerprint
 
     monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
     monkeypatch.setattr(specs, "COURSE_ROOT", tmp_path)
@@ -101,7 +101,7 @@ def test_resumed_grades_are_keyed_on_hidden_cases_and_the_secret(monkeypatch, tm
 
 
 def test_the_secret_never_reaches_a_worker(monkeypatch, tmp_path):
-    from grader.sandbox import sandbox_view, worker_env
+    from grader.sandbox.process import sandbox_view, worker_env
 
     monkeypatch.setenv("GRADER_COURSE_SECRET", "do-not-pass")
     env = worker_env(tmp_path, interpret=True, gpu=None)

@@ -29,9 +29,9 @@ import torch
 from markupsafe import escape
 
 from conftest import REPO_ROOT, assert_nothing_left, build_submission, run_cli
-from grader import sandbox
+from grader.sandbox import process as sandbox
 from grader import spec as specs
-from grader.grade import Options, grade_submission
+from grader.judge.grade import Options, grade_submission
 from grader.report import render
 from grader.submission import open_submission
 

@@ -6,7 +6,7 @@ from pathlib import Path
 import pytest
 
 from conftest import FIXTURES
-from grader.integrity import scan_submission, summary
+from grader.judge.integrity import scan_submission, summary
 
 
 def _found(findings) -> set[tuple[str, int, str]]:
@@ -77,13 +77,13 @@ def test_a_syntax_error_is_left_to_the_worker(tmp_path):
     assert Path(tmp_path / "m.py").exists()
 
 
-# -- the grade-level check "uses its own Triton kernel" (grader.grade._Integrity) -----------------
+# -- the grade-level check "uses its own Triton kernel" (grader.judge.grade._Integrity) -----------------
 
 def _kernel_check(calls):
     """The check after these calls: (case, launches, aten ops, passed) each, in float32."""
     from grader import spec as specs
-    from grader.grade import _Integrity
-    from grader.plan import PlannedCall
+    from grader.judge.grade import _Integrity
+    from grader.judge.plan import PlannedCall
     from grader.spec import Case
 
     check = _Integrity(specs.get("softmax"))
@@ -130,7 +130,7 @@ def test_nothing_observed_is_skipped_not_passed():
 
 
 def test_evidence_lists_at_most_three_calls():
-    from grader.grade import _few
+    from grader.judge.grade import _few
 
     assert _few(["a", "b", "c"]) == "a, b, c"
     assert _few(["a", "b", "c", "d"]) == "a, b, c and 1 more"
@@ -197,7 +197,7 @@ def test_findings_name_the_exact_line_and_follow_every_kind_of_import(tmp_path):
 
 
 def test_the_summary_shows_four_findings_and_counts_the_rest():
-    from grader.integrity import Finding
+    from grader.judge.integrity import Finding
 
     findings = [Finding("k.py", i, f"line {i}", "starts other programs") for i in range(1, 6)]
     head = "Static scan, for a TA to review (not a verdict, the score is unchanged): "
@@ -218,7 +218,7 @@ def test_a_submodule_imported_under_another_name_is_followed_to_its_calls(tmp_pa
 
 
 def test_a_finding_goes_into_results_json_whole():
-    from grader.integrity import Finding
+    from grader.judge.integrity import Finding
 
     assert Finding("k.py", 3, "import socket", "opens network connections").to_dict() == \
         {"file": "k.py", "line": 3, "code": "import socket", "what": "opens network connections"}

@@ -8,8 +8,8 @@ import pytest
 import torch
 
 from grader import spec as specs
-from grader.grade import _Integrity, _trivial
-from grader.plan import PlannedCall
+from grader.judge.grade import _Integrity, _trivial
+from grader.judge.plan import PlannedCall
 from grader.spec import Case
 
 from conftest import has_gpu

@@ -3,8 +3,9 @@
 import torch
 
 from grader import spec as specs
-from grader.judge import describe_mismatch, judge_call
-from grader.plan import make_inputs, storage_of
+from grader.judge.verdict import describe_mismatch, judge_call
+from grader.codec import storage_of
+from grader.judge.plan import make_inputs
 
 
 def _judge(name, case_name, dtype, out, mutate=None, seed=0):

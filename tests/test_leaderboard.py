@@ -10,7 +10,7 @@ import json
 import pytest
 
 from conftest import run_cli
-from grader.leaderboard import LeaderboardError, pseudonym, rank, speed_row, write_leaderboard
+from grader.batch.leaderboard import LeaderboardError, pseudonym, rank, speed_row, write_leaderboard
 
 
 def perf(outcome: str, ratio: float | None = None, message: str = "", roofline: float = 50.0) -> dict:

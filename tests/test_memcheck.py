@@ -1,4 +1,4 @@
-"""grader.memcheck at the edges of a tensor, in this process (no worker): kernels run in
+"""grader.worker.memcheck at the edges of a tensor, in this process (no worker): kernels run in
 Triton's interpreter with the bounds check installed, reading and writing exactly to the last
 element (allowed) and one element further (refused), before the first element, through a
 view, and from one argument into another."""
@@ -11,7 +11,7 @@ import torch
 import triton.language as tl
 from triton.runtime import interpreter
 
-from grader import memcheck
+from grader.worker import memcheck
 
 
 @pytest.fixture

@@ -12,8 +12,9 @@ import torch
 
 from conftest import REPO_ROOT, has_gpu
 from grader import spec as specs
-from grader.judge import judge_call, judge_runs
-from grader.plan import make_inputs, materialize, plan_calls, storage_of
+from grader.judge.verdict import judge_call, judge_runs
+from grader.codec import storage_of
+from grader.judge.plan import make_inputs, materialize, plan_calls
 
 ASSIGNMENTS = ["layernorm", "layernorm_backward", "rmsnorm", "dropout"]
 # a subset (every assignment's full run is minutes in the interpreter) that still covers views,
@@ -170,7 +171,7 @@ binomial_bounds = DROPOUT.check.__globals__["binomial_bounds"]  # the spec modul
 def test_a_case_plans_three_calls_seed_seed_and_seed_plus_one(tmp_path):
     calls = plan_calls(DROPOUT, 9, interpret=True, case_filter=["n=1025-p=0.3"], dtype_filter=["float16"])
     materialize(DROPOUT, calls, tmp_path)
-    from grader.plan import load_inputs
+    from grader.judge.plan import load_inputs
 
     runs = [load_inputs(calls[0], index=i) for i in range(len(calls[0].runs))]
     assert len(runs) == 3

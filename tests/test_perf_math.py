@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader import activity
-from grader.perf import (MAX_ROUNDS, MIN_ROUNDS, ROOFLINE_MARGIN, Finding, Timings, UntrustedRecords, _conduct, _verdict,
+from grader.judge import activity
+from grader.judge.perf import (MAX_ROUNDS, MIN_ROUNDS, ROOFLINE_MARGIN, Finding, Timings, UntrustedRecords, _conduct, _verdict,
                          call_times, floor_ms, needs_more_rounds, ratio_estimate)
 from grader.results import Severity, TestResult
 
@@ -33,10 +33,10 @@ def test_interval_widens_with_noise_and_contains_the_estimate():
     assert lo < mid < hi and hi - lo > 0.005
 
 
-# --- a synthetic timed loop: what grader.timing records on the GPU -------------------------------
+# --- a synthetic timed loop: what grader.worker.timing records on the GPU -------------------------------
 class Loop:
     """Builds the records and host marks of a timed loop call by call, with the harness's own
-    flush and sleep where grader.timing puts them. Times in ns from 0."""
+    flush and sleep where grader.worker.timing puts them. Times in ns from 0."""
 
     def __init__(self) -> None:
         self.t = 1_000_000
@@ -308,7 +308,7 @@ def test_the_report_shows_gpu_and_host_time_and_the_severity():
 def test_a_decided_but_wide_interval_still_measures_on(monkeypatch):
     """The stop rule on the ratio's interval alone (the estimate given): stop once it is clear of
     both thresholds and its half-width is at most 1.5% of the ratio."""
-    from grader import perf
+    from grader.judge import perf
 
     rounds = [[1.0]] * MIN_ROUNDS
 

@@ -1,7 +1,7 @@
 """Planning: seeds, skips and the safetensors round trip that keeps views."""
 
 from grader import spec as specs
-from grader.plan import derive_seed, load_inputs, make_inputs, materialize, plan_calls
+from grader.judge.plan import derive_seed, load_inputs, make_inputs, materialize, plan_calls
 
 
 def test_views_survive_the_round_trip(tmp_path):
@@ -35,7 +35,7 @@ def test_random_shapes_follow_the_seed():
 def test_plain_arguments_travel_beside_tensors(tmp_path):
     import torch
 
-    from grader.plan import rebuild, write_inputs
+    from grader.codec import rebuild, write_inputs
     from safetensors.torch import load_file
 
     inputs = {"q": torch.randn(2, 3).t(), "causal": True, "sm_scale": 0.125, "note": None}

@@ -19,7 +19,7 @@ import pytest
 import yaml
 
 from conftest import FIXTURES, REPO_ROOT
-from grader import release
+from grader.kit import release
 from grader import spec as specs
 
 SECRET = "kit-test-secret-5f1c0e9a"
@@ -64,7 +64,7 @@ def _public_text() -> str:
 
 def test_kit_holds_no_reference_hidden_case_or_secret(kit):
     texts = _kit_texts(kit.root)
-    assert any(name.startswith("grader-") and name.endswith("grader/cli.py") for name in texts)  # the wheel was scanned
+    assert any(name.startswith("grader-") and name.endswith("grader/cli/__init__.py") for name in texts)  # the wheel was scanned
     public = _public_text()
     hits = []
     references = [p for p in (REPO_ROOT / "reference").rglob("*.py") if "__pycache__" not in p.parts]

@@ -10,8 +10,9 @@ import pytest
 import torch
 
 from grader import spec as specs
-from grader.judge import judge_call
-from grader.plan import make_inputs, storage_of
+from grader.judge.verdict import judge_call
+from grader.codec import storage_of
+from grader.judge.plan import make_inputs
 from grader.report import render
 from grader.results import AssignmentResult, RunResult, TestResult
 

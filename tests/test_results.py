@@ -5,7 +5,7 @@ from fractions import Fraction
 
 from grader import spec as specs
 from grader.results import AssignmentResult, RunResult, TestResult
-from grader.scoring import score_assignment, split_cents
+from grader.judge.scoring import score_assignment, split_cents
 
 
 def _result(outcomes, perf=None, name="vector_add"):

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from conftest import run_cli
-from grader.roster import RosterError, load_roster
+from grader.batch.roster import RosterError, load_roster
 
 
 def write(tmp_path, text: str, name: str = "roster.csv"):

@@ -5,9 +5,12 @@ import stat
 
 from safetensors.torch import load_file
 
-from grader import plan, runcache, spec as specs
-from grader.plan import derive_seed, make_inputs, write_inputs
-from grader.runcache import RunCache
+from grader import spec as specs
+from grader.judge import plan
+from grader.judge import runcache
+from grader.codec import write_inputs
+from grader.judge.plan import derive_seed, make_inputs
+from grader.judge.runcache import RunCache
 
 
 def test_a_cached_input_set_is_the_one_the_seed_makes_and_is_made_once(tmp_path, monkeypatch):

@@ -16,8 +16,9 @@ import pytest
 from safetensors.torch import load_file, save_file
 
 from conftest import FIXTURES, assert_nothing_left, run_cli
-from grader import sandbox, spec as specs
-from grader.sandbox import CappedOutput, Isolation, Limits, WorkerFailure, WorkerProcess
+from grader import spec as specs
+from grader.sandbox import process as sandbox
+from grader.sandbox.process import CappedOutput, Isolation, Limits, WorkerFailure, WorkerProcess
 
 ISOLATION = sandbox.detect("sandbox")
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
@@ -276,7 +277,7 @@ def test_chown_of_the_job_never_follows_a_planted_symlink(tmp_path):
 def test_a_run_cache_file_linked_into_a_job_stays_the_graders(tmp_path):
     """Input sets shared by the jobs of a run are hard-linked into each job folder; handing the
     job folder to a worker's uid must not hand over the shared file (the next student's inputs)."""
-    from grader.runcache import RunCache
+    from grader.judge.runcache import RunCache
 
     spec = specs.get("vector_add")
     cache = RunCache(tmp_path / "cache")
@@ -374,7 +375,7 @@ def test_docker_mode_speaks_through_fifos_and_is_killed_by_name(tmp_path, monkey
     inputs = tmp_path / "job" / "in.safetensors"
     import torch
 
-    from grader.plan import write_inputs
+    from grader.codec import write_inputs
 
     layout = write_inputs({"x": torch.ones(5), "y": torch.ones(5)}, inputs)
     outputs = tmp_path / "job" / "outputs"
@@ -410,7 +411,7 @@ def test_isolation_option_rejects_what_cannot_work(tmp_path, monkeypatch):
 @needs_user_switch
 def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path, monkeypatch):
     from grader import spec as specs
-    from grader.grade import Options, grade_submission
+    from grader.judge.grade import Options, grade_submission
     from grader.submission import open_submission
 
     assert sandbox.detect("sandbox").user_switch  # found before the range breaks

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from disguise import disguise
-from grader.similarity import DEFAULT_THRESHOLD, Pair, compare_class, side_by_side
+from grader.batch.similarity import DEFAULT_THRESHOLD, Pair, compare_class, side_by_side
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -101,7 +101,7 @@ def test_pair_json_round_trip():
 
 
 def test_tokenizing_on_several_cores_gives_the_same_fingerprints():
-    from grader.similarity import PARALLEL_FROM, boilerplate_of, fingerprint_all
+    from grader.batch.similarity import PARALLEL_FROM, boilerplate_of, fingerprint_all
 
     sources = [good(a) for a in ASSIGNMENTS] + [disguise(good(a)) for a in ASSIGNMENTS]
     files = {f"s{i:02d}": sources[i % len(sources)] + f"\n# student {i}\n" for i in range(PARALLEL_FROM)}
@@ -116,7 +116,7 @@ def test_tokenizing_on_several_cores_gives_the_same_fingerprints():
 def _class(tmp_path, modules: dict[str, str]):
     from types import SimpleNamespace
 
-    from grader.workspace import Lock, Pinned
+    from grader.batch.workspace import Lock, Pinned
 
     students = []
     for name, text in modules.items():
@@ -128,7 +128,7 @@ def _class(tmp_path, modules: dict[str, str]):
 
 
 def test_class_pages_are_written_and_reused_and_a_failure_costs_only_the_list(tmp_path, monkeypatch):
-    import grader.similarity as similarity
+    import grader.batch.similarity as similarity
 
     view, lock = _class(tmp_path, {"alice": good("softmax"), "bob": (FIXTURES / "softmax_renamed" / "kernels" / "softmax.py").read_text(),
                                    "carol": (FIXTURES / "softmax_independent" / "kernels" / "softmax.py").read_text()})
@@ -155,19 +155,19 @@ def test_a_module_outside_the_checkout_is_not_read(tmp_path):
     target = tmp_path / "repos" / "bob" / "kernels" / "softmax.py"
     target.unlink()
     target.symlink_to(secret)  # a student's symlink to a file of the grading machine
-    from grader.similarity import update_similarity
+    from grader.batch.similarity import update_similarity
 
     update_similarity(view, tmp_path / "out", lock)
     assert view.similarity_meta["per_assignment"]["softmax"]["files"] == 1 and view.similarity["softmax"] == []
 
 
 def test_comparing_on_several_cores_gives_the_same_shares():
-    from grader.similarity import _shares, boilerplate_of, fingerprint_all
+    from grader.batch.similarity import _shares, boilerplate_of, fingerprint_all
 
     sources = [good(a) for a in ASSIGNMENTS] + [disguise(good(a)) for a in ASSIGNMENTS]
     fps = fingerprint_all({f"s{i:02d}": text for i, text in enumerate(sources)}, boilerplate_of(None), jobs=1)
     pairs = [(a, b) for a in sorted(fps) for b in sorted(fps) if a < b]
-    from grader.similarity import PARALLEL_PAIRS
+    from grader.batch.similarity import PARALLEL_PAIRS
 
     many = pairs * (PARALLEL_PAIRS // len(pairs) + 1)  # enough to go to the pool
     assert _shares(fps, pairs, jobs=1) == _shares(fps, many, jobs=2)[:len(pairs)]

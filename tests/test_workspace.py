@@ -10,8 +10,8 @@ import pytest
 
 from classbuild import commit, git as run_git, make_repo, overlay
 from conftest import run_cli
-from grader.roster import RosterEntry
-from grader.workspace import ensure_checkout, fetch_roster, parse_deadline, read_lock, LockError
+from grader.batch.roster import RosterEntry
+from grader.batch.workspace import ensure_checkout, fetch_roster, parse_deadline, read_lock, LockError
 
 ON_TIME = "2025-03-01T10:00:00+00:00"
 LATE = "2025-03-02T10:00:00+00:00"

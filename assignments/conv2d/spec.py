@@ -6,7 +6,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.mismatch import Mismatch, contiguous_reading
+from grader.judge.mismatch import Mismatch, contiguous_reading
 from grader.spec import Assignment, Case, Performance
 
 

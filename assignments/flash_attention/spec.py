@@ -7,7 +7,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.mismatch import Mismatch
+from grader.judge.mismatch import Mismatch
 from grader.spec import Assignment, Case, Performance
 
 

@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from grader.mismatch import Mismatch, contiguous_reading
+from grader.judge.mismatch import Mismatch, contiguous_reading
 from grader.spec import Assignment, Case, Performance
 
 

@@ -21,7 +21,7 @@ import pytest
 
 from conftest import build_submission
 from grader import spec as specs
-from grader.grade import Options, grade_assignment
+from grader.judge.grade import Options, grade_assignment
 from grader.submission import open_submission
 
 pytestmark = pytest.mark.bench
@@ -58,8 +58,8 @@ def test_one_call_graded_in_process(benchmark, good):
 
 
 def test_one_call_as_a_pool_job(benchmark, good, tmp_path):
-    from grader.batch import Job, read_json, record_path
-    from grader.executors import LocalExecutor, Scheduler
+    from grader.batch.jobs import Job, read_json, record_path
+    from grader.batch.executors import LocalExecutor, Scheduler
 
     out = tmp_path / "out"
 
@@ -73,7 +73,7 @@ def test_one_call_as_a_pool_job(benchmark, good, tmp_path):
 
 
 def test_bare_worker_start(benchmark, tmp_path):
-    from grader.sandbox import WorkerProcess
+    from grader.sandbox.process import WorkerProcess
 
     def start():
         w = WorkerProcess(tmp_path, tmp_path / "scratch", interpret=True)
@@ -86,10 +86,10 @@ def test_bare_worker_start(benchmark, tmp_path):
 
 
 def test_class_view_of_200_students(benchmark, tmp_path):
-    from grader.batch import Job, new_record, store_record
-    from grader.classview import write_class_outputs
+    from grader.batch.jobs import Job, new_record, store_record
+    from grader.batch.classview import write_class_outputs
     from grader.results import AssignmentResult, TestResult
-    from grader.workspace import Lock, Pinned
+    from grader.batch.workspace import Lock, Pinned
 
     students = []
     for i in range(200):

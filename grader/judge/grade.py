@@ -16,16 +16,18 @@ from typing import Callable
 
 from safetensors.torch import load
 
-from grader import environment, perf, sandbox
-from grader.devicelock import gpu_phase, timing_lock
-from grader.feedback import headline
-from grader.integrity import scan_submission, summary as scan_summary
-from grader.judge import judge_call, judge_runs
-from grader.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
+from grader import environment
+from grader.judge import perf
+from grader.sandbox import process as sandbox
+from grader.judge.devicelock import gpu_phase, timing_lock
+from grader.judge.feedback import headline
+from grader.judge.integrity import scan_submission, summary as scan_summary
+from grader.judge.verdict import judge_call, judge_runs
+from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
 from grader.results import AssignmentResult, RunResult, Severity, TestResult, cents
-from grader.runcache import RunCache
-from grader.sandbox import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
-from grader.scoring import score_assignment, split_cents
+from grader.judge.runcache import RunCache
+from grader.sandbox.process import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
+from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
 from grader.submission import Submission
 
@@ -42,14 +44,14 @@ class Options:
     timeout: float | None = None  # per call, overriding the spec's
     import_timeout: float | None = None  # for the student's import, overriding the spec's
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES for the workers
-    perf_reps: int = 30  # timed calls per contender per round (rounds: see grader.perf)
+    perf_reps: int = 30  # timed calls per contender per round (rounds: see grader.judge.perf)
     perf_input_sets: int = 3
     perf_budget_s: float = 60.0  # per assignment, for extra rounds when the verdict is close
     reproducer: str = "grader check ."
     roofline: dict = field(default_factory=dict)  # measured once per run, shared by assignments
-    isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox)
+    isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox.process)
     hide: list[str] = field(default_factory=list)  # more folders a worker must not see (the output folder)
-    cache: RunCache | None = None  # shared by the grades of a batch (grader.runcache); None: each makes its own inputs
+    cache: RunCache | None = None  # shared by the grades of a batch (grader.judge.runcache); None: each makes its own inputs
     partial_points: bool = False  # with cases/dtypes: each case earns its share of the full run (grader check's replays)
 
     @property
@@ -222,7 +224,7 @@ BOUNDS_CHECK_MAX_ELEMENTS = 1 << 18
 def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], workdir: Path, timeout: float) -> TestResult:
     """On a GPU an out-of-bounds load or store often goes unseen: it reads a neighbour's
     memory and the values inside the tensor still come out right. So a GPU run replays the
-    small named cases, in float32, in Triton's CPU interpreter, where grader.memcheck checks
+    small named cases, in float32, in Triton's CPU interpreter, where grader.worker.memcheck checks
     every access against the bounds of the kernel's tensors."""
     name = "memory safety (every load and store bounds-checked in the CPU interpreter)"
     cpu = replace(opts, device="cpu", dtypes=["float32"], cases=None)

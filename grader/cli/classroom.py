@@ -1,5 +1,5 @@
 """The TA's commands, `grader fetch`, `grader grade`, `grader similarity` and `grader
-leaderboard`, registered on the `grader` CLI. All read course.toml (grader.course); its flags
+leaderboard`, registered on the `grader` CLI. All read course.toml (grader.batch.course); its flags
 override it.
 
 Exit codes of `fetch`: 0 every student fetched; 1 some could not be (each has its line, and
@@ -23,20 +23,16 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
-from grader.cli import STYLE, UsageError, console, err, resolve_device
-from grader.roster import RosterError, load_roster
+from grader.cli.common import STYLE, UsageError, console, err, fail as _fail, resolve_device
+from grader.batch.roster import RosterError, load_roster
 
 DEFAULT_JOBS_PER_GPU = 2
 
 
-def _fail(exc: Exception) -> None:
-    err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
-    raise typer.Exit(2)
-
 
 def load_course_or_fail(path: Optional[Path]):
     """course.toml (--course, or the course root's), or an empty course; exit 2 if it is bad."""
-    from grader.course import CourseError, find_course
+    from grader.batch.course import CourseError, find_course
 
     try:
         return find_course(path)
@@ -49,8 +45,8 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
     """Roster -> WORKDIR/repos + WORKDIR/lock.json, one line per student. The deadline is
     --deadline, else course.toml's for the assignments fetched; its extensions and late policy
     decide each student's deadline and the last commit still graded."""
-    from grader.course import Course, class_deadline
-    from grader.workspace import fetch_roster, parse_deadline
+    from grader.batch.course import Course, class_deadline
+    from grader.batch.workspace import fetch_roster, parse_deadline
 
     course = course or Course()
     try:
@@ -167,8 +163,8 @@ def grade(
                                                          "least this similar on the dashboard (default: course.toml's, else 0.6)."),
 ) -> None:
     """Grade a whole class: per-student reports, a dashboard, gradebooks; resumable."""
-    from grader.batch import BatchOptions, plan_batch, run_batch
-    from grader.workspace import LockError, read_lock
+    from grader.batch.jobs import BatchOptions, plan_batch, run_batch
+    from grader.batch.workspace import LockError, read_lock
 
     course = load_course_or_fail(course_file)
     try:
@@ -187,7 +183,7 @@ def grade(
             if d not in specs.DTYPES:
                 raise UsageError(f"unknown dtype {d!r} (known: {', '.join(specs.DTYPES)})")
         if case:
-            from grader.plan import cases_for
+            from grader.judge.plan import cases_for
 
             missing_cases = [n for n in names if not {c.name for c in cases_for(specs.get(n), seed or 0)} & set(case)]
             if missing_cases:
@@ -310,8 +306,8 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
 
 def _class_lock(class_dir: Path):
     """The lock a graded class folder was graded from (its batch.json names it)."""
-    from grader.batch import MANIFEST, read_json
-    from grader.workspace import LockError, read_lock
+    from grader.batch.jobs import MANIFEST, read_json
+    from grader.batch.workspace import LockError, read_lock
 
     manifest = read_json(class_dir / MANIFEST)
     if not manifest or not manifest.get("lock"):
@@ -328,7 +324,7 @@ def similarity(
     course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Compare every pair of students' modules per assignment; rebuild the dashboard's list of similar pairs."""
-    from grader.classview import write_class_outputs
+    from grader.batch.classview import write_class_outputs
 
     course = load_course_or_fail(course_file)
     if threshold is not None and not 0 < threshold <= 1:
@@ -349,7 +345,7 @@ def leaderboard(
     course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Write a speed leaderboard of the graded class, as a page a TA can publish."""
-    from grader.leaderboard import PSEUDONYMS, LeaderboardError, write_leaderboard
+    from grader.batch.leaderboard import PSEUDONYMS, LeaderboardError, write_leaderboard
 
     course = load_course_or_fail(course_file)
     try:

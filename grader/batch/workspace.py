@@ -27,7 +27,7 @@ from typing import Callable
 import git
 
 from grader.results import write_json_atomic
-from grader.roster import RosterEntry
+from grader.batch.roster import RosterEntry
 
 LOCK_NAME = "lock.json"
 DATE_WARNING = ("Commit dates are set by the student's own machine and can be forged; the pinned commit is what is graded "
@@ -65,7 +65,7 @@ class Pinned:
 
     @property
     def folder(self) -> str:
-        from grader.roster import safe_name
+        from grader.batch.roster import safe_name
 
         return safe_name(self.student)
 

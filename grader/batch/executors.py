@@ -1,6 +1,6 @@
 """Executors: how the jobs of a batch run, with the queue they share.
 
-- `LocalExecutor`: `--jobs N` job processes at once on this machine (`python -m grader.batch`,
+- `LocalExecutor`: `--jobs N` job processes at once on this machine (`python -m grader.batch.jobs`,
   each starting its own sandboxed worker); slot i owns GPU i mod G. A job process that dies or
   runs over its time limit is an infra_error of that job alone; one that outlives the grader
   is sent SIGTERM by the kernel (PR_SET_PDEATHSIG), closes its workers and writes nothing.
@@ -30,7 +30,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from grader.batch import Job, _now, execute, failed_path, log_path, new_record, read_json, record_path, store_record
+from grader.batch.jobs import Job, _now, execute, failed_path, log_path, new_record, read_json, record_path, store_record
 
 
 # -- scheduling ---------------------------------------------------------------------------------------
@@ -86,7 +86,7 @@ class Scheduler:
 def default_job_timeout(job: Job) -> float:
     """Generous: every call may use its whole timeout, the worker may restart, timing may run."""
     from grader import spec as specs
-    from grader.plan import plan_calls
+    from grader.judge.plan import plan_calls
 
     spec = specs.get(job.assignment)
     calls = plan_calls(spec, job.seed, job.device == "cpu", job.cases, job.dtypes)
@@ -118,11 +118,11 @@ class LocalExecutor:
 
     def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] = default_job_timeout,
                  runner: list[str] | None = None) -> None:
-        from grader.sandbox import PACKAGE_PARENT
+        from grader.sandbox.process import PACKAGE_PARENT
 
         self.slots = slots
         self.job_timeout = job_timeout
-        self.runner = runner or [sys.executable, "-m", "grader.batch"]
+        self.runner = runner or [sys.executable, "-m", "grader.batch.jobs"]
         self.pythonpath = PACKAGE_PARENT
         self.running: dict[str, subprocess.Popen] = {}
         self.lock = threading.Lock()
@@ -295,7 +295,7 @@ class RayExecutor:
 
     def run(self, sched: Scheduler) -> None:
         ray = self._ray()
-        from grader.sandbox import PACKAGE_PARENT
+        from grader.sandbox.process import PACKAGE_PARENT
 
         if not ray.is_initialized():
             # the driver's grader and course folder for local workers; a cluster's nodes have their own install

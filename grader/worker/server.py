@@ -1,6 +1,6 @@
 """The worker: the only place student code is imported and run. UNTRUSTED once `load` ran.
 
-Started by `grader.sandbox` as a fresh interpreter (`main(["RX", "TX"])`, inside the
+Started by `grader.sandbox.process` as a fresh interpreter (`main(["RX", "TX"])`, inside the
 sandbox), it answers one JSON request per line on a private pipe: load modules, run one
 call, time calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
 Every verdict is made by the judge in the grading process, never here.
@@ -68,7 +68,7 @@ def _setup_triton(interpret: bool) -> None:
         triton.autotune = autotuner.autotune = first_config_only
 
         _index_one_element_arrays()
-        from grader import memcheck
+        from grader.worker import memcheck
 
         memcheck.install()
 
@@ -122,7 +122,7 @@ class Worker:
         """Call one contender on one input file; save its result and the inputs as they are after."""
         from safetensors.torch import load_file, save_file
 
-        from grader.plan import rebuild, storage_of
+        from grader.codec import rebuild, storage_of
 
         torch = self.torch
         args = rebuild(load_file(req["inputs"]), req["layout"], req["device"])
@@ -161,9 +161,9 @@ class Worker:
         return meta
 
     def time(self, req: dict) -> dict:
-        """Time a contender on the GPU with grader.timing (see there for the method); keep the
+        """Time a contender on the GPU with grader.worker.timing (see there for the method); keep the
         output of the last timed call on each input set for the judge to sample."""
-        from grader import timing
+        from grader.worker import timing
 
         arg_sets = [list(self._load_cuda(p, req["layout"], keep=True).values()) for p in req["inputs"]]
         fn = self.functions[req["contender"]]
@@ -234,7 +234,7 @@ class Worker:
         fresh copy of the storages each time, so a kernel that wrote its input is not helped)."""
         from safetensors.torch import load_file
 
-        from grader.plan import rebuild
+        from grader.codec import rebuild
 
         if not keep:
             return rebuild(load_file(path), layout, "cuda")
@@ -247,7 +247,7 @@ class Worker:
         return {"ok": True}
 
     def roofline(self, req: dict) -> dict:
-        from grader import timing
+        from grader.worker import timing
 
         return {"ok": True, **timing.roofline()}
 
@@ -258,7 +258,7 @@ THREAD_GRACE_S = 2.0
 def _join_new_threads(before: set, grace: float = THREAD_GRACE_S) -> None:
     """Wait (a little) for threads the call started: a result a background thread is still
     computing is judged once that thread is done, so a race does not decide the verdict; the
-    timing's settle calls show the function returned early (grader.timing)."""
+    timing's settle calls show the function returned early (grader.worker.timing)."""
     deadline = time.monotonic() + grace
     for thread in set(threading.enumerate()) - before:
         thread.join(max(0.0, deadline - time.monotonic()))
@@ -341,13 +341,13 @@ def _student_traceback(exc: BaseException, roots: list[str]) -> str:
 
 
 def serve(rx: int, tx: int) -> None:
-    from grader import memcheck
+    from grader.worker import memcheck
 
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     worker = Worker()
     _setup_triton(interpret)
     if not interpret:
-        from grader import timing
+        from grader.worker import timing
 
         timing.tampered()  # imported now, so it binds the timing functions before any student module can patch them
     with os.fdopen(rx, "r") as requests, os.fdopen(tx, "w") as replies:

@@ -1,4 +1,4 @@
-"""Command line: `grader check` for students and CI, `grader list` for everyone.
+"""`grader check` for students and CI, `grader list` for everyone.
 
 Exit codes: 0 every check that ran passed; 1 some check failed; 2 usage or infrastructure
 error, with a one-line message.
@@ -13,40 +13,18 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.console import Console
 from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from grader import spec as specs
-from grader.feedback import group_failures, points_line, run_total
+from grader.judge.feedback import group_failures, points_line, run_total
 from grader.results import RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # a message is one line, even piped: a path is never cut
-
-STYLE = {"passed": "green", "failed": "red", "error": "red", "timeout": "magenta", "crashed": "magenta",
-         "skipped": "dim", "flagged": "bold yellow", "infra_error": "bold blue"}
-
+from grader.cli.common import STYLE, UsageError, console, err, resolve_device
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
-
-
-class UsageError(Exception):
-    pass
-
-
-def resolve_device(device: str) -> str:
-    import torch
-
-    if device not in ("auto", "cuda", "cpu"):
-        raise UsageError(f"--device must be auto, cuda or cpu, not {device!r}")
-    has_gpu = torch.cuda.is_available()
-    if device == "cuda" and not has_gpu:
-        raise UsageError("--device cuda: no CUDA GPU is visible here (use --device cpu for the interpreter)")
-    return ("cuda" if has_gpu else "cpu") if device == "auto" else device
 
 
 def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
@@ -84,7 +62,6 @@ def toml_problems(sub, catalogue: dict) -> list[str]:
     return problems
 
 
-@app.command()
 def check(
     repo: Path = typer.Argument(Path("."), help="The submission's folder (your repo)."),
     assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (repeatable)."),
@@ -101,9 +78,9 @@ def check(
                                      "result output (default when GITHUB_ACTIONS=true); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
-    from grader import sandbox
-    from grader.grade import Options, count_steps, grade_submission
-    from grader.plan import plan_calls
+    from grader.sandbox import process as sandbox
+    from grader.judge.grade import Options, count_steps, grade_submission
+    from grader.judge.plan import plan_calls
 
     json_file = json_file or OUTPUT_DIR / "results.json"
     html_dir = html_dir or OUTPUT_DIR
@@ -125,7 +102,7 @@ def check(
         contained = sandbox.detect(isolation)
     except (UsageError, SubmissionError, sandbox.SandboxError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
-        from grader import ci as github
+        from grader.kit import github
 
         if github.enabled(ci if ci in ("github", "none") else None):
             github.report_error(str(exc))
@@ -149,7 +126,7 @@ def check(
     print_summary(run)
     kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if html_dir.resolve() == OUTPUT_DIR.resolve() else ""
     console.print(f"\nresults: {json_file}   report: {html}{kept}")
-    from grader import ci as github
+    from grader.kit import github
 
     if github.enabled(ci):
         github.report_github(run, sub.root, resolved, echo=lambda line: print(line, flush=True))
@@ -232,7 +209,6 @@ def _last_lines(text: str, n: int) -> str:
     return "\n".join("  " + line for line in text.strip().splitlines()[-n:])
 
 
-@app.command("list")
 def list_assignments(
     as_json: bool = typer.Option(False, "--json", help="Print the assignments as JSON (for scripts)."),
 ) -> None:
@@ -269,14 +245,6 @@ def assignment_info(s: specs.Assignment) -> dict:
             "cases_words": f"{len(s.public_cases)} named{hidden} + random, {', '.join(s.dtypes)}"}
 
 
-from grader.ta import register as _register_ta_commands  # noqa: E402  (fetch, grade: they use the helpers above)
-
-_register_ta_commands(app)
-
-from grader.lifecycle import register as _register_lifecycle_commands  # noqa: E402  (release, gradescope)
-
-_register_lifecycle_commands(app)
-
-
-def main() -> None:
-    app()
+def register(app: typer.Typer) -> None:
+    app.command()(check)
+    app.command("list")(list_assignments)

@@ -2,7 +2,7 @@
 
 Three ways to contain a worker (`--isolation`), strongest first where it is available:
 
-- `sandbox` (default, no Docker): `grader.sandbox_init` runs first in fresh network, PID and
+- `sandbox` (default, no Docker): `grader.sandbox.init` runs first in fresh network, PID and
   mount namespaces (`unshare`; a user namespace too when not root). It gives the worker a view
   of the file system in which the private folders (reference/, the grader's home, the temp
   dirs, the output folder and the submissions) are blank, everything is read-only but its
@@ -42,7 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grader
-from grader.sandbox_init import apply_limits, children_of
+from grader.sandbox.init import apply_limits, children_of
 
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
 MAX_REPLY_BYTES = 16 << 20
@@ -55,7 +55,7 @@ DOCKER_IMAGE = os.environ.get("GRADER_DOCKER_IMAGE", "grader")
 DOCKER_USER = "10001:10001" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
 # The worker's entry point: -I keeps the current folder (where a student could plant a
 # torch.py or a grader/ package) and PYTHON* variables out of sys.path; the grader is put back.
-BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.worker import main; main(sys.argv[1:])"
+BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.worker.server import main; main(sys.argv[1:])"
 
 
 class SandboxError(Exception):
@@ -232,7 +232,7 @@ def detect(mode: str = "sandbox") -> Isolation:
     return Isolation(candidate.mode, candidate.namespaces, candidate.user_namespace, candidate.user_switch, tuple(warnings))
 
 
-PROBE = ("import os, grader.worker, numpy, safetensors, torch, triton\n"
+PROBE = ("import os, grader.worker.server, numpy, safetensors, torch, triton\n"
          "if os.environ.get('CUDA_VISIBLE_DEVICES') != '':\n"  # a GPU worker must reach the GPU from inside
          "    torch.zeros(1, device='cuda')\n")
 
@@ -350,7 +350,7 @@ def _chown_tree(folder: Path, uid: int, gid: int) -> None:
     """Give the worker's uid its job folder. Never follows a link: a submission may hold a
     symlink to /etc/shadow, and chown through it would hand that file over. Never hands over a
     file with a second hard link either: it is shared beyond the job (the run's input sets,
-    grader.runcache), and its owner is who may write it."""
+    grader.judge.runcache), and its owner is who may write it."""
     os.chown(folder, uid, gid, follow_symlinks=False)
     for parent, dirs, files in os.walk(folder):
         for name in dirs + files:
@@ -459,7 +459,7 @@ class WorkerProcess:
             }
             # the configuration goes in on stdin, not argv: the worker can read its init's /proc/1/cmdline
             init = [sys.executable, "-I", "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); "
-                    "from grader.sandbox_init import main; sys.exit(main(json.load(sys.stdin)))", PACKAGE_PARENT]
+                    "from grader.sandbox.init import main; sys.exit(main(json.load(sys.stdin)))", PACKAGE_PARENT]
             if iso.namespaces:
                 init = ["unshare", *(["--user", "--map-root-user"] if iso.user_namespace else []),
                         "--net", "--pid", "--fork", "--kill-child", "--mount-proc", *init]

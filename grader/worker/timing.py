@@ -10,7 +10,7 @@ The events see only the stream they are recorded on. So the whole loop also runs
 profiler's GPU activity records (CUPTI), which list every kernel, copy and set of the process
 with its start and end on the GPU, whatever stream or host thread launched it. The records come
 back with the host's marks of each call (`marks`), and the grading process works out from them
-how long each call kept the GPU busy (grader.activity): work hidden on another stream or thread
+how long each call kept the GPU busy (grader.judge.activity): work hidden on another stream or thread
 is counted where it ran, and the time between launches (the host's) is not. After the timed loop a few untimed "settle" calls run without the
 sleep, each followed at once by a marker kernel on the caller's stream: work of the call still
 running after that marker means the function returned before its result was computed. Those
@@ -71,7 +71,7 @@ def _flush_buffer() -> torch.Tensor:
 
 def _flush_window(flush: torch.Tensor) -> tuple[int, int]:
     """Flush L2 with the GPU idle before and after: the host's marks around it bound a window that
-    holds our flush alone (grader.activity)."""
+    holds our flush alone (grader.judge.activity)."""
     _synchronize()
     before = _now_ns()
     flush.zero_()

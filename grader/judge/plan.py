@@ -1,9 +1,7 @@
 """Plan: which calls to make (cases x dtypes), and their inputs, made on the trusted side.
 
-Inputs come from the run's seed, are written as safetensors files the worker can load
-without unpickling anything, and keep their layout: a strided view travels as the whole
-storage it views plus (size, stride, offset), so the student sees the same non-contiguous
-tensor the spec made.
+Inputs come from the run's seed and are written with the shared codec (grader.codec), which
+the worker reads back: safetensors files, layouts kept.
 """
 
 from __future__ import annotations
@@ -15,8 +13,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
+from grader.codec import rebuild, write_inputs
 from grader.spec import DTYPES, Assignment, Case, course_secret
 
 
@@ -87,38 +86,6 @@ def plan_calls(
 def make_inputs(spec: Assignment, case: Case, dtype: str, seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(derive_seed(seed, spec.name, case.name, dtype))
     return spec.make_inputs(case.params, DTYPES[dtype], gen)
-
-
-def storage_of(t: torch.Tensor) -> torch.Tensor:
-    """The whole storage behind `t` as a flat tensor of t's dtype, on the CPU: what a view
-    can read or write, so a write outside the view's elements is seen too."""
-    flat = torch.empty(0, dtype=t.dtype, device=t.device)
-    flat.set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),), (1,))
-    return flat.detach().to("cpu").clone()
-
-
-def write_inputs(inputs: dict, path: Path) -> dict:
-    """Save inputs (views kept as storage + strides); returns the layout the worker rebuilds
-    from. Plain arguments (causal=True, eps=1e-5, a seed) travel in the layout as JSON values."""
-    tensors, layout = {}, {}
-    for name, t in inputs.items():
-        if isinstance(t, torch.Tensor):
-            tensors[name] = storage_of(t)
-            layout[name] = {"size": list(t.shape), "stride": list(t.stride()), "offset": t.storage_offset()}
-        elif t is None or isinstance(t, (bool, int, float, str)):
-            layout[name] = {"value": t}
-        else:
-            raise TypeError(f"input {name!r}: a spec's inputs are tensors or plain values, not {type(t).__name__}")
-    save_file(tensors, str(path))
-    return layout
-
-
-def rebuild(storages: dict[str, torch.Tensor], layout: dict, device: str = "cpu") -> dict:
-    """Inverse of write_inputs: the same views over the same storages, in argument order."""
-    return {
-        name: spec["value"] if "value" in spec else storages[name].to(device).as_strided(spec["size"], spec["stride"], spec["offset"])
-        for name, spec in layout.items()
-    }
 
 
 def materialize(spec: Assignment, calls: list[PlannedCall], folder: Path) -> None:

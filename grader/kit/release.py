@@ -1,7 +1,7 @@
 """`grader release`: the student kit, the template repository a course hands out.
 
 It holds the starters at the module paths the specs expect, the handouts, the public specs,
-a student README, a .gitignore for the grader's outputs, the CI workflow (grader.ci), the
+a student README, a .gitignore for the grader's outputs, the CI workflow (grader.kit.github), the
 grader itself (a wheel built from this install, or a requirement the TA names) and
 grader-kit.toml, which marks the folder as a kit and says how many hidden cases each
 assignment has. Never the reference solutions, the hidden cases (assignments/<name>/hidden.py)
@@ -28,7 +28,7 @@ from grader import __version__
 from grader import spec as specs
 
 PYTHON = "3.11"
-PACKAGE_HOME = Path(__file__).resolve().parent.parent  # where pyproject.toml is, in a source checkout
+PACKAGE_HOME = Path(__file__).resolve().parents[2]  # where pyproject.toml is, in a source checkout
 PRIVATE_NAMES = {"hidden.py", "starter", "__pycache__", "solution", "solutions"}
 STARTER_PATH = re.compile(r"`(?:\.\./[\w-]+/)?starter/([^`]+)`")  # a handout's `starter/kernels/x.py`
 WHEEL_DIR = "grader-dist"  # the kit's copy of the grader, installed by requirements-grader.txt

@@ -12,10 +12,10 @@ from dataclasses import dataclass, field
 
 import torch
 
-from grader.feedback import nonfinite_words
-from grader.mismatch import Mismatch, contiguous_reading
-from grader.picture import wrong_map
-from grader.plan import storage_of
+from grader.judge.feedback import nonfinite_words
+from grader.judge.mismatch import Mismatch, contiguous_reading
+from grader.judge.picture import wrong_map
+from grader.codec import storage_of
 from grader.spec import DTYPES, Assignment, Case
 
 

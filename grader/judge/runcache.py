@@ -31,8 +31,9 @@ from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
 
-from grader.plan import derive_seed, make_inputs, write_inputs
-from grader.sandbox import place
+from grader.codec import write_inputs
+from grader.judge.plan import derive_seed, make_inputs
+from grader.sandbox.process import place
 from grader.spec import Assignment, Case
 
 

@@ -1,10 +1,10 @@
 """Batch grading: a class x assignments as jobs, with nothing lost.
 
 A job is one student and one assignment (`grade.grade_assignment`), run by an executor
-(`grader.executors`: a pool of job processes, `python -m grader.batch`, or Ray). This module
+(`grader.batch.executors`: a pool of job processes, `python -m grader.batch.jobs`, or Ray). This module
 says what a job is, keys and stores its record, plans a batch and runs it. With several GPUs,
 each pool slot owns one (CUDA_VISIBLE_DEVICES); timing phases hold their GPU alone
-(`grader.devicelock`).
+(`grader.judge.devicelock`).
 
 Nothing is lost:
 - each job process writes its record atomically the moment the job ends
@@ -66,7 +66,7 @@ class Job:
     notes: list[str] = field(default_factory=list)
     attempt: str = ""
     tries: int = 0
-    cache: str | None = None  # the run's grader.runcache folder (this host); None: the job makes its own inputs
+    cache: str | None = None  # the run's grader.judge.runcache folder (this host); None: the job makes its own inputs
 
     @property
     def label(self) -> str:
@@ -164,8 +164,8 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
     Student failures are outcomes inside the result; only our own failures are infra_error."""
     from grader import environment, spec as specs
-    from grader.grade import Options, grade_assignment
-    from grader.runcache import RunCache
+    from grader.judge.grade import Options, grade_assignment
+    from grader.judge.runcache import RunCache
     from grader.submission import open_submission
 
     started = time.time()
@@ -266,7 +266,7 @@ def rewrite_student(out: Path, folder: str) -> None:
 
 def write_student(out: Path, folder: str) -> None:
     from grader import spec as specs
-    from grader.course import late_notes
+    from grader.batch.course import late_notes
     from grader.report import render
     from grader.results import write_text_atomic
 
@@ -305,7 +305,7 @@ class BatchOptions:
     address: str | None = None
     per_gpu: int = 2
     job_timeout: float | None = None
-    course: object = None  # grader.course.Course: points, late policy (the class view applies them)
+    course: object = None  # grader.batch.course.Course: points, late policy (the class view applies them)
     similarity_threshold: float | None = None
 
 
@@ -322,7 +322,7 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
     import secrets
 
     from grader import spec as specs
-    from grader.workspace import ensure_checkout
+    from grader.batch.workspace import ensure_checkout
 
     out = Path(opts.out).resolve()
     manifest = read_json(out / MANIFEST) or {}
@@ -352,7 +352,7 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
 
 
 def make_executor(opts: BatchOptions, slots: list[str | None]):
-    from grader.executors import LocalExecutor, RayExecutor, default_job_timeout
+    from grader.batch.executors import LocalExecutor, RayExecutor, default_job_timeout
 
     timeout = (lambda job: opts.job_timeout) if opts.job_timeout else default_job_timeout
     if opts.executor == "ray":
@@ -365,9 +365,9 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
     """Run the plan, then write the class view. Ctrl-C (KeyboardInterrupt) stops the jobs in
     flight, keeps every finished one and still writes the class view; returns this run's entry
     of the manifest."""
-    from grader.classview import write_class_outputs
-    from grader.executors import Scheduler
-    from grader.runcache import RunCache
+    from grader.batch.classview import write_class_outputs
+    from grader.batch.executors import Scheduler
+    from grader.judge.runcache import RunCache
 
     out = Path(opts.out).resolve()
     manifest = read_json(out / MANIFEST) or {}
@@ -410,7 +410,7 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
 # -- the job process -------------------------------------------------------------------------------
 
 def _job_process_main(argv: list[str]) -> int:
-    """`python -m grader.batch --job LABEL --out OUT`, the job on stdin as JSON."""
+    """`python -m grader.batch.jobs --job LABEL --out OUT`, the job on stdin as JSON."""
 
     def terminate(signum, frame):  # the pool stops us, or the grader died: close the workers, write nothing
         raise SystemExit(128 + signum)

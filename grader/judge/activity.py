@@ -1,5 +1,5 @@
 """Reading a timed loop's GPU activity records (TRUSTED side; the worker collects them in
-grader.timing): how long each call kept the GPU busy on any stream, whether a call returned
+grader.worker.timing): how long each call kept the GPU busy on any stream, whether a call returned
 before its work was done, and whether work ran while no call was running.
 
 The host marks each call: `before` (the GPU idle, all earlier work done), `after` (our L2 flush
@@ -47,7 +47,7 @@ class Reading:
 
 def read(records: list[list], marks: list[list[int]], settle_marks: list[list[int]]) -> Reading:
     """`records`: [name, stream, start_ns, end_ns]; `marks` and `settle_marks`: per call, the
-    host's [before, after, returned] in the records' clock (grader.timing.time_function)."""
+    host's [before, after, returned] in the records' clock (grader.worker.timing.time_function)."""
     activities = sorted((Activity(str(n), int(s), int(a), int(b)) for n, s, a, b in records), key=lambda x: x.start)
     calls = [(m, False) for m in marks] + [(m, True) for m in settle_marks]
     reading = Reading()

@@ -21,7 +21,7 @@ import zipfile
 from pathlib import Path
 
 from grader import spec as specs
-from grader.release import ReleaseError, build_wheel
+from grader.kit.release import ReleaseError, build_wheel
 
 CPU_TORCH = "https://download.pytorch.org/whl/cpu"
 CUDA_TORCH = "https://download.pytorch.org/whl/cu128"
@@ -51,7 +51,7 @@ export GRADER_COURSE="$ROOT/source/course"
 mkdir -p "$ROOT/results"
 cd "$ROOT/results"
 # files uploaded without their folders (kernels/x.py dragged in as x.py): found by name, named in grader.toml
-"$PY" -m grader.gradescope "$ROOT/submission" {names}
+"$PY" -m grader.kit.gradescope "$ROOT/submission" {names}
 "$PY" -m grader check "$ROOT/submission" {assignments} --device {device} --ci none \\
     --json "$ROOT/results/results.json" --html "$ROOT/results/report" 2>"$ROOT/results/grader-stderr.txt"
 status=$?
@@ -149,7 +149,7 @@ def locate_modules(submission: Path, names: list[str]) -> list[str]:
     return done
 
 
-if __name__ == "__main__":  # run_autograder: python -m grader.gradescope SUBMISSION NAME...
+if __name__ == "__main__":  # run_autograder: python -m grader.kit.gradescope SUBMISSION NAME...
     import sys
 
     if len(sys.argv) >= 2 and Path(sys.argv[1]).is_dir():

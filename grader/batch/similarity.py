@@ -275,6 +275,6 @@ def _read(path: Path) -> dict | None:
 
 
 def _safe(name: str) -> str:
-    from grader.roster import safe_name
+    from grader.batch.roster import safe_name
 
     return safe_name(name)

@@ -399,7 +399,7 @@ def apply_late(view, out: Path) -> None:
     deadline (the lock's, which pinning used; else course.toml's), and its penalty: computed on
     each assignment's earned points, summed into the row's `penalty` (applied to the total by
     the gradebooks). Each student's report gets the explanation (rewritten only if it changed)."""
-    from grader.batch import rewrite_student, student_dir
+    from grader.batch.jobs import rewrite_student, student_dir
 
     course = view.course or Course()
     unpinned = False  # a deadline from course.toml that the fetch did not pin by

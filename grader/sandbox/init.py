@@ -1,5 +1,5 @@
 """The sandbox's init: the first process inside a worker's sandbox, started by
-`grader.sandbox` (under `unshare` where it works) with its configuration as JSON on stdin.
+`grader.sandbox.process` (under `unshare` where it works) with its configuration as JSON on stdin.
 
 It is our code, started before any student code, and it does what must happen from inside:
 1. builds the worker's view of the file system (in its own mount namespace): folders that
@@ -7,7 +7,7 @@ It is our code, started before any student code, and it does what must happen fr
    submissions) are covered by empty tmpfs mounts; what the worker needs (the Python install,
    the grader package, its job folder) is bound back; everything else is made read-only;
 2. forks the worker, which drops to an unprivileged uid/gid (when started as root), sets its
-   resource limits and no_new_privs, and execs the worker (`grader.worker`);
+   resource limits and no_new_privs, and execs the worker (`grader.worker.server`);
 3. reaps, and when the worker ends (or on SIGTERM from the grader) kills every process the
    worker left behind: as PID 1 of a PID namespace by `kill(-1)`, elsewhere as a child
    subreaper by killing its descendants until none is left;

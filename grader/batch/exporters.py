@@ -17,7 +17,7 @@
 A score cell is empty where there is no grade (unfetched, not graded yet, infra error):
 an empty cell is not a zero, and the note says why.
 
-Late penalties (course.toml's late policy, grader.course) are applied at the student's total:
+Late penalties (course.toml's late policy, grader.batch.course) are applied at the student's total:
 grades.csv keeps the raw scores and adds hours_late, late_penalty and final; gradescope.csv adds
 a Late Penalty column (where course.toml sets a late policy) and its Total Score is the final one; classroom.csv, one row per
 assignment, awards the points after that assignment's penalty and shows both.
@@ -44,7 +44,7 @@ def _csv(rows: list[list]) -> str:
 
 def _penalty(view, r, a: str) -> float:
     """The late points deducted from one assignment's score."""
-    from grader.course import exact
+    from grader.batch.course import exact
 
     late, score = view.late.get((r.student, a)), r.cells[a].score
     return 0.0 if late is None or score is None else round(float(late.penalty(exact(score))), 4)

@@ -5,7 +5,7 @@ Rounds go student, reference, torch, student, ... on the same rotated input sets
 contender in its own worker (the reference never shares a process with student code).
 Rounds continue until the ratio's interval is tight and does not straddle a scoring
 threshold, or the time budget runs out. A call's time is the GPU time of its own work, read
-from the GPU's activity records on every stream (grader.activity), so work moved to a side
+from the GPU's activity records on every stream (grader.judge.activity), so work moved to a side
 stream or a thread is timed where it ran, and a slow Python wrapper costs no GPU time. A timing earns points only if it is honest,
 and each finding says how sure it is (grader.results.Severity):
 - conclusive: the timing functions were patched; a vendor op did the work at this size; the
@@ -33,12 +33,12 @@ from typing import Callable, ContextManager
 import torch
 from safetensors.torch import load, save_file
 
-from grader import activity
-from grader.devicelock import device_id
-from grader.plan import derive_seed
+from grader.judge import activity
+from grader.judge.devicelock import device_id
+from grader.judge.plan import derive_seed
 from grader.results import AssignmentResult, Severity, TestResult
-from grader.runcache import write_perf_set
-from grader.sandbox import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
+from grader.judge.runcache import write_perf_set
+from grader.sandbox.process import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.spec import DTYPES, Assignment
 
 SAMPLE_SIZE = 1 << 16
@@ -129,7 +129,7 @@ def floor_ms(nbytes: int, flops: int | None, copy_gbps: float, gemm_tflops: floa
 def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: Path, timeout: float,
             exclusive: Callable[[], ContextManager] = nullcontext) -> TestResult:
     """`student` is grade.StudentWorker with the student's module loaded; `exclusive()` holds
-    the GPU alone (grader.devicelock), taken only once the input sets are written and the
+    the GPU alone (grader.judge.devicelock), taken only once the input sets are written and the
     reference is loaded: for the roofline, the timed loops and the checks of their outputs."""
     perf = spec.performance
     assert perf is not None

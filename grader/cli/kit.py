@@ -13,7 +13,7 @@ import typer
 from rich.markup import escape
 
 from grader import spec as specs
-from grader.cli import console, err
+from grader.cli.common import console, err
 
 
 def _fail(message: str) -> None:
@@ -32,7 +32,7 @@ def release(
     force: bool = typer.Option(False, help="Replace --out if it is not empty."),
 ) -> None:
     """Build the student kit: starters, handouts, public specs, README, CI workflow; no reference, hidden case or secret."""
-    from grader.release import ReleaseError, build_kit, ensure_secret
+    from grader.kit.release import ReleaseError, build_kit, ensure_secret
 
     try:
         made = ensure_secret()
@@ -60,8 +60,8 @@ def gradescope(
     torch_index: Optional[str] = typer.Option(None, help="The pip index torch comes from (overrides --cuda's choice)."),
 ) -> None:
     """Build a Gradescope autograder zip: setup.sh, run_autograder, the grader and the course (reference included)."""
-    from grader.gradescope import build_autograder
-    from grader.release import ReleaseError
+    from grader.kit.gradescope import build_autograder
+    from grader.kit.release import ReleaseError
 
     try:
         members = build_autograder(out, assignment or None, cuda=cuda, torch_index=torch_index)

@@ -15,7 +15,7 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from grader.batch import assignment_from_dict, failed_path, read_json, read_records, student_dir
+from grader.batch.jobs import assignment_from_dict, failed_path, read_json, read_records, student_dir
 from grader.results import BAD_OUTCOMES, cents, write_json_atomic, write_text_atomic
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
@@ -64,7 +64,7 @@ class Row:
     cells: dict[str, Cell] = field(default_factory=dict)
     report: str = ""
     deadline: str | None = None  # this student's (an extension moves it)
-    penalty: float = 0.0  # late points deducted from the total (grader.course)
+    penalty: float = 0.0  # late points deducted from the total (grader.batch.course)
     hours_late: float | None = None
 
     @property
@@ -114,11 +114,11 @@ class ClassView:
     checks: list[CheckRate]
     flags: list[dict]
     environment: dict
-    course: object = None  # grader.course.Course
-    late: dict = field(default_factory=dict)  # (student, assignment) -> grader.course.Late
-    similarity: dict = field(default_factory=dict)  # assignment -> grader.similarity.Pair list above the threshold
+    course: object = None  # grader.batch.course.Course
+    late: dict = field(default_factory=dict)  # (student, assignment) -> grader.batch.course.Late
+    similarity: dict = field(default_factory=dict)  # assignment -> grader.batch.similarity.Pair list above the threshold
     similarity_meta: dict = field(default_factory=dict)
-    speed: dict = field(default_factory=dict)  # assignment -> grader.leaderboard.SpeedRow list
+    speed: dict = field(default_factory=dict)  # assignment -> grader.batch.leaderboard.SpeedRow list
 
     def graded(self, assignment: str) -> list[Cell]:
         return [r.cells[assignment] for r in self.rows if assignment in r.cells and r.cells[assignment].score is not None]
@@ -161,7 +161,7 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
                 result = assignment_from_dict(record["result"])
                 cell.score, cell.max_score = result.score, result.max_score
                 if course is not None and a in course.points:  # course.toml: this assignment's points in this course
-                    from grader.course import exact
+                    from grader.batch.course import exact
 
                     scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
                     cell.score, cell.max_score = round(float(scaled), 4), float(top)
@@ -256,13 +256,13 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
 
 def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
                         similarity_threshold: float | None = None) -> ClassView:
-    """index.html, summary.json and the gradebooks (grader.exporters), each written atomically;
-    with course.toml's late policy applied (grader.course), the similar pairs
-    (grader.similarity) and the speed table (grader.leaderboard)."""
-    from grader import exporters
-    from grader.course import apply_late
-    from grader.leaderboard import speed_rows
-    from grader.similarity import update_similarity
+    """index.html, summary.json and the gradebooks (grader.batch.exporters), each written atomically;
+    with course.toml's late policy applied (grader.batch.course), the similar pairs
+    (grader.batch.similarity) and the speed table (grader.batch.leaderboard)."""
+    from grader.batch import exporters
+    from grader.batch.course import apply_late
+    from grader.batch.leaderboard import speed_rows
+    from grader.batch.similarity import update_similarity
 
     out = Path(out)
     view = build_class_view(out, lock, assignments, manifest, course)

@@ -1,0 +1,34 @@
+"""What every command shares: the consoles, the outcome colours, the usage error."""
+
+from __future__ import annotations
+
+import typer
+from rich.console import Console
+from rich.markup import escape
+
+console = Console(highlight=False)
+err = Console(stderr=True, highlight=False, soft_wrap=True)  # a message is one line, even piped: a path is never cut
+
+STYLE = {"passed": "green", "failed": "red", "error": "red", "timeout": "magenta", "crashed": "magenta",
+         "skipped": "dim", "flagged": "bold yellow", "infra_error": "bold blue"}
+
+
+class UsageError(Exception):
+    pass
+
+
+def fail(exc: Exception) -> None:
+    """A usage error or a malformed input file: one line, exit 2."""
+    err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+    raise typer.Exit(2)
+
+
+def resolve_device(device: str) -> str:
+    import torch
+
+    if device not in ("auto", "cuda", "cpu"):
+        raise UsageError(f"--device must be auto, cuda or cpu, not {device!r}")
+    has_gpu = torch.cuda.is_available()
+    if device == "cuda" and not has_gpu:
+        raise UsageError("--device cuda: no CUDA GPU is visible here (use --device cpu for the interpreter)")
+    return ("cuda" if has_gpu else "cpu") if device == "auto" else device

@@ -1,0 +1,1 @@
+"""The trust line: starting a worker process and containing it (namespaces, docker, none)."""
