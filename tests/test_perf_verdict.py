@@ -270,6 +270,18 @@ def test_rates_are_rounded_to_a_tenth_from_their_exact_value():
     student = _verdict(Spec, _Opts, t, 7, [], True, _test).details["figures"]["student"]
     assert (student["gbps"], student["tflops"]) == (1000.1, 1000.1)
 
+    # 10000500000001 FLOPs in 10 ms: 1000.0500000001 TFLOP/s, a ten-billionth above the half-tenth
+    class Finer(Odd):
+        @staticmethod
+        def flops(params, dt):
+            return 10_000_500_000_001
+
+    class FinerSpec:
+        performance = Finer
+
+    t = _timings({"student": [10.0] * 7, "reference": [10.0] * 7, "torch": TORCH})
+    assert _verdict(FinerSpec, _Opts, t, 7, [], True, _test).details["figures"]["student"]["tflops"] == 1000.1
+
 
 # --- the timed loop's own findings ----------------------------------------------------------------
 def _loop(**kw) -> Timings:
