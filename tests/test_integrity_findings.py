@@ -86,3 +86,46 @@ def test_dropouts_shortcuts_at_p_one_and_zero_are_not_flagged(submission, cli):
     shares = [t["max_score"] for t in run.tests_of("dropout") if t["tags"][1] == "correctness"]
     assert dropout["score"] == round(sum(shares), 2) and all(s in (0.30, 0.31) for s in shares), shares
     assert "/ 16 points (partial run" in run.stdout
+
+
+def test_each_integrity_verdict_reads_exactly():
+    from grader.results import TestResult
+
+    name = "uses its own Triton kernel"
+    integrity = _Integrity(specs.get("vector_add"))
+    assert integrity.test() == TestResult("vector_add", "integrity", name, "skipped", "no call completed, so nothing to inspect")
+    integrity.observe(_call("n=1"), {"launches": {"add_kernel": 2, "helper": 1}, "ops": []}, passed=True)
+    integrity.observe(_call("n=2"), {"launches": {"add_kernel": 1}, "ops": []}, passed=True)
+    assert integrity.test() == TestResult("vector_add", "integrity", name, "passed", "Triton kernels launched: add_kernel, helper",
+                                          details={"kernels_launched": {"add_kernel": 3, "helper": 1}, "evidence": []})
+    # five right results without a launch: three named, the rest counted
+    for n in range(3, 8):
+        integrity.observe(_call(f"n={n}"), {"launches": {}, "ops": []}, passed=True)
+    text = "no Triton kernel was launched in n=3/float32, n=4/float32, n=5/float32 and 2 more, yet the result was right"
+    assert integrity.test() == TestResult(
+        "vector_add", "integrity", name, "flagged", text, severity="review",
+        details={"kernels_launched": {"add_kernel": 3, "helper": 1}, "evidence": [text],
+                 "concerns": [f"n={n} [float32]" for n in range(3, 8)]})
+    # two forbidden ops, each with its calls: conclusive, whatever else was seen
+    integrity.observe(_call("n=8"), {"launches": {}, "ops": ["aten::sum", "aten::add.Tensor"]}, passed=True)
+    integrity.observe(_call("n=9", "float16"), {"launches": {}, "ops": ["aten::add.Tensor"]}, passed=False)
+    evidence = ["torch computed the result: aten::add.Tensor ran inside vector_add() in n=8/float32, n=9/float16",
+                "torch computed the result: aten::sum ran inside vector_add() in n=8/float32"]
+    assert integrity.test() == TestResult("vector_add", "integrity", name, "flagged", "; ".join(evidence), severity="conclusive",
+                                          details={"kernels_launched": {"add_kernel": 3, "helper": 1}, "evidence": evidence})
+
+
+def test_no_launch_at_all_reads_exactly_as_a_failure_or_as_nothing_to_inspect():
+    from grader.results import TestResult
+
+    name = "uses its own Triton kernel"
+    wrong = _Integrity(specs.get("vector_add"))
+    wrong.observe(_call("n=127"), {"launches": {}, "ops": []}, passed=False)
+    assert wrong.test() == TestResult("vector_add", "integrity", name, "failed",
+                                      "no Triton kernel was launched in any call: vector_add() must launch your kernel "
+                                      "(kernel[grid](...))", details={"kernels_launched": {}, "evidence": []})
+    trivial = _Integrity(specs.get("dropout"))
+    trivial.observe(_call("p=1-n=4099"), {"launches": {}, "ops": []}, passed=True, trivial=True)
+    assert trivial.test() == TestResult("dropout", "integrity", name, "skipped",
+                                        "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",
+                                        details={"kernels_launched": {}, "evidence": []})

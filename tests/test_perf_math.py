@@ -335,3 +335,60 @@ def test_overlapping_activities_count_once_however_they_chain():
     assert activity.union_ns([A("a", 1, 0, 10), A("b", 2, 10, 12), A("c", 3, 30, 31)]) == 13
     assert activity.union_ns([A("a", 1, 0, 100), A("b", 2, 5, 15)]) == 100
     assert activity.union_ns([]) == 0
+
+
+# --- the records, read exactly: labels, messages and the windows' edges ------------------------------
+def _marks(before: int) -> list[int]:
+    """A call's host marks: `before`, `after` (1 us later) and its return."""
+    return [before, before + 1000, before + 1100]
+
+
+def test_every_problem_and_stray_names_its_call():
+    # timed 1: no shadow; timed 2: no flush; settle 1: no marker, and a stranger in its flush window;
+    # settle 2: no flush. Each is named, in order, and one call's problem does not hide the next's.
+    records = [["fill", 7, 1100, 1900], ["k", 7, 2100, 2500],
+               ["spin_kernel", 7, 11100, 11500], ["k", 7, 11500, 11600],
+               ["fill", 7, 20100, 20500], ["intruder", 13, 20600, 20800], ["k", 7, 21100, 21200],
+               ["spin_kernel", 7, 31100, 31200]]
+    reading = activity.read(records, [_marks(1000), _marks(10000)], [_marks(20000), _marks(30000)])
+    assert reading.problems == ["timed call 1: the launch shadow is missing from the records",
+                                "timed call 2: the L2 flush is missing from the records",
+                                "settle call 1: the marker is missing from the records",
+                                "settle call 2: the L2 flush is missing from the records"]
+    assert reading.strays == ["intruder ran while no call of yours was running (before settle call 1)"]
+    assert reading.busy_ms == [pytest.approx(0.0001)] and reading.kernels == [1]  # timed call 2: k alone, 100 ns
+
+
+def test_work_before_the_first_call_is_a_stray_and_no_call_reads_as_nothing():
+    records = [["early", 3, 0, 100], ["fill", 7, 1100, 1900], ["spin_kernel", 7, 2100, 3000], ["k", 7, 3000, 3300]]
+    reading = activity.read(records, [_marks(1000)], [])
+    assert reading.strays == ["early ran before the first timed call"] and not reading.problems
+    assert reading.busy_ms == [pytest.approx(0.0003)] and reading.kernels == [1]
+    empty = activity.read(records, [], [])
+    assert (empty.busy_ms, empty.kernels, empty.unfinished, empty.strays, empty.problems) == ([], [], [], [], [])
+
+
+def test_a_record_on_a_windows_edge_goes_to_the_window_that_begins_there():
+    # call A: before 1000, after 2000; call B: before 5000, after 6000. Midpoints exactly on an edge:
+    # the flush at 1000 (A's `before`) is A's; a kernel at 2000 (A's `after`) is A's work; B's flush at
+    # 5000 (B's `before`) is B's, not A's work.
+    records = [["fill", 7, 900, 1100], ["k_edge", 7, 1990, 2010], ["spin_kernel", 7, 2020, 3000], ["k", 7, 3000, 3400],
+               ["fill", 7, 4990, 5010], ["spin_kernel", 7, 6020, 7000], ["k", 7, 7000, 7100]]
+    reading = activity.read(records, [[1000, 2000, 4000], [5000, 6000, 8000]], [])
+    assert not reading.problems and not reading.strays
+    assert reading.busy_ms == [0.00042, 0.0001]  # A: 20 + 400 ns; B: 100 ns, in ms
+    assert reading.kernels == [2, 1]
+
+
+def test_work_that_outlives_the_return_is_named_by_its_latest_activity():
+    # settle 1: the marker starts at 6000 ns; a ends 1 us after it (the timestamps' grain: on time),
+    # b 1.5 us and c 2 us after it (late: c is the worst of two); settle 2: one late activity
+    records = [["fill", 7, 100, 900], ["spin_kernel", 7, 1100, 1500], ["k", 7, 1500, 1600],  # timed call 1
+               ["fill", 7, 2100, 2900], ["a", 13, 3050, 4000 + 3000], ["b", 13, 3100, 4500 + 3000],
+               ["c", 13, 3200, 5000 + 3000], ["spin_kernel", 7, 6000, 6002],
+               ["fill", 7, 10100, 10900], ["d", 13, 11050, 11200 + 1_000_501], ["spin_kernel", 7, 11200, 11202]]
+    reading = activity.read(records, [[0, 1000, 1600]], [[2000, 3000, 9000], [10000, 11000, 12000]])
+    assert not reading.problems and not reading.strays
+    assert reading.unfinished == ["c ran 0.002 ms past the return of settle call 1 (2 activities)",
+                                  "d ran 1.001 ms past the return of settle call 2"]  # 1000501 ns
+    assert reading.busy_ms == [pytest.approx(0.0001)] and reading.kernels == [1]  # settle calls are not timed

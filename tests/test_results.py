@@ -124,3 +124,34 @@ def test_gradescope_hidden_cases_time_and_leaderboard():
     assert data["execution_time"] == 42
     assert data["leaderboard"] == [{"name": "softmax time / reference", "value": 1.5, "order": "asc"},
                                    {"name": "softmax % of roofline", "value": 61.0, "order": "desc"}]
+
+
+def test_a_partial_run_keeps_each_tests_share_of_the_full_plan():
+    # vector_add's 6 correctness points over 7 planned tests: 600 = 7 * 85 + 5, so 0.86 for the first
+    # five and 0.85 for the last two; only the last ran and passed
+    planned = [f"case{i} [float32]" for i in range(7)]
+    a = AssignmentResult("vector_add", "title", "kernels/vector_add.py:vector_add()")
+    a.tests.append(TestResult("vector_add", "correctness", "case6 [float32]", "passed", "msg", dtype="float32"))
+    a.tests.append(TestResult("vector_add", "correctness", "extra [float32]", "passed", "msg", dtype="float32"))
+    score_assignment(specs.get("vector_add"), a, planned=planned)
+    assert [(t.score, t.max_score) for t in a.tests] == [(0.85, 0.85), (0.0, 0.0)]  # a test outside the plan has no share
+
+
+def test_speed_points_only_for_a_passed_timing_and_only_its_fraction():
+    for outcome in ("failed", "error", "infra_error"):
+        a = _result(["passed", "passed"], perf=(outcome, 0.5))
+        score_assignment(specs.get("vector_add"), a)
+        assert (a.tests[-1].score, a.tests[-1].max_score) == (0.0, 4.0), outcome
+    a = _result(["passed", "passed"])
+    a.tests.append(TestResult("vector_add", "performance", "perf", "passed", "msg"))  # no fraction stated: none earned
+    score_assignment(specs.get("vector_add"), a)
+    assert (a.tests[-1].score, a.tests[-1].max_score) == (0.0, 4.0)
+
+
+def test_a_conclusive_finding_names_every_finding_in_its_note():
+    a = _result(["passed"], perf=("passed", 1.0))
+    a.tests.append(TestResult("vector_add", "integrity", "own kernel", "flagged", "torch did it", severity="conclusive"))
+    a.tests.append(TestResult("vector_add", "performance", "timers", "flagged", "patched", severity="conclusive"))
+    score_assignment(specs.get("vector_add"), a)
+    assert a.notes == ["A conclusive integrity finding (own kernel; timers): no points for this assignment until a TA reviews it."]
+    assert [t.score for t in a.tests] == [0.0] * 4
