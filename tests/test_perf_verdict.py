@@ -6,8 +6,8 @@ from __future__ import annotations
 
 import pytest
 
-from grader import perf
-from grader.perf import Finding, Timings, UntrustedRecords, _conduct, _verdict, call_times, ratio_estimate
+from grader.judge import perf
+from grader.judge.perf import Finding, Timings, UntrustedRecords, _conduct, _verdict, call_times, ratio_estimate
 from grader.results import Severity, TestResult
 
 # seven rounds of one call each, in no order; sorted, the quartiles (statistics' "exclusive"
@@ -322,7 +322,7 @@ def test_conduct_findings_come_in_a_fixed_order():
 
 # --- the records' verdict, as the timing reports it ------------------------------------------------
 def test_untrusted_records_say_why_naming_at_most_three_problems(monkeypatch):
-    from grader import activity
+    from grader.judge import activity
 
     with pytest.raises(UntrustedRecords) as err:
         call_times({"activities": None, "activity_error": "CUPTI_ERROR_X", "marks": [], "settle_marks": []})
@@ -336,7 +336,7 @@ def test_untrusted_records_say_why_naming_at_most_three_problems(monkeypatch):
 
 
 def test_call_times_passes_the_records_and_both_sets_of_marks(monkeypatch):
-    from grader import activity
+    from grader.judge import activity
 
     got = []
     reading = activity.Reading(busy_ms=[0.5])
