@@ -33,7 +33,8 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 from conftest import build_submission  # noqa: E402
 
 from grader import spec as specs  # noqa: E402
-from grader.judge.grade import Options, grade_submission  # noqa: E402
+from grader.judge.context import GradingContext  # noqa: E402
+from grader.judge.grade import grade_submission  # noqa: E402
 from grader.judge.runcache import RunCache  # noqa: E402
 from grader.submission import open_submission  # noqa: E402
 
@@ -63,7 +64,7 @@ def grade(fixture: str, assignments: list[str], cases: list[str] | None, opts_kw
         sub = open_submission(build_submission(Path(tmp) / "repo", fixture))
         chosen = [specs.get(a) for a in assignments]
         first_cases = cases or sorted({s.cases[0].name for s in chosen})  # one small case each: the proof is the timing
-        run = grade_submission(sub, chosen, Options("cuda", SEED, first_cases, ["float32"], **opts_kw), progress)
+        run = grade_submission(sub, chosen, GradingContext("cuda", SEED, tuple(first_cases), ("float32",), **opts_kw), progress)
         progress("done")
         return run
 
@@ -116,7 +117,7 @@ def main() -> None:
     assignments = args.assignment or solved_by("good")
     slow = [a for a in solved_by("gpu/slow10") if a in assignments]
     cache = RunCache.temporary()
-    opts_kw = {"roofline": {}, "isolation": args.isolation, "cache": cache}
+    opts_kw = {"isolation": args.isolation, "cache": str(cache.folder)}
     report: dict = {"seed": SEED, "stability": {a: [] for a in assignments}, "slow10": {a: [] for a in slow}, "cheats": {}, "grades": []}
     t0 = time.time()
 

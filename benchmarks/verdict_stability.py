@@ -62,7 +62,7 @@ def main() -> None:
     args = parser.parse_args()
     fixtures = args.fixture or all_fixtures()
     cache = RunCache.temporary()
-    opts_kw = {"roofline": {}, "isolation": "sandbox", "cache": cache}
+    opts_kw = {"isolation": "sandbox", "cache": str(cache.folder)}
     report: dict = {"runs": args.runs, "jobs": args.jobs, "verdicts": {}, "seconds": {}}
     lock = threading.Lock()
 

@@ -1,4 +1,5 @@
-"""The environment a result was produced in: recorded with every run, so a figure can be traced."""
+"""The machine a result is produced on: whether it has a GPU (the one place that decides), and
+its description, recorded with every run so that a figure can be traced."""
 
 from __future__ import annotations
 
@@ -8,7 +9,14 @@ import sys
 import grader
 
 
-def describe(device: str) -> dict:
+def has_gpu() -> bool:
+    """A CUDA GPU is visible to this process (grading on it, or workers that must reach it)."""
+    import torch
+
+    return torch.cuda.is_available()
+
+
+def describe(device: str, isolation: dict | None = None) -> dict:
     import torch
     import triton
 
@@ -27,4 +35,6 @@ def describe(device: str) -> dict:
         env["gpu_count"] = torch.cuda.device_count()
     else:
         env["gpu"] = None
+    if isolation is not None:
+        env["isolation"] = isolation
     return env

@@ -43,21 +43,29 @@ def _find_course() -> Path:
 
 
 # The course folder holds assignments/ and (for TAs only) reference/, hidden.py files and the secret.
-COURSE_ROOT = _find_course()
+# Found when first needed, not at import (GRADER_COURSE may be set after); a test or a tool may set it.
+COURSE_ROOT: Path | None = None
+
+
+def course_root() -> Path:
+    global COURSE_ROOT
+    if COURSE_ROOT is None:
+        COURSE_ROOT = _find_course()
+    return COURSE_ROOT
 
 
 def course_secret() -> str | None:
     """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or COURSE_ROOT/assignments/course-secret.txt.
     None in a student kit: there the random shapes come from the run's (public, printed) seed alone."""
     value = os.environ.get("GRADER_COURSE_SECRET")
-    if value is None and (COURSE_ROOT / SECRET_FILE).is_file():
-        value = (COURSE_ROOT / SECRET_FILE).read_text().strip()
+    if value is None and (course_root() / SECRET_FILE).is_file():
+        value = (course_root() / SECRET_FILE).read_text().strip()
     return value or None
 
 
 def kit_manifest() -> dict:
     """COURSE_ROOT/grader-kit.toml where the course is a student kit, else {}."""
-    path = COURSE_ROOT / KIT_MANIFEST
+    path = course_root() / KIT_MANIFEST
     if not path.is_file():
         return {}
     try:
@@ -183,9 +191,10 @@ class Assignment:
     def max_points(self) -> float:
         return self.correctness_points + self.performance_points
 
-    def reference_module(self) -> Path:
-        """COURSE_ROOT/reference/<name>.py, or in $GRADER_REFERENCE_DIR (`grader grade --reference-dir`)."""
-        return Path(os.environ.get("GRADER_REFERENCE_DIR") or COURSE_ROOT / "reference") / f"{self.name}.py"
+    def reference_module(self, folder: Path | None = None) -> Path:
+        """<folder>/<name>.py: the reference kernel, in the course's reference/ unless the
+        grading context names another folder (`grader grade --reference-dir`)."""
+        return Path(folder or course_root() / "reference") / f"{self.name}.py"
 
 
 class UnknownAssignment(KeyError):
@@ -199,12 +208,9 @@ def _load_spec(folder: Path) -> Assignment:
     module = importlib.util.module_from_spec(spec)
     spec.loader.exec_module(module)
     assignment: Assignment = module.SPEC
-    object.__setattr__(assignment, "folder", folder)
-    if (folder / "hidden.py").is_file():
-        object.__setattr__(assignment, "cases", assignment.cases + _load_hidden(folder))
+    hidden = _load_hidden(folder) if (folder / "hidden.py").is_file() else ()
     withheld = kit_manifest().get("assignments", {}).get(folder.name, {}).get("hidden_cases", 0)
-    object.__setattr__(assignment, "withheld_cases", int(withheld))
-    return assignment
+    return replace(assignment, folder=folder, cases=assignment.cases + hidden, withheld_cases=int(withheld))
 
 
 def _load_hidden(folder: Path) -> tuple[Case, ...]:
@@ -227,7 +233,7 @@ def catalogue() -> dict[str, Assignment]:
     """Every assignment under COURSE_ROOT/assignments, by name, loaded once."""
     global _CATALOGUE
     if _CATALOGUE is None:
-        folders = sorted(p.parent for p in (COURSE_ROOT / "assignments").glob("*/spec.py"))
+        folders = sorted(p.parent for p in (course_root() / "assignments").glob("*/spec.py"))
         _CATALOGUE = {f.name: _load_spec(f) for f in folders}
     return _CATALOGUE
 

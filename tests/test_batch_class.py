@@ -64,6 +64,11 @@ def test_class_is_graded_into_reports_gradebooks_and_a_summary(graded_class):
         data = json.loads((folder / "results.json").read_text())
         assert {t["tags"][0] for t in data["tests"]} == {"vector_add", "softmax"}
         assert (folder / "report.html").is_file() and (folder / "logs" / "softmax.log").is_file()
+        # every record and results.json says which isolation ran (the default: the sandbox, or what was left of it here)
+        record = json.loads((folder / "jobs" / "softmax.json").read_text())
+        assert record["environment"]["isolation"]["mode"] in ("sandbox", "none")
+        assert data["extra_data"]["environment"]["isolation"] == record["environment"]["isolation"]
+    assert json.loads((out / "batch.json").read_text())["runs"][-1]["isolation"] == "sandbox"
     g = grades(out)
     # alice is graded at the commit before the deadline (the late one broke vector_add), flagged late
     assert (g["alice"]["vector_add"], g["alice"]["softmax"], g["alice"]["total"], g["alice"]["late"]) == ("6", "12", "18", "yes")
@@ -236,3 +241,18 @@ def test_grade_usage_errors_exit_2_with_one_line(tmp_path, args, message):
     run = run_cli(["grade", *args, "--device", "cpu"], tmp_path)
     assert run.returncode == 2 and message in run.stderr, run.stderr
     assert len(run.stderr.strip().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_grade_takes_the_isolation_and_every_record_says_it(tmp_path):
+    """`grader grade --isolation none` grades as `grader check --isolation none` does, and says so."""
+    roster = make_class(tmp_path, {"alice": "good"})
+    run = run_cli(["grade", "--roster", str(roster), "--out", "out", "--device", "cpu", "--jobs", "1", "-a", "vector_add",
+                   "--case", "n=1", "--dtype", "float32", "--isolation", "none"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert "isolation none" in run.stdout and "--isolation none: the worker runs as you" in run.stderr
+    record = json.loads((tmp_path / "out" / "students" / "alice" / "jobs" / "vector_add.json").read_text())
+    assert record["environment"]["isolation"]["mode"] == "none" and record["key"]["options"]["isolation"] == "none"
+    assert record["result"]["tests"][0]["outcome"] == "passed"
+    bad = run_cli(["grade", "--roster", str(roster), "--out", "out2", "--device", "cpu", "--isolation", "chroot"], tmp_path)
+    assert bad.returncode == 2 and "--isolation must be one of sandbox, docker, none, not 'chroot'" in bad.stderr

@@ -1,6 +1,6 @@
 """plan_batch decides which stored grades a run keeps: only with --resume, and only a real
 grade made the same way (commit, spec, grader, GPU model, and every option that changes what
-is graded: device, cases, dtypes, call timeout, seed). Anything else is graded again."""
+is graded: device, cases, dtypes, call timeout, seed, isolation). Anything else is graded again."""
 
 from __future__ import annotations
 
@@ -9,7 +9,10 @@ from pathlib import Path
 
 import pytest
 
-from grader.batch.jobs import BatchOptions, new_record, plan_batch, store_record
+from grader.batch.jobs import new_record
+from grader.batch.run import BatchOptions, class_seed, plan_batch
+from grader.batch.store import store_record
+from grader.judge.context import GradingContext
 from grader.results import AssignmentResult, TestResult
 from grader.batch.workspace import Lock, Pinned
 
@@ -29,9 +32,12 @@ def lock(tmp_path, monkeypatch):
     return lock
 
 
-def options(out: Path, **kw) -> BatchOptions:
-    base = BatchOptions(out, ["vector_add"], "cpu", [None], "cpu-interpreter", seed=3, cases=["n=1"], dtypes=["float32"])
-    return replace(base, **kw)
+def options(out: Path, seed: int | None = 3, cases=("n=1",), dtypes=("float32",), timeout=None, device="cpu",
+            isolation="sandbox", **kw) -> BatchOptions:
+    """The batch's options as `grader grade` makes them: the context fixed first (the seed as the CLI picks it)."""
+    ctx = GradingContext(device, class_seed(out, seed), tuple(cases) if cases else None, tuple(dtypes) if dtypes else None,
+                         timeout, isolation=isolation)
+    return replace(BatchOptions(out, ["vector_add"], ctx, [None], "cpu-interpreter"), **kw)
 
 
 def grade_everyone(lock, opts: BatchOptions, status: str = "graded") -> None:
@@ -63,7 +69,7 @@ def test_a_stored_grade_is_kept_only_with_resume(lock, tmp_path):
 
 @pytest.mark.parametrize("change", [
     {"cases": ["n=127"]}, {"cases": None}, {"dtypes": ["float16"]}, {"dtypes": None}, {"timeout": 5.0},
-    {"device": "cuda", "gpu_model": "NVIDIA H100"}, {"seed": 4},
+    {"device": "cuda", "gpu_model": "NVIDIA H100"}, {"seed": 4}, {"isolation": "none"},
 ], ids=lambda c: ",".join(c))
 def test_resume_regrades_what_was_graded_another_way(lock, tmp_path, change):
     out = tmp_path / "out"
@@ -108,16 +114,20 @@ def test_a_job_carries_what_it_is_graded_with_and_its_full_key(lock, tmp_path):
     import grader
     from grader import spec as specs
     from grader.batch.jobs import spec_fingerprint
+    from grader.spec import course_root
 
     out = tmp_path / "out"
     plan = plan_batch(lock, options(out, timeout=7.0))
     job = next(j for j in plan.jobs if j.student == "alice")
     assert (job.folder, job.assignment, job.repo, job.repo_url, job.commit) == ("alice", "vector_add", str(tmp_path / "repos" / "alice"), "a.git", "a1")
-    assert (job.out, job.seed, job.device, job.cases, job.dtypes, job.timeout) == (str(out.resolve()), 3, "cpu", ["n=1"], ["float32"], 7.0)
+    ctx = job.grading_context()
+    assert (job.out, job.seed, job.device, ctx.cases, ctx.dtypes, ctx.call_timeout) == (str(out.resolve()), 3, "cpu", ("n=1",), ("float32",), 7.0)
     assert job.notes == ["late by 2 commits"] and job.notes is not lock.students[0].notes
-    assert job.key == {"commit": "a1", "spec": spec_fingerprint(specs.get("vector_add")), "grader": grader.__version__,
+    reference = course_root() / "reference" / "vector_add.py"
+    assert job.key == {"commit": "a1", "spec": spec_fingerprint(specs.get("vector_add"), reference), "grader": grader.__version__,
                        "gpu_model": "cpu-interpreter",
-                       "options": {"device": "cpu", "cases": ["n=1"], "dtypes": ["float32"], "timeout": 7.0, "seed": 3}}
+                       "options": {"device": "cpu", "cases": ["n=1"], "dtypes": ["float32"], "timeout": 7.0, "seed": 3,
+                                   "isolation": "sandbox"}}
 
 
 def test_a_new_class_gets_a_random_seed_kept_for_later_runs(lock, tmp_path):
@@ -136,14 +146,14 @@ def test_a_damaged_checkout_is_not_graded_and_says_why(lock, tmp_path, monkeypat
     plan = plan_batch(lock, options(out))
     assert labels(plan.jobs) == ["alice/vector_add"]
     assert plan.broken == ["the checkout of bob in the workspace is missing or damaged (not a git repository): run grader fetch again"]
-    from grader.batch.jobs import read_records
+    from grader.batch.store import read_records
 
     record = read_records(out, "bob")["vector_add"]
     assert (record["status"], record["error"], record["student"]) == ("infra_error", plan.broken[0], "bob")
 
 
 def test_read_records_skips_kept_failures_and_foreign_files(lock, tmp_path):
-    from grader.batch.jobs import read_records, record_path
+    from grader.batch.store import read_records, record_path
 
     out = tmp_path / "out"
     grade_everyone(lock, options(out, assignments=["vector_add", "softmax"]))

@@ -13,9 +13,10 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT
-from grader.batch.jobs import (Job, failed_path, is_reusable, job_key, log_path, new_record, read_json, record_path,
-                          spec_fingerprint, store_record)
 from grader.batch.executors import LocalExecutor, Scheduler
+from grader.batch.jobs import Job, job_key, new_record, spec_fingerprint
+from grader.batch.store import failed_path, is_reusable, log_path, read_json, record_path, store_record
+from grader.judge.context import GradingContext
 from grader.results import AssignmentResult, TestResult
 
 # A job process stand-in: what it does depends on the student's name.
@@ -30,7 +31,8 @@ FAKE_JOB = textwrap.dedent(f"""
         time.sleep(600)
     from pathlib import Path
     sys.path.insert(0, {str(REPO_ROOT)!r})
-    from grader.batch.jobs import Job, new_record, store_record  # storing a record imports torch: slow on a busy machine
+    from grader.batch.jobs import Job, new_record  # storing a record imports torch: slow on a busy machine
+    from grader.batch.store import store_record
     from grader.results import AssignmentResult, TestResult
 
     job = Job(**spec)
@@ -47,7 +49,7 @@ OTHER_LIMIT = 300.0
 
 def make_job(out: Path, student: str, assignment: str = "vector_add", commit: str = "c0ffee") -> Job:
     return Job(student, student, assignment, "", None, commit, {"commit": commit, "spec": "s", "grader": "g", "gpu_model": "cpu"},
-               str(out), 1, "cpu")
+               str(out), GradingContext("cpu", 1).to_json())
 
 
 def graded(job: Job, score: float = 6.0) -> dict:
@@ -150,7 +152,7 @@ def test_key_follows_the_spec_and_reference_files(tmp_path, monkeypatch):
     folder = tmp_path / "vector_add"
     folder.mkdir()
     (folder / "spec.py").write_text((Path(real.folder) / "spec.py").read_text())
-    monkeypatch.setenv("GRADER_REFERENCE_DIR", str(tmp_path / "reference"))
+    ctx = GradingContext("cpu", 1, reference_dir=str(tmp_path / "reference"))  # grader grade --reference-dir
 
     class Spec:
         name = "vector_add"
@@ -158,19 +160,22 @@ def test_key_follows_the_spec_and_reference_files(tmp_path, monkeypatch):
 
     Spec.folder = folder
     spec = Spec()
-    first = spec_fingerprint(spec)
+    reference = ctx.reference_module(spec)
+    assert reference == tmp_path / "reference" / "vector_add.py"
+    first = spec_fingerprint(spec, reference)
     (tmp_path / "reference").mkdir()
     (tmp_path / "reference" / "vector_add.py").write_text("# the instructor's kernel\n")
-    second = spec_fingerprint(spec)
+    second = spec_fingerprint(spec, reference)
     (folder / "spec.py").write_text((folder / "spec.py").read_text() + "\n# points changed\n")
-    third = spec_fingerprint(spec)
+    third = spec_fingerprint(spec, reference)
     assert len({first, second, third}) == 3
-    key = job_key("abc", spec, "cpu-interpreter", {"cases": None})
+    key = job_key("abc", spec, "cpu-interpreter", ctx)
     assert key["spec"] == third and key["commit"] == "abc" and key["gpu_model"] == "cpu-interpreter"
+    assert key["options"] == ctx.key() and key["options"]["seed"] == 1
 
 
 def test_reports_behind_their_records_are_rewritten(tmp_path):
-    from grader.batch.jobs import repair_students
+    from grader.batch.store import repair_students
 
     out = tmp_path / "out"
     store_record(out, graded(make_job(out, "alice")))

@@ -15,7 +15,8 @@ import pytest
 
 from classbuild import make_class
 from conftest import run_cli
-from grader.batch.jobs import log_path, new_record, read_json, record_path
+from grader.batch.jobs import new_record
+from grader.batch.store import log_path, read_json, record_path
 from grader.batch.executors import RayExecutor, Scheduler, _unpack, pack_repo
 from grader.results import AssignmentResult, TestResult
 from test_batch_pool import make_job

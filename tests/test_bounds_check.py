@@ -3,7 +3,8 @@
 import pytest
 
 from grader import spec as specs
-from grader.judge.grade import Options, _bounds_check
+from grader.judge.context import GradingContext
+from grader.judge.grade import _bounds_check
 from grader.submission import open_submission
 
 
@@ -11,7 +12,7 @@ def _check(submission, tmp_path, fixture):
     sub = open_submission(submission(fixture))
     sub.private_copy(tmp_path / "work" / "repo")
     spec = specs.get("vector_add")
-    return _bounds_check(spec, Options("cuda", seed=4), sub.target(spec), tmp_path / "work", 60)
+    return _bounds_check(spec, GradingContext("cuda", seed=4), sub.target(spec), tmp_path / "work", 60)
 
 
 @pytest.mark.slow

@@ -18,7 +18,8 @@ import torch
 from conftest import REPO_ROOT, has_gpu, run_cli
 from grader import spec as specs
 from grader.judge.feedback import group_failures, headline, points_line, run_total
-from grader.judge.grade import Options, _Integrity, grade_assignment
+from grader.judge.context import GradingContext
+from grader.judge.grade import _Integrity, grade_assignment
 from grader.judge.verdict import judge_call
 from grader.judge.mismatch import contiguous_reading
 from grader.codec import storage_of
@@ -214,7 +215,7 @@ def test_a_missing_module_is_one_not_submitted_result(tmp_path):
     (repo / "kernels").mkdir(parents=True)
     sub = open_submission(repo)
     spec = specs.get("softmax")
-    result = grade_assignment(sub, spec, Options("cpu", 1), tmp_path / "work")
+    result = grade_assignment(sub, spec, GradingContext("cpu", 1), tmp_path / "work")
     assert [t.name for t in result.tests if t.outcome != "skipped"] == ["not submitted"]
     (test,) = [t for t in result.tests if t.outcome != "skipped"]
     assert test.outcome == "failed" and "kernels/softmax.py is not in the submission" in test.message

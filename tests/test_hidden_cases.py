@@ -84,18 +84,18 @@ def test_resumed_grades_are_keyed_on_hidden_cases_and_the_secret(monkeypatch, tm
     monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
     monkeypatch.setattr(specs, "COURSE_ROOT", tmp_path)
     spec = specs.get("vector_add")
-    plain = spec_fingerprint(spec)
+    plain = spec_fingerprint(spec, spec.reference_module())
     monkeypatch.setenv("GRADER_COURSE_SECRET", "one")
-    one = spec_fingerprint(spec)
+    one = spec_fingerprint(spec, spec.reference_module())
     monkeypatch.setenv("GRADER_COURSE_SECRET", "two")
-    assert len({plain, one, spec_fingerprint(spec)}) == 3  # other random shapes: not the same grade
+    assert len({plain, one, spec_fingerprint(spec, spec.reference_module())}) == 3  # other random shapes: not the same grade
     folder = tmp_path / "vector_add"
     shutil.copytree(spec.folder, folder, ignore=shutil.ignore_patterns("__pycache__"))
     object.__setattr__(spec, "folder", folder)
     try:
-        before = spec_fingerprint(spec)
+        before = spec_fingerprint(spec, spec.reference_module())
         (folder / "hidden.py").write_text((folder / "hidden.py").read_text() + "\n# one more case later\n")
-        assert spec_fingerprint(spec) != before  # hidden.py changed: regrade
+        assert spec_fingerprint(spec, spec.reference_module()) != before  # hidden.py changed: regrade
     finally:
         object.__setattr__(spec, "folder", REPO_ROOT / "assignments" / "vector_add")
 

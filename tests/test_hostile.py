@@ -31,7 +31,8 @@ from markupsafe import escape
 from conftest import REPO_ROOT, assert_nothing_left, build_submission, run_cli
 from grader.sandbox import process as sandbox
 from grader import spec as specs
-from grader.judge.grade import Options, grade_submission
+from grader.judge.context import GradingContext
+from grader.judge.grade import grade_submission
 from grader.report import render
 from grader.submission import open_submission
 
@@ -78,7 +79,7 @@ def grade(tmp_path: Path, fixture: str, cases: list[str], timeout: float = 10, i
     for name, text in (extra_files or {}).items():
         (repo / name).write_text(text)
     before = outside_state(repo)
-    opts = Options(device, 424242, cases, ["float32"], timeout, import_timeout=import_timeout)
+    opts = GradingContext(device, 424242, tuple(cases) if cases else None, ("float32",), timeout, import_timeout=import_timeout)
     start = time.monotonic()
     run = grade_submission(open_submission(repo), [specs.get("softmax"), specs.get("vector_add")], opts)
     seconds = time.monotonic() - start

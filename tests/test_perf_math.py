@@ -224,16 +224,16 @@ def _test(outcome, message, **kw):
 def test_a_time_faster_than_the_hardware_earns_no_credit_and_shows_the_figures():
     # 2^28 * 12 bytes = 3.22 GB at 3000 GB/s: at least 1.074 ms
     findings: list[Finding] = []
-    verdict = _verdict(_Spec, _Opts, _timings(0.5), 5, findings, True, _test)
+    verdict = _verdict(_Spec, _Opts.roofline, _timings(0.5), 5, findings, True, _test)
     assert verdict.outcome == "flagged" and verdict.severity == "review"
     assert "faster than this GPU can go: 0.5000 ms per call" in verdict.message and "at least 1.0737 ms" in verdict.message
     # just inside the margin: an excellent kernel, not an impossible one
-    ok = _verdict(_Spec, _Opts, _timings(1.0737 / (1 + ROOFLINE_MARGIN) * 1.01), 5, [], True, _test)
+    ok = _verdict(_Spec, _Opts.roofline, _timings(1.0737 / (1 + ROOFLINE_MARGIN) * 1.01), 5, [], True, _test)
     assert ok.outcome == "passed", ok.message
 
 
 def test_host_overhead_is_reported_and_never_flagged():
-    verdict = _verdict(_Spec, _Opts, _timings(1.12, host_ms=2.7), 5, [], True, _test)
+    verdict = _verdict(_Spec, _Opts.roofline, _timings(1.12, host_ms=2.7), 5, [], True, _test)
     assert verdict.outcome == "passed" and verdict.severity == ""
     assert "2.700 ms per call by the host's clock" in verdict.message
     assert "GB/s (" in verdict.message and "TFLOP/s" not in verdict.message  # memory-bound: bandwidth is the figure
@@ -246,8 +246,8 @@ def test_a_spec_may_score_on_the_hosts_clock():
             score_on = "wall"
 
     slow_wrapper = _timings(1.12, host_ms=2.7)  # the kernel as fast as the reference, the wrapper slow
-    assert _verdict(_Spec, _Opts, slow_wrapper, 5, [], True, _test).details["score_fraction"] == 1.0
-    on_wall = _verdict(WallSpec, _Opts, slow_wrapper, 5, [], True, _test)
+    assert _verdict(_Spec, _Opts.roofline, slow_wrapper, 5, [], True, _test).details["score_fraction"] == 1.0
+    on_wall = _verdict(WallSpec, _Opts.roofline, slow_wrapper, 5, [], True, _test)
     assert on_wall.details["ratio_to_reference"] == pytest.approx(2.7 / 1.12, rel=1e-3)  # the reference's host time: 1.1 + 0.02 ms and on_wall.outcome == "failed"
 
 
@@ -258,10 +258,10 @@ def test_the_worst_finding_sets_the_severity():
     findings = _conduct(t, 150)
     assert [f.severity for f in findings] == [Severity.REVIEW]
     assert "returned before its GPU work was done" in findings[0].text
-    review = _verdict(_Spec, _Opts, t, 5, findings, True, _test)
+    review = _verdict(_Spec, _Opts.roofline, t, 5, findings, True, _test)
     assert review.outcome == "flagged" and review.severity == "review"
     t.tampered = {"torch.cuda.synchronize"}
-    worst = _verdict(_Spec, _Opts, t, 5, _conduct(t, 150), True, _test)
+    worst = _verdict(_Spec, _Opts.roofline, t, 5, _conduct(t, 150), True, _test)
     assert worst.severity == "conclusive" and "torch.cuda.synchronize" in worst.message
 
 
@@ -283,7 +283,7 @@ def test_activity_windows_take_each_record_by_its_midpoint():
 
 def test_a_call_that_did_no_gpu_work_is_impossible_not_a_crash():
     # a cached result handed back: nothing runs on the GPU, the measured time is 0
-    verdict = _verdict(_Spec, _Opts, _timings(0.0), 5, [], True, _test)
+    verdict = _verdict(_Spec, _Opts.roofline, _timings(0.0), 5, [], True, _test)
     assert verdict.outcome == "flagged" and verdict.severity == "review"
     assert "faster than this GPU can go: 0.0000 ms per call" in verdict.message
     assert verdict.details["figures"]["student"]["gbps"] is None
@@ -295,8 +295,8 @@ def test_the_report_shows_gpu_and_host_time_and_the_severity():
 
     run = RunResult("repo", 1, {"mode": "gpu"})
     a = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()")
-    honest = _verdict(_Spec, _Opts, _timings(1.12, host_ms=2.7), 5, [], True, _test)
-    cached = _verdict(_Spec, _Opts, _timings(0.0), 5, [], True, _test)
+    honest = _verdict(_Spec, _Opts.roofline, _timings(1.12, host_ms=2.7), 5, [], True, _test)
+    cached = _verdict(_Spec, _Opts.roofline, _timings(0.0), 5, [], True, _test)
     a.tests += [honest, cached]
     run.assignments.append(a)
     html = render(run)

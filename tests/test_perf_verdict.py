@@ -76,7 +76,7 @@ def test_a_scored_timing_reports_every_figure_rounded_as_documented(monkeypatch)
     monkeypatch.setattr(perf, "ratio_estimate", estimate)
     _Perf.asked.clear()
     t = _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH})
-    v = _verdict(_Spec, _Opts, t, 7, [], True, _test)
+    v = _verdict(_Spec, _Opts.roofline, t, 7, [], True, _test)
     # the ratio is taken on the GPU times (the spec scores on "gpu"), round by round
     assert seen == [([[x] for x in STUDENT], [[x] for x in REFERENCE])] and _Perf.asked == [2.00004]
     assert v.outcome == "passed" and v.severity == ""
@@ -111,7 +111,7 @@ def test_a_timing_scored_on_the_hosts_clock_takes_the_host_times():
         performance = Wall
 
     t = _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH})
-    v = _verdict(WallSpec, _Opts, t, 7, [], True, _test)
+    v = _verdict(WallSpec, _Opts.roofline, t, 7, [], True, _test)
     # host times: 1.0000123 against 0.25 in every round: 4.0000492, the same in every resample
     assert v.details["ratio_to_reference"] == 4.0 and v.details["ratio_interval"] == [4.0, 4.0]
     assert v.message.startswith("4.000x the reference kernel's time per call by the host's clock "
@@ -130,10 +130,10 @@ def test_no_points_is_a_failure_and_a_sliver_of_points_a_pass():
         performance = Curve
 
     t = _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH})
-    v = _verdict(CurveSpec, _Opts, t, 7, [], True, _test)
+    v = _verdict(CurveSpec, _Opts.roofline, t, 7, [], True, _test)
     assert v.outcome == "failed" and v.details["score_fraction"] == 0.0 and "0% of the points" in v.message
     Curve.fraction = 0.001
-    assert _verdict(CurveSpec, _Opts, t, 7, [], True, _test).outcome == "passed"
+    assert _verdict(CurveSpec, _Opts.roofline, t, 7, [], True, _test).outcome == "passed"
 
 
 def test_a_compute_bound_kernel_is_measured_against_the_gemm_peak():
@@ -146,12 +146,12 @@ def test_a_compute_bound_kernel_is_measured_against_the_gemm_peak():
         performance = Heavy
 
     slow = [3 * x for x in STUDENT]  # median 2.4000738 ms: 833.31 TFLOP/s, the 1 ms floor 41.67% of it
-    v = _verdict(HeavySpec, _Opts, _timings({"student": slow, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
+    v = _verdict(HeavySpec, _Opts.roofline, _timings({"student": slow, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
     assert v.details["roofline_kind"] == "cuBLAS GEMM peak" and v.details["floor_ms"] == 1.0
     assert v.details["figures"]["student"]["tflops"] == 833.3 and v.details["figures"]["student"]["roofline_pct"] == 41.7
     assert "; 833 TFLOP/s (42% of what the measured cuBLAS GEMM peak allows); 8.00x torch's time" in v.message
     fast = [x / 4 for x in STUDENT]  # median 0.20000615 ms: under 1 ms / 1.15
-    v = _verdict(HeavySpec, _Opts, _timings({"student": fast, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
+    v = _verdict(HeavySpec, _Opts.roofline, _timings({"student": fast, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
     assert v.outcome == "flagged" and v.severity == "review"
     assert v.message == ("no speed credit: faster than this GPU can go: 0.2000 ms per call, where 2e+12 FLOPs at the "
                          "measured cuBLAS GEMM peak (2000.0 TFLOP/s) take at least 1.0000 ms (a 15% margin allowed): "
@@ -160,33 +160,33 @@ def test_a_compute_bound_kernel_is_measured_against_the_gemm_peak():
 
 def test_an_impossible_memory_bound_time_names_the_bytes_and_the_bandwidth():
     fast = [x / 4 for x in STUDENT]  # median 0.20000615 ms, under 0.42105 ms / 1.15 = 0.36613 ms
-    v = _verdict(_Spec, _Opts, _timings({"student": fast, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
+    v = _verdict(_Spec, _Opts.roofline, _timings({"student": fast, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
     text = ("faster than this GPU can go: 0.2000 ms per call, where 8e+08 bytes at the measured copy bandwidth "
             "(1900 GB/s) take at least 0.4211 ms (a 15% margin allowed): the timing missed work")
     assert v.outcome == "flagged" and v.severity == "review" and v.message == "no speed credit: " + text
     assert v.details["evidence"] == [text] and v.details["findings"] == [{"severity": "review", "text": text}]
     # just above the margin (0.36613 ms): not flagged
     ok = [x * 0.36614 / 0.8000246 for x in STUDENT]
-    assert _verdict(_Spec, _Opts, _timings({"student": ok, "reference": REFERENCE, "torch": TORCH}), 7, [], True,
+    assert _verdict(_Spec, _Opts.roofline, _timings({"student": ok, "reference": REFERENCE, "torch": TORCH}), 7, [], True,
                     _test).outcome == "passed"
 
 
 def test_every_finding_is_listed_and_the_worst_sets_the_severity():
     t = _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH})
     review, conclusive = Finding(Severity.REVIEW, "late work"), Finding(Severity.CONCLUSIVE, "timers patched")
-    v = _verdict(_Spec, _Opts, t, 7, [review, conclusive], True, _test)
+    v = _verdict(_Spec, _Opts.roofline, t, 7, [review, conclusive], True, _test)
     assert (v.outcome, v.severity, v.message) == ("flagged", "conclusive", "no speed credit: late work; timers patched")
     assert v.details["evidence"] == ["late work", "timers patched"]
     assert v.details["findings"] == [{"severity": "review", "text": "late work"},
                                      {"severity": "conclusive", "text": "timers patched"}]
     assert "score_fraction" not in v.details  # a flagged timing is not scored
-    assert _verdict(_Spec, _Opts, t, 7, [review], True, _test).severity == "review"
+    assert _verdict(_Spec, _Opts.roofline, t, 7, [review], True, _test).severity == "review"
 
 
 def test_without_the_reference_the_figures_are_shown_and_nothing_is_scored():
     t = _timings({"student": STUDENT, "torch": TORCH})
     t.host_ms["student"] = [[] for _ in STUDENT]  # no host clock recorded
-    v = _verdict(_Spec, _Opts, t, 7, [], False, _test)
+    v = _verdict(_Spec, _Opts.roofline, t, 7, [], False, _test)
     assert v.outcome == "skipped"
     assert v.message == ("0.8000 ms per call on the GPU; 1000 GB/s (53% of what the measured copy bandwidth allows); "
                          "2.67x torch's time; the reference kernel is not part of this install, so no points are computed here")
@@ -196,11 +196,11 @@ def test_without_the_reference_the_figures_are_shown_and_nothing_is_scored():
 def test_a_launch_bound_scoring_size_is_not_scored():
     tiny = [0.04] * 7  # the student's 0.5 ms is above the floor: nothing is flagged
     t = _timings({"student": [0.5] * 7, "reference": tiny, "torch": TORCH})
-    v = _verdict(_Spec, _Opts, t, 7, [], True, _test)
+    v = _verdict(_Spec, _Opts.roofline, t, 7, [], True, _test)
     assert (v.outcome, v.message) == ("infra_error", "the scoring size is launch-bound (0.040 ms): not scored")
     assert v.details["figures"]["reference"]["median_ms"] == 0.04
     t = _timings({"student": [0.5] * 7, "reference": [0.05] * 7, "torch": TORCH})  # at MIN_SCORED_MS: scored
-    assert _verdict(_Spec, _Opts, t, 7, [], True, _test).outcome == "passed"
+    assert _verdict(_Spec, _Opts.roofline, t, 7, [], True, _test).outcome == "passed"
 
 
 def test_without_flops_or_a_measured_peak_only_the_bandwidth_is_reported():
@@ -213,14 +213,14 @@ def test_without_flops_or_a_measured_peak_only_the_bandwidth_is_reported():
     class Opts:
         roofline = {"gpu": "test GPU", "copy_gbps": 1900.0}  # no GEMM probe ran
 
-    v = _verdict(Spec, Opts, _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
+    v = _verdict(Spec, Opts.roofline, _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
     assert v.outcome == "passed" and "tflops" not in v.details["figures"]["student"]
     assert "flops" not in v.details and "gemm_tflops" not in v.details and v.details["floor_ms"] == 0.42105
 
     class Opts2:
         roofline = {"gpu": "test GPU", "copy_gbps": 1900.0}
 
-    v = _verdict(_Spec, Opts2, _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
+    v = _verdict(_Spec, Opts2.roofline, _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
     assert v.details["gemm_tflops"] is None and v.details["roofline_kind"] == "copy bandwidth"
 
 
@@ -236,7 +236,7 @@ def test_a_size_with_nothing_to_move_and_no_gpu_work_says_so():
         performance = Empty
 
     t = _timings({"student": [0.0] * 7, "torch": TORCH})
-    v = _verdict(Spec, _Opts, t, 7, [], False, _test)
+    v = _verdict(Spec, _Opts.roofline, t, 7, [], False, _test)
     assert v.outcome == "skipped" and v.details["floor_ms"] == 0.0
     assert v.message.startswith("0.0000 ms per call on the GPU; 1.000 ms per call by the host's clock; "
                                 "no GPU work recorded; 0.00x torch's time;")
@@ -246,7 +246,7 @@ def test_a_size_with_nothing_to_move_and_no_gpu_work_says_so():
 
 def test_a_student_median_below_one_ms_still_gets_its_rates():
     t = _timings({"student": [0.5] * 7, "reference": [0.5] * 7, "torch": [0.5] * 7})
-    student = _verdict(_Spec, _Opts, t, 7, [], True, _test).details["figures"]["student"]
+    student = _verdict(_Spec, _Opts.roofline, t, 7, [], True, _test).details["figures"]["student"]
     # 8e8 B in 0.5 ms: 1600 GB/s; 4e11 FLOPs: 800 TFLOP/s; the floor 0.42105 ms is 84.2% of it
     assert (student["gbps"], student["tflops"], student["roofline_pct"]) == (1600.0, 800.0, 84.2)
 
@@ -267,7 +267,7 @@ def test_rates_are_rounded_to_a_tenth_from_their_exact_value():
         performance = Odd
 
     t = _timings({"student": [1.0] * 7, "reference": [1.0] * 7, "torch": TORCH})
-    student = _verdict(Spec, _Opts, t, 7, [], True, _test).details["figures"]["student"]
+    student = _verdict(Spec, _Opts.roofline, t, 7, [], True, _test).details["figures"]["student"]
     assert (student["gbps"], student["tflops"]) == (1000.1, 1000.1)
 
     # 10000500000001 FLOPs in 10 ms: 1000.0500000001 TFLOP/s, a ten-billionth above the half-tenth
@@ -280,7 +280,7 @@ def test_rates_are_rounded_to_a_tenth_from_their_exact_value():
         performance = Finer
 
     t = _timings({"student": [10.0] * 7, "reference": [10.0] * 7, "torch": TORCH})
-    assert _verdict(FinerSpec, _Opts, t, 7, [], True, _test).details["figures"]["student"]["tflops"] == 1000.1
+    assert _verdict(FinerSpec, _Opts.roofline, t, 7, [], True, _test).details["figures"]["student"]["tflops"] == 1000.1
 
 
 # --- the timed loop's own findings ----------------------------------------------------------------

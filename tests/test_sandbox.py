@@ -411,14 +411,15 @@ def test_isolation_option_rejects_what_cannot_work(tmp_path, monkeypatch):
 @needs_user_switch
 def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path, monkeypatch):
     from grader import spec as specs
-    from grader.judge.grade import Options, grade_submission
+    from grader.judge.context import GradingContext
+    from grader.judge.grade import grade_submission
     from grader.submission import open_submission
 
     assert sandbox.detect("sandbox").user_switch  # found before the range breaks
     monkeypatch.setattr(sandbox, "UID_RANGE", "0-0")  # root's: never lent to a worker
     repo = tmp_path / "good"
     shutil.copytree(FIXTURES / "good", repo)
-    run = grade_submission(open_submission(repo), [specs.get("vector_add")], Options("cpu", 1, ["n=1"], ["float32"]))
+    run = grade_submission(open_submission(repo), [specs.get("vector_add")], GradingContext("cpu", 1, ("n=1",), ("float32",)))
     test = next(t for t in run.tests if t.kind == "correctness")
     assert test.outcome == "infra_error" and "no free worker uid in 0-0" in test.message, test
 

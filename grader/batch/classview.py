@@ -8,14 +8,18 @@ that student's files and these class-level ones.
 
 from __future__ import annotations
 
+import json
 import math
 from collections import Counter
 from dataclasses import asdict, dataclass, field
+from fractions import Fraction
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from grader.batch.jobs import assignment_from_dict, failed_path, read_json, read_records, student_dir
+from grader.batch.course import Course, Late, exact, when
+from grader.batch.store import (LATE_NOTES, assignment_from_dict, failed_path, read_json, read_records, rewrite_student,
+                                student_dir)
 from grader.results import BAD_OUTCOMES, cents, write_json_atomic, write_text_atomic
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
@@ -161,7 +165,6 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
                 result = assignment_from_dict(record["result"])
                 cell.score, cell.max_score = result.score, result.max_score
                 if course is not None and a in course.points:  # course.toml: this assignment's points in this course
-                    from grader.batch.course import exact
 
                     scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
                     cell.score, cell.max_score = round(float(scaled), 4), float(top)
@@ -260,7 +263,6 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
     with course.toml's late policy applied (grader.batch.course), the similar pairs
     (grader.batch.similarity) and the speed table (grader.batch.leaderboard)."""
     from grader.batch import exporters
-    from grader.batch.course import apply_late
     from grader.batch.leaderboard import speed_rows
     from grader.batch.similarity import update_similarity
 
@@ -273,3 +275,50 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
     write_json_atomic(summary_json(view, manifest), out / "summary.json")
     exporters.write_all(view, out)
     return view
+
+
+def apply_late(view, out: Path) -> None:
+    """Lateness per (student, assignment) from the graded commit's date and the student's
+    deadline (the lock's, which pinning used; else course.toml's), and its penalty: computed on
+    each assignment's earned points, summed into the row's `penalty` (applied to the total by
+    the gradebooks). Each student's report gets the explanation (rewritten only if it changed)."""
+    course = view.course or Course()
+    unpinned = False  # a deadline from course.toml that the fetch did not pin by
+    for r in view.rows:
+        notes: dict[str, str] = {}
+        if r.status == "fetched" and r.commit_date:
+            penalty = Fraction(0)
+            for a, cell in r.cells.items():
+                deadline = when(r.deadline) or course.deadline_for(r.student, a)
+                if deadline is None:
+                    continue
+                unpinned = unpinned or r.deadline is None
+                late = Late.of(when(r.commit_date), deadline, course.policy)
+                view.late[(r.student, a)] = late
+                r.hours_late = round(late.hours, 2)
+                r.late = bool(r.late) or late.late
+                text = late.explain(course.policy)
+                if cell.score is not None and late.percent:
+                    cut = late.penalty(exact(cell.score))
+                    penalty += cut
+                    earned, top = float(cell.score), float(cell.max_score or 0)
+                    scaled = f" (this course counts {a} for {top:g} points)" if a in course.points else ""
+                    text += (f" In the gradebook{scaled} you earned {earned:g} of {top:g} points: "
+                             f"{float(cut):.4g} deducted, {float(exact(cell.score) - cut):.4g} count.")
+                if text:
+                    notes[a] = text
+            r.penalty = round(float(penalty), 4)
+        path = student_dir(out, r.folder) / LATE_NOTES
+        old = path.read_text() if path.is_file() else None
+        new = json.dumps(notes, indent=1, sort_keys=True) if notes else None
+        if old != new and (new is not None or path.exists()):
+            if new is None:
+                path.unlink()
+            else:
+                path.parent.mkdir(parents=True, exist_ok=True)
+                path.write_text(new)
+            rewrite_student(out, r.folder)
+    if unpinned:
+        view.warning = ((view.warning + " ") if view.warning else "") + (
+            "The lock was fetched without course.toml's deadlines: lateness is computed from them, but the commits graded "
+            "were not pinned by them (later ones may be graded). Fetch again with the course file to pin them.")

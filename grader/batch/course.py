@@ -35,7 +35,6 @@ student earned on that assignment. Commit dates are set by the student's machine
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import sys
@@ -169,13 +168,13 @@ class Course:
 
 def find_course(path: Path | None = None) -> Course:
     """`path`, or course.toml at the course root if there is one, else an empty course."""
-    from grader.spec import COURSE_ROOT
+    from grader.spec import course_root
 
     if path is not None:
         if not Path(path).is_file():
             raise CourseError(f"{path}: no such course file")
         return load_course(Path(path))
-    default = COURSE_ROOT / COURSE_FILE
+    default = course_root() / COURSE_FILE
     return load_course(default) if default.is_file() else Course()
 
 
@@ -387,65 +386,5 @@ def class_deadline(course: Course, names: list[str], override: datetime | None):
     return base, per_student
 
 
-def _when(text: str | None) -> datetime | None:
+def when(text: str | None) -> datetime | None:
     return datetime.fromisoformat(text) if text else None
-
-
-LATE_NOTES = "late.json"  # OUT/students/<folder>/late.json: the report's words on lateness, per assignment
-
-
-def apply_late(view, out: Path) -> None:
-    """Lateness per (student, assignment) from the graded commit's date and the student's
-    deadline (the lock's, which pinning used; else course.toml's), and its penalty: computed on
-    each assignment's earned points, summed into the row's `penalty` (applied to the total by
-    the gradebooks). Each student's report gets the explanation (rewritten only if it changed)."""
-    from grader.batch.jobs import rewrite_student, student_dir
-
-    course = view.course or Course()
-    unpinned = False  # a deadline from course.toml that the fetch did not pin by
-    for r in view.rows:
-        notes: dict[str, str] = {}
-        if r.status == "fetched" and r.commit_date:
-            penalty = Fraction(0)
-            for a, cell in r.cells.items():
-                deadline = _when(r.deadline) or course.deadline_for(r.student, a)
-                if deadline is None:
-                    continue
-                unpinned = unpinned or r.deadline is None
-                late = Late.of(_when(r.commit_date), deadline, course.policy)
-                view.late[(r.student, a)] = late
-                r.hours_late = round(late.hours, 2)
-                r.late = bool(r.late) or late.late
-                text = late.explain(course.policy)
-                if cell.score is not None and late.percent:
-                    cut = late.penalty(exact(cell.score))
-                    penalty += cut
-                    earned, top = float(cell.score), float(cell.max_score or 0)
-                    scaled = f" (this course counts {a} for {top:g} points)" if a in course.points else ""
-                    text += (f" In the gradebook{scaled} you earned {earned:g} of {top:g} points: "
-                             f"{float(cut):.4g} deducted, {float(exact(cell.score) - cut):.4g} count.")
-                if text:
-                    notes[a] = text
-            r.penalty = round(float(penalty), 4)
-        path = student_dir(out, r.folder) / LATE_NOTES
-        old = path.read_text() if path.is_file() else None
-        new = json.dumps(notes, indent=1, sort_keys=True) if notes else None
-        if old != new and (new is not None or path.exists()):
-            if new is None:
-                path.unlink()
-            else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(new)
-            rewrite_student(out, r.folder)
-    if unpinned:
-        view.warning = ((view.warning + " ") if view.warning else "") + (
-            "The lock was fetched without course.toml's deadlines: lateness is computed from them, but the commits graded "
-            "were not pinned by them (later ones may be graded). Fetch again with the course file to pin them.")
-
-
-def late_notes(folder: Path) -> dict[str, str]:
-    """What apply_late wrote for a student's report (empty if nothing)."""
-    try:
-        return json.loads((Path(folder) / LATE_NOTES).read_text())
-    except (OSError, ValueError):
-        return {}

@@ -30,7 +30,8 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
-from grader.batch.jobs import Job, _now, execute, failed_path, log_path, new_record, read_json, record_path, store_record
+from grader.batch.jobs import Job, execute, new_record, now
+from grader.batch.store import failed_path, log_path, read_json, record_path, store_record
 
 
 # -- scheduling ---------------------------------------------------------------------------------------
@@ -86,13 +87,11 @@ class Scheduler:
 def default_job_timeout(job: Job) -> float:
     """Generous: every call may use its whole timeout, the worker may restart, timing may run."""
     from grader import spec as specs
-    from grader.judge.plan import plan_calls
 
     spec = specs.get(job.assignment)
-    calls = plan_calls(spec, job.seed, job.device == "cpu", job.cases, job.dtypes)
-    per_call = job.timeout or spec.call_timeout_s
-    perf = 900 if spec.performance is not None and job.device == "cuda" else 0
-    return 120 + 3 * spec.import_timeout_s + len(calls) * per_call + perf
+    ctx = job.grading_context()
+    perf = 900 if spec.performance is not None and ctx.device == "cuda" else 0
+    return 120 + 3 * ctx.import_timeout_for(spec) + len(ctx.calls(spec)) * ctx.call_timeout_for(spec) + perf
 
 
 try:  # loaded here, not in the forked child (the loader's locks may be held there)
@@ -160,7 +159,7 @@ class LocalExecutor:
         limit = self.job_timeout(job)
         started = time.time()
         with open(log_file, "a") as log:
-            log.write(f"\n=== {_now()} attempt {job.tries} of {job.label}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n")
+            log.write(f"\n=== {now()} attempt {job.tries} of {job.label}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n")
             log.flush()
             proc = subprocess.Popen([*self.runner, "--job", job.label, "--out", job.out], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
@@ -300,7 +299,7 @@ class RayExecutor:
         if not ray.is_initialized():
             # the driver's grader and course folder for local workers; a cluster's nodes have their own install
             env = {"PYTHONPATH": os.pathsep.join(filter(None, [PACKAGE_PARENT, os.environ.get("PYTHONPATH")]))}
-            for var in ("GRADER_COURSE", "GRADER_REFERENCE_DIR", "GRADER_LOCK_DIR"):
+            for var in ("GRADER_COURSE", "GRADER_LOCK_DIR"):  # the reference folder travels in the context
                 if var in os.environ:
                     env[var] = os.environ[var]
             ray.init(address=self.address, runtime_env={"env_vars": env}, log_to_driver=False,
@@ -347,7 +346,7 @@ class RayExecutor:
         log_file = log_path(out, job.folder, job.assignment)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "a") as log:
-            log.write(f"\n=== {_now()} attempt {job.tries} of {job.label} on Ray node {record.get('node', '?')} ===\n{log_text}")
+            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.get('node', '?')} ===\n{log_text}")
         store_record(out, record)
         sched.finish(job, record)
 

@@ -1,10 +1,8 @@
-"""Batch grading: a class x assignments as jobs, with nothing lost.
-
-A job is one student and one assignment (`grade.grade_assignment`), run by an executor
-(`grader.batch.executors`: a pool of job processes, `python -m grader.batch.jobs`, or Ray). This module
-says what a job is, keys and stores its record, plans a batch and runs it. With several GPUs,
-each pool slot owns one (CUDA_VISIBLE_DEVICES); timing phases hold their GPU alone
-(`grader.judge.devicelock`).
+"""A job: one student and one assignment (`grader.judge.grade.grade_assignment`) under the
+batch's grading context, run by an executor (`grader.batch.executors`: a pool of job processes,
+`python -m grader.batch.jobs`, or Ray); its key, its record, and the job process itself. With
+several GPUs, each pool slot owns one (CUDA_VISIBLE_DEVICES); timing phases hold their GPU
+alone (`grader.judge.devicelock`).
 
 Nothing is lost:
 - each job process writes its record atomically the moment the job ends
@@ -24,10 +22,8 @@ to be stored here in the same layout.
 
 from __future__ import annotations
 
-import fcntl
 import hashlib
 import json
-import os
 import signal
 import sys
 import tempfile
@@ -39,13 +35,10 @@ from pathlib import Path
 from typing import Callable
 
 import grader
-from grader.results import AssignmentResult, RunResult, TestResult, write_json_atomic
+from grader.batch.store import RECORD_FORMAT, store_record
+from grader.results import AssignmentResult
 from grader.spec import course_secret
 
-RECORD_FORMAT = 1
-
-
-# -- jobs and their keys --------------------------------------------------------------------
 
 @dataclass
 class Job:
@@ -57,12 +50,8 @@ class Job:
     commit: str | None
     key: dict  # what a stored grade must match to be reused by --resume
     out: str
-    seed: int
-    device: str  # cuda | cpu
+    context: dict  # the batch's grading context (grader.judge.context.GradingContext.to_json), the same for every job
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES for this job, set by the pool slot
-    cases: list[str] | None = None
-    dtypes: list[str] | None = None
-    timeout: float | None = None
     notes: list[str] = field(default_factory=list)
     attempt: str = ""
     tries: int = 0
@@ -72,13 +61,27 @@ class Job:
     def label(self) -> str:
         return f"{self.student}/{self.assignment}"
 
+    @property
+    def device(self) -> str:
+        return self.context["device"]
 
-def spec_fingerprint(spec) -> str:
+    @property
+    def seed(self) -> int:
+        return self.context["seed"]
+
+    def grading_context(self):
+        """The batch's context on this job's slot: its GPU and the run's cache."""
+        from grader.judge.context import GradingContext
+
+        return GradingContext.from_json(self.context).for_slot(self.gpu, self.cache)
+
+
+def spec_fingerprint(spec, reference: Path) -> str:
     """sha256 of the assignment's spec.py and its reference kernel (both decide the grade), and of
     its hidden.py and the course secret (the hidden cases and the random shapes) where there are."""
     h = hashlib.sha256()
     hidden = Path(spec.folder) / "hidden.py"
-    for part in (Path(spec.folder) / "spec.py", spec.reference_module(), *([hidden] if hidden.is_file() else [])):
+    for part in (Path(spec.folder) / "spec.py", reference, *([hidden] if hidden.is_file() else [])):
         h.update(part.name.encode() + b"\0")
         h.update(part.read_bytes() if part.is_file() else b"<absent>")
     secret = course_secret()
@@ -87,62 +90,14 @@ def spec_fingerprint(spec) -> str:
     return h.hexdigest()[:16]
 
 
-def job_key(commit: str | None, spec, gpu_model: str, options: dict) -> dict:
-    return {"commit": commit, "spec": spec_fingerprint(spec), "grader": grader.__version__, "gpu_model": gpu_model,
-            "options": options}
+def job_key(commit: str | None, spec, gpu_model: str, ctx) -> dict:
+    """What a stored grade must match to be reused: the commit, the spec and reference, the
+    grader's version, the GPU model and the grading options (grader.judge.context.GradingContext.key)."""
+    return {"commit": commit, "spec": spec_fingerprint(spec, ctx.reference_module(spec)), "grader": grader.__version__,
+            "gpu_model": gpu_model, "options": ctx.key()}
 
 
-# -- the class folder -------------------------------------------------------------------------
-
-def student_dir(out: Path, folder: str) -> Path:
-    return Path(out) / "students" / folder
-
-
-def record_path(out: Path, folder: str, assignment: str) -> Path:
-    return student_dir(out, folder) / "jobs" / f"{assignment}.json"
-
-
-def failed_path(out: Path, folder: str, assignment: str) -> Path:
-    return student_dir(out, folder) / "jobs" / f"{assignment}.infra_error.json"
-
-
-def log_path(out: Path, folder: str, assignment: str) -> Path:
-    return student_dir(out, folder) / "logs" / f"{assignment}.log"
-
-
-def read_json(path: Path) -> dict | None:
-    try:
-        return json.loads(Path(path).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def read_records(out: Path, folder: str) -> dict[str, dict]:
-    """A student's stored records by assignment (the kept infra_error attempts aside)."""
-    jobs = student_dir(out, folder) / "jobs"
-    records = {}
-    for path in sorted(jobs.glob("*.json")) if jobs.is_dir() else []:
-        if path.name.startswith(".") or path.name.endswith(".infra_error.json"):
-            continue
-        record = read_json(path)
-        if record and record.get("format") == RECORD_FORMAT:
-            records[record["assignment"]] = record
-    return records
-
-
-def is_reusable(record: dict | None, key: dict) -> bool:
-    return bool(record) and record.get("status") == "graded" and record.get("key") == key
-
-
-# -- one job ------------------------------------------------------------------------------------
-
-def assignment_from_dict(d: dict) -> AssignmentResult:
-    tests = [TestResult(**t) for t in d.get("tests", [])]
-    return AssignmentResult(d["name"], d["title"], d["module"], tests, list(d.get("notes", [])),
-                            headline=d.get("headline", ""), partial=dict(d.get("partial") or {}))
-
-
-def _now() -> str:
+def now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="seconds")
 
 
@@ -164,8 +119,8 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
     Student failures are outcomes inside the result; only our own failures are infra_error."""
     from grader import environment, spec as specs
-    from grader.judge.grade import Options, grade_assignment
-    from grader.judge.runcache import RunCache
+    from grader.judge.grade import grade_assignment, measured_roofline
+    from grader.sandbox.process import detect
     from grader.submission import open_submission
 
     started = time.time()
@@ -174,14 +129,13 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     try:
         spec = specs.get(job.assignment)
         sub = open_submission(Path(job.repo))
-        opts = Options(job.device, job.seed, job.cases, job.dtypes, job.timeout, gpu=job.gpu,
-                       cache=RunCache(Path(job.cache)) if job.cache else None)
+        ctx = job.grading_context()
         with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
-            result = grade_assignment(sub, spec, opts, Path(tmp) / spec.name, lambda step: log(f"  {step}"))
+            result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, lambda step: log(f"  {step}"))
         result.notes[:0] = job.notes
-        env = environment.describe(job.device)
-        if opts.roofline:
-            env["roofline"] = opts.roofline
+        env = environment.describe(ctx.device, detect(ctx.isolation).describe())  # the record says which isolation ran
+        if roofline := measured_roofline(result):
+            env["roofline"] = roofline
     except Exception as exc:  # the grader's own failure: never the student's
         log(traceback.format_exc())
         return new_record(job, "infra_error", f"the grader failed: {type(exc).__name__}: {exc}", started=started)
@@ -193,221 +147,6 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     log(f"{job.label}: {result.score:g} / {result.max_score:g} points, {status}")
     return new_record(job, status, infra[0].message if infra else "", result, env, started)
 
-
-# -- storing a record ------------------------------------------------------------------------------
-
-class _FileLock:
-    """An exclusive flock on a file: one writer of a student's files at a time, across processes."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-
-    def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-
-
-def store_record(out: Path, record: dict) -> Path:
-    """Write a job's record, unless it is an infra_error and a real grade is already there:
-    then it is kept beside it. Then rebuild the student's results.json and report.html."""
-    out = Path(out)
-    folder, assignment = record["folder"], record["assignment"]
-    with _FileLock(student_dir(out, folder) / ".lock"):
-        path = record_path(out, folder, assignment)
-        existing = read_json(path)
-        if record["status"] == "infra_error" and existing and existing.get("status") == "graded":
-            path = failed_path(out, folder, assignment)
-        elif record["status"] == "graded":
-            failed_path(out, folder, assignment).unlink(missing_ok=True)
-        write_json_atomic(record, path)
-        write_student(out, folder)
-    return path
-
-
-def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
-    """The student's assignments as one RunResult (what `grader check` would have written)."""
-    if not records:
-        return None
-    ranked = sorted(records.values(), key=lambda r: (order.index(r["assignment"]) if r["assignment"] in order else len(order), r["assignment"]))
-    first = ranked[0]
-    run = RunResult(first.get("repo") or first["student"], first["seed"], first.get("environment") or {}, commit=first.get("commit"))
-    for r in ranked:
-        if r.get("result"):
-            run.assignments.append(assignment_from_dict(r["result"]))
-        else:
-            a = AssignmentResult(r["assignment"], r["assignment"], "")
-            a.tests.append(TestResult(r["assignment"], "correctness", "grading", "infra_error",
-                                      f"not graded: {r.get('error') or 'the grader failed'} (it is retried on the next --resume)"))
-            run.assignments.append(a)
-    return run
-
-
-def repair_students(out: Path, folders: list[str]) -> None:
-    """Rewrite a student's results.json and report.html where a record is newer (a job process
-    killed between writing its record and the reports)."""
-    for folder in folders:
-        records = list((student_dir(out, folder) / "jobs").glob("*.json"))
-        report = student_dir(out, folder) / "results.json"
-        if records and (not report.is_file() or report.stat().st_mtime < max(p.stat().st_mtime for p in records)):
-            with _FileLock(student_dir(out, folder) / ".lock"):
-                write_student(out, folder)
-
-
-def rewrite_student(out: Path, folder: str) -> None:
-    """write_student under the student's lock (the class view's late notes changed)."""
-    with _FileLock(student_dir(out, folder) / ".lock"):
-        write_student(out, folder)
-
-
-def write_student(out: Path, folder: str) -> None:
-    from grader import spec as specs
-    from grader.batch.course import late_notes
-    from grader.report import render
-    from grader.results import write_text_atomic
-
-    run = student_run(read_records(out, folder), list(specs.catalogue()))
-    if run is None:
-        return
-    folder_path = student_dir(out, folder)
-    late = late_notes(folder_path)
-    for a in run.assignments:
-        if a.name in late:
-            a.notes.append(late[a.name])
-    write_json_atomic(run.to_gradescope(), folder_path / "results.json")
-    write_text_atomic(render(run), folder_path / "report.html")
-
-
-# -- a batch -------------------------------------------------------------------------------------------
-
-MANIFEST = "batch.json"
-
-
-@dataclass
-class BatchOptions:
-    out: Path
-    assignments: list[str]
-    device: str  # cuda | cpu
-    slots: list[str | None]  # one GPU per pool slot (None on the CPU)
-    gpu_model: str
-    resume: bool = False
-    only: list[str] | None = None
-    seed: int | None = None
-    cases: list[str] | None = None
-    dtypes: list[str] | None = None
-    timeout: float | None = None
-    retries: int = 1
-    executor: str = "local"
-    address: str | None = None
-    per_gpu: int = 2
-    job_timeout: float | None = None
-    course: object = None  # grader.batch.course.Course: points, late policy (the class view applies them)
-    similarity_threshold: float | None = None
-
-
-@dataclass
-class Plan:
-    jobs: list[Job]
-    reused: list[Job]
-    seed: int
-    broken: list[str] = field(default_factory=list)
-
-
-def plan_batch(lock, opts: BatchOptions) -> Plan:
-    """Every (fetched student, assignment) job; with --resume, those with a reusable grade apart."""
-    import secrets
-
-    from grader import spec as specs
-    from grader.batch.workspace import ensure_checkout
-
-    out = Path(opts.out).resolve()
-    manifest = read_json(out / MANIFEST) or {}
-    seed = opts.seed if opts.seed is not None else manifest.get("seed", secrets.randbelow(2**31))
-    # everything that changes what is graded; the seed draws the random cases and every input
-    options = {"device": opts.device, "cases": opts.cases, "dtypes": opts.dtypes, "timeout": opts.timeout, "seed": seed}
-    plan = Plan([], [], seed)
-    for p in lock.students:
-        if p.status != "fetched" or (opts.only and p.student not in opts.only):
-            continue
-        try:
-            repo = str(ensure_checkout(lock, p))
-        except Exception as exc:  # the cache was removed or damaged after fetch
-            repo, why = "", f"the checkout of {p.student} in the workspace is missing or damaged ({exc}): run grader fetch again"
-            plan.broken.append(why)
-        for name in opts.assignments:
-            spec = specs.get(name)
-            job = Job(p.student, p.folder, name, repo, p.repo, p.commit, job_key(p.commit, spec, opts.gpu_model, options),
-                      str(out), seed, opts.device, cases=opts.cases, dtypes=opts.dtypes, timeout=opts.timeout, notes=list(p.notes))
-            if not repo:
-                store_record(out, new_record(job, "infra_error", plan.broken[-1]))
-            elif opts.resume and is_reusable(read_json(record_path(out, p.folder, name)), job.key):
-                plan.reused.append(job)
-            else:
-                plan.jobs.append(job)
-    return plan
-
-
-def make_executor(opts: BatchOptions, slots: list[str | None]):
-    from grader.batch.executors import LocalExecutor, RayExecutor, default_job_timeout
-
-    timeout = (lambda job: opts.job_timeout) if opts.job_timeout else default_job_timeout
-    if opts.executor == "ray":
-        return RayExecutor(opts.address, max_in_flight=len(slots), per_gpu=opts.per_gpu, job_timeout=timeout)
-    return LocalExecutor(slots, job_timeout=timeout)
-
-
-def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job, dict | None], None],
-              executor=None) -> dict:
-    """Run the plan, then write the class view. Ctrl-C (KeyboardInterrupt) stops the jobs in
-    flight, keeps every finished one and still writes the class view; returns this run's entry
-    of the manifest."""
-    from grader.batch.classview import write_class_outputs
-    from grader.batch.executors import Scheduler
-    from grader.judge.runcache import RunCache
-
-    out = Path(opts.out).resolve()
-    manifest = read_json(out / MANIFEST) or {}
-    manifest["seed"] = plan.seed
-    manifest["assignments"] = list(dict.fromkeys([*manifest.get("assignments", []), *opts.assignments]))
-    manifest["lock"] = str(lock.root)
-    entry = {"started": _now(), "device": opts.device, "gpu_model": opts.gpu_model, "slots": opts.slots,
-             "executor": opts.executor, "jobs": len(plan.jobs), "reused": len(plan.reused), "only": opts.only}
-    manifest.setdefault("runs", []).append(entry)
-    write_json_atomic(manifest, out / MANIFEST)
-
-    executor = executor or make_executor(opts, opts.slots)
-    # jobs on this host share one run cache (inputs, roofline, the reference's compiled kernels);
-    # a Ray job on another node makes its own
-    cache = RunCache.temporary() if opts.executor == "local" and opts.device == "cuda" else None
-    for job in plan.jobs:
-        job.cache = str(cache.folder) if cache else None
-    sched = Scheduler(plan.jobs, opts.retries, on_event)
-    started = time.time()
-    try:
-        executor.run(sched)
-    except KeyboardInterrupt:
-        entry["interrupted"] = True
-        sched.stop()
-        executor.stop()
-        executor.join()
-    finally:
-        done = [r for _, r in sched.finished if r is not None]
-        entry.update(finished=_now(), wall_s=round(time.time() - started, 1), graded=sum(r["status"] == "graded" for r in done),
-                     infra_error=sum(r["status"] == "infra_error" for r in done),
-                     not_run=len(plan.jobs) - len(done))
-        write_json_atomic(manifest, out / MANIFEST)
-        repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
-        write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold)
-        if cache:
-            cache.remove()
-    return entry
-
-
-# -- the job process -------------------------------------------------------------------------------
 
 def _job_process_main(argv: list[str]) -> int:
     """`python -m grader.batch.jobs --job LABEL --out OUT`, the job on stdin as JSON."""

@@ -83,7 +83,7 @@ def rank(rows: list[SpeedRow]) -> list[SpeedRow]:
 
 def speed_rows(view, out: Path, assignment: str) -> list[SpeedRow]:
     """The dashboard's speed view of one assignment, from the stored records."""
-    from grader.batch.jobs import read_records
+    from grader.batch.store import read_records
 
     rows = []
     for r in view.rows:

@@ -7,7 +7,6 @@ error, with a one-line message.
 from __future__ import annotations
 
 import json
-import secrets
 import shlex
 from pathlib import Path
 from typing import List, Optional
@@ -22,7 +21,7 @@ from grader.judge.feedback import group_failures, points_line, run_total
 from grader.results import RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
-from grader.cli.common import STYLE, UsageError, console, err, resolve_device
+from grader.cli.common import STYLE, UsageError, console, err
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
@@ -35,7 +34,7 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
             raise UsageError(exc.args[0]) from None
     catalogue = specs.catalogue()
     if not catalogue:
-        raise UsageError(f"no course found: no assignments/ in {specs.COURSE_ROOT}. Run grader check inside your "
+        raise UsageError(f"no course found: no assignments/ in {specs.course_root()}. Run grader check inside your "
                          f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
     found = [s for s in catalogue.values() if sub.has(s)]
     problems = toml_problems(sub, catalogue)
@@ -78,29 +77,24 @@ def check(
                                      "result output (default when GITHUB_ACTIONS=true); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
+    from grader.judge.context import ContextError, resolve
+    from grader.judge.grade import count_steps, grade_submission
     from grader.sandbox import process as sandbox
-    from grader.judge.grade import Options, count_steps, grade_submission
-    from grader.judge.plan import plan_calls
 
     json_file = json_file or OUTPUT_DIR / "results.json"
     html_dir = html_dir or OUTPUT_DIR
     try:
         sub = open_submission(repo)
         chosen = select_assignments(sub, assignment)
-        resolved = resolve_device(device)
-        for d in dtype or []:
-            if d not in specs.DTYPES:
-                raise UsageError(f"unknown dtype {d!r} (known: {', '.join(specs.DTYPES)})")
-        seed = seed if seed is not None else secrets.randbelow(2**31)
         base = f"grader check {shlex.quote(str(repo))}" + ("" if device == "auto" else f" --device {device}")
-        opts = Options(resolved, seed, case or None, dtype or None, timeout, reproducer=base, isolation=isolation,
-                       hide=[str(json_file.resolve().parent), str(html_dir.resolve())], partial_points=True)
-        if case and not any(plan_calls(s, seed, opts.interpret, case, dtype) for s in chosen):
+        ctx = resolve(device, seed, case, dtype, timeout, isolation, hide=[json_file.resolve().parent, html_dir.resolve()],
+                      reproducer=base, partial_points=True)
+        if case and not any(ctx.calls(s) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
         if ci not in (None, "github", "none"):
             raise UsageError(f"--ci must be github or none, not {ci!r}")
-        contained = sandbox.detect(isolation)
-    except (UsageError, SubmissionError, sandbox.SandboxError) as exc:
+        contained = sandbox.detect(ctx.isolation)
+    except (UsageError, ContextError, SubmissionError, sandbox.SandboxError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         from grader.kit import github
 
@@ -110,12 +104,12 @@ def check(
     for warning in contained.warnings:  # once per run, before any worker starts
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
-    mode = "GPU" if resolved == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
-    console.print(f"Checking [bold]{sub.root}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {seed}")
+    mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
+    console.print(f"Checking [bold]{sub.root}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {ctx.seed}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
-        task = bar.add_task("starting", total=count_steps(chosen, opts))
-        run = grade_submission(sub, chosen, opts, lambda text: bar.update(task, advance=1, description=text))
+        task = bar.add_task("starting", total=count_steps(chosen, ctx))
+        run = grade_submission(sub, chosen, ctx, lambda text: bar.update(task, advance=1, description=text))
 
     for folder in {json_file.parent, html_dir}:
         ignored_by_git(folder)
@@ -129,7 +123,7 @@ def check(
     from grader.kit import github
 
     if github.enabled(ci):
-        github.report_github(run, sub.root, resolved, echo=lambda line: print(line, flush=True))
+        github.report_github(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True))
     if any(t.outcome == "infra_error" for t in run.tests):
         raise typer.Exit(2)
     raise typer.Exit(0 if run.all_passed else 1)

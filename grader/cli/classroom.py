@@ -23,7 +23,8 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
-from grader.cli.common import STYLE, UsageError, console, err, fail as _fail, resolve_device
+from grader.cli.common import STYLE, UsageError, console, err, fail as _fail
+from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
 
 DEFAULT_JOBS_PER_GPU = 2
@@ -149,6 +150,8 @@ def grade(
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only the named case(s): for a quick dry run."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
+    isolation: str = typer.Option("sandbox", help="How student code is contained: sandbox (namespaces, no Docker), "
+                                  "docker (a container per worker) or none. Every record says which ran. See docs/security.md."),
     job_timeout: Optional[float] = typer.Option(None, help="Seconds one job may take before it is killed (default: from the plan)."),
     retries: int = typer.Option(1, help="Times an infra_error job is tried again in this run."),
     executor: str = typer.Option("local", help="local (a pool on this machine) or ray (a Ray cluster)."),
@@ -163,8 +166,10 @@ def grade(
                                                          "least this similar on the dashboard (default: course.toml's, else 0.6)."),
 ) -> None:
     """Grade a whole class: per-student reports, a dashboard, gradebooks; resumable."""
-    from grader.batch.jobs import BatchOptions, plan_batch, run_batch
+    from grader.batch.run import BatchOptions, class_seed, plan_batch, run_batch
     from grader.batch.workspace import LockError, read_lock
+    from grader.judge.context import ContextError, resolve
+    from grader.sandbox.process import SandboxError, detect
 
     course = load_course_or_fail(course_file)
     try:
@@ -179,35 +184,32 @@ def grade(
         names = assignment or course.order or list(specs.catalogue())
         for n in names:
             specs.get(n)
-        for d in dtype or []:
-            if d not in specs.DTYPES:
-                raise UsageError(f"unknown dtype {d!r} (known: {', '.join(specs.DTYPES)})")
-        if case:
-            from grader.judge.plan import cases_for
-
-            missing_cases = [n for n in names if not {c.name for c in cases_for(specs.get(n), seed or 0)} & set(case)]
-            if missing_cases:
-                raise UsageError(f"no case named {', '.join(case)} in {', '.join(missing_cases)}: choose the assignments with -a")
-        if reference_dir is not None:
-            if not reference_dir.is_dir():
-                raise UsageError(f"--reference-dir {reference_dir}: no such folder")
-            os.environ["GRADER_REFERENCE_DIR"] = str(reference_dir.resolve())  # job processes inherit it
         if executor == "ray":
             import importlib.util
 
             if importlib.util.find_spec("ray") is None:
                 raise UsageError("--executor ray needs Ray: pip install 'grader[ray]'")
-        if executor == "ray" and device == "cuda" and not _local_gpu():
-            resolved, slots, gpu_model = "cuda", [None] * (jobs or 2), "GPUs of the Ray cluster"  # the driver has none
+        remote = executor == "ray" and device == "cuda" and not has_gpu()  # the Ray cluster's GPUs; the driver has none
+        ctx = resolve(device, class_seed(out, seed), case, dtype, timeout, isolation,
+                      hide=[out.resolve()], reference_dir=reference_dir, remote_gpu=remote,
+                      reproducer="grader check .")
+        if case:
+            missing_cases = [n for n in names if not ctx.calls(specs.get(n))]
+            if missing_cases:
+                raise UsageError(f"no case named {', '.join(case)} in {', '.join(missing_cases)}: choose the assignments with -a")
+        if remote:
+            slots, gpu_model = [None] * (jobs or 2), "GPUs of the Ray cluster"
         else:
-            resolved = resolve_device(device)
-            slots, gpu_model = resolve_slots(resolved, gpus, jobs)
+            slots, gpu_model = resolve_slots(ctx.device, gpus, jobs)
+        contained = detect(ctx.isolation)  # what this machine allows, once, before any job starts
         if roster is None:
             lock = read_lock(lock_file)
     except specs.UnknownAssignment as exc:
         _fail(UsageError(exc.args[0]))
-    except (UsageError, LockError) as exc:
+    except (UsageError, ContextError, SandboxError, LockError) as exc:
         _fail(exc)
+    for warning in contained.warnings:
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if roster is not None:
         lock = fetch_class(roster, out / "workspace", deadline, org, prefix, branch, 8, course, names)
     known = {p.student for p in lock.students}
@@ -215,16 +217,15 @@ def grade(
     if missing:
         _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock (it has {len(known)} students)"))
     for n in names:
-        if not specs.get(n).reference_module().is_file() and resolved == "cuda":
+        if not ctx.reference_module(specs.get(n)).is_file() and ctx.device == "cuda":
             console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not scored[/yellow]")
 
-    opts = BatchOptions(out.resolve(), names, resolved, slots, gpu_model, resume, only or None, seed, case or None,
-                        dtype or None, timeout, retries, executor, address, job_timeout=job_timeout, course=course,
-                        similarity_threshold=similarity_threshold)
+    opts = BatchOptions(out.resolve(), names, ctx, slots, gpu_model, resume, only or None, retries, executor, address,
+                        job_timeout=job_timeout, course=course, similarity_threshold=similarity_threshold)
     plan = plan_batch(lock, opts)
-    where = "CPU interpreter (no timing, no bf16)" if resolved == "cpu" else f"{gpu_model} x{len(set(slots))}"
+    where = "CPU interpreter (no timing, no bf16)" if ctx.device == "cpu" else f"{gpu_model} x{len(set(slots))}"
     console.print(f"Grading {len(plan.jobs)} jobs ({len(plan.reused)} already graded, kept) on {where}, "
-                  f"{len(slots)} at once ({executor}), seed {plan.seed}")
+                  f"{len(slots)} at once ({executor}, isolation {ctx.isolation}), seed {plan.seed}")
     for line in plan.broken:
         console.print(f"[red]{escape(line)}[/red]")
 
@@ -267,12 +268,6 @@ def grade(
     raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] or plan.broken else 0)
 
 
-def _local_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
@@ -306,7 +301,7 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
 
 def _class_lock(class_dir: Path):
     """The lock a graded class folder was graded from (its batch.json names it)."""
-    from grader.batch.jobs import MANIFEST, read_json
+    from grader.batch.store import MANIFEST, read_json
     from grader.batch.workspace import LockError, read_lock
 
     manifest = read_json(class_dir / MANIFEST)

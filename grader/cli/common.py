@@ -21,14 +21,3 @@ def fail(exc: Exception) -> None:
     """A usage error or a malformed input file: one line, exit 2."""
     err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
     raise typer.Exit(2)
-
-
-def resolve_device(device: str) -> str:
-    import torch
-
-    if device not in ("auto", "cuda", "cpu"):
-        raise UsageError(f"--device must be auto, cuda or cpu, not {device!r}")
-    has_gpu = torch.cuda.is_available()
-    if device == "cuda" and not has_gpu:
-        raise UsageError("--device cuda: no CUDA GPU is visible here (use --device cpu for the interpreter)")
-    return ("cuda" if has_gpu else "cpu") if device == "auto" else device

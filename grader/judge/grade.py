@@ -10,7 +10,7 @@ from __future__ import annotations
 import tempfile
 import time
 from collections import Counter
-from dataclasses import dataclass, field, replace
+from dataclasses import replace
 from pathlib import Path
 from typing import Callable
 
@@ -19,13 +19,13 @@ from safetensors.torch import load
 from grader import environment
 from grader.judge import perf
 from grader.sandbox import process as sandbox
+from grader.judge.context import GradingContext
 from grader.judge.devicelock import gpu_phase, timing_lock
 from grader.judge.feedback import headline
 from grader.judge.integrity import scan_submission, summary as scan_summary
 from grader.judge.verdict import judge_call, judge_runs
-from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize, plan_calls
+from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.results import AssignmentResult, RunResult, Severity, TestResult, cents
-from grader.judge.runcache import RunCache
 from grader.sandbox.process import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
 from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
@@ -35,60 +35,43 @@ MAX_CONSECUTIVE_TIMEOUTS = 2
 WORKER_START_TIMEOUT = 300  # seconds for a fresh worker to import torch and Triton, on a loaded machine
 
 
-@dataclass
-class Options:
-    device: str  # "cuda" runs kernels on the GPU; "cpu" in Triton's interpreter
-    seed: int
-    cases: list[str] | None = None
-    dtypes: list[str] | None = None
-    timeout: float | None = None  # per call, overriding the spec's
-    import_timeout: float | None = None  # for the student's import, overriding the spec's
-    gpu: str | None = None  # CUDA_VISIBLE_DEVICES for the workers
-    perf_reps: int = 30  # timed calls per contender per round (rounds: see grader.judge.perf)
-    perf_input_sets: int = 3
-    perf_budget_s: float = 60.0  # per assignment, for extra rounds when the verdict is close
-    reproducer: str = "grader check ."
-    roofline: dict = field(default_factory=dict)  # measured once per run, shared by assignments
-    isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox.process)
-    hide: list[str] = field(default_factory=list)  # more folders a worker must not see (the output folder)
-    cache: RunCache | None = None  # shared by the grades of a batch (grader.judge.runcache); None: each makes its own inputs
-    partial_points: bool = False  # with cases/dtypes: each case earns its share of the full run (grader check's replays)
-
-    @property
-    def interpret(self) -> bool:
-        return self.device == "cpu"
-
-
 Progress = Callable[[str], None]
 
 
-def grade_submission(sub: Submission, specs: list[Assignment], opts: Options, progress: Progress | None = None) -> RunResult:
+def grade_submission(sub: Submission, specs: list[Assignment], ctx: GradingContext, progress: Progress | None = None) -> RunResult:
     started = time.monotonic()
-    run = RunResult(str(sub.root), opts.seed, environment.describe(opts.device), commit=sub.commit())
-    run.environment["isolation"] = sandbox.detect(opts.isolation).describe()
+    run = RunResult(str(sub.root), ctx.seed, environment.describe(ctx.device, sandbox.detect(ctx.isolation).describe()),
+                    commit=sub.commit())
+    roofline = None  # measured by the first timing of the run, then shared by the others
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
         for spec in specs:
-            run.assignments.append(grade_assignment(sub, spec, opts, Path(tmp) / spec.name, progress))
-    if opts.roofline:
-        run.environment["roofline"] = opts.roofline
+            result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, progress, roofline)
+            run.assignments.append(result)
+            roofline = roofline or measured_roofline(result)
+    if roofline:
+        run.environment["roofline"] = roofline
     run.execution_time = time.monotonic() - started
     return run
 
 
-def count_steps(specs: list[Assignment], opts: Options) -> int:
+def measured_roofline(result: AssignmentResult) -> dict | None:
+    """The GPU's measured ceilings, as the assignment's timing used them (None: nothing timed)."""
+    return next((t.details["roofline"] for t in result.tests if t.kind == "performance" and "roofline" in t.details), None)
+
+
+def count_steps(specs: list[Assignment], ctx: GradingContext) -> int:
     """How many progress steps grade_submission reports: one per call, one per timing, and on a
     GPU one per bounds check (when an assignment's module is missing, that step never comes)."""
-    return sum(len(plan_calls(s, opts.seed, opts.interpret, opts.cases, opts.dtypes)) + (s.performance is not None)
-               + (not opts.interpret) for s in specs)
+    return sum(len(ctx.calls(s)) + (s.performance is not None) + (not ctx.interpret) for s in specs)
 
 
 class StudentWorker:
     """The student's module loaded in a worker; restarted after a timeout or crash."""
 
-    def __init__(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, opts: Options,
+    def __init__(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, ctx: GradingContext,
                  hide: list[Path] = ()) -> None:
-        self.spec, self.repo, self.target, self.scratch, self.opts = spec, repo, target, scratch, opts
-        self.hide = [*map(Path, opts.hide), *hide]  # the submission's folder and its neighbours (other students)
+        self.spec, self.repo, self.target, self.scratch, self.ctx = spec, repo, target, scratch, ctx
+        self.hide = [*map(Path, ctx.hide), *hide]  # the submission's folder and its neighbours (other students)
         self.process: WorkerProcess | None = None
         self.starts = 0
 
@@ -97,8 +80,8 @@ class StudentWorker:
         self.close()
         self.starts += 1
         try:  # our own start (sandbox, Python, torch, Triton) is not the student's import time, nor their fault
-            self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.opts.interpret, self.opts.gpu,
-                                         isolation=self.opts.isolation, writable=[self.repo.parent / "outputs"],
+            self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.ctx.interpret, self.ctx.gpu,
+                                         isolation=self.ctx.isolation, writable=[self.repo.parent / "outputs"],
                                          hide=self.hide, job=self.repo.parent)
             self.process.request({"op": "ping"}, WORKER_START_TIMEOUT)
         except (OSError, SandboxError) as exc:
@@ -107,10 +90,10 @@ class StudentWorker:
             raise WorkerFailure("infra_error", f"the worker did not start: {f.message}", f.output) from None
         module, function = self.target
         # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
-        with gpu_phase(self.opts.gpu, exclusive=False, enabled=not self.opts.interpret):
+        with gpu_phase(self.ctx.gpu, exclusive=False, enabled=not self.ctx.interpret):
             return self.process.request(
                 {"op": "load", "contenders": {"student": {"root": str(self.repo), "module": module, "function": function}}},
-                self.opts.import_timeout or self.spec.import_timeout_s,
+                self.ctx.import_timeout_for(self.spec),
             )
 
     def request(self, message: dict, timeout: float) -> dict:
@@ -123,18 +106,21 @@ class StudentWorker:
             self.process = None
 
 
-def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: Path, progress: Progress | None = None) -> AssignmentResult:
+def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, workdir: Path, progress: Progress | None = None,
+                     roofline: dict | None = None) -> AssignmentResult:
+    """`roofline`: the GPU's ceilings if this run measured them already (else timing measures them)."""
     module, function = sub.target(spec)
     result = AssignmentResult(spec.name, spec.title, f"{module}:{function}()")
-    calls = plan_calls(spec, opts.seed, opts.interpret, opts.cases, opts.dtypes)
+    calls = ctx.calls(spec)
     step = progress or (lambda _: None)
-    call_timeout = opts.timeout or spec.call_timeout_s
+    call_timeout = ctx.call_timeout_for(spec)
 
     runnable = [c for c in calls if not c.skip]
     if runnable and not sub.has(spec):  # one result that says so, not one error per case
-        return _not_submitted(spec, sub, opts, result, module, calls, runnable)
+        return _not_submitted(spec, sub, ctx, result, module, calls, runnable)
 
-    worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", opts, hide=[sub.root.parent])
+    neighbours = [sub.root.parent]  # the submission's folder and the folders beside it (other students)
+    worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", ctx, hide=neighbours)
     integrity = _Integrity(spec)
     try:
         if not runnable:
@@ -150,33 +136,33 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
         for call in calls:
             step(f"{spec.name}: {call.id}")
             if call.skip:
-                result.tests.append(_test(spec, call, opts, "skipped", call.skip))
+                result.tests.append(_test(spec, call, ctx, "skipped", call.skip))
                 continue
             if restart and not load_failure and consecutive_timeouts < MAX_CONSECUTIVE_TIMEOUTS:
                 load_failure, restart = _start(worker, spec), False  # a fresh worker, once a call needs one
             if load_failure:
-                result.tests.append(_from_failure(spec, call, opts, load_failure, f"importing {module} failed"))
+                result.tests.append(_from_failure(spec, call, ctx, load_failure, f"importing {module} failed"))
                 continue
             if consecutive_timeouts >= MAX_CONSECUTIVE_TIMEOUTS:
-                result.tests.append(_test(spec, call, opts, "timeout", "not run: the calls before this one timed out"))
+                result.tests.append(_test(spec, call, ctx, "timeout", "not run: the calls before this one timed out"))
                 continue
-            test = _run_call(spec, call, opts, worker, workdir, call_timeout, integrity)
+            test = _run_call(spec, call, ctx, worker, workdir, call_timeout, integrity)
             result.tests.append(test)
             consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == "timeout" else 0
             restart = test.outcome in ("timeout", "crashed", "infra_error")
         result.tests.append(integrity.test())
-        if not opts.interpret and runnable and not load_failure:
+        if not ctx.interpret and runnable and not load_failure:
             step(f"{spec.name}: bounds check")
-            result.tests.append(_bounds_check(spec, opts, (module, function), workdir, call_timeout))
+            result.tests.append(_bounds_check(spec, ctx, (module, function), workdir, call_timeout, neighbours))
         if spec.performance is not None:
             step(f"{spec.name}: performance")
-            result.tests.append(perf.measure(spec, result, opts, worker, workdir, call_timeout,  # the GPU alone while timing
-                                             exclusive=lambda: timing_lock(opts.gpu, enabled=not opts.interpret)))
+            result.tests.append(perf.measure(spec, result, ctx, worker, workdir, call_timeout, roofline,  # the GPU alone while timing
+                                             exclusive=lambda: timing_lock(ctx.gpu, enabled=not ctx.interpret)))
     finally:
         worker.close()
     planned = None
-    if opts.partial_points and (opts.cases or opts.dtypes):  # a partial run: each case keeps its share of the full run's points
-        planned = [f"{c.case.name} [{c.dtype}]" for c in plan_calls(spec, opts.seed, opts.interpret)]
+    if ctx.partial:  # a partial run: each case keeps its share of the full run's points
+        planned = [c.test_name for c in ctx.full_plan(spec)]
         result.partial = {"cases_run": len(calls), "cases": len(planned), "assignment_points": spec.max_points}
     score_assignment(spec, result, planned)
     if note := hidden_note(spec):
@@ -185,16 +171,15 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
     return result
 
 
-def _not_submitted(spec: Assignment, sub: Submission, opts: Options, result: AssignmentResult, module: str,
+def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str,
                    calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
-    partial = opts.partial_points and (opts.cases or opts.dtypes)
-    planned = [f"{c.case.name} [{c.dtype}]" for c in (plan_calls(spec, opts.seed, opts.interpret) if partial else calls)]
+    planned = [c.test_name for c in (ctx.full_plan(spec) if ctx.partial else calls)]
     shares = dict(zip(planned, split_cents(spec.correctness_points, len(planned))))
-    share = {c.id: shares.get(f"{c.case.name} [{c.dtype}]", 0) for c in calls}
+    share = {c.id: shares.get(c.test_name, 0) for c in calls}
     perf = cents(spec.performance_points) if spec.performance is not None else 0
-    timed = spec.performance is not None and not opts.interpret
+    timed = spec.performance is not None and not ctx.interpret
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
     test = TestResult(spec.name, "submission", "not submitted", "failed",
                       f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
@@ -221,17 +206,18 @@ def hidden_note(spec: Assignment) -> str:
 BOUNDS_CHECK_MAX_ELEMENTS = 1 << 18
 
 
-def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], workdir: Path, timeout: float) -> TestResult:
+def _bounds_check(spec: Assignment, ctx: GradingContext, target: tuple[str, str], workdir: Path, timeout: float,
+                  hide: list[Path] = ()) -> TestResult:
     """On a GPU an out-of-bounds load or store often goes unseen: it reads a neighbour's
     memory and the values inside the tensor still come out right. So a GPU run replays the
     small named cases, in float32, in Triton's CPU interpreter, where grader.worker.memcheck checks
     every access against the bounds of the kernel's tensors."""
     name = "memory safety (every load and store bounds-checked in the CPU interpreter)"
-    cpu = replace(opts, device="cpu", dtypes=["float32"], cases=None)
-    calls = [c for c in plan_calls(spec, opts.seed, True, None, ["float32"]) if c.case in spec.cases
+    cpu = replace(ctx, device="cpu", dtypes=("float32",), cases=None)
+    calls = [c for c in cpu.calls(spec) if c.case in spec.cases
              and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values() if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
     materialize(spec, calls, workdir.parent / f"{spec.name}.bounds-inputs")
-    worker = StudentWorker(spec, workdir / "repo", target, workdir / "scratch-bounds", cpu)
+    worker = StudentWorker(spec, workdir / "repo", target, workdir / "scratch-bounds", cpu, hide=hide)  # as the GPU worker's view
     skipped: list[str] = []
     try:
         failure = _start(worker, spec)
@@ -250,7 +236,7 @@ def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], work
             if reply.get("kind") == "memory":
                 return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply['message']}",
                                   case=call.case.name, dtype="float32", traceback=reply.get("traceback", ""),
-                                  reproducer=f"{opts.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
+                                  reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
             if not reply.get("ok"):
                 skipped.append(f"{call.case.name}: {reply.get('message')}")
     finally:
@@ -279,30 +265,30 @@ def _start(worker: StudentWorker, spec: Assignment) -> dict | None:
     return None if reply.get("ok") else reply
 
 
-def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
+def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
     runs = []  # (inputs, reply, saved) of each call this case makes: usually one
     for i, (input_file, layout) in enumerate(call.runs):
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
             with shown_to_worker(input_file, workdir) as shown, \
-                    gpu_phase(opts.gpu, exclusive=False, enabled=not opts.interpret):  # waits while another job times
+                    gpu_phase(ctx.gpu, exclusive=False, enabled=not ctx.interpret):  # waits while another job times
                 reply = worker.request({"op": "run", "contender": "student", "inputs": str(shown), "layout": layout,
-                                        "device": opts.device, "output": str(output_file), "record_ops": True}, timeout)
+                                        "device": ctx.device, "output": str(output_file), "record_ops": True}, timeout)
         except WorkerFailure as f:
-            return _test(spec, call, opts, f.outcome, f.message, output=f.output)
+            return _test(spec, call, ctx, f.outcome, f.message, output=f.output)
         if not reply.get("ok"):
             if reply.get("kind") == "memory":
-                return _test(spec, call, opts, "failed", reply["message"], traceback=reply.get("traceback", ""))
-            return _from_failure(spec, call, opts, reply, f"{spec.function}() raised")
+                return _test(spec, call, ctx, "failed", reply["message"], traceback=reply.get("traceback", ""))
+            return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
         try:
             saved = load(sandbox.read_worker_file(output_file))
         except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
-            return _test(spec, call, opts, "failed", f"the worker's output file could not be read: {exc}")
+            return _test(spec, call, ctx, "failed", f"the worker's output file could not be read: {exc}")
         runs.append((load_inputs(call, index=i), reply, saved))
     if len(runs) == 1 and spec.check is None:
-        verdict = judge_call(spec, call.case, call.dtype, *runs[0], opts.device)
+        verdict = judge_call(spec, call.case, call.dtype, *runs[0], ctx.device)
     else:
-        verdict = judge_runs(spec, call.case, call.dtype, runs, opts.device)
+        verdict = judge_runs(spec, call.case, call.dtype, runs, ctx.device)
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == "passed", trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
@@ -310,7 +296,7 @@ def _run_call(spec, call: PlannedCall, opts: Options, worker: StudentWorker, wor
         blocks = runs[0][1].get("blocks")
         details["blocks"] = {str(k)[:40]: v for k, v in (blocks if isinstance(blocks, dict) else {}).items()
                              if type(v) is int and 0 < v <= 1 << 24}
-    return _test(spec, call, opts, verdict.outcome, verdict.message, details=details)
+    return _test(spec, call, ctx, verdict.outcome, verdict.message, details=details)
 
 
 def _merged(replies: list[dict]) -> dict:
@@ -324,10 +310,10 @@ def _merged(replies: list[dict]) -> dict:
             "ops": sorted({op for r in replies for op in r["ops"]})}
 
 
-def _from_failure(spec, call, opts, failure: dict, context: str) -> TestResult:
+def _from_failure(spec, call, ctx, failure: dict, context: str) -> TestResult:
     outcome = failure.get("kind", "error")
     outcome = outcome if outcome in ("timeout", "crashed", "infra_error") else "error"
-    return _test(spec, call, opts, outcome, f"{context}: {failure.get('message', '')}",
+    return _test(spec, call, ctx, outcome, f"{context}: {failure.get('message', '')}",
                  traceback=failure.get("traceback", ""), output=failure.get("output", ""))
 
 
@@ -351,9 +337,9 @@ def _contiguous_strides(size: list[int]) -> list[int]:
     return list(reversed(strides))
 
 
-def _test(spec, call: PlannedCall, opts: Options, outcome: str, message: str, **kw) -> TestResult:
-    reproducer = f"{opts.reproducer} -a {spec.name} --case '{call.case.name}' --dtype {call.dtype} --seed {call.seed}"
-    return TestResult(spec.name, "correctness", f"{call.case.name} [{call.dtype}]", outcome, message,
+def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: str, message: str, **kw) -> TestResult:
+    reproducer = f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype {call.dtype} --seed {call.seed}"
+    return TestResult(spec.name, "correctness", call.test_name, outcome, message,
                       case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer,
                       hidden=call.case.hidden, **kw)
 
@@ -408,7 +394,7 @@ class _Integrity:
                               details=dict(details, evidence=evidence), severity=Severity.CONCLUSIVE.value)
         if self.no_kernel:
             evidence = [f"no Triton kernel was launched in {_few([c.id for c in self.no_kernel])}, yet the result was right"]
-            concerns = [f"{c.case.name} [{c.dtype}]" for c in self.no_kernel]
+            concerns = [c.test_name for c in self.no_kernel]
             return TestResult(self.spec.name, "integrity", name, "flagged", evidence[0],
                               details=dict(details, evidence=evidence, concerns=concerns), severity=Severity.REVIEW.value)
         if not self.kernels:  # nothing ran: there is nothing to vouch for

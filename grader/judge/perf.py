@@ -37,7 +37,8 @@ from grader.judge import activity
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.results import AssignmentResult, Severity, TestResult
-from grader.judge.runcache import write_perf_set
+from grader.judge.context import GradingContext
+from grader.judge.runcache import RunCache, write_perf_set
 from grader.sandbox.process import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.spec import DTYPES, Assignment
 
@@ -126,11 +127,13 @@ def floor_ms(nbytes: int, flops: int | None, copy_gbps: float, gemm_tflops: floa
     return (compute, "cuBLAS GEMM peak") if compute > memory else (memory, "copy bandwidth")
 
 
-def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: Path, timeout: float,
-            exclusive: Callable[[], ContextManager] = nullcontext) -> TestResult:
+def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, student, workdir: Path, timeout: float,
+            roofline: dict | None = None, exclusive: Callable[[], ContextManager] = nullcontext) -> TestResult:
     """`student` is grade.StudentWorker with the student's module loaded; `exclusive()` holds
     the GPU alone (grader.judge.devicelock), taken only once the input sets are written and the
-    reference is loaded: for the roofline, the timed loops and the checks of their outputs."""
+    reference is loaded: for the roofline, the timed loops and the checks of their outputs.
+    `roofline`: the GPU's ceilings if the run has them, else measured here; the ones used are
+    in the result's details (its "roofline"), for the run to reuse and record."""
     perf = spec.performance
     assert perf is not None
     name = f"performance {perf.case.name} [{perf.dtype}]"
@@ -138,7 +141,7 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
     def test(outcome: str, message: str, **kw) -> TestResult:
         return TestResult(spec.name, "performance", name, outcome, message, case=perf.case.name, dtype=perf.dtype, **kw)
 
-    if opts.interpret:
+    if ctx.interpret:
         return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing")
     ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != "skipped"]
     if not ran or any(t.outcome != "passed" for t in result.tests if t.kind != "performance" and t.outcome != "skipped"):
@@ -159,12 +162,13 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
     # student's worker writes (a planted module, a poisoned Triton cache) reaches it
     trusted_dir = workdir.parent / f"{spec.name}.trusted"
     # started first: it imports torch and Triton while the input sets are written
-    trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=opts.gpu, isolation="none",
-                            triton_cache=opts.cache.trusted_triton_cache if opts.cache is not None else None)
+    cache = RunCache(Path(ctx.cache)) if ctx.cache else None
+    trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=ctx.gpu, isolation="none",
+                            triton_cache=cache.trusted_triton_cache if cache is not None else None)
     contenders = {"torch": {"root": str(spec.folder), "module": "spec.py", "function": "baseline"}}
-    has_reference = spec.reference_module().is_file()
+    ref = ctx.reference_module(spec)
+    has_reference = ref.is_file()
     if has_reference:
-        ref = spec.reference_module()
         contenders["reference"] = {"root": str(ref.parent), "module": ref.name, "function": spec.function}
     workers = {"student": student.process, "torch": trusted, "reference": trusted}
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
@@ -177,12 +181,12 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
         hidden.mkdir(parents=True, exist_ok=True)
         files, layout = [], {}
         shareable = worker_cannot_write(student.process.isolation)  # else each job gets its own copy
-        for i in range(opts.perf_input_sets + 1):  # the last set is the fresh one, shown only after timing
-            path = (folder if i < opts.perf_input_sets else hidden) / f"set{i}.safetensors"
-            if opts.cache is not None:  # made once per run, for every student graded with this seed
-                layout = opts.cache.perf_inputs(spec, perf.case, perf.dtype, opts.seed, i, path, link=shareable)
+        for i in range(ctx.perf_input_sets + 1):  # the last set is the fresh one, shown only after timing
+            path = (folder if i < ctx.perf_input_sets else hidden) / f"set{i}.safetensors"
+            if cache is not None:  # made once per run, for every student graded with this seed
+                layout = cache.perf_inputs(spec, perf.case, perf.dtype, ctx.seed, i, path, link=shareable)
             else:
-                layout = write_perf_set(spec, perf.case, perf.dtype, opts.seed, i, path)
+                layout = write_perf_set(spec, perf.case, perf.dtype, ctx.seed, i, path)
             os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
             files.append(path)
         timed_files, fresh_file = [str(f) for f in files[:-1]], files[-1]
@@ -195,13 +199,13 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
         phase("reference_load")
         with exclusive():
             phase("waiting_for_gpu")
-            if not opts.roofline:
-                def roofline() -> dict:
+            if not roofline:
+                def probe() -> dict:
                     return {k: v for k, v in trusted.request({"op": "roofline"}, 300).items() if k != "ok"}
-                opts.roofline.update(opts.cache.roofline(device_id(opts.gpu), roofline) if opts.cache is not None else roofline())
+                roofline = cache.roofline(device_id(ctx.gpu), probe) if cache is not None else probe()
                 phase("roofline")
             try:
-                rounds, failed = _timed_rounds(opts, perf, workers, order, t, timed_files, layout, timeout, has_reference)
+                rounds, failed = _timed_rounds(ctx, perf, workers, order, t, timed_files, layout, timeout, has_reference)
             except UntrustedRecords as exc:
                 return test("infra_error", f"not scored: {exc}")
             if failed:
@@ -210,16 +214,17 @@ def measure(spec: Assignment, result: AssignmentResult, opts, student, workdir: 
             phase("timed_rounds")
             # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
             # of GB at the scoring sizes), which must be freed before another job times
-            findings += _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel)
+            findings += _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel)
             phase("output_checks")
     except WorkerFailure as f:
         return test(f.outcome, f"while timing: {f.message}", output=f.output)
     finally:
         trusted.close()
 
-    findings += _conduct(t, opts.perf_reps * rounds)
-    verdict = _verdict(spec, opts, t, rounds, findings, has_reference, test)
+    findings += _conduct(t, ctx.perf_reps * rounds)
+    verdict = _verdict(spec, roofline, t, rounds, findings, has_reference, test)
     verdict.details["phase_seconds"] = phases
+    verdict.details["roofline"] = roofline
     return verdict
 
 
@@ -242,16 +247,16 @@ def _conduct(t: Timings, timed_calls: int) -> list[Finding]:
     return findings
 
 
-def _timed_rounds(opts, perf, workers, order, t: Timings, timed_files, layout, timeout, has_reference) -> tuple[int, tuple | None]:
+def _timed_rounds(ctx: GradingContext, perf, workers, order, t: Timings, timed_files, layout, timeout, has_reference) -> tuple[int, tuple | None]:
     """Rounds of student, reference, torch, until the ratio's interval is tight and clear of
     the scoring thresholds (or the budget is spent). Returns the rounds run, and the
     contender and reply of a call that raised."""
-    budget_end = time.monotonic() + opts.perf_budget_s
+    budget_end = time.monotonic() + ctx.perf_budget_s
     scored = "host_ms" if perf.score_on == "wall" else "times"
     rounds = 0
     while True:
         for c in order:  # interleaved: student, reference, torch, student, ...
-            request = {"op": "time", "contender": c, "inputs": timed_files, "layout": layout, "reps": opts.perf_reps}
+            request = {"op": "time", "contender": c, "inputs": timed_files, "layout": layout, "reps": ctx.perf_reps}
             reply, _ = workers[c].request_timed(request, timeout * 4)
             if not reply.get("ok"):
                 return rounds, (c, reply)
@@ -274,7 +279,7 @@ def _timed_rounds(opts, perf, workers, order, t: Timings, timed_files, layout, t
             return rounds, None
 
 
-def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int) -> list[Finding]:
+def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int) -> list[Finding]:
     """Sample the outputs of the last timed call on each set, and of an untimed call on a
     fresh set, at indices drawn now; compare them with torch's. Also record the aten ops of
     that fresh call: a vendor op used only at large sizes shows here."""
@@ -294,7 +299,7 @@ def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_f
                 if forbidden:
                     evidence.append(Finding(Severity.CONCLUSIVE, f"torch computed the result at the timing size: {', '.join(forbidden)} ran inside {spec.function}()"))
     idx_file = workdir / "perf" / "indices.safetensors"
-    rng = torch.Generator().manual_seed(derive_seed(opts.seed, "sample", str(time.time_ns())))
+    rng = torch.Generator().manual_seed(derive_seed(ctx.seed, "sample", str(time.time_ns())))
     save_file({"idx": torch.randint(0, numel, (min(SAMPLE_SIZE, numel),), generator=rng)}, str(idx_file))
     os.chmod(idx_file, 0o644)
     samples = {}
@@ -330,13 +335,13 @@ def _check_outputs(spec, opts, workers, contenders, layout, timed_files, fresh_f
     return evidence
 
 
-def _verdict(spec, opts, t: Timings, rounds: int, findings: list[Finding], has_reference: bool, test) -> TestResult:
+def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Finding], has_reference: bool, test) -> TestResult:
     perf = spec.performance
     dt = DTYPES[perf.dtype]
     nbytes = perf.bytes_moved(perf.case.params, dt)
     flops = perf.flops(perf.case.params, dt) if perf.flops else None
-    peak = opts.roofline.get("gemm_tflops", {}).get(perf.dtype)
-    floor, bound = floor_ms(nbytes, flops, opts.roofline["copy_gbps"], peak)
+    peak = roofline.get("gemm_tflops", {}).get(perf.dtype)
+    floor, bound = floor_ms(nbytes, flops, roofline["copy_gbps"], peak)
     figures = {}
     for c in t.times:
         ts = t.all(c)
@@ -355,11 +360,11 @@ def _verdict(spec, opts, t: Timings, rounds: int, findings: list[Finding], has_r
     student = figures["student"]
     if student["median_ms"] < floor / (1 + ROOFLINE_MARGIN):
         ceiling = (f"{flops:.3g} FLOPs at the measured {bound} ({peak} TFLOP/s)" if bound == "cuBLAS GEMM peak"
-                   else f"{nbytes:.3g} bytes at the measured {bound} ({opts.roofline['copy_gbps']:.0f} GB/s)")
+                   else f"{nbytes:.3g} bytes at the measured {bound} ({roofline['copy_gbps']:.0f} GB/s)")
         findings.append(Finding(Severity.REVIEW, f"faster than this GPU can go: {student['median_ms']:.4f} ms per call, where "
                                 f"{ceiling} take at least {floor:.4f} ms (a {ROOFLINE_MARGIN:.0%} margin allowed): "
                                 "the timing missed work"))
-    details = {"figures": figures, "bytes": nbytes, "copy_gbps": opts.roofline["copy_gbps"], "gpu": opts.roofline["gpu"],
+    details = {"figures": figures, "bytes": nbytes, "copy_gbps": roofline["copy_gbps"], "gpu": roofline["gpu"],
                "rounds": rounds, "samples": len(t.all("student")), "score_on": perf.score_on,
                "floor_ms": round(floor, 5), "roofline_kind": bound,
                "evidence": [f.text for f in findings], "findings": [{"severity": f.severity.value, "text": f.text} for f in findings]}

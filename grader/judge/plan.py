@@ -43,6 +43,11 @@ class PlannedCall:
         return f"{self.case.name}/{self.dtype}"
 
     @property
+    def test_name(self) -> str:
+        """The call's name in results and reports; a partial run's shares are matched by it."""
+        return f"{self.case.name} [{self.dtype}]"
+
+    @property
     def slug(self) -> str:
         return "".join(c if c.isalnum() or c in "-_=" else "_" for c in self.id)
 

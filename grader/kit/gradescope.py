@@ -73,7 +73,7 @@ exit 0
 def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = False, torch_index: str | None = None) -> list[str]:
     """Write the zip; returns its members."""
     chosen = [specs.get(n) for n in names] if names else list(specs.catalogue().values())
-    course = specs.COURSE_ROOT
+    course = specs.course_root()
     out = Path(out)
     if out.suffix != ".zip":
         raise ReleaseError(f"--out {out}: Gradescope takes a .zip")

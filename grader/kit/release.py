@@ -65,7 +65,7 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
     It is built beside `out` and moved in only once scanned, so a failure leaves `out` as it was."""
     chosen = [specs.get(n) for n in names] if names else list(specs.catalogue().values())
     out = Path(out).resolve()
-    course = specs.COURSE_ROOT.resolve()
+    course = specs.course_root().resolve()
     if out == course or course.is_relative_to(out) or out.is_relative_to(course / "assignments"):
         raise ReleaseError(f"{out} would hold or overwrite the course itself: choose a folder outside it")
     kept = [p for p in out.iterdir() if p.name != ".git"] if out.is_dir() else []
@@ -115,7 +115,7 @@ def ensure_secret() -> str | None:
     that graded random shapes differ from any a kit can draw. Returns the file made, if any."""
     if specs.course_secret():
         return None
-    path = specs.COURSE_ROOT / specs.SECRET_FILE
+    path = specs.course_root() / specs.SECRET_FILE
     path.write_text(secrets.token_hex(16) + "\n")
     os.chmod(path, 0o600)
     return str(path)
@@ -219,7 +219,7 @@ def _check_loads(kit: Path, names: list[str]) -> None:
 def private_needles(course: Path | None = None) -> dict[str, str]:
     """What must never appear in a kit, by what it is: every reference file whole and each of its
     distinctive lines (long, and in no public file of the course), every hidden case's name, the secret."""
-    course = course or specs.COURSE_ROOT
+    course = course or specs.course_root()
     public = _public_corpus(course)
     needles: dict[str, str] = {}
     for ref in sorted((course / "reference").rglob("*")) if (course / "reference").is_dir() else []:

@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grader
+from grader.environment import has_gpu
 from grader.sandbox.init import apply_limits, children_of
 
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
@@ -237,19 +238,13 @@ PROBE = ("import os, grader.worker.server, numpy, safetensors, torch, triton\n"
          "    torch.zeros(1, device='cuda')\n")
 
 
-def _has_gpu() -> bool:
-    import torch
-
-    return torch.cuda.is_available()
-
-
 def _probe(isolation: Isolation) -> str | None:
     """None if a worker can start under `isolation`, else why not (one line)."""
     with tempfile.TemporaryDirectory(prefix="grader-probe-") as tmp:
         job = Path(tmp)
         (job / "repo").mkdir()
         try:
-            proc = WorkerProcess(job / "repo", job / "scratch", interpret=not _has_gpu(), isolation=isolation,
+            proc = WorkerProcess(job / "repo", job / "scratch", interpret=not has_gpu(), isolation=isolation,
                                  command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r})\n" + PROBE])
         except (OSError, SandboxError) as exc:
             return str(exc)
@@ -369,10 +364,10 @@ NEVER_COVERED = {"/", "/usr", "/etc", "/lib", "/lib64", "/lib32", "/bin", "/sbin
 def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     """Folders blanked (private), kept read-only (what Python and the grader need) and kept
     writable (the worker's own) in the worker's mount namespace; see sandbox_init.build_view."""
-    from grader.spec import COURSE_ROOT
+    from grader.spec import course_root
 
     # assignments/ too: every assignment's hidden.py and the course secret (a worker could print them)
-    private = [COURSE_ROOT / "reference", COURSE_ROOT / "assignments", Path.home(), *hide]
+    private = [course_root() / "reference", course_root() / "assignments", Path.home(), *hide]
     scratch_dirs = {tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"}
     cover = [(str(p), "0755") for p in private if str(Path(p).resolve()) not in NEVER_COVERED]
     cover += [(d, "1777") for d in sorted(scratch_dirs) if d not in NEVER_COVERED]

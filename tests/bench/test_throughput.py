@@ -21,7 +21,8 @@ import pytest
 
 from conftest import build_submission
 from grader import spec as specs
-from grader.judge.grade import Options, grade_assignment
+from grader.judge.context import GradingContext
+from grader.judge.grade import grade_assignment
 from grader.submission import open_submission
 
 pytestmark = pytest.mark.bench
@@ -35,7 +36,7 @@ def good(tmp_path_factory):
 @pytest.mark.parametrize("assignment", sorted(specs.catalogue()))
 def test_interpreter_check_time_per_assignment(benchmark, good, assignment):
     spec = specs.get(assignment)
-    opts = Options("cpu", seed=1)
+    opts = GradingContext("cpu", seed=1)
 
     def check():
         with tempfile.TemporaryDirectory() as tmp:
@@ -48,7 +49,7 @@ def test_interpreter_check_time_per_assignment(benchmark, good, assignment):
 
 def test_one_call_graded_in_process(benchmark, good):
     spec = specs.get("vector_add")
-    opts = Options("cpu", seed=1, cases=["n=1"], dtypes=["float32"])
+    opts = GradingContext("cpu", seed=1, cases=("n=1",), dtypes=("float32",))
 
     def check():
         with tempfile.TemporaryDirectory() as tmp:
@@ -58,14 +59,15 @@ def test_one_call_graded_in_process(benchmark, good):
 
 
 def test_one_call_as_a_pool_job(benchmark, good, tmp_path):
-    from grader.batch.jobs import Job, read_json, record_path
     from grader.batch.executors import LocalExecutor, Scheduler
+    from grader.batch.jobs import Job
+    from grader.batch.store import read_json, record_path
 
     out = tmp_path / "out"
 
     def job():
-        j = Job("alice", "alice", "vector_add", str(good.root), None, None, {}, str(out), 1, "cpu",
-                cases=["n=1"], dtypes=["float32"])
+        ctx = GradingContext("cpu", 1, cases=("n=1",), dtypes=("float32",))
+        j = Job("alice", "alice", "vector_add", str(good.root), None, None, {}, str(out), ctx.to_json())
         LocalExecutor([None]).run(Scheduler([j], 0, lambda *a: None))
         return read_json(record_path(out, "alice", "vector_add"))
 
@@ -86,7 +88,8 @@ def test_bare_worker_start(benchmark, tmp_path):
 
 
 def test_class_view_of_200_students(benchmark, tmp_path):
-    from grader.batch.jobs import Job, new_record, store_record
+    from grader.batch.jobs import Job, new_record
+    from grader.batch.store import store_record
     from grader.batch.classview import write_class_outputs
     from grader.results import AssignmentResult, TestResult
     from grader.batch.workspace import Lock, Pinned
@@ -96,7 +99,7 @@ def test_class_view_of_200_students(benchmark, tmp_path):
         name = f"s{i:03d}"
         students.append(Pinned(name, f"https://example.edu/{name}", "fetched", commit="c" * 40, path=f"repos/{name}"))
         for a in ("vector_add", "softmax"):
-            job = Job(name, name, a, "", None, "c" * 40, {}, str(tmp_path), 1, "cpu")
+            job = Job(name, name, a, "", None, "c" * 40, {}, str(tmp_path), GradingContext("cpu", 1).to_json())
             tests = [TestResult(a, "correctness", f"case{k} [float32]", "passed" if (i + k) % 7 else "failed", "", 1.0,
                                 float(bool((i + k) % 7))) for k in range(20)]
             store_record(tmp_path, new_record(job, "graded", result=AssignmentResult(a, a, "m", tests)))

@@ -1,0 +1,162 @@
+"""The class folder (`grader grade --out`): where each job's record, each student's
+results.json and report.html, and the batch's manifest live, and how they are written.
+
+OUT/students/<student>/jobs/<assignment>.json is a job's record, written atomically the moment
+the job ends; a kept infra_error attempt goes beside a real grade (<assignment>.infra_error.json),
+never over it. A student's results.json and report.html are rebuilt from the records under the
+student's lock, so writers in several job processes never interleave.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import json
+import os
+from pathlib import Path
+
+from grader.results import AssignmentResult, RunResult, TestResult, write_json_atomic
+
+MANIFEST = "batch.json"  # the class folder's seed, assignments, lock and runs
+LATE_NOTES = "late.json"  # a student's lateness explanations (grader.batch.classview writes them)
+
+
+RECORD_FORMAT = 1
+
+
+def student_dir(out: Path, folder: str) -> Path:
+    return Path(out) / "students" / folder
+
+
+def record_path(out: Path, folder: str, assignment: str) -> Path:
+    return student_dir(out, folder) / "jobs" / f"{assignment}.json"
+
+
+def failed_path(out: Path, folder: str, assignment: str) -> Path:
+    return student_dir(out, folder) / "jobs" / f"{assignment}.infra_error.json"
+
+
+def log_path(out: Path, folder: str, assignment: str) -> Path:
+    return student_dir(out, folder) / "logs" / f"{assignment}.log"
+
+
+def read_json(path: Path) -> dict | None:
+    try:
+        return json.loads(Path(path).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def read_records(out: Path, folder: str) -> dict[str, dict]:
+    """A student's stored records by assignment (the kept infra_error attempts aside)."""
+    jobs = student_dir(out, folder) / "jobs"
+    records = {}
+    for path in sorted(jobs.glob("*.json")) if jobs.is_dir() else []:
+        if path.name.startswith(".") or path.name.endswith(".infra_error.json"):
+            continue
+        record = read_json(path)
+        if record and record.get("format") == RECORD_FORMAT:
+            records[record["assignment"]] = record
+    return records
+
+
+def is_reusable(record: dict | None, key: dict) -> bool:
+    return bool(record) and record.get("status") == "graded" and record.get("key") == key
+
+
+def assignment_from_dict(d: dict) -> AssignmentResult:
+    tests = [TestResult(**t) for t in d.get("tests", [])]
+    return AssignmentResult(d["name"], d["title"], d["module"], tests, list(d.get("notes", [])),
+                            headline=d.get("headline", ""), partial=dict(d.get("partial") or {}))
+
+
+class _FileLock:
+    """An exclusive flock on a file: one writer of a student's files at a time, across processes."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)
+
+
+def store_record(out: Path, record: dict) -> Path:
+    """Write a job's record, unless it is an infra_error and a real grade is already there:
+    then it is kept beside it. Then rebuild the student's results.json and report.html."""
+    out = Path(out)
+    folder, assignment = record["folder"], record["assignment"]
+    with _FileLock(student_dir(out, folder) / ".lock"):
+        path = record_path(out, folder, assignment)
+        existing = read_json(path)
+        if record["status"] == "infra_error" and existing and existing.get("status") == "graded":
+            path = failed_path(out, folder, assignment)
+        elif record["status"] == "graded":
+            failed_path(out, folder, assignment).unlink(missing_ok=True)
+        write_json_atomic(record, path)
+        write_student(out, folder)
+    return path
+
+
+def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
+    """The student's assignments as one RunResult (what `grader check` would have written)."""
+    if not records:
+        return None
+    ranked = sorted(records.values(), key=lambda r: (order.index(r["assignment"]) if r["assignment"] in order else len(order), r["assignment"]))
+    first = ranked[0]
+    run = RunResult(first.get("repo") or first["student"], first["seed"], first.get("environment") or {}, commit=first.get("commit"))
+    for r in ranked:
+        if r.get("result"):
+            run.assignments.append(assignment_from_dict(r["result"]))
+        else:
+            a = AssignmentResult(r["assignment"], r["assignment"], "")
+            a.tests.append(TestResult(r["assignment"], "correctness", "grading", "infra_error",
+                                      f"not graded: {r.get('error') or 'the grader failed'} (it is retried on the next --resume)"))
+            run.assignments.append(a)
+    return run
+
+
+def repair_students(out: Path, folders: list[str]) -> None:
+    """Rewrite a student's results.json and report.html where a record is newer (a job process
+    killed between writing its record and the reports)."""
+    for folder in folders:
+        records = list((student_dir(out, folder) / "jobs").glob("*.json"))
+        report = student_dir(out, folder) / "results.json"
+        if records and (not report.is_file() or report.stat().st_mtime < max(p.stat().st_mtime for p in records)):
+            with _FileLock(student_dir(out, folder) / ".lock"):
+                write_student(out, folder)
+
+
+def rewrite_student(out: Path, folder: str) -> None:
+    """write_student under the student's lock (the class view's late notes changed)."""
+    with _FileLock(student_dir(out, folder) / ".lock"):
+        write_student(out, folder)
+
+
+def write_student(out: Path, folder: str) -> None:
+    from grader import spec as specs
+    from grader.report import render
+    from grader.results import write_text_atomic
+
+    run = student_run(read_records(out, folder), list(specs.catalogue()))
+    if run is None:
+        return
+    folder_path = student_dir(out, folder)
+    late = late_notes(folder_path)
+    for a in run.assignments:
+        if a.name in late:
+            a.notes.append(late[a.name])
+    write_json_atomic(run.to_gradescope(), folder_path / "results.json")
+    write_text_atomic(render(run), folder_path / "report.html")
+
+
+def late_notes(folder: Path) -> dict[str, str]:
+    """What the class view wrote of a student's lateness, for the report (empty if nothing)."""
+    try:
+        return json.loads((Path(folder) / LATE_NOTES).read_text())
+    except (OSError, ValueError):
+        return {}

@@ -1,0 +1,126 @@
+"""The grading context: everything that decides how a submission is graded, fixed before any
+grading starts.
+
+`resolve()` is the one way in, for `grader check` and `grader grade` alike: it checks the
+options, finds the device and the reference kernels, and returns a frozen `GradingContext`.
+A class batch carries the same context whole to every job (as JSON); only the GPU a pool slot
+owns is filled in there. Nothing writes to it while grading: what grading measures (the
+roofline, phase times) comes back in the results. Adding an option is one field here plus
+its flag in the CLI.
+"""
+
+from __future__ import annotations
+
+import secrets
+from dataclasses import asdict, dataclass, fields, replace
+from pathlib import Path
+
+from grader import environment
+from grader.spec import DTYPES, Assignment, course_root
+from grader.judge.plan import PlannedCall, plan_calls
+from grader.sandbox.process import ISOLATION_MODES
+
+
+class ContextError(ValueError):
+    """An option that cannot be graded with: said in one line, before anything runs."""
+
+
+@dataclass(frozen=True)
+class GradingContext:
+    device: str  # "cuda" runs kernels on the GPU; "cpu" in Triton's interpreter
+    seed: int
+    cases: tuple[str, ...] | None = None  # only these named cases (a reproducer, a dry run)
+    dtypes: tuple[str, ...] | None = None
+    call_timeout: float | None = None  # seconds per call, overriding each spec's
+    import_timeout: float | None = None  # seconds for the student's import, overriding each spec's
+    isolation: str = "sandbox"  # how workers are contained: sandbox | docker | none (grader.sandbox)
+    hide: tuple[str, ...] = ()  # more folders no worker may see (the output folder, the references)
+    reference_dir: str | None = None  # the private reference kernels (None: the course's reference/)
+    gpu: str | None = None  # CUDA_VISIBLE_DEVICES for the workers (a batch's pool slot sets it)
+    cache: str | None = None  # a batch's shared run cache folder (grader.judge.runcache); None: none
+    reproducer: str = "grader check ."  # the command a failure's one-line reproducer starts with
+    partial_points: bool = False  # with cases/dtypes: each case earns its share of the full run
+    perf_reps: int = 30  # timed calls per contender per round (rounds: see grader.judge.perf)
+    perf_input_sets: int = 3
+    perf_budget_s: float = 60.0  # per assignment, for extra rounds when the verdict is close
+
+    @property
+    def interpret(self) -> bool:
+        return self.device == "cpu"
+
+    @property
+    def partial(self) -> bool:
+        """Only some cases or dtypes run, and each keeps its share of the full run's points."""
+        return self.partial_points and bool(self.cases or self.dtypes)
+
+    def calls(self, spec: Assignment) -> list[PlannedCall]:
+        """This run's calls of `spec` (a fresh list: materializing fills them in)."""
+        return plan_calls(spec, self.seed, self.interpret, list(self.cases or []) or None, list(self.dtypes or []) or None)
+
+    def full_plan(self, spec: Assignment) -> list[PlannedCall]:
+        """Every call a run without --case/--dtype would make: what a partial run's shares come from."""
+        return plan_calls(spec, self.seed, self.interpret)
+
+    def call_timeout_for(self, spec: Assignment) -> float:
+        return self.call_timeout or spec.call_timeout_s
+
+    def import_timeout_for(self, spec: Assignment) -> float:
+        return self.import_timeout or spec.import_timeout_s
+
+    def reference_module(self, spec: Assignment) -> Path:
+        return spec.reference_module(Path(self.reference_dir) if self.reference_dir else None)
+
+    def for_slot(self, gpu: str | None, cache: str | None = None) -> "GradingContext":
+        """The same context on one pool slot's GPU, with the batch's run cache."""
+        return replace(self, gpu=gpu, cache=cache)
+
+    def key(self) -> dict:
+        """What a stored grade must have been graded with to be reused (`grader grade --resume`)."""
+        return {"device": self.device, "cases": _listed(self.cases), "dtypes": _listed(self.dtypes),
+                "timeout": self.call_timeout, "seed": self.seed, "isolation": self.isolation}
+
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> "GradingContext":
+        known = {f.name for f in fields(cls)}
+        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+        return cls(**values)
+
+
+def _listed(values: tuple[str, ...] | None) -> list[str] | None:
+    return list(values) if values else None
+
+
+def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | None = None,
+            dtypes: list[str] | None = None, timeout: float | None = None, isolation: str = "sandbox",
+            hide: list[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False, **more) -> GradingContext:
+    """Check the options and fix the context. `device` auto picks the GPU when one is visible;
+    a missing GPU, an unknown dtype or isolation mode, or a reference folder that does not
+    exist is a ContextError (the CLI prints it and exits 2). `remote_gpu`: the jobs run on
+    another machine's GPUs (a Ray cluster), so this one need not have one."""
+    if device not in ("auto", "cuda", "cpu"):
+        raise ContextError(f"--device must be auto, cuda or cpu, not {device!r}")
+    if device == "cuda" and not remote_gpu and not environment.has_gpu():
+        raise ContextError("--device cuda: no CUDA GPU is visible here (use --device cpu for the interpreter)")
+    resolved = ("cuda" if environment.has_gpu() else "cpu") if device == "auto" else device
+    for d in dtypes or []:
+        if d not in DTYPES:
+            raise ContextError(f"unknown dtype {d!r} (known: {', '.join(DTYPES)})")
+    if isolation not in ISOLATION_MODES:
+        raise ContextError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}, not {isolation!r}")
+    if timeout is not None and timeout <= 0:
+        raise ContextError("--timeout must be a positive number of seconds")
+    private = [str(Path(h).resolve()) for h in hide]
+    if reference_dir is not None:
+        if not Path(reference_dir).is_dir():
+            raise ContextError(f"--reference-dir {reference_dir}: no such folder")
+        reference_dir = Path(reference_dir).resolve()
+        private.append(str(reference_dir))  # the solutions: out of every worker's sight, wherever they are
+    elif (course_root() / "reference").is_dir():
+        private.append(str((course_root() / "reference").resolve()))
+    return GradingContext(resolved, seed if seed is not None else secrets.randbelow(2**31), tuple(cases) if cases else None,
+                          tuple(dtypes) if dtypes else None, timeout, isolation=isolation, hide=tuple(dict.fromkeys(private)),
+                          reference_dir=str(reference_dir) if reference_dir else None, **more)
+

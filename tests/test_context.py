@@ -1,0 +1,83 @@
+"""The grading context: one resolve() for check and grade, frozen, carried whole by a batch job."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+import pytest
+
+from conftest import REPO_ROOT, has_gpu
+from grader import spec as specs
+from grader.batch.jobs import Job
+from grader.judge.context import ContextError, GradingContext, resolve
+
+
+def test_resolve_checks_every_option_in_one_line():
+    with pytest.raises(ContextError, match="--device must be auto, cuda or cpu, not 'gpu'"):
+        resolve("gpu")
+    with pytest.raises(ContextError, match="unknown dtype 'float64'"):
+        resolve("cpu", dtypes=["float64"])
+    with pytest.raises(ContextError, match="--isolation must be one of sandbox, docker, none, not 'chroot'"):
+        resolve("cpu", isolation="chroot")
+    with pytest.raises(ContextError, match="--timeout must be a positive"):
+        resolve("cpu", timeout=0)
+    with pytest.raises(ContextError, match="--reference-dir /nonexistent/refs: no such folder"):
+        resolve("cpu", reference_dir=Path("/nonexistent/refs"))
+
+
+@pytest.mark.skipif(has_gpu(), reason="the CPU machine's answer")
+def test_cuda_without_a_gpu_is_refused_unless_the_gpus_are_a_clusters():
+    with pytest.raises(ContextError, match="no CUDA GPU is visible here"):
+        resolve("cuda")
+    assert resolve("auto").device == "cpu"
+    assert resolve("cuda", remote_gpu=True).device == "cuda"  # grader grade --executor ray: the nodes have them
+
+
+def test_the_context_is_frozen_and_a_seed_is_drawn_once():
+    ctx = resolve("cpu")
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        ctx.seed = 1  # type: ignore[misc]
+    assert 0 <= ctx.seed < 2**31 and resolve("cpu", seed=7).seed == 7
+
+
+def test_the_references_and_the_given_folders_are_hidden_from_workers(tmp_path):
+    refs = tmp_path / "refs"
+    refs.mkdir()
+    out = tmp_path / "out"
+    ctx = resolve("cpu", hide=[out], reference_dir=refs)
+    assert ctx.hide == (str(out.resolve()), str(refs.resolve()))
+    assert ctx.reference_module(specs.get("softmax")) == refs.resolve() / "softmax.py"
+    default = resolve("cpu")  # the course's own reference/ when no folder is given
+    assert default.reference_module(specs.get("softmax")) == specs.course_root() / "reference" / "softmax.py"
+    assert str((REPO_ROOT / "reference").resolve()) in default.hide
+
+
+def test_timeouts_and_plans_come_from_the_context_then_the_spec():
+    spec = specs.get("vector_add")
+    plain = GradingContext("cpu", 5)
+    assert plain.call_timeout_for(spec) == spec.call_timeout_s and plain.import_timeout_for(spec) == spec.import_timeout_s
+    short = GradingContext("cpu", 5, call_timeout=3.0, import_timeout=4.0)
+    assert (short.call_timeout_for(spec), short.import_timeout_for(spec)) == (3.0, 4.0)
+    one = GradingContext("cpu", 5, cases=("n=1",), dtypes=("float32",))
+    assert [c.test_name for c in one.calls(spec)] == ["n=1 [float32]"]
+    assert not one.partial and dataclasses.replace(one, partial_points=True).partial
+    full = [c.test_name for c in one.full_plan(spec)]
+    assert "n=1 [float32]" in full and len(full) > len(spec.dtypes)  # every case and dtype, random ones included
+
+
+def test_a_job_carries_the_context_whole_and_adds_only_its_slot(tmp_path):
+    ctx = GradingContext("cpu", 11, ("n=1",), ("float32",), 9.0, isolation="none", hide=("/x",), reference_dir="/refs")
+    job = Job("alice", "alice", "vector_add", "/repo", None, "c1", {}, str(tmp_path), ctx.to_json(), gpu="3", cache="/cache")
+    wire = json.loads(json.dumps(dataclasses.asdict(job)))  # as the pool sends it to a job process
+    again = Job(**wire).grading_context()
+    assert again == dataclasses.replace(ctx, gpu="3", cache="/cache")
+    assert (Job(**wire).device, Job(**wire).seed) == ("cpu", 11)
+
+
+def test_the_reuse_key_names_every_option_that_changes_a_grade():
+    ctx = GradingContext("cpu", 11, ("n=1",), None, 9.0, isolation="docker")
+    assert ctx.key() == {"device": "cpu", "cases": ["n=1"], "dtypes": None, "timeout": 9.0, "seed": 11, "isolation": "docker"}
+    # where a job runs and what a report prints do not change the grade: not in the key
+    assert dataclasses.replace(ctx, gpu="1", cache="/c", reproducer="x", hide=("/h",)).key() == ctx.key()
