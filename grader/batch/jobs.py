@@ -39,7 +39,7 @@ from pathlib import Path
 from typing import Callable
 
 import grader
-from grader.results import AssignmentResult, RunResult, TestResult, write_json_atomic
+from grader.results import AssignmentResult, Outcome, RunResult, TestResult, write_json_atomic
 from grader.spec import course_secret
 
 RECORD_FORMAT = 1
@@ -185,10 +185,10 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     except Exception as exc:  # the grader's own failure: never the student's
         log(traceback.format_exc())
         return new_record(job, "infra_error", f"the grader failed: {type(exc).__name__}: {exc}", started=started)
-    infra = [t for t in result.tests if t.outcome == "infra_error"]
-    status = "infra_error" if infra else "graded"
+    infra = [t for t in result.tests if t.outcome == Outcome.INFRA_ERROR]
+    status = "infra_error" if infra else "graded"  # the job's status (graded | infra_error), not an outcome
     for t in result.tests:
-        if t.outcome not in ("passed", "skipped"):
+        if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED):
             log(f"  {t.outcome}: {t.name}: {t.message}")
     log(f"{job.label}: {result.score:g} / {result.max_score:g} points, {status}")
     return new_record(job, status, infra[0].message if infra else "", result, env, started)
@@ -241,7 +241,7 @@ def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
             run.assignments.append(assignment_from_dict(r["result"]))
         else:
             a = AssignmentResult(r["assignment"], r["assignment"], "")
-            a.tests.append(TestResult(r["assignment"], "correctness", "grading", "infra_error",
+            a.tests.append(TestResult(r["assignment"], "correctness", "grading", Outcome.INFRA_ERROR,
                                       f"not graded: {r.get('error') or 'the grader failed'} (it is retried on the next --resume)"))
             run.assignments.append(a)
     return run
