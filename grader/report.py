@@ -9,7 +9,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.judge import picture
 from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total
-from grader.results import RunResult
+from grader.results import Outcome, RunResult, outcome_css
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -67,7 +67,8 @@ def matrix(a) -> dict:
 def render(run: RunResult) -> str:
     return _ENV.get_template("report.html.j2").render(
         run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments), perf_chart=perf_chart, matrix=matrix, points_line=points_line,
-        groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words)
+        groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words,
+        Outcome=Outcome, outcome_css=outcome_css())
 
 
 def write_report(run: RunResult, folder: Path) -> Path:

@@ -1,7 +1,7 @@
 """Results: what one check run produced, and its results.json in Gradescope's format.
 
 Gradescope's schema (score, max_score, tests[] with name, score, max_score, status, output)
-is the base; each test adds `outcome` (the eight outcomes below, finer than passed/failed)
+is the base; each test adds `outcome` (an `Outcome`, finer than passed/failed, written as its plain string)
 and `tags`, and the top level adds `extra_data` with the environment and the seed.
 """
 
@@ -14,8 +14,46 @@ from dataclasses import asdict, dataclass, field
 from enum import Enum
 from pathlib import Path
 
-OUTCOMES = ("passed", "failed", "error", "timeout", "crashed", "skipped", "flagged", "infra_error")
-BAD_OUTCOMES = {"failed", "error", "timeout", "crashed", "flagged"}
+
+
+class Outcome(str, Enum):
+    """What one check came to. A member is a `str` equal to its value, so results.json, records read
+    back and comparisons with plain strings are unchanged; str() and format() give the value."""
+
+    __str__ = str.__str__  # "passed", not "Outcome.PASSED", in templates, f-strings and CSV
+    __format__ = str.__format__
+
+    PASSED = "passed"  # the check ran and the submission met it
+    FAILED = "failed"  # the check ran and the submission fell short: a wrong answer, no module, no speed credit
+    ERROR = "error"  # the submission raised an exception in the check
+    TIMEOUT = "timeout"  # the submission did not finish within the time limit: its worker was killed
+    CRASHED = "crashed"  # the submission's worker died (a signal, out of memory, a garbled reply)
+    SKIPPED = "skipped"  # the check cannot run here (e.g. it needs a GPU): no points, and no fault
+    FLAGGED = "flagged"  # an integrity finding: the result was not honestly computed (see Severity)
+    INFRA_ERROR = "infra_error"  # the grader or its sandbox failed, not the submission: grade it again
+
+
+OUTCOMES = tuple(Outcome)
+# the submission's fault: what fails a run and counts against a student
+BAD_OUTCOMES = frozenset({Outcome.FAILED, Outcome.ERROR, Outcome.TIMEOUT, Outcome.CRASHED, Outcome.FLAGGED})
+# the worker stopped answering: grader.judge.grade restarts it, and a report shows its last output
+WORKER_FAILURES = frozenset({Outcome.TIMEOUT, Outcome.CRASHED, Outcome.INFRA_ERROR})
+# colour and weight of each outcome in the HTML pages (report, class dashboard): their CSS comes from here
+HTML_STYLE: dict[Outcome, tuple[str, bool]] = {
+    Outcome.PASSED: ("#276749", False),
+    Outcome.FAILED: ("#c53030", False),
+    Outcome.ERROR: ("#c53030", False),
+    Outcome.TIMEOUT: ("#6b46c1", False),
+    Outcome.CRASHED: ("#6b46c1", False),
+    Outcome.SKIPPED: ("#718096", False),
+    Outcome.FLAGGED: ("#b7791f", True),
+    Outcome.INFRA_ERROR: ("#2c5282", True),
+}
+
+
+def outcome_css() -> str:
+    """One CSS rule per outcome, from HTML_STYLE: the templates include it rather than list colours."""
+    return "\n".join(f".{o.value} {{ color: {colour};{' font-weight: bold;' if bold else ''} }}" for o, (colour, bold) in HTML_STYLE.items())
 
 
 class Severity(str, Enum):
@@ -37,7 +75,7 @@ class TestResult:
     assignment: str
     kind: str  # correctness | performance | integrity
     name: str
-    outcome: str
+    outcome: Outcome  # a plain string is accepted and made an Outcome
     message: str = ""
     max_score: float = 0.0
     score: float = 0.0
@@ -52,7 +90,9 @@ class TestResult:
     hidden: bool = False  # a hidden case: students see it only after grading (Gradescope: after_published)
 
     def __post_init__(self) -> None:
-        assert self.outcome in OUTCOMES, self.outcome
+        if self.outcome not in OUTCOMES:  # caught here, not in a results.json that Gradescope cannot read
+            raise ValueError(f"{self.outcome!r} is not an outcome: one of {', '.join(OUTCOMES)}")
+        self.outcome = Outcome(self.outcome)
 
 
 @dataclass
@@ -77,9 +117,9 @@ class AssignmentResult:
     @property
     def skipped_points(self) -> float:
         """Points of this assignment that could not be earned here (a GPU is needed)."""
-        return sum(cents(t.max_score) for t in self.tests if t.outcome == "skipped") / 100
+        return sum(cents(t.max_score) for t in self.tests if t.outcome == Outcome.SKIPPED) / 100
 
-    def count(self, outcome: str) -> int:
+    def count(self, outcome: Outcome | str) -> int:
         return sum(t.outcome == outcome for t in self.tests)
 
 
@@ -110,7 +150,7 @@ class RunResult:
 
     @property
     def all_passed(self) -> bool:
-        return not any(t.outcome in BAD_OUTCOMES or t.outcome == "infra_error" for t in self.tests)
+        return not any(t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR for t in self.tests)
 
     def to_gradescope(self) -> dict:
         """Gradescope's autograder results (its specification's fields), plus our own.
@@ -124,10 +164,10 @@ class RunResult:
                     "number": f"{ai}.{ti}",
                     "score": t.score,
                     "max_score": t.max_score,
-                    "status": "passed" if t.outcome == "passed" else "failed",
+                    "status": "passed" if t.outcome == Outcome.PASSED else "failed",  # Gradescope's status, not an outcome
                     "visibility": "after_published" if t.hidden else "visible",
                     "output": _test_output(t),
-                    "outcome": t.outcome,
+                    "outcome": t.outcome.value,
                     "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
                     "extra_data": {k: v for k, v in asdict(t).items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
                 })
@@ -162,7 +202,7 @@ class RunResult:
         (lower is better) and the % of the measured roofline, per assignment."""
         board = []
         for t in self.tests:
-            if t.kind != "performance" or t.outcome not in ("passed", "failed"):
+            if t.kind != "performance" or t.outcome not in (Outcome.PASSED, Outcome.FAILED):
                 continue
             student = t.details.get("figures", {}).get("student", {})
             if "ratio_to_reference" in t.details:
@@ -173,14 +213,14 @@ class RunResult:
 
 
 def _test_output(t: TestResult) -> str:
-    parts = [f"[{t.outcome}{': ' + t.severity if t.outcome == 'flagged' and t.severity else ''}] {t.message}"]
-    if t.outcome == "skipped" and t.details.get("points_if_run"):
+    parts = [f"[{t.outcome}{': ' + t.severity if t.outcome == Outcome.FLAGGED and t.severity else ''}] {t.message}"]
+    if t.outcome == Outcome.SKIPPED and t.details.get("points_if_run"):
         parts.append(f"Worth {t.details['points_if_run']:g} points where it can run; here it earns none.")
-    if t.reproducer and t.outcome != "passed":
+    if t.reproducer and t.outcome != Outcome.PASSED:
         parts.append(f"Reproduce: {t.reproducer}")
     if t.traceback:
         parts.append(t.traceback)
-    elif t.output and t.outcome in ("crashed", "timeout", "infra_error"):
+    elif t.output and t.outcome in WORKER_FAILURES:
         parts.append("Last lines of the worker's output:\n" + "\n".join(t.output.rstrip().splitlines()[-15:]))
     return "\n".join(parts)
 

@@ -3,6 +3,8 @@ and what each severity of integrity finding costs."""
 
 from fractions import Fraction
 
+import pytest
+
 from grader import spec as specs
 from grader.results import AssignmentResult, RunResult, TestResult
 from grader.judge.scoring import score_assignment, split_cents
@@ -155,3 +157,45 @@ def test_a_conclusive_finding_names_every_finding_in_its_note():
     score_assignment(specs.get("vector_add"), a)
     assert a.notes == ["A conclusive integrity finding (own kernel; timers): no points for this assignment until a TA reviews it."]
     assert [t.score for t in a.tests] == [0.0] * 4
+
+
+def test_every_outcome_has_a_style_everywhere_it_is_shown():
+    from grader.cli.common import STYLE
+    from grader.kit.github import CLASSROOM_STATUS
+    from grader.results import HTML_STYLE, Outcome
+
+    assert [o.value for o in Outcome] == ["passed", "failed", "error", "timeout", "crashed", "skipped", "flagged", "infra_error"]
+    assert set(STYLE) == set(HTML_STYLE) == set(Outcome)
+    assert set(CLASSROOM_STATUS) == set(Outcome) - {Outcome.SKIPPED}  # Classroom is not told of a skipped check
+    assert (CLASSROOM_STATUS["passed"], CLASSROOM_STATUS["flagged"], CLASSROOM_STATUS["infra_error"]) == ("pass", "fail", "error")
+
+
+def test_an_outcome_is_written_and_read_back_as_its_plain_string():
+    import json
+    from dataclasses import asdict
+
+    from grader.results import Outcome
+
+    t = TestResult("vector_add", "correctness", "n=1 [float32]", Outcome.TIMEOUT, "killed")
+    assert (str(t.outcome), f"{t.outcome}", f"[{t.outcome}]") == ("timeout", "timeout", "[timeout]")
+    text = json.dumps(asdict(t))
+    assert '"outcome": "timeout"' in text  # results.json's schema: the bare string
+    back = TestResult(**json.loads(text))  # how batch records are read back
+    assert back == t and back.outcome is Outcome.TIMEOUT and back.outcome == "timeout"
+    assert TestResult("a", "correctness", "n", "flagged").outcome is Outcome.FLAGGED
+    run = RunResult("sub", 1, {}, [AssignmentResult("vector_add", "t", "m", [t])])
+    assert json.loads(json.dumps(run.to_gradescope()))["tests"][0]["outcome"] == "timeout"
+    assert type(run.to_gradescope()["tests"][0]["outcome"]) is str
+    with pytest.raises(ValueError, match="'passd' is not an outcome: one of passed, failed, error"):
+        TestResult("a", "correctness", "n", "passd")
+
+
+def test_the_pages_colour_each_outcome_from_one_table():
+    from grader.results import outcome_css
+
+    css = outcome_css()
+    # the colours the report and the class dashboard have always used
+    for rule in (".passed { color: #276749; }", ".failed { color: #c53030; }", ".error { color: #c53030; }",
+                 ".timeout { color: #6b46c1; }", ".crashed { color: #6b46c1; }", ".skipped { color: #718096; }",
+                 ".flagged { color: #b7791f; font-weight: bold; }", ".infra_error { color: #2c5282; font-weight: bold; }"):
+        assert rule in css.splitlines()

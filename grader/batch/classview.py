@@ -20,7 +20,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from grader.batch.course import Course, Late, exact, when
 from grader.batch.store import (LATE_NOTES, assignment_from_dict, failed_path, read_json, read_records, rewrite_student,
                                 student_dir)
-from grader.results import BAD_OUTCOMES, cents, write_json_atomic, write_text_atomic
+from grader.results import BAD_OUTCOMES, Outcome, cents, outcome_css, write_json_atomic, write_text_atomic
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -48,7 +48,7 @@ class Cell:
         """The outcomes in a few words: '7 passed, 1 failed'."""
         if self.outcomes.get("not submitted"):
             return "not submitted"
-        order = ["passed", "failed", "error", "timeout", "crashed", "flagged", "infra_error", "skipped"]
+        order = [o for o in Outcome if o != Outcome.SKIPPED] + [Outcome.SKIPPED]  # skipped last: no one's fault
         return ", ".join(f"{self.outcomes[o]} {o}" for o in order if self.outcomes.get(o))
 
 
@@ -171,10 +171,10 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
                 cell.outcomes = dict(Counter(t.outcome for t in result.tests))
                 if any(t.details.get("not_submitted") for t in result.tests):
                     cell.outcomes = {"not submitted": 1}  # one fact, not a count of failed checks
-                cell.flagged = any(t.outcome == "flagged" for t in result.tests)
+                cell.flagged = any(t.outcome == Outcome.FLAGGED for t in result.tests)
                 _count_checks(rates, a, result)
                 for t in result.tests:
-                    if t.outcome == "flagged":
+                    if t.outcome == Outcome.FLAGGED:
                         flags.append({"student": p.student, "assignment": a, "check": t.name, "message": t.message,
                                       "severity": t.severity or "conclusive", "link": cell.link})
                 environment = environment or record.get("environment") or {}
@@ -195,11 +195,11 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
 
 def _count_checks(rates: dict, assignment: str, result) -> None:
     for t in result.tests:
-        if t.outcome == "skipped":
+        if t.outcome == Outcome.SKIPPED:
             continue
         rate = rates.setdefault((assignment, t.name), CheckRate(assignment, t.name, 0, 0, Counter()))
         rate.ran += 1
-        if t.outcome == "passed":
+        if t.outcome == Outcome.PASSED:
             rate.passed += 1
         else:
             rate.failing[t.outcome] += 1
@@ -230,7 +230,8 @@ def histogram_svg(fractions: list[float], bins: int = 10, width: int = 320, heig
 
 def render_dashboard(view: ClassView) -> str:
     histograms = {a: histogram_svg([c.fraction for c in view.graded(a) if c.fraction is not None]) for a in view.assignments}
-    return _ENV.get_template("class.html.j2").render(view=view, histograms=histograms, counts=view.counts(), bad=BAD_OUTCOMES)
+    return _ENV.get_template("class.html.j2").render(view=view, histograms=histograms, counts=view.counts(), bad=BAD_OUTCOMES,
+                                                     outcome_css=outcome_css())
 
 
 def summary_json(view: ClassView, manifest: dict | None = None) -> dict:

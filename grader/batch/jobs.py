@@ -36,7 +36,7 @@ from typing import Callable
 
 import grader
 from grader.batch.store import RECORD_FORMAT, store_record
-from grader.results import AssignmentResult
+from grader.results import AssignmentResult, Outcome
 from grader.spec import course_secret
 
 
@@ -139,10 +139,10 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     except Exception as exc:  # the grader's own failure: never the student's
         log(traceback.format_exc())
         return new_record(job, "infra_error", f"the grader failed: {type(exc).__name__}: {exc}", started=started)
-    infra = [t for t in result.tests if t.outcome == "infra_error"]
-    status = "infra_error" if infra else "graded"
+    infra = [t for t in result.tests if t.outcome == Outcome.INFRA_ERROR]
+    status = "infra_error" if infra else "graded"  # the job's status (graded | infra_error), not an outcome
     for t in result.tests:
-        if t.outcome not in ("passed", "skipped"):
+        if t.outcome not in (Outcome.PASSED, Outcome.SKIPPED):
             log(f"  {t.outcome}: {t.name}: {t.message}")
     log(f"{job.label}: {result.score:g} / {result.max_score:g} points, {status}")
     return new_record(job, status, infra[0].message if infra else "", result, env, started)

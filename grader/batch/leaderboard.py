@@ -27,6 +27,8 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from grader.results import Outcome
+
 KEY_FILE = ".leaderboard-key"
 PSEUDONYMS = "leaderboard-pseudonyms.csv"
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
@@ -59,7 +61,7 @@ def speed_row(student: str, result: dict | None, link: str = "") -> SpeedRow:
     me = (d.get("figures") or {}).get("student") or {}
     row = SpeedRow(student, "not timed", roofline_pct=me.get("roofline_pct"), median_ms=me.get("median_ms"),
                    roofline_kind=d.get("roofline_kind", ""), gpu=d.get("gpu", ""), link=link)
-    if t["outcome"] == "flagged":
+    if t["outcome"] == Outcome.FLAGGED:  # the row's status (ranked | flagged | not timed) is named after the outcome
         row.status, row.note = "flagged", t.get("message", "")
     elif d.get("ratio_to_reference") is not None:
         row.status, row.ratio = "ranked", d["ratio_to_reference"]

@@ -14,7 +14,7 @@ import json
 import os
 from pathlib import Path
 
-from grader.results import AssignmentResult, RunResult, TestResult, write_json_atomic
+from grader.results import AssignmentResult, Outcome, RunResult, TestResult, write_json_atomic
 
 MANIFEST = "batch.json"  # the class folder's seed, assignments, lock and runs
 LATE_NOTES = "late.json"  # a student's lateness explanations (grader.batch.classview writes them)
@@ -114,7 +114,7 @@ def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
             run.assignments.append(assignment_from_dict(r["result"]))
         else:
             a = AssignmentResult(r["assignment"], r["assignment"], "")
-            a.tests.append(TestResult(r["assignment"], "correctness", "grading", "infra_error",
+            a.tests.append(TestResult(r["assignment"], "correctness", "grading", Outcome.INFRA_ERROR,
                                       f"not graded: {r.get('error') or 'the grader failed'} (it is retried on the next --resume)"))
             run.assignments.append(a)
     return run

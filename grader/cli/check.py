@@ -18,7 +18,7 @@ from rich.table import Table
 
 from grader import spec as specs
 from grader.judge.feedback import group_failures, points_line, run_total
-from grader.results import RunResult, write_json_atomic
+from grader.results import Outcome, RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
 from grader.cli.common import STYLE, UsageError, console, err
@@ -124,7 +124,7 @@ def check(
 
     if github.enabled(ci):
         github.report_github(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True))
-    if any(t.outcome == "infra_error" for t in run.tests):
+    if any(t.outcome == Outcome.INFRA_ERROR for t in run.tests):
         raise typer.Exit(2)
     raise typer.Exit(0 if run.all_passed else 1)
 
@@ -163,8 +163,8 @@ def print_summary(run: RunResult) -> None:
         console.print(table)
         for t in a.tests:
             if t.kind != "correctness":
-                points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != "skipped" else ""
-                outcome = f"{t.outcome} ({t.severity})" if t.outcome == "flagged" and t.severity else t.outcome
+                points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != Outcome.SKIPPED else ""
+                outcome = f"{t.outcome} ({t.severity})" if t.outcome == Outcome.FLAGGED and t.severity else t.outcome
                 console.print(f"  {t.kind} - {escape(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: {escape(_short(t.message, 300))}")
         if a.skipped_points:
             console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded there).[/dim]")
@@ -182,7 +182,7 @@ def print_summary(run: RunResult) -> None:
                               f"({escape(g.cases)}): {escape(g.diagnosis)}")
             if t.traceback:
                 console.print(f"[dim]{escape(_last_lines(t.traceback, 8))}[/dim]")
-            elif t.output and t.outcome in ("crashed", "timeout"):
+            elif t.output and t.outcome in (Outcome.CRASHED, Outcome.TIMEOUT):
                 console.print(f"[dim]{escape(_last_lines(t.output, 8))}[/dim]")
             if t.reproducer:
                 console.print(f"  reproduce: [cyan]{escape(t.reproducer)}[/cyan]")

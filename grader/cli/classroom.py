@@ -273,17 +273,18 @@ def _interrupt(signum, frame):
 
 
 def _job_line(job, record: dict) -> str:
-    if record["status"] != "graded":
-        return f"[bold blue]infra_error[/bold blue] {escape(job.label)}: {escape(record['error'])}"
     from collections import Counter
 
-    from grader.results import cents
+    from grader.results import Outcome, cents
+
+    if record["status"] != "graded":  # a job status, shown in the infra_error outcome's style
+        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {escape(job.label)}: {escape(record['error'])}"
 
     result = record["result"]
     outcomes = Counter(t["outcome"] for t in result["tests"])
     score = sum(cents(t["score"]) for t in result["tests"]) / 100
     top = sum(cents(t["max_score"]) for t in result["tests"]) / 100
-    words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != "skipped")
+    words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
     return f"{escape(job.label)}: {score:g} / {top:g} ({words}) in {record['seconds']:.0f} s"
 
 

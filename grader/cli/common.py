@@ -6,11 +6,15 @@ import typer
 from rich.console import Console
 from rich.markup import escape
 
+from grader.results import Outcome
+
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # a message is one line, even piped: a path is never cut
 
-STYLE = {"passed": "green", "failed": "red", "error": "red", "timeout": "magenta", "crashed": "magenta",
-         "skipped": "dim", "flagged": "bold yellow", "infra_error": "bold blue"}
+# rich's style of each outcome; keyed by Outcome, so a plain string read back from JSON finds its style too
+STYLE: dict[Outcome, str] = {
+    Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.ERROR: "red", Outcome.TIMEOUT: "magenta",
+    Outcome.CRASHED: "magenta", Outcome.SKIPPED: "dim", Outcome.FLAGGED: "bold yellow", Outcome.INFRA_ERROR: "bold blue"}
 
 
 class UsageError(Exception):

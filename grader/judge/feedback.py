@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from grader.results import BAD_OUTCOMES, AssignmentResult, TestResult, cents
+from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, TestResult, cents
 
 
 @dataclass
@@ -18,7 +18,7 @@ class FailureGroup:
     """Tests of one assignment that failed the same way."""
 
     assignment: str
-    outcome: str
+    outcome: Outcome
     diagnosis: str
     tests: list[TestResult] = field(default_factory=list)
 
@@ -62,14 +62,14 @@ def stores_nothing(t: TestResult) -> bool:
     """A correctness case whose output is still, every element of it, the NaN poison of
     uninitialized memory: the kernel stored nothing (or was never launched)."""
     d = t.details
-    return (t.kind == "correctness" and t.outcome == "failed" and d.get("elements", 0) > 0
+    return (t.kind == "correctness" and t.outcome == Outcome.FAILED and d.get("elements", 0) > 0
             and d.get("nan_elements") == d.get("elements"))
 
 
 def headline(result: AssignmentResult, module_file: Path | None) -> str:
     """The assignment's first line when one cause explains everything: the starter untouched
     (nothing stored anywhere). Empty otherwise: the failures speak for themselves."""
-    ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != "skipped"]
+    ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != Outcome.SKIPPED]
     if not ran or not all(stores_nothing(t) for t in ran):
         return ""
     launched = any(t.details.get("kernels") for t in ran)

@@ -25,7 +25,7 @@ from grader.judge.feedback import headline
 from grader.judge.integrity import scan_submission, summary as scan_summary
 from grader.judge.verdict import judge_call, judge_runs
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
-from grader.results import AssignmentResult, RunResult, Severity, TestResult, cents
+from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, RunResult, Severity, TestResult, cents
 from grader.sandbox.process import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
 from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
@@ -148,8 +148,8 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
                 continue
             test = _run_call(spec, call, ctx, worker, workdir, call_timeout, integrity)
             result.tests.append(test)
-            consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == "timeout" else 0
-            restart = test.outcome in ("timeout", "crashed", "infra_error")
+            consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == Outcome.TIMEOUT else 0
+            restart = test.outcome in WORKER_FAILURES
         result.tests.append(integrity.test())
         if not ctx.interpret and runnable and not load_failure:
             step(f"{spec.name}: bounds check")
@@ -290,7 +290,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
     else:
         verdict = judge_runs(spec, call.case, call.dtype, runs, ctx.device)
     reply = _merged([r for _, r, _ in runs])
-    integrity.observe(call, reply, verdict.outcome == "passed", trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
+    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     if "wrong_map" in details:  # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
         blocks = runs[0][1].get("blocks")
@@ -311,8 +311,8 @@ def _merged(replies: list[dict]) -> dict:
 
 
 def _from_failure(spec, call, ctx, failure: dict, context: str) -> TestResult:
-    outcome = failure.get("kind", "error")
-    outcome = outcome if outcome in ("timeout", "crashed", "infra_error") else "error"
+    outcome = failure.get("kind", Outcome.ERROR)
+    outcome = outcome if outcome in WORKER_FAILURES else Outcome.ERROR  # a worker failure, or the student's own error
     return _test(spec, call, ctx, outcome, f"{context}: {failure.get('message', '')}",
                  traceback=failure.get("traceback", ""), output=failure.get("output", ""))
 

@@ -36,7 +36,7 @@ from safetensors.torch import load, save_file
 from grader.judge import activity
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
-from grader.results import AssignmentResult, Severity, TestResult
+from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.judge.context import GradingContext
 from grader.judge.runcache import RunCache, write_perf_set
 from grader.sandbox.process import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
@@ -143,8 +143,8 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
 
     if ctx.interpret:
         return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing")
-    ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != "skipped"]
-    if not ran or any(t.outcome != "passed" for t in result.tests if t.kind != "performance" and t.outcome != "skipped"):
+    ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != Outcome.SKIPPED]
+    if not ran or any(t.outcome != Outcome.PASSED for t in result.tests if t.kind != "performance" and t.outcome != Outcome.SKIPPED):
         return test("failed", "not timed: every correctness and integrity check must pass first (no performance points without correctness)")
     if student.process is None:
         return test("error", "not timed: the worker could not be restarted")

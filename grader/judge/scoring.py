@@ -15,7 +15,7 @@ Integrity findings cost what they taint (grader.results.Severity):
 
 from __future__ import annotations
 
-from grader.results import AssignmentResult, Severity, TestResult, cents
+from grader.results import AssignmentResult, Outcome, Severity, TestResult, cents
 from grader.spec import Assignment
 
 
@@ -35,11 +35,11 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
     names = planned if planned is not None else [t.name for t in correctness]
     shares = dict(zip(names, split_cents(spec.correctness_points, len(names))))
     for t in correctness:
-        _assign(t, shares.get(t.name, 0), 1.0 if t.outcome == "passed" else 0.0)
+        _assign(t, shares.get(t.name, 0), 1.0 if t.outcome == Outcome.PASSED else 0.0)
     for t in result.tests:
         if t.kind == "performance":
-            _assign(t, cents(spec.performance_points), t.details.get("score_fraction", 0.0) if t.outcome == "passed" else 0.0)
-    flagged = [t for t in result.tests if t.outcome == "flagged"]
+            _assign(t, cents(spec.performance_points), t.details.get("score_fraction", 0.0) if t.outcome == Outcome.PASSED else 0.0)
+    flagged = [t for t in result.tests if t.outcome == Outcome.FLAGGED]
     conclusive = [t for t in flagged if t.severity != Severity.REVIEW]
     if conclusive:
         for t in result.tests:
@@ -60,7 +60,7 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
 
 def _assign(test: TestResult, share: int, fraction: float) -> None:
     test.max_score = share / 100
-    if test.outcome == "skipped":
+    if test.outcome == Outcome.SKIPPED:
         test.score = 0.0
         test.details["points_if_run"] = share / 100
     else:

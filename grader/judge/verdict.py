@@ -16,14 +16,18 @@ from grader.judge.feedback import nonfinite_words
 from grader.judge.mismatch import Mismatch, contiguous_reading
 from grader.judge.picture import wrong_map
 from grader.codec import storage_of
+from grader.results import Outcome
 from grader.spec import DTYPES, Assignment, Case
 
 
 @dataclass
 class Verdict:
-    outcome: str  # passed | failed
+    outcome: Outcome  # PASSED or FAILED
     message: str
     details: dict = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        self.outcome = Outcome(self.outcome)  # a spec's check may write the plain string ("failed")
 
 
 def judge_call(
@@ -43,10 +47,10 @@ def judge_call(
     if isinstance(ref, (tuple, list)):
         return _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, ref)
     if "output" not in saved:
-        return Verdict("failed", f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
+        return Verdict(Outcome.FAILED, f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
     problem = _delivery("the result", reply, saved["output"], ref.shape, dtype, expected_device)
     if problem:
-        return Verdict("failed", problem)
+        return Verdict(Outcome.FAILED, problem)
     base = spec.baseline(*inputs.values()).to(torch.float64)
     return _compare(spec, case, dtype, inputs, saved["output"], ref, base)
 
@@ -58,7 +62,7 @@ def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, 
     if spec.check is None:
         for i, (inputs, reply, saved) in enumerate(runs):
             verdict = judge_call(spec, case, dtype, inputs, reply, saved, expected_device)
-            if verdict.outcome != "passed":
+            if verdict.outcome != Outcome.PASSED:
                 verdict.message = f"call {i + 1} of {len(runs)}: {verdict.message}"
                 return verdict
         return verdict
@@ -68,13 +72,13 @@ def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, 
         if modified:
             return modified
         if "output" not in saved:
-            return Verdict("failed", f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
+            return Verdict(Outcome.FAILED, f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
         problem = _delivery("the result", reply, saved["output"], None, dtype, expected_device)
         if problem:
-            return Verdict("failed", problem)
+            return Verdict(Outcome.FAILED, problem)
         outputs.append(saved["output"])
     verdict = spec.check([inputs for inputs, _, _ in runs], outputs, dtype)
-    if verdict.outcome != "passed" and case.why:
+    if verdict.outcome != Outcome.PASSED and case.why:
         verdict.message += f" (this case: {case.why})"
     return verdict
 
@@ -86,7 +90,7 @@ def _modified_input(inputs: dict, saved: dict) -> Verdict | None:
         after = saved.get(f"input.{name}")
         before = storage_of(original)
         if after is None or after.shape != before.shape or not torch.equal(after, before):
-            return Verdict("failed", f"the input {name} was modified in place: a kernel must only write its output")
+            return Verdict(Outcome.FAILED, f"the input {name} was modified in place: a kernel must only write its output")
     return None
 
 
@@ -110,22 +114,22 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs)
     metas = reply.get("outputs")
     if metas is None or len(metas) != n:
         got = f"{len(metas)} tensors" if metas is not None else reply.get("result_type")
-        return Verdict("failed", f"{spec.function}() returned {got}, expected a tuple of {n} tensors ({', '.join(names)})")
+        return Verdict(Outcome.FAILED, f"{spec.function}() returned {got}, expected a tuple of {n} tensors ({', '.join(names)})")
     bases = spec.baseline(*inputs.values())
     details, summary = {}, []
     for i, (meta, ref, base) in enumerate(zip(metas, refs, bases)):
         what = f"{names[i]} (result {i + 1} of {n})"
         problem = _delivery(what, meta, saved[f"output.{i}"], ref.shape, dtype, expected_device)
         if problem:
-            return Verdict("failed", problem)
+            return Verdict(Outcome.FAILED, problem)
         verdict = _compare(spec, case, dtype, inputs, saved[f"output.{i}"], ref, base.to(torch.float64), part=i)
-        if verdict.outcome != "passed":
+        if verdict.outcome != Outcome.PASSED:
             verdict.message = f"{what} is wrong: {verdict.message}"
             verdict.details["wrong_output"] = names[i]
             return verdict
         details[names[i]] = verdict.details
         summary.append(f"{names[i]}: {verdict.message}")
-    return Verdict("passed", "; ".join(summary), details)
+    return Verdict(Outcome.PASSED, "; ".join(summary), details)
 
 
 def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor,
@@ -153,7 +157,7 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
     if nan or inf:  # the maxima above are over finite values only: say what they leave out
         details["nan_elements"], details["inf_elements"] = nan, inf
     if not bad.any():
-        return Verdict("passed", f"max abs error {details['max_abs_error']:.3g} (torch's: {base_err:.3g})", details)
+        return Verdict(Outcome.PASSED, f"max abs error {details['max_abs_error']:.3g} (torch's: {base_err:.3g})", details)
     first = tuple(int(i) for i in bad.nonzero()[0])
     details["first_bad_index"] = list(first)
     details["first_bad_value"] = f"got {got[first].item():.6g}, expected {ref[first].item():.6g}"
@@ -171,7 +175,7 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
     message += f"; {pattern}"
     if case.why:
         message += f" (this case: {case.why})"
-    return Verdict("failed", message, details)
+    return Verdict(Outcome.FAILED, message, details)
 
 
 def _spec_explanation(spec: Assignment, mismatch: Mismatch) -> str | None:

@@ -22,11 +22,11 @@ import os
 import re
 from pathlib import Path
 
-from grader.results import BAD_OUTCOMES, RunResult, TestResult, cents
+from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
 
 # Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
-CLASSROOM_STATUS = {"passed": "pass", "failed": "fail", "error": "fail", "timeout": "fail", "crashed": "fail",
-                    "flagged": "fail", "infra_error": "error"}
+CLASSROOM_STATUS: dict[Outcome, str] = {
+    Outcome.PASSED: "pass", **{o: "fail" for o in BAD_OUTCOMES}, Outcome.INFRA_ERROR: "error"}
 MESSAGE_LIMIT = 1000  # the reporter prints messages in the job log: keep each one short
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
@@ -55,10 +55,10 @@ def source_line(test: TestResult, repo: Path) -> tuple[str, int] | None:
 def classroom_payload(run: RunResult, repo: Path) -> dict:
     tests = []
     for t in run.tests:
-        if t.outcome == "skipped":
+        if t.outcome == Outcome.SKIPPED:
             continue
-        where = source_line(t, repo) if t.outcome != "passed" else None
-        message = t.message if t.outcome == "passed" else f"[{t.outcome}] {t.message}" + (
+        where = source_line(t, repo) if t.outcome != Outcome.PASSED else None
+        message = t.message if t.outcome == Outcome.PASSED else f"[{t.outcome}] {t.message}" + (
             f"\nReproduce: {t.reproducer}" if t.reproducer else "")
         tests.append({
             "name": f"{t.assignment}: {t.name}",
@@ -113,13 +113,13 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
                 "they are graded on the course's GPU after the deadline.", ""]
     out += ["| assignment | points | passed | failed | not run here | hidden cases |", "| --- | --- | --- | --- | --- | --- |"]
     for a in run.assignments:
-        bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count("infra_error")
-        gpu = f"{a.count('skipped')} ({a.skipped_points:g} pts, GPU)" if a.count("skipped") else "0"
-        out.append(f"| {a.name} (`{a.module}`) | {a.score:g} / {a.max_score:g} | {a.count('passed')} | {bad} | {gpu} | "
+        bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
+        gpu = f"{a.count(Outcome.SKIPPED)} ({a.skipped_points:g} pts, GPU)" if a.count(Outcome.SKIPPED) else "0"
+        out.append(f"| {a.name} (`{a.module}`) | {a.score:g} / {a.max_score:g} | {a.count(Outcome.PASSED)} | {bad} | {gpu} | "
                    f"{hidden.get(a.name, 0)} |")
     if any(hidden.values()):
         out += ["", "Hidden cases are not run here: they run at grading time, on top of the cases above."]
-    failing = [t for t in run.tests if t.outcome in BAD_OUTCOMES or t.outcome == "infra_error"]
+    failing = [t for t in run.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
     if failing:
         out += ["", "### Failing checks", ""]
         seen = set()
