@@ -17,7 +17,7 @@ import functools
 import json
 import types
 import typing
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, ClassVar, Union
 
 

@@ -254,3 +254,68 @@ def test_a_real_worker_answers_an_unknown_op_with_a_failure_and_goes_on(tmp_path
         assert worker.request(Ping(), 60) == Ok()
     finally:
         worker.close()
+
+
+# -- the GPU handlers' replies, built on the CPU ------------------------------------------------
+
+def _gpu_worker(monkeypatch, tmp_path):
+    """A Worker whose GPU is faked: its inputs stay on the CPU, and `torch` is a stand-in for
+    the switches and synchronize it calls (the real ones would change this test process)."""
+    import types
+
+    import torch
+
+    from grader.worker import server
+
+    worker = _worker()
+    worker.functions = {"s": lambda x: x * 2}
+    worker.retained, worker.input_cache, worker.roots = {}, {}, []
+    worker.torch = types.SimpleNamespace(
+        Tensor=torch.Tensor, use_deterministic_algorithms=lambda *a, **k: None,
+        utils=types.SimpleNamespace(deterministic=types.SimpleNamespace(fill_uninitialized_memory=True)),
+        cuda=types.SimpleNamespace(synchronize=lambda: None))
+    monkeypatch.setattr(server.Worker, "_load_cuda", lambda self, path, layout, keep=False: {"x": torch.arange(6.0)})
+    return worker
+
+
+def test_the_gpu_handlers_replies_decode_on_the_trusted_side(monkeypatch, tmp_path):
+    import torch
+    from safetensors.torch import load_file
+
+    from grader.worker import server, timing
+
+    worker = _gpu_worker(monkeypatch, tmp_path)
+    handlers = worker.handlers()
+
+    def time_function(fn, arg_sets, reps, warmup, on_timed_start, on_timed_end):
+        """What timing.time_function returns, in its types (ints for ns, floats for ms)."""
+        on_timed_start()
+        outputs = [fn(*args) for args in arg_sets]
+        server.LAUNCHES["add_kernel"] += reps
+        on_timed_end()
+        return {"event_ms": [0.5] * reps, "marks": [[1, 2, 3]] * reps, "settle_marks": [[4, 5, 6]], "host_ms": [0.75],
+                "activities": [["add_kernel", 7, 10, 20]], "activity_error": None, "first_call_ms": 3.0, "outputs": outputs}
+
+    monkeypatch.setattr(timing, "time_function", time_function)
+    monkeypatch.setattr(timing, "tampered", lambda: [])
+    monkeypatch.setattr(timing, "roofline", lambda: {"gpu": "H200", "copy_gbps": 4000.0, "gemm_tflops": {"float16": 700.0}})
+
+    def exchange(request):
+        reply = server.answer(handlers, p.encode(request), [])
+        return p.decode_reply(request, p.encode(reply))
+
+    timed = exchange(Time("s", ["/a", "/b"], {}, reps=4))
+    assert timed == TimeReply([0.5] * 4, [(1, 2, 3)] * 4, [(4, 5, 6)], [0.75], [("add_kernel", 7, 10, 20)], None, 3.0,
+                              launches=4, tampered=[], output_numel=6)
+    called = exchange(Call("s", "/fresh", {}, "fresh", record_ops=True))
+    assert called == CallReply(ops=["aten::mul.Tensor"], launches=0)  # x * 2 is torch's multiply (with its overload), recorded
+    idx = tmp_path / "idx.safetensors"
+    save_file({"idx": torch.tensor([5, 0])}, str(idx))
+    assert exchange(Sample("s", ["set0", "set1", "fresh"], str(idx), str(tmp_path / "s.safetensors"))) == Ok()
+    assert {k: v.tolist() for k, v in load_file(tmp_path / "s.safetensors").items()} == \
+        {"set0": [10.0, 0.0], "set1": [10.0, 0.0], "fresh": [10.0, 0.0]}  # x * 2 at [5, 0]
+    too_far = tmp_path / "far.safetensors"
+    save_file({"idx": torch.tensor([6])}, str(too_far))  # past the 6 elements of a result
+    missed = exchange(Sample("s", ["set0"], str(too_far), str(tmp_path / "t.safetensors")))
+    assert missed == Failure("error", "the result of the timed call on set0 is not a tensor of the expected size")
+    assert exchange(Roofline()) == RooflineReply("H200", 4000.0, {"float16": 700.0})
