@@ -12,6 +12,7 @@ reference's speed as a fraction of the baseline's.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import statistics
 import sys
@@ -25,6 +26,7 @@ from grader import spec as specs  # noqa: E402
 from grader.judge.perf import call_times  # noqa: E402
 from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs# noqa: E402
+from grader.protocol import Contender, Load, Roofline, Sample, Time  # noqa: E402
 from grader.sandbox.process import WorkerProcess  # noqa: E402
 from grader.spec import DTYPES  # noqa: E402
 
@@ -44,8 +46,8 @@ def bench(spec, worker: WorkerProcess, folder: Path, roof: dict) -> list[dict]:
         times = {"reference": [], "torch": []}
         for _ in range(ROUNDS):
             for c in times:
-                reply, _ = worker.request_timed({"op": "time", "contender": c, "inputs": files, "layout": layout, "reps": REPS}, 600)
-                assert reply["ok"], reply
+                reply = worker.request(Time(c, files, layout, REPS), 600)
+                assert reply.ok, reply
                 times[c] += call_times(reply)[0]
         # dropout has no oracle: its outputs differ from torch's by design (another random stream)
         row_check = None if spec.check else _agreement(worker, folder, f"{spec.name}-{case.name}-{dtype}")
@@ -82,9 +84,8 @@ def _agreement(worker: WorkerProcess, folder: Path, stem: str) -> float:
     got = {}
     for c in ("reference", "torch"):
         out = folder / f"{stem}-{c}-sample.safetensors"
-        reply = worker.request({"op": "sample", "contender": c, "keys": [f"set{i}" for i in range(SETS)],
-                                "indices": str(idx), "output": str(out)}, 300)
-        assert reply["ok"], reply
+        reply = worker.request(Sample(c, [f"set{i}" for i in range(SETS)], str(idx), str(out)), 300)
+        assert reply.ok, reply
         got[c] = load_file(str(out))
     worst = 0.0
     for key, t in got["torch"].items():
@@ -107,12 +108,14 @@ def main() -> None:
             worker = WorkerProcess(folder, folder / f"scratch-{spec.name}", interpret=False, isolation="none")  # trusted code only
             try:
                 ref = spec.reference_module()
-                contenders = {"reference": {"root": str(ref.parent), "module": ref.name, "function": spec.function},
-                              "torch": {"root": str(spec.folder), "module": "spec.py", "function": "baseline"}}
-                loaded = worker.request({"op": "load", "contenders": contenders}, 300)
-                assert loaded["ok"], loaded
+                contenders = {"reference": Contender(str(ref.parent), ref.name, spec.function),
+                              "torch": Contender(str(spec.folder), "spec.py", "baseline")}
+                loaded = worker.request(Load(contenders), 300)
+                assert loaded.ok, loaded
                 if not roof:
-                    roof = {k: v for k, v in worker.request({"op": "roofline"}, 600).items() if k != "ok"}
+                    measured = worker.request(Roofline(), 600)
+                    assert measured.ok, measured
+                    roof = dataclasses.asdict(measured)
                     print(f"roofline: {roof}", flush=True)
                 rows += bench(spec, worker, folder, roof)
             finally:

@@ -9,6 +9,7 @@ import pytest
 from grader.judge import activity
 from grader.judge.perf import (MAX_ROUNDS, MIN_ROUNDS, ROOFLINE_MARGIN, Finding, Timings, UntrustedRecords, _conduct, _verdict,
                          call_times, floor_ms, needs_more_rounds, ratio_estimate)
+from grader.protocol import Time, TimeReply, decode_reply, encode
 from grader.results import Severity, TestResult
 
 US = 1_000  # ns
@@ -81,8 +82,15 @@ class Loop:
         self.settle_marks.append([before, after, max(end, marker) + 10 * US])
         self.t = max(end, marker) + 30 * US
 
-    def reply(self, event_ms: list[float]) -> dict:
-        return {"activities": self.records, "marks": self.marks, "settle_marks": self.settle_marks, "event_ms": event_ms}
+    def reply(self, event_ms: list[float]) -> TimeReply:
+        """The worker's reply of this loop, as the grading process reads it off the wire."""
+        return decode_reply(Time("student", [], {}, reps=len(event_ms)), encode(_time_reply(
+            activities=self.records, marks=self.marks, settle_marks=self.settle_marks, event_ms=event_ms)))
+
+
+def _time_reply(**fields) -> TimeReply:
+    return TimeReply(**{**dict(event_ms=[], marks=[], settle_marks=[], host_ms=[], activities=None, activity_error=None,
+                               first_call_ms=0.0, launches=0, tampered=[], output_numel=None), **fields})
 
 
 def honest_loop(calls=5, duration=500) -> Loop:
@@ -149,7 +157,7 @@ def test_records_that_do_not_fit_the_loop_are_not_trusted():
     with pytest.raises(UntrustedRecords, match="timed call 1: the L2 flush is missing"):
         call_times(loop.reply([0.5] * 2))
     with pytest.raises(UntrustedRecords, match="could not be collected"):
-        call_times({"activities": None, "activity_error": "CUPTI_ERROR_NOT_INITIALIZED", "marks": [], "settle_marks": [], "event_ms": []})
+        call_times(_time_reply(activities=None, activity_error="CUPTI_ERROR_NOT_INITIALIZED"))
     loop = honest_loop(calls=2)
     loop.records = [r for r in loop.records if "spin" not in r[0]]
     with pytest.raises(UntrustedRecords, match="launch shadow is missing"):

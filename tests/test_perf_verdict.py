@@ -8,6 +8,7 @@ import pytest
 
 from grader.judge import perf
 from grader.judge.perf import Finding, Timings, UntrustedRecords, _conduct, _verdict, call_times, ratio_estimate
+from grader.protocol import TimeReply
 from grader.results import Severity, TestResult
 
 # seven rounds of one call each, in no order; sorted, the quartiles (statistics' "exclusive"
@@ -325,13 +326,13 @@ def test_untrusted_records_say_why_naming_at_most_three_problems(monkeypatch):
     from grader.judge import activity
 
     with pytest.raises(UntrustedRecords) as err:
-        call_times({"activities": None, "activity_error": "CUPTI_ERROR_X", "marks": [], "settle_marks": []})
+        call_times(_time_reply(activities=None, activity_error="CUPTI_ERROR_X"))
     assert str(err.value) == ("the GPU activity records could not be collected (CUPTI_ERROR_X): "
                               "work on other streams could go unseen")
     reading = activity.Reading(problems=["p1", "p2", "p3", "p4"])
     monkeypatch.setattr(activity, "read", lambda *a: reading)
     with pytest.raises(UntrustedRecords) as err:
-        call_times({"activities": [], "marks": [], "settle_marks": [], "event_ms": []})
+        call_times(_time_reply(activities=[]))
     assert str(err.value) == "the GPU activity records do not fit the timed loop: p1; p2; p3"
 
 
@@ -341,9 +342,14 @@ def test_call_times_passes_the_records_and_both_sets_of_marks(monkeypatch):
     got = []
     reading = activity.Reading(busy_ms=[0.5])
     monkeypatch.setattr(activity, "read", lambda *a: got.append(a) or reading)
-    reply = {"activities": [["k", 1, 0, 1]], "marks": [[1, 2, 3]], "settle_marks": [[4, 5, 6]], "event_ms": [0.6]}
+    reply = _time_reply(activities=[["k", 1, 0, 1]], marks=[[1, 2, 3]], settle_marks=[[4, 5, 6]], event_ms=[0.6])
     assert call_times(reply) == ([0.5], [0.6], reading)
     assert got == [([["k", 1, 0, 1]], [[1, 2, 3]], [[4, 5, 6]])]
+
+
+def _time_reply(**fields) -> TimeReply:
+    return TimeReply(**{**dict(event_ms=[], marks=[], settle_marks=[], host_ms=[], activities=None, activity_error=None,
+                               first_call_ms=0.0, launches=0, tampered=[], output_numel=None), **fields})
 
 
 # --- the ratio's interval ----------------------------------------------------------------------------

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from conftest import FIXTURES, assert_nothing_left, run_cli
 from grader import spec as specs
+from grader.protocol import Contender, Load, Run
 from grader.sandbox import process as sandbox
 from grader.sandbox.process import CappedOutput, Isolation, Limits, WorkerFailure, WorkerProcess
 
@@ -32,8 +33,8 @@ def test_capped_output_keeps_head_and_tail():
     assert "bytes of output elided" in text and len(text) < 400
 
 
-def _load(worker: WorkerProcess, repo: Path, module: str, function: str = "f") -> dict:
-    return worker.request({"op": "load", "contenders": {"s": {"root": str(repo), "module": module, "function": function}}}, 60)
+def _load(worker: WorkerProcess, repo: Path, module: str, function: str = "f"):
+    return worker.request(Load({"s": Contender(str(repo), module, function)}), 60)
 
 
 def _repo(tmp_path: Path, source: str, name: str = "mod.py") -> Path:
@@ -54,12 +55,11 @@ def _run_module(repo: Path, tmp_path: Path, **options) -> tuple[int, str, object
         worker.close()
 
 
-def _call(worker: WorkerProcess, tmp_path: Path, timeout: float) -> dict:
+def _call(worker: WorkerProcess, tmp_path: Path, timeout: float):
     inputs = tmp_path / "job" / "none.safetensors"
     save_file({}, str(inputs))
     inputs.chmod(0o644)  # the worker's uid reads it
-    return worker.request({"op": "run", "contender": "s", "inputs": str(inputs), "layout": {}, "device": "cpu",
-                           "output": str(tmp_path / "job" / "repo" / "out.safetensors")}, timeout=timeout)
+    return worker.request(Run("s", str(inputs), {}, "cpu", str(tmp_path / "job" / "repo" / "out.safetensors")), timeout=timeout)
 
 
 @pytest.mark.slow
@@ -76,7 +76,7 @@ def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
         """)
     worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True)
     try:
-        assert _load(worker, repo, "mod.py")["ok"]
+        assert _load(worker, repo, "mod.py").ok
         start = time.monotonic()
         with pytest.raises(WorkerFailure) as info:
             _call(worker, tmp_path, timeout=1)
@@ -132,16 +132,15 @@ def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
     inputs.chmod(0o644)
     first = WorkerProcess(repo, tmp_path / "job" / "scratch-1", interpret=True, writable=[outputs])
     try:
-        assert _load(first, repo, "mod.py")["ok"]
+        assert _load(first, repo, "mod.py").ok
         second = WorkerProcess(repo, tmp_path / "job" / "scratch-2", interpret=True, writable=[outputs])
         try:
-            assert _load(second, repo, "mod.py")["ok"]
+            assert _load(second, repo, "mod.py").ok
             assert second.lease.uid == first.lease.uid
         finally:
             second.close()
-        reply = first.request({"op": "run", "contender": "s", "inputs": str(inputs), "layout": {}, "device": "cpu",
-                               "output": str(outputs / "out.safetensors")}, timeout=60)
-        assert reply["ok"], reply
+        reply = first.request(Run("s", str(inputs), {}, "cpu", str(outputs / "out.safetensors")), timeout=60)
+        assert reply.ok, reply
         assert int(next(iter(load_file(outputs / "out.safetensors").values()))[0]) == first.lease.uid
     finally:
         first.close()
@@ -150,10 +149,9 @@ def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
     # ... and a new worker of the job starts cleanly, and writes its outputs as its own uid
     third = WorkerProcess(repo, tmp_path / "job" / "scratch-3", interpret=True, writable=[outputs])
     try:
-        assert _load(third, repo, "mod.py")["ok"]
-        reply = third.request({"op": "run", "contender": "s", "inputs": str(inputs), "layout": {}, "device": "cpu",
-                               "output": str(outputs / "third.safetensors")}, timeout=60)
-        assert reply["ok"], reply
+        assert _load(third, repo, "mod.py").ok
+        reply = third.request(Run("s", str(inputs), {}, "cpu", str(outputs / "third.safetensors")), timeout=60)
+        assert reply.ok, reply
         assert int(next(iter(load_file(outputs / "third.safetensors").values()))[0]) == third.lease.uid
     finally:
         third.close()
@@ -250,7 +248,7 @@ def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, mo
             """)
         worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=degraded)
         try:
-            assert _load(worker, repo, "mod.py")["ok"]
+            assert _load(worker, repo, "mod.py").ok
             with pytest.raises(WorkerFailure) as info:
                 _call(worker, tmp_path, timeout=1)
             assert info.value.outcome == "timeout"
@@ -381,15 +379,14 @@ def test_docker_mode_speaks_through_fifos_and_is_killed_by_name(tmp_path, monkey
     outputs = tmp_path / "job" / "outputs"
     worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=Isolation("docker"), writable=[outputs])
     try:
-        contenders = {"s": {"root": str(repo), "module": "kernels/vector_add.py", "function": "vector_add"},
-                      "t": {"root": str(repo), "module": "kernels/slow.py", "function": "slow"}}
-        assert worker.request({"op": "load", "contenders": contenders}, 60)["ok"]
-        run = {"op": "run", "inputs": str(inputs), "layout": layout, "device": "cpu", "output": str(outputs / "o.safetensors")}
-        reply = worker.request({**run, "contender": "s"}, 60)
-        assert reply["ok"] and reply["launches"] == {"add_kernel": 1}
+        contenders = {"s": Contender(str(repo), "kernels/vector_add.py", "vector_add"),
+                      "t": Contender(str(repo), "kernels/slow.py", "slow")}
+        assert worker.request(Load(contenders), 60).ok
+        reply = worker.request(Run("s", str(inputs), layout, "cpu", str(outputs / "o.safetensors")), 60)
+        assert reply.ok and reply.launches == {"add_kernel": 1}
         assert load_file(str(outputs / "o.safetensors"))["output"].tolist() == [2.0] * 5
         with pytest.raises(WorkerFailure) as info:
-            worker.request({**run, "contender": "t"}, 2)
+            worker.request(Run("t", str(inputs), layout, "cpu", str(outputs / "o.safetensors")), 2)
         assert info.value.outcome == "timeout"
     finally:
         worker.close()

@@ -18,6 +18,7 @@ from safetensors.torch import load
 
 from grader import environment
 from grader.judge import perf
+from grader.protocol import Contender, Failure, Load, Ok, Ping, Reply, Request, Run, RunReply
 from grader.sandbox import process as sandbox
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import gpu_phase, timing_lock
@@ -75,7 +76,7 @@ class StudentWorker:
         self.process: WorkerProcess | None = None
         self.starts = 0
 
-    def start(self) -> dict:
+    def start(self) -> Ok | Failure:
         """Start and import; returns the worker's reply (ok, or the student's error)."""
         self.close()
         self.starts += 1
@@ -83,20 +84,20 @@ class StudentWorker:
             self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.ctx.interpret, self.ctx.gpu,
                                          isolation=self.ctx.isolation, writable=[self.repo.parent / "outputs"],
                                          hide=self.hide, job=self.repo.parent)
-            self.process.request({"op": "ping"}, WORKER_START_TIMEOUT)
+            self.process.request(Ping(), WORKER_START_TIMEOUT)
         except (OSError, SandboxError) as exc:
             raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None
         except WorkerFailure as f:
-            raise WorkerFailure("infra_error", f"the worker did not start: {f.message}", f.output) from None
+            raise WorkerFailure(replace(f.failure, kind="infra_error", message=f"the worker did not start: {f.message}")) from None
         module, function = self.target
         # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
         with gpu_phase(self.ctx.gpu, exclusive=False, enabled=not self.ctx.interpret):
             return self.process.request(
-                {"op": "load", "contenders": {"student": {"root": str(self.repo), "module": module, "function": function}}},
+                Load({"student": Contender(str(self.repo), module, function)}),
                 self.ctx.import_timeout_for(self.spec),
             )
 
-    def request(self, message: dict, timeout: float) -> dict:
+    def request(self, message: Request, timeout: float) -> Reply | Failure:
         assert self.process is not None
         return self.process.request(message, timeout)
 
@@ -222,23 +223,22 @@ def _bounds_check(spec: Assignment, ctx: GradingContext, target: tuple[str, str]
     try:
         failure = _start(worker, spec)
         if failure:
-            return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.get('message')}")
+            return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.message}")
         for call in calls:
             out = output_path(workdir, f"bounds-{call.slug}.safetensors")
             try:
                 with shown_to_worker(call.input_file, workdir) as shown:
-                    reply = worker.request({"op": "run", "contender": "student", "inputs": str(shown), "layout": call.layout,
-                                            "device": "cpu", "output": str(out)}, timeout)
+                    reply = worker.request(Run("student", str(shown), call.layout, "cpu", str(out)), timeout)
             except WorkerFailure as f:
                 skipped.append(f"{call.case.name}: {f.message}")
                 _start(worker, spec)
                 continue
-            if reply.get("kind") == "memory":
-                return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply['message']}",
-                                  case=call.case.name, dtype="float32", traceback=reply.get("traceback", ""),
+            if isinstance(reply, Failure) and reply.kind == "memory":
+                return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply.message}",
+                                  case=call.case.name, dtype="float32", traceback=reply.traceback,
                                   reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
-            if not reply.get("ok"):
-                skipped.append(f"{call.case.name}: {reply.get('message')}")
+            if isinstance(reply, Failure):
+                skipped.append(f"{call.case.name}: {reply.message}")
     finally:
         worker.close()
     if len(skipped) == len(calls):
@@ -256,65 +256,59 @@ def _scan(result: AssignmentResult, repo: Path, module: str) -> None:
         result.notes.append(scan_summary(findings))
 
 
-def _start(worker: StudentWorker, spec: Assignment) -> dict | None:
+def _start(worker: StudentWorker, spec: Assignment) -> Failure | None:
     """None when the module imported; else the failure, as the worker or sandbox told it."""
     try:
         reply = worker.start()
     except WorkerFailure as f:
-        return {"kind": f.outcome, "message": f"while importing: {f.message}", "traceback": "", "output": f.output}
-    return None if reply.get("ok") else reply
+        return replace(f.failure, message=f"while importing: {f.message}", traceback="")
+    return reply if isinstance(reply, Failure) else None
 
 
 def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
-    runs = []  # (inputs, reply, saved) of each call this case makes: usually one
+    runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
     for i, (input_file, layout) in enumerate(call.runs):
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
             with shown_to_worker(input_file, workdir) as shown, \
                     gpu_phase(ctx.gpu, exclusive=False, enabled=not ctx.interpret):  # waits while another job times
-                reply = worker.request({"op": "run", "contender": "student", "inputs": str(shown), "layout": layout,
-                                        "device": ctx.device, "output": str(output_file), "record_ops": True}, timeout)
+                reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file), record_ops=True), timeout)
         except WorkerFailure as f:
             return _test(spec, call, ctx, f.outcome, f.message, output=f.output)
-        if not reply.get("ok"):
-            if reply.get("kind") == "memory":
-                return _test(spec, call, ctx, "failed", reply["message"], traceback=reply.get("traceback", ""))
+        if isinstance(reply, Failure):
+            if reply.kind == "memory":
+                return _test(spec, call, ctx, "failed", reply.message, traceback=reply.traceback)
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
         try:
             saved = load(sandbox.read_worker_file(output_file))
         except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
             return _test(spec, call, ctx, "failed", f"the worker's output file could not be read: {exc}")
         runs.append((load_inputs(call, index=i), reply, saved))
+    judged = [(inputs, reply.meta(), saved) for inputs, reply, saved in runs]
     if len(runs) == 1 and spec.check is None:
-        verdict = judge_call(spec, call.case, call.dtype, *runs[0], ctx.device)
+        verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device)
     else:
-        verdict = judge_runs(spec, call.case, call.dtype, runs, ctx.device)
+        verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device)
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     if "wrong_map" in details:  # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
-        blocks = runs[0][1].get("blocks")
-        details["blocks"] = {str(k)[:40]: v for k, v in (blocks if isinstance(blocks, dict) else {}).items()
-                             if type(v) is int and 0 < v <= 1 << 24}
+        details["blocks"] = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
     return _test(spec, call, ctx, verdict.outcome, verdict.message, details=details)
 
 
-def _merged(replies: list[dict]) -> dict:
+def _merged(replies: list[RunReply]) -> dict:
     """One case's calls seen as one: time and launches added up, every op that ran."""
-    if len(replies) == 1:
-        return replies[0]
     launches: Counter[str] = Counter()
     for r in replies:
-        launches.update(r["launches"])
-    return {"seconds": sum(r["seconds"] for r in replies), "launches": dict(launches),
-            "ops": sorted({op for r in replies for op in r["ops"]})}
+        launches.update(r.launches)
+    return {"seconds": sum(r.seconds for r in replies), "launches": dict(launches),
+            "ops": sorted({op for r in replies for op in r.ops})}
 
 
-def _from_failure(spec, call, ctx, failure: dict, context: str) -> TestResult:
-    outcome = failure.get("kind", Outcome.ERROR)
-    outcome = outcome if outcome in WORKER_FAILURES else Outcome.ERROR  # a worker failure, or the student's own error
-    return _test(spec, call, ctx, outcome, f"{context}: {failure.get('message', '')}",
-                 traceback=failure.get("traceback", ""), output=failure.get("output", ""))
+def _from_failure(spec, call, ctx, failure: Failure, context: str) -> TestResult:
+    outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR  # a worker failure, or the student's own error
+    return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback, output=failure.output)
 
 
 def _shape(call: PlannedCall) -> str:

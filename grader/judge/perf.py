@@ -21,6 +21,7 @@ GPU time, and a spec may score on it (`Performance.score_on`).
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import random
 import statistics
@@ -36,6 +37,7 @@ from safetensors.torch import load, save_file
 from grader.judge import activity
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
+from grader.protocol import Call, Contender, Failure, Load, Roofline, Sample, Time, TimeReply
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.judge.context import GradingContext
 from grader.judge.runcache import RunCache, write_perf_set
@@ -81,16 +83,16 @@ class UntrustedRecords(Exception):
     """The GPU activity records do not fit the timed loop: the timing cannot be trusted (ours)."""
 
 
-def call_times(reply: dict) -> tuple[list[float], list[float], activity.Reading]:
+def call_times(reply: TimeReply) -> tuple[list[float], list[float], activity.Reading]:
     """Per timed call: the GPU time it is scored on (its own GPU activities, on any stream, from
     the records), the CUDA event times (a cross-check), and the whole reading of the records."""
-    if reply.get("activities") is None:
-        raise UntrustedRecords(f"the GPU activity records could not be collected ({reply.get('activity_error')}): "
+    if reply.activities is None:
+        raise UntrustedRecords(f"the GPU activity records could not be collected ({reply.activity_error}): "
                                "work on other streams could go unseen")
-    reading = activity.read(reply["activities"], reply["marks"], reply["settle_marks"])
+    reading = activity.read(reply.activities, reply.marks, reply.settle_marks)
     if reading.problems:
         raise UntrustedRecords("the GPU activity records do not fit the timed loop: " + "; ".join(reading.problems[:3]))
-    return reading.busy_ms, reply["event_ms"], reading
+    return reading.busy_ms, reply.event_ms, reading
 
 
 def round_ratios(student: list[list[float]], reference: list[list[float]]) -> list[float]:
@@ -165,11 +167,11 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
     cache = RunCache(Path(ctx.cache)) if ctx.cache else None
     trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=ctx.gpu, isolation="none",
                             triton_cache=cache.trusted_triton_cache if cache is not None else None)
-    contenders = {"torch": {"root": str(spec.folder), "module": "spec.py", "function": "baseline"}}
+    contenders = {"torch": Contender(str(spec.folder), "spec.py", "baseline")}
     ref = ctx.reference_module(spec)
     has_reference = ref.is_file()
     if has_reference:
-        contenders["reference"] = {"root": str(ref.parent), "module": ref.name, "function": spec.function}
+        contenders["reference"] = Contender(str(ref.parent), ref.name, spec.function)
     workers = {"student": student.process, "torch": trusted, "reference": trusted}
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
     t = Timings(**{k: {c: [] for c in order} for k in ("times", "event_ms", "host_ms")})
@@ -193,15 +195,18 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
         phase("inputs")
         # inputs made and the trusted side loaded before the GPU is taken: another job's
         # correctness calls may run meanwhile, but nothing runs beside the timed loops
-        loaded = trusted.request({"op": "load", "contenders": contenders}, 120)
-        if not loaded.get("ok"):
-            return test("infra_error", f"the reference side failed to load: {loaded.get('message')}", traceback=loaded.get("traceback", ""))
+        loaded = trusted.request(Load(contenders), 120)
+        if isinstance(loaded, Failure):
+            return test("infra_error", f"the reference side failed to load: {loaded.message}", traceback=loaded.traceback)
         phase("reference_load")
         with exclusive():
             phase("waiting_for_gpu")
             if not roofline:
                 def probe() -> dict:
-                    return {k: v for k, v in trusted.request({"op": "roofline"}, 300).items() if k != "ok"}
+                    reply = trusted.request(Roofline(), 300)
+                    if isinstance(reply, Failure):
+                        raise WorkerFailure("infra_error", f"the roofline could not be measured: {reply.message}")
+                    return dataclasses.asdict(reply)
                 roofline = cache.roofline(device_id(ctx.gpu), probe) if cache is not None else probe()
                 phase("roofline")
             try:
@@ -210,7 +215,7 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
                 return test("infra_error", f"not scored: {exc}")
             if failed:
                 c, reply = failed
-                return test("error", f"{c} raised while timed: {reply.get('message')}", traceback=reply.get("traceback", ""))
+                return test("error", f"{c} raised while timed: {reply.message}", traceback=reply.traceback)
             phase("timed_rounds")
             # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
             # of GB at the scoring sizes), which must be freed before another job times
@@ -247,7 +252,8 @@ def _conduct(t: Timings, timed_calls: int) -> list[Finding]:
     return findings
 
 
-def _timed_rounds(ctx: GradingContext, perf, workers, order, t: Timings, timed_files, layout, timeout, has_reference) -> tuple[int, tuple | None]:
+def _timed_rounds(ctx: GradingContext, perf, workers, order, t: Timings, timed_files, layout, timeout,
+                  has_reference) -> tuple[int, tuple[str, Failure] | None]:
     """Rounds of student, reference, torch, until the ratio's interval is tight and clear of
     the scoring thresholds (or the budget is spent). Returns the rounds run, and the
     contender and reply of a call that raised."""
@@ -256,22 +262,21 @@ def _timed_rounds(ctx: GradingContext, perf, workers, order, t: Timings, timed_f
     rounds = 0
     while True:
         for c in order:  # interleaved: student, reference, torch, student, ...
-            request = {"op": "time", "contender": c, "inputs": timed_files, "layout": layout, "reps": ctx.perf_reps}
-            reply, _ = workers[c].request_timed(request, timeout * 4)
-            if not reply.get("ok"):
+            reply = workers[c].request(Time(c, timed_files, layout, ctx.perf_reps), timeout * 4)
+            if isinstance(reply, Failure):
                 return rounds, (c, reply)
             times, events, reading = call_times(reply)
             t.times[c].append(times)
             t.event_ms[c] += events
-            t.host_ms[c].append(reply["host_ms"])
-            t.first_call_ms.setdefault(c, reply["first_call_ms"])
-            t.launches[c] = t.launches.get(c, 0) + reply["launches"]
+            t.host_ms[c].append(reply.host_ms)
+            t.first_call_ms.setdefault(c, reply.first_call_ms)
+            t.launches[c] = t.launches.get(c, 0) + reply.launches
             if c == "student":
-                t.tampered.update(reply["tampered"])
+                t.tampered.update(reply.tampered)
                 t.unfinished += reading.unfinished
                 t.strays += reading.strays
             if c == "torch":
-                t.output_numel = reply["output_numel"]
+                t.output_numel = reply.output_numel
         rounds += 1
         reference = getattr(t, scored)["reference"] if has_reference else None
         if not needs_more_rounds(rounds, getattr(t, scored)["student"], reference, perf.full_at, perf.zero_at,
@@ -288,14 +293,13 @@ def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed
     for c, w in workers.items():
         if c == "student" or c in contenders:
             with shown_to_worker(fresh_file, workdir, link=c != "student" or worker_cannot_write(w.isolation)) as shown:
-                reply = w.request({"op": "call", "contender": c, "inputs": str(shown), "layout": layout, "key": "fresh",
-                                   "record_ops": c == "student"}, timeout * 2)
-            if not reply.get("ok"):
+                reply = w.request(Call(c, str(shown), layout, "fresh", record_ops=c == "student"), timeout * 2)
+            if isinstance(reply, Failure):
                 if c != "student":
-                    raise WorkerFailure("infra_error", f"the {c} failed on a fresh input set after timing: {reply.get('message')}", "")
-                return [Finding(Severity.REVIEW, f"your function failed on a fresh input set after timing: {reply.get('message')}")]
+                    raise WorkerFailure("infra_error", f"the {c} failed on a fresh input set after timing: {reply.message}", "")
+                return [Finding(Severity.REVIEW, f"your function failed on a fresh input set after timing: {reply.message}")]
             if c == "student":
-                forbidden = sorted(set(reply["ops"]) & spec.forbidden_ops)
+                forbidden = sorted(set(reply.ops) & spec.forbidden_ops)
                 if forbidden:
                     evidence.append(Finding(Severity.CONCLUSIVE, f"torch computed the result at the timing size: {', '.join(forbidden)} ran inside {spec.function}()"))
     idx_file = workdir / "perf" / "indices.safetensors"
@@ -307,11 +311,11 @@ def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed
         if c != "student" and c not in contenders:
             continue
         out = output_path(workdir, f"sample-{c}.safetensors")
-        reply = workers[c].request({"op": "sample", "contender": c, "keys": keys, "indices": str(idx_file), "output": str(out)}, timeout)
-        if not reply.get("ok"):
+        reply = workers[c].request(Sample(c, keys, str(idx_file), str(out)), timeout)
+        if isinstance(reply, Failure):
             if c != "student":
-                raise WorkerFailure("infra_error", f"the {c}'s timed outputs could not be sampled: {reply.get('message')}", "")
-            return evidence + [Finding(Severity.CONCLUSIVE, f"the outputs of your timed calls could not be sampled: {reply.get('message')}")]
+                raise WorkerFailure("infra_error", f"the {c}'s timed outputs could not be sampled: {reply.message}", "")
+            return evidence + [Finding(Severity.CONCLUSIVE, f"the outputs of your timed calls could not be sampled: {reply.message}")]
         try:
             samples[c] = load(read_worker_file(out))
         except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a sample

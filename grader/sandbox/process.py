@@ -13,10 +13,11 @@ Three ways to contain a worker (`--isolation`), strongest first where it is avai
 - `docker`: one container per worker (see `docker_command`).
 - `none`: a plain child process with limits and a scrubbed environment (for debugging).
 
-In every mode requests and replies go over a private pipe pair (FIFOs in docker), never
-stdout, so printing cannot forge a reply; stdout/stderr are captured with head and tail
-kept. A reply that does not come in time, or a worker that dies, raises WorkerFailure here;
-the caller records the outcome and starts a fresh worker for what is left.
+In every mode requests and replies (`grader.protocol`) go over a private pipe pair (FIFOs in
+docker), never stdout, so printing cannot forge a reply; stdout/stderr are captured with head
+and tail kept. A reply that does not come in time, a worker that dies, or a reply that is not
+what its request expects raises WorkerFailure here; the caller records the outcome and starts
+a fresh worker for what is left.
 """
 
 from __future__ import annotations
@@ -43,6 +44,8 @@ from pathlib import Path
 
 import grader
 from grader.environment import has_gpu
+from grader import protocol
+from grader.protocol import Failure
 from grader.sandbox.init import apply_limits, children_of
 
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
@@ -64,13 +67,26 @@ class SandboxError(Exception):
 
 
 class WorkerFailure(Exception):
-    """The worker did not answer: `outcome` is "timeout", "crashed" or "infra_error"."""
+    """The worker did not answer, or not in the protocol: `failure.kind` is "timeout", "crashed"
+    or "infra_error". Raised with a Failure, or with (kind, message, output) to build one."""
 
-    def __init__(self, outcome: str, message: str, output: str) -> None:
-        super().__init__(message)
-        self.outcome = outcome
-        self.message = message
-        self.output = output
+    def __init__(self, failure: Failure | str, message: str = "", output: str = "") -> None:
+        if not isinstance(failure, Failure):
+            failure = Failure(failure, message, output=output)
+        super().__init__(failure.message)
+        self.failure = failure
+
+    @property
+    def outcome(self) -> str:
+        return self.failure.kind
+
+    @property
+    def message(self) -> str:
+        return self.failure.message
+
+    @property
+    def output(self) -> str:
+        return self.failure.output
 
 
 class CappedOutput:
@@ -498,30 +514,25 @@ class WorkerProcess:
         self._buffer = b""
 
     # -- requests --------------------------------------------------------------------------------
-    def request(self, message: dict, timeout: float) -> dict:
+    def request(self, message: protocol.Request, timeout: float) -> protocol.Reply | Failure:
+        """The worker's reply to `message`: the reply its type expects, or the worker's Failure
+        (the student's code raised, say). A reply of any other shape is the worker's fault:
+        it is killed and WorkerFailure("crashed") raised, as for one that never comes."""
         self._send(message)
-        return self._read_reply(time.monotonic() + timeout, timeout)
-
-    def request_timed(self, message: dict, timeout: float) -> tuple[dict, float]:
-        """For a `time` request: the worker says "timing" just before its timed loop; the
-        milliseconds from that line to the reply are measured here, outside the worker,
-        where student code cannot touch the clock."""
-        self._send(message)
-        deadline = time.monotonic() + timeout
-        first = self._read_reply(deadline, timeout)
-        if first.get("phase") != "timing":
-            return first, float("nan")
-        start = time.monotonic()
-        reply = self._read_reply(deadline, timeout)
-        return reply, (time.monotonic() - start) * 1e3
-
-    def _send(self, message: dict) -> None:
+        line = self._read_reply(time.monotonic() + timeout, timeout)
         try:
-            os.write(self._tx, (json.dumps(message) + "\n").encode())
+            return protocol.decode_reply(message, line)
+        except protocol.ProtocolError as exc:
+            self.kill()
+            raise WorkerFailure("crashed", f"the worker sent a malformed reply: {exc}", self.output.text()) from None
+
+    def _send(self, message: protocol.Request) -> None:
+        try:
+            os.write(self._tx, protocol.encode(message).encode())
         except BrokenPipeError:
             pass  # it died already; reading says how
 
-    def _read_reply(self, deadline: float, timeout: float) -> dict:
+    def _read_reply(self, deadline: float, timeout: float) -> bytes:
         while b"\n" not in self._buffer:
             remaining = deadline - time.monotonic()
             if remaining <= 0:
@@ -540,11 +551,7 @@ class WorkerProcess:
                 self.kill()
                 raise WorkerFailure("crashed", "the worker's reply channel was flooded", self.output.text())
         line, self._buffer = self._buffer.split(b"\n", 1)
-        try:
-            return json.loads(line)
-        except ValueError:
-            self.kill()
-            raise WorkerFailure("crashed", "the worker sent a malformed reply", self.output.text()) from None
+        return line
 
     def status(self) -> dict:
         """What the sandbox's init reported about the worker's end ({} if nothing)."""
@@ -613,7 +620,7 @@ class WorkerProcess:
 
     def close(self) -> None:
         try:
-            os.write(self._tx, b'{"op": "exit"}\n')
+            os.write(self._tx, protocol.encode(protocol.Exit()).encode())
         except OSError:
             pass
         try:

@@ -1,15 +1,14 @@
 """The worker: the only place student code is imported and run. UNTRUSTED once `load` ran.
 
 Started by `grader.sandbox.process` as a fresh interpreter (`main(["RX", "TX"])`, inside the
-sandbox), it answers one JSON request per line on a private pipe: load modules, run one
-call, time calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
+sandbox), it answers one request per line on a private pipe (`grader.protocol`): load modules,
+run one call, time calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
 Every verdict is made by the judge in the grading process, never here.
 """
 
 from __future__ import annotations
 
 import importlib
-import json
 import os
 import sys
 import threading
@@ -17,6 +16,12 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
+from typing import Callable
+
+from grader import protocol
+from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
+from grader.protocol import (Call, CallReply, Description, Failure, Load, Ok, Ping, Roofline, RooflineReply, Run, RunReply,
+                             Sample, Time, TimeReply)
 
 
 def _setup_torch():
@@ -68,8 +73,6 @@ def _setup_triton(interpret: bool) -> None:
         triton.autotune = autotuner.autotune = first_config_only
 
         _index_one_element_arrays()
-        from grader.worker import memcheck
-
         memcheck.install()
 
 
@@ -96,83 +99,76 @@ class Worker:
         self.roots: list[str] = []
         self.retained: dict[tuple[str, str], object] = {}  # outputs of timed calls, by (contender, input set)
         self.input_cache: dict[str, dict] = {}
-        self.say = lambda message: None  # set by serve(): an interim line to the grading process
         self.torch = _setup_torch()
 
     # -- requests ---------------------------------------------------------------------
-    def load(self, req: dict) -> dict:
-        """Import each contender's module; `contenders` maps a name to root/module/function."""
-        for name, c in req["contenders"].items():
-            root = str(Path(c["root"]).resolve())
+    def load(self, req: Load) -> Ok | Failure:
+        """Import each contender's module and find its function."""
+        for name, c in req.contenders.items():
+            root = str(Path(c.root).resolve())
             if root not in sys.path:
                 sys.path.insert(0, root)
             self.roots.append(root)
-            module_path = Path(c["module"])
+            module_path = Path(c.module)
             if not (Path(root) / module_path).is_file():
-                return _failure("missing", f"{c['module']} not found in the submission")
+                return Failure("missing", f"{c.module} not found in the submission")
             dotted = ".".join(module_path.with_suffix("").parts)
             module = importlib.import_module(dotted)
-            fn = getattr(module, c["function"], None)
+            fn = getattr(module, c.function, None)
             if not callable(fn):
-                return _failure("missing", f"{c['module']} defines no function {c['function']}()")
+                return Failure("missing", f"{c.module} defines no function {c.function}()")
             self.functions[name] = fn
-        return {"ok": True}
+        return Ok()
 
-    def run(self, req: dict) -> dict:
+    def run(self, req: Run) -> RunReply:
         """Call one contender on one input file; save its result and the inputs as they are after."""
         from safetensors.torch import load_file, save_file
 
         from grader.codec import rebuild, storage_of
 
         torch = self.torch
-        args = rebuild(load_file(req["inputs"]), req["layout"], req["device"])
+        args = rebuild(load_file(req.inputs), req.layout, req.device)
         LAUNCHES.clear()
         BLOCKS.clear()
         ops: Counter[str] = Counter()
-        fn = self.functions[req["contender"]]
+        fn = self.functions[req.contender]
         threads = set(threading.enumerate())
         start = time.perf_counter()
-        if req.get("record_ops"):
+        if req.record_ops:
             with _OpRecorder(ops):
                 out = fn(*args.values())
         else:
             out = fn(*args.values())
         _join_new_threads(threads)
-        if req["device"] == "cuda":
+        if req.device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        meta = {
-            "ok": True,
-            "seconds": seconds,
-            "launches": dict(LAUNCHES),
-            "blocks": dict(list(BLOCKS.items())[:8]),
-            "ops": sorted(ops),
-            "result_type": type(out).__name__,
-        }
+        reply = RunReply(seconds=seconds, launches=dict(LAUNCHES), blocks=dict(list(BLOCKS.items())[:8]), ops=sorted(ops),
+                         result_type=type(out).__name__)
         tensors = {f"input.{k}": storage_of(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
         if isinstance(out, torch.Tensor):
-            meta.update(_describe(out, args))
+            d = _describe(out, args)
+            reply.dtype, reply.shape, reply.stride, reply.device, reply.aliases = d.dtype, d.shape, d.stride, d.device, d.aliases
             tensors["output"] = out.detach().to("cpu").contiguous()
         elif isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
             # several results (e.g. dx, dw, db): output.0, output.1, ..., each described in order
-            meta["outputs"] = [_describe(o, args) for o in out]
+            reply.outputs = [_describe(o, args) for o in out]
             tensors.update({f"output.{i}": o.detach().to("cpu", copy=True).contiguous() for i, o in enumerate(out)})
-        save_file(tensors, req["output"])
-        return meta
+        save_file(tensors, req.output)
+        return reply
 
-    def time(self, req: dict) -> dict:
+    def time(self, req: Time) -> TimeReply:
         """Time a contender on the GPU with grader.worker.timing (see there for the method); keep the
         output of the last timed call on each input set for the judge to sample."""
         from grader.worker import timing
 
-        arg_sets = [list(self._load_cuda(p, req["layout"], keep=True).values()) for p in req["inputs"]]
-        fn = self.functions[req["contender"]]
+        arg_sets = [list(self._load_cuda(p, req.layout, keep=True).values()) for p in req.inputs]
+        fn = self.functions[req.contender]
 
         timed_launches = [0]
 
         def timed_loop_starts():
             LAUNCHES.clear()
-            self.say({"phase": "timing"})
 
         def timed_loop_ends():
             timed_launches[0] = sum(LAUNCHES.values())
@@ -183,7 +179,7 @@ class Worker:
         torch.use_deterministic_algorithms(False)
         torch.utils.deterministic.fill_uninitialized_memory = False
         try:
-            result = timing.time_function(fn, arg_sets, reps=req["reps"], warmup=req.get("warmup", 3),
+            result = timing.time_function(fn, arg_sets, reps=req.reps, warmup=req.warmup,
                                           on_timed_start=timed_loop_starts, on_timed_end=timed_loop_ends)
         finally:
             torch.use_deterministic_algorithms(True, warn_only=True)
@@ -191,43 +187,43 @@ class Worker:
         launches = timed_launches[0]  # Triton launches in the timed loop alone
         outputs = result.pop("outputs")
         for i, out in enumerate(outputs):
-            self.retained[(req["contender"], f"set{i}")] = out
-        return {"ok": True, **result, "launches": launches, "tampered": timing.tampered(),
-                "output_numel": outputs[0].numel() if hasattr(outputs[0], "numel") else None}
+            self.retained[(req.contender, f"set{i}")] = out
+        return TimeReply(**result, launches=launches, tampered=timing.tampered(),
+                         output_numel=outputs[0].numel() if hasattr(outputs[0], "numel") else None)
 
-    def call(self, req: dict) -> dict:
+    def call(self, req: Call) -> CallReply:
         """One untimed call on the GPU at timing size, its output kept under `key`; with
         record_ops, the aten ops it dispatched (a vendor op used only at large sizes shows here)."""
-        args = self._load_cuda(req["inputs"], req["layout"])
-        fn = self.functions[req["contender"]]
+        args = self._load_cuda(req.inputs, req.layout)
+        fn = self.functions[req.contender]
         ops: Counter[str] = Counter()
         LAUNCHES.clear()
         threads = set(threading.enumerate())
-        if req.get("record_ops"):
+        if req.record_ops:
             with _OpRecorder(ops):
                 out = fn(*args.values())
         else:
             out = fn(*args.values())
         _join_new_threads(threads)
         self.torch.cuda.synchronize()
-        self.retained[(req["contender"], req["key"])] = out
-        return {"ok": True, "ops": sorted(ops), "launches": sum(LAUNCHES.values())}
+        self.retained[(req.contender, req.key)] = out
+        return CallReply(ops=sorted(ops), launches=sum(LAUNCHES.values()))
 
-    def sample(self, req: dict) -> dict:
+    def sample(self, req: Sample) -> Ok | Failure:
         """Write the kept outputs' elements at the judge's flat indices (chosen after the
         timing, so they cannot be anticipated) to a safetensors file."""
         from safetensors.torch import load_file, save_file
 
         torch = self.torch
-        idx = load_file(req["indices"])["idx"]
+        idx = load_file(req.indices)["idx"]
         samples = {}
-        for key in req["keys"]:
-            out = self.retained.get((req["contender"], key))
+        for key in req.keys:
+            out = self.retained.get((req.contender, key))
             if not isinstance(out, torch.Tensor) or out.numel() <= int(idx.max()):
-                return _failure("error", f"the result of the timed call on {key} is not a tensor of the expected size")
+                return Failure("error", f"the result of the timed call on {key} is not a tensor of the expected size")
             samples[key] = out.detach().reshape(-1)[idx.to(out.device)].to("cpu").contiguous()
-        save_file(samples, req["output"])
-        return {"ok": True}
+        save_file(samples, req.output)
+        return Ok()
 
     def _load_cuda(self, path: str, layout: dict, keep: bool = False) -> dict:
         """Inputs on the GPU; with keep, timing's input sets stay loaded between rounds (a
@@ -242,14 +238,20 @@ class Worker:
             self.input_cache[path] = {k: v.to("cuda") for k, v in load_file(path).items()}
         return rebuild({k: v.clone() for k, v in self.input_cache[path].items()}, layout, "cuda")
 
-    def ping(self, req: dict) -> dict:
+    def ping(self, req: Ping) -> Ok:
         """Ready: torch and Triton are imported (before any student code)."""
-        return {"ok": True}
+        return Ok()
 
-    def roofline(self, req: dict) -> dict:
+    def roofline(self, req: Roofline) -> RooflineReply:
         from grader.worker import timing
 
-        return {"ok": True, **timing.roofline()}
+        return RooflineReply(**timing.roofline())
+
+    def handlers(self) -> dict[type, Callable]:
+        """The requests a worker answers, each by its own method: nothing else is callable
+        through the pipe (exit ends the loop in `serve`)."""
+        return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, Call: self.call, Sample: self.sample,
+                Roofline: self.roofline}
 
 
 THREAD_GRACE_S = 2.0
@@ -264,17 +266,17 @@ def _join_new_threads(before: set, grace: float = THREAD_GRACE_S) -> None:
         thread.join(max(0.0, deadline - time.monotonic()))
 
 
-def _describe(out, args: dict) -> dict:
+def _describe(out, args: dict) -> Description:
     """What the judge checks of a result without its values: dtype, shape, layout, device."""
     import torch
 
-    return {
-        "dtype": str(out.dtype).removeprefix("torch."),
-        "shape": list(out.shape),
-        "stride": list(out.stride()),
-        "device": out.device.type,
-        "aliases": [k for k, v in args.items() if isinstance(v, torch.Tensor) and _shares_memory(out, v)],
-    }
+    return Description(
+        dtype=str(out.dtype).removeprefix("torch."),
+        shape=list(out.shape),
+        stride=list(out.stride()),
+        device=out.device.type,
+        aliases=[k for k, v in args.items() if isinstance(v, torch.Tensor) and _shares_memory(out, v)],
+    )
 
 
 def _shares_memory(a, b) -> bool:
@@ -303,10 +305,6 @@ class _OpRecorder:
 
     def __exit__(self, *exc):
         return self.mode.__exit__(*exc)
-
-
-def _failure(kind: str, message: str, tb: str = "") -> dict:
-    return {"ok": False, "kind": kind, "message": message, "traceback": tb}
 
 
 def _student_traceback(exc: BaseException, roots: list[str]) -> str:
@@ -341,8 +339,6 @@ def _student_traceback(exc: BaseException, roots: list[str]) -> str:
 
 
 def serve(rx: int, tx: int) -> None:
-    from grader.worker import memcheck
-
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     worker = Worker()
     _setup_triton(interpret)
@@ -350,26 +346,36 @@ def serve(rx: int, tx: int) -> None:
         from grader.worker import timing
 
         timing.tampered()  # imported now, so it binds the timing functions before any student module can patch them
+    handlers = worker.handlers()
     with os.fdopen(rx, "r") as requests, os.fdopen(tx, "w") as replies:
-
-        def say(message: dict) -> None:
-            replies.write(json.dumps(message) + "\n")
+        for line in requests:
+            if isinstance(reply := answer(handlers, line, worker.roots), protocol.Exit):
+                break
+            replies.write(protocol.encode(reply))
             replies.flush()
 
-        worker.say = say
-        for line in requests:
-            req = json.loads(line)
-            op = req["op"]
-            if op == "exit":
-                break
-            memcheck.LAST_VIOLATION = None
-            try:
-                reply = getattr(worker, op)(req)
-            except BaseException as exc:  # student code may raise anything, SystemExit included
-                reply = _failure("error", f"{type(exc).__name__}: {exc}", _student_traceback(exc, worker.roots))
-            if memcheck.LAST_VIOLATION is not None:  # the bounds check fired (even if the student caught it)
-                reply = _failure("memory", memcheck.LAST_VIOLATION["message"], reply.get("traceback", ""))
-            say(reply)
+
+def answer(handlers: dict[type, Callable], line: str, roots: list[str]):
+    """The reply to one request line: its handler's, or a Failure (a request that cannot be
+    read, an op no handler answers, an exception, an access the bounds check caught);
+    an Exit request comes back as itself."""
+    try:
+        req = protocol.decode_request(line)
+    except protocol.ProtocolError as exc:
+        return Failure("error", f"the worker cannot read this request: {exc}")
+    if isinstance(req, protocol.Exit):
+        return req
+    handler = handlers.get(type(req))
+    if handler is None:
+        return Failure("error", f"the worker does not answer {req.op} requests")
+    memcheck.LAST_VIOLATION = None
+    try:
+        reply = handler(req)
+    except BaseException as exc:  # student code may raise anything, SystemExit included
+        reply = Failure("error", f"{type(exc).__name__}: {exc}", _student_traceback(exc, roots))
+    if memcheck.LAST_VIOLATION is not None:  # the bounds check fired (even if the student caught it)
+        reply = Failure("memory", memcheck.LAST_VIOLATION["message"], getattr(reply, "traceback", ""))
+    return reply
 
 
 def main(channel: list[str]) -> None:

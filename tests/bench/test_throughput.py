@@ -75,16 +75,17 @@ def test_one_call_as_a_pool_job(benchmark, good, tmp_path):
 
 
 def test_bare_worker_start(benchmark, tmp_path):
+    from grader.protocol import Load
     from grader.sandbox.process import WorkerProcess
 
     def start():
         w = WorkerProcess(tmp_path, tmp_path / "scratch", interpret=True)
         try:
-            return w.request({"op": "load", "contenders": {}}, 60)
+            return w.request(Load({}), 60)
         finally:
             w.close()
 
-    assert benchmark.pedantic(start, rounds=3, iterations=1)["ok"]
+    assert benchmark.pedantic(start, rounds=3, iterations=1).ok
 
 
 def test_class_view_of_200_students(benchmark, tmp_path):

@@ -1,0 +1,345 @@
+"""The worker protocol: one dataclass per request and per reply, and `Failure`.
+
+A message travels as one JSON object per line; a request names its kind in "op", a reply
+says "ok" (false: a `Failure`). Both sides decode with validation: the worker answers a
+request it cannot read with a failure, and the grading process turns a reply that is not
+what its request expects (a field missing or of the wrong type, a failure kind the worker
+may not claim) into a failure of that call, never a KeyError deep in the judge, because the
+worker runs student code and its word is untrusted data.
+
+Imported inside the sandbox: the standard library only, nothing else of the package.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import json
+import types
+import typing
+from dataclasses import dataclass
+from typing import Any, ClassVar, Union
+
+
+class ProtocolError(ValueError):
+    """A message that is not valid JSON of the expected shape."""
+
+
+# -- failures -------------------------------------------------------------------------------
+
+# what the worker may say of a request it failed: the student's code raised ("error"), the
+# module or function is missing ("missing"), or the bounds check caught an access ("memory")
+WORKER_KINDS = ("error", "missing", "memory")
+# what only the grading process decides, on what it saw of the worker from outside
+PROCESS_KINDS = ("timeout", "crashed", "infra_error")
+
+
+@dataclass
+class Failure:
+    """A request that did not succeed, whoever saw it fail: the worker (a failure reply, kind in
+    WORKER_KINDS) or the grading process (WorkerFailure, kind in PROCESS_KINDS). `output` is the
+    worker's captured stdout and stderr, filled in on the trusted side only."""
+
+    ok: ClassVar[bool] = False
+    kind: str
+    message: str
+    traceback: str = ""
+    output: str = ""
+
+
+# -- requests ---------------------------------------------------------------------------------
+
+@dataclass
+class Contender:
+    """A function to load: `module` is a path relative to `root`."""
+
+    root: str
+    module: str
+    function: str
+
+
+@dataclass
+class Ok:
+    """The request was done; nothing more to say."""
+
+    ok: ClassVar[bool] = True
+
+
+@dataclass
+class Description:
+    """What the judge checks of a tensor result without its values."""
+
+    dtype: str
+    shape: list[int]
+    stride: list[int]
+    device: str
+    aliases: list[str]  # the inputs the result shares memory with
+
+
+@dataclass
+class RunReply:
+    """One call done: its wall time, the Triton launches and the aten ops it made, and a
+    description of its result (flat for one tensor, `outputs` for a tuple of tensors)."""
+
+    ok: ClassVar[bool] = True
+    seconds: float
+    launches: dict[str, int]
+    blocks: dict[str, int]  # the BLOCK* sizes its launches passed (for the report's picture)
+    ops: list[str]
+    result_type: str
+    dtype: str | None = None
+    shape: list[int] | None = None
+    stride: list[int] | None = None
+    device: str | None = None
+    aliases: list[str] | None = None
+    outputs: list[Description] | None = None
+
+    def meta(self) -> dict:
+        """As a plain dict, the form grader.judge.verdict reads."""
+        return dataclasses.asdict(self)
+
+
+@dataclass
+class TimeReply:
+    """A timed loop (grader.worker.timing.time_function, which documents the fields)."""
+
+    ok: ClassVar[bool] = True
+    event_ms: list[float]
+    marks: list[tuple[int, int, int]]
+    settle_marks: list[tuple[int, int, int]]
+    host_ms: list[float]
+    activities: list[tuple[str, int, int, int]] | None
+    activity_error: str | None
+    first_call_ms: float
+    launches: int  # Triton launches in the timed loop alone
+    tampered: list[str]
+    output_numel: int | None
+
+
+@dataclass
+class CallReply:
+    ok: ClassVar[bool] = True
+    ops: list[str]
+    launches: int
+
+
+@dataclass
+class RooflineReply:
+    ok: ClassVar[bool] = True
+    gpu: str
+    copy_gbps: float
+    gemm_tflops: dict[str, float]
+
+
+@dataclass
+class Ping:
+    """Ready? (torch and Triton are imported, no student code yet)."""
+
+    op: ClassVar[str] = "ping"
+    reply: ClassVar[type] = Ok
+
+
+@dataclass
+class Load:
+    """Import each contender's module and find its function."""
+
+    op: ClassVar[str] = "load"
+    reply: ClassVar[type] = Ok
+    contenders: dict[str, Contender]
+
+
+@dataclass
+class Run:
+    """Call a contender once on an input file; write its result and the inputs as they are after."""
+
+    op: ClassVar[str] = "run"
+    reply: ClassVar[type] = RunReply
+    contender: str
+    inputs: str
+    layout: dict[str, dict]  # grader.codec.write_inputs
+    device: str
+    output: str
+    record_ops: bool = False
+
+
+@dataclass
+class Time:
+    """Time a contender on the GPU over input sets; keep the last output on each set."""
+
+    op: ClassVar[str] = "time"
+    reply: ClassVar[type] = TimeReply
+    contender: str
+    inputs: list[str]
+    layout: dict[str, dict]
+    reps: int
+    warmup: int = 3
+
+
+@dataclass
+class Call:
+    """One untimed call on the GPU; its output kept under `key`."""
+
+    op: ClassVar[str] = "call"
+    reply: ClassVar[type] = CallReply
+    contender: str
+    inputs: str
+    layout: dict[str, dict]
+    key: str
+    record_ops: bool = False
+
+
+@dataclass
+class Sample:
+    """Write the kept outputs' elements at the flat indices in `indices` to `output`."""
+
+    op: ClassVar[str] = "sample"
+    reply: ClassVar[type] = Ok
+    contender: str
+    keys: list[str]
+    indices: str
+    output: str
+
+
+@dataclass
+class Roofline:
+    """Measure this GPU's copy bandwidth and GEMM rates."""
+
+    op: ClassVar[str] = "roofline"
+    reply: ClassVar[type] = RooflineReply
+
+
+@dataclass
+class Exit:
+    """End the worker (no reply)."""
+
+    op: ClassVar[str] = "exit"
+    reply: ClassVar[type | None] = None
+
+
+Request = Union[Ping, Load, Run, Time, Call, Sample, Roofline, Exit]
+Reply = Union[Ok, RunReply, TimeReply, CallReply, RooflineReply]
+REQUESTS: dict[str, type] = {cls.op: cls for cls in (Ping, Load, Run, Time, Call, Sample, Roofline, Exit)}
+
+
+# -- the wire -------------------------------------------------------------------------------
+
+def encode(message: Request | Reply | Failure) -> str:
+    """One line of JSON: a request with its "op", a reply with its "ok" (a Failure's `output`
+    stays on the trusted side)."""
+    body = dataclasses.asdict(message)
+    if isinstance(message, Failure):
+        body.pop("output")
+    head = {"op": message.op} if hasattr(type(message), "op") else {"ok": message.ok}
+    return json.dumps({**head, **body}) + "\n"
+
+
+def decode_request(line: str | bytes) -> Request:
+    """A request from its line; ProtocolError says what is wrong with it."""
+    data = _json_object(line)
+    op = data.pop("op", None)
+    cls = REQUESTS.get(op) if isinstance(op, str) else None
+    if cls is None:
+        known = ", ".join(REQUESTS)
+        raise ProtocolError(f"unknown request op {op!r} (known: {known})")
+    return _build(cls, data, op)
+
+
+def decode_reply(request: Request, line: str | bytes) -> Reply | Failure:
+    """The reply to `request`, or the worker's Failure; ProtocolError if it is neither."""
+    data = _json_object(line)
+    ok = data.pop("ok", None)
+    if ok is True:
+        return _build(request.reply, data, f"the reply to {request.op}")
+    if ok is False:
+        data.pop("output", None)  # the captured output is the grading process's to attach, not the worker's to claim
+        failure = _build(Failure, data, f"the failure reply to {request.op}")
+        if failure.kind not in WORKER_KINDS:
+            raise ProtocolError(f"the failure reply to {request.op}: kind {failure.kind!r} is not one a worker may report "
+                                f"({', '.join(WORKER_KINDS)})")
+        return failure
+    raise ProtocolError(f"the reply to {request.op}: 'ok' must be true or false, not {ok!r}")
+
+
+def _json_object(line: str | bytes) -> dict:
+    try:
+        data = json.loads(line)
+    except ValueError as exc:
+        raise ProtocolError(f"not JSON ({exc})") from None
+    if not isinstance(data, dict):
+        raise ProtocolError(f"not a JSON object but {_kind(data)}")
+    return data
+
+
+@functools.lru_cache(maxsize=None)
+def _fields(cls: type) -> tuple[tuple[str, Any, bool], ...]:
+    """(name, type, required) of each field of a message class (ClassVars are not fields)."""
+    hints = typing.get_type_hints(cls)
+    return tuple((f.name, hints[f.name], f.default is dataclasses.MISSING and f.default_factory is dataclasses.MISSING)
+                 for f in dataclasses.fields(cls))
+
+
+def _build(cls: type, data: dict, what: str):
+    known = {name for name, _, _ in _fields(cls)}
+    extra = sorted(set(data) - known)
+    if extra:
+        raise ProtocolError(f"{what}: unexpected field {extra[0]!r}")
+    values = {}
+    for name, hint, required in _fields(cls):
+        if name not in data:
+            if required:
+                raise ProtocolError(f"{what}: field {name!r} is missing")
+            continue
+        values[name] = _check(data[name], hint, f"{what}: field {name!r}")
+    return cls(**values)
+
+
+def _check(value, hint, where: str):
+    """`value` as `hint` types it (lists become tuples where a tuple is typed, objects become
+    dataclasses), or ProtocolError."""
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if hint is Any:
+        return value
+    if origin in (Union, types.UnionType):
+        if value is None and type(None) in args:
+            return None
+        options = [a for a in args if a is not type(None)]
+        if len(options) == 1:
+            return _check(value, options[0], where)
+        raise TypeError(f"unsupported union {hint}")  # not used by any message
+    if dataclasses.is_dataclass(hint):
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where} must be an object, not {_kind(value)}")
+        return _build(hint, value, where)
+    if origin is list:
+        if not isinstance(value, list):
+            raise ProtocolError(f"{where} must be a list, not {_kind(value)}")
+        return [_check(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+    if origin is tuple:
+        if not isinstance(value, list) or len(value) != len(args):
+            raise ProtocolError(f"{where} must be a list of {len(args)}, not {_kind(value)}")
+        return tuple(_check(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+    if origin is dict or hint is dict:
+        if not isinstance(value, dict):
+            raise ProtocolError(f"{where} must be an object, not {_kind(value)}")
+        if not args:
+            return value
+        return {k: _check(v, args[1], f"{where}[{k!r}]") for k, v in value.items()}
+    if hint is float:
+        if type(value) not in (int, float):
+            raise ProtocolError(f"{where} must be a number, not {_kind(value)}")
+        return float(value)
+    if hint in (int, str, bool):
+        if type(value) is not hint:  # exact: True is no int here
+            raise ProtocolError(f"{where} must be {_NAMES[hint]}, not {_kind(value)}")
+        return value
+    raise TypeError(f"unsupported field type {hint}")
+
+
+_NAMES = {int: "an integer", str: "a string", bool: "true or false"}
+
+
+def _kind(value) -> str:
+    if value is None:
+        return "null"
+    return {bool: "a boolean", int: "an integer", float: "a number", str: "a string", list: "a list",
+            dict: "an object"}.get(type(value), type(value).__name__)
