@@ -39,7 +39,8 @@ from grader.judge.plan import derive_seed
 from grader.results import AssignmentResult, Severity, TestResult
 from grader.judge.context import GradingContext
 from grader.judge.runcache import RunCache, write_perf_set
-from grader.sandbox.process import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
+from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
+from grader.sandbox.process import WorkerFailure, WorkerProcess
 from grader.spec import DTYPES, Assignment
 
 SAMPLE_SIZE = 1 << 16
