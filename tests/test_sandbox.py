@@ -200,7 +200,8 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
     outputs = tmp_path / "job" / "outputs"
     repo = _repo(tmp_path, f"""
         import os
-        from grader.spec import COURSE_ROOT
+        from grader.spec import course_root
+        COURSE_ROOT = course_root()  # found as a student's code would find it, inside the view
         def attempt(what, fn):
             try:
                 fn(); print(what, "yes")
