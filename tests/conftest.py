@@ -107,7 +107,7 @@ def leftovers(marker: str = "", within: Path | None = None) -> list[str]:
     """Live processes of this checkout's workers (or with `marker` in their command line);
     with `within`, only those whose environment names that folder (a worker's HOME is its
     scratch folder), so tests running in parallel do not see each other's workers."""
-    from grader.sandbox.process import PACKAGE_PARENT
+    from grader.sandbox.launch import PACKAGE_PARENT
 
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):

@@ -101,7 +101,8 @@ def test_resumed_grades_are_keyed_on_hidden_cases_and_the_secret(monkeypatch, tm
 
 
 def test_the_secret_never_reaches_a_worker(monkeypatch, tmp_path):
-    from grader.sandbox.process import sandbox_view, worker_env
+    from grader.sandbox.launch import worker_env
+    from grader.sandbox.namespaces import sandbox_view
 
     monkeypatch.setenv("GRADER_COURSE_SECRET", "do-not-pass")
     env = worker_env(tmp_path, interpret=True, gpu=None)

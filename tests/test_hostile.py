@@ -29,14 +29,15 @@ import torch
 from markupsafe import escape
 
 from conftest import REPO_ROOT, assert_nothing_left, build_submission, run_cli
-from grader.sandbox import process as sandbox
+from grader.sandbox.launch import worker_env
+from grader.sandbox.process import detect
 from grader import spec as specs
 from grader.judge.context import GradingContext
 from grader.judge.grade import grade_submission
 from grader.report import render
 from grader.submission import open_submission
 
-ISOLATION = sandbox.detect("sandbox")
+ISOLATION = detect("sandbox")
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 MARKS = ("pwned-by-escape",)
 pytestmark = pytest.mark.slow  # each grades hostile code in sandboxed workers
@@ -212,7 +213,7 @@ def test_grader_command_line_seed_results_file_and_reference_are_out_of_reach(tm
     assert "reference: unreadable" in secrets_report
     assert "folder lists []" in secrets_report or "folder lists nothing" in secrets_report  # blank, or absent from its view
     seen = set(ast.literal_eval(secrets_report.split("environment variables seen: ", 1)[1].split("]", 1)[0] + "]"))
-    assert {k for k in seen if not k.startswith(("TORCH", "TRITON"))} <= set(sandbox.worker_env(Path("/x"), True, None))
+    assert {k for k in seen if not k.startswith(("TORCH", "TRITON"))} <= set(worker_env(Path("/x"), True, None))
     # the detached process it tried to leave behind is gone (it would rewrite the file for 20 s),
     # so the file is final: nothing can change it any more
     assert_nothing_left()

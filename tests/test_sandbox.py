@@ -18,10 +18,12 @@ from safetensors.torch import load_file, save_file
 from conftest import FIXTURES, assert_nothing_left, run_cli
 from grader import spec as specs
 from grader.protocol import Contender, Load, Run
-from grader.sandbox import process as sandbox
-from grader.sandbox.process import CappedOutput, Isolation, Limits, WorkerFailure, WorkerProcess
+from grader.sandbox import docker, files, launch, namespaces, process, uids
+from grader.sandbox.isolation import Isolation
+from grader.sandbox.launch import Limits
+from grader.sandbox.process import CappedOutput, WorkerFailure, WorkerProcess
 
-ISOLATION = sandbox.detect("sandbox")
+ISOLATION = process.detect("sandbox")
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 needs_user_switch = pytest.mark.skipif(not ISOLATION.user_switch, reason="the worker switches user only when the grader runs as root")
 
@@ -145,7 +147,7 @@ def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
     finally:
         first.close()
     # the job's lease was given back with its last worker ...
-    assert not [job for job in sandbox.JobLease._held if job.startswith(str(tmp_path))]
+    assert not [job for job in uids.JobLease._held if job.startswith(str(tmp_path))]
     # ... and a new worker of the job starts cleanly, and writes its outputs as its own uid
     third = WorkerProcess(repo, tmp_path / "job" / "scratch-3", interpret=True, writable=[outputs])
     try:
@@ -178,7 +180,7 @@ def test_worker_runs_as_an_unprivileged_uid_with_limits(tmp_path):
                 print("cannot read", path, exc.strerror)
         """)
     _, text, _ = _run_module(repo, tmp_path, limits=Limits(processes=20))
-    first, last = (int(x) for x in sandbox.UID_RANGE.split("-"))
+    first, last = (int(x) for x in uids.UID_RANGE.split("-"))
     uid, gid = (int(x) for x in text.split("uid ", 1)[1].split()[:2])
     assert first <= uid <= last and gid == uid and "[]" in text.split("uid ", 1)[1].splitlines()[0]
     assert "nproc 20" in text and "fork refused after" in text
@@ -196,7 +198,8 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
     outputs = tmp_path / "job" / "outputs"
     repo = _repo(tmp_path, f"""
         import os
-        from grader.spec import COURSE_ROOT
+        from grader.spec import course_root
+        COURSE_ROOT = course_root()  # found as a student's code would find it, inside the view
         def attempt(what, fn):
             try:
                 fn(); print(what, "yes")
@@ -227,10 +230,10 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
 @pytest.mark.slow
 def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, monkeypatch):
     which = shutil.which
-    monkeypatch.setattr(sandbox.shutil, "which", lambda name: None if name == "unshare" else which(name))
-    sandbox.detect.cache_clear()
+    monkeypatch.setattr(namespaces.shutil, "which", lambda name: None if name == "unshare" else which(name))
+    process.detect.cache_clear()
     try:
-        degraded = sandbox.detect("sandbox")
+        degraded = process.detect("sandbox")
         assert not degraded.namespaces and not degraded.user_switch
         assert len(degraded.warnings) == 1 and "the unshare command is missing" in degraded.warnings[0]
         assert "could outlive it" in degraded.warnings[0]
@@ -256,7 +259,7 @@ def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, mo
             worker.close()
         assert_nothing_left(marker)
     finally:
-        sandbox.detect.cache_clear()
+        process.detect.cache_clear()
 
 
 def test_chown_of_the_job_never_follows_a_planted_symlink(tmp_path):
@@ -268,7 +271,7 @@ def test_chown_of_the_job_never_follows_a_planted_symlink(tmp_path):
     before = precious.stat()
     if os.geteuid() != 0:
         pytest.skip("chown to another uid needs root")
-    sandbox._chown_tree(job, 60999, 60999)
+    uids.chown_tree(job, 60999, 60999)
     assert precious.stat().st_uid == before.st_uid and os.lstat(job / "repo" / "link").st_uid == 60999
 
 
@@ -287,18 +290,18 @@ def test_a_run_cache_file_linked_into_a_job_stays_the_graders(tmp_path):
     (job / "perf" / "own.txt").write_text("the job's own")
     if os.geteuid() != 0:
         pytest.skip("chown to another uid needs root")
-    sandbox._chown_tree(job, 60999, 60999)
+    uids.chown_tree(job, 60999, 60999)
     assert shared.stat().st_uid == os.geteuid()
     assert (job / "perf" / "own.txt").stat().st_uid == 60999 and (job / "perf").stat().st_uid == 60999
 
 
 def test_files_are_linked_into_a_job_only_where_its_worker_cannot_write_them():
-    iso = sandbox.Isolation
-    assert sandbox.worker_cannot_write(iso("sandbox", user_switch=True))
-    assert sandbox.worker_cannot_write(iso("sandbox", namespaces=True))  # the job folder is mounted read-only
-    assert not sandbox.worker_cannot_write(iso("sandbox"))  # same uid, no private view: copies
-    assert not sandbox.worker_cannot_write(iso("none"))
-    assert not sandbox.worker_cannot_write(iso("docker"))
+    iso = Isolation
+    assert files.worker_cannot_write(iso("sandbox", user_switch=True))
+    assert files.worker_cannot_write(iso("sandbox", namespaces=True))  # the job folder is mounted read-only
+    assert not files.worker_cannot_write(iso("sandbox"))  # same uid, no private view: copies
+    assert not files.worker_cannot_write(iso("none"))
+    assert not files.worker_cannot_write(iso("docker"))
 
 
 def test_reading_a_worker_file_refuses_a_symlink(tmp_path):
@@ -307,19 +310,19 @@ def test_reading_a_worker_file_refuses_a_symlink(tmp_path):
     link = tmp_path / "out.safetensors"
     link.symlink_to(target)
     with pytest.raises(OSError):
-        sandbox.read_worker_file(link)
-    assert sandbox.read_worker_file(target) == target.read_bytes()
+        files.read_worker_file(link)
+    assert files.read_worker_file(target) == target.read_bytes()
 
 
 def test_docker_command_contains_the_worker(tmp_path):
     job = tmp_path / "job"
-    argv = sandbox.docker_command("grader-worker-x", job / "repo", job, [job / "repo", job / "scratch", job / "outputs"],
-                                  sandbox.worker_env(job / "scratch", False, "2"), "2",
+    argv = docker.docker_command("grader-worker-x", job / "repo", job, [job / "repo", job / "scratch", job / "outputs"],
+                                  launch.worker_env(job / "scratch", False, "2"), "2",
                                   Limits(processes=256, memory=8 << 30), interpret=False, command=["python", "-c", "pass"])
     text = " ".join(argv)
     assert argv[:3] == ["docker", "run", "--rm"]
     for flags in (["--network", "none"], ["--read-only"], ["--pids-limit", "256"], ["--memory", "8192m"],
-                  ["--memory-swap", "8192m"], ["--user", sandbox.DOCKER_USER], ["--cap-drop", "ALL"],
+                  ["--memory-swap", "8192m"], ["--user", docker.DOCKER_USER], ["--cap-drop", "ALL"],
                   ["--security-opt", "no-new-privileges"], ["--gpus", '"device=2"'], ["--workdir", str(job / "repo")]):
         i = argv.index(flags[0])
         assert argv[i:i + len(flags)] == flags, flags
@@ -327,7 +330,7 @@ def test_docker_command_contains_the_worker(tmp_path):
     assert f"type=bind,source={job / 'outputs'},target={job / 'outputs'}" in argv
     assert "CUDA_VISIBLE_DEVICES" not in text  # the container sees its one GPU as device 0
     assert "--env PYTHONPATH=/opt/grader-host" in text and "target=/opt/grader-host/grader,readonly" in text
-    assert argv[-4:] == [sandbox.DOCKER_IMAGE, "python", "-c", "pass"]
+    assert argv[-4:] == [docker.DOCKER_IMAGE, "python", "-c", "pass"]
 
 
 FAKE_DOCKER = '''#!{python}
@@ -412,8 +415,8 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path
     from grader.judge.grade import grade_submission
     from grader.submission import open_submission
 
-    assert sandbox.detect("sandbox").user_switch  # found before the range breaks
-    monkeypatch.setattr(sandbox, "UID_RANGE", "0-0")  # root's: never lent to a worker
+    assert process.detect("sandbox").user_switch  # found before the range breaks
+    monkeypatch.setattr(uids, "UID_RANGE", "0-0")  # root's: never lent to a worker
     repo = tmp_path / "good"
     shutil.copytree(FIXTURES / "good", repo)
     run = grade_submission(open_submission(repo), [specs.get("vector_add")], GradingContext("cpu", 1, ("n=1",), ("float32",)))
@@ -422,10 +425,10 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path
 
 
 def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch):
-    monkeypatch.setattr(sandbox, "_probe", lambda isolation: "the init failed")
-    sandbox.detect.cache_clear()
+    monkeypatch.setattr(process, "_probe", lambda isolation: "the init failed")
+    process.detect.cache_clear()
     try:
-        fallback = sandbox.detect("sandbox")
+        fallback = process.detect("sandbox")
         assert fallback.mode == "none" and "no sandbox can start here (the init failed" in fallback.warnings[0]
     finally:
-        sandbox.detect.cache_clear()
+        process.detect.cache_clear()

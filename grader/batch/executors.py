@@ -117,7 +117,7 @@ class LocalExecutor:
 
     def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] = default_job_timeout,
                  runner: list[str] | None = None) -> None:
-        from grader.sandbox.process import PACKAGE_PARENT
+        from grader.sandbox.launch import PACKAGE_PARENT
 
         self.slots = slots
         self.job_timeout = job_timeout
@@ -294,7 +294,7 @@ class RayExecutor:
 
     def run(self, sched: Scheduler) -> None:
         ray = self._ray()
-        from grader.sandbox.process import PACKAGE_PARENT
+        from grader.sandbox.launch import PACKAGE_PARENT
 
         if not ray.is_initialized():
             # the driver's grader and course folder for local workers; a cluster's nodes have their own install

@@ -79,7 +79,8 @@ def check(
     """Run the public checks on a submission and explain every failure."""
     from grader.judge.context import ContextError, resolve
     from grader.judge.grade import count_steps, grade_submission
-    from grader.sandbox import process as sandbox
+    from grader.sandbox.isolation import SandboxError
+    from grader.sandbox.process import detect
 
     json_file = json_file or OUTPUT_DIR / "results.json"
     html_dir = html_dir or OUTPUT_DIR
@@ -93,8 +94,8 @@ def check(
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
         if ci not in (None, "github", "none"):
             raise UsageError(f"--ci must be github or none, not {ci!r}")
-        contained = sandbox.detect(ctx.isolation)
-    except (UsageError, ContextError, SubmissionError, sandbox.SandboxError) as exc:
+        contained = detect(ctx.isolation)
+    except (UsageError, ContextError, SubmissionError, SandboxError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         from grader.kit import github
 

@@ -169,7 +169,8 @@ def grade(
     from grader.batch.run import BatchOptions, class_seed, plan_batch, run_batch
     from grader.batch.workspace import LockError, read_lock
     from grader.judge.context import ContextError, resolve
-    from grader.sandbox.process import SandboxError, detect
+    from grader.sandbox.isolation import SandboxError
+    from grader.sandbox.process import detect
 
     course = load_course_or_fail(course_file)
     try:

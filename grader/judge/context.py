@@ -18,7 +18,7 @@ from pathlib import Path
 from grader import environment
 from grader.spec import DTYPES, Assignment, course_root
 from grader.judge.plan import PlannedCall, plan_calls
-from grader.sandbox.process import ISOLATION_MODES
+from grader.sandbox.backend import ISOLATION_MODES
 
 
 class ContextError(ValueError):

@@ -19,7 +19,6 @@ from safetensors.torch import load
 from grader import environment
 from grader.judge import perf
 from grader.protocol import Contender, Failure, Load, Ok, Ping, Reply, Request, Run, RunReply
-from grader.sandbox import process as sandbox
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import gpu_phase, timing_lock
 from grader.judge.feedback import headline
@@ -27,7 +26,9 @@ from grader.judge.integrity import scan_submission, summary as scan_summary
 from grader.judge.verdict import judge_call, judge_runs
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, RunResult, Severity, TestResult, cents
-from grader.sandbox.process import SandboxError, WorkerFailure, WorkerProcess, output_path, shown_to_worker
+from grader.sandbox.files import output_path, read_worker_file, shown_to_worker
+from grader.sandbox.isolation import SandboxError
+from grader.sandbox.process import WorkerFailure, WorkerProcess, detect
 from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
 from grader.submission import Submission
@@ -41,7 +42,7 @@ Progress = Callable[[str], None]
 
 def grade_submission(sub: Submission, specs: list[Assignment], ctx: GradingContext, progress: Progress | None = None) -> RunResult:
     started = time.monotonic()
-    run = RunResult(str(sub.root), ctx.seed, environment.describe(ctx.device, sandbox.detect(ctx.isolation).describe()),
+    run = RunResult(str(sub.root), ctx.seed, environment.describe(ctx.device, detect(ctx.isolation).describe()),
                     commit=sub.commit())
     roofline = None  # measured by the first timing of the run, then shared by the others
     with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
@@ -280,7 +281,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
                 return _test(spec, call, ctx, "failed", reply.message, traceback=reply.traceback)
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
         try:
-            saved = load(sandbox.read_worker_file(output_file))
+            saved = load(read_worker_file(output_file))
         except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
             return _test(spec, call, ctx, "failed", f"the worker's output file could not be read: {exc}")
         runs.append((load_inputs(call, index=i), reply, saved))

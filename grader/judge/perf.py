@@ -41,7 +41,8 @@ from grader.protocol import Call, Contender, Failure, Load, Roofline, Sample, Ti
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.judge.context import GradingContext
 from grader.judge.runcache import RunCache, write_perf_set
-from grader.sandbox.process import WorkerFailure, WorkerProcess, output_path, read_worker_file, shown_to_worker, worker_cannot_write
+from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
+from grader.sandbox.process import WorkerFailure, WorkerProcess
 from grader.spec import DTYPES, Assignment
 
 SAMPLE_SIZE = 1 << 16

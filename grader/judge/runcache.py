@@ -33,7 +33,7 @@ from typing import Callable, Iterator
 
 from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs
-from grader.sandbox.process import place
+from grader.sandbox.files import place
 from grader.spec import Assignment, Case
 
 

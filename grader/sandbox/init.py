@@ -1,5 +1,5 @@
 """The sandbox's init: the first process inside a worker's sandbox, started by
-`grader.sandbox.process` (under `unshare` where it works) with its configuration as JSON on stdin.
+`grader.sandbox.namespaces` (under `unshare` where it works) with its configuration as JSON on stdin.
 
 It is our code, started before any student code, and it does what must happen from inside:
 1. builds the worker's view of the file system (in its own mount namespace): folders that

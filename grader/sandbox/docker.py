@@ -1,0 +1,99 @@
+"""The docker backend (`--isolation docker`): one container per worker (see `docker_command`),
+speaking over two FIFOs in the worker's scratch folder, killed and removed by name."""
+
+from __future__ import annotations
+
+import os
+import secrets
+import shutil
+import subprocess
+from collections.abc import Callable
+from pathlib import Path
+
+from grader.sandbox.isolation import Isolation, SandboxError
+from grader.sandbox.launch import BOOTSTRAP, PACKAGE_PARENT, Launch, Limits, Started
+from grader.sandbox.uids import chown_tree
+
+DOCKER_IMAGE = os.environ.get("GRADER_DOCKER_IMAGE", "grader")
+# the image's `student` user (see the Dockerfile); a grader that is not root cannot give it the
+# job folder, so its containers run as the grader's own uid (a user only inside the container)
+DOCKER_USER = "10001:10001" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
+
+
+def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
+    """Docker itself must be here; the image is found when the first worker starts."""
+    if shutil.which("docker") is None:
+        raise SandboxError("--isolation docker: no `docker` command on this machine (use the default, --isolation sandbox)")
+    return Isolation("docker")
+
+
+def start(launch: Launch, isolation: Isolation) -> Started:
+    """`docker run` in the background; the channel is a FIFO pair in the scratch folder, which
+    the container sees at the same path."""
+    channel = Path(launch.scratch) / ".channel"
+    channel.mkdir(exist_ok=True)
+    requests, replies = channel / "requests", channel / "replies"
+    for fifo in (requests, replies):
+        os.mkfifo(fifo, 0o600)
+    if os.geteuid() == 0:
+        uid, gid = (int(x) for x in DOCKER_USER.split(":"))
+        chown_tree(launch.job, uid, gid)
+    rx = os.open(replies, os.O_RDONLY | os.O_NONBLOCK)  # never blocks; EOF only once a writer came and went
+    tx = os.open(requests, os.O_RDWR)  # holds a reader too, so neither side's open blocks
+    container = f"grader-worker-{secrets.token_hex(6)}"
+    argv = docker_command(container, launch.cwd, launch.job, launch.writable, launch.env, launch.gpu, launch.limits,
+                          launch.interpret, launch.command or ["python", "-I", "-u", "-B", "-c",
+                                                              BOOTSTRAP.format(path="/opt/grader-host"),
+                                                              str(requests), str(replies)])
+    try:
+        proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                                start_new_session=True)
+    except BaseException:
+        os.close(rx)
+        os.close(tx)
+        raise
+    return Started(proc, rx, tx, container=container)
+
+
+def kill(started: Started, isolation: Isolation) -> None:
+    """The container, by name: `docker run` is only its client."""
+    subprocess.run(["docker", "kill", started.container], capture_output=True, timeout=60)
+
+
+def cleanup(started: Started) -> None:
+    subprocess.run(["docker", "rm", "-f", started.container], capture_output=True, timeout=60)
+
+
+def exit_code(code: int) -> int:
+    return -(code - 128) if code > 128 else code  # docker reports a signal as 128 + its number
+
+
+def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: dict[str, str], gpu: str | None,
+                   limits: Limits, interpret: bool, command: list[str], image: str = DOCKER_IMAGE) -> list[str]:
+    """`docker run` for one worker: no network, a read-only root with a private /tmp, the job
+    folder mounted at its own path (read-only, its writable folders on top), the grader
+    package mounted read-only (so the worker speaks this grader's protocol), a non-root user,
+    no capabilities, no privilege gain, a pids limit, memory without swap, and one GPU."""
+    memory = f"{max(1, limits.memory >> 20)}m"
+    argv = [
+        "docker", "run", "--rm", "--name", name, "--init",
+        "--network", "none", "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,size=256m",
+        "--user", DOCKER_USER, "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
+        "--pids-limit", str(limits.processes), "--memory", memory, "--memory-swap", memory,
+        "--ulimit", f"nofile={limits.open_files}", "--ulimit", f"fsize={limits.file_size}",
+        "--ulimit", f"cpu={limits.cpu_seconds}", "--ulimit", "core=0",
+        "--mount", f"type=bind,source={job},target={job},readonly",
+    ]
+    for w in writable:
+        argv += ["--mount", f"type=bind,source={w},target={w}"]
+    argv += ["--mount", f"type=bind,source={Path(PACKAGE_PARENT) / 'grader'},target=/opt/grader-host/grader,readonly"]
+    if not interpret:
+        argv += ["--gpus", f'"device={gpu or 0}"']
+    argv += ["--workdir", str(cwd)]
+    for key, value in env.items():
+        if key == "CUDA_VISIBLE_DEVICES" and not interpret:
+            continue  # inside, the one GPU given is device 0
+        if key == "PATH":
+            continue  # the image's own
+        argv += ["--env", f"{key}={value if key != 'PYTHONPATH' else '/opt/grader-host'}"]
+    return argv + [image, *command]

@@ -1,0 +1,62 @@
+"""Files between the grader and a worker: inputs shown to it one request at a time, the
+folder it writes its outputs to, and reading those back without following its links."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from contextlib import contextmanager
+from pathlib import Path
+
+from grader.sandbox.isolation import Isolation
+
+
+def place(source: Path, dest: Path, link: bool) -> None:
+    """dest becomes source's content: a hard link if asked and possible, else a copy."""
+    if link:
+        try:
+            os.link(source, dest)
+            return
+        except OSError:  # another file system, or links not allowed: copy
+            pass
+    shutil.copyfile(source, dest)
+
+
+@contextmanager
+def shown_to_worker(source: Path, workdir: Path, link: bool = False):
+    """Inputs are made outside the worker's view; each file is shown to it (a readable copy in
+    the job's inputs/ folder, or a hard link where the worker cannot write it: see
+    `worker_cannot_write`) only for the request that needs it, so no input can be read ahead,
+    at import, and answered from a precomputed cache."""
+    shown = workdir / "inputs" / source.name
+    shown.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    place(source, shown, link)
+    os.chmod(shown, 0o644)  # readable by the worker's uid, whatever the umask
+    try:
+        yield shown
+    finally:
+        shown.unlink(missing_ok=True)
+
+
+def worker_cannot_write(isolation: Isolation) -> bool:
+    """Whether a grader-owned 0644 file in a job folder is safe from that job's worker: it runs
+    as another uid, or sees the job folder through a read-only mount. Then a file may be shared
+    with other jobs by a hard link instead of copied."""
+    return isolation.mode == "sandbox" and (isolation.user_switch or isolation.namespaces)
+
+
+def output_path(workdir: Path, name: str) -> Path:
+    """Where a worker may write: the job's outputs/ folder (read back without following links)."""
+    path = workdir / "outputs" / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    return path
+
+
+def read_worker_file(path: Path, limit: int = 4 << 30) -> bytes:
+    """Read a file the worker wrote, never through a symlink it planted in its place (the
+    grader runs with more rights than the worker, so a link to /etc/shadow must not work)."""
+    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+    with os.fdopen(fd, "rb") as f:
+        if not os.path.stat.S_ISREG(os.fstat(f.fileno()).st_mode):
+            raise OSError(f"{path.name} is not a regular file")
+        return f.read(limit)

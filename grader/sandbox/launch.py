@@ -1,0 +1,125 @@
+"""What every backend starts a worker with, and what it hands back: the worker's command,
+its scrubbed environment and resource limits (`Launch`), and the started process with its
+channel (`Started`). No backend logic here, so backends and `WorkerProcess` share it."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import grader
+from grader.sandbox.uids import JobLease
+
+PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
+# The worker's entry point: -I keeps the current folder (where a student could plant a
+# torch.py or a grader/ package) and PYTHON* variables out of sys.path; the grader is put back.
+BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.worker.server import main; main(sys.argv[1:])"
+
+
+@dataclass
+class Limits:
+    """Resource limits of a worker (setrlimit). `processes` counts threads too and is per
+    uid, so it is set only for a dedicated worker uid; `address_space` only in the CPU
+    interpreter (CUDA reserves terabytes of virtual addresses)."""
+
+    file_size: int = 4 << 30  # a worker writes outputs; a 100 GB file is an attack
+    open_files: int = 1024
+    cpu_seconds: int = 3600
+    processes: int = 512
+    address_space: int = field(default_factory=lambda: _memory_default())
+    memory: int = field(default_factory=lambda: _memory_default())  # docker: --memory, swap included
+
+    def for_worker(self, dedicated_uid: bool, interpret: bool) -> dict:
+        return {
+            "file_size": self.file_size,
+            "open_files": self.open_files,
+            "cpu_seconds": self.cpu_seconds,
+            "core": 0,
+            "processes": self.processes if dedicated_uid else None,
+            "address_space": self.address_space if interpret else None,
+        }
+
+
+def _memory_default() -> int:
+    """Three quarters of this machine's memory, at most 32 GiB."""
+    try:
+        total = os.sysconf("SC_PHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        total = 32 << 30
+    return min(32 << 30, total * 3 // 4)
+
+
+def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str]:
+    """Only what a worker needs: no tokens, no seed, no grader settings."""
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(scratch),
+        "TMPDIR": str(scratch),
+        "LANG": "C.UTF-8",
+        # a worker's uid may have no passwd entry: getpass.getuser() (torch calls it at import)
+        # reads these first, and torch's compile caches go to the worker's own scratch
+        "USER": "grader-worker",
+        "LOGNAME": "grader-worker",
+        "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor-cache"),
+        "PYTHONPATH": PACKAGE_PARENT,
+        "PYTHONUNBUFFERED": "1",
+        "PYTHONDONTWRITEBYTECODE": "1",
+        "TRITON_CACHE_DIR": str(scratch / "triton-cache"),
+    }
+    if interpret:
+        env["TRITON_INTERPRET"] = "1"
+        env["CUDA_VISIBLE_DEVICES"] = ""
+    elif gpu is not None:
+        env["CUDA_VISIBLE_DEVICES"] = gpu
+    for var in ("LD_LIBRARY_PATH", "CUDA_HOME", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
+        if var in os.environ:
+            env[var] = os.environ[var]
+    return env
+
+
+def worker_argv(*channel: str) -> list[str]:
+    return [sys.executable, "-I", "-u", "-B", "-c", BOOTSTRAP.format(path=PACKAGE_PARENT), *channel]
+
+
+@dataclass
+class Launch:
+    """One worker to start, whatever contains it. `cwd`, `scratch` and every folder in
+    `writable` are its own (writable); `job` is readable; `hide` names more private folders;
+    `command` replaces the worker (a probe, a test), else the backend runs the worker with its
+    channel's ends as arguments."""
+
+    cwd: Path
+    scratch: Path
+    job: Path
+    writable: list[Path]
+    hide: list[Path]
+    env: dict[str, str]
+    limits: Limits
+    interpret: bool
+    gpu: str | None
+    command: list[str] | None = None
+
+
+@dataclass
+class Started:
+    """What a backend's start hands to `WorkerProcess`: the process (its stdout and stderr one
+    pipe), the grader's ends of the request (`tx`) and reply (`rx`) channel, and what only some
+    backends have: the init's status pipe and lifeline, a lent uid, a container's name."""
+
+    proc: subprocess.Popen
+    rx: int
+    tx: int
+    status_rx: int = -1
+    lifeline: int = -1
+    lease: JobLease | None = None
+    container: str | None = None
+
+
+def pipe_pair() -> tuple[tuple[int, int], tuple[int, int]]:
+    """A private request/reply channel of two pipes: (the grader's rx, tx), (the worker's rx, tx)."""
+    child_rx, tx = os.pipe()
+    rx, child_tx = os.pipe()
+    return (rx, tx), (child_rx, child_tx)
