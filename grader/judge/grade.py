@@ -29,6 +29,7 @@ from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, RunResult
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker
 from grader.sandbox.isolation import SandboxError
 from grader.sandbox.process import WorkerFailure, WorkerProcess, detect
+from grader.sandbox.zygote import prewarm
 from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
 from grader.submission import Submission
@@ -109,8 +110,17 @@ class StudentWorker:
 
 
 def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, workdir: Path, progress: Progress | None = None,
-                     roofline: dict | None = None) -> AssignmentResult:
-    """`roofline`: the GPU's ceilings if this run measured them already (else timing measures them)."""
+                     roofline: dict | None = None, phases: dict[str, float] | None = None) -> AssignmentResult:
+    """`roofline`: the GPU's ceilings if this run measured them already (else timing measures them).
+    `phases`, if given, gets the seconds of each stage (where a job's time goes)."""
+    phases = phases if phases is not None else {}
+    clock = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(phases.get(name, 0.0) + now - clock[0], 3)
+        clock[0] = now
+
     module, function = sub.target(spec)
     result = AssignmentResult(spec.name, spec.title, f"{module}:{function}()")
     calls = ctx.calls(spec)
@@ -120,6 +130,7 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
     runnable = [c for c in calls if not c.skip]
     if runnable and not sub.has(spec):  # one result that says so, not one error per case
         return _not_submitted(spec, sub, ctx, result, module, calls, runnable)
+    prewarm(ctx.interpret, ctx.gpu, ctx.isolation)
 
     neighbours = [sub.root.parent]  # the submission's folder and the folders beside it (other students)
     worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", ctx, hide=neighbours)
@@ -133,7 +144,9 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
             materialize(spec, runnable, workdir.parent / f"{spec.name}.inputs")
             sub.private_copy(workdir / "repo")
             _scan(result, workdir / "repo", module)
+            lap("inputs_and_copy")
             load_failure = _start(worker, spec)
+            lap("worker_start_and_import")
         consecutive_timeouts, restart = 0, False
         for call in calls:
             step(f"{spec.name}: {call.id}")
@@ -153,15 +166,19 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
             consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == Outcome.TIMEOUT else 0
             restart = test.outcome in WORKER_FAILURES
         result.tests.append(integrity.test())
+        lap("correctness_calls")
         if not ctx.interpret and runnable and not load_failure:
             step(f"{spec.name}: bounds check")
             result.tests.append(_bounds_check(spec, ctx, (module, function), workdir, call_timeout, neighbours))
+            lap("bounds_check")
         if spec.performance is not None:
             step(f"{spec.name}: performance")
             result.tests.append(perf.measure(spec, result, ctx, worker, workdir, call_timeout, roofline,  # the GPU alone while timing
                                              exclusive=lambda: timing_lock(ctx.gpu, enabled=not ctx.interpret)))
+            lap("performance")
     finally:
         worker.close()
+        lap("closing")
     planned = None
     if ctx.partial:  # a partial run: each case keeps its share of the full run's points
         planned = [c.test_name for c in ctx.full_plan(spec)]
@@ -225,15 +242,22 @@ def _bounds_check(spec: Assignment, ctx: GradingContext, target: tuple[str, str]
         failure = _start(worker, spec)
         if failure:
             return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.message}")
+        timeouts = 0
         for call in calls:
+            if timeouts >= MAX_CONSECUTIVE_TIMEOUTS:  # a hanging kernel: each call would wait its whole timeout
+                skipped.append(f"{call.case.name}: not run, the calls before it timed out")
+                continue
             out = output_path(workdir, f"bounds-{call.slug}.safetensors")
             try:
                 with shown_to_worker(call.input_file, workdir) as shown:
                     reply = worker.request(Run("student", str(shown), call.layout, "cpu", str(out)), timeout)
             except WorkerFailure as f:
                 skipped.append(f"{call.case.name}: {f.message}")
-                _start(worker, spec)
+                timeouts = timeouts + 1 if f.outcome == "timeout" else 0
+                if timeouts < MAX_CONSECUTIVE_TIMEOUTS:
+                    _start(worker, spec)
                 continue
+            timeouts = 0
             if isinstance(reply, Failure) and reply.kind == "memory":
                 return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,

@@ -89,7 +89,8 @@ class Launch:
     """One worker to start, whatever contains it. `cwd`, `scratch` and every folder in
     `writable` are its own (writable); `job` is readable; `hide` names more private folders;
     `command` replaces the worker (a probe, a test), else the backend runs the worker with its
-    channel's ends as arguments."""
+    channel's ends as arguments; `probe` is the code a forked start runs for the probe's command
+    (grader.sandbox.zygote: a fork has no command line to exec)."""
 
     cwd: Path
     scratch: Path
@@ -101,6 +102,7 @@ class Launch:
     interpret: bool
     gpu: str | None
     command: list[str] | None = None
+    probe: str | None = None
 
 
 @dataclass

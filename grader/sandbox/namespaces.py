@@ -20,6 +20,7 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.sandbox import zygote
 from grader.sandbox.init import children_of
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv
@@ -60,29 +61,19 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     """The init (under `unshare` where namespaces work), its configuration on stdin, the worker
     its child; the init reports the worker's end on a status pipe and dies with the grader
     (its lifeline)."""
+    if zygote.usable(launch):
+        try:  # a fork of this process's zygote: the same init, view, uid and limits, no fresh interpreter
+            return zygote.start(launch, isolation, lambda channel, status_tx, lifeline_rx:
+                                _config(launch, isolation, worker_argv(*map(str, channel)), channel, status_tx, lifeline_rx))
+        except zygote.ZygoteError as exc:  # ours, not the student's: fresh interpreters from now on
+            zygote.disable(str(exc))
     (rx, tx), channel = pipe_pair()
     argv = launch.command or worker_argv(*map(str, channel))
     status_rx, status_tx = os.pipe()
     lifeline_rx, lifeline = os.pipe()  # the init's lifeline: EOF when the grader is gone
     lease = None
     try:
-        user = None
-        if isolation.user_switch:
-            lease = JobLease(launch.job)
-            user = [lease.uid, lease.uid]
-            chown_tree(launch.job, *user)
-        config = {
-            "argv": argv,
-            "cwd": str(launch.cwd),
-            "env": launch.env,
-            "limits": launch.limits.for_worker(user is not None, launch.interpret),
-            "user": user,
-            "view": sandbox_view(launch.job, launch.writable, launch.hide) if isolation.namespaces else None,
-            "pass_fds": list(channel),
-            "status_fd": status_tx,
-            "lifeline_fd": lifeline_rx,
-            "own_pid_namespace": isolation.namespaces,
-        }
+        config, lease = _config(launch, isolation, argv, channel, status_tx, lifeline_rx)
         # the configuration goes in on stdin, not argv: the worker can read its init's /proc/1/cmdline
         init = [sys.executable, "-I", "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); "
                 "from grader.sandbox.init import main; sys.exit(main(json.load(sys.stdin)))", PACKAGE_PARENT]
@@ -107,6 +98,29 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     except BrokenPipeError:
         pass  # it failed before reading: its output and status say why
     return Started(proc, rx, tx, status_rx, lifeline, lease)
+
+
+def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tuple[int, int], status_tx: int,
+            lifeline_rx: int) -> tuple[dict, JobLease | None]:
+    """What the init is told (grader.sandbox.init.main), and the job's uid lease it takes."""
+    lease = None
+    user = None
+    if isolation.user_switch:
+        lease = JobLease(launch.job)
+        user = [lease.uid, lease.uid]
+        chown_tree(launch.job, *user)
+    return {
+        "argv": argv,
+        "cwd": str(launch.cwd),
+        "env": launch.env,
+        "limits": launch.limits.for_worker(user is not None, launch.interpret),
+        "user": user,
+        "view": sandbox_view(launch.job, launch.writable, launch.hide) if isolation.namespaces else None,
+        "pass_fds": list(channel),
+        "status_fd": status_tx,
+        "lifeline_fd": lifeline_rx,
+        "own_pid_namespace": isolation.namespaces,
+    }, lease
 
 
 def kill(started: Started, isolation: Isolation) -> None:

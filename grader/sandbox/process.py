@@ -113,7 +113,8 @@ def _probe(isolation: Isolation) -> str | None:
         (job / "repo").mkdir()
         try:
             proc = WorkerProcess(job / "repo", job / "scratch", interpret=not has_gpu(), isolation=isolation,
-                                 command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r})\n" + PROBE])
+                                 command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r})\n" + PROBE],
+                                 probe=PROBE)
         except (OSError, SandboxError) as exc:
             return str(exc)
         try:
@@ -138,7 +139,8 @@ class WorkerProcess:
 
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
                  isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
-                 job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None) -> None:
+                 job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
+                 probe: str | None = None) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation)
         self.backend = backend_for(self.isolation)
         self._status = b""
@@ -151,7 +153,7 @@ class WorkerProcess:
         env = worker_env(scratch, interpret, gpu)
         if triton_cache is not None:  # the trusted worker's, shared by a run (never a student's)
             env["TRITON_CACHE_DIR"] = str(triton_cache)
-        launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command)
+        launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command, probe)
         self.started = self.backend.start(launch, self.isolation)  # the one start, whatever the backend
         self.proc = self.started.proc
         self._rx, self._tx = self.started.rx, self.started.tx
