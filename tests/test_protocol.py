@@ -200,11 +200,19 @@ def test_the_protocol_imports_the_standard_library_only_and_the_worker_only_code
 # -- a forged reply, through a real worker ------------------------------------------------------
 
 FORGER = """
-import os, sys
+import fcntl, os
 
 def f():
-    # the worker's own reply pipe: its fd is on the worker's command line
-    os.write(int(sys.argv[-1]), (LINE + "\\n").encode())
+    # the worker's own reply pipe: the write end of a pipe that is not stdout or stderr (found the
+    # way any code in the worker can, whether the worker was exec'd or forked from the zygote)
+    for name in os.listdir("/proc/self/fd"):
+        fd = int(name)
+        try:
+            pipe = fd > 2 and os.readlink(f"/proc/self/fd/{fd}").startswith("pipe:")
+            if pipe and fcntl.fcntl(fd, fcntl.F_GETFL) & os.O_ACCMODE == os.O_WRONLY:
+                os.write(fd, (LINE + "\\n").encode())
+        except OSError:
+            pass
 """
 
 
