@@ -227,27 +227,13 @@ class LocalExecutor:
         with self.lock:
             del self.running[job.attempt]
             stopping = self.stopping
-        for path in (record_path(out, job.folder, job.assignment), failed_path(out, job.folder, job.assignment)):
-            record = read_json(path)
-            if record and record.get("attempt") == job.attempt:
-                return record
-        if stopping:
-            return None  # interrupted: not a result, the job runs again on --resume
-        if hung:
-            why = f"the grading job ran over its time limit ({limit:.0f} s) and was killed"
-        else:
-            why = f"the grading job process died ({_exit_reason(proc.poll())}) before writing a result"
-        record = new_record(job, "infra_error", why + f"; see {log_file}", started=started)
-        store_record(out, record)
-        return record
+        return _job_record(job, stopping, hung, limit, proc.poll(), log_file, started)
 
     def _run_one(self, job: Job) -> dict | None:
         out = Path(job.out)
         log_file = log_path(out, job.folder, job.assignment)
         log_file.parent.mkdir(parents=True, exist_ok=True)
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
-        if job.device == "cuda" and job.gpu is not None:
-            env["CUDA_VISIBLE_DEVICES"] = job.gpu
+        env = self._env(job)
         limit = self.job_timeout(job)
         started = time.time()
         with open(log_file, "a") as log:
@@ -275,17 +261,7 @@ class LocalExecutor:
             with self.lock:
                 del self.running[job.attempt]
                 stopping = self.stopping
-        for path in (record_path(out, job.folder, job.assignment), failed_path(out, job.folder, job.assignment)):
-            record = read_json(path)
-            if record and record.get("attempt") == job.attempt:
-                return record
-        if stopping:
-            return None  # interrupted: not a result, the job runs again on --resume
-        why = (f"the grading job ran over its time limit ({limit:.0f} s) and was killed" if hung
-               else f"the grading job process died ({_exit_reason(proc.returncode)}) before writing a result")
-        record = new_record(job, "infra_error", why + f"; see {log_file}", started=started)
-        store_record(out, record)
-        return record
+        return _job_record(job, stopping, hung, limit, proc.returncode, log_file, started)
 
     def _terminate(self, proc: subprocess.Popen) -> None:
         """SIGTERM (the job closes its workers), then SIGKILL if it lingers."""
@@ -309,6 +285,24 @@ class LocalExecutor:
             t.start()
         for t in threads:
             t.join()
+
+
+def _job_record(job: Job, stopping: bool, hung: bool, limit: float, code: int | None, log_file: Path,
+                started: float) -> dict | None:
+    """What a job process left for this attempt; else why it left nothing, as an infra_error of
+    this job alone (None when the pool was stopped: the job runs again on --resume)."""
+    out = Path(job.out)
+    for path in (record_path(out, job.folder, job.assignment), failed_path(out, job.folder, job.assignment)):
+        record = read_json(path)
+        if record and record.get("attempt") == job.attempt:
+            return record
+    if stopping:
+        return None
+    why = (f"the grading job ran over its time limit ({limit:.0f} s) and was killed" if hung
+           else f"the grading job process died ({_exit_reason(code)}) before writing a result")
+    record = new_record(job, "infra_error", why + f"; see {log_file}", started=started)
+    store_record(out, record)
+    return record
 
 
 def _exit_reason(code: int | None) -> str:
