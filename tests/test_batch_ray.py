@@ -135,7 +135,7 @@ def test_local_ray_instance_grades_into_the_same_layout(tmp_path):
     assert run.returncode == 0, run.stdout + run.stderr
     record = json.loads((tmp_path / "out" / "students" / "alice" / "jobs" / "vector_add.json").read_text())
     assert record["status"] == "graded" and record["node"] and record["result"]["tests"][0]["outcome"] == "passed"
-    assert "(ray)" in run.stdout and "alice/vector_add: 6 / 10" in run.stdout  # the speed points need a GPU
+    assert "(ray, isolation sandbox)" in run.stdout and "alice/vector_add: 6 / 10" in run.stdout  # the speed points need a GPU
     results = json.loads((tmp_path / "out" / "students" / "alice" / "results.json").read_text())
     assert results["score"] == 6 and results["extra_data"]["seed"] == 9
     assert "on Ray node" in (tmp_path / "out" / "students" / "alice" / "logs" / "vector_add.log").read_text()

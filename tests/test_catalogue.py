@@ -223,38 +223,38 @@ def good_verdicts() -> dict[str, list[str]]:
 # -- the catalogue ----------------------------------------------------------------------------------
 
 def test_the_catalogue_is_the_assignment_folders():
-    folders = sorted(p.parent.name for p in (specs.COURSE_ROOT / "assignments").glob("*/spec.py"))
+    folders = sorted(p.parent.name for p in (specs.course_root() / "assignments").glob("*/spec.py"))
     assert NAMES == folders and "vector_add" in NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_spec_is_complete(name):
-    problems = spec_problems(specs.get(name), specs.COURSE_ROOT)
+    problems = spec_problems(specs.get(name), specs.course_root())
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_handout(name):
-    problems = handout_problems(specs.get(name), specs.COURSE_ROOT)
+    problems = handout_problems(specs.get(name), specs.course_root())
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_starter(name):
-    problems = starter_problems(specs.get(name), specs.COURSE_ROOT)
+    problems = starter_problems(specs.get(name), specs.course_root())
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_exports_the_function(name):
-    problems = reference_problems(specs.get(name), specs.COURSE_ROOT)
+    problems = reference_problems(specs.get(name), specs.course_root())
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_good_fixture_passes_in_the_interpreter(name, good_verdicts):
     spec = specs.get(name)
-    problems = fixture_problems(spec, specs.COURSE_ROOT, GOOD)
+    problems = fixture_problems(spec, specs.course_root(), GOOD)
     assert not problems, "\n".join(problems)
     outcome, case, message = good_verdicts[name]
     assert outcome == Outcome.PASSED, f"tests/fixtures/good/{spec.module}: {spec.function}() is {outcome} on {case} [float32]: {message}"

@@ -254,7 +254,7 @@ def test_fresh_venv_installs_the_kits_grader_and_checks(kit, tmp_path):
     env["COLUMNS"] = "200"
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "-r", "requirements-grader.txt"],
                    cwd=repo, env=env, check=True)
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import grader, grader.spec as s; print(grader.__file__); print(s.COURSE_ROOT)"],
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import grader, grader.spec as s; print(grader.__file__); print(s.course_root())"],
                            cwd=repo, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert where[0].startswith(str(venv)) and Path(where[1]) == repo  # the kit's grader, the kit's course
 
