@@ -424,5 +424,47 @@ def _job_process_main(argv: list[str]) -> int:
     return 0
 
 
+def _job_server_main() -> int:
+    """`python -m grader.batch --serve`: a job process that stays and takes job after job (one
+    JSON line each on stdin), so a batch pays for the interpreter, torch's import, the sandbox
+    probe and the workers' zygote once per slot, not once per job. Each job logs to its own
+    file and stores its record as a one-shot job process does, then `{"done": attempt}` goes
+    back on stdout. Every worker of a job is closed when its job ends; only our own code (this
+    process and its zygote, which holds nothing of a student's) carries over to the next job."""
+
+    def terminate(signum, frame):  # as the one-shot job process: close the workers, write nothing
+        raise SystemExit(128 + signum)
+
+    signal.signal(signal.SIGTERM, terminate)
+    signal.signal(signal.SIGINT, terminate)
+    replies = os.fdopen(os.dup(1), "w")
+    own_out, own_err = os.dup(1), os.dup(2)
+    os.dup2(own_err, 1)  # stray prints between jobs: the server's log, never the reply channel
+    for line in sys.stdin:
+        if not line.strip():
+            continue
+        job = Job(**json.loads(line))
+        log_file = log_path(Path(job.out), job.folder, job.assignment)
+        with open(log_file, "a") as log:
+            sys.stdout.flush()
+            sys.stderr.flush()
+            os.dup2(log.fileno(), 1)
+            os.dup2(log.fileno(), 2)
+            try:
+                record = execute(job, log=lambda text: print(text, flush=True))
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and reports, whole
+                store_record(Path(job.out), record)
+                signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
+            finally:
+                sys.stdout.flush()
+                sys.stderr.flush()
+                os.dup2(own_err, 1)
+                os.dup2(own_err, 2)
+        replies.write(json.dumps({"done": job.attempt}) + "\n")
+        replies.flush()
+    os.close(own_out)
+    return 0
+
+
 if __name__ == "__main__":
-    sys.exit(_job_process_main(sys.argv[1:]))
+    sys.exit(_job_server_main() if sys.argv[1:] == ["--serve"] else _job_process_main(sys.argv[1:]))

@@ -17,6 +17,7 @@ import ctypes
 import io
 import json
 import os
+import select
 import signal
 import subprocess
 import sys
@@ -117,12 +118,17 @@ class LocalExecutor:
     """`slots` job processes at once on this machine; slot i owns GPU slots[i] (None: CPU)."""
 
     def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] = default_job_timeout,
-                 runner: list[str] | None = None) -> None:
+                 runner: list[str] | None = None, server: list[str] | None = None) -> None:
+        """`server` (default: `python -m grader.batch --serve`, unless GRADER_JOB_SERVER=0 or a
+        one-shot `runner` is given) keeps one job process per slot for job after job."""
         from grader.sandbox import PACKAGE_PARENT
 
         self.slots = slots
         self.job_timeout = job_timeout
         self.runner = runner or [sys.executable, "-m", "grader.batch"]
+        if server is None and runner is None and os.environ.get("GRADER_JOB_SERVER", "1") != "0":
+            server = [sys.executable, "-m", "grader.batch", "--serve"]
+        self.server = server
         self.pythonpath = PACKAGE_PARENT
         self.running: dict[str, subprocess.Popen] = {}
         self.lock = threading.Lock()
@@ -141,14 +147,100 @@ class LocalExecutor:
                 t.join(0.2)  # short joins: Ctrl-C reaches the main thread
 
     def _slot(self, sched: Scheduler, gpu: str | None) -> None:
-        while (job := sched.take()) is not None:
-            job.gpu = gpu
-            try:
-                record = self._run_one(job)
-            except Exception as exc:  # never lose the slot to our own bug
-                record = new_record(job, "infra_error", f"the pool failed: {type(exc).__name__}: {exc}")
-                store_record(Path(job.out), record)
-            sched.finish(job, record)
+        server: list = [None]  # this slot's job server, started on its first job, replaced if it dies or hangs
+        try:
+            while (job := sched.take()) is not None:
+                job.gpu = gpu
+                try:
+                    record = self._run_served(job, server) if self.server else self._run_one(job)
+                except Exception as exc:  # never lose the slot to our own bug
+                    record = new_record(job, "infra_error", f"the pool failed: {type(exc).__name__}: {exc}")
+                    store_record(Path(job.out), record)
+                sched.finish(job, record)
+        finally:
+            if server[0] is not None:
+                self._close_server(server[0])
+
+    def _env(self, job: Job) -> dict[str, str]:
+        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
+        if job.device == "cuda" and job.gpu is not None:
+            env["CUDA_VISIBLE_DEVICES"] = job.gpu
+        return env
+
+    def _start_server(self, job: Job) -> subprocess.Popen:
+        folder = Path(job.out) / "logs"
+        folder.mkdir(parents=True, exist_ok=True)
+        name = threading.current_thread().name
+        with open(folder / f"job-server-{name}.log", "a") as log:
+            return subprocess.Popen(self.server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self._env(job),
+                                    start_new_session=True, preexec_fn=_die_with(os.getpid()))
+
+    def _close_server(self, proc: subprocess.Popen) -> None:
+        try:
+            proc.stdin.close()
+            proc.wait(timeout=30)
+        except (OSError, subprocess.TimeoutExpired):
+            self._terminate(proc)
+        if proc.stdout:
+            proc.stdout.close()
+
+    def _run_served(self, job: Job, server: list) -> dict | None:
+        """The job in this slot's job server: as _run_one, without a new process per job."""
+        out = Path(job.out)
+        log_file = log_path(out, job.folder, job.assignment)
+        log_file.parent.mkdir(parents=True, exist_ok=True)
+        limit = self.job_timeout(job)
+        started = time.time()
+        with open(log_file, "a") as log:
+            log.write(f"\n=== {_now()} attempt {job.tries} of {job.label}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n")
+        proc = server[0]
+        if proc is None or proc.poll() is not None:
+            proc = server[0] = self._start_server(job)
+        with self.lock:
+            self.running[job.attempt] = proc
+            stopping = self.stopping
+        if stopping:
+            self._terminate(proc)
+        hung = died = False
+        try:
+            proc.stdin.write((json.dumps(asdict(job)) + "\n").encode())
+            proc.stdin.flush()
+        except (BrokenPipeError, OSError):
+            pass
+        deadline = time.monotonic() + limit
+        line = b""
+        while not line.endswith(b"\n"):
+            remaining = deadline - time.monotonic()
+            if remaining <= 0:
+                hung = True
+                break
+            ready, _, _ = select.select([proc.stdout], [], [], min(remaining, 1.0))
+            if not ready:
+                continue
+            chunk = os.read(proc.stdout.fileno(), 4096)
+            if not chunk:
+                died = True
+                break
+            line += chunk
+        if hung or died:
+            self._terminate(proc)
+            server[0] = None
+        with self.lock:
+            del self.running[job.attempt]
+            stopping = self.stopping
+        for path in (record_path(out, job.folder, job.assignment), failed_path(out, job.folder, job.assignment)):
+            record = read_json(path)
+            if record and record.get("attempt") == job.attempt:
+                return record
+        if stopping:
+            return None  # interrupted: not a result, the job runs again on --resume
+        if hung:
+            why = f"the grading job ran over its time limit ({limit:.0f} s) and was killed"
+        else:
+            why = f"the grading job process died ({_exit_reason(proc.poll())}) before writing a result"
+        record = new_record(job, "infra_error", why + f"; see {log_file}", started=started)
+        store_record(out, record)
+        return record
 
     def _run_one(self, job: Job) -> dict | None:
         out = Path(job.out)

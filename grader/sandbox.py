@@ -42,6 +42,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import grader
+from grader import zygote
 from grader.sandbox_init import apply_limits, children_of
 
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
@@ -250,7 +251,8 @@ def _probe(isolation: Isolation) -> str | None:
         (job / "repo").mkdir()
         try:
             proc = WorkerProcess(job / "repo", job / "scratch", interpret=not _has_gpu(), isolation=isolation,
-                                 command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r})\n" + PROBE])
+                                 command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r})\n" + PROBE],
+                                 probe=PROBE)
         except (OSError, SandboxError) as exc:
             return str(exc)
         try:
@@ -399,7 +401,8 @@ class WorkerProcess:
 
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
                  isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
-                 job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None) -> None:
+                 job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
+                 probe: str | None = None) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation)
         self.lease: JobLease | None = None
         self.container: str | None = None
@@ -418,6 +421,14 @@ class WorkerProcess:
         if mode == "docker":
             self._start_docker(cwd, scratch, job, writable, env, gpu, limits, interpret, command)
             return
+        if zygote.enabled() and (command is None or probe is not None):
+            try:  # a fork of this process's zygote: the same sandbox, no fresh interpreter
+                self._start_forked(cwd, job, writable, list(hide), env, limits, interpret, gpu, probe)
+                self.output = CappedOutput(self.proc.stdout)
+                self._buffer = b""
+                return
+            except zygote.ZygoteError as exc:  # ours, not the student's: start them as fresh interpreters from now on
+                zygote.disable(str(exc))
         child_rx, self._tx = os.pipe()
         self._rx, child_tx = os.pipe()
         argv = command or worker_argv(str(child_rx), str(child_tx))
@@ -429,34 +440,75 @@ class WorkerProcess:
             )
             os.close(child_rx)
             os.close(child_tx)
+            self.output = CappedOutput(self.proc.stdout)
         else:
             self._start_sandbox(cwd, scratch, job, writable, list(hide), env, limits, interpret, argv, (child_rx, child_tx))
-        self.output = CappedOutput(self.proc.stdout)
+            self.output = CappedOutput(self.proc.stdout)
         self._buffer = b""
 
     # -- the default sandbox ------------------------------------------------------------------
+    def _sandbox_config(self, cwd, job, writable, hide, env, limits, interpret, argv, channel, status_tx, lifeline_rx) -> dict:
+        """What the sandbox's init is told (grader.sandbox_init.main); takes the job's uid."""
+        iso = self.isolation
+        user = None
+        if iso.user_switch:
+            self.lease = JobLease(job)
+            user = [self.lease.uid, self.lease.uid]
+            _chown_tree(job, *user)
+        return {
+            "argv": argv,
+            "cwd": str(cwd),
+            "env": env,
+            "limits": limits.for_worker(user is not None, interpret),
+            "user": user,
+            "view": sandbox_view(job, writable, hide) if iso.namespaces else None,
+            "pass_fds": list(channel),
+            "status_fd": status_tx,
+            "lifeline_fd": lifeline_rx,
+            "own_pid_namespace": iso.namespaces,
+        }
+
+    def _start_forked(self, cwd, job, writable, hide, env, limits, interpret, gpu, probe) -> None:
+        """The same worker, forked by this process's zygote (grader.zygote) instead of a fresh
+        interpreter: same configuration, same init, same view, uid and limits."""
+        iso = self.isolation
+        child_rx, self._tx = os.pipe()
+        self._rx, child_tx = os.pipe()
+        channel = (child_rx, child_tx)
+        argv = worker_argv(str(child_rx), str(child_tx))
+        self._status_rx, status_tx = os.pipe()
+        lifeline_rx, self._lifeline = os.pipe()
+        out_rx, out_tx = os.pipe()
+        try:
+            if iso.mode == "none":
+                config = {"cwd": str(cwd), "env": env, "limits": limits.for_worker(False, interpret), "pass_fds": list(channel),
+                          "status_fd": status_tx, "lifeline_fd": lifeline_rx}
+            else:
+                config = self._sandbox_config(cwd, job, writable, hide, env, limits, interpret, argv, channel, status_tx, lifeline_rx)
+            base = {k: v for k, v in env.items() if k not in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+            z = zygote.get((interpret, gpu, tuple(sorted(base.items()))), base)
+            pid = z.fork({"mode": iso.mode, "namespaces": iso.namespaces, "user_namespace": iso.user_namespace,
+                          "config": config, "probe": probe},
+                         {"status_fd": status_tx, "lifeline_fd": lifeline_rx, "output": out_tx, "pass": list(channel)})
+        except BaseException:
+            for fd in (self._status_rx, self._lifeline, self._tx, self._rx, out_rx):
+                os.close(fd)
+            self._status_rx = self._lifeline = -1
+            if self.lease:
+                self.lease.release()
+                self.lease = None
+            raise
+        finally:
+            for fd in (*channel, status_tx, lifeline_rx, out_tx):
+                os.close(fd)
+        self.proc = zygote.Forked(z, pid, os.fdopen(out_rx, "rb"))
+
     def _start_sandbox(self, cwd, scratch, job, writable, hide, env, limits, interpret, argv, channel) -> None:
         iso = self.isolation
         self._status_rx, status_tx = os.pipe()
         lifeline_rx, self._lifeline = os.pipe()  # the init's lifeline: EOF when the grader is gone
         try:
-            user = None
-            if iso.user_switch:
-                self.lease = JobLease(job)
-                user = [self.lease.uid, self.lease.uid]
-                _chown_tree(job, *user)
-            config = {
-                "argv": argv,
-                "cwd": str(cwd),
-                "env": env,
-                "limits": limits.for_worker(user is not None, interpret),
-                "user": user,
-                "view": sandbox_view(job, writable, hide) if iso.namespaces else None,
-                "pass_fds": list(channel),
-                "status_fd": status_tx,
-                "lifeline_fd": lifeline_rx,
-                "own_pid_namespace": iso.namespaces,
-            }
+            config = self._sandbox_config(cwd, job, writable, hide, env, limits, interpret, argv, channel, status_tx, lifeline_rx)
             # the configuration goes in on stdin, not argv: the worker can read its init's /proc/1/cmdline
             init = [sys.executable, "-I", "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); "
                     "from grader.sandbox_init import main; sys.exit(main(json.load(sys.stdin)))", PACKAGE_PARENT]

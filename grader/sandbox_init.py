@@ -25,6 +25,7 @@ import os
 import resource
 import select
 import signal
+from typing import Callable
 
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
@@ -193,8 +194,9 @@ def apply_limits(limits: dict) -> None:
             resource.setrlimit(names[name], (value, value))
 
 
-def _start_worker(config: dict, status_fd: int) -> tuple[int, str]:
-    """Fork and exec the worker; (pid, "") or (pid, why it could not start)."""
+def _start_worker(config: dict, status_fd: int, start: Callable[[], None] | None = None) -> tuple[int, str]:
+    """Fork and exec the worker; (pid, "") or (pid, why it could not start). With `start` (a
+    zygote's fork, grader.zygote), the same steps and then start() in place of the exec."""
     failed_rx, failed_tx = os.pipe2(os.O_CLOEXEC)  # closed by a successful exec, so EOF means it ran
     pid = os.fork()
     if pid:
@@ -215,9 +217,18 @@ def _start_worker(config: dict, status_fd: int) -> tuple[int, str]:
             _drop_privileges(config["user"])
         prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary (sudo, su, ping) can give privileges back
         os.chdir(config["cwd"])
+        if start is not None:
+            os.environ.clear()
+            os.environ.update(config["env"])
+            os.close(failed_tx)  # as a successful exec would: setup is done
+            start()
+            os._exit(0)
         os.execve(config["argv"][0], config["argv"], config["env"])
     except BaseException as exc:  # noqa: BLE001 - report and leave; nothing else may run here
-        os.write(failed_tx, f"the worker could not start: {exc}".encode())
+        try:
+            os.write(failed_tx, f"the worker could not start: {exc}".encode())
+        except OSError:  # closed: start() itself raised
+            pass
     os._exit(SETUP_FAILED)
 
 
@@ -250,7 +261,7 @@ def _wait_for(worker_pid: int, lifeline: int) -> int | None:
             return None
 
 
-def main(config: dict) -> int:
+def main(config: dict, start: Callable[[], None] | None = None) -> int:
     status_fd = config["status_fd"]
     worker_pid: int | None = None
 
@@ -266,7 +277,7 @@ def main(config: dict) -> int:
     except Exception as exc:  # noqa: BLE001
         _report(status_fd, {"setup_error": f"the sandbox could not be built: {exc}"})
         return SETUP_FAILED
-    worker_pid, failure = _start_worker(config, status_fd)
+    worker_pid, failure = _start_worker(config, status_fd, start)
     for fd in config["pass_fds"]:
         os.close(fd)  # the worker's pipe ends: only it holds them now, so its death reads as EOF
     if failure:

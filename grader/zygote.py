@@ -1,0 +1,440 @@
+"""A warm start for workers: a fork server that has imported torch and Triton once.
+
+Starting a worker used to cost a fresh interpreter importing torch and Triton (2-4 s on a CPU
+machine, about 10 s on the GPU machine), three or four times per job. A zygote is a process
+started exactly as a worker would be (`python -I`, the worker's scrubbed environment, no CUDA
+context: nothing has touched the GPU) that imports torch, Triton, numpy, safetensors and
+grader.worker, and then only forks. Each fork goes through the same steps as a worker started
+by `grader.sandbox` with `unshare` and `grader.sandbox_init`:
+
+  fork (A, the `unshare --fork --kill-child` of the exec path): its own session, output to the
+  grader's pipe, every other descriptor closed, the worker's environment; unshare(2) of the
+  network, PID and mount namespaces (and a user namespace mapping the grader to root when it
+  is not root); mount propagation made private;
+  fork (the init, PID 1 of the new PID namespace): a fresh /proc, then `sandbox_init.main`:
+  the private view of the files, a fork for the worker, which drops to the job's uid, sets its
+  limits and no_new_privs, and runs `grader.worker.serve` where the exec path would exec it.
+
+So a worker's namespaces, view, uid and limits are the same; only the interpreter is not new.
+What it shares with the zygote is what every worker of this grader loads anyway: the imported
+modules of torch, Triton, numpy and safetensors and the grader's worker module. The zygote
+never holds anything private: it is started from the worker's environment, not forked from
+the grader, holds no seed, input, reference or student file, and imports no student code;
+every fork is single use. A zygote serves one job process (its pipes die with it) and one
+(interpreter, GPU) setting; it dies with that process (PR_SET_PDEATHSIG).
+
+The grader talks to it over a Unix socket: a request is the worker's configuration as JSON
+with its pipe ends as SCM_RIGHTS; the reply is the pid of A; the zygote reports each A's wait
+status when it ends, so the grader sees exit codes as it would of its own child.
+"""
+
+from __future__ import annotations
+
+import atexit
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+CLONE_NEWNS, CLONE_NEWUSER, CLONE_NEWPID, CLONE_NEWNET = 0x00020000, 0x10000000, 0x20000000, 0x40000000
+MS_NOSUID, MS_NODEV, MS_NOEXEC, MS_REC, MS_PRIVATE = 2, 4, 8, 16384, 1 << 18
+MAX_MESSAGE = 1 << 20
+PRELOAD = ("import numpy, safetensors.torch, torch, triton, grader.worker, grader.memcheck, grader.plan\n"
+           "if os.environ.get('TRITON_INTERPRET') == '1':\n"
+           "    import triton.runtime.interpreter\n"
+           "else:\n"
+           "    import grader.timing, torch.profiler\n"
+           # what grader.worker sets first anyway; its first call imports for seconds
+           "torch.use_deterministic_algorithms(True, warn_only=True)\n"
+           "torch.utils.deterministic.fill_uninitialized_memory = True\n"
+           "if torch.cuda.is_initialized():\n"
+           "    raise SystemExit('a zygote must not hold a CUDA context')\n")
+BOOT = "import sys; sys.path.insert(0, {path!r}); from grader.zygote import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
+
+
+class ZygoteError(OSError):
+    """The zygote could not be started or did not answer: workers start the old way instead."""
+
+
+_DISABLED: list[str] = []
+
+
+def enabled() -> bool:
+    """GRADER_ZYGOTE=0 starts every worker as a fresh interpreter (the exec path), as before;
+    so does a process whose zygote failed once."""
+    return os.environ.get("GRADER_ZYGOTE", "1") != "0" and sys.platform.startswith("linux") and not _DISABLED
+
+
+def disable(why: str) -> None:
+    """No zygote for the rest of this process (said once on stderr: it costs speed, not safety)."""
+    if not _DISABLED:
+        print(f"warning: workers start as fresh interpreters: {why}", file=sys.stderr, flush=True)
+    _DISABLED.append(why)
+
+
+# -- the zygote process ----------------------------------------------------------------------------
+
+def serve(fd: int, parent: int) -> None:
+    """The zygote's loop: fork a worker per request, report each one's end."""
+    from grader.sandbox_init import prctl
+
+    prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: gone with the job process that started it
+    if os.getppid() != parent:  # it died before the line above
+        os._exit(1)
+    exec(PRELOAD, {"os": os})  # noqa: S102 - our own constant: the modules every worker needs
+    sock = socket.socket(fileno=fd)
+    wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
+    signal.set_wakeup_fd(wake_w)
+    signal.signal(signal.SIGCHLD, lambda *_: None)
+    children: set[int] = set()
+    while True:
+        try:
+            ready, _, _ = select.select([sock, wake_r], [], [])
+        except InterruptedError:
+            continue
+        if wake_r in ready:
+            while True:
+                try:
+                    if not os.read(wake_r, 4096):
+                        break
+                except BlockingIOError:
+                    break
+        for pid in list(children):  # reap our own forks only
+            try:
+                done, status = os.waitpid(pid, os.WNOHANG)
+            except ChildProcessError:
+                children.discard(pid)
+                continue
+            if done:
+                children.discard(pid)
+                _send(sock, {"exited": pid, "status": status})
+        if sock in ready:
+            try:
+                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 16)
+            except OSError:
+                data, fds = b"", []
+            if not data:  # the job process is gone: so are we
+                os._exit(0)
+            request = json.loads(data)
+            pid = os.fork()
+            if pid == 0:
+                signal.set_wakeup_fd(-1)
+                signal.signal(signal.SIGCHLD, signal.SIG_DFL)
+                _child(request, fds, keep_out=(sock.fileno(), wake_r, wake_w))  # never returns
+            children.add(pid)
+            for f in fds:
+                os.close(f)
+            _send(sock, {"pid": pid})
+
+
+def _send(sock: socket.socket, message: dict) -> None:
+    try:
+        sock.send(json.dumps(message).encode())
+    except OSError:
+        os._exit(0)
+
+
+def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
+    """Process A: what `unshare --fork --kill-child` and the init's exec did, without the exec."""
+    status = None
+    try:
+        names = request["fds"]  # name -> index in fds
+        config = request["config"]
+        status = fds[names["status_fd"]]
+        out = fds[names["output"]]
+        for f in keep_out:
+            os.close(f)
+        os.setsid()
+        from grader.sandbox_init import prctl
+
+        prctl(1, signal.SIGKILL)  # gone with the zygote, which is gone with the job process
+        null = os.open(os.devnull, os.O_RDONLY)
+        os.dup2(null, 0)
+        os.dup2(out, 1)
+        os.dup2(out, 2)
+        os.close(null)
+        os.close(out)
+        # the descriptors as numbered here (they came over the socket)
+        config["status_fd"], config["lifeline_fd"] = fds[names["status_fd"]], fds[names["lifeline_fd"]]
+        config["pass_fds"] = [fds[i] for i in names["pass"]]
+        _close_others({config["status_fd"], config["lifeline_fd"], *config["pass_fds"]})
+        os.environ.clear()
+        os.environ.update(config["env"])
+        tempfile.tempdir = None  # the zygote's TMPDIR is not the worker's
+        if request["mode"] == "none":
+            from grader.sandbox_init import apply_limits
+
+            apply_limits(config["limits"])
+            os.chdir(config["cwd"])
+            for f in (config["status_fd"], config["lifeline_fd"]):
+                os.close(f)
+            run_worker(config["pass_fds"])
+        if request.get("namespaces"):
+            _unshare(request.get("user_namespace", False))
+            init = os.fork()
+            if init == 0:
+                from grader.sandbox_init import prctl
+
+                prctl(1, signal.SIGKILL)  # --kill-child: the init dies with A
+                _mount_proc()
+                _run_init(config, request.get("probe"))
+            _wait_and_exit(init)
+        _run_init(config, request.get("probe"))
+    except BaseException as exc:  # noqa: BLE001 - say why on the status pipe if we can, then go
+        try:
+            os.write(status, (json.dumps({"setup_error": f"the zygote could not start a worker: {exc}"}) + "\n").encode())
+        except Exception:  # noqa: BLE001
+            pass
+    os._exit(125)
+
+
+def _run_init(config: dict, probe: str | None) -> None:
+    from grader.sandbox_init import main
+
+    start = (lambda: _run_probe(probe)) if probe else (lambda: run_worker(config["pass_fds"]))
+    os._exit(main(config, start=start))
+
+
+def run_worker(channel: list[int]) -> None:
+    """What the exec'd worker's bootstrap would run."""
+    code = 0
+    try:
+        from grader.worker import serve as serve_worker
+
+        serve_worker(int(channel[0]), int(channel[1]))
+    except SystemExit as exc:
+        code = exc.code if isinstance(exc.code, int) else 1
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(code)
+
+
+def _run_probe(code: str) -> None:
+    status = 0
+    try:
+        exec(code, {"__name__": "__probe__"})  # noqa: S102 - the sandbox's own probe (grader.sandbox.PROBE)
+    except BaseException:  # noqa: BLE001
+        import traceback
+
+        traceback.print_exc()
+        status = 1
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
+
+
+def _close_others(keep: set[int]) -> None:
+    for entry in os.listdir("/proc/self/fd"):
+        fd = int(entry)
+        if fd > 2 and fd not in keep:
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+
+
+def _libc():
+    return ctypes.CDLL(None, use_errno=True)
+
+
+def _unshare(user_namespace: bool) -> None:
+    uid, gid = os.getuid(), os.getgid()
+    flags = CLONE_NEWNS | CLONE_NEWPID | CLONE_NEWNET | (CLONE_NEWUSER if user_namespace else 0)
+    if _libc().unshare(flags) != 0:
+        err = ctypes.get_errno()
+        raise OSError(err, f"unshare: {os.strerror(err)}")
+    if user_namespace:  # as `unshare --map-root-user`
+        Path("/proc/self/setgroups").write_text("deny")
+        Path("/proc/self/uid_map").write_text(f"0 {uid} 1")
+        Path("/proc/self/gid_map").write_text(f"0 {gid} 1")
+    from grader.sandbox_init import mount
+
+    mount("none", "/", None, MS_REC | MS_PRIVATE)  # nothing of the view propagates to the host
+
+
+def _mount_proc() -> None:
+    from grader.sandbox_init import mount
+
+    mount("none", "/proc", None, MS_REC | MS_PRIVATE)
+    mount("proc", "/proc", "proc", MS_NOSUID | MS_NODEV | MS_NOEXEC)
+
+
+def _wait_and_exit(pid: int) -> None:
+    while True:
+        try:
+            _, status = os.waitpid(pid, 0)
+            break
+        except ChildProcessError:
+            os._exit(125)
+        except InterruptedError:
+            continue
+    if os.WIFSIGNALED(status):
+        sig = os.WTERMSIG(status)
+        signal.signal(sig, signal.SIG_DFL)
+        os.kill(os.getpid(), sig)
+    os._exit(os.WEXITSTATUS(status))
+
+
+# -- the grader's side -----------------------------------------------------------------------------
+
+class Zygote:
+    """A running zygote of this job process, for one (interpreter, GPU) setting."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        from grader.sandbox import PACKAGE_PARENT
+
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+        self.home = tempfile.mkdtemp(prefix="grader-zygote-")
+        env = dict(env, HOME=self.home, TMPDIR=self.home)
+        try:
+            self.proc = subprocess.Popen([sys.executable, "-I", "-u", "-B", "-c", BOOT.format(path=PACKAGE_PARENT), str(theirs.fileno()),
+                                          str(os.getpid())],
+                                     pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL,
+                                         start_new_session=True)
+        except OSError as exc:
+            raise ZygoteError(f"the zygote could not start: {exc}") from None
+        finally:
+            theirs.close()
+        self.sock = ours
+        self.lock = threading.Lock()  # one request at a time
+        self.replies: list[dict] = []
+        self.cond = threading.Condition()
+        self.exited: dict[int, int] = {}
+        self.reader = threading.Thread(target=self._read, daemon=True, name="zygote-reader")
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(MAX_MESSAGE)
+            except OSError:
+                data = b""
+            with self.cond:
+                if not data:
+                    self.dead = True
+                    self.cond.notify_all()
+                    return
+                message = json.loads(data)
+                if "exited" in message:
+                    self.exited[message["exited"]] = message["status"]
+                else:
+                    self.replies.append(message)
+                self.cond.notify_all()
+
+    dead = False
+
+    def alive(self) -> bool:
+        return not self.dead and self.proc.poll() is None
+
+    def fork(self, request: dict, fds: dict[str, int | list[int]], timeout: float = 300) -> int:
+        """Send a worker's configuration and its descriptors; the pid of its process A."""
+        flat, names = [], {}
+        for name, value in fds.items():
+            if isinstance(value, list):
+                names[name] = list(range(len(flat), len(flat) + len(value)))
+                flat += value
+            else:
+                names[name] = len(flat)
+                flat.append(value)
+        with self.lock:
+            try:
+                socket.send_fds(self.sock, [json.dumps(dict(request, fds=names)).encode()], flat)
+            except OSError as exc:
+                raise ZygoteError(f"the zygote is gone: {exc}") from None
+            with self.cond:
+                if not self.cond.wait_for(lambda: self.replies or self.dead, timeout):
+                    raise ZygoteError(f"the zygote did not answer within {timeout:.0f} s")
+                if not self.replies:
+                    raise ZygoteError(f"the zygote ended (status {self.proc.poll()})")
+                return self.replies.pop(0)["pid"]
+
+    def wait_for(self, pid: int, timeout: float | None) -> int | None:
+        with self.cond:
+            self.cond.wait_for(lambda: pid in self.exited or self.dead, timeout)
+            return self.exited.get(pid)
+
+    def close(self) -> None:
+        try:
+            self.sock.close()
+        except OSError:
+            pass
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        import shutil
+
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+class Forked:
+    """A worker's process A as the sandbox sees a Popen: pid, poll, wait, stdout."""
+
+    def __init__(self, zygote: Zygote, pid: int, stdout) -> None:
+        self.zygote, self.pid, self.stdout, self.stdin = zygote, pid, stdout, None
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            status = self.zygote.exited.get(self.pid)
+            if status is not None:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif self.zygote.dead:
+                self.returncode = -signal.SIGKILL if not _exists(self.pid) else None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("worker", timeout)
+            self.zygote.wait_for(self.pid, 0.5 if left is None else min(left, 0.5))
+        return self.returncode
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+_ZYGOTES: dict[tuple, Zygote] = {}
+_ZYGOTES_LOCK = threading.Lock()
+
+
+def get(key: tuple, env: dict[str, str]) -> Zygote:
+    """This process's zygote for `key` (started on first use, restarted if it died)."""
+    with _ZYGOTES_LOCK:
+        z = _ZYGOTES.get(key)
+        if z is None or not z.alive():
+            if z is not None:
+                z.close()
+            z = _ZYGOTES[key] = Zygote(env)
+        return z
+
+
+@atexit.register
+def close_all() -> None:
+    with _ZYGOTES_LOCK:
+        for z in _ZYGOTES.values():
+            z.close()
+        _ZYGOTES.clear()
