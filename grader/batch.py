@@ -176,8 +176,10 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
         sub = open_submission(Path(job.repo))
         opts = Options(job.device, job.seed, job.cases, job.dtypes, job.timeout, gpu=job.gpu,
                        cache=RunCache(Path(job.cache)) if job.cache else None)
+        graded_at = time.time()
+        phases: dict[str, float] = {}
         with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
-            result = grade_assignment(sub, spec, opts, Path(tmp) / spec.name, lambda step: log(f"  {step}"))
+            result = grade_assignment(sub, spec, opts, Path(tmp) / spec.name, lambda step: log(f"  {step}"), phases)
         result.notes[:0] = job.notes
         env = environment.describe(job.device)
         if opts.roofline:
@@ -191,7 +193,9 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
         if t.outcome not in ("passed", "skipped"):
             log(f"  {t.outcome}: {t.name}: {t.message}")
     log(f"{job.label}: {result.score:g} / {result.max_score:g} points, {status}")
-    return new_record(job, status, infra[0].message if infra else "", result, env, started)
+    record = new_record(job, status, infra[0].message if infra else "", result, env, started)
+    record["phase_seconds"] = dict(phases, before_grading=round(graded_at - started, 3))  # where the job's time went
+    return record
 
 
 # -- storing a record ------------------------------------------------------------------------------

@@ -121,7 +121,17 @@ class StudentWorker:
             self.process = None
 
 
-def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: Path, progress: Progress | None = None) -> AssignmentResult:
+def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: Path, progress: Progress | None = None,
+                     phases: dict[str, float] | None = None) -> AssignmentResult:
+    """`phases`, if given, gets the seconds of each stage (where a job's time goes)."""
+    phases = phases if phases is not None else {}
+    clock = [time.monotonic()]
+
+    def lap(name: str) -> None:
+        now = time.monotonic()
+        phases[name] = round(phases.get(name, 0.0) + now - clock[0], 3)
+        clock[0] = now
+
     module, function = sub.target(spec)
     result = AssignmentResult(spec.name, spec.title, f"{module}:{function}()")
     calls = plan_calls(spec, opts.seed, opts.interpret, opts.cases, opts.dtypes)
@@ -131,6 +141,7 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
     runnable = [c for c in calls if not c.skip]
     if runnable and not sub.has(spec):  # one result that says so, not one error per case
         return _not_submitted(spec, sub, opts, result, module, calls, runnable)
+    sandbox.prewarm(opts.interpret, opts.gpu, opts.isolation)
 
     worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", opts, hide=[sub.root.parent])
     integrity = _Integrity(spec)
@@ -143,7 +154,9 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
             materialize(spec, runnable, workdir.parent / f"{spec.name}.inputs")
             sub.private_copy(workdir / "repo")
             _scan(result, workdir / "repo", module)
+            lap("inputs_and_copy")
             load_failure = _start(worker, spec)
+            lap("worker_start_and_import")
         consecutive_timeouts, restart = 0, False
         for call in calls:
             step(f"{spec.name}: {call.id}")
@@ -163,15 +176,19 @@ def grade_assignment(sub: Submission, spec: Assignment, opts: Options, workdir: 
             consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == "timeout" else 0
             restart = test.outcome in ("timeout", "crashed", "infra_error")
         result.tests.append(integrity.test())
+        lap("correctness_calls")
         if not opts.interpret and runnable and not load_failure:
             step(f"{spec.name}: bounds check")
             result.tests.append(_bounds_check(spec, opts, (module, function), workdir, call_timeout))
+            lap("bounds_check")
         if spec.performance is not None:
             step(f"{spec.name}: performance")
             result.tests.append(perf.measure(spec, result, opts, worker, workdir, call_timeout,  # the GPU alone while timing
                                              exclusive=lambda: timing_lock(opts.gpu, enabled=not opts.interpret)))
+            lap("performance")
     finally:
         worker.close()
+        lap("closing")
     planned = None
     if opts.partial_points and (opts.cases or opts.dtypes):  # a partial run: each case keeps its share of the full run's points
         planned = [f"{c.case.name} [{c.dtype}]" for c in plan_calls(spec, opts.seed, opts.interpret)]

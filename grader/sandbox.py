@@ -363,6 +363,26 @@ def _chown_tree(folder: Path, uid: int, gid: int) -> None:
             os.chown(path, uid, gid, follow_symlinks=False)
 
 
+# -- warm starts ------------------------------------------------------------------------------
+
+def _zygote_key(env: dict[str, str]) -> tuple[tuple, dict[str, str]]:
+    """Workers whose environments differ only in their own folders share a zygote."""
+    base = {k: v for k, v in env.items() if k not in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+    return tuple(sorted(base.items())), base
+
+
+def prewarm(interpret: bool, gpu: str | None, isolation: str = "sandbox") -> None:
+    """Start the zygotes this grade will fork from (a GPU run also replays in the interpreter),
+    so their imports overlap whatever comes first. Starting one does not wait for it."""
+    if isolation == "docker" or not zygote.enabled():
+        return
+    for interp in ({True} if interpret else {False, True}):
+        try:
+            zygote.get(*_zygote_key(worker_env(Path(tempfile.gettempdir()), interp, None if interp else gpu)))
+        except zygote.ZygoteError:
+            return
+
+
 # -- the worker's view of the file system -------------------------------------------------------
 
 NEVER_COVERED = {"/", "/usr", "/etc", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/var", "/opt", "/dev", "/proc", "/sys", "/run"}
@@ -485,8 +505,7 @@ class WorkerProcess:
                           "status_fd": status_tx, "lifeline_fd": lifeline_rx}
             else:
                 config = self._sandbox_config(cwd, job, writable, hide, env, limits, interpret, argv, channel, status_tx, lifeline_rx)
-            base = {k: v for k, v in env.items() if k not in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
-            z = zygote.get((interpret, gpu, tuple(sorted(base.items()))), base)
+            z = zygote.get(*_zygote_key(env))
             pid = z.fork({"mode": iso.mode, "namespaces": iso.namespaces, "user_namespace": iso.user_namespace,
                           "config": config, "probe": probe},
                          {"status_fd": status_tx, "lifeline_fd": lifeline_rx, "output": out_tx, "pass": list(channel)})

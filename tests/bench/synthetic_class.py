@@ -77,6 +77,23 @@ def ratios(out: Path, students: dict[str, str]) -> dict[str, dict[str, float]]:
     return found
 
 
+def phases(out: Path) -> dict[str, dict[str, float]]:
+    """Where the jobs' time went: each stage's median and total seconds over the run's records
+    (`phase_seconds` of the job, and of its timing: perf.* stages), with the job's own seconds."""
+    found: dict[str, list[float]] = {}
+    for path in out.glob("students/*/jobs/*.json"):
+        if path.name.endswith(".infra_error.json"):
+            continue
+        record = json.loads(path.read_text())
+        found.setdefault("job (wall, in its job process)", []).append(record["seconds"])
+        for name, sec in (record.get("phase_seconds") or {}).items():
+            found.setdefault(name, []).append(sec)
+        for t in (record.get("result") or {}).get("tests", []):
+            for name, sec in (t.get("details", {}).get("phase_seconds") or {}).items():
+                found.setdefault(f"perf.{name}", []).append(sec)
+    return {k: {"median": round(statistics.median(v), 2), "total": round(sum(v), 1), "n": len(v)} for k, v in found.items()}
+
+
 def spread(values: list[float]) -> dict:
     if not values:
         return {}
@@ -126,7 +143,7 @@ def main() -> int:
         summary = json.loads((out / "summary.json").read_text())
         run = {"jobs": jobs, "rc": rc, "wall_s": round(wall, 1), "load_average": os.getloadavg(), "students_per_hour": round(len(students) / wall * 3600, 1),
                "students_per_gpu_hour": round(len(students) / (wall / 3600 * n_gpus), 1), "counts": summary["counts"],
-               "ratios": {a: spread(list(r.values())) for a, r in ratios(out, students).items()}}
+               "ratios": {a: spread(list(r.values())) for a, r in ratios(out, students).items()}, "phases": phases(out)}
         runs.append(run)
         print(f"--jobs {jobs}: {run['wall_s']} s, {run['students_per_gpu_hour']} students per GPU-hour, counts {summary['counts']}",
               flush=True)
@@ -147,6 +164,12 @@ def main() -> int:
         row = [run["jobs"], run["wall_s"], run["students_per_gpu_hour"], f"{base['wall_s'] / run['wall_s']:.2f}x", *cells,
                "n/a (no timing)" if ok is None else ("yes" if ok else "NO")]
         print("| " + " | ".join(map(str, row)) + " |")
+    print("\nWhere a job's time goes (seconds: median per job, and the total over the run)\n")
+    print("| stage | " + " | ".join(f"--jobs {r['jobs']} median | total" for r in runs) + " |")
+    print("|---|" + "---|---|" * len(runs))
+    for name in dict.fromkeys(k for r in runs for k in r["phases"]):
+        cells = [f"{r['phases'][name]['median']} | {r['phases'][name]['total']}" if name in r["phases"] else "- | -" for r in runs]
+        print(f"| {name} | " + " | ".join(cells) + " |")
     (root / "throughput.json").write_text(json.dumps(report, indent=2))
     print(f"\nfull figures: {root / 'throughput.json'}")
     return 0
