@@ -252,7 +252,11 @@ def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], work
         failure = _start(worker, spec)
         if failure:
             return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.get('message')}")
+        timeouts = 0
         for call in calls:
+            if timeouts >= MAX_CONSECUTIVE_TIMEOUTS:  # a hanging kernel: each call would wait its whole timeout
+                skipped.append(f"{call.case.name}: not run, the calls before it timed out")
+                continue
             out = output_path(workdir, f"bounds-{call.slug}.safetensors")
             try:
                 with shown_to_worker(call.input_file, workdir) as shown:
@@ -260,8 +264,11 @@ def _bounds_check(spec: Assignment, opts: Options, target: tuple[str, str], work
                                             "device": "cpu", "output": str(out)}, timeout)
             except WorkerFailure as f:
                 skipped.append(f"{call.case.name}: {f.message}")
-                _start(worker, spec)
+                timeouts = timeouts + 1 if f.outcome == "timeout" else 0
+                if timeouts < MAX_CONSECUTIVE_TIMEOUTS:
+                    _start(worker, spec)
                 continue
+            timeouts = 0
             if reply.get("kind") == "memory":
                 return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply['message']}",
                                   case=call.case.name, dtype="float32", traceback=reply.get("traceback", ""),
