@@ -8,6 +8,8 @@
 - the harness's own overhead per job: one tiny job (one call) through the job process of
   `grader grade`, beside the same call graded in-process and a bare worker start: the
   difference is what the pool adds to each job;
+- a worker's start forked by the zygote against a fresh interpreter, and eight tiny jobs
+  through one job server (what a warm pool slot costs per job);
 - the class view: the dashboard and gradebooks of a 200-student class from records on disk.
 """
 
@@ -83,6 +85,49 @@ def test_bare_worker_start(benchmark, tmp_path):
             w.close()
 
     assert benchmark.pedantic(start, rounds=3, iterations=1)["ok"]
+
+
+@pytest.mark.parametrize("start", ["forked", "fresh"])
+def test_worker_start_forked_or_fresh(benchmark, tmp_path, monkeypatch, start):
+    """A sandboxed worker's start to its first answer: forked by the zygote (its imports done
+    once per job process) against a fresh interpreter (GRADER_ZYGOTE=0, the previous way)."""
+    from grader import zygote
+    from grader.sandbox import WorkerProcess
+
+    monkeypatch.setenv("GRADER_ZYGOTE", "1" if start == "forked" else "0")
+    if start == "forked":  # the zygote's own start is paid once per job process: not in the rounds
+        WorkerProcess(tmp_path / "warm", tmp_path / "warm-scratch", interpret=True).close()
+    rounds = iter(range(100))
+
+    def one():
+        job = tmp_path / f"job{next(rounds)}"
+        w = WorkerProcess(job / "repo", job / "scratch", interpret=True)
+        try:
+            assert isinstance(w.proc, zygote.Forked) == (start == "forked")
+            return w.request({"op": "ping"}, 120)
+        finally:
+            w.close()
+
+    assert benchmark.pedantic(one, rounds=5, iterations=1)["ok"]
+
+
+def test_eight_tiny_jobs_through_one_job_server(benchmark, good, tmp_path):
+    """Eight one-call jobs in one pool slot: the job server's per-job cost once it is warm
+    (the first job pays for the interpreter, torch, the probe and the zygote)."""
+    from grader.batch import Job, read_json, record_path
+    from grader.executors import LocalExecutor, Scheduler
+
+    runs = iter(range(100))
+
+    def batch():
+        out = tmp_path / f"out{next(runs)}"
+        jobs = [Job(f"s{i}", f"s{i}", "vector_add", str(good.root), None, None, {}, str(out), 1, "cpu",
+                    cases=["n=1"], dtypes=["float32"]) for i in range(8)]
+        LocalExecutor([None]).run(Scheduler(jobs, 0, lambda *a: None))
+        return [read_json(record_path(out, j.folder, "vector_add")) for j in jobs]
+
+    records = benchmark.pedantic(batch, rounds=2, iterations=1)
+    assert all(r["status"] == "graded" and r["result"]["tests"][0]["score"] > 0 for r in records)
 
 
 def test_class_view_of_200_students(benchmark, tmp_path):
