@@ -13,6 +13,7 @@ usage error or a malformed roster, lock or course file, with one line.
 from __future__ import annotations
 
 import os
+import shutil
 import signal
 import threading
 from pathlib import Path
@@ -169,8 +170,6 @@ def grade(
     from grader.batch.run import BatchOptions, class_seed, plan_batch, run_batch
     from grader.batch.workspace import LockError, read_lock
     from grader.judge.context import ContextError, resolve
-    from grader.sandbox.isolation import SandboxError
-    from grader.sandbox.process import detect
 
     course = load_course_or_fail(course_file)
     try:
@@ -202,15 +201,14 @@ def grade(
             slots, gpu_model = [None] * (jobs or 2), "GPUs of the Ray cluster"
         else:
             slots, gpu_model = resolve_slots(ctx.device, gpus, jobs)
-        contained = detect(ctx.isolation)  # what this machine allows, once, before any job starts
+        if ctx.isolation == "docker" and shutil.which("docker") is None:  # said now, not by every job
+            raise UsageError("--isolation docker: no `docker` command on this machine (use the default, --isolation sandbox)")
         if roster is None:
             lock = read_lock(lock_file)
     except specs.UnknownAssignment as exc:
         _fail(UsageError(exc.args[0]))
-    except (UsageError, ContextError, SandboxError, LockError) as exc:
+    except (UsageError, ContextError, LockError) as exc:
         _fail(exc)
-    for warning in contained.warnings:
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if roster is not None:
         lock = fetch_class(roster, out / "workspace", deadline, org, prefix, branch, 8, course, names)
     known = {p.student for p in lock.students}
@@ -234,6 +232,7 @@ def grade(
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False) as bar:
         task = bar.add_task("grading", total=len(plan.jobs), counts="")
         counts = {"graded": 0, "infra_error": 0, "retried": 0}
+        warnings: dict[str, None] = {}  # what each job's sandbox could not do here, said once at the end
         guard = threading.Lock()
 
         def on_event(kind: str, job, record) -> None:
@@ -244,6 +243,8 @@ def grade(
                     counts["retried"] += 1
                     bar.console.print(f"  [bold blue]infra_error[/bold blue] {escape(job.label)}: {escape(record['error'])} (trying again)")
                 elif kind == "done":
+                    isolation = (record.get("environment") or {}).get("isolation") or {}
+                    warnings.update(dict.fromkeys(isolation.get("warnings") or []))
                     counts[record["status"]] += 1
                     bar.console.print("  " + _job_line(job, record))
                     bar.advance(task)
@@ -259,6 +260,8 @@ def grade(
                 signal.signal(sig, handler)
 
     _print_summary(out, lock, entry)
+    for warning in warnings:  # from the jobs' own records: what contained them (each job's probe, not a guess here)
+        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if entry.get("interrupted"):
         raise typer.Exit(130)
     if not entry["graded"] and not entry["reused"]:  # a run that graded nothing is not a success
