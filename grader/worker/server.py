@@ -1,7 +1,8 @@
 """The worker: the only place student code is imported and run. UNTRUSTED once `load` ran.
 
-Started by `grader.sandbox.process` as a fresh interpreter (`main(["RX", "TX"])`, inside the
-sandbox), it answers one request per line on a private pipe (`grader.protocol`): load modules,
+Started inside the sandbox by its backend (grader.sandbox.namespaces, docker or plain), as a
+fresh interpreter (`main(["RX", "TX"])`) or as a fork of the zygote (grader.sandbox.zygote calls
+`serve`), it answers one request per line on a private pipe (`grader.protocol`): load modules,
 run one call, time calls. Inputs and outputs travel as safetensors files; nothing it writes is unpickled.
 Every verdict is made by the judge in the grading process, never here.
 """
