@@ -191,7 +191,7 @@ class LocalExecutor:
         limit = self.job_timeout(job)
         started = time.time()
         with open(log_file, "a") as log:
-            log.write(f"\n=== {now()} attempt {job.tries} of {job.label}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n")
+            log.write(_attempt_header(job))
         proc = server[0]
         if proc is None or proc.poll() is not None:
             proc = server[0] = self._start_server(job)
@@ -237,7 +237,7 @@ class LocalExecutor:
         limit = self.job_timeout(job)
         started = time.time()
         with open(log_file, "a") as log:
-            log.write(f"\n=== {now()} attempt {job.tries} of {job.label}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n")
+            log.write(_attempt_header(job))
             log.flush()
             proc = subprocess.Popen([*self.runner, "--job", job.label, "--out", job.out], stdin=subprocess.PIPE,
                                     stdout=log, stderr=subprocess.STDOUT, env=env, start_new_session=True,
@@ -285,6 +285,11 @@ class LocalExecutor:
             t.start()
         for t in threads:
             t.join()
+
+
+def _attempt_header(job: Job) -> str:
+    """The line that opens an attempt in the job's log."""
+    return f"\n=== {now()} attempt {job.tries} of {job.label}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n"
 
 
 def _job_record(job: Job, stopping: bool, hung: bool, limit: float, code: int | None, log_file: Path,

@@ -61,12 +61,10 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     """The init (under `unshare` where namespaces work), its configuration on stdin, the worker
     its child; the init reports the worker's end on a status pipe and dies with the grader
     (its lifeline)."""
-    if zygote.usable(launch):
-        try:  # a fork of this process's zygote: the same init, view, uid and limits, no fresh interpreter
-            return zygote.start(launch, isolation, lambda channel, status_tx, lifeline_rx:
-                                _config(launch, isolation, worker_argv(*map(str, channel)), channel, status_tx, lifeline_rx))
-        except zygote.ZygoteError as exc:  # ours, not the student's: fresh interpreters from now on
-            zygote.disable(str(exc))
+    forked = zygote.try_start(launch, isolation, lambda channel, status_tx, lifeline_rx:  # the same init, view, uid, limits
+                              _config(launch, isolation, worker_argv(*map(str, channel)), channel, status_tx, lifeline_rx))
+    if forked is not None:
+        return forked
     (rx, tx), channel = pipe_pair()
     argv = launch.command or worker_argv(*map(str, channel))
     status_rx, status_tx = os.pipe()
@@ -168,6 +166,7 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
 
     # assignments/ too: every assignment's hidden.py and the course secret (a worker could print them)
     private = [course_root() / "reference", course_root() / "assignments", Path.home(), *hide]
+    private = list({str(Path(p).resolve()): p for p in private}.values())  # each folder blanked once
     scratch_dirs = {tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"}
     cover = [(str(p), "0755") for p in private if str(Path(p).resolve()) not in NEVER_COVERED]
     cover += [(d, "1777") for d in sorted(scratch_dirs) if d not in NEVER_COVERED]

@@ -19,13 +19,11 @@ def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
 
 
 def start(launch: Launch, isolation: Isolation) -> Started:
-    if zygote.usable(launch):
-        try:  # a fork of this process's zygote, with the same limits and environment
-            return zygote.start(launch, isolation, lambda channel, status_tx, lifeline_rx: (
-                {"cwd": str(launch.cwd), "env": launch.env, "limits": launch.limits.for_worker(False, launch.interpret),
-                 "pass_fds": list(channel), "status_fd": status_tx, "lifeline_fd": lifeline_rx}, None))
-        except zygote.ZygoteError as exc:  # ours, not the student's: fresh interpreters from now on
-            zygote.disable(str(exc))
+    forked = zygote.try_start(launch, isolation, lambda channel, status_tx, lifeline_rx: (  # the same limits and environment
+        {"cwd": str(launch.cwd), "env": launch.env, "limits": launch.limits.for_worker(False, launch.interpret),
+         "pass_fds": list(channel), "status_fd": status_tx, "lifeline_fd": lifeline_rx}, None))
+    if forked is not None:
+        return forked
     (rx, tx), (child_rx, child_tx) = pipe_pair()
     argv = launch.command or worker_argv(str(child_rx), str(child_tx))
     try:

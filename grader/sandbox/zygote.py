@@ -210,11 +210,25 @@ def _run_init(config: dict, probe: str | None) -> None:
 
 def run_worker(channel: list[int]) -> None:
     """What the exec'd worker's bootstrap would run."""
-    code = 0
-    try:
+
+    def serve() -> None:
         from grader.worker.server import serve as serve_worker
 
         serve_worker(int(channel[0]), int(channel[1]))
+
+    _exit_after(serve)
+
+
+def _run_probe(code: str) -> None:
+    _exit_after(lambda: exec(code, {"__name__": "__probe__"}))  # noqa: S102 - the sandbox's own probe (process.PROBE)
+
+
+def _exit_after(body: Callable[[], None]) -> None:
+    """Run `body` as an interpreter's main would end: its SystemExit's status, or a traceback on
+    stderr and status 1; output flushed, then exit without running the zygote's own cleanup."""
+    code = 0
+    try:
+        body()
     except SystemExit as exc:
         code = exc.code if isinstance(exc.code, int) else 1
     except BaseException:  # noqa: BLE001
@@ -225,20 +239,6 @@ def run_worker(channel: list[int]) -> None:
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(code)
-
-
-def _run_probe(code: str) -> None:
-    status = 0
-    try:
-        exec(code, {"__name__": "__probe__"})  # noqa: S102 - the sandbox's own probe (grader.sandbox.process.PROBE)
-    except BaseException:  # noqa: BLE001
-        import traceback
-
-        traceback.print_exc()
-        status = 1
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(status)
 
 
 def _close_others(keep: set[int]) -> None:
@@ -485,6 +485,19 @@ def start(launch: "Launch", isolation, config: Callable[[tuple[int, int], int, i
         for fd in (*channel, status_tx, lifeline_rx, out_tx):
             os.close(fd)
     return Started(Forked(z, pid, os.fdopen(out_rx, "rb")), rx, tx, status_rx, lifeline, lease)
+
+
+def try_start(launch: "Launch", isolation, config: Callable[[tuple[int, int], int, int], tuple[dict, object]]) -> "Started | None":
+    """A backend's first choice: the worker forked by the zygote (see `start`); None where it
+    cannot be (off, a test's own command) or the zygote failed, which turns it off for the rest
+    of this process (ours, not the student's): the backend then starts a fresh interpreter."""
+    if not usable(launch):
+        return None
+    try:
+        return start(launch, isolation, config)
+    except ZygoteError as exc:
+        disable(str(exc))
+        return None
 
 
 def prewarm(interpret: bool, gpu: str | None, isolation: str = "sandbox") -> None:

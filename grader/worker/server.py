@@ -133,14 +133,8 @@ class Worker:
         BLOCKS.clear()
         ops: Counter[str] = Counter()
         fn = self.functions[req.contender]
-        threads = set(threading.enumerate())
         start = time.perf_counter()
-        if req.record_ops:
-            with _OpRecorder(ops):
-                out = fn(*args.values())
-        else:
-            out = fn(*args.values())
-        _join_new_threads(threads)
+        out = _called(fn, args, ops if req.record_ops else None)
         if req.device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
@@ -199,13 +193,7 @@ class Worker:
         fn = self.functions[req.contender]
         ops: Counter[str] = Counter()
         LAUNCHES.clear()
-        threads = set(threading.enumerate())
-        if req.record_ops:
-            with _OpRecorder(ops):
-                out = fn(*args.values())
-        else:
-            out = fn(*args.values())
-        _join_new_threads(threads)
+        out = _called(fn, args, ops if req.record_ops else None)
         self.torch.cuda.synchronize()
         self.retained[(req.contender, req.key)] = out
         return CallReply(ops=sorted(ops), launches=sum(LAUNCHES.values()))
@@ -256,6 +244,19 @@ class Worker:
 
 
 THREAD_GRACE_S = 2.0
+
+
+def _called(fn, args: dict, ops: Counter | None):
+    """The student's function called on `args` (an untimed call): with `ops`, counting the aten
+    ops it dispatched; the threads it started given their grace before its result is taken."""
+    threads = set(threading.enumerate())
+    if ops is not None:
+        with _OpRecorder(ops):
+            out = fn(*args.values())
+    else:
+        out = fn(*args.values())
+    _join_new_threads(threads)
+    return out
 
 
 def _join_new_threads(before: set, grace: float = THREAD_GRACE_S) -> None:
