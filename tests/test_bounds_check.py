@@ -27,3 +27,25 @@ def test_missing_mask_fails_with_the_kernel_line(submission, tmp_path):
 def test_correct_kernel_passes_and_names_the_cases(submission, tmp_path):
     result = _check(submission, tmp_path, "good")
     assert result.outcome == "passed" and "n=127" in result.message and "strided-n=65537" in result.message
+
+
+def test_the_replay_worker_sees_no_more_than_the_gpu_worker(submission, tmp_path, monkeypatch):
+    """The interpreter replay's worker is contained like the GPU run's: the context's private
+    folders and the folders beside the submission (other students) are hidden from it too."""
+    from grader.judge import grade
+    from grader.sandbox.isolation import SandboxError
+
+    seen = []
+
+    def spy(*args, **kwargs):  # records the worker's view, then refuses to start it
+        seen.append([str(p) for p in kwargs["hide"]])
+        raise SandboxError("not started in this test")
+
+    monkeypatch.setattr(grade, "WorkerProcess", spy)
+    sub = open_submission(submission("good"))
+    sub.private_copy(tmp_path / "work" / "repo")
+    spec = specs.get("vector_add")
+    ctx = GradingContext("cuda", seed=4, hide=("/srv/course-references",))
+    result = _bounds_check(spec, ctx, sub.target(spec), tmp_path / "work", 60, hide=[sub.root.parent])
+    assert result.outcome == "skipped" and "not started in this test" in result.message
+    assert seen == [["/srv/course-references", str(sub.root.parent)]]
