@@ -81,3 +81,20 @@ def test_the_reuse_key_names_every_option_that_changes_a_grade():
     assert ctx.key() == {"device": "cpu", "cases": ["n=1"], "dtypes": None, "timeout": 9.0, "seed": 11, "isolation": "docker"}
     # where a job runs and what a report prints do not change the grade: not in the key
     assert dataclasses.replace(ctx, gpu="1", cache="/c", reproducer="x", hide=("/h",)).key() == ctx.key()
+
+
+def test_a_check_keeps_its_inputs_and_kernels_in_a_folder_no_worker_sees(tmp_path):
+    ctx = resolve("cpu", seed=9, hide=[tmp_path / "out"])
+    kept = ctx.kept_between_checks(tmp_path / "cache", 1 << 30, seed_given=False, own_uid=True)
+    assert kept.cache == str(tmp_path / "cache" / "run") and kept.cache_limit == 1 << 30
+    assert kept.kept_kernels == str(tmp_path / "cache" / "kernels")
+    assert kept.scratch_root == str(tmp_path / "cache" / "jobs")  # job folders beside it: input sets are linked
+    assert str((tmp_path / "cache").resolve()) in kept.hide and str((tmp_path / "out").resolve()) in kept.hide
+    # without --seed the performance inputs are the same every check (so they are kept); the cases are new
+    from grader.judge.context import CHECK_PERF_SEED
+
+    assert kept.performance_seed == CHECK_PERF_SEED and kept.seed == 9
+    assert ctx.kept_between_checks(tmp_path / "c", 1, seed_given=True, own_uid=True).performance_seed == 9
+    assert ctx.performance_seed == 9 and ctx.cache is None and ctx.kept_kernels is None  # a batch's: the run's seed
+    # workers of another uid cannot reach a job folder inside the grader's 0700 cache: theirs stay in the temp folder
+    assert ctx.kept_between_checks(tmp_path / "c", 1, seed_given=False, own_uid=False).scratch_root is None

@@ -2,7 +2,9 @@
 
 import os
 import stat
+from pathlib import Path
 
+import pytest
 from safetensors.torch import load_file
 
 from grader import spec as specs
@@ -66,3 +68,98 @@ def test_the_roofline_is_measured_once_per_gpu(tmp_path):
     assert other["copy_gbps"] == 3.0 and len(calls) == 2
     cache.remove()
     assert not cache.folder.exists()
+
+
+def test_a_kept_cache_trims_the_least_recently_used_input_sets_to_its_limit(tmp_path):
+    spec = specs.get("vector_add")
+    case = spec.cases[4]  # n=98432: two float32 tensors, about 0.75 MiB a set
+    one = tmp_path / "probe.safetensors"
+    RunCache(tmp_path / "sizing").perf_inputs(spec, case, "float32", 1, 0, one)
+    size = one.stat().st_size
+    cache = RunCache(tmp_path / "cache", limit=int(2.5 * size))  # room for two sets
+    for index in (0, 1):
+        cache.perf_inputs(spec, case, "float32", 7, index, tmp_path / f"a{index}.safetensors")
+    first = sorted(cache.folder.glob("inputs-*.safetensors"), key=lambda f: f.stat().st_mtime)[0]
+    past = first.stat().st_mtime - 60
+    for f in cache.folder.glob("inputs-*.safetensors"):  # set 0 used a minute ago, set 1 now
+        os.utime(f, (past, past) if f == first else None)
+    cache.perf_inputs(spec, case, "float32", 7, 0, tmp_path / "again0.safetensors")  # used again: now the newest
+    cache.perf_inputs(spec, case, "float32", 7, 2, tmp_path / "a2.safetensors")  # a third set: one must go
+    kept = set(cache.folder.glob("inputs-*.safetensors"))
+    assert len(kept) == 2 and first in kept  # set 1 (least recently used) went, set 0 (just used) stayed
+    assert cache.input_bytes() <= cache.limit
+    for f in cache.folder.glob("inputs-*.safetensors"):  # every kept set still has its layout
+        assert f.with_suffix(".layout.json").is_file()
+    # a job that linked a set keeps its file when the cache lets it go
+    assert (tmp_path / "a1.safetensors").stat().st_size == size
+    unlimited = RunCache(tmp_path / "batch")  # a batch's cache keeps everything for its one run
+    for index in range(3):
+        unlimited.perf_inputs(spec, case, "float32", 7, index, tmp_path / f"b{index}.safetensors")
+    assert len(list(unlimited.folder.glob("inputs-*.safetensors"))) == 3 and unlimited.trim() == []
+
+
+def test_where_a_check_keeps_its_cache_and_how_to_turn_it_off(tmp_path, monkeypatch):
+    monkeypatch.delenv("GRADER_CACHE_DIR", raising=False)
+    monkeypatch.delenv("GRADER_CACHE_GB", raising=False)
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    assert runcache.check_cache_folder() == tmp_path / "xdg" / "grader"
+    assert runcache.check_cache_limit() == int(runcache.DEFAULT_CHECK_CACHE_GB * (1 << 30))
+    monkeypatch.setenv("GRADER_CACHE_DIR", str(tmp_path / "mine"))
+    monkeypatch.setenv("GRADER_CACHE_GB", "1.5")
+    assert runcache.check_cache_folder() == tmp_path / "mine" and runcache.check_cache_limit() == 3 << 29
+    monkeypatch.setenv("GRADER_CACHE_GB", "0")
+    assert runcache.check_cache_folder() is None
+    monkeypatch.setenv("GRADER_CACHE_GB", "lots")
+    with pytest.raises(runcache.CacheSettingError, match="GRADER_CACHE_GB='lots' is not a number of GiB"):
+        runcache.check_cache_folder()
+
+
+def _entry(folder: Path, name: str, files: dict[str, bytes]) -> Path:
+    entry = folder / name
+    entry.mkdir(parents=True)
+    for f, data in files.items():
+        (entry / f).write_bytes(data)
+    return entry
+
+
+def test_a_students_compiled_kernels_go_back_and_forth_as_plain_files_only(tmp_path):
+    keep = runcache.TritonKeep(tmp_path / "kept", limit=1 << 20)
+    worker = tmp_path / "worker1" / "triton-cache"
+    _entry(worker, "HASHA", {"k.cubin": b"\x7fELF" + b"0" * 100, "k.json": b"{}"})
+    secret = tmp_path / "grader-secret.txt"
+    secret.write_text("the fresh input set")
+    planted = worker / "HASHB"
+    planted.mkdir()
+    (planted / "k.cubin").symlink_to(secret)  # a worker that plants a link to the grader's files
+    (worker / "HASHC").symlink_to(tmp_path)  # or links a whole entry
+    _entry(worker, "HASHD", {"big.bin": b"x" * (runcache.TritonKeep.ENTRY_LIMIT + 1)})
+    assert keep.keep(worker) == 1
+    assert sorted(p.name for p in keep.folder.iterdir()) == ["HASHA"]
+    assert (keep.folder / "HASHA" / "k.cubin").read_bytes().startswith(b"\x7fELF")
+    assert stat.S_IMODE(os.stat(keep.folder).st_mode) == 0o700
+
+    second = tmp_path / "worker2" / "triton-cache"
+    keep.seed(second)  # the next check's worker starts with what the first compiled
+    assert (second / "HASHA" / "k.json").read_bytes() == b"{}"
+    _entry(second, "HASHE", {"k.cubin": b"1" * 600_000})
+    _entry(second, "HASHF", {"k.cubin": b"2" * 600_000})
+    os.utime(keep.folder / "HASHA", (1, 1))  # the oldest
+    assert keep.keep(second) == 2
+    kept = {p.name for p in keep.folder.iterdir()}
+    assert "HASHA" not in kept and len(kept) == 1  # over 1 MiB: the oldest went first, then the next
+    assert runcache.TritonKeep(tmp_path / "none").keep(tmp_path / "missing") == 0
+
+
+def test_input_sets_are_made_side_by_side_only_as_far_as_memory_allows(monkeypatch):
+    from grader.judge import perf
+
+    pages = {"SC_PAGE_SIZE": 4096, "SC_AVPHYS_PAGES": (48 << 30) // 4096}  # 48 GiB free
+    monkeypatch.setattr(perf.os, "sysconf", lambda name: pages[name])
+    monkeypatch.setattr(perf.os, "cpu_count", lambda: 16)
+    assert perf.parallel_sets(3, 2 << 30) == 3  # vector_add's 2 GiB sets: 6 GiB each while made, 24 GiB to spend
+    assert perf.parallel_sets(3, 5 << 30) == 1  # one at a time when memory is short
+    pages["SC_AVPHYS_PAGES"] = 0
+    assert perf.parallel_sets(3, 1) == 1  # never none
+    monkeypatch.setattr(perf.os, "cpu_count", lambda: 2)
+    pages["SC_AVPHYS_PAGES"] = (48 << 30) // 4096
+    assert perf.parallel_sets(3, 1 << 20) == 2  # a core each

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from conftest import FIXTURES, assert_nothing_left, run_cli
+from conftest import FIXTURES, REPO_ROOT, assert_nothing_left, run_cli
 from grader import spec as specs
 from grader.protocol import Contender, Load, Run
 from grader.sandbox import docker, files, launch, namespaces, process, uids
@@ -432,3 +432,43 @@ def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch
         assert fallback.mode == "none" and "no sandbox can start here (the init failed" in fallback.warnings[0]
     finally:
         process.detect.cache_clear()
+
+
+@pytest.mark.parametrize("hidden", [True, False])
+def test_a_checks_kept_cache_is_hidden_though_its_job_folder_lies_inside_it(tmp_path, hidden):
+    """grader check keeps the next check's input sets (the fresh one too) in a folder beside its
+    job folders; the worker sees its own job, not the cache. The folder lies where workers can
+    otherwise read (the course's checkout, not the temp folder every worker gets blank), so the
+    unhidden run shows the test could fail."""
+    cache = REPO_ROOT / f".test-cache-{os.getpid()}-{hidden}"
+    try:
+        _kept_cache_visible(cache, hidden)
+    finally:
+        shutil.rmtree(cache, ignore_errors=True)
+
+
+def _kept_cache_visible(cache: Path, hidden: bool) -> None:
+    (cache / "run").mkdir(parents=True)
+    for folder in (cache, cache / "run"):
+        folder.chmod(0o755)  # readable by any uid but for the view
+    (cache / "run" / "inputs-fresh.safetensors").write_text("the fresh set")
+    (cache / "run" / "inputs-fresh.safetensors").chmod(0o644)
+    job = cache / "jobs" / "grader-x" / "vector_add"
+    repo = job / "repo"
+    repo.mkdir(parents=True)
+    (repo / "mod.py").write_text(textwrap.dedent(f"""
+        import os
+        for what, path in (("own", "mod.py"), ("cache", {str(cache / 'run' / 'inputs-fresh.safetensors')!r})):
+            try:
+                open(path).read(); print(what, "yes")
+            except OSError as exc:
+                print(what, "no", exc.strerror)
+        """))
+    worker = WorkerProcess(repo, job / "scratch", interpret=True, command=[sys.executable, "mod.py"], hide=[cache] if hidden else [])
+    try:
+        worker.proc.wait(timeout=60)
+        text = worker.output.text()
+    finally:
+        worker.close()
+    assert "own yes" in text, text
+    assert ("cache no" if hidden else "cache yes") in text, text

@@ -21,6 +21,9 @@ from grader.judge.plan import PlannedCall, plan_calls
 from grader.sandbox.backend import ISOLATION_MODES
 
 
+CHECK_PERF_SEED = 20260101  # a check's performance inputs without --seed: the same every run, so they are kept
+
+
 class ContextError(ValueError):
     """An option that cannot be graded with: said in one line, before anything runs."""
 
@@ -37,7 +40,12 @@ class GradingContext:
     hide: tuple[str, ...] = ()  # more folders no worker may see (the output folder, the references)
     reference_dir: str | None = None  # the private reference kernels (None: the course's reference/)
     gpu: str | None = None  # CUDA_VISIBLE_DEVICES for the workers (a batch's pool slot sets it)
-    cache: str | None = None  # a batch's shared run cache folder (grader.judge.runcache); None: none
+    cache: str | None = None  # the run cache folder (grader.judge.runcache): a batch's, or a check's kept one
+    cache_limit: int | None = None  # bytes of input sets that cache keeps, least recently used out (a check's)
+    perf_seed: int | None = None  # the performance input sets' seed (None: `seed`); a check's is fixed, so kept
+    scratch_root: str | None = None  # where a grade's job folders go (None: the system's temp): a check puts
+    #                                  them beside its kept cache, on one file system, so input sets are linked
+    kept_kernels: str | None = None  # a check only: the student's compiled kernels kept between runs
     reproducer: str = "grader check ."  # the command a failure's one-line reproducer starts with
     partial_points: bool = False  # with cases/dtypes: each case earns its share of the full run
     perf_reps: int = 30  # timed calls per contender per round (rounds: see grader.judge.perf)
@@ -69,6 +77,21 @@ class GradingContext:
 
     def reference_module(self, spec: Assignment) -> Path:
         return spec.reference_module(Path(self.reference_dir) if self.reference_dir else None)
+
+    @property
+    def performance_seed(self) -> int:
+        return self.seed if self.perf_seed is None else self.perf_seed
+
+    def kept_between_checks(self, folder: Path, limit: int, seed_given: bool, own_uid: bool) -> "GradingContext":
+        """This check with what the next check on this machine reuses kept in `folder`
+        (grader.judge.runcache.check_cache_folder): the performance input sets of a fixed seed
+        (the run's, when --seed was given), the roofline, the reference's and the student's
+        compiled kernels. The folder is hidden from every worker. `own_uid`: workers run as
+        this user, so their job folders can live beside the cache and be linked into."""
+        folder = Path(folder)
+        return replace(self, cache=str(folder / "run"), cache_limit=limit, perf_seed=self.seed if seed_given else CHECK_PERF_SEED,
+                       scratch_root=str(folder / "jobs") if own_uid else None, kept_kernels=str(folder / "kernels"),
+                       hide=tuple(dict.fromkeys((*self.hide, str(folder.resolve())))))
 
     def for_slot(self, gpu: str | None, cache: str | None = None) -> "GradingContext":
         """The same context on one pool slot's GPU, with the batch's run cache."""

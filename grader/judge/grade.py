@@ -25,6 +25,7 @@ from grader.judge.feedback import headline
 from grader.judge.integrity import scan_submission, summary as scan_summary
 from grader.judge.verdict import judge_call, judge_runs
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
+from grader.judge.runcache import TritonKeep
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, RunResult, Severity, TestResult, cents
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker
 from grader.sandbox.isolation import SandboxError
@@ -46,7 +47,9 @@ def grade_submission(sub: Submission, specs: list[Assignment], ctx: GradingConte
     run = RunResult(str(sub.root), ctx.seed, environment.describe(ctx.device, detect(ctx.isolation).describe()),
                     commit=sub.commit())
     roofline = None  # measured by the first timing of the run, then shared by the others
-    with tempfile.TemporaryDirectory(prefix="grader-") as tmp:
+    if ctx.scratch_root:
+        Path(ctx.scratch_root).mkdir(parents=True, exist_ok=True)
+    with tempfile.TemporaryDirectory(prefix="grader-", dir=ctx.scratch_root) as tmp:
         for spec in specs:
             result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, progress, roofline)
             run.assignments.append(result)
@@ -77,13 +80,18 @@ class StudentWorker:
         self.hide = [*map(Path, ctx.hide), *hide]  # the submission's folder and its neighbours (other students)
         self.process: WorkerProcess | None = None
         self.starts = 0
+        # a check keeps the student's compiled kernels between runs (on a GPU: the interpreter compiles nothing)
+        self.kept = TritonKeep(Path(ctx.kept_kernels)) if ctx.kept_kernels and not ctx.interpret else None
 
     def start(self) -> Ok | Failure:
         """Start and import; returns the worker's reply (ok, or the student's error)."""
         self.close()
         self.starts += 1
+        scratch = self.scratch / f"worker-{self.starts}"
+        if self.kept is not None:  # what earlier checks compiled of this student's kernels
+            self.kept.seed(scratch / "triton-cache")
         try:  # our own start (sandbox, Python, torch, Triton) is not the student's import time, nor their fault
-            self.process = WorkerProcess(self.repo, self.scratch / f"worker-{self.starts}", self.ctx.interpret, self.ctx.gpu,
+            self.process = WorkerProcess(self.repo, scratch, self.ctx.interpret, self.ctx.gpu,
                                          isolation=self.ctx.isolation, writable=[self.repo.parent / "outputs"],
                                          hide=self.hide, job=self.repo.parent)
             self.process.request(Ping(), WORKER_START_TIMEOUT)
@@ -107,6 +115,8 @@ class StudentWorker:
         if self.process is not None:
             self.process.close()
             self.process = None
+            if self.kept is not None:
+                self.kept.keep(self.scratch / f"worker-{self.starts}" / "triton-cache")
 
 
 def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, workdir: Path, progress: Progress | None = None,

@@ -26,6 +26,7 @@ import os
 import random
 import statistics
 import time
+from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -165,7 +166,7 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
     # student's worker writes (a planted module, a poisoned Triton cache) reaches it
     trusted_dir = workdir.parent / f"{spec.name}.trusted"
     # started first: it imports torch and Triton while the input sets are written
-    cache = RunCache(Path(ctx.cache)) if ctx.cache else None
+    cache = RunCache(Path(ctx.cache), ctx.cache_limit) if ctx.cache else None
     trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=ctx.gpu, isolation="none",
                             triton_cache=cache.trusted_triton_cache if cache is not None else None)
     contenders = {"torch": Contender(str(spec.folder), "spec.py", "baseline")}
@@ -182,16 +183,24 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
         folder.mkdir(parents=True, exist_ok=True)
         hidden = workdir.parent / f"{spec.name}.perf"  # outside its view until shown
         hidden.mkdir(parents=True, exist_ok=True)
-        files, layout = [], {}
         shareable = worker_cannot_write(student.process.isolation)  # else each job gets its own copy
-        for i in range(ctx.perf_input_sets + 1):  # the last set is the fresh one, shown only after timing
+
+        def make(i: int) -> tuple[Path, dict]:
             path = (folder if i < ctx.perf_input_sets else hidden) / f"set{i}.safetensors"
             if cache is not None:  # made once per run, for every student graded with this seed
-                layout = cache.perf_inputs(spec, perf.case, perf.dtype, ctx.seed, i, path, link=shareable)
+                layout = cache.perf_inputs(spec, perf.case, perf.dtype, ctx.performance_seed, i, path, link=shareable)
             else:
-                layout = write_perf_set(spec, perf.case, perf.dtype, ctx.seed, i, path)
+                layout = write_perf_set(spec, perf.case, perf.dtype, ctx.performance_seed, i, path)
             os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
-            files.append(path)
+            return path, layout
+
+        # the first set alone, then the others at once, as many as memory holds: random numbers
+        # and writes of GBs, in threads (torch and the writes release the GIL); the last set is
+        # the fresh one, shown only after timing
+        made = [make(0)]
+        with ThreadPoolExecutor(max_workers=parallel_sets(ctx.perf_input_sets, made[0][0].stat().st_size)) as pool:
+            made += pool.map(make, range(1, ctx.perf_input_sets + 1))
+        files, layout = [p for p, _ in made], made[-1][1]
         timed_files, fresh_file = [str(f) for f in files[:-1]], files[-1]
         phase("inputs")
         # inputs made and the trusted side loaded before the GPU is taken: another job's
@@ -232,6 +241,16 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
     verdict.details["phase_seconds"] = phases
     verdict.details["roofline"] = roofline
     return verdict
+
+
+def parallel_sets(count: int, set_bytes: int) -> int:
+    """How many input sets to make at once: one per core, each needing about three times its
+    size in memory while made and written, within half of the memory free now."""
+    try:
+        free = os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
+    except (ValueError, OSError):
+        free = 0
+    return max(1, min(count, os.cpu_count() or 1, free // 2 // max(1, 3 * set_bytes)))
 
 
 def _conduct(t: Timings, timed_calls: int) -> list[Finding]:

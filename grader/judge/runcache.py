@@ -18,6 +18,13 @@ outside the timed loops. Kept here:
 The folder is the grader's, mode 0700, never inside a job folder, so no worker sees the
 fresh input set of a later student or the hidden ones. Several job processes may fill it at
 once: each entry is made under its own flock and published by a rename.
+
+`grader check` keeps one between runs on the student's machine (`check_cache_folder`): the
+input sets of its fixed performance seed, the roofline and the reference's kernels, so a
+second check skips what the first one built. Its input sets are trimmed to a size
+(GRADER_CACHE_GB, least recently used first); the student's own compiled kernels are kept
+beside it (`TritonKeep`), copied into each worker's private cache and back, never shared with
+anyone else's worker. A class batch never uses either: its cache lives for one run.
 """
 
 from __future__ import annotations
@@ -26,6 +33,7 @@ import fcntl
 import json
 import os
 import shutil
+import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -42,11 +50,40 @@ def write_perf_set(spec: Assignment, case: Case, dtype: str, seed: int, index: i
     return write_inputs(make_inputs(spec, case, dtype, derive_seed(seed, "perf", str(index))), path)
 
 
+DEFAULT_CHECK_CACHE_GB = 24.0  # vector_add's five scoring-size sets are 10 GiB; all eight assignments' about 21
+
+
+class CacheSettingError(ValueError):
+    """GRADER_CACHE_GB is not a number: said in one line before anything runs."""
+
+
+def check_cache_limit() -> int:
+    """Bytes of input sets `grader check` may keep between runs (GRADER_CACHE_GB; 0: none)."""
+    raw = os.environ.get("GRADER_CACHE_GB", "").strip()
+    try:
+        gb = float(raw) if raw else DEFAULT_CHECK_CACHE_GB
+    except ValueError:
+        raise CacheSettingError(f"GRADER_CACHE_GB={raw!r} is not a number of GiB (0 keeps nothing between checks)") from None
+    return max(0, int(gb * (1 << 30)))
+
+
+def check_cache_folder() -> Path | None:
+    """Where `grader check` keeps what the next check on this machine reuses: GRADER_CACHE_DIR,
+    else $XDG_CACHE_HOME/grader, else ~/.cache/grader; None when GRADER_CACHE_GB is 0."""
+    if check_cache_limit() == 0:
+        return None
+    explicit = os.environ.get("GRADER_CACHE_DIR")
+    base = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "grader"
+    return Path(explicit) if explicit else base
+
+
 class RunCache:
-    def __init__(self, folder: Path) -> None:
+    def __init__(self, folder: Path, limit: int | None = None) -> None:
+        """`limit`: bytes of input sets kept (least recently used go first); None: no limit."""
         self.folder = Path(folder)
         self.folder.mkdir(parents=True, exist_ok=True)
         os.chmod(self.folder, 0o700)
+        self.limit = limit
 
     @classmethod
     def temporary(cls) -> "RunCache":
@@ -73,13 +110,54 @@ class RunCache:
         name = f"inputs-{spec.name}-{key}"
         with self._entry(name) as path:
             data, layout_file = path.with_suffix(".safetensors"), path.with_suffix(".layout.json")
-            if not (data.is_file() and layout_file.is_file()):
+            made = not (data.is_file() and layout_file.is_file())
+            if made:
                 tmp = data.with_name(f".{data.name}.tmp")
                 layout = write_perf_set(spec, case, dtype, seed, index, tmp)
                 os.replace(tmp, data)
                 layout_file.write_text(json.dumps(layout))
+            else:
+                os.utime(data)  # used now: the last to be trimmed
             place(data, dest, link)
-            return json.loads(layout_file.read_text())
+            layout = json.loads(layout_file.read_text())
+        if made and self.limit is not None:
+            self.trim(keep=data)
+        return layout
+
+    def input_bytes(self) -> int:
+        return sum(f.stat().st_size for f in self.folder.glob("inputs-*.safetensors"))
+
+    def trim(self, keep: Path | None = None) -> list[Path]:
+        """Remove the least recently used input sets until they fit the limit (never `keep`, nor
+        one another process holds); returns what was removed. Files already linked into a job
+        folder stay there until that job ends."""
+        if self.limit is None:
+            return []
+        entries = sorted(self.folder.glob("inputs-*.safetensors"), key=lambda f: f.stat().st_mtime)
+        total = sum(f.stat().st_size for f in entries)
+        removed = []
+        for data in entries:
+            if total <= self.limit:
+                break
+            if keep is not None and data == keep:
+                continue
+            fd = os.open(self.folder / f".{data.stem}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:  # another check is placing it right now
+                os.close(fd)
+                continue
+            try:
+                size = data.stat().st_size
+                data.unlink()
+                data.with_suffix(".layout.json").unlink(missing_ok=True)
+                total -= size
+                removed.append(data)
+            except FileNotFoundError:
+                pass
+            finally:
+                os.close(fd)
+        return removed
 
     def roofline(self, gpu: str, measure: Callable[[], dict]) -> dict:
         """GPU `gpu`'s roofline (devicelock.device_id), measured once for the run (under the
@@ -97,3 +175,89 @@ class RunCache:
         path = self.folder / "triton-trusted"
         path.mkdir(exist_ok=True)
         return path
+
+
+class TritonKeep:
+    """The student's own compiled kernels, kept between `grader check` runs on their machine.
+
+    A worker compiles into its private Triton cache (its scratch folder). Before it starts,
+    what earlier checks compiled is copied in; after it ends, what it added is copied back:
+    only regular files, read without following links, at most `limit` bytes kept (oldest
+    first out). Triton finds an entry by the hash of the kernel's source and settings, so a
+    changed kernel compiles anew. Only `grader check` keeps one: a class batch never carries
+    one student's files into another's worker."""
+
+    ENTRY_LIMIT = 64 << 20  # one kernel's compiled files; more is not a Triton cache entry
+
+    def __init__(self, folder: Path, limit: int = 512 << 20) -> None:
+        self.folder = Path(folder)
+        self.limit = limit
+
+    def seed(self, dest: Path) -> None:
+        """Copy every kept kernel into a worker's (not yet started) Triton cache folder."""
+        if not self.folder.is_dir():
+            return
+        dest.mkdir(parents=True, exist_ok=True)
+        for entry in self.folder.iterdir():
+            if entry.is_dir() and not entry.is_symlink() and not (dest / entry.name).exists():
+                shutil.copytree(entry, dest / entry.name, symlinks=True)
+
+    def keep(self, source: Path) -> int:
+        """Copy back the entries a finished worker added; returns how many were kept."""
+        try:
+            names = [e for e in os.scandir(source) if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            return 0
+        self.folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(self.folder, 0o700)
+        kept = 0
+        for entry in names:
+            target = self.folder / entry.name
+            if target.exists() or entry.name.startswith("."):
+                continue
+            files = _regular_files(Path(entry.path), self.ENTRY_LIMIT)
+            if not files:
+                continue
+            tmp = Path(tempfile.mkdtemp(prefix=".keep-", dir=self.folder))
+            try:
+                for name, data in files.items():
+                    (tmp / name).write_bytes(data)
+                os.replace(tmp, target)
+                kept += 1
+            except OSError:
+                shutil.rmtree(tmp, ignore_errors=True)
+        self._trim()
+        return kept
+
+    def _trim(self) -> None:
+        entries = [(e.stat().st_mtime, e) for e in self.folder.iterdir() if e.is_dir() and not e.name.startswith(".")]
+        sizes = {e: sum(f.stat().st_size for f in e.iterdir()) for _, e in entries}
+        total = sum(sizes.values())
+        for _, e in sorted(entries, key=lambda x: x[0]):
+            if total <= self.limit:
+                break
+            shutil.rmtree(e, ignore_errors=True)
+            total -= sizes[e]
+
+
+def _regular_files(folder: Path, limit: int) -> dict[str, bytes]:
+    """The plain files directly in a worker-written folder (no links, no subfolders followed);
+    {} when any is not plain, or together they are over `limit`."""
+    files, total = {}, 0
+    try:
+        for name in os.listdir(folder):
+            fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
+            try:
+                info = os.fstat(fd)
+                if not stat.S_ISREG(info.st_mode):
+                    return {}
+                total += info.st_size
+                if total > limit:
+                    return {}
+                with os.fdopen(os.dup(fd), "rb") as f:
+                    files[name] = f.read(limit + 1)
+            finally:
+                os.close(fd)
+    except OSError:  # a link (O_NOFOLLOW), a folder, a file gone meanwhile
+        return {}
+    return files
