@@ -5,8 +5,10 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import atexit
 import subprocess
 import sys
+import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -15,6 +17,13 @@ import pytest
 
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO_ROOT = Path(__file__).parent.parent
+
+# what `grader check` keeps between runs goes to this test session's own folder, and no warm
+# zygote outlives a command (the tests of both turn them on where they test them)
+_KEPT = tempfile.mkdtemp(prefix="grader-test-kept-")
+atexit.register(shutil.rmtree, _KEPT, True)
+os.environ.setdefault("GRADER_CACHE_DIR", _KEPT)
+os.environ.setdefault("GRADER_WARM_SECONDS", "0")
 
 
 def has_gpu() -> bool:

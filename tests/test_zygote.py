@@ -156,3 +156,152 @@ def _alive(pid: int) -> bool:
             return f.read().rsplit(")", 1)[1].split()[0] != "Z"
     except FileNotFoundError:
         return False
+
+
+# -- the warm zygote of `grader check`, which outlives one command ------------------------------
+
+WARM_COMMAND = textwrap.dedent("""
+    import json, os, socket, struct, sys, time
+    sys.path.insert(0, {parent!r})
+    from pathlib import Path
+    from grader.sandbox import zygote
+    from grader.sandbox.process import WorkerProcess
+    from grader.protocol import Ping
+    zygote.keep_warm(Path({folder!r}), {idle!r})
+    job = Path({job!r})
+    began = time.monotonic()
+    w = WorkerProcess(job / "repo", job / "scratch", interpret=True)
+    w.request(Ping(), 300)
+    z = w.proc.zygote
+    peer = struct.unpack("3i", z.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
+    print(json.dumps({{"started_here": z.started_here, "zygote": peer, "worker": w.proc.pid,
+                      "seconds": time.monotonic() - began}}), flush=True)
+    if {hold!r}:
+        time.sleep(600)
+    w.close()
+""")
+
+
+def _warm_command(folder: Path, job: Path, idle: float = 30, hold: bool = False) -> subprocess.Popen:
+    code = WARM_COMMAND.format(parent=PACKAGE_PARENT, folder=str(folder), idle=idle, job=str(job), hold=hold)
+    return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def _kill_warm(folder: Path) -> None:
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            if str(folder).encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                os.kill(int(pid), 9)
+        except OSError:
+            pass
+
+
+@needs_namespaces
+def test_a_warm_zygote_serves_the_next_command_and_ends_when_idle(tmp_path):
+    folder = tmp_path / "kept" / "warm"
+    try:
+        seen = []
+        for n in range(2):  # two commands, one after the other
+            proc = _warm_command(folder, tmp_path / f"job{n}", idle=4)
+            out, _ = proc.communicate(timeout=300)
+            assert proc.returncode == 0
+            seen.append(json.loads(out))
+        first, second = seen
+        assert first["started_here"] and not second["started_here"]
+        assert first["zygote"] == second["zygote"] and _alive(first["zygote"])  # the same zygote, still there
+        assert not _alive(first["worker"]) and not _alive(second["worker"])  # each worker ended with its command
+        assert oct(folder.stat().st_mode & 0o777) == "0o700"  # the socket's folder is this user's alone
+        deadline = time.monotonic() + 30
+        while _alive(first["zygote"]) and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert not _alive(first["zygote"])  # idle for 4 s: gone, and its socket and home with it
+        assert not list(folder.glob("*.sock")) and not list(folder.glob("*.home-*"))
+        third = _warm_command(folder, tmp_path / "job2", idle=4)  # the next command starts a new one
+        out, _ = third.communicate(timeout=300)
+        assert json.loads(out)["started_here"]
+    finally:
+        _kill_warm(folder)
+
+
+@needs_namespaces
+def test_a_command_killed_takes_its_workers_but_not_the_warm_zygote(tmp_path):
+    folder = tmp_path / "kept" / "warm"
+    try:
+        holder = _warm_command(folder, tmp_path / "job0", hold=True)
+        facts = json.loads(holder.stdout.readline())
+        assert _alive(facts["worker"])
+        holder.kill()  # SIGKILL: no cleanup in the command
+        holder.wait()
+        deadline = time.monotonic() + 30
+        while _alive(facts["worker"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(facts["worker"]) and _alive(facts["zygote"])
+        nxt = _warm_command(folder, tmp_path / "job1")
+        out, _ = nxt.communicate(timeout=300)
+        assert json.loads(out)["zygote"] == facts["zygote"]  # still serving the next command
+    finally:
+        _kill_warm(folder)
+
+
+@needs_namespaces
+def test_a_warm_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monkeypatch):
+    fresh = _facts(tmp_path, "jobQQfresh", monkeypatch, forked=False)
+    monkeypatch.setattr(zygote, "_ZYGOTES", {})
+    monkeypatch.setattr(zygote, "_WARM", [])
+    zygote.keep_warm(tmp_path / "kept" / "warm", 30)
+    try:
+        warm = _facts(tmp_path, "jobQQwarm", monkeypatch, forked=True)
+    finally:
+        zygote.close_all()
+        _kill_warm(tmp_path / "kept" / "warm")
+    assert warm["processes"] == [1, warm["pid"]] and not [f for f in warm["fds"] if f == "socket"]
+    for key in fresh:
+        if key not in ("ns", "pid", "processes", "ids"):
+            assert warm[key] == fresh[key], key
+
+
+def test_the_warm_zygote_is_new_when_the_grader_or_its_environment_changes(tmp_path, monkeypatch):
+    import shutil
+
+    from grader.sandbox import launch
+
+    copy = tmp_path / "pkg"
+    shutil.copytree(Path(PACKAGE_PARENT) / "grader", copy / "grader", ignore=shutil.ignore_patterns("__pycache__"))
+    monkeypatch.setattr(launch, "PACKAGE_PARENT", str(copy))
+    env = {"PATH": "/usr/bin", "TRITON_INTERPRET": "1"}
+    before = zygote.warm_name(env)
+    assert zygote.warm_name(env) == before
+    assert zygote.warm_name(dict(env, CUDA_VISIBLE_DEVICES="1")) != before
+    worker = copy / "grader" / "worker" / "server.py"
+    worker.write_text(worker.read_text() + "\n# changed\n")
+    assert zygote.warm_name(env) != before  # a worker forked from the old code would speak the old protocol
+
+
+def test_how_long_a_warm_zygote_waits(monkeypatch):
+    for var in ("GRADER_WARM_SECONDS", "CI", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(var, raising=False)
+    assert zygote.warm_seconds() == 600
+    monkeypatch.setenv("GITHUB_ACTIONS", "true")
+    assert zygote.warm_seconds() == 0  # a CI job is one command on a fresh machine: nothing lingers
+    monkeypatch.setenv("GRADER_WARM_SECONDS", "90")
+    assert zygote.warm_seconds() == 90
+    monkeypatch.setenv("GRADER_WARM_SECONDS", "soon")
+    assert zygote.warm_seconds() == 0
+
+
+def test_a_job_process_closing_its_zygote_ends_it_at_once(tmp_path, monkeypatch):
+    """The zygote must see its socket close: closing the descriptor alone (our reader thread
+    blocked in recv on it) kept the socket open, and every command waited 5 s for its zygote to
+    end, then killed it."""
+    monkeypatch.setenv("GRADER_ZYGOTE", "1")
+    monkeypatch.setattr(zygote, "_ZYGOTES", {})
+    monkeypatch.setattr(zygote, "_WARM", [])
+    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True)
+    try:
+        assert worker.request(Ping(), 120) == Ok()
+        z = worker.proc.zygote
+    finally:
+        worker.close()
+    began = time.monotonic()
+    zygote.close_all()
+    assert time.monotonic() - began < 3 and z.proc.returncode == 0  # it ended by itself, not killed after 5 s

@@ -82,6 +82,7 @@ def check(
     from grader.judge.grade import count_steps, grade_submission
     from grader.judge.runcache import CacheSettingError, check_cache_folder, check_cache_limit
     from grader.sandbox.isolation import SandboxError
+    from grader.sandbox import zygote
     from grader.sandbox.process import detect
 
     json_file = json_file or OUTPUT_DIR / "results.json"
@@ -90,15 +91,18 @@ def check(
         sub = open_submission(repo)
         chosen = select_assignments(sub, assignment)
         base = f"grader check {shlex.quote(str(repo))}" + ("" if device == "auto" else f" --device {device}")
-        ctx = resolve(device, seed, case, dtype, timeout, isolation, hide=[json_file.resolve().parent, html_dir.resolve()],
+        keep = usable_cache(check_cache_folder())  # what the next check on this machine reuses
+        ctx = resolve(device, seed, case, dtype, timeout, isolation,
+                      hide=[json_file.resolve().parent, html_dir.resolve(), *([keep] if keep else [])],
                       reproducer=base, partial_points=True)
         if case and not any(ctx.calls(s) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
         if ci not in (None, "github", "none"):
             raise UsageError(f"--ci must be github or none, not {ci!r}")
+        if keep is not None:  # workers forked at once by a zygote that outlives this command
+            zygote.keep_warm(keep / "warm", zygote.warm_seconds())
         contained = detect(ctx.isolation)
-        keep = usable_cache(check_cache_folder()) if ctx.device == "cuda" else None  # the interpreter times nothing
-        if keep is not None:  # the next check on this machine reuses what this one builds
+        if keep is not None and ctx.device == "cuda":  # input sets and kernels: the interpreter times and compiles nothing
             ctx = ctx.kept_between_checks(keep, check_cache_limit(), seed is not None, own_uid=not contained.user_switch)
     except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
@@ -126,9 +130,13 @@ def check(
     print_summary(run)
     kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if html_dir.resolve() == OUTPUT_DIR.resolve() else ""
     console.print(f"\nresults: {json_file}   report: {html}{kept}")
-    if ctx.cache:
-        console.print(f"[dim]kept for the next check: the performance inputs and compiled kernels in {Path(ctx.cache).parent} "
-                      f"(at most {ctx.cache_limit / (1 << 30):g} GiB of inputs; GRADER_CACHE_GB=0 keeps none)[/dim]")
+    if keep is not None:
+        kept = ["the performance inputs and compiled kernels"] if ctx.cache else []
+        if zygote.warm_seconds() > 0:
+            kept.append(f"a warm worker start for {zygote.warm_seconds():g} s")
+        if kept:
+            console.print(f"[dim]kept for the next check: {' and '.join(kept)}, in {keep} "
+                          f"(GRADER_CACHE_GB=0 keeps nothing)[/dim]")
     from grader.kit import github
 
     if github.enabled(ci):

@@ -63,6 +63,8 @@ PRELOAD = ("import numpy, safetensors.torch, torch, triton, grader.worker.server
            "if torch.cuda.is_initialized():\n"
            "    raise SystemExit('a zygote must not hold a CUDA context')\n")
 BOOT = "import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
+WARM_BOOT = ("import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote import serve_warm; "
+             "serve_warm(sys.argv[1], float(sys.argv[2]))")
 
 
 class ZygoteError(OSError):
@@ -88,23 +90,66 @@ def disable(why: str) -> None:
 # -- the zygote process ----------------------------------------------------------------------------
 
 def serve(fd: int, parent: int) -> None:
-    """The zygote's loop: fork a worker per request, report each one's end."""
+    """The zygote of one job process: fork a worker per request, report each one's end; gone
+    with that process (its socket's end, or PR_SET_PDEATHSIG)."""
     from grader.sandbox.init import prctl
 
     prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG: gone with the job process that started it
     if os.getppid() != parent:  # it died before the line above
         os._exit(1)
     exec(PRELOAD, {"os": os})  # noqa: S102 - our own constant: the modules every worker needs
-    sock = socket.socket(fileno=fd)
+    _loop([socket.socket(fileno=fd)])
+
+
+def serve_warm(path: str, idle: float) -> None:
+    """A zygote that outlives the `grader check` that started it, so the next check forks its
+    workers at once: it listens at `path` (a socket in the check's cache folder: 0700, hidden
+    from every worker), serves each connecting grader process of this user as the private
+    zygote serves its one, kills what a client forked when that client goes, and ends after
+    `idle` seconds without a client. It is published (the socket renamed into place) only
+    once its imports are done."""
+    exec(PRELOAD, {"os": os})  # noqa: S102 - our own constant: the modules every worker needs
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    tmp = f"{path}.{os.getpid()}.tmp"
+    _at(tmp, listener.bind)
+    listener.listen(16)
+    os.replace(tmp, path)
+    published = os.stat(path).st_ino
+    try:
+        _loop([], listener, idle)
+    finally:
+        try:  # ours still (not a newer zygote's, published after we stopped answering)
+            if os.stat(path).st_ino == published:
+                os.unlink(path)
+        except OSError:
+            pass
+        import shutil
+
+        shutil.rmtree(os.environ.get("HOME", "/nonexistent/home"), ignore_errors=True)
+        os._exit(0)
+
+
+def _loop(clients: list[socket.socket], listener: socket.socket | None = None, idle: float = 0.0) -> None:
+    """Fork a worker per request of any client; report each fork's end to the client that
+    asked for it. Without a listener, the zygote ends with its one client."""
     wake_r, wake_w = os.pipe2(os.O_NONBLOCK | os.O_CLOEXEC)
     signal.set_wakeup_fd(wake_w)
     signal.signal(signal.SIGCHLD, lambda *_: None)
-    children: set[int] = set()
+    owner: dict[int, socket.socket | None] = {}  # fork -> its client (None: that client is gone)
+    quiet_since = time.monotonic()
     while True:
+        if listener is None and not clients:
+            os._exit(0)  # a private zygote's one client is gone
+        waiting = [wake_r, *clients] + ([listener] if listener is not None else [])
+        timeout = None
+        if listener is not None and not clients and not owner:
+            timeout = max(0.0, idle - (time.monotonic() - quiet_since))
         try:
-            ready, _, _ = select.select([sock, wake_r], [], [])
+            ready, _, _ = select.select(waiting, [], [], timeout)
         except InterruptedError:
             continue
+        if not ready and timeout is not None:
+            return  # idle long enough
         if wake_r in ready:
             while True:
                 try:
@@ -112,39 +157,83 @@ def serve(fd: int, parent: int) -> None:
                         break
                 except BlockingIOError:
                     break
-        for pid in list(children):  # reap our own forks only
+        for pid in list(owner):  # reap our own forks only
             try:
                 done, status = os.waitpid(pid, os.WNOHANG)
             except ChildProcessError:
-                children.discard(pid)
+                owner.pop(pid)
                 continue
             if done:
-                children.discard(pid)
-                _send(sock, {"exited": pid, "status": status})
-        if sock in ready:
+                client = owner.pop(pid)
+                if client is not None and not _send(client, {"exited": pid, "status": status}):
+                    _drop(client, clients, owner)
+        if listener is not None and listener in ready:
             try:
-                data, fds, _, _ = socket.recv_fds(sock, MAX_MESSAGE, 16)
+                conn, _ = listener.accept()
+            except OSError:
+                conn = None
+            if conn is not None:
+                if _peer_uid(conn) == os.getuid():  # the folder is ours alone; this says so again
+                    clients.append(conn)
+                else:
+                    conn.close()
+        for client in [c for c in clients if c in ready]:
+            try:
+                data, fds, _, _ = socket.recv_fds(client, MAX_MESSAGE, 16)
             except OSError:
                 data, fds = b"", []
-            if not data:  # the job process is gone: so are we
-                os._exit(0)
+            if not data:  # that grader process is gone: so is what it forked
+                _drop(client, clients, owner)
+                continue
             request = json.loads(data)
             pid = os.fork()
             if pid == 0:
                 signal.set_wakeup_fd(-1)
                 signal.signal(signal.SIGCHLD, signal.SIG_DFL)
-                _child(request, fds, keep_out=(sock.fileno(), wake_r, wake_w))  # never returns
-            children.add(pid)
+                others = [c.fileno() for c in clients] + ([listener.fileno()] if listener is not None else [])
+                _child(request, fds, keep_out=(*others, wake_r, wake_w))  # never returns
+            owner[pid] = client
             for f in fds:
                 os.close(f)
-            _send(sock, {"pid": pid})
+            if not _send(client, {"pid": pid}):
+                _drop(client, clients, owner)
+        if clients or owner:
+            quiet_since = time.monotonic()
 
 
-def _send(sock: socket.socket, message: dict) -> None:
+def _drop(client: socket.socket, clients: list[socket.socket], owner: dict) -> None:
+    """A client gone: kill what it forked (each fork leads its own session), forget it."""
+    if client in clients:
+        clients.remove(client)
+    for pid, who in list(owner.items()):
+        if who is client:
+            owner[pid] = None
+            try:
+                os.killpg(pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError):
+                pass
+    try:
+        client.close()
+    except OSError:
+        pass
+
+
+def _peer_uid(conn: socket.socket) -> int:
+    import struct
+
+    try:
+        _, uid, _ = struct.unpack("3i", conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))
+        return uid
+    except OSError:
+        return -1
+
+
+def _send(sock: socket.socket, message: dict) -> bool:
     try:
         sock.send(json.dumps(message).encode())
+        return True
     except OSError:
-        os._exit(0)
+        return False
 
 
 def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
@@ -296,28 +385,41 @@ def _wait_and_exit(pid: int) -> None:
 # -- the grader's side -----------------------------------------------------------------------------
 
 class Zygote:
-    """A running zygote of this job process, for one (interpreter, GPU) setting."""
+    """A running zygote for one (interpreter, GPU) setting: this job process's own, or, where
+    `keep_warm` named a folder, the warm one there that outlives this command."""
 
     def __init__(self, env: dict[str, str]) -> None:
         from grader.sandbox.launch import PACKAGE_PARENT
 
-        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        self.home = tempfile.mkdtemp(prefix="grader-zygote-")
-        env = dict(env, HOME=self.home, TMPDIR=self.home)
-        try:
-            self.proc = subprocess.Popen([sys.executable, "-I", "-u", "-B", "-c", BOOT.format(path=PACKAGE_PARENT), str(theirs.fileno()),
-                                          str(os.getpid())],
-                                     pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL,
-                                         start_new_session=True)
-        except OSError as exc:
-            raise ZygoteError(f"the zygote could not start: {exc}") from None
-        finally:
-            theirs.close()
-        self.sock = ours
+        self.proc: subprocess.Popen | None = None
+        self.home: str | None = None
+        self.started_here = True
+        ours: socket.socket | None
+        if _WARM:
+            ours = self._attach_warm(Path(_WARM[0]), float(_WARM[1]), env)
+        else:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.home = tempfile.mkdtemp(prefix="grader-zygote-")
+            env = dict(env, HOME=self.home, TMPDIR=self.home)
+            try:
+                self.proc = subprocess.Popen([sys.executable, "-I", "-u", "-B", "-c", BOOT.format(path=PACKAGE_PARENT),
+                                              str(theirs.fileno()), str(os.getpid())],
+                                             pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL,
+                                             start_new_session=True)
+            except OSError as exc:
+                raise ZygoteError(f"the zygote could not start: {exc}") from None
+            finally:
+                theirs.close()
         self.lock = threading.Lock()  # one request at a time
         self.replies: list[dict] = []
         self.cond = threading.Condition()
         self.exited: dict[int, int] = {}
+        self.sock: socket.socket | None = None
+        if ours is not None:
+            self._connected(ours)
+
+    def _connected(self, sock: socket.socket) -> None:
+        self.sock = sock
         self.reader = threading.Thread(target=self._read, daemon=True, name="zygote-reader")
         self.reader.start()
 
@@ -341,8 +443,73 @@ class Zygote:
 
     dead = False
 
+    def _attach_warm(self, folder: Path, idle: float, env: dict[str, str]) -> socket.socket | None:
+        """Connect to the warm zygote for this environment and this grader's code, starting it
+        (detached, in its own session) when none answers; one starter at a time (a lock)."""
+        from grader.sandbox.launch import PACKAGE_PARENT
+
+        name = warm_name(env)
+        path = folder / f"{name}.sock"
+        folder.mkdir(parents=True, exist_ok=True)
+        os.chmod(folder, 0o700)
+        lock = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            sock = _connect(path)
+            if sock is not None:
+                self.started_here = False
+                return sock
+            self._starting = (path, lock, time.monotonic() + 300)
+            lock = -1  # held until the new zygote answers (`_ready`): a second command waits, not starts another
+            home = Path(tempfile.mkdtemp(prefix=f"{name}.home-", dir=folder))  # its own: removed when it ends
+            with open(folder / f"{name}.log", "ab") as log:
+                try:
+                    proc = subprocess.Popen([sys.executable, "-I", "-u", "-B", "-c", WARM_BOOT.format(path=PACKAGE_PARENT),
+                                             str(path), str(idle)],
+                                            env=dict(env, HOME=str(home), TMPDIR=str(home)), cwd="/", stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=log, start_new_session=True)
+                except OSError as exc:
+                    os.close(self._starting[1])
+                    raise ZygoteError(f"the warm zygote could not start: {exc}") from None
+            self.proc_starting = proc  # its imports overlap whatever this command does first
+            return None
+        finally:
+            if lock >= 0:
+                os.close(lock)
+
+    _starting: tuple | None = None
+    proc_starting: subprocess.Popen | None = None
+
+    def _ready(self) -> None:
+        """Connect to the warm zygote this command started, once it has imported and answers."""
+        if self.sock is not None:
+            return
+        path, lock, deadline = self._starting
+        try:
+            while time.monotonic() < deadline:
+                sock = _connect(path)
+                if sock is not None:
+                    self._connected(sock)
+                    return
+                if self.proc_starting.poll() is not None:
+                    self.dead = True
+                    raise ZygoteError(f"the warm zygote ended (status {self.proc_starting.returncode}): "
+                                      f"see {path.with_suffix('.log')}")
+                time.sleep(0.05)
+            self.proc_starting.kill()
+            self.dead = True
+            raise ZygoteError("the warm zygote did not start within 300 s")
+        finally:
+            if self.sock is not None or self.dead:
+                os.close(lock)
+                self._starting = (path, -1, deadline)
+
     def alive(self) -> bool:
-        return not self.dead and self.proc.poll() is None
+        if self.sock is None and self.proc_starting is not None:
+            return not self.dead and self.proc_starting.poll() is None
+        return not self.dead and (self.proc is None or self.proc.poll() is None)
 
     def fork(self, request: dict, fds: dict[str, int | list[int]], timeout: float = 300) -> int:
         """Send a worker's configuration and its descriptors; the pid of its process A."""
@@ -355,6 +522,7 @@ class Zygote:
                 names[name] = len(flat)
                 flat.append(value)
         with self.lock:
+            self._ready()
             try:
                 socket.send_fds(self.sock, [json.dumps(dict(request, fds=names)).encode()], flat)
             except OSError as exc:
@@ -363,7 +531,7 @@ class Zygote:
                 if not self.cond.wait_for(lambda: self.replies or self.dead, timeout):
                     raise ZygoteError(f"the zygote did not answer within {timeout:.0f} s")
                 if not self.replies:
-                    raise ZygoteError(f"the zygote ended (status {self.proc.poll()})")
+                    raise ZygoteError(f"the zygote ended (status {self.proc.poll() if self.proc else 'unknown'})")
                 return self.replies.pop(0)["pid"]
 
     def wait_for(self, pid: int, timeout: float | None) -> int | None:
@@ -372,10 +540,20 @@ class Zygote:
             return self.exited.get(pid)
 
     def close(self) -> None:
-        try:
-            self.sock.close()
-        except OSError:
-            pass
+        if self.sock is not None:
+            try:  # shutdown first: a close alone neither wakes our reader blocked in recv nor tells the zygote
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        if self._starting is not None and self._starting[1] >= 0:
+            os.close(self._starting[1])  # never connected: let the next command wait for it instead
+            self._starting = None
+        if self.proc is None:  # a warm zygote: it stays for the next command
+            return
         try:
             self.proc.wait(timeout=5)
         except subprocess.TimeoutExpired:
@@ -384,6 +562,67 @@ class Zygote:
         import shutil
 
         shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _connect(path: Path) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        _at(path, sock.connect)
+        return sock
+    except OSError:  # none there, or one that stopped answering (its file is replaced below)
+        sock.close()
+        return None
+
+
+def _at(path: Path | str, call: Callable[[str], None]) -> None:
+    """`call` (bind, connect) on a socket path of any length: through the folder's descriptor
+    (/proc/self/fd/N/name), as a socket's address holds 108 bytes at most."""
+    folder = os.open(os.path.dirname(path) or ".", os.O_PATH | os.O_DIRECTORY)
+    try:
+        call(f"/proc/self/fd/{folder}/{os.path.basename(path)}")
+    finally:
+        os.close(folder)
+
+
+def warm_name(env: dict[str, str]) -> str:
+    """The warm zygote's name: its environment and the code it has imported (this grader's
+    files, this Python, torch's and Triton's installs), so a changed grader or an upgraded
+    torch starts a new one and no worker is forked from stale code."""
+    import hashlib
+    import importlib.util
+
+    from grader.sandbox.launch import PACKAGE_PARENT
+
+    digest = hashlib.sha256(json.dumps([sorted(env.items()), sys.executable, sys.version]).encode())
+    for source in sorted(Path(PACKAGE_PARENT, "grader").rglob("*.py")):
+        digest.update(str(source).encode() + source.read_bytes())
+    for package in ("torch", "triton", "numpy", "safetensors"):
+        found = importlib.util.find_spec(package)
+        origin = found.origin if found is not None and found.origin else ""
+        digest.update(f"{package}={origin}:{os.stat(origin).st_mtime_ns if origin else 0}".encode())
+    return digest.hexdigest()[:16]
+
+
+_WARM: list = []  # [folder, idle seconds] once keep_warm was called
+
+
+def warm_seconds() -> float:
+    """How long a warm zygote waits for the next check: GRADER_WARM_SECONDS, else 600; 0 in
+    CI (each job there is one command in a fresh machine), or where it is not a number."""
+    raw = os.environ.get("GRADER_WARM_SECONDS")
+    if raw is None:
+        return 0.0 if os.environ.get("CI") or os.environ.get("GITHUB_ACTIONS") else 600.0
+    try:
+        return max(0.0, float(raw))
+    except ValueError:
+        return 0.0
+
+
+def keep_warm(folder: Path, idle: float) -> None:
+    """This process's zygotes are the warm ones in `folder` (grader check: kept between
+    commands for `idle` seconds); set before the first worker starts."""
+    if idle > 0 and not _ZYGOTES:
+        _WARM[:] = [str(folder), idle]
 
 
 class Forked:
