@@ -41,8 +41,16 @@ def run_check(submission: Path, assignments: list[str], device: str, extra: list
     proc = subprocess.run(argv, env=env, capture_output=True, text=True, cwd=ROOT)
     seconds = time.monotonic() - began
     score = re.search(r"Score: ([0-9.]+) / ([0-9.]+)", proc.stdout)
-    return {"seconds": round(seconds, 2), "status": proc.returncode, "score": score.group(1) if score else None,
-            "tail": proc.stdout[-600:] + proc.stderr[-600:]}
+    record = {"seconds": round(seconds, 2), "status": proc.returncode, "score": score.group(1) if score else None,
+              "tail": proc.stdout[-600:] + proc.stderr[-600:]}
+    try:  # the grade's own time, and where each timing's went (its phase_seconds)
+        results = json.loads((out / "results.json").read_text())
+        record["grading_s"] = results.get("execution_time")
+        record["timing_phases"] = {t["name"]: t["extra_data"]["details"]["phase_seconds"] for t in results["tests"]
+                                   if "phase_seconds" in t.get("extra_data", {}).get("details", {})}
+    except (OSError, ValueError, KeyError):
+        pass
+    return record
 
 
 def stop_warm(folder: Path) -> None:
@@ -78,7 +86,8 @@ def main() -> int:
                 out = Path(base) / f"{name}-{i}"
                 r = run_check(args.submission, assignments, args.device, args.extra, settings[name], out)
                 runs[name].append(r)
-                print(f"run {i} {name:5}: {r['seconds']:7.2f} s  exit {r['status']}  score {r['score']}", flush=True)
+                print(f"run {i} {name:5}: {r['seconds']:7.2f} s  exit {r['status']}  score {r['score']}  "
+                      f"grading {r.get('grading_s') or 0:.2f} s  timing phases {json.dumps(r.get('timing_phases', {}))}", flush=True)
     finally:
         stop_warm(Path(base))
         shutil.rmtree(base, ignore_errors=True)

@@ -4,6 +4,8 @@ Skipped, with the reason, where no CUDA GPU is visible (see conftest)."""
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 pytestmark = pytest.mark.gpu
@@ -100,3 +102,34 @@ def test_missing_mask_is_caught_on_a_gpu_run_by_the_interpreter_bounds_check(sub
     perf = next(t for t in run.tests_of("vector_add") if t["tags"][1] == "performance")
     assert perf["score"] == 0 and "not timed" in perf["output"]
     assert run.returncode == 1
+
+
+def test_a_second_check_reuses_the_kept_inputs_kernels_and_warm_zygote(submission, cli, tmp_path, monkeypatch):
+    """What `grader check` keeps between runs on a machine: the second check makes no input set
+    (the same files), compiles from the kept kernels, and gets the same verdict."""
+    kept = tmp_path / "kept"
+    monkeypatch.setenv("GRADER_CACHE_DIR", str(kept))
+    monkeypatch.setenv("GRADER_WARM_SECONDS", "120")
+    sub = submission("good")
+    try:
+        first = cli(sub, "--device", "cuda", "-a", "vector_add")
+        assert first.returncode == 0, first.stdout + first.stderr
+        sets = {p.name: p.stat().st_ino for p in (kept / "run").glob("inputs-*.safetensors")}
+        assert len(sets) == 4  # three timed sets and the fresh one
+        kernels = {p.name for p in (kept / "kernels").iterdir()}
+        assert kernels and list((kept / "warm").glob("*.sock"))
+        second = cli(sub, "--device", "cuda", "-a", "vector_add")
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert {p.name: p.stat().st_ino for p in (kept / "run").glob("inputs-*.safetensors")} == sets  # not made again
+        assert kernels <= {p.name for p in (kept / "kernels").iterdir()}
+        assert first.results["score"] == second.results["score"]
+        phases = [_perf(r)["extra_data"]["details"]["phase_seconds"] for r in (first, second)]
+        assert phases[1]["inputs"] < phases[0]["inputs"]
+        assert "kept for the next check" in second.stdout
+    finally:
+        for pid in filter(str.isdigit, os.listdir("/proc")):  # the warm zygote it left
+            try:
+                if str(kept).encode() in open(f"/proc/{pid}/cmdline", "rb").read():
+                    os.kill(int(pid), 9)
+            except OSError:
+                pass

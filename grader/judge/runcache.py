@@ -199,8 +199,11 @@ class TritonKeep:
             return
         dest.mkdir(parents=True, exist_ok=True)
         for entry in self.folder.iterdir():
-            if entry.is_dir() and not entry.is_symlink() and not (dest / entry.name).exists():
-                shutil.copytree(entry, dest / entry.name, symlinks=True)
+            if entry.is_dir() and not entry.is_symlink() and not entry.name.startswith(".") and not (dest / entry.name).exists():
+                try:
+                    shutil.copytree(entry, dest / entry.name, symlinks=True)
+                except (OSError, shutil.Error):  # trimmed by another check meanwhile: compiled anew
+                    shutil.rmtree(dest / entry.name, ignore_errors=True)
 
     def keep(self, source: Path) -> int:
         """Copy back the entries a finished worker added; returns how many were kept."""
