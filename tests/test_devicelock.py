@@ -162,3 +162,28 @@ def test_a_timing_phase_in_another_process_excludes_this_one(tmp_path):
     finally:
         proc.stdin.close()
         proc.wait(60)
+
+
+def test_a_call_says_how_long_it_waited_behind_a_timing_phase():
+    """The job's record tells the calls' wait for the GPU apart from their own time."""
+    waits: list[float] = []
+    with gpu_phase("0", exclusive=False, waited=waits.append):
+        pass
+    assert len(waits) == 1 and waits[0] < 0.5  # nobody else: no wait
+    timing_in = threading.Event()
+
+    def timing():
+        with timing_lock("0"):
+            timing_in.set()
+            time.sleep(0.6)
+
+    holder = threading.Thread(target=timing)
+    holder.start()
+    assert timing_in.wait(60)
+    with gpu_phase("0", exclusive=False, waited=waits.append):
+        pass
+    holder.join(60)
+    assert waits[1] >= 0.4  # the call waited for the timing phase to end
+    with gpu_phase("0", exclusive=False, enabled=False, waited=waits.append):
+        pass
+    assert len(waits) == 2  # the interpreter holds nothing and waits for nothing

@@ -18,9 +18,10 @@ from __future__ import annotations
 import fcntl
 import os
 import tempfile
+import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Iterator
+from typing import Callable, Iterator
 
 
 def lock_dir() -> Path:
@@ -49,14 +50,17 @@ def _open(path: Path) -> int:
 
 
 @contextmanager
-def gpu_phase(gpu: str | None, exclusive: bool, enabled: bool = True) -> Iterator[None]:
+def gpu_phase(gpu: str | None, exclusive: bool, enabled: bool = True,
+              waited: Callable[[float], None] | None = None) -> Iterator[None]:
     """Hold GPU `gpu` for a correctness call (shared) or a timing phase (exclusive).
-    `enabled=False` (the CPU interpreter) holds nothing."""
+    `enabled=False` (the CPU interpreter) holds nothing. `waited` is told the seconds it
+    waited for the lock (what a job loses to other jobs' timing phases)."""
     if not enabled:
         yield
         return
     base = lock_dir() / f"gpu-{device_id(gpu)}"
     turnstile, main = _open(base.with_suffix(".turnstile")), _open(base.with_suffix(".lock"))
+    began = time.monotonic()
     try:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
         if exclusive:
@@ -64,6 +68,8 @@ def gpu_phase(gpu: str | None, exclusive: bool, enabled: bool = True) -> Iterato
         else:
             fcntl.flock(main, fcntl.LOCK_SH)
             fcntl.flock(turnstile, fcntl.LOCK_UN)
+        if waited is not None:
+            waited(time.monotonic() - began)
         yield
     finally:
         os.close(main)  # closing releases the locks

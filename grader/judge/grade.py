@@ -80,6 +80,7 @@ class StudentWorker:
         self.hide = [*map(Path, ctx.hide), *hide]  # the submission's folder and its neighbours (other students)
         self.process: WorkerProcess | None = None
         self.starts = 0
+        self.gpu_wait = 0.0  # seconds its calls waited for the GPU (other jobs' timing phases)
         # a check keeps the student's compiled kernels between runs (on a GPU: the interpreter compiles nothing)
         self.kept = TritonKeep(Path(ctx.kept_kernels)) if ctx.kept_kernels and not ctx.interpret else None
 
@@ -101,11 +102,14 @@ class StudentWorker:
             raise WorkerFailure(replace(f.failure, kind="infra_error", message=f"the worker did not start: {f.message}")) from None
         module, function = self.target
         # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
-        with gpu_phase(self.ctx.gpu, exclusive=False, enabled=not self.ctx.interpret):
+        with gpu_phase(self.ctx.gpu, exclusive=False, enabled=not self.ctx.interpret, waited=self.waited):
             return self.process.request(
                 Load({"student": Contender(str(self.repo), module, function)}),
                 self.ctx.import_timeout_for(self.spec),
             )
+
+    def waited(self, seconds: float) -> None:
+        self.gpu_wait += seconds
 
     def request(self, message: Request, timeout: float) -> Reply | Failure:
         assert self.process is not None
@@ -189,6 +193,8 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
     finally:
         worker.close()
         lap("closing")
+        if not ctx.interpret:  # of the correctness calls' time above, what went to waiting for the GPU
+            phases["calls_waiting_for_gpu"] = round(worker.gpu_wait, 3)
     planned = None
     if ctx.partial:  # a partial run: each case keeps its share of the full run's points
         planned = [c.test_name for c in ctx.full_plan(spec)]
@@ -306,7 +312,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
             with shown_to_worker(input_file, workdir) as shown, \
-                    gpu_phase(ctx.gpu, exclusive=False, enabled=not ctx.interpret):  # waits while another job times
+                    gpu_phase(ctx.gpu, exclusive=False, enabled=not ctx.interpret, waited=worker.waited):  # waits while another job times
                 reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file), record_ops=True), timeout)
         except WorkerFailure as f:
             return _test(spec, call, ctx, f.outcome, f.message, output=f.output)
