@@ -171,3 +171,36 @@ def test_comparing_on_several_cores_gives_the_same_shares():
 
     many = pairs * (PARALLEL_PAIRS // len(pairs) + 1)  # enough to go to the pool
     assert _shares(fps, pairs, jobs=1) == _shares(fps, many, jobs=2)[:len(pairs)]
+
+
+def test_without_copydetect_the_class_view_says_so_and_keeps_everything_else(tmp_path, monkeypatch):
+    """A machine without copydetect (a declared dependency) grades the class all the same: the
+    module imports, and each assignment's list says why it is empty."""
+    import subprocess
+    import sys
+    import textwrap
+
+    from conftest import REPO_ROOT
+
+    blocked = textwrap.dedent(f"""
+        import sys
+        class Missing:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] == "copydetect":
+                    raise ModuleNotFoundError("No module named 'copydetect'")
+        sys.meta_path.insert(0, Missing())
+        sys.path.insert(0, {str(REPO_ROOT)!r})
+        import grader.batch.similarity as s
+        import grader.batch.classview
+        print("imported", type(s.MISSING).__name__)
+    """)
+    proc = subprocess.run([sys.executable, "-c", blocked], capture_output=True, text=True, timeout=120)
+    assert proc.stdout.strip() == "imported ModuleNotFoundError", proc.stderr
+
+    import grader.batch.similarity as similarity
+
+    monkeypatch.setattr(similarity, "MISSING", ModuleNotFoundError("No module named 'copydetect'"))
+    view, lock = _class(tmp_path, {"alice": good("softmax"), "bob": good("softmax")})
+    similarity.update_similarity(view, tmp_path / "out", lock)
+    assert view.similarity["softmax"] == []
+    assert "copydetect is not installed here" in view.similarity_meta["per_assignment"]["softmax"]["error"]

@@ -33,8 +33,13 @@ from itertools import combinations
 from pathlib import Path
 
 import numpy as np
-from copydetect import CodeFingerprint, compare_files
-from copydetect.utils import filter_code, get_document_fingerprints, get_token_coverage, highlight_overlap
+
+try:  # a declared dependency; where it is missing, the class view lists no pairs and says why
+    from copydetect import CodeFingerprint, compare_files
+    from copydetect.utils import filter_code, get_document_fingerprints, get_token_coverage, highlight_overlap
+    MISSING: ImportError | None = None
+except ImportError as exc:
+    MISSING = exc
 
 K = 40  # characters of normalised code per k-gram (copydetect's noise threshold)
 WINDOW = 6  # winnowing window: any match of K + WINDOW - 1 characters is found
@@ -146,9 +151,11 @@ def _shares(fps: dict[str, CodeFingerprint], candidates: list[tuple[str, str]], 
 
 
 def compare_class(files: dict[str, str], starter: str | None, assignment: str, threshold: float = DEFAULT_THRESHOLD,
-                  common_share: float | None = COMMON_SHARE) -> tuple[list[Pair], dict[str, CodeFingerprint], dict]:
+                  common_share: float | None = COMMON_SHARE) -> tuple[list[Pair], dict[str, "CodeFingerprint"], dict]:
     """All pairs of `files` (student -> source) at or above `threshold`, most similar first;
     with the fingerprints (for the side-by-side pages) and counts of what was done."""
+    if MISSING is not None:
+        raise ImportError(f"copydetect is not installed here ({MISSING}): pip install copydetect")
     started = time.perf_counter()
     boilerplate = boilerplate_of(starter)
     fps = fingerprint_all(files, boilerplate)
