@@ -2,10 +2,12 @@
 job; a job that kills its server or hangs costs that job alone, and the next job gets a fresh one."""
 
 import json
+import os
 import sys
 import textwrap
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 from conftest import REPO_ROOT, build_submission
 from grader.batch.executors import LocalExecutor, Scheduler
@@ -93,3 +95,25 @@ def test_real_jobs_share_a_server_and_each_logs_to_its_own_file(tmp_path):
         assert set(record["phase_seconds"]) >= {"before_grading", "worker_start_and_import", "correctness_calls"}
     assert (out / "students" / "alice" / "results.json").is_file() and (out / "students" / "bob" / "report.html").is_file()
     assert not json.loads((out / "students" / "alice" / "results.json").read_text()).get("error")
+
+
+def test_several_slots_share_out_the_cores_to_their_jobs_and_workers(monkeypatch, tmp_path):
+    """Each job process of a pool, and every worker it starts, gets its share of the cores:
+    left alone, each one's torch and OpenMP pools take them all, and slots oversubscribe."""
+    from grader.batch.executors import LocalExecutor, thread_share
+    from grader.sandbox.launch import worker_env
+
+    for var in ("GRADER_THREADS", "OMP_NUM_THREADS"):
+        monkeypatch.delenv(var, raising=False)
+    monkeypatch.setattr(os, "cpu_count", lambda: 16)
+    assert thread_share(1) == {}  # one slot: every core, as before
+    assert thread_share(4) == {"GRADER_THREADS": "4", "OMP_NUM_THREADS": "4"}
+    assert thread_share(32)["GRADER_THREADS"] == "1"  # never none
+    job = SimpleNamespace(device="cuda", gpu="0")
+    assert LocalExecutor(["0", "0", "0", "0"])._env(job)["GRADER_THREADS"] == "4"
+    assert "GRADER_THREADS" not in LocalExecutor(["0"])._env(job)
+    assert "OMP_NUM_THREADS" not in worker_env(tmp_path, True, None)
+    monkeypatch.setenv("GRADER_THREADS", "4")  # in the job process, as its slot set it
+    env = worker_env(tmp_path, True, None)
+    assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "4" and "GRADER_THREADS" not in env
+    assert thread_share(4) == {}  # the user's own value is kept

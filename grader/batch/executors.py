@@ -113,6 +113,18 @@ def _die_with(parent: int) -> Callable[[], None]:
     return arm
 
 
+def thread_share(slots: int) -> dict[str, str]:
+    """The CPU threads each of `slots` job processes at once may use, and their workers
+    (sandbox.launch.worker_env passes GRADER_THREADS on as OMP_NUM_THREADS): the machine's cores
+    shared out. Left alone, every process's torch and OpenMP pools take every core (a job
+    process, its workers and the interpreter replay, in each slot), and several slots
+    oversubscribe the machine. One slot, or a value the user set, is left as it is."""
+    if slots <= 1 or "GRADER_THREADS" in os.environ:
+        return {}
+    share = str(max(1, (os.cpu_count() or 1) // slots))
+    return {"GRADER_THREADS": share, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", share)}
+
+
 class LocalExecutor:
     """`slots` job processes at once on this machine; slot i owns GPU slots[i] (None: CPU)."""
 
@@ -164,6 +176,7 @@ class LocalExecutor:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
         if job.device == "cuda" and job.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = job.gpu
+        env.update(thread_share(len(self.slots)))
         return env
 
     def _start_server(self, job: Job) -> subprocess.Popen:

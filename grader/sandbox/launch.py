@@ -77,6 +77,8 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str
     for var in ("LD_LIBRARY_PATH", "CUDA_HOME", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if var in os.environ:
             env[var] = os.environ[var]
+    if os.environ.get("GRADER_THREADS", "").isdigit():  # this job's share of the cores (grader.batch.executors)
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = os.environ["GRADER_THREADS"]
     return env
 
 
