@@ -305,3 +305,23 @@ def test_a_job_process_closing_its_zygote_ends_it_at_once(tmp_path, monkeypatch)
     began = time.monotonic()
     zygote.close_all()
     assert time.monotonic() - began < 3 and z.proc.returncode == 0  # it ended by itself, not killed after 5 s
+
+
+def test_the_reference_side_keeps_its_autotuning_and_a_batch_student_does_not(tmp_path):
+    """The trusted worker (a run's shared Triton cache) keeps @triton.autotune's choice, so the
+    reference is tuned once per run and every student times against the same configuration; a
+    batch student's worker keeps nothing (its cache is its own and new). Both fork from one zygote."""
+    seen = {}
+    for name, options in (("trusted", {"triton_cache": tmp_path / "tc", "isolation": "none"}), ("student", {})):
+        repo = tmp_path / name / "repo"
+        repo.mkdir(parents=True)
+        (repo / "mod.py").write_text("import os\nprint('autotune cache', os.environ.get('TRITON_CACHE_AUTOTUNING'))\n")
+        worker = WorkerProcess(repo, tmp_path / name / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options)
+        try:
+            worker.proc.wait(timeout=60)
+            seen[name] = worker.output.text()
+        finally:
+            worker.close()
+    assert "autotune cache 1" in seen["trusted"] and "autotune cache None" in seen["student"]
+    env = {"PATH": "/usr/bin", "TRITON_CACHE_AUTOTUNING": "1", "TRITON_CACHE_DIR": "/a"}
+    assert zygote.zygote_key(env)[0] == zygote.zygote_key({"PATH": "/usr/bin"})[0]  # no second zygote for it

@@ -94,7 +94,7 @@ class StudentWorker:
         try:  # our own start (sandbox, Python, torch, Triton) is not the student's import time, nor their fault
             self.process = WorkerProcess(self.repo, scratch, self.ctx.interpret, self.ctx.gpu,
                                          isolation=self.ctx.isolation, writable=[self.repo.parent / "outputs"],
-                                         hide=self.hide, job=self.repo.parent)
+                                         hide=self.hide, job=self.repo.parent, keep_autotuning=self.kept is not None)
             self.process.request(Ping(), WORKER_START_TIMEOUT)
         except (OSError, SandboxError) as exc:
             raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None

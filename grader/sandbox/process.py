@@ -140,7 +140,7 @@ class WorkerProcess:
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
                  isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
                  job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
-                 probe: str | None = None) -> None:
+                 probe: str | None = None, keep_autotuning: bool = False) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation)
         self.backend = backend_for(self.isolation)
         self._status = b""
@@ -153,6 +153,11 @@ class WorkerProcess:
         env = worker_env(scratch, interpret, gpu)
         if triton_cache is not None:  # the trusted worker's, shared by a run (never a student's)
             env["TRITON_CACHE_DIR"] = str(triton_cache)
+        if triton_cache is not None or keep_autotuning:
+            # @triton.autotune's choice kept in the Triton cache with the kernels: the reference is
+            # tuned once per run (every student then times against the same configuration), and
+            # a check's kept kernels are not tuned again on the next check
+            env["TRITON_CACHE_AUTOTUNING"] = "1"
         launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command, probe)
         self.started = self.backend.start(launch, self.isolation)  # the one start, whatever the backend
         self.proc = self.started.proc

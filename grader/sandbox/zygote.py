@@ -693,7 +693,8 @@ def usable(launch: "Launch") -> bool:
 
 def zygote_key(env: dict[str, str]) -> tuple[tuple, dict[str, str]]:
     """Workers whose environments differ only in their own folders share a zygote."""
-    base = {k: v for k, v in env.items() if k not in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR")}
+    base = {k: v for k, v in env.items()  # what is read only when a kernel is compiled or tuned, not at import
+            if k not in ("HOME", "TMPDIR", "TRITON_CACHE_DIR", "TORCHINDUCTOR_CACHE_DIR", "TRITON_CACHE_AUTOTUNING")}
     return tuple(sorted(base.items())), base
 
 
