@@ -32,6 +32,9 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from grader.sandbox.zygote import stop_warm  # noqa: E402
 
 
 def run_check(submission: Path, assignments: list[str], device: str, extra: list[str], env: dict, out: Path) -> dict:
@@ -51,16 +54,6 @@ def run_check(submission: Path, assignments: list[str], device: str, extra: list
     except (OSError, ValueError, KeyError):
         pass
     return record
-
-
-def stop_warm(folder: Path) -> None:
-    """Kill the warm zygotes whose command line names `folder` (theirs: the socket's path)."""
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if str(folder).encode() in open(f"/proc/{pid}/cmdline", "rb").read():
-                os.kill(int(pid), 9)
-        except OSError:
-            pass
 
 
 def main() -> int:
@@ -89,7 +82,7 @@ def main() -> int:
                 print(f"run {i} {name:5}: {r['seconds']:7.2f} s  exit {r['status']}  score {r['score']}  "
                       f"grading {r.get('grading_s') or 0:.2f} s  timing phases {json.dumps(r.get('timing_phases', {}))}", flush=True)
     finally:
-        stop_warm(Path(base))
+        stop_warm(Path(base))  # the warm zygotes of both settings
         shutil.rmtree(base, ignore_errors=True)
     ok = all(r["score"] is not None and r["status"] in (0, 1) for rs in runs.values() for r in rs)
     scores = {r["score"] for rs in runs.values() for r in rs}

@@ -187,15 +187,6 @@ def _warm_command(folder: Path, job: Path, idle: float = 30, hold: bool = False)
     return subprocess.Popen([sys.executable, "-c", code], stdout=subprocess.PIPE, text=True, start_new_session=True)
 
 
-def _kill_warm(folder: Path) -> None:
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            if str(folder).encode() in open(f"/proc/{pid}/cmdline", "rb").read():
-                os.kill(int(pid), 9)
-        except OSError:
-            pass
-
-
 @needs_namespaces
 def test_a_warm_zygote_serves_the_next_command_and_ends_when_idle(tmp_path):
     folder = tmp_path / "kept" / "warm"
@@ -220,7 +211,7 @@ def test_a_warm_zygote_serves_the_next_command_and_ends_when_idle(tmp_path):
         out, _ = third.communicate(timeout=300)
         assert json.loads(out)["started_here"]
     finally:
-        _kill_warm(folder)
+        zygote.stop_warm(folder)
 
 
 @needs_namespaces
@@ -239,8 +230,13 @@ def test_a_command_killed_takes_its_workers_but_not_the_warm_zygote(tmp_path):
         nxt = _warm_command(folder, tmp_path / "job1")
         out, _ = nxt.communicate(timeout=300)
         assert json.loads(out)["zygote"] == facts["zygote"]  # still serving the next command
+        assert zygote.stop_warm(folder) == 1
+        deadline = time.monotonic() + 10
+        while _alive(facts["zygote"]) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        assert not _alive(facts["zygote"])
     finally:
-        _kill_warm(folder)
+        zygote.stop_warm(folder)
 
 
 @needs_namespaces
@@ -253,7 +249,7 @@ def test_a_warm_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monk
         warm = _facts(tmp_path, "jobQQwarm", monkeypatch, forked=True)
     finally:
         zygote.close_all()
-        _kill_warm(tmp_path / "kept" / "warm")
+        zygote.stop_warm(tmp_path / "kept" / "warm")
     assert warm["processes"] == [1, warm["pid"]] and not [f for f in warm["fds"] if f == "socket"]
     for key in fresh:
         if key not in ("ns", "pid", "processes", "ids"):
