@@ -49,6 +49,22 @@ class Submission:
         except Exception:
             return None  # not a git repo, or no commit yet: nothing to pin
 
+    def identity(self) -> str:
+        """Which repository this is, as a short hash: its folder and where it was cloned from
+        (the origin's URL). What a check keeps of one student's compiled kernels is kept under
+        it, so a machine that checks several students' repositories never hands one student's
+        kernels to another's worker."""
+        import hashlib
+
+        origin = ""
+        try:
+            import git
+
+            origin = next((r.url for r in git.Repo(self.root, search_parent_directories=False).remotes if r.name == "origin"), "")
+        except Exception:  # not a git repository, or no origin: the folder alone
+            pass
+        return hashlib.sha256(f"{self.root.resolve()}\0{origin}".encode()).hexdigest()[:16]
+
     def private_copy(self, dest: Path) -> Path:
         """A copy the worker may scribble on; the student's own folder stays untouched."""
         shutil.copytree(self.root, dest, ignore=IGNORED, symlinks=True)

@@ -85,9 +85,10 @@ def test_the_reuse_key_names_every_option_that_changes_a_grade():
 
 def test_a_check_keeps_its_inputs_and_kernels_in_a_folder_no_worker_sees(tmp_path):
     ctx = resolve("cpu", seed=9, hide=[tmp_path / "out"])
-    kept = ctx.kept_between_checks(tmp_path / "cache", 1 << 30, seed_given=False, own_uid=True)
+    kept = ctx.kept_between_checks(tmp_path / "cache", 1 << 30, seed_given=False, own_uid=True, kernels_of="abc")
     assert kept.cache == str(tmp_path / "cache" / "run") and kept.cache_limit == 1 << 30
-    assert kept.kept_kernels == str(tmp_path / "cache" / "kernels")
+    assert kept.kept_kernels == str(tmp_path / "cache" / "kernels" / "abc")  # this repository's alone
+    assert ctx.kept_between_checks(tmp_path / "cache", 1, seed_given=False, own_uid=True).kept_kernels is None  # a CI runner's
     assert kept.scratch_root == str(tmp_path / "cache" / "jobs")  # job folders beside it: input sets are linked
     assert str((tmp_path / "cache").resolve()) in kept.hide and str((tmp_path / "out").resolve()) in kept.hide
     # without --seed the performance inputs are the same every check (so they are kept); the cases are new
@@ -98,3 +99,24 @@ def test_a_check_keeps_its_inputs_and_kernels_in_a_folder_no_worker_sees(tmp_pat
     assert ctx.performance_seed == 9 and ctx.cache is None and ctx.kept_kernels is None  # a batch's: the run's seed
     # workers of another uid cannot reach a job folder inside the grader's 0700 cache: theirs stay in the temp folder
     assert ctx.kept_between_checks(tmp_path / "c", 1, seed_given=False, own_uid=False).scratch_root is None
+
+
+def test_each_repository_keeps_its_own_kernels(tmp_path):
+    """A machine that checks several students' repositories (a TA's, a shared CI runner) never
+    seeds one student's worker with another's compiled kernels: they are kept per repository."""
+    import git
+
+    from grader.submission import open_submission
+
+    repos = {}
+    for name in ("alice", "bob"):
+        repo = git.Repo.init(tmp_path / name)
+        repo.create_remote("origin", f"https://example.org/class/{name}.git")
+        repos[name] = open_submission(tmp_path / name)
+    ids = {name: sub.identity() for name, sub in repos.items()}
+    assert ids["alice"] != ids["bob"]
+    assert ids["alice"] == open_submission(tmp_path / "alice").identity()  # the same one, check after check
+    git.Repo(tmp_path / "alice").remotes.origin.set_url("https://example.org/class/bob.git")
+    assert open_submission(tmp_path / "alice").identity() not in ids.values()  # the folder and the origin, both
+    (tmp_path / "plain").mkdir()
+    assert len(open_submission(tmp_path / "plain").identity()) == 16  # not a git repository: its folder alone

@@ -103,7 +103,12 @@ def check(
             zygote.keep_warm(keep / "warm", zygote.warm_seconds())
         contained = detect(ctx.isolation)
         if keep is not None and ctx.device == "cuda":  # input sets and kernels: the interpreter times and compiles nothing
-            ctx = ctx.kept_between_checks(keep, check_cache_limit(), seed is not None, own_uid=not contained.user_switch)
+            from grader.kit import github
+
+            # a CI runner may check every student's repository in turn: no student's kernels are kept there
+            shared_runner = github.enabled(ci) or bool(os.environ.get("CI"))
+            ctx = ctx.kept_between_checks(keep, check_cache_limit(), seed is not None, own_uid=not contained.user_switch,
+                                          kernels_of=None if shared_runner else sub.identity())
     except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         from grader.kit import github

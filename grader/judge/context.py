@@ -82,15 +82,19 @@ class GradingContext:
     def performance_seed(self) -> int:
         return self.seed if self.perf_seed is None else self.perf_seed
 
-    def kept_between_checks(self, folder: Path, limit: int, seed_given: bool, own_uid: bool) -> "GradingContext":
+    def kept_between_checks(self, folder: Path, limit: int, seed_given: bool, own_uid: bool,
+                            kernels_of: str | None = None) -> "GradingContext":
         """This check with what the next check on this machine reuses kept in `folder`
         (grader.judge.runcache.check_cache_folder): the performance input sets of a fixed seed
-        (the run's, when --seed was given), the roofline, the reference's and the student's
-        compiled kernels. The folder is hidden from every worker. `own_uid`: workers run as
-        this user, so their job folders can live beside the cache and be linked into."""
+        (the run's, when --seed was given), the roofline, the reference's compiled kernels,
+        and with `kernels_of` (the repository's identity: Submission.identity) that
+        repository's own compiled kernels, kept apart from every other's. The folder is hidden
+        from every worker. `own_uid`: workers run as this user, so their job folders can live
+        beside the cache and be linked into."""
         folder = Path(folder)
         return replace(self, cache=str(folder / "run"), cache_limit=limit, perf_seed=self.seed if seed_given else CHECK_PERF_SEED,
-                       scratch_root=str(folder / "jobs") if own_uid else None, kept_kernels=str(folder / "kernels"),
+                       scratch_root=str(folder / "jobs") if own_uid else None,
+                       kept_kernels=str(folder / "kernels" / kernels_of) if kernels_of else None,
                        hide=tuple(dict.fromkeys((*self.hide, str(folder.resolve())))))
 
     def for_slot(self, gpu: str | None, cache: str | None = None) -> "GradingContext":
