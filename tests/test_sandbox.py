@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from conftest import FIXTURES, REPO_ROOT, assert_nothing_left, run_cli
+from conftest import FIXTURES, assert_nothing_left, run_cli
 from grader import spec as specs
 from grader.protocol import Contender, Load, Run
 from grader.sandbox import docker, files, launch, namespaces, process, uids
@@ -437,10 +437,13 @@ def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch
 @pytest.mark.parametrize("hidden", [True, False])
 def test_a_checks_kept_cache_is_hidden_though_its_job_folder_lies_inside_it(tmp_path, hidden):
     """grader check keeps the next check's input sets (the fresh one too) in a folder beside its
-    job folders; the worker sees its own job, not the cache. The folder lies where workers can
-    otherwise read (the course's checkout, not the temp folder every worker gets blank), so the
-    unhidden run shows the test could fail."""
-    cache = REPO_ROOT / f".test-cache-{os.getpid()}-{hidden}"
+    job folders; the worker sees its own job, not the cache. The folder lies where every worker
+    can otherwise read, wherever the checkout is (inside the grader package, which each worker
+    sees read-only; not the temp folder, which each worker gets blank), so the unhidden run
+    shows the test could fail."""
+    from grader.sandbox.launch import PACKAGE_PARENT
+
+    cache = Path(PACKAGE_PARENT) / "grader" / f".test-cache-{os.getpid()}-{hidden}"
     try:
         _kept_cache_visible(cache, hidden)
     finally:
