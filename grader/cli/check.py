@@ -22,7 +22,7 @@ from grader.judge.feedback import group_failures, points_line, run_total
 from grader.results import Outcome, RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
-from grader.cli.common import STYLE, UsageError, console, err
+from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
@@ -72,8 +72,7 @@ def check(
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only the named case(s), e.g. from a reproducer."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes: float32, float16, bfloat16."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
-    isolation: str = typer.Option("sandbox", help="How student code is contained: sandbox (namespaces, no Docker), "
-                                  "docker (a container per worker) or none. See docs/security.md."),
+    isolation: str = typer.Option("sandbox", help=ISOLATION_HELP),
     ci: Optional[str] = typer.Option(None, "--ci", help="github: a job summary, annotations and GitHub Classroom's "
                                      "result output (default when GITHUB_ACTIONS=true); none: plain."),
 ) -> None:

@@ -24,7 +24,7 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
-from grader.cli.common import STYLE, UsageError, console, err, fail as _fail
+from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail
 from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
 
@@ -151,8 +151,7 @@ def grade(
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only the named case(s): for a quick dry run."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
-    isolation: str = typer.Option("sandbox", help="How student code is contained: sandbox (namespaces, no Docker), "
-                                  "docker (a container per worker) or none. Every record says which ran. See docs/security.md."),
+    isolation: str = typer.Option("sandbox", help=ISOLATION_HELP + " Every record says which ran."),
     job_timeout: Optional[float] = typer.Option(None, help="Seconds one job may take before it is killed (default: from the plan)."),
     retries: int = typer.Option(1, help="Times an infra_error job is tried again in this run."),
     executor: str = typer.Option("local", help="local (a pool on this machine) or ray (a Ray cluster)."),

@@ -7,6 +7,9 @@ from rich.console import Console
 from rich.markup import escape
 
 from grader.results import Outcome
+from grader.sandbox.backend import isolation_help
+
+ISOLATION_HELP = isolation_help() + " See docs/security.md."
 
 console = Console(highlight=False)
 err = Console(stderr=True, highlight=False, soft_wrap=True)  # a message is one line, even piped: a path is never cut

@@ -15,6 +15,8 @@ from grader.sandbox.launch import Launch, Started
 
 
 class Backend(Protocol):
+    SUMMARY: str  # a few words for `--isolation`'s help
+
     def detect(self, probe: Callable[[Isolation], str | None]) -> Isolation:
         """What this backend can do on this machine (`probe` starts a test worker under a
         candidate: None if it works, else why not); raises SandboxError if nothing can."""
@@ -40,6 +42,12 @@ BACKENDS: dict[str, Backend] = {
     "none": plain,
 }
 ISOLATION_MODES = tuple(BACKENDS)
+
+
+def isolation_help() -> str:
+    """`--isolation`'s help, from the registry: each mode and what it is."""
+    modes = [f"{mode} ({backend.SUMMARY})" for mode, backend in BACKENDS.items()]
+    return f"How student code is contained: {', '.join(modes[:-1])} or {modes[-1]}."
 
 
 def backend_for(isolation: Isolation | str) -> Backend:

@@ -19,6 +19,8 @@ DOCKER_IMAGE = os.environ.get("GRADER_DOCKER_IMAGE", "grader")
 # job folder, so its containers run as the grader's own uid (a user only inside the container)
 DOCKER_USER = "10001:10001" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
 
+SUMMARY = "a container per worker"  # what `--isolation` help says of this mode
+
 
 def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
     """Docker itself must be here; the image is found when the first worker starts."""

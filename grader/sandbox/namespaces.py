@@ -26,6 +26,8 @@ from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv
 from grader.sandbox.uids import JobLease, chown_tree
 
+SUMMARY = "namespaces, no Docker"  # what `--isolation` help says of this mode
+
 
 def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
     """The strongest form that starts here: `probe` tries each for real (None if it works,

@@ -13,6 +13,8 @@ from grader.sandbox.init import apply_limits
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import Launch, Started, pipe_pair, worker_argv
 
+SUMMARY = "a plain process with limits, for debugging"  # what `--isolation` help says of this mode
+
 
 def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
     return Isolation("none", warnings=("--isolation none: the worker runs as you, on the network, and sees every file you can",))
