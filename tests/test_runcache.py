@@ -90,6 +90,17 @@ def test_a_kept_cache_trims_the_least_recently_used_input_sets_to_its_limit(tmp_
     assert cache.input_bytes() <= cache.limit
     for f in cache.folder.glob("inputs-*.safetensors"):  # every kept set still has its layout
         assert f.with_suffix(".layout.json").is_file()
+    # a set another check is placing right now (its entry's lock held) is not taken from under it
+    import fcntl
+
+    held = os.open(cache.folder / f".{first.stem}.lock", os.O_RDWR)
+    fcntl.flock(held, fcntl.LOCK_EX)
+    try:
+        cache.limit = 0
+        assert first not in cache.trim() and first.is_file()
+    finally:
+        os.close(held)
+        cache.limit = int(2.5 * size)
     # a job that linked a set keeps its file when the cache lets it go
     assert (tmp_path / "a1.safetensors").stat().st_size == size
     unlimited = RunCache(tmp_path / "batch")  # a batch's cache keeps everything for its one run

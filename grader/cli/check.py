@@ -155,10 +155,10 @@ def usable_cache(folder: Path | None) -> Path | None:
     check without it is slower, not wrong."""
     if folder is None:
         return None
+    from grader.sandbox.files import private_folder
+
     try:
-        folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(folder, 0o700)
-        return folder
+        return private_folder(folder)
     except OSError as exc:
         err.print(f"[yellow]warning:[/yellow] nothing is kept for the next check ({escape(str(exc))}); "
                   "set GRADER_CACHE_DIR to a writable folder, or GRADER_CACHE_GB=0")

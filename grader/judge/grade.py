@@ -80,6 +80,7 @@ class StudentWorker:
         self.hide = [*map(Path, ctx.hide), *hide]  # the submission's folder and its neighbours (other students)
         self.process: WorkerProcess | None = None
         self.starts = 0
+        self.worker_scratch: Path | None = None  # the running worker's own folder (home, temp, Triton cache)
         self.gpu_wait = 0.0  # seconds its calls waited for the GPU (other jobs' timing phases)
         # a check keeps the student's compiled kernels between runs (on a GPU: the interpreter compiles nothing)
         self.kept = TritonKeep(Path(ctx.kept_kernels)) if ctx.kept_kernels and not ctx.interpret else None
@@ -88,7 +89,7 @@ class StudentWorker:
         """Start and import; returns the worker's reply (ok, or the student's error)."""
         self.close()
         self.starts += 1
-        scratch = self.scratch / f"worker-{self.starts}"
+        scratch = self.worker_scratch = self.scratch / f"worker-{self.starts}"
         if self.kept is not None:  # what earlier checks compiled of this student's kernels
             self.kept.seed(scratch / "triton-cache")
         try:  # our own start (sandbox, Python, torch, Triton) is not the student's import time, nor their fault
@@ -120,7 +121,7 @@ class StudentWorker:
             self.process.close()
             self.process = None
             if self.kept is not None:
-                self.kept.keep(self.scratch / f"worker-{self.starts}" / "triton-cache")
+                self.kept.keep(self.worker_scratch / "triton-cache")
 
 
 def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, workdir: Path, progress: Progress | None = None,

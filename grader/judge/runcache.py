@@ -41,7 +41,7 @@ from typing import Callable, Iterator
 
 from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs
-from grader.sandbox.files import place
+from grader.sandbox.files import place, private_folder
 from grader.spec import Assignment, Case
 
 
@@ -80,9 +80,7 @@ def check_cache_folder() -> Path | None:
 class RunCache:
     def __init__(self, folder: Path, limit: int | None = None) -> None:
         """`limit`: bytes of input sets kept (least recently used go first); None: no limit."""
-        self.folder = Path(folder)
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.folder, 0o700)
+        self.folder = private_folder(folder)
         self.limit = limit
 
     @classmethod
@@ -93,11 +91,17 @@ class RunCache:
         shutil.rmtree(self.folder, ignore_errors=True)
 
     @contextmanager
-    def _entry(self, name: str) -> Iterator[Path]:
+    def _entry(self, name: str, wait: bool = True) -> Iterator[Path | None]:
+        """Entry `name` held alone; a second job waits for the first one's file (with `wait`;
+        else None comes back at once while another holds it)."""
         path = self.folder / name
         fd = os.open(self.folder / f".{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
-            fcntl.flock(fd, fcntl.LOCK_EX)  # a second job waits for the first one's file
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | (0 if wait else fcntl.LOCK_NB))
+            except BlockingIOError:
+                yield None
+                return
             yield path
         finally:
             os.close(fd)
@@ -141,22 +145,17 @@ class RunCache:
                 break
             if keep is not None and data == keep:
                 continue
-            fd = os.open(self.folder / f".{data.stem}.lock", os.O_RDWR | os.O_CREAT, 0o600)
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            except BlockingIOError:  # another check is placing it right now
-                os.close(fd)
-                continue
-            try:
-                size = data.stat().st_size
-                data.unlink()
-                data.with_suffix(".layout.json").unlink(missing_ok=True)
-                total -= size
-                removed.append(data)
-            except FileNotFoundError:
-                pass
-            finally:
-                os.close(fd)
+            with self._entry(data.stem, wait=False) as held:
+                if held is None:  # another check is placing it right now
+                    continue
+                try:
+                    size = data.stat().st_size
+                    data.unlink()
+                    data.with_suffix(".layout.json").unlink(missing_ok=True)
+                    total -= size
+                    removed.append(data)
+                except FileNotFoundError:
+                    pass
         return removed
 
     def roofline(self, gpu: str, measure: Callable[[], dict]) -> dict:
@@ -211,8 +210,7 @@ class TritonKeep:
             names = [e for e in os.scandir(source) if e.is_dir(follow_symlinks=False)]
         except OSError:
             return 0
-        self.folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(self.folder, 0o700)
+        private_folder(self.folder)
         kept = 0
         for entry in names:
             target = self.folder / entry.name

@@ -11,6 +11,15 @@ from pathlib import Path
 from grader.sandbox.isolation import Isolation
 
 
+def private_folder(path: Path) -> Path:
+    """`path`, made if needed, that only the grader's own user may enter (0700): a cache, a
+    socket, what no worker's uid may read."""
+    path = Path(path)
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+    return path
+
+
 def place(source: Path, dest: Path, link: bool) -> None:
     """dest becomes source's content: a hard link if asked and possible, else a copy."""
     if link:

@@ -82,8 +82,14 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str
     return env
 
 
+def isolated_python(boot: str, *args: str) -> list[str]:
+    """This Python as a worker is started (isolated mode, no user site, no bytecode written),
+    running `boot` (a template given this package's parent folder as `path`) with `args`."""
+    return [sys.executable, "-I", "-u", "-B", "-c", boot.format(path=PACKAGE_PARENT), *args]
+
+
 def worker_argv(*channel: str) -> list[str]:
-    return [sys.executable, "-I", "-u", "-B", "-c", BOOTSTRAP.format(path=PACKAGE_PARENT), *channel]
+    return isolated_python(BOOTSTRAP, *channel)
 
 
 @dataclass

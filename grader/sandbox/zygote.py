@@ -35,6 +35,7 @@ import ctypes
 import json
 import os
 import select
+import shutil
 import signal
 import socket
 import subprocess
@@ -123,8 +124,6 @@ def serve_warm(path: str, idle: float) -> None:
                 os.unlink(path)
         except OSError:
             pass
-        import shutil
-
         shutil.rmtree(os.environ.get("HOME", "/nonexistent/home"), ignore_errors=True)
         os._exit(0)
 
@@ -389,7 +388,7 @@ class Zygote:
     `keep_warm` named a folder, the warm one there that outlives this command."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        from grader.sandbox.launch import PACKAGE_PARENT
+        from grader.sandbox.launch import isolated_python
 
         self.proc: subprocess.Popen | None = None
         self.home: str | None = None
@@ -402,8 +401,7 @@ class Zygote:
             self.home = tempfile.mkdtemp(prefix="grader-zygote-")
             env = dict(env, HOME=self.home, TMPDIR=self.home)
             try:
-                self.proc = subprocess.Popen([sys.executable, "-I", "-u", "-B", "-c", BOOT.format(path=PACKAGE_PARENT),
-                                              str(theirs.fileno()), str(os.getpid())],
+                self.proc = subprocess.Popen(isolated_python(BOOT, str(theirs.fileno()), str(os.getpid())),
                                              pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL,
                                              start_new_session=True)
             except OSError as exc:
@@ -446,12 +444,12 @@ class Zygote:
     def _attach_warm(self, folder: Path, idle: float, env: dict[str, str]) -> socket.socket | None:
         """Connect to the warm zygote for this environment and this grader's code, starting it
         (detached, in its own session) when none answers; one starter at a time (a lock)."""
-        from grader.sandbox.launch import PACKAGE_PARENT
+        from grader.sandbox.files import private_folder
+        from grader.sandbox.launch import isolated_python
 
         name = warm_name(env)
         path = folder / f"{name}.sock"
-        folder.mkdir(parents=True, exist_ok=True)
-        os.chmod(folder, 0o700)
+        private_folder(folder)
         lock = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
         try:
             import fcntl
@@ -466,12 +464,13 @@ class Zygote:
             home = Path(tempfile.mkdtemp(prefix=f"{name}.home-", dir=folder))  # its own: removed when it ends
             with open(folder / f"{name}.log", "ab") as log:
                 try:
-                    proc = subprocess.Popen([sys.executable, "-I", "-u", "-B", "-c", WARM_BOOT.format(path=PACKAGE_PARENT),
-                                             str(path), str(idle)],
+                    proc = subprocess.Popen(isolated_python(WARM_BOOT, str(path), str(idle)),
                                             env=dict(env, HOME=str(home), TMPDIR=str(home)), cwd="/", stdin=subprocess.DEVNULL,
                                             stdout=log, stderr=log, start_new_session=True)
                 except OSError as exc:
                     os.close(self._starting[1])
+                    self._starting = None
+                    shutil.rmtree(home, ignore_errors=True)
                     raise ZygoteError(f"the warm zygote could not start: {exc}") from None
             self.proc_starting = proc  # its imports overlap whatever this command does first
             return None
@@ -559,8 +558,6 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        import shutil
-
         shutil.rmtree(self.home, ignore_errors=True)
 
 
