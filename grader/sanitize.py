@@ -1,0 +1,110 @@
+"""Student text made harmless for each place the trusted side shows it.
+
+A student controls every byte of their repo and of what their worker prints: a function name in
+`grader.toml`, a traceback, a message. Each sink reads some bytes as instructions, so each has
+its own neutraliser, applied where the text leaves the grader (not where it enters, so no
+stage is trusted to have cleaned it):
+
+- a terminal runs escape sequences (clear the screen, hide text, move the cursor, set the title):
+  `for_terminal` shows every control character as a visible escape;
+- GitHub renders a job summary, a release body or a Markdown report as Markdown with HTML:
+  `for_markdown` escapes both, on one line;
+- the Actions log runs workflow commands (`::error`, `::add-mask::`, `::stop-commands::`) from
+  the start of any line on stdout: `ActionsLog.quoted` prints student text between
+  `::stop-commands::<random token>` and `::<token>::`, and `for_annotation` escapes a command's
+  own message and properties as the runner's toolkit does;
+- a spreadsheet runs a cell that starts with `=`, `+`, `-`, `@` (or a tab or carriage return
+  before one) as a formula: `for_csv_cell` makes such a cell text.
+
+HTML pages need nothing here: Jinja2 autoescapes every template.
+"""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Iterable
+
+# C0 and C1 controls but newline and tab, DEL, and the invisible characters that reorder or hide
+# text (bidi overrides and isolates, zero-width spaces, line and paragraph separators)
+_CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u200b-\u200f\u2028-\u202e\u2060-\u2069\ufeff]")
+_MARKDOWN = re.compile(r"[\\`*_{}\[\]()<>#+\-.!|~:=@$&\"']")
+_FORMULA_START = ("=", "+", "-", "@", "\t", "\r", "\n")
+
+
+def _escape_control(match: re.Match) -> str:
+    code = ord(match.group())
+    return f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}"
+
+
+def for_terminal(text: object, newlines: bool = True) -> str:
+    """`text` with every control character shown as `\\xNN` (newlines kept unless `newlines` is
+    False, then shown as `\\n` too): printed, it can only print."""
+    text = _CONTROL.sub(_escape_control, str(text))
+    return text if newlines else text.replace("\n", "\\n").replace("\t", "\\t")
+
+
+def one_line(text: object, limit: int | None = None) -> str:
+    """`for_terminal` on one line, cut to `limit` characters with an ellipsis."""
+    text = for_terminal(text, newlines=False)
+    if limit is not None and len(text) > limit:
+        text = text[: max(0, limit - 1)] + "…"
+    return text
+
+
+def for_markdown(text: object, limit: int | None = None) -> str:
+    """One line of literal text inside Markdown: every character that Markdown or HTML gives a
+    meaning to (emphasis, links, headings, tables, lists, code, tags, entities) written as a
+    numeric character reference, which CommonMark and GitHub show as that character and never
+    read as syntax; control characters shown as escapes. A table cell, a heading or a list
+    item built from it cannot start, end or add a row, a heading, a link or a tag."""
+    return _MARKDOWN.sub(lambda m: f"&#{ord(m.group())};", one_line(text, limit))
+
+
+def for_markdown_code(text: object, limit: int | None = None) -> str:
+    """Literal text inside an inline code span (a reproducer, a path): a code span cannot be
+    closed from inside when its fence is longer than any run of backticks in it; HTML is not
+    rendered in a code span, so only control characters and newlines need care."""
+    text = one_line(text, limit)
+    longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
+    fence = "`" * (longest + 1)
+    pad = " " if text.startswith("`") or text.endswith("`") or not text else ""
+    return f"{fence}{pad}{text}{pad}{fence}"
+
+
+def for_annotation(text: object, property: bool = False) -> str:
+    """A workflow command's message (or, with `property`, a property value such as
+    `file=`), escaped as the runner's toolkit escapes it: `%`, CR and LF (and `:` and `,` in a
+    property), so the text cannot end the command or start another."""
+    text = _CONTROL.sub(_escape_control, str(text).replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A"))
+    if property:
+        text = text.replace(":", "%3A").replace(",", "%2C")
+    return text
+
+
+def for_csv_cell(value: object) -> object:
+    """A gradebook cell: numbers as they are; a string that a spreadsheet would run as a formula
+    (`=`, `+`, `-`, `@`, or a tab or CR first) gets a leading apostrophe, which spreadsheets take
+    as "this is text" and do not show; control characters are shown as escapes."""
+    if value is None or isinstance(value, (bool, int, float)):
+        return value
+    text = _CONTROL.sub(_escape_control, str(value))
+    if text.startswith(_FORMULA_START):
+        text = "'" + text
+    return text
+
+
+class ActionsLog:
+    """The GitHub Actions log as a sink: workflow commands are read from the start of any line
+    on stdout, so text we did not write goes out between `::stop-commands::TOKEN` and
+    `::TOKEN::`, with a token nobody can guess (a fresh one per block). Inside, no line runs as
+    a command."""
+
+    @staticmethod
+    def quoted(lines: Iterable[str] | str) -> str:
+        text = lines if isinstance(lines, str) else "\n".join(lines)
+        token = secrets.token_hex(16)
+        while token in text:  # a token the text itself holds could end the block early
+            token = secrets.token_hex(16)
+        body = _CONTROL.sub(_escape_control, text)
+        return f"::stop-commands::{token}\n{body}\n::{token}::\n"
