@@ -3,6 +3,10 @@
 Gradescope's schema (score, max_score, tests[] with name, score, max_score, status, output)
 is the base; each test adds `outcome` (an `Outcome`, finer than passed/failed, written as its plain string)
 and `tags`, and the top level adds `extra_data` with the environment and the seed.
+
+A result is stored and read back through one matched pair, `to_json()` and `from_json()` on each
+of the dataclasses below (every field, nothing chosen by hand): a batch's records hold them, and
+`grader check` writes its results.json and report from what that pair gives back, as a batch does.
 """
 
 from __future__ import annotations
@@ -10,9 +14,10 @@ from __future__ import annotations
 import json
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
+from typing import Any, TypeVar
 
 
 
@@ -69,6 +74,28 @@ def cents(points: float) -> int:
     return round(points * 100)
 
 
+_Result = TypeVar("_Result")
+
+
+def _to_json(result: Any) -> dict:
+    """Every field of a result dataclass (nested ones included) in JSON's own types: exactly what
+    json.load gives back from the stored file (an Outcome as its string, a tuple as a list, an
+    object JSON cannot hold as its str(), as write_json_atomic writes it)."""
+    return json.loads(json.dumps(asdict(result), default=str))
+
+
+def _from_json(cls: type[_Result], data: dict, nested: dict[str, type] | None = None) -> _Result:
+    """A result dataclass from what _to_json gave. A field the data lacks takes its default (a
+    record written before the field existed still loads); a key that is no field (a newer
+    grader's) is left out. `nested`: the fields that hold a list of another result dataclass."""
+    names = {f.name for f in fields(cls)}
+    kwargs = {k: v for k, v in data.items() if k in names}
+    for name, inner in (nested or {}).items():
+        if name in kwargs:
+            kwargs[name] = [inner.from_json(item) for item in kwargs[name] or []]
+    return cls(**kwargs)
+
+
 @dataclass
 class TestResult:
     __test__ = False  # not a pytest test class
@@ -93,6 +120,13 @@ class TestResult:
         if self.outcome not in OUTCOMES:  # caught here, not in a results.json that Gradescope cannot read
             raise ValueError(f"{self.outcome!r} is not an outcome: one of {', '.join(OUTCOMES)}")
         self.outcome = Outcome(self.outcome)
+
+    def to_json(self) -> dict:
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> TestResult:
+        return _from_json(cls, data)
 
 
 @dataclass
@@ -121,6 +155,14 @@ class AssignmentResult:
 
     def count(self, outcome: Outcome | str) -> int:
         return sum(t.outcome == outcome for t in self.tests)
+
+    def to_json(self) -> dict:
+        """What a batch's record holds of a job's result (grader.batch.jobs)."""
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> AssignmentResult:
+        return _from_json(cls, data, {"tests": TestResult})
 
 
 @dataclass
@@ -152,6 +194,13 @@ class RunResult:
     def all_passed(self) -> bool:
         return not any(t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR for t in self.tests)
 
+    def to_json(self) -> dict:
+        return _to_json(self)
+
+    @classmethod
+    def from_json(cls, data: dict) -> RunResult:
+        return _from_json(cls, data, {"assignments": AssignmentResult})
+
     def to_gradescope(self) -> dict:
         """Gradescope's autograder results (its specification's fields), plus our own.
         A skipped test gets status "failed": Gradescope shows a test without a status and with
@@ -169,7 +218,7 @@ class RunResult:
                     "output": _test_output(t),
                     "outcome": t.outcome.value,
                     "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
-                    "extra_data": {k: v for k, v in asdict(t).items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
+                    "extra_data": {k: v for k, v in t.to_json().items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
                 })
         data = {
             "score": self.score,

@@ -18,9 +18,8 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.batch.course import Course, Late, exact, when
-from grader.batch.store import (LATE_NOTES, assignment_from_dict, failed_path, read_json, read_records, rewrite_student,
-                                student_dir)
-from grader.results import BAD_OUTCOMES, Outcome, cents, outcome_css, write_json_atomic, write_text_atomic
+from grader.batch.store import LATE_NOTES, failed_path, read_json, read_records, rewrite_student, student_dir
+from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, cents, outcome_css, write_json_atomic, write_text_atomic
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -162,7 +161,7 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
                 continue
             cell = Cell(a, record["status"], link=f"{row.report}#{a}" if row.report else "")
             if record.get("result"):
-                result = assignment_from_dict(record["result"])
+                result = AssignmentResult.from_json(record["result"])
                 cell.score, cell.max_score = result.score, result.max_score
                 if course is not None and a in course.points:  # course.toml: this assignment's points in this course
 

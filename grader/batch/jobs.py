@@ -30,7 +30,7 @@ import sys
 import tempfile
 import time
 import traceback
-from dataclasses import asdict, dataclass, field
+from dataclasses import dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
@@ -112,7 +112,7 @@ def new_record(job: Job, status: str, error: str = "", result: AssignmentResult 
         "started": datetime.fromtimestamp(started or finished, timezone.utc).isoformat(timespec="seconds"),
         "finished": datetime.fromtimestamp(finished, timezone.utc).isoformat(timespec="seconds"),
         "seconds": round(finished - (started or finished), 2),
-        "result": asdict(result) if result is not None else None,
+        "result": result.to_json() if result is not None else None,  # read back by AssignmentResult.from_json
     }
 
 

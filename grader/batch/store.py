@@ -4,7 +4,9 @@ results.json and report.html, and the batch's manifest live, and how they are wr
 OUT/students/<student>/jobs/<assignment>.json is a job's record, written atomically the moment
 the job ends; a kept infra_error attempt goes beside a real grade (<assignment>.infra_error.json),
 never over it. A student's results.json and report.html are rebuilt from the records under the
-student's lock, so writers in several job processes never interleave.
+student's lock, so writers in several job processes never interleave. A record's result is
+`AssignmentResult.to_json()`, read back with `AssignmentResult.from_json()` (grader.results):
+the one matched pair, so the student's files hold all that `grader check` shows.
 """
 
 from __future__ import annotations
@@ -63,12 +65,6 @@ def is_reusable(record: dict | None, key: dict) -> bool:
     return bool(record) and record.get("status") == "graded" and record.get("key") == key
 
 
-def assignment_from_dict(d: dict) -> AssignmentResult:
-    tests = [TestResult(**t) for t in d.get("tests", [])]
-    return AssignmentResult(d["name"], d["title"], d["module"], tests, list(d.get("notes", [])),
-                            headline=d.get("headline", ""), partial=dict(d.get("partial") or {}))
-
-
 class _FileLock:
     """An exclusive flock on a file: one writer of a student's files at a time, across processes."""
 
@@ -111,7 +107,7 @@ def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
     run = RunResult(first.get("repo") or first["student"], first["seed"], first.get("environment") or {}, commit=first.get("commit"))
     for r in ranked:
         if r.get("result"):
-            run.assignments.append(assignment_from_dict(r["result"]))
+            run.assignments.append(AssignmentResult.from_json(r["result"]))
         else:
             a = AssignmentResult(r["assignment"], r["assignment"], "")
             a.tests.append(TestResult(r["assignment"], "correctness", "grading", Outcome.INFRA_ERROR,

@@ -124,6 +124,9 @@ def check(
                   console=console, transient=True) as bar:
         task = bar.add_task("starting", total=count_steps(chosen, ctx))
         run = grade_submission(sub, chosen, ctx, lambda text: bar.update(task, advance=1, description=text))
+    # what a batch stores and reads back: results.json, the report and the summary come from that
+    # form here too, so a check shows whatever a batch would lose
+    run = RunResult.from_json(run.to_json())
 
     for folder in {json_file.parent, html_dir}:
         ignored_by_git(folder)

@@ -278,17 +278,15 @@ def _interrupt(signum, frame):
 def _job_line(job, record: dict) -> str:
     from collections import Counter
 
-    from grader.results import Outcome, cents
+    from grader.results import AssignmentResult, Outcome
 
     if record["status"] != "graded":  # a job status, shown in the infra_error outcome's style
         return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {escape(job.label)}: {escape(record['error'])}"
 
-    result = record["result"]
-    outcomes = Counter(t["outcome"] for t in result["tests"])
-    score = sum(cents(t["score"]) for t in result["tests"]) / 100
-    top = sum(cents(t["max_score"]) for t in result["tests"]) / 100
+    result = AssignmentResult.from_json(record["result"])
+    outcomes = Counter(t.outcome for t in result.tests)
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
-    return f"{escape(job.label)}: {score:g} / {top:g} ({words}) in {record['seconds']:.0f} s"
+    return f"{escape(job.label)}: {result.score:g} / {result.max_score:g} ({words}) in {record['seconds']:.0f} s"
 
 
 def _print_summary(out: Path, lock, entry: dict) -> None:
