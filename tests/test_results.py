@@ -6,7 +6,7 @@ from fractions import Fraction
 import pytest
 
 from grader import spec as specs
-from grader.results import AssignmentResult, RunResult, TestResult
+from grader.results import AssignmentResult, Outcome, RunResult, TestResult
 from grader.judge.scoring import score_assignment, split_cents
 
 
@@ -172,15 +172,12 @@ def test_every_outcome_has_a_style_everywhere_it_is_shown():
 
 def test_an_outcome_is_written_and_read_back_as_its_plain_string():
     import json
-    from dataclasses import asdict
-
-    from grader.results import Outcome
 
     t = TestResult("vector_add", "correctness", "n=1 [float32]", Outcome.TIMEOUT, "killed")
     assert (str(t.outcome), f"{t.outcome}", f"[{t.outcome}]") == ("timeout", "timeout", "[timeout]")
-    text = json.dumps(asdict(t))
+    text = json.dumps(t.to_json())
     assert '"outcome": "timeout"' in text  # results.json's schema: the bare string
-    back = TestResult(**json.loads(text))  # how batch records are read back
+    back = TestResult.from_json(json.loads(text))  # how batch records are read back
     assert back == t and back.outcome is Outcome.TIMEOUT and back.outcome == "timeout"
     assert TestResult("a", "correctness", "n", "flagged").outcome is Outcome.FLAGGED
     run = RunResult("sub", 1, {}, [AssignmentResult("vector_add", "t", "m", [t])])
@@ -199,3 +196,121 @@ def test_the_pages_colour_each_outcome_from_one_table():
                  ".timeout { color: #6b46c1; }", ".crashed { color: #6b46c1; }", ".skipped { color: #718096; }",
                  ".flagged { color: #b7791f; font-weight: bold; }", ".infra_error { color: #2c5282; font-weight: bold; }"):
         assert rule in css.splitlines()
+
+
+# -- the one matched pair: to_json / from_json ------------------------------------------------------
+
+# a value unlike any default for each field type of the result dataclasses; a field of a type not
+# here fails the round trip below until it gets one (and with it, its serialisation is tested)
+SAMPLES = {
+    "str": lambda name: f"<{name}> «ü»",
+    "str | None": lambda name: f"<{name}>",
+    "float": lambda name: 2.25,
+    "float | None": lambda name: 41.5,
+    "int": lambda name: 7,
+    "bool": lambda name: True,
+    "dict": lambda name: {"figures": {"student": {"median_ms": 0.5}}, "interval": [0.9, 1.1], "none": None, "n": 3},
+    "list[str]": lambda name: [f"<{name}> one", f"<{name}> two"],
+    "list[dict]": lambda name: [{"file": "kernels/x.py", "line": 9, "code": "os._exit(3)", "what": "ends the worker process"}],
+    "Outcome": lambda name: "flagged",  # a plain string is made an Outcome, and must come back as one
+    "list[TestResult]": lambda name: [_sample(TestResult), _sample(TestResult)],
+    "list[AssignmentResult]": lambda name: [_sample(AssignmentResult)],
+}
+
+
+def _sample(cls):
+    """An instance with every field set, each to a value unlike its default."""
+    import dataclasses
+
+    values = {}
+    for f in dataclasses.fields(cls):
+        if f.type not in SAMPLES:
+            pytest.fail(f"{cls.__name__}.{f.name}: no sample value for the type {f.type!r}: add one to SAMPLES "
+                        "(and make to_json/from_json carry it)")
+        values[f.name] = SAMPLES[f.type](f.name)
+        default = f.default_factory() if f.default_factory is not dataclasses.MISSING else f.default
+        assert values[f.name] != default, f"{cls.__name__}.{f.name}: the sample equals the default, so a loss could not show"
+    return cls(**values)
+
+
+def _assert_same_fields(back, original, where: str) -> None:
+    """Field by field, from the dataclass's own field list, nested results included."""
+    import dataclasses
+
+    assert type(back) is type(original), where
+    for f in dataclasses.fields(original):
+        mine, theirs = getattr(back, f.name), getattr(original, f.name)
+        if isinstance(theirs, list) and theirs and dataclasses.is_dataclass(theirs[0]):
+            assert len(mine) == len(theirs), f"{where}.{f.name}"
+            for i, (m, t) in enumerate(zip(mine, theirs)):
+                _assert_same_fields(m, t, f"{where}.{f.name}[{i}]")
+        else:
+            assert mine == theirs, f"{where}.{f.name}: {mine!r} came back for {theirs!r}"
+            assert type(mine) is type(theirs), f"{where}.{f.name}: {type(mine).__name__} came back for {type(theirs).__name__}"
+
+
+@pytest.mark.parametrize("cls", [TestResult, AssignmentResult, RunResult])
+def test_every_field_of_every_result_comes_back_from_its_stored_form(cls):
+    import dataclasses
+    import json
+
+    original = _sample(cls)
+    data = original.to_json()
+    assert list(data) == [f.name for f in dataclasses.fields(cls)]  # every field written, under its own name
+    stored = json.loads(json.dumps(data))  # as a record on disk holds it
+    assert stored == data  # to_json gives JSON's own types already: what is read back is what was written
+    back = cls.from_json(stored)
+    _assert_same_fields(back, original, cls.__name__)
+    assert back == original
+    assert back.to_json() == data
+
+
+def test_to_json_gives_what_a_file_gives_back():
+    # a tuple, a key that is no string and an object JSON cannot hold: as write_json_atomic writes them
+    from pathlib import PurePosixPath
+
+    t = TestResult("softmax", "correctness", "1x1 [float32]", "failed",
+                   details={"interval": (0.5, 2.0), 3: "three", "where": PurePosixPath("/x/y")})
+    assert t.to_json()["details"] == {"interval": [0.5, 2.0], "3": "three", "where": "/x/y"}
+    assert TestResult.from_json(t.to_json()).outcome is Outcome.FAILED
+
+
+def test_a_record_written_before_a_field_existed_still_loads():
+    # a job's result as batches stored it before warnings, headline, partial, hidden and severity
+    old = {"name": "vector_add", "title": "Vector addition", "module": "kernels/vector_add.py:vector_add()",
+           "notes": ["a note"],
+           "tests": [{"assignment": "vector_add", "kind": "correctness", "name": "n=1 [float32]", "outcome": "passed",
+                      "message": "ok", "max_score": 6.0, "score": 6.0, "case": "n=1", "dtype": "float32", "shape": "x[1]",
+                      "details": {}, "traceback": "", "output": "", "reproducer": "grader check ."}]}
+    a = AssignmentResult.from_json(old)
+    assert (a.warnings, a.headline, a.partial, a.notes) == ([], "", {}, ["a note"])
+    assert (a.tests[0].hidden, a.tests[0].severity, a.tests[0].outcome) == (False, "", Outcome.PASSED)
+    assert a.score == 6.0
+    # a key this version does not know (a newer grader's record) is left out, not an error
+    newer = dict(old, later_field=[1], tests=[dict(old["tests"][0], later_test_field="x")])
+    assert AssignmentResult.from_json(newer) == a
+
+
+def test_a_batch_record_keeps_the_static_scans_warnings_in_the_students_files(tmp_path):
+    """The batch's own path, without a worker: a job's record (jobs.new_record) stored
+    (store.store_record) and the student's results.json and report.html rebuilt from it."""
+    import json
+
+    from grader.batch.jobs import Job, new_record
+    from grader.batch.store import read_records, store_record, student_run
+
+    warning = {"file": "kernels/vector_add.py", "line": 9, "code": "os._exit(3)", "what": "ends the worker process"}
+    a = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()", warnings=[warning],
+                         headline="one cause", partial={"cases_run": 1, "cases": 7, "assignment_points": 10})
+    a.tests.append(TestResult("vector_add", "correctness", "n=1 [float32]", "crashed", "the worker died", case="n=1",
+                              dtype="float32", max_score=6.0, output="last words", hidden=True))
+    job = Job("alice", "alice", "vector_add", str(tmp_path / "repo"), None, "abc123", {}, str(tmp_path / "out"),
+              {"seed": 3, "device": "cpu"})
+    store_record(tmp_path / "out", new_record(job, "graded", result=a, environment={"mode": "cpu-interpreter"}))
+    folder = tmp_path / "out" / "students" / "alice"
+    run = student_run(read_records(tmp_path / "out", "alice"), ["vector_add"])
+    assert run.assignments == [a]  # what was graded is what the student's files are built from
+    data = json.loads((folder / "results.json").read_text())
+    assert data["extra_data"]["assignments"]["vector_add"]["integrity_warnings"] == [warning]
+    report = (folder / "report.html").read_text()
+    assert "static scan: 1 finding(s) for a TA to review" in report and "ends the worker process" in report
