@@ -43,6 +43,11 @@ REQUIRED_ENV = ("CLASSROOM", "ASSIGNMENT", "SUBMISSION_TAG", "COMMIT_URL", "RELE
 _SAFE_URL = re.compile(r"https://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")  # a link target with nothing that ends a Markdown link
 
 
+def slug_of(name: str) -> str:
+    """Classroom 50's slug of one of our assignments: lower case, '-' for '_' (vector_add -> vector-add)."""
+    return name.lower().replace("_", "-")
+
+
 class Classroom50Error(Exception):
     """The runner's environment is not Classroom 50's: nothing can be graded for it."""
 

@@ -26,7 +26,7 @@ from pathlib import Path
 
 from grader import __version__
 from grader import spec as specs
-from grader.kit.classroom50 import REPORT_ASSET
+from grader.kit.classroom50 import REPORT_ASSET, slug_of
 from grader.kit.release import Kit, ReleaseError, find_leaks
 
 LABEL = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -152,11 +152,6 @@ def main():
 if __name__ == "__main__":
     main()
 '''
-
-
-def slug_of(name: str) -> str:
-    """Classroom 50's slug of an assignment: lower case, '-' for '_' (vector_add -> vector-add)."""
-    return name.lower().replace("_", "-")
 
 
 def check_runs_on(labels: list[str] | None) -> list[str]:
