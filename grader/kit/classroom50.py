@@ -220,7 +220,7 @@ def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: di
         bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
         gpu, kinds = _gpu_points(a)
         need = f"{gpu:g} pts ({', '.join(kinds)})" if gpu else "0"
-        out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 120)}) | {s} / {m} | {a.count(Outcome.PASSED)} | "
+        out.append(f"| {for_markdown(a.name)} ({for_markdown(a.module, 120)}) | {s} / {m} | {a.count(Outcome.PASSED)} | "
                    f"{bad} | {need} | {hidden.get(a.name, 0)} |")
     if any(hidden.values()):
         out += ["", "Hidden cases are not run here: they run at grading time, on top of the cases above."]
