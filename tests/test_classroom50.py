@@ -270,7 +270,7 @@ def test_hostile_text_stays_text_in_every_sink(tmp_path):
     row = next(line for line in body.splitlines() if "kernels" in line and line.startswith("| "))
     assert row.count("|") == 7  # the student's | adds no cell to the table
     assert outputs(env) == {"status": "failure", "summary": "8/10 points, 1 check(s) failing"}
-    assert len(echoed) == 1 and "\n" not in echoed[0] and "%0A::add-mask::" in echoed[0]
+    assert len(echoed) == 1 and not re.search(r"[\r\n]", echoed[0]) and echoed[0].startswith("::error file=")
     data = json.loads((repo / "result.json").read_text())
     assert validate(data, env) == [] and "\n" not in data["tests"][0]["message"]
 
