@@ -619,3 +619,22 @@ def test_version_names_the_grader_torch_and_triton(tmp_path):
     import triton
 
     assert lines[1:] == [f"torch {torch.__version__}", f"triton {triton.__version__}"]
+
+
+def test_a_planted_result_link_or_folder_is_replaced_not_followed(tmp_path):
+    """A result.json committed as a link to a file outside, and release-body.md as a folder:
+    both removed before the check, the outside file untouched, the run's own files written."""
+    repo = tmp_path / "checkout"
+    run = _run(repo, "passing")
+    outside = tmp_path / "outside.json"
+    outside.write_text("keep me")
+    (repo / "result.json").symlink_to(outside)
+    (repo / "release-body.md").mkdir()
+    (repo / "release-body.md" / "x").write_text("x")
+    ci.remove_stale(repo)
+    assert not (repo / "result.json").exists() and not (repo / "release-body.md").exists()
+    (repo / "result.json").symlink_to(outside)  # planted again after the removal: replaced by the rename
+    env = runner_env(tmp_path)
+    assert ci.report(run, repo, "cpu", env, echo=lambda _: None) == 0
+    assert outside.read_text() == "keep me" and not (repo / "result.json").is_symlink()
+    assert validate(json.loads((repo / "result.json").read_text()), env) == []

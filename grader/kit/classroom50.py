@@ -79,10 +79,14 @@ def runner_fields(env: dict | None = None) -> dict[str, str]:
 
 def remove_stale(folder: Path) -> None:
     """A result.json or release-body.md left from an earlier run must never be taken for this one's."""
+    import shutil
+
     for name in (RESULT, BODY):
         path = Path(folder) / name
         if path.is_symlink() or path.is_file():
             path.unlink()
+        elif path.is_dir():  # a folder of that name would stop the file being written
+            shutil.rmtree(path)
 
 
 # -- integer points --------------------------------------------------------------------------------
