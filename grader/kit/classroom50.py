@@ -20,7 +20,6 @@ Markdown through `grader.sanitize.for_markdown`, the log's workflow commands thr
 
 from __future__ import annotations
 
-import json
 import os
 import re
 from datetime import datetime, timezone
