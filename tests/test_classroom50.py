@@ -638,3 +638,21 @@ def test_a_planted_result_link_or_folder_is_replaced_not_followed(tmp_path):
     assert ci.report(run, repo, "cpu", env, echo=lambda _: None) == 0
     assert outside.read_text() == "keep me" and not (repo / "result.json").is_symlink()
     assert validate(json.loads((repo / "result.json").read_text()), env) == []
+
+
+def test_release_cli_writes_the_classroom_or_says_why_not(tmp_path, cli):
+    classroom = tmp_path / "config" / "cs101"
+    run = cli("--out", tmp_path / "kit", "-a", "vector_add", "--grader-requirement", "grader==0.1.0",
+              "--classroom50", classroom, "--runs-on", "self-hosted", "--runs-on", "gpu", command="release")
+    assert run.returncode == 0, run.stdout + run.stderr
+    entry = json.loads((classroom / "assignments.json").read_text())[0]
+    assert entry["slug"] == "vector-add" and entry["runtime"]["runs-on"] == ["self-hosted", "gpu"]
+    script = (classroom / "autograders" / "vector-add" / "autograder.py").read_text()
+    assert "REQUIREMENT = 'grader==0.1.0'" in script and "WHEEL_SHA256 = None" in script
+    broken = tmp_path / "config" / "cs102"
+    broken.mkdir()
+    (broken / "assignments.json").write_text("[{")
+    run = cli("--out", tmp_path / "kit2", "-a", "vector_add", "--grader-requirement", "grader==0.1.0",
+              "--classroom50", broken, command="release")
+    assert run.returncode == 2 and "is not valid JSON" in run.stderr and "Traceback" not in run.stderr
+    assert not (broken / "autograders").exists()
