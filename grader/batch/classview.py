@@ -35,6 +35,7 @@ class Cell:
     flagged: bool = False
     note: str = ""  # e.g. an infra_error kept beside the grade, or a grade of an older commit
     link: str = ""
+    ci: str = ""  # the score Classroom 50's runner released, where the workspace holds one (grader.batch.classroom50)
 
     @property
     def fraction(self) -> float | None:
@@ -186,6 +187,13 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
                 cell.note = f"graded at commit {str(record.get('commit'))[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
             row.cells[a] = cell
         rows.append(row)
+    from grader.batch.classroom50 import read_saved, score_cells
+
+    ci = score_cells(read_saved(lock.root) if getattr(lock, "root", None) else [], {p.github_username.lower(): p.student for p in lock.students if p.github_username},
+                     assignments)
+    for row in rows:
+        for a, cell in row.cells.items():
+            cell.ci = ci.get((row.student, a), "")
     checks = sorted(rates.values(), key=lambda c: (c.rate, c.assignment, c.check))
     manifest = manifest or {}
     return ClassView(rows, assignments, titles, datetime.now(timezone.utc).isoformat(timespec="seconds"), lock.deadline,
@@ -244,7 +252,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
              "late": r.late, "late_commits": r.late_commits, "total": r.total, "max_total": r.max_total, "report": r.report,
              "deadline": r.deadline, "hours_late": r.hours_late, "late_penalty": r.penalty, "final": r.final,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
-                                 "flagged": c.flagged, "note": c.note} for a, c in r.cells.items()}}
+                                 "flagged": c.flagged, "note": c.note, "classroom50": c.ci} for a, c in r.cells.items()}}
             for r in view.rows
         ],
         "checks": [{"assignment": c.assignment, "check": c.check, "passed": c.passed, "ran": c.ran,

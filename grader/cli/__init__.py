@@ -13,6 +13,34 @@ from grader.cli import check, classroom, kit
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
 
+
+def versions() -> list[str]:
+    """`grader X`, and torch's and Triton's versions where they are installed (read from their
+    metadata: nothing is imported, so a broken install still answers)."""
+    from importlib import metadata
+
+    from grader import __version__
+
+    lines = [f"grader {__version__}"]
+    for dist in ("torch", "triton"):
+        try:
+            lines.append(f"{dist} {metadata.version(dist)}")
+        except metadata.PackageNotFoundError:
+            lines.append(f"{dist}: not installed")
+    return lines
+
+
+def _version(value: bool) -> None:
+    if value:
+        print("\n".join(versions()))
+        raise typer.Exit(0)
+
+
+@app.callback()
+def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
+                                       help="Print the grader's version, and torch's and Triton's, then exit.")) -> None:
+    """Grade Triton kernel assignments."""
+
 check.register(app)
 classroom.register(app)
 kit.register(app)

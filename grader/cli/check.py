@@ -73,8 +73,10 @@ def check(
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes: float32, float16, bfloat16."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
     isolation: str = typer.Option("sandbox", help=ISOLATION_HELP),
-    ci: Optional[str] = typer.Option(None, "--ci", help="github: a job summary, annotations and GitHub Classroom's "
-                                     "result output (default when GITHUB_ACTIONS=true); none: plain."),
+    ci: Optional[str] = typer.Option(None, "--ci", help="classroom50: result.json, release-body.md and a commit status "
+                                     "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG are "
+                                     "set); github: a job summary, annotations and the classroom-resources result output "
+                                     "Classmoji reads (default otherwise in GitHub Actions); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader.judge.context import ContextError, resolve
@@ -84,9 +86,17 @@ def check(
     from grader.sandbox import zygote
     from grader.sandbox.process import detect
 
+    from grader.kit import classroom50
+
     json_file = json_file or OUTPUT_DIR / "results.json"
     html_dir = html_dir or OUTPUT_DIR
+    ci_mode = classroom50.mode(ci if ci in ("github", "classroom50", "none") else None)
     try:
+        if ci not in (None, "github", "classroom50", "none"):
+            raise UsageError(f"--ci must be classroom50, github or none, not {ci!r}")
+        if ci_mode == "classroom50":  # a result.json of an earlier run is never taken for this one's
+            classroom50.remove_stale(repo)
+            classroom50.runner_fields()
         sub = open_submission(repo)
         chosen = select_assignments(sub, assignment)
         base = f"grader check {shlex.quote(str(repo))}" + ("" if device == "auto" else f" --device {device}")
@@ -96,8 +106,6 @@ def check(
                       reproducer=base, partial_points=True)
         if case and not any(ctx.calls(s) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
-        if ci not in (None, "github", "none"):
-            raise UsageError(f"--ci must be github or none, not {ci!r}")
         if keep is not None:  # workers forked at once by a zygote that outlives this command
             zygote.keep_warm(keep / "warm", zygote.warm_seconds())
         contained = detect(ctx.isolation)
@@ -105,14 +113,17 @@ def check(
             from grader.kit import github
 
             # a CI runner may check every student's repository in turn: no student's kernels are kept there
-            shared_runner = github.enabled(ci) or bool(os.environ.get("CI"))
+            shared_runner = ci_mode is not None or bool(os.environ.get("CI"))
             ctx = ctx.kept_between_checks(keep, check_cache_limit(), seed is not None, own_uid=not contained.user_switch,
                                           kernels_of=None if shared_runner else sub.identity())
-    except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError) as exc:
+    except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError,
+            classroom50.Classroom50Error) as exc:
         err.print(f"[red]error:[/red] {escape(str(exc))}")
         from grader.kit import github
 
-        if github.enabled(ci if ci in ("github", "none") else None):
+        if ci_mode == "classroom50":
+            classroom50.report_error(str(exc), repo)
+        elif ci_mode == "github":
             github.report_error(str(exc))
         raise typer.Exit(2)
     for warning in contained.warnings:  # once per run, before any worker starts
@@ -146,7 +157,9 @@ def check(
                           f"(GRADER_CACHE_GB=0 keeps nothing)[/dim]")
     from grader.kit import github
 
-    if github.enabled(ci):
+    if ci_mode == "classroom50":  # graded: exit 0 whatever failed (2 for an infra_error: no score released)
+        raise typer.Exit(classroom50.report(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True)))
+    if ci_mode == "github":
         github.report_github(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True))
     if any(t.outcome == Outcome.INFRA_ERROR for t in run.tests):
         raise typer.Exit(2)

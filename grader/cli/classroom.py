@@ -43,7 +43,8 @@ def load_course_or_fail(path: Optional[Path]):
 
 
 def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[str], prefix: Optional[str],
-                branch: Optional[str], jobs: int, course=None, names: Optional[List[str]] = None):
+                branch: Optional[str], jobs: int, course=None, names: Optional[List[str]] = None,
+                classroom50: Optional[tuple[str, str]] = None, scores: Optional[Path] = None):
     """Roster -> WORKDIR/repos + WORKDIR/lock.json, one line per student. The deadline is
     --deadline, else course.toml's for the assignments fetched; its extensions and late policy
     decide each student's deadline and the last commit still graded."""
@@ -51,11 +52,17 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
     from grader.batch.workspace import fetch_roster, parse_deadline
 
     course = course or Course()
+    from grader.batch import classroom50 as c50
+
     try:
-        entries = load_roster(roster, org, prefix)
+        if classroom50:  # (classroom, slug): repos ORG/<classroom>-<slug>-<user>
+            entries = c50.load_roster(roster, org, *classroom50)
+        else:
+            entries = load_roster(roster, org, prefix)
+        collected = c50.load_scores(scores) if scores else None
         when = parse_deadline(deadline) if deadline else None
         when, per_student = class_deadline(course, names or course.order or list(specs.catalogue()), when)
-    except (RosterError, ValueError) as exc:
+    except (RosterError, c50.ScoresError, ValueError) as exc:
         _fail(exc)
     console.print(f"Fetching {len(entries)} repos into {out}" + (f", pinned at the deadline {when.isoformat()}" if when else ""))
     if course.policy and when:
@@ -76,6 +83,9 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
                 console.print(f"  [red]unfetched[/red]  {escape(p.student)}: {escape(p.reason)}")
 
     lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student)
+    if collected is not None:
+        console.print(f"Classroom 50 scores: {len(collected)} kept (the latest per student and assignment) in "
+                      f"{c50.save_scores(collected, out)}; the class view shows them beside the grades")
     bad = [p for p in lock.students if p.status != "fetched"]
     console.print(f"{len(lock.students) - len(bad)} fetched, {len(bad)} unfetched; lock file: {out / 'lock.json'}")
     if lock.warning:
@@ -84,7 +94,8 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
 
 
 def fetch(
-    roster: Path = typer.Option(..., "--roster", help="CSV: student,repo[,commit], or GitHub Classroom's roster export."),
+    roster: Path = typer.Option(..., "--roster", help="CSV: student,repo[,commit], or GitHub Classroom's roster export; "
+                                "with --classroom50, usernames one a line or a CSV with a username column."),
     out: Path = typer.Option(..., "--out", help="The workspace: repos/ and lock.json are written there."),
     deadline: Optional[str] = typer.Option(None, help="ISO 8601 with a time zone: pin the last commit dated on or before it "
                                            "(default: course.toml's deadline for the assignments)."),
@@ -95,15 +106,30 @@ def fetch(
     assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="The assignments this fetch is for: "
                                                    "their deadline in course.toml applies (default: the course's)."),
     course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
+    classroom50: Optional[str] = typer.Option(None, "--classroom50", help="Classroom 50: the classroom's name; each repo "
+                                              "is ORG/<classroom>-<slug>-<username>, lower case (with --org)."),
+    slug: Optional[str] = typer.Option(None, help="Classroom 50: the assignment's slug (default: that of the one -a)."),
+    scores: Optional[Path] = typer.Option(None, help="Classroom 50: a collected scores.json, shown beside the grades."),
 ) -> None:
     """Clone or update every student's repo and pin the commit to grade in WORKDIR/lock.json."""
     course = load_course_or_fail(course_file)
     try:
         for n in assignment or []:
             specs.get(n)
+        if (slug or scores) and not classroom50:
+            raise UsageError("--slug and --scores go with --classroom50 CLASSROOM")
+        if classroom50 and not slug:
+            if len(assignment or []) != 1:
+                raise UsageError("--classroom50: name the assignment's slug with --slug, or one assignment with -a")
+            from grader.kit.classroom50 import slug_of
+
+            slug = slug_of(assignment[0])
     except specs.UnknownAssignment as exc:
         _fail(UsageError(exc.args[0]))
-    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment)
+    except UsageError as exc:
+        _fail(exc)
+    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment,
+                       (classroom50, slug) if classroom50 else None, scores)
     raise typer.Exit(1 if any(p.status != "fetched" for p in lock.students) else 0)
 
 

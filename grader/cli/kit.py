@@ -30,16 +30,32 @@ def release(
                                              "(a CUDA GPU: speed and bf16 checked too) instead of GitHub's hosted CPU runner."),
     title: str = typer.Option("Triton kernels", help="The kit README's title."),
     force: bool = typer.Option(False, help="Replace --out if it is not empty."),
+    classroom50: Optional[Path] = typer.Option(None, "--classroom50", help="Also write Classroom 50's side: "
+                                               "CLASSROOM/autograders/<slug>/autograder.py and CLASSROOM/assignments.json "
+                                               "(CLASSROOM: the classroom's folder in the classroom50 config repo)."),
+    runs_on: Optional[List[str]] = typer.Option(None, "--runs-on", help="With --classroom50: the grade job's runner labels "
+                                                "(repeatable, 1-10; default ubuntu-latest; e.g. --runs-on self-hosted "
+                                                "--runs-on gpu for a GPU runner)."),
 ) -> None:
     """Build the student kit: starters, handouts, public specs, README, CI workflow; no reference, hidden case or secret."""
     from grader.kit.release import ReleaseError, build_kit, ensure_secret
 
+    if runs_on and classroom50 is None:
+        _fail("--runs-on goes with --classroom50 (the kit's own workflow takes --gpu-runner)")
     try:
+        if classroom50 is not None:
+            from grader.kit.classroom50_config import check_runs_on
+
+            check_runs_on(runs_on)  # said before the kit is built
         made = ensure_secret()
         if made:
             console.print(f"[yellow]made the course secret {made}: graded random shapes come from it. Keep it with the "
                           "course (never in a kit); every grader of this class needs the same one.[/yellow]")
         kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner, title=title)
+        if classroom50 is not None:
+            from grader.kit.classroom50_config import write_classroom
+
+            written = write_classroom(kit, classroom50, runs_on)
     except specs.UnknownAssignment as exc:
         _fail(exc.args[0])
     except ReleaseError as exc:
@@ -50,7 +66,14 @@ def release(
     kept = ", ".join(f"{n} {c}" for n, c in hidden.items() if c) or "none (no assignment has hidden.py)"
     console.print(f"  hidden cases kept back: {kept}")
     console.print("  scanned: no reference kernel, hidden case or course secret in it.")
-    console.print("Next: push it as the template repository of the assignment (GitHub Classroom: the starter code repo).")
+    if classroom50 is not None:
+        console.print(f"Classroom 50 in {escape(str(classroom50))}: {', '.join(written)} (scanned: nothing private; the "
+                      "autograders folder is published)")
+        console.print("Next: push the kit as the assignments' template repository, and commit the classroom folder to "
+                      "the classroom50 config repo.")
+    else:
+        console.print("Next: push it as the template repository of the assignment (Classroom 50, Classmoji or a plain "
+                      "template repository).")
 
 
 def gradescope(

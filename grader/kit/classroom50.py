@@ -1,0 +1,323 @@
+"""`grader check --ci classroom50`: a grade for Classroom 50, which runs an assignment's
+`autograder.py` in GitHub Actions in the student's repository and publishes what it writes as
+a GitHub Release.
+
+What the runner reads, all in the submission's folder (the autograder's working directory):
+- `result.json` (schema `classroom50/result/v1`): the runner's environment echoed back, the
+  score and one test per assignment, every score a non-negative integer (see `integer_points`);
+- `release-body.md`: the release notes, which the runner also mirrors into the job summary (so
+  nothing is written to $GITHUB_STEP_SUMMARY here: it would show twice);
+- `status=` and a one-line `summary=` (a commit status, at most 140 characters) in $GITHUB_OUTPUT;
+- `.grader/report.html`, the release asset the assignment's `release_assets` names.
+
+The exit code is 0 whenever grading ran (failing checks included) and 2 for our own errors (a
+check that could not start, an infra_error): the runner then releases no score.
+
+Everything a student wrote (messages, tracebacks, a module path from grader.toml) reaches
+Markdown through `grader.sanitize.for_markdown`, the log's workflow commands through
+`for_annotation`, and the commit status through `one_line`.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from datetime import datetime, timezone
+from fractions import Fraction
+from pathlib import Path
+
+from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, cents
+from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line
+
+SCHEMA = "classroom50/result/v1"
+RESULT = "result.json"
+BODY = "release-body.md"
+REPORT_ASSET = ".grader/report.html"
+SUMMARY_LIMIT = 140  # a commit status's description
+MESSAGE_LIMIT = 500
+# what the runner gives the autograder; the URL fields must come back non-empty
+ENV_FIELDS = {"classroom": "CLASSROOM", "assignment": "ASSIGNMENT", "owner": "OWNER", "assignment_type": "ASSIGNMENT_TYPE",
+              "submission": "SUBMISSION_TAG", "commit": "COMMIT_URL", "release": "RELEASE_URL", "review": "REVIEW_URL"}
+REQUIRED_ENV = ("CLASSROOM", "ASSIGNMENT", "SUBMISSION_TAG", "COMMIT_URL", "RELEASE_URL", "REVIEW_URL")
+_SAFE_URL = re.compile(r"https://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")  # a link target with nothing that ends a Markdown link
+
+
+def slug_of(name: str) -> str:
+    """Classroom 50's slug of one of our assignments: lower case, '-' for '_' (vector_add -> vector-add)."""
+    return name.lower().replace("_", "-")
+
+
+class Classroom50Error(Exception):
+    """The runner's environment is not Classroom 50's: nothing can be graded for it."""
+
+
+def mode(ci: str | None, env: dict | None = None) -> str | None:
+    """Which CI output `grader check` writes: `--ci` as given, or inside GitHub Actions
+    (GITHUB_ACTIONS=true, no --ci) classroom50 where the runner set CLASSROOM and
+    SUBMISSION_TAG, else github (the job summary and classroom-resources' `result`, which
+    Classmoji reads). None: plain output."""
+    env = os.environ if env is None else env
+    if ci in ("classroom50", "github"):
+        return ci
+    if ci is None and env.get("GITHUB_ACTIONS") == "true":
+        return "classroom50" if env.get("CLASSROOM") and env.get("SUBMISSION_TAG") else "github"
+    return None
+
+
+def runner_fields(env: dict | None = None) -> dict[str, str]:
+    """result.json's echo of the runner's environment; a Classroom50Error naming what is missing."""
+    env = os.environ if env is None else env
+    missing = [k for k in REQUIRED_ENV if not env.get(k)]
+    if missing:
+        raise Classroom50Error(f"--ci classroom50 needs Classroom 50's environment: {', '.join(missing)} "
+                               f"{'is' if len(missing) == 1 else 'are'} not set")
+    if not env["SUBMISSION_TAG"].startswith("submit/"):
+        raise Classroom50Error(f"SUBMISSION_TAG {one_line(env['SUBMISSION_TAG'], 80)!r} does not start with submit/")
+    return {key: env.get(var, "") for key, var in ENV_FIELDS.items()}
+
+
+def remove_stale(folder: Path) -> None:
+    """A result.json or release-body.md left from an earlier run must never be taken for this one's."""
+    import shutil
+
+    for name in (RESULT, BODY):
+        path = Path(folder) / name
+        if path.is_symlink() or path.is_file():
+            path.unlink()
+        elif path.is_dir():  # a folder of that name would stop the file being written
+            shutil.rmtree(path)
+
+
+# -- integer points --------------------------------------------------------------------------------
+
+def round_half_up(value: Fraction) -> int:
+    return int((value * 2 + 1) // 2)
+
+
+def apportion(exact: list[Fraction], total: int, caps: list[int] | None = None) -> list[int]:
+    """Integers that add up to `total`, each the floor of its exact value plus at most what the
+    largest remainders earn (largest-remainder rounding, ties in order), never above its cap."""
+    parts = [int(x // 1) for x in exact]
+    if caps is not None:
+        parts = [min(p, c) for p, c in zip(parts, caps)]
+    order = sorted(range(len(exact)), key=lambda i: (-(exact[i] - int(exact[i] // 1)), i))
+    left = total - sum(parts)
+    while left > 0:
+        moved = False
+        for i in order:
+            if left and (caps is None or parts[i] < caps[i]):
+                parts[i] += 1
+                left -= 1
+                moved = True
+        if not moved:
+            raise ValueError(f"cannot apportion {total} under the caps {caps}")
+    while left < 0:  # only when a total was rounded down below the floors' sum, which round_half_up never does
+        i = max((i for i in range(len(parts)) if parts[i] > 0), key=lambda i: parts[i] - exact[i])
+        parts[i] -= 1
+        left += 1
+    return parts
+
+
+def integer_points(assignments: list[AssignmentResult]) -> tuple[int, int, list[tuple[int, int]]]:
+    """(score, max-score, [(score, max-score) per assignment]) in whole points: the exact totals
+    (kept in cents) rounded half up, each assignment's share by largest remainder, so the parts
+    add up exactly to the totals and no assignment scores above its own maximum."""
+    scores = [Fraction(cents(a.score), 100) for a in assignments]
+    maxes = [Fraction(cents(a.max_score), 100) for a in assignments]
+    top = round_half_up(sum(maxes, Fraction(0)))
+    score = min(round_half_up(sum(scores, Fraction(0))), top)
+    top_parts = apportion(maxes, top)
+    return score, top, list(zip(apportion(scores, score, top_parts), top_parts))
+
+
+# -- what the runner reads -------------------------------------------------------------------------
+
+def _gpu_points(a: AssignmentResult) -> tuple[float, list[str]]:
+    """The points of `a` that need a GPU here, and what they are (bfloat16 cases, speed)."""
+    skipped = [t for t in a.tests if t.outcome == Outcome.SKIPPED and t.max_score]
+    kinds = []
+    if any(t.dtype == "bfloat16" for t in skipped):
+        kinds.append("bfloat16 cases")
+    if any(t.kind == "performance" for t in skipped):
+        kinds.append("speed")
+    if skipped and not kinds:
+        kinds.append("checks that need a GPU")
+    return a.skipped_points, kinds
+
+
+def status_of(run: RunResult) -> str:
+    outcomes = {t.outcome for t in run.tests}
+    if Outcome.INFRA_ERROR in outcomes:
+        return "error"
+    return "failure" if outcomes & BAD_OUTCOMES or not run.tests else "success"
+
+
+def _assignment_message(a: AssignmentResult, score: int, top: int) -> str:
+    bad = [t for t in a.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
+    words = [f"{score} of {top} points ({a.score:g} of {a.max_score:g} exactly)", f"{a.count(Outcome.PASSED)} checks passed"]
+    if bad:
+        words.append(f"{len(bad)} failed, first {bad[0].name}: {bad[0].outcome}: {bad[0].message}")
+    gpu, kinds = _gpu_points(a)
+    if gpu:
+        words.append(f"{gpu:g} points need a GPU ({', '.join(kinds)}) and this runner has none: they earn nothing here")
+    return one_line("; ".join(words), MESSAGE_LIMIT)
+
+
+def result_json(run: RunResult, fields: dict[str, str], now: datetime | None = None) -> dict:
+    """result.json as Classroom 50's runner accepts it: no key of our own at the top, integer points."""
+    score, top, parts = integer_points(run.assignments)
+    tests = []
+    for a, (s, m) in zip(run.assignments, parts):
+        gpu, kinds = _gpu_points(a)
+        tests.append({
+            "test-name": f"{a.name}: {a.title}",
+            "passed": not any(t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR for t in a.tests),
+            "score": s,
+            "max-score": m,
+            "message": _assignment_message(a, s, m),
+            # kept by the runner: the exact points and what could not run here
+            "exact-score": f"{a.score:g}", "exact-max-score": f"{a.max_score:g}",
+            "outcomes": {o.value: a.count(o) for o in Outcome if a.count(o)},
+        })
+        if gpu:
+            tests[-1]["needs-gpu"] = {"points": f"{gpu:g}", "what": kinds}
+    when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
+    return {"schema": SCHEMA, **fields, "datetime": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
+            "score": score, "max-score": top, "tests": tests}
+
+
+def _link(text: str, url: str) -> str:
+    """A Markdown link where the URL is a plain https one; else the text alone (a URL from the
+    environment is never trusted to end a link where it should)."""
+    return f"[{text}]({url})" if _SAFE_URL.fullmatch(url or "") else text
+
+
+def report_url(release_url: str) -> str:
+    """The report asset's download address from the release's page address
+    (.../releases/tag/TAG -> .../releases/download/TAG/report.html); '' if it is not one."""
+    head, sep, tag = (release_url or "").partition("/releases/tag/")
+    return f"{head}/releases/download/{tag}/report.html" if sep and tag else ""
+
+
+def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: dict[str, int]) -> str:
+    """The release notes (GitHub Markdown): the score, each assignment, each failing check with
+    its reproducer, the points that need a GPU, a link to the report asset."""
+    score, top, parts = integer_points(run.assignments)
+    where = "a GPU" if device == "cuda" else "the CPU (Triton's interpreter: no timing, no bfloat16)"
+    status = status_of(run)
+    out = [f"## Triton kernels: {score} / {top} points", "",
+           f"Submission {for_markdown_code(fields['submission'], 120)}, "
+           f"{_link('this commit', fields['commit'])}, graded on {where}, seed {run.seed}. "
+           f"Exact points: {run.score:g} / {run.max_score:g} (whole points: the totals rounded half up, "
+           "each assignment's share by largest remainder).", ""]
+    if status == "error":
+        out += ["> **The grader failed on its own side** (infra_error): this is no grade. Push again, or tell the course "
+                "staff if it happens again.", ""]
+    gpu_total = run.skipped_points
+    if gpu_total:
+        what = sorted({k for a in run.assignments for k in _gpu_points(a)[1]})
+        out += [f"> **{gpu_total:g} of these points need a GPU** ({', '.join(what)}): this runner has none, so they "
+                "earn nothing here. They are graded on a GPU runner, or by the course staff after the deadline.", ""]
+    out += ["| assignment | points | passed | failed | need a GPU | hidden cases |", "| --- | --- | --- | --- | --- | --- |"]
+    for a, (s, m) in zip(run.assignments, parts):
+        bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
+        gpu, kinds = _gpu_points(a)
+        need = f"{gpu:g} pts ({', '.join(kinds)})" if gpu else "0"
+        out.append(f"| {for_markdown(a.name)} ({for_markdown(a.module, 120)}) | {s} / {m} | {a.count(Outcome.PASSED)} | "
+                   f"{bad} | {need} | {hidden.get(a.name, 0)} |")
+    if any(hidden.values()):
+        out += ["", "Hidden cases are not run here: they run at grading time, on top of the cases above."]
+    failing = [t for t in run.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
+    if failing:
+        out += ["", "### Failing checks", ""]
+        seen = set()
+        for t in failing:
+            if (t.assignment, t.message) in seen:
+                continue
+            seen.add((t.assignment, t.message))
+            out.append(f"- **{for_markdown(t.assignment)}** {for_markdown_code(t.name, 200)}: {t.outcome}: "
+                       f"{for_markdown(t.message, MESSAGE_LIMIT)}")
+            if t.reproducer:
+                out.append(f"  reproduce: {for_markdown_code(t.reproducer, 400)}")
+    notes = [n for a in run.assignments for n in a.notes]
+    if notes:
+        out += ["", "### Notes", "", *[f"- {for_markdown(n, MESSAGE_LIMIT)}" for n in notes]]
+    asset = report_url(fields["release"])
+    out += ["", f"The full report: {_link('report.html', asset) if asset else '`report.html`'}, an asset of "
+            f"{_link('this release', fields['release'])}.", ""]
+    return "\n".join(out)
+
+
+def summary_line(run: RunResult) -> str:
+    """The commit status: one line, at most 140 characters."""
+    score, top, _ = integer_points(run.assignments)
+    status = status_of(run)
+    words = [f"{score}/{top} points"]
+    bad = sum(t.outcome in BAD_OUTCOMES for t in run.tests)
+    if status == "error":
+        words.append("the grader failed (infra_error): no grade")
+    elif bad:
+        words.append(f"{bad} check(s) failing")
+    else:
+        words.append("every check passed")
+    if run.skipped_points:
+        words.append(f"{run.skipped_points:g} need a GPU")
+    return one_line(", ".join(words), SUMMARY_LIMIT)
+
+
+def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
+    """`::error` commands where a failure points at a line of the student's code."""
+    from grader.kit.github import source_line
+
+    lines, seen = [], set()
+    for t in run.tests:
+        if t.outcome not in BAD_OUTCOMES:
+            continue
+        where = source_line(t, repo)
+        if not where:
+            continue
+        file = os.path.relpath(repo / where[0], workspace)
+        if (file, where[1], t.message) in seen:
+            continue
+        seen.add((file, where[1], t.message))
+        title = f"{t.assignment} {t.name}: {t.outcome}"
+        lines.append(f"::error file={for_annotation(file, True)},line={where[1]},title={for_annotation(title, True)}::"
+                     f"{for_annotation(one_line(t.message, MESSAGE_LIMIT))}")
+    return lines
+
+
+def _outputs(env: dict, status: str, summary: str) -> None:
+    if env.get("GITHUB_OUTPUT"):
+        with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
+            f.write(f"status={status}\nsummary={one_line(summary, SUMMARY_LIMIT)}\n")
+
+
+def report(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print) -> int:
+    """Write result.json, release-body.md and the outputs into the submission's folder; print
+    the annotations. Returns the exit code: 0 graded, 2 an infra_error (no score released)."""
+    from grader import spec as specs
+
+    env = os.environ if env is None else env
+    fields = runner_fields(env)
+    hidden = {a.name: specs.get(a.name).hidden_count for a in run.assignments}
+    for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or repo)):
+        echo(line)
+    from grader.results import write_json_atomic, write_text_atomic
+
+    write_text_atomic(release_body(run, fields, device, hidden), repo / BODY)
+    write_json_atomic(result_json(run, fields), repo / RESULT)
+    status = status_of(run)
+    _outputs(env, status, summary_line(run))
+    return 2 if status == "error" else 0
+
+
+def report_error(message: str, repo: Path | None, env: dict | None = None) -> None:
+    """A check that could not run: no result.json (no score), the release body says why, the status is error."""
+    env = os.environ if env is None else env
+    if repo is not None and repo.is_dir():
+        from grader.results import write_text_atomic
+
+        remove_stale(repo)
+        write_text_atomic(f"## Triton kernels: the check could not run\n\n{for_markdown(message, 2000)}\n", repo / BODY)
+    _outputs(env, "error", f"the check could not run: {message}")
+
