@@ -303,7 +303,7 @@ def test_fetch_with_a_deadline_pins_the_commit_before_a_date_no_datetime_holds(t
     (b"9" * 5000 + b" +0000", 10**40, "9999-12-31T23:59:59+00:00", "a number of 5000 digits"),
     (b"", None, None, "cannot be read"),
     (b"yesterday +0000", None, None, "cannot be read"),
-])
+], ids=lambda v: (v[:22].decode() or "empty") if isinstance(v, bytes) else "")
 def test_a_commit_date_is_read_from_its_bytes_whatever_they_say(tail, timestamp, iso, note):
     from grader.batch.workspace import parse_commit_date
 
