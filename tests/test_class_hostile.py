@@ -265,6 +265,34 @@ def test_resume_and_the_similarity_command_go_on_after_every_hole(hostile_class,
     assert "alice" not in summary["similarity"]["settings"]["per_assignment"]["vector_add"]["not_compared"]
 
 
+@pytest.mark.slow
+def test_grade_from_a_roster_fetches_grades_and_resumes_past_hostile_repos(tmp_path):
+    """`grader grade --roster`: the fetch inside it meets the same repos, and --resume after it."""
+    repos = tmp_path / "repos"
+    for name in ("alice", "future", "corrupt", "nodate"):
+        make_repo(repos / name)
+    literal_commit(repos / "future", b"student <s@example.edu> 100000000000000 +9959")
+    literal_commit(repos / "nodate", b"student <s@example.edu>")
+    loose_object(repos / "corrupt", git(repos / "corrupt", "rev-parse", "HEAD")).write_bytes(b"garbage")
+    (tmp_path / "roster.csv").write_text("student,repo\n" + "".join(f"{n},repos/{n}\n" for n in sorted(p.name for p in repos.iterdir())))
+    args = ["grade", "--roster", "roster.csv", "--out", "out", "--course", "course.toml", *QUICK]
+    (tmp_path / "course.toml").write_text(COURSE)
+    first = run_cli(args, tmp_path, timeout=600)
+    assert first.returncode == 0 and "Traceback" not in first.stdout + first.stderr, first.stdout + first.stderr
+    lock = {s["student"]: s for s in json.loads((tmp_path / "out" / "workspace" / "lock.json").read_text())["students"]}
+    assert lock["corrupt"]["status"] == "unfetched" and "git fetch failed" in lock["corrupt"]["reason"]
+    # the course's deadline pins: the far-future and the dateless heads are not graded, their parents are
+    for name in ("future", "nodate"):
+        assert lock[name]["commit"] != lock[name]["head"] and lock[name]["late_commits"] == 1, lock[name]
+    assert lock["future"]["head_date"] == "9999-12-31T23:59:59+00:00"
+    summary = json.loads((tmp_path / "out" / "summary.json").read_text())
+    totals = {s["student"]: s["total"] for s in summary["students"]}
+    assert totals == {"alice": 6, "future": 6, "nodate": 6, "corrupt": None}
+    again = run_cli([*args, "--resume"], tmp_path, timeout=600)
+    assert again.returncode == 0 and "Grading 0 jobs (3 already graded, kept)" in again.stdout, again.stdout + again.stderr
+    assert set(table(tmp_path / "out" / "grades.csv")) == {"alice", "future", "nodate", "corrupt"}
+
+
 # -- the pieces, without grading ----------------------------------------------------------------
 
 

@@ -157,7 +157,8 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
         row = Row(p.student, p.folder, p.status, p.reason, p.name, p.github_username, p.repo, p.commit, p.commit_date,
                   p.late, p.late_commits, deadline=getattr(p, "deadline", None))
         try:
-            environment = _fill_row(row, out, p, assignments, course, rates, flags) or environment
+            found = _fill_row(row, out, p, assignments, course, rates, flags)
+            environment = environment or found
         except Exception as exc:  # this student's records: their row says so, the class goes on
             why = f"records could not be read: {type(exc).__name__}: {exc}"
             row.problems.append(why)
