@@ -4,6 +4,11 @@
 It is rebuilt whole from OUT/students/*/jobs/*.json after every batch (and after a regrade of
 one student), so it always shows what is stored, and regrading one student rewrites only
 that student's files and these class-level ones.
+
+One student never stops the class: each stage (the records, late penalties, the speed view,
+similarity) takes each student in turn, and what one student's data breaks is that student's
+row (`Row.problems`, in the note column, the gradebooks' note and summary.json); a stage that
+fails as a whole is a line of `ClassView.errors`, and every other output is still written.
 """
 
 from __future__ import annotations
@@ -17,7 +22,7 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
-from grader.batch.course import Course, Late, exact, when
+from grader.batch.course import LATEST, Course, Late, exact, when
 from grader.batch.store import LATE_NOTES, failed_path, read_json, read_records, rewrite_student, student_dir
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, cents, outcome_css, write_json_atomic, write_text_atomic
 
@@ -70,6 +75,7 @@ class Row:
     deadline: str | None = None  # this student's (an extension moves it)
     penalty: float = 0.0  # late points deducted from the total (grader.batch.course)
     hours_late: float | None = None
+    problems: list[str] = field(default_factory=list)  # what of this student a stage could not do, and why
 
     @property
     def final(self) -> float | None:
@@ -89,8 +95,8 @@ class Row:
     def note(self) -> str:
         if self.status != "fetched":
             return f"unfetched: {self.reason}"
-        return "; ".join(f"{c.assignment}: {c.status}{' (' + c.note + ')' if c.note else ''}"
-                         for c in self.cells.values() if c.status != "graded" or c.note)
+        return "; ".join([*(f"{c.assignment}: {c.status}{' (' + c.note + ')' if c.note else ''}"
+                            for c in self.cells.values() if c.status != "graded" or c.note), *self.problems])
 
 
 @dataclass
@@ -123,6 +129,7 @@ class ClassView:
     similarity: dict = field(default_factory=dict)  # assignment -> grader.batch.similarity.Pair list above the threshold
     similarity_meta: dict = field(default_factory=dict)
     speed: dict = field(default_factory=dict)  # assignment -> grader.batch.leaderboard.SpeedRow list
+    errors: list[str] = field(default_factory=list)  # a stage or an output that failed as a whole (the rest was written)
 
     def graded(self, assignment: str) -> list[Cell]:
         return [r.cells[assignment] for r in self.rows if assignment in r.cells and r.cells[assignment].score is not None]
@@ -149,43 +156,14 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     for p in lock.students:
         row = Row(p.student, p.folder, p.status, p.reason, p.name, p.github_username, p.repo, p.commit, p.commit_date,
                   p.late, p.late_commits, deadline=getattr(p, "deadline", None))
-        records = read_records(out, p.folder) if p.status == "fetched" else {}
-        if (student_dir(out, p.folder) / "report.html").is_file():
-            row.report = f"students/{p.folder}/report.html"
-        for a in assignments:
-            if p.status != "fetched":
-                row.cells[a] = Cell(a, "unfetched")
-                continue
-            record = records.get(a)
-            if record is None:
-                row.cells[a] = Cell(a, "not graded")
-                continue
-            cell = Cell(a, record["status"], link=f"{row.report}#{a}" if row.report else "")
-            if record.get("result"):
-                result = AssignmentResult.from_json(record["result"])
-                cell.score, cell.max_score = result.score, result.max_score
-                if course is not None and a in course.points:  # course.toml: this assignment's points in this course
-
-                    scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
-                    cell.score, cell.max_score = round(float(scaled), 4), float(top)
-                cell.outcomes = dict(Counter(t.outcome for t in result.tests))
-                if any(t.details.get("not_submitted") for t in result.tests):
-                    cell.outcomes = {"not submitted": 1}  # one fact, not a count of failed checks
-                cell.flagged = any(t.outcome == Outcome.FLAGGED for t in result.tests)
-                _count_checks(rates, a, result)
-                for t in result.tests:
-                    if t.outcome == Outcome.FLAGGED:
-                        flags.append({"student": p.student, "assignment": a, "check": t.name, "message": t.message,
-                                      "severity": t.severity or "conclusive", "link": cell.link})
-                environment = environment or record.get("environment") or {}
-            else:
-                cell.note = record.get("error", "")
-            if record["status"] == "graded" and failed_path(out, p.folder, a).is_file():
-                kept = read_json(failed_path(out, p.folder, a)) or {}
-                cell.note = f"a later attempt failed ({kept.get('error', 'infra_error')}): this earlier grade is kept"
-            if record.get("commit") != p.commit:
-                cell.note = f"graded at commit {str(record.get('commit'))[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
-            row.cells[a] = cell
+        try:
+            found = _fill_row(row, out, p, assignments, course, rates, flags)
+            environment = environment or found
+        except Exception as exc:  # this student's records: their row says so, the class goes on
+            why = f"records could not be read: {type(exc).__name__}: {exc}"
+            row.problems.append(why)
+            for a in assignments:
+                row.cells.setdefault(a, Cell(a, "not graded", note=why))
         rows.append(row)
     from grader.batch.classroom50 import read_saved, score_cells
 
@@ -198,6 +176,48 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     manifest = manifest or {}
     return ClassView(rows, assignments, titles, datetime.now(timezone.utc).isoformat(timespec="seconds"), lock.deadline,
                      lock.warning, manifest.get("seed"), checks, flags, environment, course)
+
+
+def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dict, flags: list) -> dict:
+    """One student's cells from their records; the environment of the first graded one."""
+    environment: dict = {}
+    records = read_records(out, p.folder) if p.status == "fetched" else {}
+    if (student_dir(out, p.folder) / "report.html").is_file():
+        row.report = f"students/{p.folder}/report.html"
+    for a in assignments:
+        if p.status != "fetched":
+            row.cells[a] = Cell(a, "unfetched")
+            continue
+        record = records.get(a)
+        if record is None:
+            row.cells[a] = Cell(a, "not graded")
+            continue
+        cell = Cell(a, record["status"], link=f"{row.report}#{a}" if row.report else "")
+        if record.get("result"):
+            result = AssignmentResult.from_json(record["result"])
+            cell.score, cell.max_score = result.score, result.max_score
+            if course is not None and a in course.points:  # course.toml: this assignment's points in this course
+                scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
+                cell.score, cell.max_score = round(float(scaled), 4), float(top)
+            cell.outcomes = dict(Counter(t.outcome for t in result.tests))
+            if any(t.details.get("not_submitted") for t in result.tests):
+                cell.outcomes = {"not submitted": 1}  # one fact, not a count of failed checks
+            cell.flagged = any(t.outcome == Outcome.FLAGGED for t in result.tests)
+            _count_checks(rates, a, result)
+            for t in result.tests:
+                if t.outcome == Outcome.FLAGGED:
+                    flags.append({"student": p.student, "assignment": a, "check": t.name, "message": t.message,
+                                  "severity": t.severity or "conclusive", "link": cell.link})
+            environment = environment or record.get("environment") or {}
+        else:
+            cell.note = record.get("error", "")
+        if record["status"] == "graded" and failed_path(out, p.folder, a).is_file():
+            kept = read_json(failed_path(out, p.folder, a)) or {}
+            cell.note = f"a later attempt failed ({kept.get('error', 'infra_error')}): this earlier grade is kept"
+        if record.get("commit") != p.commit:
+            cell.note = f"graded at commit {str(record.get('commit'))[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
+        row.cells[a] = cell
+    return environment
 
 
 def _count_checks(rates: dict, assignment: str, result) -> None:
@@ -251,6 +271,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
             {"student": r.student, "status": r.status, "reason": r.reason, "repo": r.repo, "commit": r.commit,
              "late": r.late, "late_commits": r.late_commits, "total": r.total, "max_total": r.max_total, "report": r.report,
              "deadline": r.deadline, "hours_late": r.hours_late, "late_penalty": r.penalty, "final": r.final,
+             "problems": r.problems,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
                                  "flagged": c.flagged, "note": c.note, "classroom50": c.ci} for a, c in r.cells.items()}}
             for r in view.rows
@@ -262,6 +283,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
         "similarity": {"settings": view.similarity_meta,
                        "pairs": {a: [p.to_json() for p in pairs] for a, pairs in view.similarity.items()}},
         "speed": {a: [asdict(s) for s in rows] for a, rows in view.speed.items()},
+        "errors": view.errors,
     }
 
 
@@ -276,13 +298,72 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
 
     out = Path(out)
     view = build_class_view(out, lock, assignments, manifest, course)
-    apply_late(view, out)
-    view.speed = {a: speed_rows(view, out, a) for a in assignments}
-    update_similarity(view, out, lock, similarity_threshold)
-    write_text_atomic(render_dashboard(view), out / "index.html")
-    write_json_atomic(summary_json(view, manifest), out / "summary.json")
-    exporters.write_all(view, out)
+    _guarded(view, "late penalties", lambda: apply_late(view, out))
+    for a in assignments:
+        view.speed[a] = []
+        _guarded(view, f"the speed view of {a}", lambda: view.speed.__setitem__(a, speed_rows(view, out, a)))
+    _guarded(view, "similarity", lambda: update_similarity(view, out, lock, similarity_threshold))
+    rows = {r.student: r for r in view.rows}
+    for a, counts in view.similarity_meta.get("per_assignment", {}).items():
+        for student, why in (counts.get("not_compared") or {}).items():
+            if student in rows:
+                rows[student].problems.append(f"similarity of {a}: {why}")
+    _guarded(view, "index.html", lambda: write_text_atomic(render_dashboard(view), out / "index.html"))
+    _guarded(view, "summary.json", lambda: write_json_atomic(summary_json(view, manifest), out / "summary.json"))
+    for name, export in exporters.EXPORTS.items():
+        _guarded(view, name, lambda: write_text_atomic(export(view), out / name))
     return view
+
+
+def _guarded(view: ClassView, what: str, step) -> None:
+    """Run one stage or write one output; a failure is a line of view.errors, and the rest goes on."""
+    try:
+        step()
+    except Exception as exc:
+        view.errors.append(f"{what} failed: {type(exc).__name__}: {' '.join(str(exc).split())[:500]}")
+
+
+def _late_of_row(view, r: Row, course: Course) -> tuple[dict[str, str], bool]:
+    """One student's lateness per assignment, their penalty and the notes for their report; and
+    whether the fetch pinned by the deadline used (False: course.toml's, the fetch had none).
+    A graded commit whose date cannot be read counts as later than any deadline."""
+    notes: dict[str, str] = {}
+    pinned = True
+    if r.status != "fetched":
+        return notes, pinned
+    submitted = _commit_time(r.commit_date)
+    penalty = Fraction(0)
+    for a, cell in r.cells.items():
+        deadline = when(r.deadline) or course.deadline_for(r.student, a)
+        if deadline is None:
+            continue
+        pinned = pinned and r.deadline is not None
+        late = Late.of(submitted or LATEST, deadline, course.policy, dated=submitted is not None)
+        view.late[(r.student, a)] = late
+        r.hours_late = round(late.hours, 2) if late.dated else None
+        r.late = bool(r.late) or late.late
+        text = late.explain(course.policy)
+        if cell.score is not None and late.percent:
+            cut = late.penalty(exact(cell.score))
+            penalty += cut
+            earned, top = float(cell.score), float(cell.max_score or 0)
+            scaled = f" (this course counts {a} for {top:g} points)" if a in course.points else ""
+            text += (f" In the gradebook{scaled} you earned {earned:g} of {top:g} points: "
+                     f"{float(cut):.4g} deducted, {float(exact(cell.score) - cut):.4g} count.")
+        if text:
+            notes[a] = text
+    r.penalty = round(float(penalty), 4)
+    return notes, pinned
+
+
+def _commit_time(text: str | None):
+    """The graded commit's date from the lock, or None where it holds none that can be read
+    (grader.batch.workspace.CommitDate: a commit without a readable date)."""
+    try:
+        found = when(text)
+    except (TypeError, ValueError):
+        return None
+    return found if found is not None and found.tzinfo is not None else None
 
 
 def apply_late(view, out: Path) -> None:
@@ -293,29 +374,12 @@ def apply_late(view, out: Path) -> None:
     course = view.course or Course()
     unpinned = False  # a deadline from course.toml that the fetch did not pin by
     for r in view.rows:
-        notes: dict[str, str] = {}
-        if r.status == "fetched" and r.commit_date:
-            penalty = Fraction(0)
-            for a, cell in r.cells.items():
-                deadline = when(r.deadline) or course.deadline_for(r.student, a)
-                if deadline is None:
-                    continue
-                unpinned = unpinned or r.deadline is None
-                late = Late.of(when(r.commit_date), deadline, course.policy)
-                view.late[(r.student, a)] = late
-                r.hours_late = round(late.hours, 2)
-                r.late = bool(r.late) or late.late
-                text = late.explain(course.policy)
-                if cell.score is not None and late.percent:
-                    cut = late.penalty(exact(cell.score))
-                    penalty += cut
-                    earned, top = float(cell.score), float(cell.max_score or 0)
-                    scaled = f" (this course counts {a} for {top:g} points)" if a in course.points else ""
-                    text += (f" In the gradebook{scaled} you earned {earned:g} of {top:g} points: "
-                             f"{float(cut):.4g} deducted, {float(exact(cell.score) - cut):.4g} count.")
-                if text:
-                    notes[a] = text
-            r.penalty = round(float(penalty), 4)
+        try:
+            notes, pinned_by_fetch = _late_of_row(view, r, course)
+        except Exception as exc:  # this student's dates: their row says so, the others' penalties stand
+            notes, pinned_by_fetch = {}, True
+            r.problems.append(f"late penalty not computed: {type(exc).__name__}: {exc}")
+        unpinned = unpinned or not pinned_by_fetch
         path = student_dir(out, r.folder) / LATE_NOTES
         old = path.read_text() if path.is_file() else None
         new = json.dumps(notes, indent=1, sort_keys=True) if notes else None

@@ -39,7 +39,7 @@ import math
 import re
 import sys
 from dataclasses import dataclass, field
-from datetime import datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
 
@@ -50,6 +50,7 @@ else:  # pragma: no cover
 
 COURSE_FILE = "course.toml"
 DAY = timedelta(hours=24)
+LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)  # the latest date a lock holds (grader.batch.workspace)
 
 
 class CourseError(Exception):
@@ -79,22 +80,27 @@ class LatePolicy:
 
 @dataclass(frozen=True)
 class Late:
-    """How late one graded commit is, and what it costs (percent of the points earned)."""
+    """How late one graded commit is, and what it costs (percent of the points earned).
+    `dated` False: the commit's date could not be read (grader.batch.workspace.CommitDate); it
+    counts as later than any deadline, so the policy's most applies."""
 
     deadline: datetime
     submitted: datetime
     hours: float  # after the deadline (negative: early)
     days: int  # started days charged, after the grace
     percent: Fraction
+    dated: bool = True
 
     @classmethod
-    def of(cls, submitted: datetime, deadline: datetime, policy: LatePolicy | None) -> "Late":
+    def of(cls, submitted: datetime, deadline: datetime, policy: LatePolicy | None, dated: bool = True) -> "Late":
+        if not dated:
+            submitted = LATEST
         after = submitted - deadline
         hours = after.total_seconds() / 3600
         if policy is None or after <= policy.grace:
-            return cls(deadline, submitted, hours, 0, Fraction(0))
+            return cls(deadline, submitted, hours, 0, Fraction(0), dated)
         days = math.ceil((after - policy.grace) / DAY)
-        return cls(deadline, submitted, hours, days, min(days * policy.per_day, policy.cap))
+        return cls(deadline, submitted, hours, days, min(days * policy.per_day, policy.cap), dated)
 
     @property
     def late(self) -> bool:
@@ -105,15 +111,19 @@ class Late:
 
     def explain(self, policy: LatePolicy | None) -> str:
         """The student's own words for it, as the report shows them."""
-        when = f"Your graded commit is dated {self.submitted.isoformat()}"
         if not self.late:
             return ""
-        head = f"{when}, {self.hours:.1f} h after your deadline {self.deadline.isoformat()}"
+        if self.dated:
+            head = (f"Your graded commit is dated {self.submitted.isoformat()}, {self.hours:.1f} h after your deadline "
+                    f"{self.deadline.isoformat()}")
+        else:
+            head = f"The date of your graded commit cannot be read: it counts as later than your deadline {self.deadline.isoformat()}"
         if policy is None:
             return head + " (this course sets no late policy: no penalty)."
         if not self.days:
             return head + f", within the {_hours(policy.grace):g} h grace period: no penalty."
-        return (head + f". Late policy: {policy.describe()}. That is {self.days} started day(s) after the grace: "
+        days = f"That is {self.days} started day(s) after the grace" if self.dated else "That is past every day the policy counts"
+        return (head + f". Late policy: {policy.describe()}. {days}: "
                 f"{_pct(self.percent)}% of the points you earn on this assignment are deducted in the gradebook. "
                 "(Commit dates are set by your own machine; the pinned commit is what counts.)")
 

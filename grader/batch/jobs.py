@@ -122,19 +122,24 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     from grader import environment, spec as specs
     from grader.judge.grade import grade_assignment, measured_roofline
     from grader.sandbox.process import detect
-    from grader.submission import open_submission
+    from grader.judge.grade import unusable_submission
+    from grader.submission import SubmissionError, open_submission
 
     started = time.time()
     log(f"grading {job.label} at commit {job.commit or '-'} ({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, "
         f"seed {job.seed})")
     try:
         spec = specs.get(job.assignment)
-        sub = open_submission(Path(job.repo))
         ctx = job.grading_context()
         graded_at = time.time()
         phases: dict[str, float] = {}
-        with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
-            result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, lambda step: log(f"  {step}"), phases=phases)
+        try:
+            sub = open_submission(Path(job.repo))
+        except SubmissionError as exc:  # the student's grader.toml: their grade says why, it is not retried as ours
+            sub, result = None, unusable_submission(spec, ctx, " ".join(str(exc).split()))
+        if sub is not None:
+            with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
+                result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, lambda step: log(f"  {step}"), phases=phases)
         result.notes[:0] = job.notes
         env = environment.describe(ctx.device, detect(ctx.isolation).describe())  # the record says which isolation ran
         if roofline := measured_roofline(result):

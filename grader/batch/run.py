@@ -138,7 +138,8 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
                      not_run=len(plan.jobs) - len(done))
         write_json_atomic(manifest, out / MANIFEST)
         repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
-        write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold)
+        view = write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold)
+        entry["class_errors"] = view.errors  # what of the class view could not be written (the rest was)
         if cache:
             cache.remove()
     return entry

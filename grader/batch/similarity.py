@@ -13,6 +13,10 @@ cores (docs/performance.md, benchmarks/similarity_scale.py).
 
 Nothing here decides anything: the pairs above the TA's threshold are leads, each with a
 side-by-side page of the matching regions (OUT/similarity/<assignment>/<a>--<b>.html).
+
+A student's files are read as hostile (`read_in_repo`): never through a link out of the repo,
+never a FIFO or a device, at most MAX_BYTES. A module (or grader.toml) that cannot be read is
+that student's line under `not_compared` ("could not be read: ..."); the others are compared.
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ import json
 import multiprocessing
 import os
 import shutil
+import stat
 import time
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
@@ -203,17 +208,60 @@ def _marked(code: str, slices) -> str:
     return marked
 
 
-def _module_text(lock, p, spec) -> str | None:
-    from grader.submission import SubmissionError, open_submission
+class Unreadable(Exception):
+    """A student's file that is not compared, and why (one line, for the dashboard's row)."""
 
+
+def read_in_repo(root: Path, rel: str, limit: int = MAX_BYTES) -> str | None:
+    """The text of the file `rel` names inside the repo at `root`; None if there is none.
+    Never through a link that leads out of the repo (a link to a file inside it is followed),
+    never a FIFO or a device (opened without blocking, then only a regular file is read),
+    never more than `limit` bytes: anything else is Unreadable, with the reason."""
     try:
-        root = lock.checkout(p)
-        path = root / open_submission(root).target(spec)[0]
-        if not path.resolve().is_relative_to(root) or not path.is_file() or path.stat().st_size > MAX_BYTES:
-            return None
-        return path.read_text(errors="replace")
-    except (OSError, SubmissionError, AssertionError):
-        return None
+        root = Path(os.path.realpath(root))
+        if "\0" in rel:
+            raise Unreadable(f"{rel!r} is not a path")
+        target = Path(os.path.realpath(root / rel))
+        if target == root or not target.is_relative_to(root):
+            raise Unreadable(f"{rel} is a link out of the repository")
+        parts = target.relative_to(root).parts
+        fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
+        try:  # each component opened without following a link: nothing swapped in since can lead out
+            for part in parts[:-1]:
+                inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
+                os.close(fd)
+                fd = inner
+            file = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=fd)
+        finally:
+            os.close(fd)
+        with os.fdopen(file, "rb") as f:
+            info = os.fstat(f.fileno())
+            if not stat.S_ISREG(info.st_mode):
+                raise Unreadable(f"{rel} is not a regular file")
+            data = f.read(limit + 1) if info.st_size <= limit else b""
+            if info.st_size > limit or len(data) > limit:
+                raise Unreadable(f"{rel} is larger than {limit // 1024} KiB (not a kernel module)")
+        return data.decode("utf-8", errors="replace")
+    except (FileNotFoundError, NotADirectoryError):
+        return None  # not submitted: nothing to compare, nothing wrong
+    except OSError as exc:
+        raise Unreadable(f"{rel}: {exc.strerror or exc}") from None
+
+
+def _module_text(lock, p, spec) -> str | None:
+    """The student's module for `spec` (where grader.toml points it), or None if there is none;
+    Unreadable when it is there but is not compared."""
+    from grader.submission import open_submission
+
+    root = lock.checkout(p)
+    if os.path.lexists(root / "grader.toml"):  # read safely first: open_submission reads it as it is
+        read_in_repo(root, "grader.toml", 64 * 1024)
+    try:
+        module = open_submission(root).target(spec)[0]
+    except Exception as exc:  # a grader.toml that names no readable module: this student's reason alone
+        text = " ".join(str(exc).split())
+        raise Unreadable(text if text.startswith("grader.toml") else f"grader.toml: {type(exc).__name__}: {text}") from None
+    return read_in_repo(root, str(module))
 
 
 def _starter_text(spec) -> str | None:
@@ -238,10 +286,17 @@ def update_similarity(view, out: Path, lock, threshold: float | None = None) -> 
         if a not in known:
             continue
         spec = known[a]
-        files = {}
+        files, not_compared = {}, {}
         for p in lock.students:
             if p.status == "fetched" and p.path:
-                text = _module_text(lock, p, spec)
+                try:
+                    text = _module_text(lock, p, spec)
+                except Unreadable as exc:
+                    not_compared[p.student] = f"could not be read: {' '.join(str(exc).split())[:300]}"
+                    continue
+                except Exception as exc:  # one student's repo never costs the class its comparison
+                    not_compared[p.student] = f"could not be read: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    continue
                 if text is not None and text.strip():
                     files[p.student] = text
         starter = _starter_text(spec)
@@ -250,13 +305,14 @@ def update_similarity(view, out: Path, lock, threshold: float | None = None) -> 
         stored = _read(folder / "pairs.json")
         if stored and stored.get("key") == key:
             view.similarity[a] = [Pair(**d) for d in stored["pairs"]]
-            view.similarity_meta["per_assignment"][a] = stored["counts"]
+            view.similarity_meta["per_assignment"][a] = dict(stored["counts"], not_compared=not_compared)
             continue
         try:
             pairs, fps, counts = compare_class(files, starter, a, threshold, common)
         except Exception as exc:  # a review aid: its failure must not cost the grades, the dashboard or the gradebooks
             view.similarity[a] = []
-            view.similarity_meta["per_assignment"][a] = {"files": len(files), "error": f"{type(exc).__name__}: {exc}"}
+            view.similarity_meta["per_assignment"][a] = {"files": len(files), "error": f"{type(exc).__name__}: {exc}",
+                                                         "not_compared": not_compared}
             continue
         counts["above_threshold"] = len(pairs)
         pairs = pairs[:MAX_PAIRS]
@@ -266,12 +322,15 @@ def update_similarity(view, out: Path, lock, threshold: float | None = None) -> 
         commits = {p.student: p.commit for p in lock.students}
         for pair in pairs:
             name = f"{_safe(pair.a)}--{_safe(pair.b)}.html"
-            pair.page = f"{FOLDER}/{a}/{name}"
-            (folder / name).write_text(side_by_side(pair, fps, {"commits": commits, "module": spec.module, "title": spec.title,
-                                                                 "threshold": threshold}))
+            try:
+                (folder / name).write_text(side_by_side(pair, fps, {"commits": commits, "module": spec.module, "title": spec.title,
+                                                                     "threshold": threshold}))
+                pair.page = f"{FOLDER}/{a}/{name}"
+            except Exception:  # the pair stays listed, without its page
+                pair.page = ""
         (folder / "pairs.json").write_text(json.dumps({"key": key, "counts": counts, "pairs": [p.to_json() for p in pairs]}, indent=1))
         view.similarity[a] = pairs
-        view.similarity_meta["per_assignment"][a] = counts
+        view.similarity_meta["per_assignment"][a] = dict(counts, not_compared=not_compared)
 
 
 def _read(path: Path) -> dict | None:

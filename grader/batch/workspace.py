@@ -9,7 +9,13 @@ graded at exactly the commits pinned, however often it is graded again.
 
 With a deadline, the pinned commit is the last one whose commit date is not after it. Commit
 dates are written by the student's machine and can be set at will: the lock and the reports
-say so, and the pinned commit is what counts.
+say so, and the pinned commit is what counts. They are read from the commit's own bytes
+(`commit_date`), never through a parser that can fail on them: a date beyond the years 1-9999,
+a time zone like +9959 or a header that names no date is one student's note, never a crash.
+
+One student never stops the class: whatever a repo holds (no commits, a corrupt object, an
+odd branch name, any date), `fetch_roster` gives that student an `unfetched` line with the
+reason, pins everyone else, and always writes the lock.
 """
 
 from __future__ import annotations
@@ -18,15 +24,18 @@ import json
 import os
 import re
 import shutil
+import subprocess
+from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
-from datetime import datetime, timezone
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
 
 import git
 
 from grader.results import write_json_atomic
+from grader.batch.course import LATEST  # with EARLIEST, the dates a lock can hold: datetime's years 1-9999
 from grader.batch.roster import RosterEntry
 
 LOCK_NAME = "lock.json"
@@ -109,12 +118,19 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
     (workdir / "repos").mkdir(parents=True, exist_ok=True)
 
     def one(entry: RosterEntry) -> Pinned:
-        mine, cutoff = per_student(entry.student) if per_student else (deadline, None)
-        pinned = fetch_one(entry, workdir, mine, branch, cutoff)
-        if mine is not None and pinned.status == "fetched":
-            pinned.deadline, pinned.cutoff = mine.isoformat(), cutoff.isoformat() if cutoff else None
+        try:
+            mine, cutoff = per_student(entry.student) if per_student else (deadline, None)
+            pinned = fetch_one(entry, workdir, mine, branch, cutoff)
+            if mine is not None and pinned.status == "fetched":
+                pinned.deadline, pinned.cutoff = mine.isoformat(), cutoff.isoformat() if cutoff else None
+        except Exception as exc:  # a surprise of one student's: that student's line, never the others' pins or the lock
+            pinned = Pinned(entry.student, entry.repo, "unfetched", reason=_unreadable(exc), name=entry.name,
+                            github_username=entry.github_username)
         if progress:
-            progress(pinned)
+            try:
+                progress(pinned)
+            except Exception:  # a line that could not be shown costs nothing of the lock
+                pass
         return pinned
 
     with ThreadPoolExecutor(max_workers=max(1, jobs)) as pool:
@@ -132,17 +148,24 @@ def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, bran
         base.reason = entry.problem or "no repository"
         return base
     dest = workdir / "repos" / entry.folder
+    repo = None
     try:
         _check_url(entry.repo)
         repo = _fetch(entry.repo, dest)
         pinned = _pin(repo, entry, deadline, branch, cutoff)
         _checkout(repo, pinned.commit)
     except FetchError as exc:
-        base.reason = str(exc)
+        base.reason = _printable(str(exc))
         return base
     except git.GitCommandError as exc:
-        base.reason = _git_message(exc)
+        base.reason = _printable(_git_message(exc))
         return base
+    except Exception as exc:  # anything else a hostile repo makes GitPython or git raise: this student's reason
+        base.reason = _unreadable(exc)
+        return base
+    finally:
+        if repo is not None:
+            repo.close()  # its cat-file processes: a class of 500 does not keep 500 of them
     pinned.path = os.path.relpath(dest, workdir)
     return pinned
 
@@ -187,6 +210,7 @@ def _fetch(url: str, dest: Path) -> git.Repo:
 
 
 def _branches(repo: git.Repo) -> list[str]:
+    """The branches fetched (a name that is not UTF-8 is held with surrogate escapes, as GitPython reads it)."""
     return sorted(r.remote_head for r in repo.remotes.origin.refs if r.remote_head != "HEAD")
 
 
@@ -210,47 +234,164 @@ def _default_branch(repo: git.Repo, branches: list[str]) -> str:
 def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: str | None,
          cutoff: datetime | None = None) -> Pinned:
     """The commit to grade: the roster's, else the last dated on or before the cutoff (the
-    deadline, or with a late policy the end of its acceptance window), else the head."""
+    deadline, or with a late policy the end of its acceptance window), else the head. Dates
+    are compared as the commits' own seconds since 1970 (`commit_dates`), whatever they are."""
     branches = _branches(repo)
     if not branches:
         raise FetchError("the repository is empty: no commit has been pushed")
     if branch and branch not in branches:
-        raise FetchError(f"branch {branch!r} not found (branches: {', '.join(branches)})")
+        raise FetchError(f"branch {branch!r} not found (branches: {', '.join(map(_printable, branches))})")
     branch = branch or _default_branch(repo, branches)
-    head = repo.commit(f"refs/remotes/origin/{branch}")
-    p = Pinned(entry.student, entry.repo, "fetched", branch=branch, head=head.hexsha, head_date=_iso(head),
-               name=entry.name, github_username=entry.github_username)
+    if _printable(branch) != branch:
+        raise FetchError(f"its branch {_printable(branch)!r} is not named in UTF-8 text: ask for a branch with a plain name")
+    head = _commit_of(repo, f"refs/remotes/origin/{branch}", f"the head of branch {branch!r} is not a commit")
+    p = Pinned(entry.student, entry.repo, "fetched", branch=branch, head=head, name=entry.name,
+               github_username=entry.github_username)
+    late_after = None
     if entry.commit:
-        try:
-            chosen = repo.commit(entry.commit)
-        except (git.BadName, ValueError):
-            raise FetchError(f"commit {entry.commit} (pinned by the roster) is not in the repository") from None
-        p.notes.append(f"Graded at commit {chosen.hexsha[:12]}, pinned by the roster.")
+        chosen = _commit_of(repo, entry.commit, f"commit {entry.commit} (pinned by the roster) is not in the repository")
+        dates = commit_dates(repo, [head, chosen])
+        p.notes.append(f"Graded at commit {chosen[:12]}, pinned by the roster.")
     elif deadline is not None:
         limit = cutoff or deadline
         what = "the deadline" if cutoff is None else "the end of the late period"
-        history = list(repo.iter_commits(head))
-        on_time = [c for c in history if c.committed_datetime <= limit]
+        history = repo.git.rev_list(head, kill_after_timeout=FETCH_TIMEOUT_S).split()
+        dates = commit_dates(repo, history)
+        on_time = [c for c in history if not dates[c].after(limit)]
         if not on_time:
             raise FetchError(f"no commit on {branch!r} is dated on or before {what} {limit.isoformat()} "
-                             f"(the first is dated {_iso(history[-1])})")
-        chosen = max(on_time, key=lambda c: c.committed_datetime)  # ties: the first in git's order
-        p.late_commits = sum(1 for _ in repo.iter_commits(f"{chosen.hexsha}..{head.hexsha}"))
-        p.notes.append(f"Graded at commit {chosen.hexsha[:12]} ({_iso(chosen)}), the last one dated on or before {what} "
+                             f"(the first is dated {dates[history[-1]].shown})")
+        chosen = max(on_time, key=lambda c: dates[c].timestamp)  # ties: the first in git's order
+        p.late_commits = len(repo.git.rev_list(f"{chosen}..{head}", kill_after_timeout=FETCH_TIMEOUT_S).split())
+        p.notes.append(f"Graded at commit {chosen[:12]} ({dates[chosen].shown}), the last one dated on or before {what} "
                        f"{limit.isoformat()}" + (f" (deadline {deadline.isoformat()})" if cutoff else "") + ". " + DATE_WARNING)
         if p.late_commits:
             p.notes.append(f"{p.late_commits} commit(s) dated after {what} were not graded.")
     else:
         chosen = head
-    p.commit, p.commit_date = chosen.hexsha, _iso(chosen)
+        dates = commit_dates(repo, [head])
+    p.commit, p.commit_date, p.head_date = chosen, dates[chosen].iso, dates[head].iso
+    if dates[chosen].note:
+        p.notes.append(f"Commit {chosen[:12]}: {dates[chosen].note}")
     if deadline is not None:
-        p.late = chosen.committed_datetime > deadline or (cutoff is None and p.late_commits > 0)
+        p.late = dates[chosen].after(deadline) or (cutoff is None and p.late_commits > 0)
     return p
 
 
+def _commit_of(repo: git.Repo, rev: str, missing: str) -> str:
+    """The commit `rev` names, as a hex sha; FetchError(missing) if it names none (a branch may
+    point at a tree or a blob)."""
+    try:
+        sha = repo.git.rev_parse("--verify", "--quiet", f"{rev}^{{commit}}")
+    except git.GitCommandError:
+        raise FetchError(_printable(missing)) from None
+    if not re.fullmatch(r"[0-9a-f]{40}|[0-9a-f]{64}", sha):
+        raise FetchError(_printable(missing))
+    return sha
+
+
+EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
+EARLIEST = datetime(1, 1, 1, tzinfo=timezone.utc)
+HEADER_BYTES = 64 * 1024  # of a commit object, read for its date; the rest (a message of any size) is skipped
+_DATE = re.compile(rb"\s*(-?)(\d+)(?:\s+([+-])(\d\d)(\d\d)(?!\d))?")
+
+
+@dataclass(frozen=True)
+class CommitDate:
+    """A commit's committer date as its own bytes give it. `timestamp` orders commits (any
+    integer: seconds since 1970, in UTC whatever the offset says); None when the commit names no
+    date (then it counts as later than any deadline). `iso` is what a lock holds: in the commit's
+    offset where that is a real one (under 24 h), else in UTC; years 1-9999 (beyond, clamped).
+    `note` says what was odd, for the TA and the student."""
+
+    timestamp: int | None
+    iso: str | None
+    note: str = ""
+
+    def after(self, limit: datetime) -> bool:
+        return self.timestamp is None or self.timestamp > limit.timestamp()
+
+    @property
+    def shown(self) -> str:
+        return self.iso or "no readable date"
+
+
+UNREADABLE = CommitDate(None, None, "its commit date cannot be read: it counts as later than any deadline.")
+
+
+def parse_commit_date(raw: bytes) -> CommitDate:
+    """The committer date of a raw commit object (its header lines, up to the first blank line)."""
+    headers = raw.split(b"\n\n", 1)[0].split(b"\n")
+    line = next((h for h in headers if h.startswith(b"committer ")), None)
+    if line is None or b">" not in line:
+        return UNREADABLE
+    m = _DATE.match(line.rsplit(b">", 1)[1])
+    if not m:
+        return UNREADABLE
+    sign, digits, tz_sign, hh, mm = m.groups()
+    notes = []
+    timestamp = int(digits[:40]) if len(digits) <= 40 else 10**40  # beyond any date either way
+    timestamp = -timestamp if sign else timestamp
+    offset = timezone.utc
+    if tz_sign is None:
+        notes.append("its time zone cannot be read: shown in UTC.")
+    elif int(hh) * 60 + int(mm) >= 24 * 60 or int(mm) >= 60:
+        notes.append(f"its time zone {(tz_sign + hh + mm).decode()} is not a real offset: shown in UTC.")
+    else:
+        minutes = int(hh) * 60 + int(mm)
+        offset = timezone(timedelta(minutes=-minutes if tz_sign == b"-" else minutes))
+    try:
+        when = EPOCH + timedelta(seconds=timestamp)
+    except OverflowError:
+        when = LATEST if timestamp > 0 else EARLIEST
+        seconds = f"{timestamp} seconds from 1970" if len(digits) <= 40 else f"a number of {len(digits)} digits"
+        notes.append(f"its date ({seconds}) is outside the years 1-9999: shown as {when.isoformat()}"
+                     + (" (later than any deadline)." if timestamp > 0 else "."))
+    else:
+        try:
+            when = when.astimezone(offset)
+        except OverflowError:  # near the ends of the calendar, in an offset that crosses them
+            pass
+    return CommitDate(timestamp, when.isoformat(), " ".join(notes))
+
+
+def commit_dates(repo: git.Repo, shas: list[str]) -> dict[str, CommitDate]:
+    """Each commit's date, read from its own bytes through one `git cat-file --batch` (at most
+    HEADER_BYTES of each: a commit of a gigabyte costs no memory). A commit git cannot read is
+    UNREADABLE. The mapping answers UNREADABLE for a sha it does not hold."""
+    dates: dict[str, CommitDate] = {}
+    env = dict(os.environ, **_git_env())
+    with subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo.working_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                          stderr=subprocess.DEVNULL, env=env) as proc:
+        try:
+            for sha in dict.fromkeys(shas):
+                proc.stdin.write(sha.encode() + b"\n")
+                proc.stdin.flush()
+                header = proc.stdout.readline(256).split()
+                if len(header) != 3 or header[1] != b"commit" or not header[2].isdigit():
+                    if not header:  # git stopped (a corrupt object): the rest are unreadable too
+                        break
+                    continue
+                size = int(header[2])
+                head = proc.stdout.read(min(size, HEADER_BYTES))
+                left = size - len(head)
+                while left > 0:
+                    chunk = proc.stdout.read(min(left, 1 << 20))
+                    if not chunk:
+                        break
+                    left -= len(chunk)
+                proc.stdout.read(1)  # the newline after each object
+                dates[sha] = parse_commit_date(head)
+        except (OSError, ValueError):
+            pass
+        finally:
+            proc.kill()
+    return defaultdict(lambda: UNREADABLE, dates)
+
+
 def _checkout(repo: git.Repo, commit: str | None) -> None:
-    repo.git.checkout("--force", "--detach", commit)
-    repo.git.clean("-ffdxq")
+    repo.git.checkout("--force", "--detach", commit, kill_after_timeout=FETCH_TIMEOUT_S)
+    repo.git.clean("-ffdxq", kill_after_timeout=FETCH_TIMEOUT_S)
 
 
 def ensure_checkout(lock: Lock, p: Pinned) -> Path:
@@ -276,8 +417,16 @@ def read_lock(path: Path) -> Lock:
         raise LockError(f"lock file {path} is malformed: {exc}") from None
 
 
-def _iso(commit: git.Commit) -> str:
-    return commit.committed_datetime.isoformat()
+def _printable(text: str) -> str:
+    """Text whose bytes were not UTF-8 (a branch name, git's words), with each such byte shown
+    as U+FFFD: it can be written to a lock, a page or a terminal."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "replace")
+
+
+def _unreadable(exc: BaseException) -> str:
+    """One line that says why a repo could not be pinned, from an exception nobody expected."""
+    text = " ".join(_printable(str(exc)).split())
+    return f"the repository could not be read: {type(exc).__name__}" + (f": {text[:300]}" if text else "")
 
 
 def _now() -> str:

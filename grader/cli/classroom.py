@@ -27,9 +27,15 @@ from grader import spec as specs
 from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail
 from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
+from grader.sanitize import one_line
 
 DEFAULT_JOBS_PER_GPU = 2
 
+
+def shown(text: object, limit: int | None = None) -> str:
+    """Student-derived text (a name, a reason, a branch) for one rich line: control characters
+    shown as escapes (grader.sanitize.one_line), rich's markup escaped."""
+    return escape(one_line(text, limit))
 
 
 def load_course_or_fail(path: Optional[Path]):
@@ -78,9 +84,10 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
                     late = f"  [yellow]late: the graded commit is dated after the deadline {p.deadline}[/yellow]"
                 elif p.late:
                     late = f"  [yellow]late: {p.late_commits} commit(s) after the deadline not graded[/yellow]"
-                console.print(f"  [green]ok[/green]  {escape(p.student)}: {p.branch} @ {p.commit[:12]} ({p.commit_date}){late}")
+                console.print(f"  [green]ok[/green]  {shown(p.student)}: {shown(p.branch)} @ {p.commit[:12]} "
+                              f"({shown(p.commit_date or 'no readable date')}){late}")
             else:
-                console.print(f"  [red]unfetched[/red]  {escape(p.student)}: {escape(p.reason)}")
+                console.print(f"  [red]unfetched[/red]  {shown(p.student)}: {shown(p.reason, 500)}")
 
     lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student)
     if collected is not None:
@@ -251,7 +258,7 @@ def grade(
     console.print(f"Grading {len(plan.jobs)} jobs ({len(plan.reused)} already graded, kept) on {where}, "
                   f"{len(slots)} at once ({executor}, isolation {ctx.isolation}), seed {plan.seed}")
     for line in plan.broken:
-        console.print(f"[red]{escape(line)}[/red]")
+        console.print(f"[red]{shown(line, 500)}[/red]")
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False) as bar:
@@ -266,7 +273,7 @@ def grade(
                     return
                 if kind == "retry":
                     counts["retried"] += 1
-                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {escape(job.label)}: {escape(record['error'])} (trying again)")
+                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record['error'], 500)} (trying again)")
                 elif kind == "done":
                     isolation = (record.get("environment") or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
@@ -285,6 +292,8 @@ def grade(
                 signal.signal(sig, handler)
 
     _print_summary(out, lock, entry)
+    for line in entry.get("class_errors") or []:
+        err.print(f"[red]error:[/red] {shown(line, 600)}")
     for warning in warnings:  # from the jobs' own records: what contained them (each job's probe, not a guess here)
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
     if entry.get("interrupted"):
@@ -294,7 +303,7 @@ def grade(
         why = "no student could be fetched" if not fetched else "no job was graded"
         err.print(f"[red]error:[/red] nothing was graded: {why} ({len(lock.students)} in the roster)")
         raise typer.Exit(1)
-    raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] or plan.broken else 0)
+    raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] or plan.broken or entry.get("class_errors") else 0)
 
 
 def _interrupt(signum, frame):
@@ -307,12 +316,12 @@ def _job_line(job, record: dict) -> str:
     from grader.results import AssignmentResult, Outcome
 
     if record["status"] != "graded":  # a job status, shown in the infra_error outcome's style
-        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {escape(job.label)}: {escape(record['error'])}"
+        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {shown(job.label)}: {shown(record['error'], 500)}"
 
     result = AssignmentResult.from_json(record["result"])
     outcomes = Counter(t.outcome for t in result.tests)
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
-    return f"{escape(job.label)}: {result.score:g} / {result.max_score:g} ({words}) in {record['seconds']:.0f} s"
+    return f"{shown(job.label)}: {result.score:g} / {result.max_score:g} ({words}) in {record['seconds']:.0f} s"
 
 
 def _print_summary(out: Path, lock, entry: dict) -> None:
@@ -320,7 +329,7 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
     console.print(f"\n[bold]{entry['graded']} jobs graded[/bold], {entry['infra_error']} infra errors, "
                   f"{entry['reused']} kept from before, in {entry['wall_s']:.0f} s")
     for p in unfetched:
-        console.print(f"  [red]unfetched[/red] {escape(p.student)}: {escape(p.reason)}")
+        console.print(f"  [red]unfetched[/red] {shown(p.student)}: {shown(p.reason, 500)}")
     if entry.get("interrupted"):
         console.print(f"[yellow]Interrupted: {entry['not_run']} jobs not finished. Everything graded so far is kept; "
                       "run the same command with --resume to finish.[/yellow]")
@@ -357,8 +366,14 @@ def similarity(
     for a in view.assignments:
         pairs = view.similarity.get(a, [])
         console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"
-                      + "".join(f"\n  {p.score:.0%}  {escape(p.a)} ~ {escape(p.b)}  {class_dir / p.page}" for p in pairs[:10]))
+                      + "".join(f"\n  {p.score:.0%}  {shown(p.a)} ~ {shown(p.b)}  {shown(class_dir / p.page)}" for p in pairs[:10]))
+        for student, why in (view.similarity_meta["per_assignment"].get(a) or {}).get("not_compared", {}).items():
+            console.print(f"  [yellow]not compared[/yellow] {shown(student)}: {shown(why, 300)}")
     console.print(f"dashboard: {class_dir / 'index.html'}")
+    for line in view.errors:
+        err.print(f"[red]error:[/red] {shown(line, 600)}")
+    if view.errors:
+        raise typer.Exit(1)
 
 
 def leaderboard(

@@ -211,21 +211,34 @@ def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, resul
                    calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
+    named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
+    return _one_failure(spec, ctx, result, calls, runnable, "not submitted",
+                        f"{module}{named} is not in the submission: nothing of {spec.name} was checked", {"not_submitted": True})
+
+
+def unusable_submission(spec: Assignment, ctx: GradingContext, reason: str) -> AssignmentResult:
+    """The repo cannot be graded at all (its grader.toml cannot be read): as a module not
+    submitted, one failed result worth every point this run could have earned, saying why."""
+    calls = ctx.calls(spec)
+    result = AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()")
+    return _one_failure(spec, ctx, result, calls, [c for c in calls if not c.skip], "the submission can be read",
+                        f"{reason}: nothing of {spec.name} was checked", {"unusable": True})
+
+
+def _one_failure(spec: Assignment, ctx: GradingContext, result: AssignmentResult, calls: list[PlannedCall],
+                 runnable: list[PlannedCall], name: str, message: str, details: dict) -> AssignmentResult:
     planned = [c.test_name for c in (ctx.full_plan(spec) if ctx.partial else calls)]
     shares = dict(zip(planned, split_cents(spec.correctness_points, len(planned))))
     share = {c.id: shares.get(c.test_name, 0) for c in calls}
     perf = cents(spec.performance_points) if spec.performance is not None else 0
     timed = spec.performance is not None and not ctx.interpret
-    named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
-    test = TestResult(spec.name, "submission", "not submitted", "failed",
-                      f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
-                      details={"not_submitted": True})
+    test = TestResult(spec.name, "submission", name, "failed", message, details=details)
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
     if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
         result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
-                                       "not submitted, and not runnable here", max_score=skipped / 100,
-                                       details={"points_if_run": skipped / 100}))
+                                       f"{'not submitted' if details.get('not_submitted') else 'not graded'}, and not runnable here",
+                                       max_score=skipped / 100, details={"points_if_run": skipped / 100}))
     result.tests.insert(0, test)
     return result
 
