@@ -309,8 +309,13 @@ def _use_worker_code(code: str | None) -> None:
     grader.__path__[:] = [os.path.join(code, "grader")]
     grader.worker.__path__[:] = [os.path.join(code, "grader", "worker")]
     sys.path[:] = [code] + [p for p in sys.path if p not in (code, zygotes)]
-    for name in [m for m in sys.modules if m.startswith("grader.") and m.split(".")[1] not in ("codec", "protocol", "worker")]:
-        del sys.modules[name]  # grader.sandbox, imported by the zygote: not what a worker imports
+    for name in [m for m in sys.modules if m == "grader" or m.startswith("grader.")]:
+        module = sys.modules[name]
+        if name.split(".")[1:2] in ([], ["codec"], ["protocol"], ["worker"]):
+            if getattr(module, "__file__", None):  # where an exec'd worker's import found it
+                module.__file__ = os.path.join(code, os.path.relpath(module.__file__, zygotes))
+        else:
+            del sys.modules[name]  # grader.sandbox, imported by the zygote: not what a worker imports
 
 
 def run_worker(channel: list[int], code: str | None = None) -> None:
