@@ -286,3 +286,22 @@ def test_kept_kernels_are_never_read_through_a_link_nor_from_a_fifo(tmp_path):
     assert _within(10, lambda: keep.keep(cache)) == 1  # the plain one only, without waiting on the FIFO
     assert (tmp_path / "kept" / "plain-entry" / "kernel.json").read_text() == "{}"
     assert not (tmp_path / "kept" / "fifo-entry").exists()
+
+
+@needs_namespaces
+def test_a_job_folder_known_through_a_link_is_in_the_view(tmp_path):
+    """The view binds real paths; a folder the grader names through a link (a temp folder that is
+    a link, say) is reachable by that name too, and nothing else of the link's side comes with it."""
+    (tmp_path / "real" / "job" / "repo").mkdir(parents=True)
+    (tmp_path / "real" / "other.txt").write_text("beside the job")
+    (tmp_path / "alias").symlink_to(tmp_path / "real")
+    repo = tmp_path / "alias" / "job" / "repo"
+    (repo / "mod.py").write_text(f"import os\nprint('own', os.path.exists({str(repo / 'mod.py')!r}))\n"
+                                 f"print('other', os.path.exists({str(tmp_path / 'real' / 'other.txt')!r}))\n")
+    worker = WorkerProcess(repo, tmp_path / "alias" / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"])
+    try:
+        assert worker.proc.wait(timeout=120) == 0, (worker.status(), worker.output.text())
+        text = worker.output.text()
+    finally:
+        worker.close()
+    assert "own True" in text and "other False" in text, text

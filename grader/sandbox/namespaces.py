@@ -201,7 +201,6 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     temp folder private and empty. No folder that holds a private one (the course, above all) is
     bound; a private folder inside a bound one is covered by an empty read-only tmpfs."""
     private = private_folders(hide)
-    course = {os.path.realpath(PACKAGE_PARENT)} | {p for p in private if p != os.path.realpath(Path.home())}
     site_dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), *_worker_sys_path()}
     user_site = site.getusersitepackages()
     if user_site:
@@ -210,7 +209,7 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     wanted = [p for p in (*site_dirs, *libraries) if p and os.path.isabs(p) and os.path.isdir(p)]
     # never a folder that is, or holds, the course or another private folder
     readable = {os.path.realpath(p) for p in wanted
-                if not any(_inside(c, os.path.realpath(p)) for c in course)}
+                if not any(_inside(c, os.path.realpath(p)) for c in private)}
     readable |= {os.path.realpath(p) for p in (*SYSTEM, *DEVICES) if os.path.isdir(p) and not os.path.islink(p)}
     readable.add(str(worker_code()))
     readable.add(os.path.realpath(job))
@@ -224,8 +223,10 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     links = [(p, os.readlink(p)) for p in SYSTEM if os.path.islink(p)]  # /bin -> usr/bin
     for p in (*wanted, job, *writable):  # a folder also known by another path (a link on the way)
         alias = os.path.abspath(p)
-        if alias != os.path.realpath(p) and not any(_inside(alias, b) for b in binds):
-            links.append((alias, os.path.realpath(p)))
+        real = os.path.realpath(p)
+        if alias != real and any(_inside(real, b) for b in binds) and not any(_inside(alias, b) for b in binds):
+            links.append((alias, real))
+    links = [(p, t) for p, t in set(links) if not any(_inside(p, q) and p != q for q, _ in links)]  # one link is enough
     scratch = sorted({os.path.realpath(d) for d in (*SCRATCH, tempfile.gettempdir())} - set(binds))
     covers = sorted(p for p in private if any(_inside(p, b) and p != b for b in binds))
     return {"binds": sorted(binds.items()), "links": sorted(set(links)), "scratch": scratch, "covers": covers,
