@@ -12,8 +12,9 @@ by `grader.sandbox.namespaces` with `unshare` and `grader.sandbox.init`:
   network, PID and mount namespaces (and a user namespace mapping the grader to root when it
   is not root); mount propagation made private;
   fork (the init, PID 1 of the new PID namespace): a fresh /proc, then `sandbox_init.main`:
-  the private view of the files, a fork for the worker, which drops to the job's uid, sets its
-  limits and no_new_privs, and runs `grader.worker.server.serve` where the exec path would exec it.
+  the private view of the files, a fork for the worker, which drops every capability and to the
+  job's uid, sets its limits and no_new_privs, points its `grader` package at the worker's own
+  copy of the code, and runs `grader.worker.server.serve` where the exec path would exec it.
 
 So a worker's namespaces, view, uid and limits are the same; only the interpreter is not new.
 What it shares with the zygote is what every worker of this grader loads anyway: the imported
