@@ -169,16 +169,24 @@ def test_as_an_ordinary_user_the_worker_is_contained_alike(course_files):
 
 
 @needs_namespaces
-def test_a_link_to_the_courses_own_solution_is_the_students_error_not_points(tmp_path):
-    """kernels/softmax.py -> <course>/tests/fixtures/good/kernels/softmax.py: the link leads out
-    of the submission, to a file the worker cannot see; the student's error, never infra_error."""
+@pytest.mark.parametrize("linked", ["module", "folder"])
+def test_a_link_to_the_courses_own_solution_is_the_students_error_not_points(tmp_path, linked):
+    """kernels/softmax.py -> <course>/tests/fixtures/good/kernels/softmax.py (or kernels/ -> the
+    course's folder of them): the link leads out of the submission, to files the worker cannot
+    see; the student's error, never infra_error, never points."""
     repo = sandbox_attack.build(tmp_path / "trick")
-    sandbox_attack.link_to_the_good_solution(repo, REPO_ROOT)
+    if linked == "module":
+        sandbox_attack.link_to_the_good_solution(repo, REPO_ROOT)
+    else:
+        shutil.rmtree(repo / "kernels")
+        (repo / "kernels").symlink_to(REPO_ROOT / "tests" / "fixtures" / "good" / "kernels")
     assert (repo / "kernels" / "softmax.py").read_text()  # the control: it resolves outside the sandbox
     graded = sandbox_attack.grade(repo, ("1x1", "n=1"))
     outcome, message = graded["tests"]["softmax: 1x1 [float32]"]
     assert outcome == "error" and "a link to a file outside the submission, which a worker cannot see" in message, message
-    assert graded["tests"]["vector_add: n=1 [float32]"][0] == "passed"  # its own file: graded as always
+    # vector_add: its own file, graded as always; or behind the same link, the same error
+    assert graded["tests"]["vector_add: n=1 [float32]"][0] == ("passed" if linked == "module" else "error")
+    assert all(t[0] != "infra_error" for t in graded["tests"].values()) and "passed" not in graded["tests"]["softmax: 1x1 [float32]"]
     assert_nothing_left()
 
 
