@@ -140,6 +140,7 @@ def build_view(view: dict) -> None:
             continue  # gone meanwhile (an optional library folder): not in the view
     base = "/tmp" if os.path.isdir("/tmp") else "/mnt"  # any folder will do: hidden only in this namespace
     mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
+    umask = os.umask(0o022)  # the folders made on the way stay 0755, whatever the grader's umask: any worker uid enters them
     steps = ([(_depth(p), 0, p, target) for p, target in view.get("links", [])]
              + [(_depth(p), 1, p, None) for p in view.get("scratch", [])]
              + [(_depth(p), 2, p, writable) for p, writable in view["binds"] if p in sources]
@@ -163,6 +164,7 @@ def build_view(view: dict) -> None:
                 mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16k")
                 _remount(target, readonly=True)
     finally:
+        os.umask(umask)
         for fd in sources.values():
             os.close(fd)
     os.chdir(base)
