@@ -224,6 +224,28 @@ def test_grader_command_line_seed_results_file_and_reference_are_out_of_reach(tm
     assert_nothing_left()
 
 
+def test_an_output_file_replaced_by_a_fifo_or_a_link_fails_that_call_at_once(tmp_path):
+    """The worker's save replaced: a FIFO no one writes (a blocking read waits forever), links to
+    /dev/zero and /etc/passwd, a folder. Each call fails with what it found, within the run's
+    time, and the next case passes."""
+    import threading
+
+    box: list = []
+    thread = threading.Thread(target=lambda: box.append(grade(tmp_path, "outputs", ["1x1", "n=1", "n=127", "n=128", "n=129", "n=98432"])),
+                              daemon=True)
+    thread.start()
+    thread.join(300)
+    assert not thread.is_alive(), "grading blocked on a file the worker left"
+    g = box[0]
+    for case, words in (("n=1", "is a FIFO, not a regular file"), ("n=127", "cannot be read: a symbolic link"),
+                        ("n=128", "cannot be read: a symbolic link"), ("n=129", "is a folder, not a regular file")):
+        assert_outcome(g, "vector_add", f"{case} [float32]", "failed", "the worker's output file could not be read", words)
+    assert_outcome(g, "vector_add", "n=98432 [float32]", "passed")
+    assert_outcome(g, "softmax", "1x1 [float32]", "passed")
+    assert "root:" not in json.dumps(g.results)  # /etc/passwd was not read
+    assert_nothing_left()
+
+
 @pytest.mark.gpu
 def test_gpu_sandboxed_worker_grades_on_the_gpu_and_an_illegal_address_costs_only_its_call(tmp_path, monkeypatch):
     monkeypatch.setattr(tempfile, "tempdir", str(tmp_path))  # its workers' folders: told apart from parallel tests'

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from conftest import FIXTURES, assert_nothing_left, run_cli
+from conftest import FIXTURES, REPO_ROOT, assert_nothing_left, run_cli
 from grader import spec as specs
 from grader.protocol import Contender, Load, Run
 from grader.sandbox import docker, files, launch, namespaces, process, uids
@@ -198,8 +198,8 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
     outputs = tmp_path / "job" / "outputs"
     repo = _repo(tmp_path, f"""
         import os
-        from grader.spec import course_root
-        COURSE_ROOT = course_root()  # found as a student's code would find it, inside the view
+        from pathlib import Path
+        COURSE_ROOT = Path({str(REPO_ROOT.resolve())!r})  # the course: not in the worker's view at all
         def attempt(what, fn):
             try:
                 fn(); print(what, "yes")
@@ -330,6 +330,10 @@ def test_docker_command_contains_the_worker(tmp_path):
     assert f"type=bind,source={job / 'outputs'},target={job / 'outputs'}" in argv
     assert "CUDA_VISIBLE_DEVICES" not in text  # the container sees its one GPU as device 0
     assert "--env PYTHONPATH=/opt/grader-host" in text and "target=/opt/grader-host/grader,readonly" in text
+    # the worker's own copy of its code, never the course's grader/ or anything beside it
+    assert f"type=bind,source={launch.worker_code() / 'grader'},target=/opt/grader-host/grader,readonly" in argv
+    assert str(REPO_ROOT.resolve()) not in text.replace(str(job), "")
+    assert f"type=tmpfs,target={docker.IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" in argv  # the image's assignments/
     assert argv[-4:] == [docker.DOCKER_IMAGE, "python", "-c", "pass"]
 
 
@@ -437,10 +441,9 @@ def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch
 @pytest.mark.parametrize("hidden", [True, False])
 def test_a_checks_kept_cache_is_hidden_though_its_job_folder_lies_inside_it(tmp_path, hidden):
     """grader check keeps the next check's input sets (the fresh one too) in a folder beside its
-    job folders; the worker sees its own job, not the cache. The folder lies where every worker
-    can otherwise read, wherever the checkout is (inside the grader package, which each worker
-    sees read-only; not the temp folder, which each worker gets blank), so the unhidden run
-    shows the test could fail."""
+    job folders; the worker sees its own job, not the cache. Hidden or not, the cache is not in
+    the worker's view (an allowlist: its job folder, not what holds it), wherever it lies: here
+    inside the grader package, as the course folder is never shown to a worker either."""
     from grader.sandbox.launch import PACKAGE_PARENT
 
     cache = Path(PACKAGE_PARENT) / "grader" / f".test-cache-{os.getpid()}-{hidden}"
@@ -473,5 +476,6 @@ def _kept_cache_visible(cache: Path, hidden: bool) -> None:
         text = worker.output.text()
     finally:
         worker.close()
+    assert (cache / "run" / "inputs-fresh.safetensors").read_text() == "the fresh set"  # there, outside the view
     assert "own yes" in text, text
-    assert ("cache no" if hidden else "cache yes") in text, text
+    assert "cache no" in text if ISOLATION.namespaces else "cache yes" in text, text

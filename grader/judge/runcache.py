@@ -33,7 +33,6 @@ import fcntl
 import json
 import os
 import shutil
-import stat
 import tempfile
 from contextlib import contextmanager
 from pathlib import Path
@@ -41,7 +40,7 @@ from typing import Callable, Iterator
 
 from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs
-from grader.sandbox.files import place, private_folder
+from grader.sandbox.files import open_worker_file, place, private_folder
 from grader.spec import Assignment, Case
 
 
@@ -206,17 +205,22 @@ class TritonKeep:
 
     def keep(self, source: Path) -> int:
         """Copy back the entries a finished worker added; returns how many were kept."""
-        try:
-            names = [e for e in os.scandir(source) if e.is_dir(follow_symlinks=False)]
+        try:  # the worker's own folder: never through a link it put in its place
+            top = os.open(source, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
         except OSError:
             return 0
+        try:
+            with os.scandir(top) as listing:
+                names = [e.name for e in listing if e.is_dir(follow_symlinks=False)]
+        except OSError:
+            names = []
         private_folder(self.folder)
         kept = 0
-        for entry in names:
-            target = self.folder / entry.name
-            if target.exists() or entry.name.startswith("."):
+        for name in names:
+            target = self.folder / name
+            if target.exists() or name.startswith("."):
                 continue
-            files = _regular_files(Path(entry.path), self.ENTRY_LIMIT)
+            files = _regular_files(top, name, self.ENTRY_LIMIT)
             if not files:
                 continue
             tmp = Path(tempfile.mkdtemp(prefix=".keep-", dir=self.folder))
@@ -227,6 +231,7 @@ class TritonKeep:
                 kept += 1
             except OSError:
                 shutil.rmtree(tmp, ignore_errors=True)
+        os.close(top)
         self._trim()
         return kept
 
@@ -241,24 +246,25 @@ class TritonKeep:
             total -= sizes[e]
 
 
-def _regular_files(folder: Path, limit: int) -> dict[str, bytes]:
-    """The plain files directly in a worker-written folder (no links, no subfolders followed);
+def _regular_files(parent: int, name: str, limit: int) -> dict[str, bytes]:
+    """The plain files directly in the worker-written folder `name` of `parent` (a descriptor):
+    no link followed, no FIFO or device opened for long (grader.sandbox.files.open_worker_file);
     {} when any is not plain, or together they are over `limit`."""
     files, total = {}, 0
     try:
-        for name in os.listdir(folder):
-            fd = os.open(folder / name, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-            try:
-                info = os.fstat(fd)
-                if not stat.S_ISREG(info.st_mode):
-                    return {}
-                total += info.st_size
-                if total > limit:
-                    return {}
-                with os.fdopen(os.dup(fd), "rb") as f:
-                    files[name] = f.read(limit + 1)
-            finally:
-                os.close(fd)
-    except OSError:  # a link (O_NOFOLLOW), a folder, a file gone meanwhile
+        folder = os.open(name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    except OSError:
         return {}
+    try:
+        for entry in os.listdir(folder):
+            fd = open_worker_file(Path(name) / entry, dir_fd=parent)
+            with os.fdopen(fd, "rb") as f:
+                files[entry] = f.read(limit - total + 1)  # bounded, though it may grow meanwhile
+            total += len(files[entry])
+            if total > limit:
+                return {}
+    except OSError:  # a link, a FIFO, a device, a folder, a file gone meanwhile
+        return {}
+    finally:
+        os.close(folder)
     return files

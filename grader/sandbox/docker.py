@@ -11,10 +11,11 @@ from collections.abc import Callable
 from pathlib import Path
 
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import BOOTSTRAP, PACKAGE_PARENT, Launch, Limits, Started
+from grader.sandbox.launch import BOOTSTRAP, Launch, Limits, Started, worker_code
 from grader.sandbox.uids import chown_tree
 
 DOCKER_IMAGE = os.environ.get("GRADER_DOCKER_IMAGE", "grader")
+IMAGE_COURSE = "/opt/grader"  # the course folder the Dockerfile copies into the image (GRADER_COURSE there)
 # the image's `student` user (see the Dockerfile); a grader that is not root cannot give it the
 # job folder, so its containers run as the grader's own uid (a user only inside the container)
 DOCKER_USER = "10001:10001" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid()}"
@@ -73,9 +74,10 @@ def exit_code(code: int) -> int:
 def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: dict[str, str], gpu: str | None,
                    limits: Limits, interpret: bool, command: list[str], image: str = DOCKER_IMAGE) -> list[str]:
     """`docker run` for one worker: no network, a read-only root with a private /tmp, the job
-    folder mounted at its own path (read-only, its writable folders on top), the grader
-    package mounted read-only (so the worker speaks this grader's protocol), a non-root user,
-    no capabilities, no privilege gain, a pids limit, memory without swap, and one GPU."""
+    folder mounted at its own path (read-only, its writable folders on top), the worker's copy
+    of the grader's code mounted read-only (so the worker speaks this grader's protocol), the
+    image's course folder blanked, a non-root user, no capabilities, no privilege gain, a pids
+    limit, memory without swap, and one GPU."""
     memory = f"{max(1, limits.memory >> 20)}m"
     argv = [
         "docker", "run", "--rm", "--name", name, "--init",
@@ -88,7 +90,10 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
     ]
     for w in writable:
         argv += ["--mount", f"type=bind,source={w},target={w}"]
-    argv += ["--mount", f"type=bind,source={Path(PACKAGE_PARENT) / 'grader'},target=/opt/grader-host/grader,readonly"]
+    # the worker's own copy of the grader's code, not the course's grader/ (nor anything beside it)
+    argv += ["--mount", f"type=bind,source={worker_code() / 'grader'},target=/opt/grader-host/grader,readonly"]
+    # the image's course folder (its assignments/, hidden cases included: see the Dockerfile), blank
+    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555"]
     if not interpret:
         argv += ["--gpus", f'"device={gpu or 0}"']
     argv += ["--workdir", str(cwd)]
@@ -97,5 +102,5 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
             continue  # inside, the one GPU given is device 0
         if key == "PATH":
             continue  # the image's own
-        argv += ["--env", f"{key}={value if key != 'PYTHONPATH' else '/opt/grader-host'}"]
-    return argv + [image, *command]
+        argv += ["--env", f"{key}={value}"]
+    return argv + ["--env", "PYTHONPATH=/opt/grader-host", image, *command]

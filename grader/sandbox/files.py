@@ -1,10 +1,13 @@
 """Files between the grader and a worker: inputs shown to it one request at a time, the
-folder it writes its outputs to, and reading those back without following its links."""
+folder it writes its outputs to, and reading those back bounded: no link followed, nothing
+but a regular file, never blocking, never more than a limit."""
 
 from __future__ import annotations
 
+import errno
 import os
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -61,11 +64,53 @@ def output_path(workdir: Path, name: str) -> Path:
     return path
 
 
-def read_worker_file(path: Path, limit: int = 4 << 30) -> bytes:
-    """Read a file the worker wrote, never through a symlink it planted in its place (the
-    grader runs with more rights than the worker, so a link to /etc/shadow must not work)."""
-    fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC)
+class WorkerFileError(OSError):
+    """A file a worker wrote could not be read as one: a link, a FIFO, a device, a folder,
+    too large, or gone. One line that says which; never a hang."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+WORKER_FILE_LIMIT = 4 << 30  # the worker's own file size limit (launch.Limits.file_size)
+
+
+def open_worker_file(path: Path, dir_fd: int | None = None) -> int:
+    """A descriptor on a regular file a worker wrote: never through a link (the grader may hold
+    more rights than the worker: a link to /etc/shadow must not work), never blocking (a FIFO
+    with no writer, a file under a lease), never anything but a regular file (a FIFO, /dev/zero,
+    a socket, a folder). Its folder is opened the same way, so a link in place of outputs/
+    leads nowhere either."""
+    path = Path(path)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
+    try:
+        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
+    except OSError as exc:
+        raise WorkerFileError(exc.errno, f"{path.parent.name}/ is not a plain folder ({os.strerror(exc.errno or 0)})") from None
+    try:
+        fd = os.open(path.name, flags, dir_fd=folder)
+    except OSError as exc:
+        why = {errno.ELOOP: "a symbolic link", errno.EWOULDBLOCK: "held by a lease"}.get(exc.errno, os.strerror(exc.errno or 0))
+        raise WorkerFileError(exc.errno, f"{path.name} cannot be read: {why}") from None
+    finally:
+        os.close(folder)
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind != stat.S_IFREG:
+        os.close(fd)
+        what = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket",
+                stat.S_IFDIR: "a folder"}.get(kind, "not a regular file")
+        raise WorkerFileError(errno.EINVAL, f"{path.name} is {what}, not a regular file")
+    return fd
+
+
+def read_worker_file(path: Path, limit: int = WORKER_FILE_LIMIT) -> bytes:
+    """The bytes of a file the worker wrote (see `open_worker_file`), at most `limit` of them:
+    a larger file is refused, not read (it may grow while read: what is read is bounded too)."""
+    fd = open_worker_file(path)
     with os.fdopen(fd, "rb") as f:
-        if not os.path.stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-            raise OSError(f"{path.name} is not a regular file")
-        return f.read(limit)
+        if os.fstat(fd).st_size > limit:
+            raise WorkerFileError(errno.EFBIG, f"{Path(path).name} is larger than {limit} bytes")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise WorkerFileError(errno.EFBIG, f"{Path(path).name} is larger than {limit} bytes")
+    return data

@@ -2,12 +2,15 @@
 `grader.sandbox.namespaces` (under `unshare` where it works) with its configuration as JSON on stdin.
 
 It is our code, started before any student code, and it does what must happen from inside:
-1. builds the worker's view of the file system (in its own mount namespace): folders that
-   must stay private (the grader's home, the temp dirs, reference/, the output folder, the
-   submissions) are covered by empty tmpfs mounts; what the worker needs (the Python install,
-   the grader package, its job folder) is bound back; everything else is made read-only;
-2. forks the worker, which drops to an unprivileged uid/gid (when started as root), sets its
-   resource limits and no_new_privs, and execs the worker (`grader.worker.server`);
+1. builds the worker's view of the file system (in its own mount namespace): a fresh, empty
+   tmpfs root into which only an allowlist is bound (the system folders, the Python install,
+   the worker's own code, its job folder; see `grader.sandbox.namespaces.sandbox_view`), private
+   scratch tmpfs for the temp folders, then pivot_root into it, the old root detached, the new
+   root read-only. Nothing else of the host (the course folder above all) exists in the view;
+2. forks the worker, which drops every capability (bounding set, ambient, effective, permitted,
+   inheritable), drops to an unprivileged uid/gid (when started as root), sets its resource
+   limits and no_new_privs, and execs the worker (`grader.worker.server`). Without capabilities
+   it cannot undo a mount, and a user namespace it makes gets these mounts locked;
 3. reaps, and when the worker ends (or on SIGTERM from the grader) kills every process the
    worker left behind: as PID 1 of a PID namespace by `kill(-1)`, elsewhere as a child
    subreaper by killing its descendants until none is left;
@@ -20,6 +23,7 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import json
 import os
 import resource
@@ -82,46 +86,163 @@ def _remount(point: str, readonly: bool) -> None:
     mount(None, point, None, flags)
 
 
-UNTOUCHED = ("/proc", "/sys", "/dev")  # kernel interfaces and devices (GPUs): left as they are
+MS_PRIVATE = 1 << 18
+MNT_DETACH = 2
+# pivot_root(2) has no libc wrapper: its system call number, per architecture
+SYS_PIVOT_ROOT = {"x86_64": 155, "aarch64": 41, "riscv64": 41, "ppc64le": 203, "s390x": 217}
+
+
+def umount(target: str, flags: int = 0) -> None:
+    _check(_libc.umount2(target.encode(), ctypes.c_int(flags)), f"umount {target}")
+
+
+def pivot_root(new_root: str, put_old: str) -> None:
+    number = SYS_PIVOT_ROOT.get(os.uname().machine)
+    if number is None:
+        raise OSError(f"pivot_root: no system call number known for {os.uname().machine}")
+    _check(_libc.syscall(ctypes.c_long(number), new_root.encode(), put_old.encode()), "pivot_root")
+
+
+def _depth(path: str) -> int:
+    return path.rstrip("/").count("/")
+
+
+def _readonly_tree(point: str) -> None:
+    """Read-only: the mount at `point` and every mount under it (a recursive bind brings the
+    host's submounts: /dev/pts, /sys/fs/cgroup). A submount that refuses stays as it was."""
+    for mounted, _ in _mounts():
+        if _inside(mounted, point):
+            try:
+                _remount(mounted, readonly=True)
+            except OSError:
+                if mounted == point:
+                    raise
 
 
 def build_view(view: dict) -> None:
-    """The worker's file system, in this private mount namespace (nothing is seen outside it):
-    every mount read-only; each `cover` folder replaced by an empty tmpfs (mode 1777: a
-    private scratch that vanishes; else a read-only blank); each `keep` folder bound back at
-    its own path, read-only or writable. Covers and keeps apply outermost first, so a keep
-    inside a cover (the job folder in /tmp) and a cover inside a keep both come out right."""
+    """The worker's file system, in this private mount namespace (nothing is seen outside it),
+    from an allowlist: a fresh tmpfs root holding only `binds` (each host folder at its own
+    path, read-only unless writable, its submounts with it), `links` (symbolic links: /bin ->
+    usr/bin, a path by which a bound folder is also known), `scratch` (an empty tmpfs, mode
+    1777, that vanishes with the worker) and `covers` (an empty read-only tmpfs over a private
+    folder that lies inside a bound one). Outermost first, so the job folder inside the private
+    /tmp and /dev/shm inside /dev come out right. Then pivot_root into it, the old root detached
+    (nothing of it is reachable any more), and the new root made read-only."""
     if os.readlink("/proc/self/ns/mnt") == view["outer_mount_namespace"]:
         raise OSError("refusing to build a view in the grader's own mount namespace")
-    keeps = [(os.path.realpath(p), rw) for p, rw in view["keep"] if os.path.isdir(p)]
-    covers = [(os.path.realpath(c), mode) for c, mode in view["cover"] if os.path.isdir(c)]
-    # handles on what is bound back, taken before anything is covered
-    fds = {path: os.open(path, os.O_PATH | os.O_DIRECTORY) for path, _ in keeps}
-    if view.get("readonly_root"):
-        for point, options in _mounts():
-            if "ro" in options or any(_inside(point, u) for u in UNTOUCHED):
+    mount(None, "/", None, MS_REC | MS_PRIVATE)  # nothing of this propagates out (pivot_root needs it too)
+    size = view.get("tmpfs_size", "256m")
+    sources: dict[str, int] = {}  # handles on what is bound, taken before anything is covered
+    for path, _ in view["binds"]:
+        try:
+            sources[path] = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
+        except (FileNotFoundError, NotADirectoryError):
+            continue  # gone meanwhile (an optional library folder): not in the view
+    base = "/tmp" if os.path.isdir("/tmp") else "/mnt"  # any folder will do: hidden only in this namespace
+    mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
+    umask = os.umask(0o022)  # the folders made on the way stay 0755, whatever the grader's umask: any worker uid enters them
+    steps = ([(_depth(p), 0, p, target) for p, target in view.get("links", [])]
+             + [(_depth(p), 1, p, None) for p in view.get("scratch", [])]
+             + [(_depth(p), 2, p, writable) for p, writable in view["binds"] if p in sources]
+             + [(_depth(p), 3, p, None) for p in view.get("covers", [])])
+    try:
+        for _, kind, path, arg in sorted(steps):
+            target = base + path
+            if kind == 0:
+                if not os.path.lexists(target):
+                    os.makedirs(os.path.dirname(target), mode=0o755, exist_ok=True)
+                    os.symlink(arg, target)
                 continue
-            try:
-                _remount(point, readonly=True)
-            except OSError:
-                if point == "/":
-                    raise
-    steps = [(path.count("/"), 0, path, mode) for path, mode in covers] + [(path.count("/"), 1, path, rw) for path, rw in keeps]
-    for _, kind, path, arg in sorted(steps):
-        if kind == 0:
-            if not os.path.isdir(path):
-                continue  # already out of sight under an outer cover
-            mount("tmpfs", path, "tmpfs", MS_NOSUID | MS_NODEV, f"mode={arg},size={view.get('tmpfs_size', '256m')}")
-            for keep, _ in keeps:
-                if _inside(keep, path) and keep != path:
-                    os.makedirs(keep, exist_ok=True)  # a mount point for its bind
-            if arg != "1777":
-                _remount(path, readonly=True)
-        else:
-            mount(f"/proc/self/fd/{fds[path]}", path, None, MS_BIND | MS_REC)
-            _remount(path, readonly=not arg)
-    for fd in fds.values():
-        os.close(fd)
+            os.makedirs(target, mode=0o755, exist_ok=True)  # a mount point: in our tmpfs, or already there
+            if kind == 1:
+                mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, f"mode=1777,size={size}")
+            elif kind == 2:
+                mount(f"/proc/self/fd/{sources[path]}", target, None, MS_BIND | MS_REC)
+                if not arg:
+                    _readonly_tree(target)
+            else:
+                mount("tmpfs", target, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=16k")
+                _remount(target, readonly=True)
+    finally:
+        os.umask(umask)
+        for fd in sources.values():
+            os.close(fd)
+    os.chdir(base)
+    pivot_root(".", ".")  # the new root on top of the old one (pivot_root(2): new_root == put_old)
+    umount(".", MNT_DETACH)  # the old root, and every mount under it, out of this namespace
+    os.chdir("/")
+    _remount("/", readonly=True)
+
+
+# -- the worker's capabilities -----------------------------------------------------------------
+
+PR_CAPBSET_DROP, PR_CAP_AMBIENT, PR_CAP_AMBIENT_CLEAR_ALL = 24, 47, 4
+CAPABILITY_VERSION_3 = 0x20080522
+
+
+class _CapHeader(ctypes.Structure):
+    _fields_ = [("version", ctypes.c_uint32), ("pid", ctypes.c_int)]
+
+
+class _CapData(ctypes.Structure):
+    _fields_ = [("effective", ctypes.c_uint32), ("permitted", ctypes.c_uint32), ("inheritable", ctypes.c_uint32)]
+
+
+def drop_bounding_set() -> bool:
+    """Every capability out of the bounding set, so no exec (uid 0's own, a setuid or
+    file-capability program) gives one back. Needs CAP_SETPCAP: done before the uid switch.
+    False where this process may not (an ordinary user without namespaces: it holds none)."""
+    try:
+        with open("/proc/sys/kernel/cap_last_cap") as f:
+            last = int(f.read())
+    except (OSError, ValueError):
+        last = 63
+    for cap in range(last + 1):
+        if _libc.prctl(PR_CAPBSET_DROP, ctypes.c_ulong(cap), 0, 0, 0) != 0:
+            err = ctypes.get_errno()
+            if err == errno.EINVAL:
+                break  # past the last capability this kernel knows
+            if err == errno.EPERM and cap == 0 and os.geteuid() != 0:
+                return False
+            raise OSError(err, f"dropping capability {cap} from the bounding set: {os.strerror(err)}")
+    return True
+
+
+def drop_capabilities() -> None:
+    """No ambient, effective, permitted or inheritable capability left (capset to nothing)."""
+    if _libc.prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+        _check(-1, "clearing the ambient capabilities")  # EINVAL: a kernel before ambient capabilities
+    header = _CapHeader(CAPABILITY_VERSION_3, 0)
+    data = (_CapData * 2)()
+    _check(_libc.capset(ctypes.byref(header), data), "capset")
+
+
+def held_capabilities() -> dict[str, int]:
+    """This process's capability sets (CapInh, CapPrm, CapEff, CapBnd, CapAmb) and NoNewPrivs."""
+    held = {}
+    with open("/proc/self/status") as f:
+        for line in f:
+            name, _, value = line.partition(":")
+            if name.startswith("Cap"):
+                held[name] = int(value, 16)
+            elif name == "NoNewPrivs":
+                held[name] = int(value)
+    return held
+
+
+def contain(user: list[int] | None) -> None:
+    """The worker's own process, before any of its code runs: the bounding set emptied, then the
+    uid switch (when the grader is root), then every other capability and no_new_privs; checked
+    after, so a worker that still holds one never starts (a sandbox failure, not the student's)."""
+    bounded = drop_bounding_set()
+    if user:
+        _drop_privileges(user)
+    drop_capabilities()
+    prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary (sudo, su, ping) can give privileges back
+    held = held_capabilities()
+    left = [name for name in ("CapInh", "CapPrm", "CapEff", "CapAmb") + (("CapBnd",) if bounded else ()) if held.get(name)]
+    if left or held.get("NoNewPrivs") != 1:
+        raise OSError(f"the worker would keep capabilities ({', '.join(left) or 'no no_new_privs'})")
 
 
 def children_of(pid: int) -> list[int]:
@@ -213,9 +334,7 @@ def _start_worker(config: dict, status_fd: int, start: Callable[[], None] | None
         prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
         signal.signal(signal.SIGTERM, signal.SIG_DFL)
         apply_limits(config["limits"])
-        if config.get("user"):
-            _drop_privileges(config["user"])
-        prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary (sudo, su, ping) can give privileges back
+        contain(config.get("user"))  # no capability, the job's uid, no_new_privs
         os.chdir(config["cwd"])
         if start is not None:
             os.environ.clear()

@@ -4,9 +4,13 @@ channel (`Started`). No backend logic here, so backends and `WorkerProcess` shar
 
 from __future__ import annotations
 
+import atexit
 import os
+import shutil
 import subprocess
 import sys
+import tempfile
+import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -15,8 +19,41 @@ from grader.sandbox.uids import JobLease
 
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
 # The worker's entry point: -I keeps the current folder (where a student could plant a
-# torch.py or a grader/ package) and PYTHON* variables out of sys.path; the grader is put back.
+# torch.py or a grader/ package) and PYTHON* variables out of sys.path; the worker's own code
+# (`worker_code`, never the course's grader/) is put first.
 BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.worker.server import main; main(sys.argv[1:])"
+# What a worker runs of the grader: the package's marker, the shared codec and protocol, worker/.
+WORKER_CODE = ("__init__.py", "codec.py", "protocol.py", "worker")
+
+_code_lock = threading.Lock()
+_code: list[Path] = []
+
+
+def worker_code() -> Path:
+    """A private read-only copy of the grader code a worker runs (WORKER_CODE), made once per
+    process: the folder to put on a worker's sys.path, and all a sandbox shows it of the grader.
+    So a worker's view holds no part of the course folder (its .git, tests, reference/, rosters),
+    whatever else lies beside the grader package there."""
+    with _code_lock:
+        if _code and (_code[0] / "grader" / "worker" / "server.py").is_file():
+            return _code[0]
+        private = Path(tempfile.mkdtemp(prefix="grader-worker-code-"))  # 0700: the grader's own
+        atexit.register(shutil.rmtree, private, True)
+        stage = private / "lib"
+        source = Path(PACKAGE_PARENT) / "grader"
+        for name in WORKER_CODE:
+            if (source / name).is_dir():
+                shutil.copytree(source / name, stage / "grader" / name, ignore=lambda _, names: [
+                    n for n in names if not n.endswith(".py")])
+            else:
+                (stage / "grader").mkdir(parents=True, exist_ok=True)
+                shutil.copyfile(source / name, stage / "grader" / name)
+        for folder, _, names in os.walk(stage):  # any worker uid reads it (its view binds it read-only)
+            os.chmod(folder, 0o755)
+            for name in names:
+                os.chmod(os.path.join(folder, name), 0o644)
+        _code[:] = [stage]
+        return stage
 
 
 @dataclass
@@ -64,7 +101,6 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str
         "USER": "grader-worker",
         "LOGNAME": "grader-worker",
         "TORCHINDUCTOR_CACHE_DIR": str(scratch / "inductor-cache"),
-        "PYTHONPATH": PACKAGE_PARENT,
         "PYTHONUNBUFFERED": "1",
         "PYTHONDONTWRITEBYTECODE": "1",
         "TRITON_CACHE_DIR": str(scratch / "triton-cache"),
@@ -82,14 +118,15 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str
     return env
 
 
-def isolated_python(boot: str, *args: str) -> list[str]:
+def isolated_python(boot: str, *args: str, path: str | None = None) -> list[str]:
     """This Python as a worker is started (isolated mode, no user site, no bytecode written),
-    running `boot` (a template given this package's parent folder as `path`) with `args`."""
-    return [sys.executable, "-I", "-u", "-B", "-c", boot.format(path=PACKAGE_PARENT), *args]
+    running `boot` (a template given `path`, by default this package's parent folder) with `args`."""
+    return [sys.executable, "-I", "-u", "-B", "-c", boot.format(path=path or PACKAGE_PARENT), *args]
 
 
 def worker_argv(*channel: str) -> list[str]:
-    return isolated_python(BOOTSTRAP, *channel)
+    """The worker, from its private copy of the code (`worker_code`)."""
+    return isolated_python(BOOTSTRAP, *channel, path=str(worker_code()))
 
 
 @dataclass

@@ -1,14 +1,15 @@
 """The default backend (`--isolation sandbox`, no Docker): `grader.sandbox.init` runs first in
 fresh network, PID and mount namespaces (`unshare`; a user namespace too when not root). It
-gives the worker a view of the file system in which the private folders (reference/, the
-grader's home, the temp dirs, the output folder and the submissions) are blank, everything is
-read-only but its job folder, and then drops it to a dedicated unprivileged uid (when the
-grader is root), with resource limits. When the worker ends or times out, every process it
+gives the worker a view of the file system built from an allowlist (the system, the Python
+install, its own copy of the worker code, its job folder: never the course folder), read-only
+but its own folders, then drops every capability and, when the grader is root, switches to a
+dedicated unprivileged uid, with resource limits. When the worker ends or times out, every process it
 started dies with the namespace. Where namespaces are not available this is said once and the
 worker runs with what is left: its own session, limits, a subreaper that sweeps its children."""
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ from pathlib import Path
 from grader.sandbox import zygote
 from grader.sandbox.init import children_of
 from grader.sandbox.isolation import Isolation
-from grader.sandbox.launch import PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv
+from grader.sandbox.launch import PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv, worker_code
 from grader.sandbox.uids import JobLease, chown_tree
 
 SUMMARY = "namespaces, no Docker"  # what `--isolation` help says of this mode
@@ -120,6 +121,7 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
         "status_fd": status_tx,
         "lifeline_fd": lifeline_rx,
         "own_pid_namespace": isolation.namespaces,
+        "code": str(worker_code()),  # a forked worker's imports from here on (grader.sandbox.zygote)
     }, lease
 
 
@@ -158,29 +160,74 @@ def _signal(pid: int, sig: int) -> None:
 
 # -- the worker's view of the file system -------------------------------------------------------
 
-NEVER_COVERED = {"/", "/usr", "/etc", "/lib", "/lib64", "/lib32", "/bin", "/sbin", "/var", "/opt", "/dev", "/proc", "/sys", "/run"}
+# what a Python, torch and Triton process needs of the system (read-only): programs, libraries
+# (libcuda under /usr/lib*), the loader's cache, gcc and Python's headers for Triton's launcher
+SYSTEM = ("/usr", "/bin", "/sbin", "/lib", "/lib32", "/lib64", "/libx32", "/etc")
+DEVICES = ("/dev", "/sys")  # GPUs' device nodes, the driver's files (read-only)
+SCRATCH = ("/tmp", "/var/tmp", "/dev/shm")  # private and empty in every worker
+
+
+def _inside(path: str, folder: str) -> bool:
+    return path == folder or path.startswith(folder.rstrip("/") + "/")
+
+
+@functools.lru_cache(maxsize=None)
+def _worker_sys_path() -> tuple[str, ...]:
+    """The folders a worker's interpreter (`python -I`) imports from: the standard library,
+    site-packages and what their .pth files add (an editable torch or Triton, say)."""
+    try:
+        out = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"], cwd="/",
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, capture_output=True, text=True, timeout=60)
+        return tuple(json.loads(out.stdout))
+    except (OSError, ValueError, subprocess.SubprocessError):
+        return tuple(sys.path)
+
+
+def private_folders(hide: list[Path]) -> list[str]:
+    """Folders no worker may see, wherever they lie: the course (its checkout, whatever it
+    holds), the grader's home, and `hide` (the submissions, the output folder, the references)."""
+    from grader.spec import course_root
+
+    folders = [course_root(), Path(PACKAGE_PARENT), Path.home(), *hide]
+    return sorted({os.path.realpath(p) for p in folders})
 
 
 def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
-    """Folders blanked (private), kept read-only (what Python and the grader need) and kept
-    writable (the worker's own) in the worker's mount namespace; see grader.sandbox.init.build_view."""
-    from grader.spec import course_root
-
-    # assignments/ too: every assignment's hidden.py and the course secret (a worker could print them)
-    private = [course_root() / "reference", course_root() / "assignments", Path.home(), *hide]
-    private = list({str(Path(p).resolve()): p for p in private}.values())  # each folder blanked once
-    scratch_dirs = {tempfile.gettempdir(), "/tmp", "/var/tmp", "/dev/shm"}
-    cover = [(str(p), "0755") for p in private if str(Path(p).resolve()) not in NEVER_COVERED]
-    cover += [(d, "1777") for d in sorted(scratch_dirs) if d not in NEVER_COVERED]
-    keep_ro = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), str(Path(PACKAGE_PARENT) / "grader"), str(job)}
+    """The worker's view (grader.sandbox.init.build_view): an allowlist, nothing else of the host.
+    Read-only: the system folders, the Python install (prefixes, site-packages, the user site,
+    what its .pth files add), CUDA's folders (LD_LIBRARY_PATH, CUDA_HOME), the worker's own copy
+    of the grader's code (launch.worker_code), the job folder; /dev and /sys read-only, the
+    namespace's own /proc; the worker's own folders writable; /tmp, /var/tmp, /dev/shm and the
+    temp folder private and empty. No folder that holds a private one (the course, above all) is
+    bound; a private folder inside a bound one is covered by an empty read-only tmpfs."""
+    private = private_folders(hide)
+    site_dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), *_worker_sys_path()}
     user_site = site.getusersitepackages()
-    if user_site and os.path.isdir(user_site):
-        keep_ro.add(user_site)
-    for entry in sys.path:  # other install locations (a .pth, a --target dir); never the folder we run from
-        if entry and os.path.isdir(entry) and os.path.realpath(entry) not in (os.path.realpath(os.getcwd()), PACKAGE_PARENT):
-            keep_ro.add(entry)
+    if user_site:
+        site_dirs.add(user_site)
     libraries = os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) + [os.environ.get("CUDA_HOME", "")]
-    keep_ro.update(d for d in libraries if d and os.path.isabs(d) and os.path.isdir(d))  # CUDA, wherever it lives
-    keep = [(p, False) for p in sorted(keep_ro)] + [(str(p), True) for p in writable]
-    return {"cover": cover, "keep": keep, "readonly_root": True, "tmpfs_size": "256m",
-            "outer_mount_namespace": os.readlink("/proc/self/ns/mnt")}
+    wanted = [p for p in (*site_dirs, *libraries) if p and os.path.isabs(p) and os.path.isdir(p)]
+    # never a folder that is, or holds, the course or another private folder
+    readable = {os.path.realpath(p) for p in wanted
+                if not any(_inside(c, os.path.realpath(p)) for c in private)}
+    readable |= {os.path.realpath(p) for p in (*SYSTEM, *DEVICES) if os.path.isdir(p) and not os.path.islink(p)}
+    readable.add(str(worker_code()))
+    readable.add(os.path.realpath(job))
+    # one bind for a folder and what it holds (the prefix and its site-packages), unless a private
+    # folder lies between them (a course's own .venv: its prefix is bound, the course is not)
+    readable = {p for p in readable if not any(_inside(p, q) and p != q and not any(_inside(p, c) and _inside(c, q) for c in private)
+                                               for q in readable)}
+    binds = {p: False for p in readable}
+    binds["/proc"] = True  # this PID namespace's own (mounted fresh by unshare --mount-proc, or the zygote)
+    binds.update({os.path.realpath(p): True for p in writable})
+    links = [(p, os.readlink(p)) for p in SYSTEM if os.path.islink(p)]  # /bin -> usr/bin
+    for p in (*wanted, job, *writable):  # a folder also known by another path (a link on the way)
+        alias = os.path.abspath(p)
+        real = os.path.realpath(p)
+        if alias != real and any(_inside(real, b) for b in binds) and not any(_inside(alias, b) for b in binds):
+            links.append((alias, real))
+    links = [(p, t) for p, t in set(links) if not any(_inside(p, q) and p != q for q, _ in links)]  # one link is enough
+    scratch = sorted({os.path.realpath(d) for d in (*SCRATCH, tempfile.gettempdir())} - set(binds))
+    covers = sorted(p for p in private if any(_inside(p, b) and p != b for b in binds))
+    return {"binds": sorted(binds.items()), "links": sorted(set(links)), "scratch": scratch, "covers": covers,
+            "tmpfs_size": "256m", "outer_mount_namespace": os.readlink("/proc/self/ns/mnt")}

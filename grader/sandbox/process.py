@@ -33,7 +33,7 @@ from grader import protocol
 from grader.protocol import Failure
 from grader.sandbox.backend import ISOLATION_MODES, backend_for
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import PACKAGE_PARENT, Launch, Limits, worker_env
+from grader.sandbox.launch import Launch, Limits, worker_code, worker_env
 
 MAX_REPLY_BYTES = 16 << 20
 
@@ -113,7 +113,7 @@ def _probe(isolation: Isolation) -> str | None:
         (job / "repo").mkdir()
         try:
             proc = WorkerProcess(job / "repo", job / "scratch", interpret=not has_gpu(), isolation=isolation,
-                                 command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {PACKAGE_PARENT!r})\n" + PROBE],
+                                 command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
                                  probe=PROBE)
         except (OSError, SandboxError) as exc:
             return str(exc)

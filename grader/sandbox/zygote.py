@@ -12,8 +12,9 @@ by `grader.sandbox.namespaces` with `unshare` and `grader.sandbox.init`:
   network, PID and mount namespaces (and a user namespace mapping the grader to root when it
   is not root); mount propagation made private;
   fork (the init, PID 1 of the new PID namespace): a fresh /proc, then `sandbox_init.main`:
-  the private view of the files, a fork for the worker, which drops to the job's uid, sets its
-  limits and no_new_privs, and runs `grader.worker.server.serve` where the exec path would exec it.
+  the private view of the files, a fork for the worker, which drops every capability and to the
+  job's uid, sets its limits and no_new_privs, points its `grader` package at the worker's own
+  copy of the code, and runs `grader.worker.server.serve` where the exec path would exec it.
 
 So a worker's namespaces, view, uid and limits are the same; only the interpreter is not new.
 What it shares with the zygote is what every worker of this grader loads anyway: the imported
@@ -292,14 +293,37 @@ def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
 def _run_init(config: dict, probe: str | None) -> None:
     from grader.sandbox.init import main
 
-    start = (lambda: _run_probe(probe)) if probe else (lambda: run_worker(config["pass_fds"]))
+    start = (lambda: _run_probe(probe, config.get("code"))) if probe else (lambda: run_worker(config["pass_fds"], config.get("code")))
     os._exit(main(config, start=start))
 
 
-def run_worker(channel: list[int]) -> None:
+def _use_worker_code(code: str | None) -> None:
+    """A fork imports what it has not yet imported from the worker's own copy of the code
+    (launch.worker_code), where an exec'd worker's bootstrap imports all of it: the zygote's
+    grader package lies in the course folder, which the worker's view does not hold."""
+    if not code:
+        return
+    import grader
+    import grader.worker
+
+    zygotes = os.path.dirname(os.path.dirname(grader.__file__))  # the folder the zygote's BOOT put first
+    grader.__path__[:] = [os.path.join(code, "grader")]
+    grader.worker.__path__[:] = [os.path.join(code, "grader", "worker")]
+    sys.path[:] = [code] + [p for p in sys.path if p not in (code, zygotes)]
+    for name in [m for m in sys.modules if m == "grader" or m.startswith("grader.")]:
+        module = sys.modules[name]
+        if name.split(".")[1:2] in ([], ["codec"], ["protocol"], ["worker"]):
+            if getattr(module, "__file__", None):  # where an exec'd worker's import found it
+                module.__file__ = os.path.join(code, os.path.relpath(module.__file__, zygotes))
+        else:
+            del sys.modules[name]  # grader.sandbox, imported by the zygote: not what a worker imports
+
+
+def run_worker(channel: list[int], code: str | None = None) -> None:
     """What the exec'd worker's bootstrap would run."""
 
     def serve() -> None:
+        _use_worker_code(code)
         from grader.worker.server import serve as serve_worker
 
         serve_worker(int(channel[0]), int(channel[1]))
@@ -307,8 +331,8 @@ def run_worker(channel: list[int]) -> None:
     _exit_after(serve)
 
 
-def _run_probe(code: str) -> None:
-    _exit_after(lambda: exec(code, {"__name__": "__probe__"}))  # noqa: S102 - the sandbox's own probe (process.PROBE)
+def _run_probe(code: str, worker_code: str | None = None) -> None:
+    _exit_after(lambda: (_use_worker_code(worker_code), exec(code, {"__name__": "__probe__"})))  # noqa: S102 - the sandbox's own probe (process.PROBE)
 
 
 def _exit_after(body: Callable[[], None]) -> None:

@@ -112,7 +112,9 @@ class Worker:
             self.roots.append(root)
             module_path = Path(c.module)
             if not (Path(root) / module_path).is_file():
-                return Failure("missing", f"{c.module} not found in the submission")
+                outside = not os.path.realpath(Path(root) / module_path).startswith(root.rstrip("/") + "/")
+                link = " (a link to a file outside the submission, which a worker cannot see)" if outside else ""
+                return Failure("missing", f"{c.module} not found in the submission{link}")
             dotted = ".".join(module_path.with_suffix("").parts)
             module = importlib.import_module(dotted)
             fn = getattr(module, c.function, None)
