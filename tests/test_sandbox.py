@@ -479,3 +479,20 @@ def _kept_cache_visible(cache: Path, hidden: bool) -> None:
     assert (cache / "run" / "inputs-fresh.safetensors").read_text() == "the fresh set"  # there, outside the view
     assert "own yes" in text, text
     assert "cache no" in text if ISOLATION.namespaces else "cache yes" in text, text
+
+
+@pytest.mark.parametrize("zygote_on", ["1", "0"])
+def test_the_trusted_sides_plain_worker_loads_an_assignments_spec_forked_or_fresh(tmp_path, monkeypatch, zygote_on):
+    """The reference and torch side of a timing runs in a plain worker that imports the
+    assignment's spec.py (which imports grader.spec): it gets the whole package, however it is
+    started; a sandboxed worker gets only the worker's copy."""
+    monkeypatch.setenv("GRADER_ZYGOTE", zygote_on)
+    spec = specs.get("vector_add")
+    worker = WorkerProcess(tmp_path / "trusted", tmp_path / "trusted" / "scratch", interpret=True, isolation="none")
+    try:
+        reply = worker.request(Load({"torch": Contender(str(spec.folder), "spec.py", "baseline")}), 120)
+        assert not hasattr(reply, "kind"), reply  # a Failure has a kind; Ok does not
+    finally:
+        worker.close()
+    assert str(launch.worker_code()) in " ".join(launch.worker_argv("3", "4"))
+    assert launch.PACKAGE_PARENT in " ".join(launch.worker_argv("3", "4", path=launch.PACKAGE_PARENT))

@@ -124,9 +124,10 @@ def isolated_python(boot: str, *args: str, path: str | None = None) -> list[str]
     return [sys.executable, "-I", "-u", "-B", "-c", boot.format(path=path or PACKAGE_PARENT), *args]
 
 
-def worker_argv(*channel: str) -> list[str]:
-    """The worker, from its private copy of the code (`worker_code`)."""
-    return isolated_python(BOOTSTRAP, *channel, path=str(worker_code()))
+def worker_argv(*channel: str, path: str | None = None) -> list[str]:
+    """The worker, from its private copy of the code (`worker_code`) unless `path` names the
+    folder to import the grader from (the plain backend's: it hides nothing)."""
+    return isolated_python(BOOTSTRAP, *channel, path=path or str(worker_code()))
 
 
 @dataclass

@@ -11,7 +11,7 @@ from collections.abc import Callable
 from grader.sandbox import zygote
 from grader.sandbox.init import apply_limits
 from grader.sandbox.isolation import Isolation
-from grader.sandbox.launch import Launch, Started, pipe_pair, worker_argv
+from grader.sandbox.launch import PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv
 
 SUMMARY = "a plain process with limits, for debugging"  # what `--isolation` help says of this mode
 
@@ -27,7 +27,9 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     if forked is not None:
         return forked
     (rx, tx), (child_rx, child_tx) = pipe_pair()
-    argv = launch.command or worker_argv(str(child_rx), str(child_tx))
+    # no view to keep anything from it: the whole package, as a zygote's fork of this backend has
+    # it (the trusted side's reference and torch workers load the assignment's spec.py)
+    argv = launch.command or worker_argv(str(child_rx), str(child_tx), path=PACKAGE_PARENT)
     try:
         proc = subprocess.Popen(
             argv, cwd=launch.cwd, env=launch.env, pass_fds=(child_rx, child_tx), stdin=subprocess.DEVNULL,
