@@ -481,11 +481,14 @@ def _kept_cache_visible(cache: Path, hidden: bool) -> None:
     assert "cache no" in text if ISOLATION.namespaces else "cache yes" in text, text
 
 
+
 @pytest.mark.parametrize("zygote_on", ["1", "0"])
 def test_the_trusted_sides_plain_worker_loads_an_assignments_spec_forked_or_fresh(tmp_path, monkeypatch, zygote_on):
     """The reference and torch side of a timing runs in a plain worker that imports the
     assignment's spec.py (which imports grader.spec): it gets the whole package, however it is
     started; a sandboxed worker gets only the worker's copy."""
+    import subprocess
+
     monkeypatch.setenv("GRADER_ZYGOTE", zygote_on)
     spec = specs.get("vector_add")
     worker = WorkerProcess(tmp_path / "trusted", tmp_path / "trusted" / "scratch", interpret=True, isolation="none")
@@ -494,5 +497,18 @@ def test_the_trusted_sides_plain_worker_loads_an_assignments_spec_forked_or_fres
         assert not hasattr(reply, "kind"), reply  # a Failure has a kind; Ok does not
     finally:
         worker.close()
-    assert str(launch.worker_code()) in " ".join(launch.worker_argv("3", "4"))
-    assert launch.PACKAGE_PARENT in " ".join(launch.worker_argv("3", "4", path=launch.PACKAGE_PARENT))
+    # an editable install's finder can fall back to the course's package, as it did here but not on
+    # a machine without one: the package each bootstrap puts first decides, so look at its folder
+    started: list[list[str]] = []
+    real_popen = subprocess.Popen
+    monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: started.append(argv) or real_popen(argv, **kw))
+    monkeypatch.setenv("GRADER_ZYGOTE", "0")
+    worker = WorkerProcess(tmp_path / "fresh", tmp_path / "fresh" / "scratch", interpret=True, isolation="none")
+    worker.close()
+    boot = next(a for a in started if "-c" in a)
+    code = boot[boot.index("-c") + 1].split("; from grader.worker")[0]
+    has_spec = "; import grader, os; sys.exit(0 if os.path.isfile(os.path.join(grader.__path__[0], 'spec.py')) else 3)"
+    assert subprocess.run([sys.executable, "-I", "-c", code + has_spec]).returncode == 0
+    sandboxed = launch.worker_argv("3", "4")
+    code = sandboxed[sandboxed.index("-c") + 1].split("; from grader.worker")[0]
+    assert subprocess.run([sys.executable, "-I", "-c", code + has_spec]).returncode == 3
