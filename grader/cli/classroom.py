@@ -20,11 +20,10 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
-from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail
+from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail, shown
 from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
 
@@ -71,15 +70,15 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
                     late = f"  [yellow]late: the graded commit is dated after the deadline {p.deadline}[/yellow]"
                 elif p.late:
                     late = f"  [yellow]late: {p.late_commits} commit(s) after the deadline not graded[/yellow]"
-                console.print(f"  [green]ok[/green]  {escape(p.student)}: {p.branch} @ {p.commit[:12]} ({p.commit_date}){late}")
+                console.print(f"  [green]ok[/green]  {shown(p.student)}: {shown(p.branch)} @ {shown(p.commit[:12])} ({shown(p.commit_date)}){late}")
             else:
-                console.print(f"  [red]unfetched[/red]  {escape(p.student)}: {escape(p.reason)}")
+                console.print(f"  [red]unfetched[/red]  {shown(p.student)}: {shown(p.reason)}")
 
     lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student)
     bad = [p for p in lock.students if p.status != "fetched"]
     console.print(f"{len(lock.students) - len(bad)} fetched, {len(bad)} unfetched; lock file: {out / 'lock.json'}")
     if lock.warning:
-        console.print(f"[yellow]{lock.warning}[/yellow]")
+        console.print(f"[yellow]{shown(lock.warning)}[/yellow]")
     return lock
 
 
@@ -225,7 +224,7 @@ def grade(
     console.print(f"Grading {len(plan.jobs)} jobs ({len(plan.reused)} already graded, kept) on {where}, "
                   f"{len(slots)} at once ({executor}, isolation {ctx.isolation}), seed {plan.seed}")
     for line in plan.broken:
-        console.print(f"[red]{escape(line)}[/red]")
+        console.print(f"[red]{shown(line)}[/red]")
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False) as bar:
@@ -240,7 +239,7 @@ def grade(
                     return
                 if kind == "retry":
                     counts["retried"] += 1
-                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {escape(job.label)}: {escape(record['error'])} (trying again)")
+                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record['error'])} (trying again)")
                 elif kind == "done":
                     isolation = (record.get("environment") or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
@@ -260,7 +259,7 @@ def grade(
 
     _print_summary(out, lock, entry)
     for warning in warnings:  # from the jobs' own records: what contained them (each job's probe, not a guess here)
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        err.print(f"[yellow]warning:[/yellow] {shown(warning)}")
     if entry.get("interrupted"):
         raise typer.Exit(130)
     if not entry["graded"] and not entry["reused"]:  # a run that graded nothing is not a success
@@ -281,14 +280,14 @@ def _job_line(job, record: dict) -> str:
     from grader.results import Outcome, cents
 
     if record["status"] != "graded":  # a job status, shown in the infra_error outcome's style
-        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {escape(job.label)}: {escape(record['error'])}"
+        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {shown(job.label)}: {shown(record['error'])}"
 
     result = record["result"]
     outcomes = Counter(t["outcome"] for t in result["tests"])
     score = sum(cents(t["score"]) for t in result["tests"]) / 100
     top = sum(cents(t["max_score"]) for t in result["tests"]) / 100
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
-    return f"{escape(job.label)}: {score:g} / {top:g} ({words}) in {record['seconds']:.0f} s"
+    return f"{shown(job.label)}: {score:g} / {top:g} ({words}) in {record['seconds']:.0f} s"
 
 
 def _print_summary(out: Path, lock, entry: dict) -> None:
@@ -296,7 +295,7 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
     console.print(f"\n[bold]{entry['graded']} jobs graded[/bold], {entry['infra_error']} infra errors, "
                   f"{entry['reused']} kept from before, in {entry['wall_s']:.0f} s")
     for p in unfetched:
-        console.print(f"  [red]unfetched[/red] {escape(p.student)}: {escape(p.reason)}")
+        console.print(f"  [red]unfetched[/red] {shown(p.student)}: {shown(p.reason)}")
     if entry.get("interrupted"):
         console.print(f"[yellow]Interrupted: {entry['not_run']} jobs not finished. Everything graded so far is kept; "
                       "run the same command with --resume to finish.[/yellow]")
@@ -333,7 +332,7 @@ def similarity(
     for a in view.assignments:
         pairs = view.similarity.get(a, [])
         console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"
-                      + "".join(f"\n  {p.score:.0%}  {escape(p.a)} ~ {escape(p.b)}  {class_dir / p.page}" for p in pairs[:10]))
+                      + "".join(f"\n  {p.score:.0%}  {shown(p.a)} ~ {shown(p.b)}  {shown(class_dir / p.page)}" for p in pairs[:10]))
     console.print(f"dashboard: {class_dir / 'index.html'}")
 
 
