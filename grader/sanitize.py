@@ -64,10 +64,15 @@ def for_markdown(text: object, limit: int | None = None) -> str:
     return _MARKDOWN.sub(lambda m: f"&#{ord(m.group())};", one_line(text, limit))
 
 
-def for_markdown_code(text: object, limit: int | None = None) -> str:
+def for_markdown_code(text: object, limit: int | None = None, table: bool = False) -> str:
     """Literal text inside an inline code span (a reproducer, a path): a code span cannot be
     closed from inside when its fence is longer than any run of backticks in it; HTML is not
-    rendered in a code span, so only control characters and newlines need care."""
+    rendered in a code span, so only control characters and newlines need care. In a table cell
+    (`table`), GitHub splits cells at a `|` even inside a code span (and a backslash before it
+    does not reliably keep it): the text is then `for_markdown`'s inside `<code>`, where no `|`
+    or backslash is left and GitHub still shows it as code."""
+    if table:
+        return f"<code>{for_markdown(text, limit)}</code>"
     text = one_line(text, limit)
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)

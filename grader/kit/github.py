@@ -122,7 +122,7 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
     for a in run.assignments:
         bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
         gpu = f"{a.count(Outcome.SKIPPED)} ({a.skipped_points:g} pts, GPU)" if a.count(Outcome.SKIPPED) else "0"
-        out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200)}) | {a.score:g} / {a.max_score:g} | "
+        out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200, table=True)}) | {a.score:g} / {a.max_score:g} | "
                    f"{a.count(Outcome.PASSED)} | {bad} | {gpu} | "
                    f"{hidden.get(a.name, 0)} |")
     if any(hidden.values()):
