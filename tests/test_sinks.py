@@ -272,6 +272,29 @@ def test_every_template_is_autoescaped_and_marks_no_student_text_safe():
                     "left", "right"}, safe
 
 
+def test_the_leaderboard_page_and_its_pseudonyms_show_hostile_names_as_text(tmp_path):
+    """summary.json's consumer: a name that is a tag and one that is a formula, on the published
+    page (named, so shown) and in the TA's private pseudonym list."""
+    import json
+    from dataclasses import asdict
+
+    from grader.batch.leaderboard import rank, speed_row, write_leaderboard
+
+    tag = "eve<img src=x onerror=alert(1)>"
+    details = {"figures": {"student": {"median_ms": 0.5, "roofline_pct": 50.0}}, "roofline_kind": "copy bandwidth",
+               "gpu": "NVIDIA H100", "ratio_to_reference": 1.1, "ratio_interval": [1.0, 1.2]}
+    result = {"tests": [{"kind": "performance", "outcome": "passed", "message": HOSTILE, "details": details}]}
+    table = rank([speed_row(tag, result), speed_row(FORMULA, result)])
+    cls = tmp_path / "class"
+    cls.mkdir()
+    (cls / "summary.json").write_text(json.dumps({"created": "2025-02-02T00:00:00+00:00", "environment": {"gpu": "NVIDIA H100"},
+                                                  "speed": {"softmax": [asdict(r) for r in table]}}))
+    page = write_leaderboard(cls, tmp_path / "pub", anonymize=True, named=frozenset({tag})).read_text()
+    assert live_tags(page) == [] and "eve&lt;img src=x onerror=alert(1)&gt;" in page  # named: shown, as text
+    mapping = assert_safe_csv((cls / "leaderboard-pseudonyms.csv").read_text())
+    assert ["'" + FORMULA] in [row[:1] for row in mapping] and [tag, tag] in mapping
+
+
 def test_similarity_pages_escape_the_students_code():
     from grader.batch.similarity import _marked
 
@@ -339,22 +362,32 @@ def test_a_hostile_kernel_in_github_actions_runs_no_command_and_adds_no_row(tmp_
 
 @pytest.mark.slow
 def test_a_hostile_grader_toml_reaches_no_terminal_summary_or_log_raw(tmp_path):
-    """A table name with escapes, Markdown, HTML and a workflow command, and a function name
-    with a fake table row: whether the check grades or refuses it, nothing runs anywhere."""
-    repo = tmp_path / "repo"
-    (repo / "kernels").mkdir(parents=True)
+    """A table name with escapes, Markdown, HTML and workflow commands, and a function name with
+    a fake table row: whether the check grades it (a warning for the table, a failure for the
+    function) or refuses the file (a key it may not set), nothing runs anywhere."""
     name = HOSTILE.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\x1b", "\\u001b").replace("\x07", "\\u0007")
-    (repo / "grader.toml").write_text(f'[assignments."{name}"]\nmodule = "kernels/x.py"\n\n'
-                                      f'[assignments.vector_add]\nfunction = "{name}"\n')
-    (repo / "kernels" / "vector_add.py").write_text("def vector_add(x, y):\n    return x + y\n")
-    run, summary, output = _in_actions(tmp_path, repo, "-a", "vector_add", "--case", "n=1")
-    assert run.returncode in (1, 2), run.stdout + run.stderr
-    no_controls(run.stdout, run.stderr, summary, output)
-    assert only_our_commands(run.stdout) == [] and only_our_commands(run.stderr) == []
-    assert all(x.startswith(("## Triton kernels", "### Failing checks", "### Notes")) for x in summary.splitlines() if x.startswith("#"))
-    rows = [x for x in summary.splitlines() if x.startswith("|")]
-    assert len(rows) in (0, 3) and all(len(cells(r)) == 6 for r in rows) and "<" not in markdown_text(summary)
-    assert "6 / 6" in html.unescape(summary) or "6 / 6" in run.stderr  # the student's text is shown, as text
+    runs = []
+    for label, toml in (("graded", f'[assignments."{name}"]\nmodule = "kernels/x.py"\n\n[assignments.vector_add]\nfunction = "{name}"\n'),
+                        ("refused", f'[assignments."{name}"]\nfoo = 1\n')):
+        repo = tmp_path / label / "repo"
+        (repo / "kernels").mkdir(parents=True)
+        (repo / "grader.toml").write_text(toml)
+        (repo / "kernels" / "vector_add.py").write_text("def vector_add(x, y):\n    return x + y\n")
+        run, summary, output = _in_actions(tmp_path / label, repo, "--case", "n=1")
+        runs.append(run)
+        assert run.returncode in (1, 2), run.stdout + run.stderr
+        no_controls(run.stdout, run.stderr, summary, output)
+        assert only_our_commands(run.stdout) == [] and only_our_commands(run.stderr) == []
+        headings = [x for x in summary.splitlines() if x.startswith("#")]
+        assert len(headings) >= 1 and all(x.startswith(("## Triton kernels", "### Failing checks", "### Notes")) for x in headings)
+        rows = [x for x in summary.splitlines() if x.startswith("|")]
+        assert len(rows) in (0, 3) and all(len(cells(r)) == 6 for r in rows) and "<" not in markdown_text(summary)
+        assert "6 / 6 |" in html.unescape(summary)  # the student's text is shown, as text
+        assert "::add-mask::x" in run.stdout + run.stderr  # and on the terminal, in a block where it runs nothing
+    graded, refused = runs
+    assert graded.returncode == 1 and graded.test("vector_add", "n=1 [float32]")["outcome"] == "error"
+    assert "defines no function f | 6 / 6 |" in graded.stdout
+    assert refused.returncode == 2 and "may only set module and function" in refused.stderr
 
 
 @pytest.mark.slow
