@@ -41,7 +41,7 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
     found = [s for s in catalogue.values() if sub.has(s)]
     problems = toml_problems(sub, catalogue)
     if not found:
-        looked = ", ".join(sub.target(s)[0] for s in catalogue.values())
+        looked = ", ".join(one_line(sub.target(s)[0], 200) for s in catalogue.values())  # grader.toml's paths: one line each
         raise UsageError(f"no assignment found in {sub.root} (looked for {looked})"
                          + "".join(f"\n  {p}" for p in problems))
     for p in problems:  # the rest is checked; what grader.toml names in vain is said, not skipped in silence
