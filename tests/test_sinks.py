@@ -400,12 +400,19 @@ def test_a_class_with_hostile_names_writes_gradebooks_without_formulas(tmp_path)
     (repos["c"] / "grader.toml").write_text('[assignments."\\u001b[2J=x"]\nfoo = 1\n')
     commit(repos["c"], "a hostile grader.toml", "2025-01-11T12:00:00+00:00")
     roster = tmp_path / "roster.csv"
+    wraps = "x " * 94 + "::error::forged-by-wrapping"  # fetch's line of it, wrapped at 200 columns, would start with it
     with roster.open("w", newline="") as f:
         csv.writer(f).writerows([["student", "repo"], [FORMULA, "repos/a"], ["\x1b[2J\x1b]0;pwned\x07mallory", "repos/b"],
-                                 ["carol <img src=x onerror=alert(1)>", "repos/c"]])
-    run = run_cli(["grade", "--roster", str(roster), "--out", "out", "--device", "cpu", "--jobs", "1", "-a", "vector_add",
-                   "--case", "n=1", "--dtype", "float32", "--seed", "3", "--retries", "0"], tmp_path)
+                                 ["carol <img src=x onerror=alert(1)>", "repos/c"], [wraps, "repos/nowhere"]])
+    os.environ["GITHUB_ACTIONS"] = "true"  # a TA's class run in Actions: the log runs nothing of theirs either
+    try:
+        run = run_cli(["grade", "--roster", str(roster), "--out", "out", "--device", "cpu", "--jobs", "1", "-a", "vector_add",
+                       "--case", "n=1", "--dtype", "float32", "--seed", "3", "--retries", "0"], tmp_path)
+    finally:
+        del os.environ["GITHUB_ACTIONS"]
     no_controls(run.stdout, run.stderr)
+    assert only_our_commands(run.stdout) == [] and only_our_commands(run.stderr) == []
+    assert "forged-by-wrapping" in run.stdout  # the unfetched student is named, on a line of ours
     out = tmp_path / "out"
     for name in ("grades.csv", "classroom.csv", "gradescope.csv", "canvas.csv"):
         assert_safe_csv((out / name).read_text())

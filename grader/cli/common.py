@@ -18,8 +18,10 @@ ISOLATION_HELP = isolation_help() + " See docs/security.md."
 
 from grader.sanitize import ActionsLog, for_terminal, one_line
 
-# no highlighting and no :emoji: codes: a student's text is shown as it is, never restyled
-console = Console(highlight=False, emoji=False)
+# no highlighting and no :emoji: codes: a student's text is shown as it is, never restyled. In GitHub
+# Actions no line is wrapped either (a wrapped line may start with any word of a student's text,
+# and the runner reads a workflow command at the start of any line): `shown` text stays in its line
+console = Console(highlight=False, emoji=False, soft_wrap=os.environ.get("GITHUB_ACTIONS") == "true")
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # a message is one line, even piped: a path is never cut
 
 # rich's style of each outcome; keyed by Outcome, so a plain string read back from JSON finds its style too
