@@ -12,11 +12,10 @@ from rich.console import Console
 from rich.markup import escape
 
 from grader.results import Outcome
+from grader.sanitize import ActionsLog, for_terminal, one_line
 from grader.sandbox.backend import isolation_help
 
 ISOLATION_HELP = isolation_help() + " See docs/security.md."
-
-from grader.sanitize import ActionsLog, for_terminal, one_line
 
 # no highlighting and no :emoji: codes: a student's text is shown as it is, never restyled. In GitHub
 # Actions no line is wrapped either (a wrapped line may start with any word of a student's text,
