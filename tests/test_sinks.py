@@ -420,5 +420,8 @@ def test_a_class_with_hostile_names_writes_gradebooks_without_formulas(tmp_path)
     assert float(grades["'" + FORMULA]["vector_add"]) > 0, grades  # honest code, graded, its name shown as text
     assert float(grades["\\x1b[2J\\x1b]0;pwned\\x07mallory"]["vector_add"]) > 0
     assert "carol <img src=x onerror=alert(1)>" in grades
+    logs = list(out.glob("students/*/logs/*"))
+    assert logs and any("mallory" in p.read_text() for p in logs)
+    no_controls(*(p.read_text() for p in logs))  # a job's log, read by a TA in a terminal
     assert live_tags((out / "index.html").read_text()) == []
     assert "carol &lt;img src=x onerror=alert(1)&gt;" in (out / "index.html").read_text()
