@@ -19,6 +19,8 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from grader.sanitize import for_terminal
+
 
 
 class Outcome(str, Enum):
@@ -216,6 +218,7 @@ class RunResult:
                     "status": "passed" if t.outcome == Outcome.PASSED else "failed",  # Gradescope's status, not an outcome
                     "visibility": "after_published" if t.hidden else "visible",
                     "output": _test_output(t),
+                    "output_format": "text",  # a student's message or traceback is shown as it is: never Markdown, HTML or ANSI
                     "outcome": t.outcome.value,
                     "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
                     "extra_data": {k: v for k, v in t.to_json().items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
@@ -224,6 +227,7 @@ class RunResult:
             "score": self.score,
             "max_score": self.max_score,
             "output": f"{self.score:g} / {self.max_score:g} points",
+            "output_format": "text", "test_output_format": "text",
             # the console output names hidden cases: students see it only where there are none
             "stdout_visibility": "hidden" if any(t.hidden for t in self.tests) else "visible",
             "tests": tests,
@@ -262,6 +266,12 @@ class RunResult:
 
 
 def _test_output(t: TestResult) -> str:
+    """What Gradescope shows under a test, as text (output_format), control characters shown as
+    escapes (grader.sanitize.for_terminal)."""
+    return for_terminal(_output_text(t))
+
+
+def _output_text(t: TestResult) -> str:
     parts = [f"[{t.outcome}{': ' + t.severity if t.outcome == Outcome.FLAGGED and t.severity else ''}] {t.message}"]
     if t.outcome == Outcome.SKIPPED and t.details.get("points_if_run"):
         parts.append(f"Worth {t.details['points_if_run']:g} points where it can run; here it earns none.")

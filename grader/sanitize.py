@@ -10,7 +10,9 @@ stage is trusted to have cleaned it):
 - GitHub renders a job summary, a release body or a Markdown report as Markdown with HTML:
   `for_markdown` escapes both, on one line;
 - the Actions log runs workflow commands (`::error`, `::add-mask::`, `::stop-commands::`) from
-  the start of any line on stdout: `ActionsLog.quoted` prints student text between
+  the start of any line on stdout or stderr (after leading white space; the older `##[command]`
+  form too): `ActionsLog.quoted` (or `ActionsLog.stopped`, around a console's output) prints
+  student text between
   `::stop-commands::<random token>` and `::<token>::`, and `for_annotation` escapes a command's
   own message and properties as the runner's toolkit does;
 - a spreadsheet runs a cell that starts with `=`, `+`, `-`, `@` (or a tab or carriage return
@@ -23,7 +25,8 @@ from __future__ import annotations
 
 import re
 import secrets
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 
 # C0 and C1 controls but newline and tab, DEL, and the invisible characters that reorder or hide
 # text (bidi overrides and isolates, zero-width spaces, line and paragraph separators)
@@ -61,10 +64,15 @@ def for_markdown(text: object, limit: int | None = None) -> str:
     return _MARKDOWN.sub(lambda m: f"&#{ord(m.group())};", one_line(text, limit))
 
 
-def for_markdown_code(text: object, limit: int | None = None) -> str:
+def for_markdown_code(text: object, limit: int | None = None, table: bool = False) -> str:
     """Literal text inside an inline code span (a reproducer, a path): a code span cannot be
     closed from inside when its fence is longer than any run of backticks in it; HTML is not
-    rendered in a code span, so only control characters and newlines need care."""
+    rendered in a code span, so only control characters and newlines need care. In a table cell
+    (`table`), GitHub splits cells at a `|` even inside a code span (and a backslash before it
+    does not reliably keep it): the text is then `for_markdown`'s inside `<code>`, where no `|`
+    or backslash is left and GitHub still shows it as code."""
+    if table:
+        return f"<code>{for_markdown(text, limit)}</code>"
     text = one_line(text, limit)
     longest = max((len(run) for run in re.findall(r"`+", text)), default=0)
     fence = "`" * (longest + 1)
@@ -108,3 +116,18 @@ class ActionsLog:
             token = secrets.token_hex(16)
         body = _CONTROL.sub(_escape_control, text)
         return f"::stop-commands::{token}\n{body}\n::{token}::\n"
+
+    @staticmethod
+    @contextmanager
+    def stopped(write: Callable[[str], object]) -> Iterator[None]:
+        """What is printed inside goes out with workflow commands stopped: `write` gets the
+        `::stop-commands::TOKEN` line first and `::TOKEN::` last (also when the block raises).
+        For output that a console lays out itself (tables, wrapped lines: a wrapped line can
+        start with any word of the text). The token is drawn when the block opens, after the
+        text it quotes was decided (every worker is dead by then), so nothing in it can know it."""
+        token = secrets.token_hex(16)
+        write(f"::stop-commands::{token}\n")
+        try:
+            yield
+        finally:
+            write(f"::{token}::\n")

@@ -9,6 +9,7 @@ it adds every test's score, over the payload's max_score.
 from __future__ import annotations
 
 import base64
+import html
 import json
 import re
 
@@ -96,8 +97,10 @@ def test_annotations_point_at_the_students_line_only(tmp_path):
 
 
 def test_workflow_command_escaping():
-    assert ci._data("a%b\nc") == "a%25b%0Ac"
-    assert ci._prop("x: y, z") == "x%3A y%2C z"
+    from grader.sanitize import for_annotation
+
+    assert for_annotation("a%b\nc") == "a%25b%0Ac"
+    assert for_annotation("x: y, z", property=True) == "x%3A y%2C z"
 
 
 def test_enabled_by_flag_or_github_actions():
@@ -106,10 +109,10 @@ def test_enabled_by_flag_or_github_actions():
 
 
 def test_summary_names_score_failures_gpu_points_and_hidden_cases(tmp_path):
-    text = ci.step_summary(_run(tmp_path), "cpu", {"vector_add": 2, "softmax": 0})
+    text = html.unescape(ci.step_summary(_run(tmp_path), "cpu", {"vector_add": 2, "softmax": 0}))  # as GitHub shows it
     assert text.startswith("## Triton kernels: 1.5 / 12 points")
     assert "**1.5 of these points need a GPU**" in text and "after the deadline" in text
-    assert "| vector_add (`kernels/vector_add.py:vector_add()`) | 1.5 / 6 | 2 | 2 | 1 (1.5 pts, GPU) | 2 |" in text
+    assert "| vector_add (<code>kernels/vector_add.py:vector_add()</code>) | 1.5 / 6 | 2 | 2 | 1 (1.5 pts, GPU) | 2 |" in text
     assert "reproduce: `grader check . -a vector_add --case 'n=129' --dtype float32 --seed 7`" in text
     assert "Hidden cases are not run here" in text
 
@@ -150,7 +153,7 @@ def test_check_in_github_actions_writes_summary_output_and_annotations(tmp_path,
     results = run.results
     gpu_only = sum(a["skipped_points"] for a in results["extra_data"]["assignments"].values())
     assert payload["max_score"] == round(results["max_score"] - gpu_only, 2) and sum(t["score"] for t in payload["tests"]) == results["score"]
-    text = summary.read_text()
+    text = html.unescape(summary.read_text())
     assert text.startswith("earlier step\n## Triton kernels: ")  # appended, not replaced
     assert "### Failing checks" in text and "out-of-bounds load" in text and "reproduce: `grader check" in text
     assert "hidden case(s) of vector_add are not in this kit" not in text  # the TA's course has them here, not withheld

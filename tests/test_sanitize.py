@@ -55,3 +55,21 @@ def test_actions_log_block_stops_every_workflow_command():
     assert lines[1:-1] == attack[:4] + ["\\x1b[2J"]
     assert token not in "\n".join(attack)
     assert ActionsLog.quoted("x").splitlines()[0] != block.splitlines()[0]  # a fresh token per block
+
+
+def test_a_table_cells_code_keeps_no_pipe_or_backslash():
+    shown = for_markdown_code("kernels/x.py:f\\| 6 / 6 |`", table=True)
+    assert shown.startswith("<code>") and shown.endswith("</code>")
+    assert "|" not in shown and "\\" not in shown and "`" not in shown and "&#124;" in shown
+
+
+def test_a_stopped_block_resumes_with_its_own_token_even_when_it_raises():
+    written = []
+    try:
+        with ActionsLog.stopped(written.append):
+            written.append("::error::inside\n")
+            raise RuntimeError("printing failed")
+    except RuntimeError:
+        pass
+    token = written[0].removeprefix("::stop-commands::").strip()
+    assert len(token) == 32 and written[1:] == ["::error::inside\n", f"::{token}::\n"]

@@ -301,8 +301,10 @@ class LocalExecutor:
 
 
 def _attempt_header(job: Job) -> str:
-    """The line that opens an attempt in the job's log."""
-    return f"\n=== {now()} attempt {job.tries} of {job.label}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n"
+    """The line that opens an attempt in the job's log (the student's name in it shown as text)."""
+    from grader.sanitize import one_line
+
+    return f"\n=== {now()} attempt {job.tries} of {one_line(job.label)}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n"
 
 
 def _job_record(job: Job, stopping: bool, hung: bool, limit: float, code: int | None, log_file: Path,

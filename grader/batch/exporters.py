@@ -14,6 +14,10 @@
   Login ID (use the Canvas login or email there); ID, SIS User ID and Section are left empty (Canvas
   fills them or ignores them). A new column name makes Canvas create the assignment on import.
 
+Every cell goes through grader.sanitize.for_csv_cell (a plain number as it is): a student's name,
+repo URL or a note quoting their text never reaches a spreadsheet as a formula (`=`, `+`, `-`, `@`
+first) or with a control character.
+
 A score cell is empty where there is no grade (unfetched, not graded yet, infra error):
 an empty cell is not a zero, and the note says why.
 
@@ -27,18 +31,26 @@ from __future__ import annotations
 
 import csv
 import io
+import re
 from pathlib import Path
 
 from grader.results import write_text_atomic
+from grader.sanitize import for_csv_cell
+
+_NUMBER = re.compile(r"-?\d+(\.\d+)?(e[+-]?\d+)?")  # as _score writes one: a spreadsheet reads it as a number, never a formula
 
 
 def _score(value: float | None) -> str:
     return "" if value is None else f"{value:g}"
 
 
+def _cell(value):
+    return value if isinstance(value, str) and _NUMBER.fullmatch(value) else for_csv_cell(value)
+
+
 def _csv(rows: list[list]) -> str:
     buffer = io.StringIO()
-    csv.writer(buffer, lineterminator="\n").writerows(rows)
+    csv.writer(buffer, lineterminator="\n").writerows([[_cell(v) for v in row] for row in rows])
     return buffer.getvalue()
 
 

@@ -116,6 +116,14 @@ def new_record(job: Job, status: str, error: str = "", result: AssignmentResult 
     }
 
 
+def _shown(log: Callable[[str], None]) -> Callable[[str], None]:
+    """The job's log (a file a TA reads in a terminal) as text: a student's name, message or
+    traceback with its control characters shown as escapes (grader.sanitize.for_terminal)."""
+    from grader.sanitize import for_terminal
+
+    return lambda text: log(for_terminal(text))
+
+
 def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
     Student failures are outcomes inside the result; only our own failures are infra_error."""
@@ -126,6 +134,7 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     from grader.submission import SubmissionError, open_submission
 
     started = time.time()
+    log = _shown(log)
     log(f"grading {job.label} at commit {job.commit or '-'} ({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, "
         f"seed {job.seed})")
     try:

@@ -28,6 +28,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.results import Outcome
+from grader.sanitize import for_csv_cell
 
 KEY_FILE = ".leaderboard-key"
 PSEUDONYMS = "leaderboard-pseudonyms.csv"
@@ -153,6 +154,6 @@ def write_leaderboard(class_dir: Path, dest: Path, anonymize: bool, named: froze
         buffer = io.StringIO()
         writer = csv.writer(buffer, lineterminator="\n")
         writer.writerow(["student", "shown_as"])
-        writer.writerows(sorted(shown.items()))
+        writer.writerows([[for_csv_cell(student), for_csv_cell(alias)] for student, alias in sorted(shown.items())])
         (Path(class_dir) / PSEUDONYMS).write_text(buffer.getvalue())
     return dest / "index.html"

@@ -22,7 +22,8 @@ from grader.judge.feedback import group_failures, points_line, run_total
 from grader.results import Outcome, RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
-from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err
+from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, commands_stopped, console, err, in_actions, say, shown, shown_lines
+from grader.sanitize import one_line
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
@@ -40,25 +41,25 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
     found = [s for s in catalogue.values() if sub.has(s)]
     problems = toml_problems(sub, catalogue)
     if not found:
-        looked = ", ".join(sub.target(s)[0] for s in catalogue.values())
+        looked = ", ".join(one_line(sub.target(s)[0], 200) for s in catalogue.values())  # grader.toml's paths: one line each
         raise UsageError(f"no assignment found in {sub.root} (looked for {looked})"
                          + "".join(f"\n  {p}" for p in problems))
     for p in problems:  # the rest is checked; what grader.toml names in vain is said, not skipped in silence
-        err.print(f"[yellow]warning:[/yellow] {escape(p)}")
+        say(err, f"[yellow]warning:[/yellow] {shown(p)}")
     return found
 
 
 def toml_problems(sub, catalogue: dict) -> list[str]:
     """What the submission's grader.toml names that is not there: a module file that does not
-    exist, an assignment that does not exist."""
+    exist, an assignment that does not exist. One line each, whatever the names hold."""
     problems = []
     for name, entry in sub.overrides.items():
         if name not in catalogue:
-            problems.append(f"grader.toml names [assignments.{name}], which is not an assignment "
+            problems.append(f"grader.toml names [assignments.{one_line(name, 80)}], which is not an assignment "
                             f"(known: {', '.join(catalogue)})")
         elif "module" in entry and not sub.has(catalogue[name]):
-            problems.append(f"grader.toml sets [assignments.{name}] module = \"{entry['module']}\", "
-                            f"but {sub.root / entry['module']} does not exist")
+            problems.append(f"grader.toml sets [assignments.{name}] module = \"{one_line(entry['module'], 200)}\", "
+                            f"but {one_line(sub.root / entry['module'], 300)} does not exist")
     return problems
 
 
@@ -118,7 +119,7 @@ def check(
                                           kernels_of=None if shared_runner else sub.identity())
     except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError,
             classroom50.Classroom50Error) as exc:
-        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        say(err, f"[red]error:[/red] {shown_lines(exc)}")
         from grader.kit import github
 
         if ci_mode == "classroom50":
@@ -130,7 +131,7 @@ def check(
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
 
     mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
-    console.print(f"Checking [bold]{sub.root}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {ctx.seed}")
+    console.print(f"Checking [bold]{shown(sub.root)}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {ctx.seed}")
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("starting", total=count_steps(chosen, ctx))
@@ -145,7 +146,10 @@ def check(
     from grader.report import write_report
 
     html = write_report(run, html_dir)
-    print_summary(run)
+    from grader.kit import github
+
+    with commands_stopped(console, ci_mode is not None or in_actions()):  # messages, tracebacks, output: the student's
+        print_summary(run)
     kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if html_dir.resolve() == OUTPUT_DIR.resolve() else ""
     console.print(f"\nresults: {json_file}   report: {html}{kept}")
     if keep is not None:
@@ -195,8 +199,8 @@ def print_summary(run: RunResult) -> None:
     """One compact table per assignment (cases x dtypes), then every distinct failure in full."""
     for a in run.assignments:
         if a.headline:  # one cause explains everything: say it first
-            console.print(f"[bold red]{a.name}:[/bold red] [bold]{escape(a.headline)}[/bold]")
-        console.print(f"[bold]{a.name}[/bold] ({escape(a.module)}): {points_line(a)}")  # a line, not a title wrapped to the table
+            console.print(f"[bold red]{shown(a.name)}:[/bold red] [bold]{shown(a.headline)}[/bold]")
+        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}")  # a line, not a title wrapped to the table
         table = Table()
         dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
         table.add_column("case")
@@ -211,33 +215,33 @@ def print_summary(run: RunResult) -> None:
                 row["shape"] = row["shape"] or t.shape or ""
         for case, row in rows.items():
             cells = [f"[{STYLE[row[d]]}]{row[d]}[/]" if d in row else "" for d in dtypes]
-            table.add_row(escape(case), escape(row["shape"]), *cells)
+            table.add_row(shown(case), shown(row["shape"]), *cells)
         console.print(table)
         for t in a.tests:
             if t.kind != "correctness":
                 points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != Outcome.SKIPPED else ""
                 outcome = f"{t.outcome} ({t.severity})" if t.outcome == Outcome.FLAGGED and t.severity else t.outcome
-                console.print(f"  {t.kind} - {escape(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: {escape(_short(t.message, 300))}")
+                console.print(f"  {t.kind} - {shown(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: {shown(t.message, 300)}")
         if a.skipped_points:
             console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded there).[/dim]")
         for note in a.notes:
-            console.print(f"  [yellow]{escape(note)}[/yellow]")
+            console.print(f"  [yellow]{shown(note)}[/yellow]")
     groups = group_failures(run.tests)
     if groups:
         console.print("\n[bold]What went wrong[/bold]")
         for g in groups:  # each diagnosis once, with the cases it concerns
             t = g.first
             if len(g.tests) == 1:
-                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {t.assignment} {escape(t.name)}: {escape(t.message)}")
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)} {shown(t.name)}: {shown(t.message)}")
             else:
-                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {t.assignment}, {len(g.tests)} checks "
-                              f"({escape(g.cases)}): {escape(g.diagnosis)}")
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)}, {len(g.tests)} checks "
+                              f"({shown(g.cases)}): {shown(g.diagnosis)}")
             if t.traceback:
-                console.print(f"[dim]{escape(_last_lines(t.traceback, 8))}[/dim]")
+                console.print(f"[dim]{shown_lines(_last_lines(t.traceback, 8))}[/dim]")
             elif t.output and t.outcome in (Outcome.CRASHED, Outcome.TIMEOUT):
-                console.print(f"[dim]{escape(_last_lines(t.output, 8))}[/dim]")
+                console.print(f"[dim]{shown_lines(_last_lines(t.output, 8))}[/dim]")
             if t.reproducer:
-                console.print(f"  reproduce: [cyan]{escape(t.reproducer)}[/cyan]")
+                console.print(f"  reproduce: [cyan]{shown(t.reproducer)}[/cyan]")
     partial = [a for a in run.assignments if a.partial]
     if partial:
         console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "
@@ -245,10 +249,6 @@ def print_summary(run: RunResult) -> None:
     else:
         gpu_only = f" ({run.skipped_points:g} of them can only be earned on a GPU)" if run.skipped_points else ""
         console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]{gpu_only}")
-
-
-def _short(text: str, limit: int = 160) -> str:
-    return text if len(text) <= limit else text[: limit - 1] + "…"
 
 
 def _last_lines(text: str, n: int) -> str:

@@ -20,22 +20,14 @@ from pathlib import Path
 from typing import List, Optional
 
 import typer
-from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
-from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail
+from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail, shown
 from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
-from grader.sanitize import one_line
 
 DEFAULT_JOBS_PER_GPU = 2
-
-
-def shown(text: object, limit: int | None = None) -> str:
-    """Student-derived text (a name, a reason, a branch) for one rich line: control characters
-    shown as escapes (grader.sanitize.one_line), rich's markup escaped."""
-    return escape(one_line(text, limit))
 
 
 def load_course_or_fail(path: Optional[Path]):
@@ -96,7 +88,7 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
     bad = [p for p in lock.students if p.status != "fetched"]
     console.print(f"{len(lock.students) - len(bad)} fetched, {len(bad)} unfetched; lock file: {out / 'lock.json'}")
     if lock.warning:
-        console.print(f"[yellow]{lock.warning}[/yellow]")
+        console.print(f"[yellow]{shown(lock.warning)}[/yellow]")
     return lock
 
 
@@ -295,7 +287,7 @@ def grade(
     for line in entry.get("class_errors") or []:
         err.print(f"[red]error:[/red] {shown(line, 600)}")
     for warning in warnings:  # from the jobs' own records: what contained them (each job's probe, not a guess here)
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        err.print(f"[yellow]warning:[/yellow] {shown(warning)}")
     if entry.get("interrupted"):
         raise typer.Exit(130)
     if not entry["graded"] and not entry["reused"]:  # a run that graded nothing is not a success

@@ -1,18 +1,27 @@
-"""What every command shares: the consoles, the outcome colours, the usage error."""
+"""What every command shares: the consoles, the outcome colours, the usage error, and how a
+line that carries student text is printed (grader.sanitize: no control character, no rich
+markup, no workflow command in GitHub Actions)."""
 
 from __future__ import annotations
+
+import os
+from contextlib import contextmanager
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from grader.results import Outcome
+from grader.sanitize import ActionsLog, for_terminal, one_line
 from grader.sandbox.backend import isolation_help
 
 ISOLATION_HELP = isolation_help() + " See docs/security.md."
 
-console = Console(highlight=False)
-err = Console(stderr=True, highlight=False, soft_wrap=True)  # a message is one line, even piped: a path is never cut
+# no highlighting and no :emoji: codes: a student's text is shown as it is, never restyled. In GitHub
+# Actions no line is wrapped either (a wrapped line may start with any word of a student's text,
+# and the runner reads a workflow command at the start of any line): `shown` text stays in its line
+console = Console(highlight=False, emoji=False, soft_wrap=os.environ.get("GITHUB_ACTIONS") == "true")
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # a message is one line, even piped: a path is never cut
 
 # rich's style of each outcome; keyed by Outcome, so a plain string read back from JSON finds its style too
 STYLE: dict[Outcome, str] = {
@@ -24,7 +33,46 @@ class UsageError(Exception):
     pass
 
 
+def shown(text: object, limit: int | None = None) -> str:
+    """Student text inside a rich markup string: one line, control characters shown as escapes,
+    `[` that rich would read as a tag escaped."""
+    return escape(one_line(text, limit))
+
+
+def shown_lines(text: object) -> str:
+    """`shown` that keeps newlines (a traceback, a message of several lines)."""
+    return escape(for_terminal(text))
+
+
+def in_actions() -> bool:
+    return os.environ.get("GITHUB_ACTIONS") == "true"
+
+
+@contextmanager
+def commands_stopped(on: Console, active: bool | None = None):
+    """In GitHub Actions (or where `active` says so), what `on` prints inside runs no workflow
+    command (grader.sanitize.ActionsLog.stopped): the runner reads commands from stdout and
+    stderr alike, and a console wraps a line wherever a word of student text falls."""
+    if not (in_actions() if active is None else active):
+        yield
+        return
+
+    def write(line: str) -> None:
+        on.file.write(line)
+        on.file.flush()
+
+    with ActionsLog.stopped(write):
+        yield
+
+
+def say(on: Console, markup: str, active: bool | None = None) -> None:
+    """One message that carries student text (already through `shown`), stopped for Actions."""
+    with commands_stopped(on, active):
+        on.print(markup, soft_wrap=True)
+
+
 def fail(exc: Exception) -> None:
-    """A usage error or a malformed input file: one line, exit 2."""
-    err.print(f"[red]error:[/red] {escape(str(exc))}", soft_wrap=True)
+    """A usage error or a malformed input file: one line, exit 2. Its message may quote a
+    student's file (a roster, a grader.toml), so it is shown as text."""
+    say(err, f"[red]error:[/red] {shown_lines(exc)}")
     raise typer.Exit(2)

@@ -11,7 +11,11 @@
   `autograding-grading-reporter` action sums into the Classroom gradebook: partial points, where
   an exit code alone gives all or nothing.
 
-All of it comes from the same RunResult as results.json.
+All of it comes from the same RunResult as results.json. Every piece of it that a student's
+repo or worker decided (a module or function name, a message, a reproducer, a file name) goes
+through its sink's neutraliser (grader.sanitize): Markdown-escaped in the summary, escaped as
+the runner's toolkit does in a command, and on one line in the payload (the reporter prints its
+names and messages in the job log, where a line of their own could run as a workflow command).
 """
 
 from __future__ import annotations
@@ -23,6 +27,7 @@ import re
 from pathlib import Path
 
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
+from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line
 
 # Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
 CLASSROOM_STATUS: dict[Outcome, str] = {
@@ -58,16 +63,17 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
         if t.outcome == Outcome.SKIPPED:
             continue
         where = source_line(t, repo) if t.outcome != Outcome.PASSED else None
-        message = t.message if t.outcome == Outcome.PASSED else f"[{t.outcome}] {t.message}" + (
-            f"\nReproduce: {t.reproducer}" if t.reproducer else "")
+        # each line of the message starts with our words: the student's text is kept on its own line
+        message = one_line(t.message, MESSAGE_LIMIT) if t.outcome == Outcome.PASSED else f"[{t.outcome}] {one_line(t.message, MESSAGE_LIMIT)}" + (
+            f"\nReproduce: {one_line(t.reproducer)}" if t.reproducer else "")
         tests.append({
-            "name": f"{t.assignment}: {t.name}",
+            "name": one_line(f"{t.assignment}: {t.name}", 200),
             "status": CLASSROOM_STATUS[t.outcome],
             "score": t.score,
             "max_score": t.max_score,
             "message": _short(message, MESSAGE_LIMIT),
-            "test_code": t.reproducer,
-            "filename": where[0] if where else "",
+            "test_code": one_line(t.reproducer or ""),
+            "filename": one_line(where[0]) if where else "",
             "line_no": where[1] if where else 0,
             "duration": round(float(t.details.get("seconds", 0.0)) * 1000),
         })
@@ -98,7 +104,8 @@ def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
             continue
         seen.add(key)
         title = f"{t.assignment} {t.name}: {t.outcome}"
-        lines.append(f"::error file={_prop(file)},line={where[1]},title={_prop(title)}::{_data(t.message)}")
+        lines.append(f"::error file={for_annotation(file, property=True)},line={where[1]},"
+                     f"title={for_annotation(title, property=True)}::{for_annotation(t.message)}")
     return lines
 
 
@@ -115,7 +122,8 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
     for a in run.assignments:
         bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
         gpu = f"{a.count(Outcome.SKIPPED)} ({a.skipped_points:g} pts, GPU)" if a.count(Outcome.SKIPPED) else "0"
-        out.append(f"| {a.name} (`{a.module}`) | {a.score:g} / {a.max_score:g} | {a.count(Outcome.PASSED)} | {bad} | {gpu} | "
+        out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200, table=True)}) | {a.score:g} / {a.max_score:g} | "
+                   f"{a.count(Outcome.PASSED)} | {bad} | {gpu} | "
                    f"{hidden.get(a.name, 0)} |")
     if any(hidden.values()):
         out += ["", "Hidden cases are not run here: they run at grading time, on top of the cases above."]
@@ -127,12 +135,13 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
             if (t.assignment, t.message) in seen:
                 continue
             seen.add((t.assignment, t.message))
-            out.append(f"- **{t.assignment}** `{t.name}`: {t.outcome}: {_md(_short(t.message, 500))}")
+            out.append(f"- **{for_markdown(t.assignment)}** {for_markdown_code(t.name, 200)}: {t.outcome}: "
+                       f"{for_markdown(t.message, 500)}")
             if t.reproducer:
-                out.append(f"  reproduce: `{t.reproducer}`")
+                out.append(f"  reproduce: {for_markdown_code(t.reproducer, 500)}")
     notes = [n for a in run.assignments for n in a.notes]
     if notes:
-        out += ["", "### Notes", "", *[f"- {_md(n)}" for n in notes]]
+        out += ["", "### Notes", "", *[f"- {for_markdown(n, 500)}" for n in notes]]
     out += ["", "The full report is the `grader-report` artifact of this run (report.html, results.json).", ""]
     return "\n".join(out)
 
@@ -159,10 +168,10 @@ def report_error(message: str, env: dict | None = None) -> None:
     env = os.environ if env is None else env
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
-            f.write(f"## Triton kernels: the check could not run\n\n{_md(message)}\n")
+            f.write(f"## Triton kernels: the check could not run\n\n{for_markdown(message, 2000)}\n")
     if env.get("GITHUB_OUTPUT"):
         payload = {"version": 1, "status": "error", "max_score": 0,
-                   "tests": [{"name": "grader check", "status": "error", "score": 0, "message": _short(message, MESSAGE_LIMIT),
+                   "tests": [{"name": "grader check", "status": "error", "score": 0, "message": one_line(message, MESSAGE_LIMIT),
                               "test_code": "grader check", "filename": "", "line_no": 0, "duration": 0}]}
         with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
             f.write(f"result={encode(payload)}\n")
@@ -170,17 +179,3 @@ def report_error(message: str, env: dict | None = None) -> None:
 
 def _short(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
-def _md(text: str) -> str:
-    return text.replace("|", "\\|").replace("\n", " ")
-
-
-def _data(text: str) -> str:
-    """Escaping of a workflow command's message (GitHub's toolkit: %, CR, LF)."""
-    return text.replace("%", "%25").replace("\r", "%0D").replace("\n", "%0A")
-
-
-def _prop(text: str) -> str:
-    """Escaping of a workflow command's property (also : and ,)."""
-    return _data(text).replace(":", "%3A").replace(",", "%2C")

@@ -153,5 +153,7 @@ if __name__ == "__main__":  # run_autograder: python -m grader.kit.gradescope SU
     import sys
 
     if len(sys.argv) >= 2 and Path(sys.argv[1]).is_dir():
+        from grader.sanitize import one_line
+
         for line in locate_modules(Path(sys.argv[1]), sys.argv[2:]):
-            print(line)
+            print(one_line(line))  # it names a student's file
