@@ -162,6 +162,8 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
             lap("inputs_and_copy")
             load_failure = _start(worker, spec)
             lap("worker_start_and_import")
+            if load_failure:  # one result that says why, not the same error once per case
+                return _unloadable(spec, ctx, result, module, calls, runnable, load_failure)
         consecutive_timeouts, restart = 0, False
         for call in calls:
             step(f"{spec.name}: {call.id}")
@@ -211,22 +213,52 @@ def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, resul
                    calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
+    named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
+    test = TestResult(spec.name, "submission", "not submitted", "failed",
+                      f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
+                      details={"not_submitted": True})
+    return _one_result(spec, ctx, result, calls, runnable, test)
+
+
+def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult, module: str,
+                calls: list[PlannedCall], runnable: list[PlannedCall], failure: Failure) -> AssignmentResult:
+    """The module is there but gives no function to call: it lacks the function (not submitted,
+    as a missing module is) or its import failed (one error with the student's traceback). Either
+    way no case could run, so one result says it, worth what the cases were worth."""
+    if failure.kind == "missing":
+        test = TestResult(spec.name, "submission", "not submitted", "failed",
+                          f"{module} defines no function {spec.function}(): nothing of {spec.name} was checked "
+                          f"(write {spec.signature} in {module})",
+                          details={"not_submitted": True, "missing_function": spec.function, "module": module})
+    else:
+        outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
+        test = TestResult(spec.name, "submission", "import", outcome,
+                          f"importing {module} failed, so none of its {len(runnable)} checks ran: {failure.message}",
+                          traceback=failure.traceback, output=failure.output, details={"import_failed": True})
+    first = runnable[0]  # any one case reproduces an import that fails
+    test.reproducer = f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed {first.seed}"
+    return _one_result(spec, ctx, result, calls, runnable, test)
+
+
+def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult, calls: list[PlannedCall],
+                runnable: list[PlannedCall], test: TestResult) -> AssignmentResult:
+    """`test` in place of every check of the assignment: worth every point this run could have
+    earned (the cases that run here, speed on a GPU), earning none; what needs a GPU noted apart."""
     planned = [c.test_name for c in (ctx.full_plan(spec) if ctx.partial else calls)]
     shares = dict(zip(planned, split_cents(spec.correctness_points, len(planned))))
     share = {c.id: shares.get(c.test_name, 0) for c in calls}
     perf = cents(spec.performance_points) if spec.performance is not None else 0
     timed = spec.performance is not None and not ctx.interpret
-    named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
-    test = TestResult(spec.name, "submission", "not submitted", "failed",
-                      f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
-                      details={"not_submitted": True})
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
     if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
         result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
-                                       "not submitted, and not runnable here", max_score=skipped / 100,
-                                       details={"points_if_run": skipped / 100}))
+                                       "not submitted, and not runnable here" if test.details.get("not_submitted")
+                                       else "not runnable here, and the module did not import",
+                                       max_score=skipped / 100, details={"points_if_run": skipped / 100}))
     result.tests.insert(0, test)
+    if ctx.partial:
+        result.partial = {"cases_run": len(calls), "cases": len(planned), "assignment_points": spec.max_points}
     return result
 
 
