@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import has_gpu
+from conftest import REPO_ROOT, has_gpu
 from grader import spec as specs
 
 cpu_only = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
@@ -63,3 +63,107 @@ def test_a_module_that_does_not_import_is_one_error_with_the_students_lines(subm
     assert 'File "kernels/softmax.py", line 7' in out  # the student's line, not the worker's frames
     assert "grader/worker" not in out and "importlib" not in out
     assert run.stdout.count("NameError") <= 3, run.stdout  # its line, what went wrong and its traceback: not once per case
+
+
+# -- a NaN the kernel computed is not memory it never wrote -------------------------------------
+
+def _judge(name: str, case_name: str, dtype: str, out, source: str = ""):
+    from grader.codec import storage_of
+    from grader.judge.plan import make_inputs
+    from grader.judge.verdict import judge_call
+
+    spec = specs.get(name)
+    case = next(c for c in spec.cases if c.name == case_name)
+    inputs = make_inputs(spec, case, dtype, 0)
+    saved = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    saved["output"] = out(inputs)
+    reply = {"device": "cpu", "dtype": dtype, "result_type": "Tensor"}
+    return judge_call(spec, case, dtype, inputs, reply, saved, "cpu", kernel_source=source)
+
+
+@pytest.mark.parametrize("dtype", ["float32", "float16"])
+def test_the_poison_is_never_written_and_a_computed_nan_is_computed(dtype):
+    from grader.codec import poison_
+
+    never = _judge("vector_add", "n=127", dtype, lambda i: poison_(torch.empty_like(i["y"])))
+    assert "the output was never written" in never.message and never.details["unwritten_elements"] == 127
+    computed = _judge("vector_add", "n=127", dtype, lambda i: (i["x"] - i["x"]) / (i["x"] - i["x"]))  # 0/0, as a CPU computes it
+    assert "was never written" not in computed.message and "fully masked" not in computed.message, computed.message
+    assert "computed by your kernel" in computed.message and "unwritten_elements" not in computed.details
+    assert computed.details["computed_nonfinite"]["nan"] == 127
+    assert "the first computed NaN is at index (0,)" in computed.message and "x = " in computed.message
+    # torch's own NaN (float("nan"), torch.full): not our payload either, so computed too
+    constant = _judge("vector_add", "n=127", dtype, lambda i: torch.full_like(i["y"], float("nan")))
+    assert "computed by your kernel" in constant.message
+
+
+def test_a_gpus_canonical_nan_and_every_payload_bit_count():
+    from grader.codec import POISON, poisoned
+
+    canonical = torch.tensor([0x7FFFFFFF, -0x00400000], dtype=torch.int32).view(torch.float32)  # GPU, then x86 (0xFFC00000)
+    assert canonical.isnan().all() and not poisoned(canonical).any()
+    for dtype, (as_int, bits) in POISON.items():
+        one = torch.tensor([bits], dtype=as_int).view(dtype)
+        assert one.isnan().all() and poisoned(one).all(), dtype
+        # arithmetic on the poison gives a NaN, but on a GPU (and often a CPU) not the poison: the payload is ours alone
+        assert not poisoned(torch.tensor([float("nan")], dtype=dtype)).any()
+
+
+def test_a_partly_computed_nan_names_the_kernels_operations():
+    source = (REPO_ROOT / "tests" / "fixtures" / "va_computes_nan" / "kernels" / "vector_add.py").read_text()
+
+    def some_nan(i):
+        out = i["x"] + i["y"]
+        out[100:] = (i["x"][100:] - i["x"][100:]) / 0.0
+        return out
+
+    verdict = _judge("vector_add", "n=127", "float32", some_nan, source)
+    assert "only elements from index 100 on are wrong" in verdict.message
+    assert "hold NaN computed by your kernel" in verdict.message
+    assert "the division at line 16 (0/0 or inf/inf)" in verdict.details["pattern"]
+    assert "the first computed NaN is at index (100,)" in verdict.message
+
+
+def test_the_static_reading_finds_each_operation_only_inside_kernels():
+    from grader.judge.nonfinite import culprits, kernel_operations
+
+    source = '''
+import triton, triton.language as tl
+def host(a, b):
+    return a / b                      # not a kernel
+@triton.jit
+def k(x_ptr, n, BLOCK: tl.constexpr):
+    x = tl.load(x_ptr)
+    y = tl.exp(x - 1)
+    z = tl.log(y) + tl.sqrt(x) * tl.math.rsqrt(x)
+    w = x ** 0.5
+    x /= 2
+'''
+    ops = kernel_operations(source)
+    assert ops == [("exp", 8), ("log", 9), ("rsqrt", 9), ("sqrt", 9), ("power", 10), ("division", 11)]
+    words = culprits({"nan": 0, "inf": 3}, ops)
+    assert "the exp at line 8" in words and "what can compute inf" in words and "sqrt of a negative" not in words
+    assert kernel_operations("def broken(:\n") == [] and culprits({"nan": 1, "inf": 0}, []) == ""
+
+
+def test_the_starter_headline_needs_the_poison_itself():
+    from grader.judge.feedback import stores_nothing
+    from grader.results import TestResult
+
+    def failed(**details):
+        return TestResult("vector_add", "correctness", "n=1 [float32]", "failed", "x", details=dict(elements=4, **details))
+
+    assert stores_nothing(failed(nan_elements=4, unwritten_elements=4))
+    assert not stores_nothing(failed(nan_elements=4))  # every element NaN, all computed: the kernel did store
+
+
+@cpu_only
+@pytest.mark.slow
+def test_a_kernel_that_stores_nan_is_told_it_computed_it(submission, cli):
+    run = cli(submission("va_computes_nan"), "-a", "vector_add", "--case", "n=129", "--dtype", "float32", "--seed", "2")
+    assert run.returncode == 1, run.stdout + run.stderr
+    test = run.test("vector_add", "n=129 [float32]")
+    assert "was never written" not in test["output"] and "missing or fully masked" not in test["output"]
+    assert "computed by your kernel" in test["output"]
+    assert "the division at line 16 (0/0 or inf/inf)" in test["output"]
+    assert run.results["extra_data"]["assignments"]["vector_add"].get("headline", "") == ""

@@ -60,10 +60,11 @@ def group_failures(tests: list[TestResult]) -> list[FailureGroup]:
 
 def stores_nothing(t: TestResult) -> bool:
     """A correctness case whose output is still, every element of it, the NaN poison of
-    uninitialized memory: the kernel stored nothing (or was never launched)."""
+    uninitialized memory (its payload checked bit for bit: a NaN the kernel computed is not it):
+    the kernel stored nothing (or was never launched)."""
     d = t.details
     return (t.kind == "correctness" and t.outcome == Outcome.FAILED and d.get("elements", 0) > 0
-            and d.get("nan_elements") == d.get("elements"))
+            and d.get("unwritten_elements") == d.get("elements"))
 
 
 def headline(result: AssignmentResult, module_file: Path | None) -> str:

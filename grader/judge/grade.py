@@ -23,6 +23,7 @@ from grader.judge.context import GradingContext
 from grader.judge.devicelock import gpu_phase, timing_lock
 from grader.judge.feedback import headline
 from grader.judge.integrity import scan_submission, summary as scan_summary
+from grader.judge.nonfinite import read_source
 from grader.judge.verdict import judge_call, judge_runs
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.runcache import TritonKeep
@@ -359,10 +360,11 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
             return _test(spec, call, ctx, "failed", f"the worker's output file could not be read: {exc}")
         runs.append((load_inputs(call, index=i), reply, saved))
     judged = [(inputs, reply.meta(), saved) for inputs, reply, saved in runs]
+    source = read_source(worker.repo / worker.target[0])  # parsed only: what of the kernel can compute a NaN
     if len(runs) == 1 and spec.check is None:
-        verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device)
+        verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device, kernel_source=source)
     else:
-        verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device)
+        verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source)
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])

@@ -23,6 +23,7 @@ class Mismatch:
     allowed: torch.Tensor  # the per-element tolerance the judge applied
     torch_error: float  # max abs error of torch in the same dtype
     dtype: str
+    unwritten: torch.Tensor | None = None  # bool: where the worker's poison survives (never written); None: unknown
 
     def matches(self, candidate: torch.Tensor | None) -> bool:
         """True when the result equals `candidate` (the output of a hypothesised bug) within

@@ -247,13 +247,11 @@ THREAD_GRACE_S = 2.0
 
 
 def _called(fn, args: dict, ops: Counter | None):
-    """The student's function called on `args` (an untimed call): with `ops`, counting the aten
+    """The student's function called on `args` (an untimed call), every tensor it allocates
+    uninitialized poisoned with our own NaN (grader.codec.POISON); with `ops`, counting the aten
     ops it dispatched; the threads it started given their grace before its result is taken."""
     threads = set(threading.enumerate())
-    if ops is not None:
-        with _OpRecorder(ops):
-            out = fn(*args.values())
-    else:
+    with _OpRecorder(ops):
         out = fn(*args.values())
     _join_new_threads(threads)
     return out
@@ -288,17 +286,30 @@ def _shares_memory(a, b) -> bool:
         return False
 
 
+UNINITIALIZED = ("aten::empty", "aten::new_empty")  # torch.empty, empty_like, empty_strided, new_empty, ...
+
+
 class _OpRecorder:
     """Records which aten ops the student's call dispatched (e.g. aten::_softmax means torch
-    did the work, not a kernel). A TorchDispatchMode sees ops below autograd and Python."""
+    did the work, not a kernel), when given a Counter; poisons what it allocates uninitialized,
+    so that an element never written is told from a NaN computed. A TorchDispatchMode sees ops
+    below autograd and Python."""
 
-    def __init__(self, ops: Counter) -> None:
+    def __init__(self, ops: Counter | None) -> None:
+        import torch
         from torch.utils._python_dispatch import TorchDispatchMode
+
+        from grader.codec import poison_
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                ops[func.name()] += 1
-                return func(*args, **(kwargs or {}))
+                name = func.name()
+                if ops is not None:
+                    ops[name] += 1
+                out = func(*args, **(kwargs or {}))
+                if name.startswith(UNINITIALIZED) and type(out) is torch.Tensor:
+                    poison_(out)
+                return out
 
         self.mode = Mode()
 
