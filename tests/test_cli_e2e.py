@@ -125,8 +125,9 @@ def test_buggy_submission_fails_for_the_right_reason(submission, cli, fixture, a
     case, dtype = name.rsplit(" [", 1) if " [" in name else ("n=1", "float32]")  # an import failure: one result, any case reproduces it
     assert f"--case '{case}' --dtype {dtype[:-1]} --seed 11" in test["output"]
     # honest but wrong code is not accused: its own kernel check passes, or had no call to look at
-    own = run.test(assignment, "uses its own Triton kernel")
-    assert own["outcome"] == "passed" or (own["outcome"] == "skipped" and "no call completed" in own["output"]), own
+    if name != "import":  # a module that does not import has one result, and nothing else to inspect
+        own = run.test(assignment, "uses its own Triton kernel")
+        assert own["outcome"] == "passed" or (own["outcome"] == "skipped" and "no call completed" in own["output"]), own
     # a broken assignment costs nothing elsewhere: the other assignment still passes
     others = [t for t in run.results["tests"] if t["tags"][0] != assignment and t["outcome"] != "skipped"]
     assert all(t["outcome"] == "passed" for t in others), others
