@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.judge.feedback import group_failures, points_line, run_total
+from grader.judge.feedback import group_failures, points_line, run_total, smallest_words
 from grader.results import Outcome, RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
@@ -223,6 +223,9 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"[dim]{escape(_last_lines(t.output, 8))}[/dim]")
             if t.reproducer:
                 console.print(f"  reproduce: [cyan]{escape(t.reproducer)}[/cyan]")
+            if small := smallest_words(t):  # the same failure at the least size the search found
+                console.print(f"  {escape(small)}")
+                console.print(f"  reproduce it: [cyan]{escape(t.details['smallest_failing']['reproducer'])}[/cyan]")
     partial = [a for a in run.assignments if a.partial]
     if partial:
         console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "

@@ -21,7 +21,8 @@ from grader.judge import perf
 from grader.protocol import Contender, Failure, Load, Ok, Ping, Reply, Request, Run, RunReply
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import gpu_phase, timing_lock
-from grader.judge.feedback import headline
+from grader.judge import shrink
+from grader.judge.feedback import diagnosis, headline
 from grader.judge.integrity import scan_submission, summary as scan_summary
 from grader.judge.nonfinite import read_source
 from grader.judge.verdict import judge_call, judge_runs
@@ -183,8 +184,11 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
             result.tests.append(test)
             consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == Outcome.TIMEOUT else 0
             restart = test.outcome in WORKER_FAILURES
-        result.tests.append(integrity.test())
         lap("correctness_calls")
+        if runnable and not load_failure:
+            _shrink_failures(spec, ctx, worker, workdir, result, calls, call_timeout)
+            lap("shrinking")
+        result.tests.append(integrity.test())
         if not ctx.interpret and runnable and not load_failure:
             step(f"{spec.name}: bounds check")
             result.tests.append(_bounds_check(spec, ctx, (module, function), workdir, call_timeout, neighbours))
@@ -321,6 +325,65 @@ def _bounds_check(spec: Assignment, ctx: GradingContext, target: tuple[str, str]
     checked = ", ".join(c.case.name for c in calls)
     note = f" (not run there: {'; '.join(skipped[:2])})" if skipped else ""
     return TestResult(spec.name, "integrity", name, "passed", f"no access out of bounds in {checked}{note}")
+
+
+def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path, result: AssignmentResult,
+                     calls: list[PlannedCall], timeout: float) -> None:
+    """For each distinct failure, the smallest case that still fails and the closest that passes
+    (grader.judge.shrink), searched from its smallest failing case with the worker still loaded,
+    within the assignment's time budget. Told beside the failure (details: smallest_failing,
+    largest_passing); shrunk cases are never tests, so they change no score."""
+    if spec.calls is not None or spec.check is not None:
+        return  # a property judged over several calls (dropout's statistics) does not shrink
+    planned = {c.test_name: c for c in calls}
+    groups: dict[str, list[TestResult]] = {}
+    for t in result.tests:
+        if t.kind == "correctness" and t.outcome == Outcome.FAILED and t.name in planned:
+            groups.setdefault(diagnosis(t), []).append(t)
+    deadline = time.monotonic() + shrink.SHRINK_BUDGET_S
+    folder = workdir.parent / f"{spec.name}.shrink-inputs"
+    for tests in groups.values():
+        start = planned[min(tests, key=lambda t: _numel(planned[t.name].case)).name]
+        if time.monotonic() > deadline or worker.process is None:
+            return
+        seen: dict[str, TestResult] = {}
+
+        def fails(case, dtype=start.dtype, seed=start.seed):
+            trial = PlannedCall(spec.name, case, dtype, seed)
+            try:  # a size this assignment cannot make (a row index past the rows, a filter larger than the image)
+                inputs = make_inputs(spec, case, dtype, seed)
+                if spec.reference is not None:
+                    spec.reference(*[v.double() if hasattr(v, "double") else v for v in inputs.values()])
+                materialize(spec, [trial], folder)
+            except Exception:  # noqa: BLE001 - the spec's own refusal of that size
+                return shrink.INVALID
+            left = max(5.0, deadline - time.monotonic() + 5.0)
+            test = _run_call(spec, trial, ctx, worker, workdir, min(timeout, left), _Integrity(spec))
+            if test.outcome in WORKER_FAILURES:
+                worker.close()  # it died or was killed: the search stops, nothing else needs it
+                return None
+            if test.outcome != Outcome.FAILED:  # passed; or raised at that size: not this bug
+                return False if test.outcome == Outcome.PASSED else shrink.INVALID
+            seen[case.name] = test
+            return True
+
+        found = shrink.search(spec, start.case, fails, deadline)
+        if found.smallest is None or found.smallest.name not in seen:
+            continue
+        small = seen[found.smallest.name]
+        first = tests[0]  # the one a report shows for its group
+        first.details["smallest_failing"] = {"case": small.case, "shape": small.shape, "message": small.message,
+                                             "reproducer": small.reproducer, "from": start.case.name, "runs": found.runs}
+        if found.passing is not None:
+            first.details["largest_passing"] = {"case": found.passing.name}
+
+
+def _numel(case) -> int:
+    dims = shrink.dims_of(case.params) or [1 << 40]
+    n = 1
+    for d in dims:
+        n *= d
+    return n
 
 
 def _scan(result: AssignmentResult, repo: Path, module: str) -> None:
