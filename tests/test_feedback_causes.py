@@ -167,3 +167,72 @@ def test_a_kernel_that_stores_nan_is_told_it_computed_it(submission, cli):
     assert "computed by your kernel" in test["output"]
     assert "the division at line 16 (0/0 or inf/inf)" in test["output"]
     assert run.results["extra_data"]["assignments"]["vector_add"].get("headline", "") == ""
+
+
+# -- the smallest failing case ----------------------------------------------------------------------
+
+def test_every_named_case_has_a_shape_name_that_rebuilds_it():
+    from grader.judge.shrink import shape_case, shape_name
+
+    for spec in specs.catalogue().values():
+        for case in spec.cases:
+            name = shape_name(spec, case.params)
+            assert name and name.startswith("shape="), (spec.name, case.name)
+            assert shape_case(spec, name).params == case.params, (spec.name, case.name, name)
+    softmax = specs.get("softmax")
+    assert shape_case(softmax, "shape=1x17").params == {"rows": 1, "cols": 17}
+    assert shape_case(softmax, "shape=3x5,layout=sliced").params == {"rows": 3, "cols": 5, "layout": "sliced"}
+    assert shape_case(specs.get("rmsnorm"), "shape=16x40,large_rows=[3,11]").params["large_rows"] == [3, 11]
+    for bad in ("shape=1x", "shape=0x5", "shape=1x2x3", "shape=axb", "shape=1x2,=3", "1x17"):
+        assert shape_case(softmax, bad) is None, bad
+
+
+def test_the_search_keeps_the_kind_and_finds_the_boundary():
+    import time
+
+    from grader.judge.shrink import INVALID, ladder, search
+
+    softmax = specs.get("softmax")
+    big = next(c for c in softmax.cases if c.name == "2x20000")
+    tried = []
+
+    def cut_at_1024(case):  # a row longer than one block of 1024 is cut short
+        tried.append(case)
+        return case.params["cols"] > 1024
+
+    found = search(softmax, big, cut_at_1024, time.monotonic() + 5)
+    assert found.smallest.name == "shape=1x1025" and found.passing.name == "shape=1x1024"
+    assert found.runs == len(tried) <= 16
+    # a case that exists for its layout keeps it; one not a multiple of 16 is never shrunk to a multiple of 16
+    sliced = next(c for c in softmax.cases if c.name == "sliced-97x300")
+    seen = []
+    found = search(softmax, sliced, lambda c: seen.append(c) or c.params["rows"] > 2, time.monotonic() + 5)
+    assert all(c.params["layout"] == "sliced" for c in seen) and found.smallest.name == "shape=3x1,layout=sliced"
+    assert 16 not in ladder(781, 781) and 17 in ladder(781, 781) and 16 in ladder(4096, 4096)
+    # a size the assignment cannot make is neither a pass nor a failure; the deadline stops the search
+    negative = next(c for c in softmax.cases if c.name == "negative-row-8x1000")
+    found = search(softmax, negative, lambda c: INVALID if c.params["rows"] <= 3 else True, time.monotonic() + 5)
+    assert found.smallest.params["rows"] == 4 and found.passing is None
+    assert search(softmax, big, cut_at_1024, time.monotonic() - 1).smallest is None
+
+
+@cpu_only
+@pytest.mark.slow
+def test_a_large_failure_is_shrunk_to_its_smallest_case_which_reproduces(submission, cli):
+    repo = submission("short_row")  # softmax cut at 1024 columns
+    run = cli(repo, "-a", "softmax", "--case", "2x20000", "--dtype", "float32", "--seed", "1")
+    assert run.returncode == 1, run.stdout + run.stderr
+    test = run.test("softmax", "2x20000 [float32]")
+    small = test["extra_data"]["details"]["smallest_failing"]
+    assert small["case"] == "shape=1x1025" and test["extra_data"]["details"]["largest_passing"]["case"] == "shape=1x1024"
+    assert "the smallest failing case found: shape=1x1025 (x[1x1025]); shape=1x1024 passes" in run.stdout
+    assert "--case 'shape=1x1025' --dtype float32 --seed 1" in small["reproducer"]
+    assert "shape=1x1025" in run.report
+    # shrunk cases are no tests and earn nothing: the score is the planned case's alone
+    assert not [t for t in run.results["tests"] if "shape=" in t["name"]]
+    assert run.results["score"] == 0
+    again = cli(repo, "-a", "softmax", "--case", "shape=1x1025", "--dtype", "float32", "--seed", "1")
+    assert again.returncode == 1
+    replay = again.test("softmax", "shape=1x1025 [float32]")
+    assert replay["status"] == "failed" and "columns >= 1024 were never written" in replay["output"]
+    assert replay["score"] == 0  # a case outside the plan is worth nothing
