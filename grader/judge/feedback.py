@@ -66,7 +66,7 @@ def smallest_words(t: TestResult) -> str:
         return ""
     words = f"the smallest failing case found: {small['case']}" + (f" ({small['shape']})" if small.get("shape") else "")
     if passing := t.details.get("largest_passing"):
-        words += f"; {passing['case']} passes"
+        words += f"; {passing['case']} passes" + (f" ({passing['boundary']})" if passing.get("boundary") else "")
     return words
 
 

@@ -375,7 +375,8 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
         first.details["smallest_failing"] = {"case": small.case, "shape": small.shape, "message": small.message,
                                              "reproducer": small.reproducer, "from": start.case.name, "runs": found.runs}
         if found.passing is not None:
-            first.details["largest_passing"] = {"case": found.passing.name}
+            first.details["largest_passing"] = {"case": found.passing.name,
+                                                "boundary": shrink.boundary(found.smallest, found.passing)}
 
 
 def _numel(case) -> int:

@@ -190,11 +190,51 @@ def search(spec: Assignment, case: Case, fails: Callable[[Case], bool | None], d
             dims[i] = steps[hi]
         if stopped:
             break
+    # the closest passing case, where the search left none: one size less in one dimension (the
+    # last one first), whatever its kind: "fails at 1x17, passes at 1x16" is the boundary itself
+    for j in reversed(range(len(dims))):
+        if stopped or dims == original or _near_passing(result.tested, dims) or time.monotonic() > deadline \
+                or result.runs >= max_runs + len(dims):
+            break
+        trial = dims[:j] + [dims[j] - 1] + dims[j + 1:]
+        if dims[j] <= 1 or tuple(trial) in result.tested or (name := shape_name(spec, with_dims(case.params, trial))) is None:
+            continue
+        cases[tuple(trial)] = smaller = Case(name, with_dims(case.params, trial), f"a smaller case of {case.name}")
+        result.runs += 1
+        failed = fails(smaller)
+        if failed is None:
+            break
+        if failed != INVALID:
+            result.tested[tuple(trial)] = failed
     if dims != original:
         result.smallest = cases[tuple(dims)]
         # the passing case closest to it: the same in every size but one, and smaller there by the least
-        near = [(dims[j] - t[j], t) for t, failed in result.tested.items() if not failed
-                for j in range(len(dims)) if t[j] < dims[j] and all(t[k] == dims[k] for k in range(len(dims)) if k != j)]
-        if near:
-            result.passing = cases[min(near)[1]]
+        if near := _near_passing(result.tested, dims):
+            result.passing = cases[near]
     return result
+
+
+def _near_passing(tested: dict, dims: list[int]) -> tuple | None:
+    """The passing trial the same as `dims` in every size but one, and smaller there by the least."""
+    near = [(dims[j] - t[j], t) for t, failed in tested.items() if not failed
+            for j in range(len(dims)) if t[j] < dims[j] and all(t[k] == dims[k] for k in range(len(dims)) if k != j)]
+    return min(near)[1] if near else None
+
+
+def boundary(failing: Case, passing: Case) -> str:
+    """'K = 17 fails, K = 16 passes: one past a multiple of 16, a partial block along K' for
+    two cases that differ in one size; '' otherwise."""
+    a, b = dims_of(failing.params), dims_of(passing.params)
+    if a is None or b is None or len(a) != len(b):
+        return ""
+    differ = [i for i in range(len(a)) if a[i] != b[i]]
+    if len(differ) != 1:
+        return ""
+    i = differ[0]
+    keys = _dim_keys(failing.params)
+    name = keys[i] if keys != ["shape"] else ("the last dimension" if i == len(a) - 1 else f"dimension {i}")
+    words = f"{name} = {a[i]} fails, {name} = {b[i]} passes"
+    power = b[i] & -b[i]
+    if a[i] == b[i] + 1 and power >= TAIL:
+        words += f": one past a multiple of {power}, a partial block along {name} (its mask, or the grid)"
+    return words
