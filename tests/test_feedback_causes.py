@@ -236,3 +236,48 @@ def test_a_large_failure_is_shrunk_to_its_smallest_case_which_reproduces(submiss
     replay = again.test("softmax", "shape=1x1025 [float32]")
     assert replay["status"] == "failed" and "columns >= 1024 were never written" in replay["output"]
     assert replay["score"] == 0  # a case outside the plan is worth nothing
+
+
+# -- matmul, conv and layernorm causes, each reproduced from the student's inputs ---------------------
+
+@cpu_only
+@pytest.mark.slow
+@pytest.mark.parametrize("fixture,assignment,case,dtype,words", [
+    ("mm_k_tail_skipped", "matmul_relu", "127x129x131", "float32",
+     ["the last, partial step along K is skipped", "only the first 128 of K = 131 were summed", "offs_k < K - k0"]),
+    ("mm_k_tail_skipped", "matmul_relu", "K=1-65x67", "float32", ["K = 1 is less than one step", "the loop over K never ran"]),
+    ("mm_strides_swapped", "matmul_relu", "sliced-70x90x50", "float32",
+     ["reading a with its two strides swapped", "a.stride() == (59, 1)"]),
+    ("mm_fp16_acc", "matmul_relu", "long-K-64x48x2048", "float16",
+     ["exactly as a float16 accumulator gives, rounded at every step of 32 along K", "Accumulate in float32"]),
+    ("conv_reduction_tail", "conv2d", "3x3-C=37-1x37x10x12-K=20", "float32",
+     ["the last, partial step of the reduction is skipped", "only the first 320 of C x R x S = 333 terms"]),
+    ("conv_fp16_acc", "conv2d", "shape=1x256x6x6x8,R=3", "float16",
+     ["exactly as a float16 accumulator gives, rounded at steps of 32 through (c, r, s)"]),
+    ("layernorm_no_bias", "layernorm", "hidden=213-64x213", "float32", ["the bias is missing", "y = x_hat * weight + bias"]),
+])
+def test_each_cause_is_named_from_the_students_own_inputs(submission, cli, fixture, assignment, case, dtype, words):
+    run = cli(submission(fixture), "-a", assignment, "--case", case, "--dtype", dtype, "--seed", "4")
+    assert run.returncode == 1, run.stdout + run.stderr
+    test = run.test(assignment, f"{case} [{dtype}]")
+    assert test["status"] == "failed"
+    for w in words:
+        assert w in test["output"], (w, test["output"])
+    for wrong in ("every row has wrong elements", "the grid is one program"):
+        assert wrong not in test["extra_data"]["details"]["pattern"], test["output"]
+
+
+def test_an_honest_result_is_never_explained_as_a_bug():
+    """The hypotheses only explain what they reproduce: a right result passes, and a wrong result of
+    another kind (the values scrambled) is not blamed on the K tail, the strides or the accumulator."""
+    def scrambled(i):
+        out = torch.relu(i["a"].double() @ i["b"].double())
+        return out.flip(0).to(i["a"].dtype)
+
+    for case in ("127x129x131", "sliced-70x90x50", "long-K-64x48x2048"):
+        for dtype in ("float32", "float16"):
+            right = _judge("matmul_relu", case, dtype, lambda i: torch.relu(i["a"].float() @ i["b"].float()).to(i["a"].dtype))
+            assert right.outcome == "passed", right.message
+            wrong = _judge("matmul_relu", case, dtype, scrambled)
+            for cause in ("partial step along K", "strides swapped", "accumulator gives"):
+                assert cause not in wrong.message, wrong.message
