@@ -281,3 +281,74 @@ def test_an_honest_result_is_never_explained_as_a_bug():
             wrong = _judge("matmul_relu", case, dtype, scrambled)
             for cause in ("partial step along K", "strides swapped", "accumulator gives"):
                 assert cause not in wrong.message, wrong.message
+
+
+# -- why a correct kernel is slow, from what the compiler made of it ----------------------------------
+# Figures as Triton 3.x reports them on an H100 (132 SMs) for kernels of these shapes.
+
+RECORDED = {
+    # a vector add with one program of 2^20 elements per... far too few programs, and spills from a huge block
+    "add_kernel": {"n_regs": 255, "n_spills": 412, "shared": 0, "num_warps": 4, "num_stages": 3, "grid": [8, 1, 1]},
+    # a tiled GEMM with 128x128x64 fp16 tiles and no pipelining
+    "matmul_kernel": {"n_regs": 168, "n_spills": 0, "shared": 131072, "num_warps": 8, "num_stages": 1, "grid": [32, 32, 1]},
+    # a well-shaped copy kernel
+    "copy_kernel": {"n_regs": 24, "n_spills": 0, "shared": 0, "num_warps": 4, "num_stages": 3, "grid": [65536, 1, 1]},
+}
+
+
+def test_a_slow_memory_bound_kernel_is_told_its_spills_and_its_empty_sms():
+    from grader.judge.slowness import why_slow, words
+
+    why = why_slow({"add_kernel": RECORDED["add_kernel"]}, 132, "measured copy bandwidth", 0.12)
+    text = words(why)
+    assert why["kind"] == "memory" and "reaches 12% of the roofline" in text
+    assert "add_kernel: 255 registers per thread, 412 spilled to local memory, 0 KB of shared memory, 4 warps, 3 stages, " \
+           "a grid of 8 programs for 132 SMs" in text
+    assert "412 registers spill to local memory" in text and "124 SMs have nothing to do" in text
+    assert "leave room for 8 warps per SM" in text
+    assert "memory-bound kernel like this one" in text
+
+
+def test_a_slow_gemm_is_told_its_stages_and_shared_memory():
+    from grader.judge.slowness import why_slow, words
+
+    text = words(why_slow({"matmul_kernel": RECORDED["matmul_kernel"]}, 132, "cuBLAS GEMM peak", 0.3))
+    assert "1 pipeline stage" in text and "num_stages=3 or 4" in text
+    assert "128 KB of shared memory per program: at most 1 programs fit" in text
+    assert "SMs have nothing to do" not in text  # 1024 programs fill 132 SMs
+    assert "compute-bound kernel like this one" in text
+
+
+def test_a_fast_or_unknown_kernel_gets_no_why():
+    from grader.judge.slowness import findings, why_slow
+
+    assert why_slow({"copy_kernel": RECORDED["copy_kernel"]}, 132, "measured copy bandwidth", 0.85) is None
+    assert why_slow({}, 132, "measured copy bandwidth", 0.1) is None
+    assert findings(RECORDED["copy_kernel"], 132, "memory") == []  # a well-shaped kernel: nothing stands out
+    # without the SM count the grid is still said, without the comparison
+    why = why_slow({"add_kernel": RECORDED["add_kernel"]}, None, "measured copy bandwidth", 0.1)
+    assert "a grid of 8 programs," not in why["facts"][0] and "a grid of 8 programs" in why["facts"][0]
+    assert not any("SMs have nothing" in f for f in why["findings"])
+
+
+def test_the_compiled_figures_cross_the_protocol_typed():
+    from grader.protocol import Call, CallReply, CompiledKernel, ProtocolError, decode_reply, encode
+
+    reply = CallReply(ops=[], launches=1, kernels={"add_kernel": CompiledKernel(**RECORDED["add_kernel"])})
+    back = decode_reply(Call("student", "x", {}, "fresh"), encode(reply))
+    assert back == reply
+    forged = encode(reply).replace('"n_regs": 255', '"n_regs": "lots"')
+    with pytest.raises(ProtocolError, match="n_regs"):
+        decode_reply(Call("student", "x", {}, "fresh"), forged)
+    # an older worker's reply without them still reads
+    assert decode_reply(Call("student", "x", {}, "fresh"), '{"ok": true, "ops": [], "launches": 0}').kernels == {}
+
+
+def test_the_interpreter_says_these_come_on_a_gpu():
+    from grader.judge.context import GradingContext
+    from grader.judge.perf import measure
+    from grader.results import AssignmentResult
+
+    spec = specs.get("vector_add")
+    test = measure(spec, AssignmentResult("vector_add", "t", "m"), GradingContext("cpu", 1), None, None, 1.0)
+    assert test.outcome == "skipped" and "registers, spills, shared memory" in test.message and "roofline" in test.message
