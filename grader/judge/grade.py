@@ -343,7 +343,10 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
     deadline = time.monotonic() + shrink.SHRINK_BUDGET_S
     folder = workdir.parent / f"{spec.name}.shrink-inputs"
     for tests in groups.values():
-        start = planned[min(tests, key=lambda t: _numel(planned[t.name].case)).name]
+        # the group's smallest case, as visible as the one shown for the group (a hidden case's
+        # parameters never reach a visible result)
+        alike = [t for t in tests if t.hidden == tests[0].hidden]
+        start = planned[min(alike, key=lambda t: _numel(planned[t.name].case)).name]
         if time.monotonic() > deadline or worker.process is None:
             return
         seen: dict[str, TestResult] = {}
