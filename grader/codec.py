@@ -15,6 +15,36 @@ import torch
 from safetensors.torch import save_file
 
 
+# The worker fills every tensor the student's call allocates uninitialized (torch.empty and its
+# kin) with a NaN of our own: a quiet NaN whose payload no arithmetic produces (a CPU computes
+# 0xFFC00000, an NVIDIA GPU the canonical 0x7FFFFFFF, torch's own fill and float("nan") give
+# 0x7FC00000), one per float dtype, as fp16 and bf16 have fewer payload bits. The judge checks
+# the bits of each NaN it finds: only where this payload survives was an element never written;
+# any other NaN the kernel computed.
+POISON: dict[torch.dtype, tuple[torch.dtype, int]] = {
+    torch.float32: (torch.int32, 0x7FE1DEAD),
+    torch.float16: (torch.int16, 0x7F5A),
+    torch.bfloat16: (torch.int16, 0x7FE5),
+    torch.float64: (torch.int64, 0x7FFDEADBEEF1A5E5),
+}
+
+
+def poison_(t: torch.Tensor) -> torch.Tensor:
+    """Fill a float tensor with its dtype's poison NaN, bit for bit (other dtypes are left)."""
+    if t.dtype in POISON and t.numel():
+        as_int, bits = POISON[t.dtype]
+        t.view(as_int).fill_(bits)
+    return t
+
+
+def poisoned(t: torch.Tensor) -> torch.Tensor:
+    """Where `t` still holds the poison, bit for bit (False everywhere for other dtypes)."""
+    if t.dtype not in POISON:
+        return torch.zeros(t.shape, dtype=torch.bool)
+    as_int, bits = POISON[t.dtype]
+    return t.detach().cpu().contiguous().view(as_int) == bits
+
+
 def storage_of(t: torch.Tensor) -> torch.Tensor:
     """The whole storage behind `t` as a flat tensor of t's dtype, on the CPU: what a view
     can read or write, so a write outside the view's elements is seen too."""

@@ -17,7 +17,7 @@ import functools
 import json
 import types
 import typing
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar, Union
 
 
@@ -117,10 +117,25 @@ class TimeReply:
 
 
 @dataclass
+class CompiledKernel:
+    """What the compiler made of one of the student's kernels (Triton's CompiledKernel and its
+    metadata), and the grid of its first launch: why a correct kernel is slow, in its own terms.
+    The worker's word: used for feedback only, never for a score."""
+
+    n_regs: int
+    n_spills: int
+    shared: int  # bytes of shared memory per program
+    num_warps: int
+    num_stages: int
+    grid: list[int]
+
+
+@dataclass
 class CallReply:
     ok: ClassVar[bool] = True
     ops: list[str]
     launches: int
+    kernels: dict[str, CompiledKernel] = field(default_factory=dict)  # by kernel name (GPU only; a few at most)
 
 
 @dataclass

@@ -277,6 +277,10 @@ def _output_text(t: TestResult) -> str:
         parts.append(f"Worth {t.details['points_if_run']:g} points where it can run; here it earns none.")
     if t.reproducer and t.outcome != Outcome.PASSED:
         parts.append(f"Reproduce: {t.reproducer}")
+    if small := t.details.get("smallest_failing"):  # grader.judge.grade._shrink_failures
+        passing = t.details.get("largest_passing")
+        parts.append(f"Smallest failing case found: {small['case']}" + (f" ({passing['case']} passes)" if passing else "")
+                     + f"; reproduce it: {small['reproducer']}")
     if t.traceback:
         parts.append(t.traceback)
     elif t.output and t.outcome in WORKER_FAILURES:

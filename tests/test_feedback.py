@@ -168,7 +168,7 @@ def test_a_launched_kernel_still_passes():
 def _nan_test(case: str, dtype: str) -> TestResult:
     pattern = "every element is NaN, the poison that fills uninitialized memory: the output was never written"
     return TestResult("vector_add", "correctness", f"{case} [{dtype}]", "failed", f"10 of 10 elements wrong; {pattern}",
-                      case=case, dtype=dtype, details={"elements": 10, "nan_elements": 10, "bad_elements": 10,
+                      case=case, dtype=dtype, details={"elements": 10, "nan_elements": 10, "unwritten_elements": 10, "bad_elements": 10,
                                                        "pattern": pattern, "kernels": {}})
 
 

@@ -6,7 +6,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.mismatch import Mismatch, contiguous_reading
+from grader.judge.mismatch import Mismatch, contiguous_reading, low_precision_sum
 from grader.spec import Assignment, Case, Performance
 
 
@@ -57,6 +57,9 @@ def explain(mm: Mismatch) -> str | None:
         if wrong is not None and mm.matches(F.conv2d(wrong.double(), wd)):
             return (f"x is not a contiguous NCHW tensor here (x.stride() == {tuple(x.stride())}), and the result is what "
                     "reading it as contiguous gives: address x with its four strides (or call x.contiguous() first)")
+    for cause in (_reduction_tail_skipped, _accumulated_low):
+        if found := cause(mm, x, w):
+            return found
     precision = mm.precision_loss()
     if precision:
         return precision
@@ -68,6 +71,65 @@ def explain(mm: Mismatch) -> str | None:
         first = mm.first_wrong_along(dim)
         if first is not None:
             return f"{what}s 0 to {first - 1} are right, every {what} from {first} on has wrong elements: check {hint}"
+    return None
+
+
+STEPS = (16, 32, 64, 128)  # the block a kernel may step through the reduction with
+
+
+def _orders(w: torch.Tensor):
+    """(name, flatten, unflatten) of the two orders a kernel may run the reduction in: (c, r, s),
+    w's own memory order, or (r, s, c), each tap's channels together (channels-last style)."""
+    k, c, r, s = w.shape
+    yield ("(c, r, s)", lambda t: t.reshape(k, c * r * s), lambda f: f.reshape(k, c, r, s))
+    yield ("(r, s, c)", lambda t: t.permute(0, 2, 3, 1).reshape(k, r * s * c), lambda f: f.reshape(k, r, s, c).permute(0, 3, 1, 2))
+
+
+def _reduction_tail_skipped(mm: Mismatch, x: torch.Tensor, w: torch.Tensor) -> str | None:
+    """Hypothesis: the loop over the reduction (C x R x S) stops before its last, partial step:
+    the last (C x R x S) % BLOCK terms are never added."""
+    total = w[0].numel()
+    xd = x.double()
+    for order, flatten, unflatten in _orders(w.double()):
+        for step in STEPS:
+            kept = total - total % step
+            if kept == total:
+                continue
+            cut = flatten(w.double()).clone()
+            cut[:, kept:] = 0
+            if mm.matches(F.conv2d(xd, unflatten(cut))):
+                how = ("C x R x S is less than one step, so the loop never ran" if kept == 0 else
+                       f"only the first {kept} of C x R x S = {total} terms, in {order} order, were summed")
+                return (f"the last, partial step of the reduction is skipped: {how} (reproduced from your inputs). Loop "
+                        "triton.cdiv(C * R * S, BLOCK) times and mask the loads of x and w with j < C * R * S (other=0.0)")
+    return None
+
+
+def _accumulated_low(mm: Mismatch, x: torch.Tensor, w: torch.Tensor) -> str | None:
+    """Hypothesis: a float16 (or bfloat16) accumulator, rounded at every step of the reduction
+    (an implicit GEMM over (c, r, s) in blocks, or one filter tap at a time)."""
+    low = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(mm.dtype)
+    if low is None:
+        return None
+    n, c, h, wd = x.shape
+    k, _, r, s = w.shape
+    p, q = h - r + 1, wd - s + 1
+    cols = F.unfold(x.float(), (r, s))  # [N, C*R*S, P*Q], in (c, r, s) order
+    flat = w.float().reshape(k, c * r * s)
+    ways = []
+    for step in STEPS:
+        if step < c * r * s:
+            ways.append((f"steps of {step} through (c, r, s)",
+                         [(flat[:, i:i + step] @ cols[:, i:i + step, :]).reshape(n, k, p, q) for i in range(0, c * r * s, step)]))
+    if r * s > 1:
+        taps = [F.conv2d(x.float()[:, :, i:i + p, j:j + q], w.float()[:, :, i:i + 1, j:j + 1]) for i in range(r) for j in range(s)]
+        ways.append(("one filter tap at a time", taps))
+    for how, parts in ways:
+        for round_each in (True, False):
+            if mm.explains(low_precision_sum(parts, low, round_each).double()):
+                return (f"the values are less precise than torch's in {mm.dtype}, exactly as a {mm.dtype} accumulator gives, "
+                        f"rounded at {how} (reproduced from your inputs). Accumulate in float32 "
+                        f"(tl.zeros(..., dtype=tl.float32)) and round to {mm.dtype} only when storing the result")
     return None
 
 

@@ -9,6 +9,7 @@ import random
 import torch
 import torch.nn.functional as F
 
+from grader.judge.mismatch import Mismatch
 from grader.spec import Assignment, Case, Performance, aten_ops
 
 
@@ -49,6 +50,24 @@ def baseline(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: flo
     return F.layer_norm(x, (x.shape[-1],), weight, bias, eps)
 
 
+def explain(mm: Mismatch) -> str | None:
+    """This assignment's typical bugs in the affine step, each tested as a hypothesis on the inputs."""
+    if mm.got.isnan().all():
+        return None  # the judge's words: the output was never written
+    x, weight, bias = (mm.inputs[k].double() for k in ("x", "weight", "bias"))
+    eps = mm.inputs["eps"]
+    normalized = reference(x, torch.ones_like(weight), torch.zeros_like(bias), eps)
+    if bias.abs().max() > 0 and mm.matches(normalized * weight):
+        return ("the bias is missing: the result is exactly (x - mean) / sqrt(var + eps) * weight (reproduced from your "
+                "inputs); load bias and add it: y = x_hat * weight + bias")
+    if mm.matches(normalized + bias):
+        return ("the weight is missing: the result is exactly (x - mean) / sqrt(var + eps) + bias (reproduced from your "
+                "inputs); load weight and scale by it: y = x_hat * weight + bias")
+    if mm.matches(normalized):
+        return "neither weight nor bias is applied: y = x_hat * weight + bias, with x_hat = (x - mean) / sqrt(var + eps)"
+    return None
+
+
 def random_cases(rng: random.Random) -> list[Case]:
     shapes = [[rng.randint(1, 200), rng.randint(1, 5000)] for _ in range(3)]
     return [Case(f"random-{i}-{r}x{h}", {"shape": [r, h]}, "a shape drawn from the run's seed") for i, (r, h) in enumerate(shapes)]
@@ -77,6 +96,7 @@ SPEC = Assignment(
     make_inputs=make_inputs,
     reference=reference,
     baseline=baseline,
+    explain=explain,
     cases=CASES,
     random_cases=random_cases,
     correctness_points=12,

@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from grader.judge.mismatch import Mismatch, contiguous_reading
+from grader.judge.mismatch import Mismatch, contiguous_reading, low_precision_sum, swapped_reading
 from grader.spec import Assignment, Case, Performance
 
 
@@ -66,6 +66,9 @@ def explain(mm: Mismatch) -> str | None:
                         "address every element with both")
     if both := _both_read_contiguous(mm, a_in, b_in):
         return both
+    for cause in (_strides_swapped, _k_tail_skipped, _accumulated_low):
+        if words := cause(mm, a_in, b_in):
+            return words
     precision = mm.precision_loss()
     if precision:
         return precision
@@ -86,6 +89,62 @@ def _both_read_contiguous(mm: Mismatch, a_in: torch.Tensor, b_in: torch.Tensor) 
         return None
     return (f"a and b are non-contiguous views here (strides {tuple(a_in.stride())} and {tuple(b_in.stride())}), and the "
             "result is what reading both as contiguous gives: pass all four strides to the kernel and use them")
+
+
+STEPS_K = (16, 32, 64, 128, 256)  # the BLOCK_K a kernel may step along K with
+
+
+def _strides_swapped(mm: Mismatch, a_in: torch.Tensor, b_in: torch.Tensor) -> str | None:
+    """Hypothesis: a kernel that uses an operand's two strides the wrong way round."""
+    a, b = a_in.double(), b_in.double()
+    for name, t in (("a", a_in), ("b", b_in)):
+        wrong = swapped_reading(t)
+        if wrong is None:
+            continue
+        guess = (wrong.double() @ b) if name == "a" else (a @ wrong.double())
+        if mm.matches(torch.relu(guess)):
+            return (f"the result is what reading {name} with its two strides swapped gives ({name}.stride() == "
+                    f"{tuple(t.stride())}): step along {name}'s rows with {name}.stride(0) and along its columns "
+                    f"with {name}.stride(1)")
+    return None
+
+
+def _k_tail_skipped(mm: Mismatch, a_in: torch.Tensor, b_in: torch.Tensor) -> str | None:
+    """Hypothesis: the loop over K stops before the last, partial step (range(0, K - BLOCK_K + 1,
+    BLOCK_K), or K // BLOCK_K steps), so the products of the last K % BLOCK_K columns are missing."""
+    k = a_in.shape[1]
+    a, b = a_in.double(), b_in.double()
+    for step in STEPS_K:
+        kept = k - k % step
+        if kept == k:
+            continue
+        if mm.matches(torch.relu(a[:, :kept] @ b[:kept])):
+            how = (f"K = {k} is less than one step of {step}, so the loop over K never ran" if kept == 0 else
+                   f"only the first {kept} of K = {k} were summed, whole steps of BLOCK_K")
+            return (f"the last, partial step along K is skipped: {how} (reproduced from your inputs). Loop "
+                    "triton.cdiv(K, BLOCK_K) times and mask the loads of a and b with offs_k < K - k0 (other=0.0)")
+    return None
+
+
+def _accumulated_low(mm: Mismatch, a_in: torch.Tensor, b_in: torch.Tensor) -> str | None:
+    """Hypothesis: the accumulator is float16 (or bfloat16), rounded at every step along K:
+    reproduced for each likely BLOCK_K, in both ways a kernel may round."""
+    low = {"float16": torch.float16, "bfloat16": torch.bfloat16}.get(mm.dtype)
+    if low is None:
+        return None
+    k = a_in.shape[1]
+    a, b = a_in.float(), b_in.float()
+    for step in STEPS_K:
+        if step >= k:
+            break
+        parts = [a[:, k0:k0 + step] @ b[k0:k0 + step] for k0 in range(0, k, step)]
+        for round_each in (True, False):
+            if mm.explains(torch.relu(low_precision_sum(parts, low, round_each).double())):
+                return (f"the values are less precise than torch's in {mm.dtype}, exactly as a {mm.dtype} accumulator "
+                        f"gives, rounded at every step of {step} along K (reproduced from your inputs). Accumulate in "
+                        f"float32 (tl.zeros(..., dtype=tl.float32), tl.dot's default out_dtype) and round to {mm.dtype} "
+                        "only when storing the result")
+    return None
 
 
 def random_cases(rng: random.Random) -> list[Case]:

@@ -18,7 +18,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.judge.feedback import group_failures, points_line, run_total
+from grader.judge.feedback import group_failures, points_line, run_total, smallest_words
 from grader.results import Outcome, RunResult, write_json_atomic
 from grader.submission import SubmissionError, open_submission
 
@@ -216,7 +216,8 @@ def print_summary(run: RunResult) -> None:
         for case, row in rows.items():
             cells = [f"[{STYLE[row[d]]}]{row[d]}[/]" if d in row else "" for d in dtypes]
             table.add_row(shown(case), shown(row["shape"]), *cells)
-        console.print(table)
+        if rows:  # no case ran (not submitted, no import): the one result below says why
+            console.print(table)
         for t in a.tests:
             if t.kind != "correctness":
                 points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != Outcome.SKIPPED else ""
@@ -242,6 +243,9 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"[dim]{shown_lines(_last_lines(t.output, 8))}[/dim]")
             if t.reproducer:
                 console.print(f"  reproduce: [cyan]{shown(t.reproducer)}[/cyan]")
+            if small := smallest_words(t):  # the same failure at the least size the search found
+                console.print(f"  {shown(small)}")
+                console.print(f"  reproduce it: [cyan]{shown(t.details['smallest_failing']['reproducer'])}[/cyan]")
     partial = [a for a in run.assignments if a.partial]
     if partial:
         console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "

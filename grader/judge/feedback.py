@@ -58,12 +58,25 @@ def group_failures(tests: list[TestResult]) -> list[FailureGroup]:
     return list(groups.values())
 
 
+def smallest_words(t: TestResult) -> str:
+    """'the smallest failing case found: shape=1x17 (x[1x17]); shape=1x16 passes', or '' where the
+    failure was not shrunk (grader.judge.grade._shrink_failures)."""
+    small = t.details.get("smallest_failing")
+    if not small:
+        return ""
+    words = f"the smallest failing case found: {small['case']}" + (f" ({small['shape']})" if small.get("shape") else "")
+    if passing := t.details.get("largest_passing"):
+        words += f"; {passing['case']} passes" + (f" ({passing['boundary']})" if passing.get("boundary") else "")
+    return words
+
+
 def stores_nothing(t: TestResult) -> bool:
     """A correctness case whose output is still, every element of it, the NaN poison of
-    uninitialized memory: the kernel stored nothing (or was never launched)."""
+    uninitialized memory (its payload checked bit for bit: a NaN the kernel computed is not it):
+    the kernel stored nothing (or was never launched)."""
     d = t.details
     return (t.kind == "correctness" and t.outcome == Outcome.FAILED and d.get("elements", 0) > 0
-            and d.get("nan_elements") == d.get("elements"))
+            and d.get("unwritten_elements") == d.get("elements"))
 
 
 def headline(result: AssignmentResult, module_file: Path | None) -> str:

@@ -21,8 +21,10 @@ from grader.judge import perf
 from grader.protocol import Contender, Failure, Load, Ok, Ping, Reply, Request, Run, RunReply
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import gpu_phase, timing_lock
-from grader.judge.feedback import headline
+from grader.judge import shrink
+from grader.judge.feedback import diagnosis, headline
 from grader.judge.integrity import scan_submission, summary as scan_summary
+from grader.judge.nonfinite import read_source
 from grader.judge.verdict import judge_call, judge_runs
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.runcache import TritonKeep
@@ -162,6 +164,8 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
             lap("inputs_and_copy")
             load_failure = _start(worker, spec)
             lap("worker_start_and_import")
+            if load_failure:  # one result that says why, not the same error once per case
+                return _unloadable(spec, ctx, result, module, calls, runnable, load_failure)
         consecutive_timeouts, restart = 0, False
         for call in calls:
             step(f"{spec.name}: {call.id}")
@@ -180,8 +184,11 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
             result.tests.append(test)
             consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == Outcome.TIMEOUT else 0
             restart = test.outcome in WORKER_FAILURES
-        result.tests.append(integrity.test())
         lap("correctness_calls")
+        if runnable and not load_failure:
+            _shrink_failures(spec, ctx, worker, workdir, result, calls, call_timeout)
+            lap("shrinking")
+        result.tests.append(integrity.test())
         if not ctx.interpret and runnable and not load_failure:
             step(f"{spec.name}: bounds check")
             result.tests.append(_bounds_check(spec, ctx, (module, function), workdir, call_timeout, neighbours))
@@ -212,8 +219,11 @@ def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, resul
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
-    return _one_failure(spec, ctx, result, calls, runnable, "not submitted",
-                        f"{module}{named} is not in the submission: nothing of {spec.name} was checked", {"not_submitted": True})
+    test = TestResult(spec.name, "submission", "not submitted", "failed",
+                      f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
+                      details={"not_submitted": True})
+    return _one_result(spec, ctx, result, calls, runnable, test)
+
 
 
 def unusable_submission(spec: Assignment, ctx: GradingContext, reason: str) -> AssignmentResult:
@@ -221,25 +231,51 @@ def unusable_submission(spec: Assignment, ctx: GradingContext, reason: str) -> A
     submitted, one failed result worth every point this run could have earned, saying why."""
     calls = ctx.calls(spec)
     result = AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()")
-    return _one_failure(spec, ctx, result, calls, [c for c in calls if not c.skip], "the submission can be read",
-                        f"{reason}: nothing of {spec.name} was checked", {"unusable": True})
+    test = TestResult(spec.name, "submission", "the submission can be read", "failed",
+                      f"{reason}: nothing of {spec.name} was checked", details={"unusable": True})
+    return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
 
 
-def _one_failure(spec: Assignment, ctx: GradingContext, result: AssignmentResult, calls: list[PlannedCall],
-                 runnable: list[PlannedCall], name: str, message: str, details: dict) -> AssignmentResult:
+def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult, module: str,
+                calls: list[PlannedCall], runnable: list[PlannedCall], failure: Failure) -> AssignmentResult:
+    """The module is there but gives no function to call: it lacks the function (not submitted,
+    as a missing module is) or its import failed (one error with the student's traceback). Either
+    way no case could run, so one result says it, worth what the cases were worth."""
+    if failure.kind == "missing":
+        test = TestResult(spec.name, "submission", "not submitted", "failed",
+                          f"{module} defines no function {spec.function}(): nothing of {spec.name} was checked "
+                          f"(write {spec.signature} in {module})",
+                          details={"not_submitted": True, "missing_function": spec.function, "module": module})
+    else:
+        outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
+        test = TestResult(spec.name, "submission", "import", outcome,
+                          f"importing {module} failed, so none of its {len(runnable)} checks ran: {failure.message}",
+                          traceback=failure.traceback, output=failure.output, details={"import_failed": True})
+    first = runnable[0]  # any one case reproduces an import that fails
+    test.reproducer = f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed {first.seed}"
+    return _one_result(spec, ctx, result, calls, runnable, test)
+
+
+def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult, calls: list[PlannedCall],
+                runnable: list[PlannedCall], test: TestResult) -> AssignmentResult:
+    """`test` in place of every check of the assignment: worth every point this run could have
+    earned (the cases that run here, speed on a GPU), earning none; what needs a GPU noted apart."""
     planned = [c.test_name for c in (ctx.full_plan(spec) if ctx.partial else calls)]
     shares = dict(zip(planned, split_cents(spec.correctness_points, len(planned))))
     share = {c.id: shares.get(c.test_name, 0) for c in calls}
     perf = cents(spec.performance_points) if spec.performance is not None else 0
     timed = spec.performance is not None and not ctx.interpret
-    test = TestResult(spec.name, "submission", name, "failed", message, details=details)
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
     if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
         result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
-                                       f"{'not submitted' if details.get('not_submitted') else 'not graded'}, and not runnable here",
+                                       "not submitted, and not runnable here" if test.details.get("not_submitted")
+                                       else "not graded, and not runnable here" if test.details.get("unusable")
+                                       else "not runnable here, and the module did not import",
                                        max_score=skipped / 100, details={"points_if_run": skipped / 100}))
     result.tests.insert(0, test)
+    if ctx.partial:
+        result.partial = {"cases_run": len(calls), "cases": len(planned), "assignment_points": spec.max_points}
     return result
 
 
@@ -303,6 +339,69 @@ def _bounds_check(spec: Assignment, ctx: GradingContext, target: tuple[str, str]
     return TestResult(spec.name, "integrity", name, "passed", f"no access out of bounds in {checked}{note}")
 
 
+def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path, result: AssignmentResult,
+                     calls: list[PlannedCall], timeout: float) -> None:
+    """For each distinct failure, the smallest case that still fails and the closest that passes
+    (grader.judge.shrink), searched from its smallest failing case with the worker still loaded,
+    within the assignment's time budget. Told beside the failure (details: smallest_failing,
+    largest_passing); shrunk cases are never tests, so they change no score."""
+    if spec.calls is not None or spec.check is not None:
+        return  # a property judged over several calls (dropout's statistics) does not shrink
+    planned = {c.test_name: c for c in calls}
+    groups: dict[str, list[TestResult]] = {}
+    for t in result.tests:
+        if t.kind == "correctness" and t.outcome == Outcome.FAILED and t.name in planned:
+            groups.setdefault(diagnosis(t), []).append(t)
+    deadline = time.monotonic() + shrink.SHRINK_BUDGET_S
+    folder = workdir.parent / f"{spec.name}.shrink-inputs"
+    for tests in groups.values():
+        # the group's smallest case, as visible as the one shown for the group (a hidden case's
+        # parameters never reach a visible result)
+        alike = [t for t in tests if t.hidden == tests[0].hidden]
+        start = planned[min(alike, key=lambda t: _numel(planned[t.name].case)).name]
+        if time.monotonic() > deadline or worker.process is None:
+            return
+        seen: dict[str, TestResult] = {}
+
+        def fails(case, dtype=start.dtype, seed=start.seed):
+            trial = PlannedCall(spec.name, case, dtype, seed)
+            try:  # a size this assignment cannot make (a row index past the rows, a filter larger than the image)
+                inputs = make_inputs(spec, case, dtype, seed)
+                if spec.reference is not None:
+                    spec.reference(*[v.double() if hasattr(v, "double") else v for v in inputs.values()])
+                materialize(spec, [trial], folder)
+            except Exception:  # noqa: BLE001 - the spec's own refusal of that size
+                return shrink.INVALID
+            left = max(5.0, deadline - time.monotonic() + 5.0)
+            test = _run_call(spec, trial, ctx, worker, workdir, min(timeout, left), _Integrity(spec))
+            if test.outcome in WORKER_FAILURES:
+                worker.close()  # it died or was killed: the search stops, nothing else needs it
+                return None
+            if test.outcome != Outcome.FAILED:  # passed; or raised at that size: not this bug
+                return False if test.outcome == Outcome.PASSED else shrink.INVALID
+            seen[case.name] = test
+            return True
+
+        found = shrink.search(spec, start.case, fails, deadline)
+        if found.smallest is None or found.smallest.name not in seen:
+            continue
+        small = seen[found.smallest.name]
+        first = tests[0]  # the one a report shows for its group
+        first.details["smallest_failing"] = {"case": small.case, "shape": small.shape, "message": small.message,
+                                             "reproducer": small.reproducer, "from": start.case.name, "runs": found.runs}
+        if found.passing is not None:
+            first.details["largest_passing"] = {"case": found.passing.name,
+                                                "boundary": shrink.boundary(found.smallest, found.passing)}
+
+
+def _numel(case) -> int:
+    dims = shrink.dims_of(case.params) or [1 << 40]
+    n = 1
+    for d in dims:
+        n *= d
+    return n
+
+
 def _scan(result: AssignmentResult, repo: Path, module: str) -> None:
     """The static scan's warnings, for the TA: in the notes and results.json, never a verdict."""
     findings = scan_submission(repo, module)
@@ -340,10 +439,11 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
             return _test(spec, call, ctx, "failed", f"the worker's output file could not be read: {exc}")
         runs.append((load_inputs(call, index=i), reply, saved))
     judged = [(inputs, reply.meta(), saved) for inputs, reply, saved in runs]
+    source = read_source(worker.repo / worker.target[0])  # parsed only: what of the kernel can compute a NaN
     if len(runs) == 1 and spec.check is None:
-        verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device)
+        verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device, kernel_source=source)
     else:
-        verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device)
+        verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source)
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])

@@ -23,6 +23,7 @@ class Mismatch:
     allowed: torch.Tensor  # the per-element tolerance the judge applied
     torch_error: float  # max abs error of torch in the same dtype
     dtype: str
+    unwritten: torch.Tensor | None = None  # bool: where the worker's poison survives (never written); None: unknown
 
     def matches(self, candidate: torch.Tensor | None) -> bool:
         """True when the result equals `candidate` (the output of a hypothesised bug) within
@@ -33,6 +34,19 @@ class Mismatch:
         close = (self.got - candidate).abs() <= self.allowed
         close |= self.got.isnan() & candidate.isnan()
         return bool(close.all())
+
+    def explains(self, candidate: torch.Tensor | None, share: float = 0.25) -> bool:
+        """True when `candidate` (a hypothesised bug's output) accounts for the result: it matches
+        within the tolerance, or the result is far closer to it than to the truth (its largest
+        distance from it at most `share` of its largest error). For a bug whose exact rounding a
+        reproduction cannot copy (an accumulator rounded in another order), never for a result
+        with NaN or inf."""
+        if self.matches(candidate):
+            return True
+        if candidate is None or tuple(candidate.shape) != tuple(self.got.shape) or not torch.isfinite(self.got).all():
+            return False
+        error = (self.got - self.ref).abs().max().item()
+        return error > 0 and (self.got - candidate.to(torch.float64)).abs().max().item() <= share * error
 
     def precision_loss(self) -> str | None:
         """Words for a result that is nearly right everywhere, only less precise than torch's in
@@ -86,3 +100,33 @@ def contiguous_reading(t: torch.Tensor, keep_row_stride: bool = False) -> torch.
     if last >= storage.numel():
         return None
     return storage.as_strided(size, strides, t.storage_offset())
+
+
+def swapped_reading(t: torch.Tensor) -> torch.Tensor | None:
+    """What a kernel that swaps a 2-D tensor's two strides reads (t.stride(1) for the rows,
+    t.stride(0) for the columns): None when that reading runs past the storage or equals t."""
+    if not isinstance(t, torch.Tensor) or t.dim() != 2 or t.stride(0) == t.stride(1):
+        return None
+    strides = (t.stride(1), t.stride(0))
+    storage = torch.empty(0, dtype=t.dtype)
+    storage.set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),), (1,))
+    last = t.storage_offset() + sum((n - 1) * s for n, s in zip(t.shape, strides)) if t.numel() else 0
+    if last >= storage.numel():
+        return None
+    return storage.as_strided(tuple(t.shape), strides, t.storage_offset())
+
+
+def low_precision_sum(parts, dtype: torch.dtype, round_each: bool) -> torch.Tensor:
+    """A sum accumulated in `dtype` (float16, bfloat16) over `parts` (float32 partial sums, one
+    per step of the kernel's loop): each step's partial sum rounded to `dtype` before it is added
+    (round_each), or added in float32 and the running sum rounded after each step."""
+    acc = None
+    for p in parts:
+        p = p.float()
+        if acc is None:
+            acc = p.to(dtype)
+        elif round_each:
+            acc = acc + p.to(dtype)
+        else:
+            acc = (acc.float() + p).to(dtype)
+    return acc

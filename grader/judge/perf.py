@@ -35,7 +35,7 @@ from typing import Callable, ContextManager
 import torch
 from safetensors.torch import load, save_file
 
-from grader.judge import activity
+from grader.judge import activity, slowness
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.protocol import Call, Contender, Failure, Load, Roofline, Sample, Time, TimeReply
@@ -146,7 +146,9 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
         return TestResult(spec.name, "performance", name, outcome, message, case=perf.case.name, dtype=perf.dtype, **kw)
 
     if ctx.interpret:
-        return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing")
+        return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing; a GPU run also "
+                    "tells what the compiled kernel is (registers, spills, shared memory, warps, stages, its grid against "
+                    "the GPU's SMs) and the share of the roofline it reaches")
     ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != Outcome.SKIPPED]
     if not ran or any(t.outcome != Outcome.PASSED for t in result.tests if t.kind != "performance" and t.outcome != Outcome.SKIPPED):
         return test("failed", "not timed: every correctness and integrity check must pass first (no performance points without correctness)")
@@ -178,6 +180,7 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
     t = Timings(**{k: {c: [] for c in order} for k in ("times", "event_ms", "host_ms")})
     findings: list[Finding] = []
+    compiled: dict = {}  # what the compiler made of the student's kernels (the untimed call after timing)
     try:
         folder = workdir / "perf"  # visible to the student's worker, read-only
         folder.mkdir(parents=True, exist_ok=True)
@@ -229,7 +232,8 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
             phase("timed_rounds")
             # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
             # of GB at the scoring sizes), which must be freed before another job times
-            findings += _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel)
+            findings += _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel,
+                                       compiled)
             phase("output_checks")
     except WorkerFailure as f:
         return test(f.outcome, f"while timing: {f.message}", output=f.output)
@@ -240,7 +244,23 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
     verdict = _verdict(spec, roofline, t, rounds, findings, has_reference, test)
     verdict.details["phase_seconds"] = phases
     verdict.details["roofline"] = roofline
+    _why_slow(verdict, compiled, ctx)
     return verdict
+
+
+def _why_slow(verdict: TestResult, compiled: dict, ctx: GradingContext) -> None:
+    """A correct but slow kernel is told why, in its own terms (grader.judge.slowness)."""
+    if not compiled:
+        return
+    verdict.details["compiled"] = {name: dataclasses.asdict(k) for name, k in compiled.items()}
+    pct = verdict.details.get("figures", {}).get("student", {}).get("roofline_pct")
+    if verdict.outcome not in (Outcome.PASSED, Outcome.FAILED) or pct is None:
+        return
+    why = slowness.why_slow(verdict.details["compiled"], slowness.gpu_sms(ctx.gpu), verdict.details.get("roofline_kind", ""),
+                            pct / 100)
+    if why:
+        verdict.details["why_slow"] = why
+        verdict.message += " " + slowness.words(why)
 
 
 def parallel_sets(count: int, set_bytes: int) -> int:
@@ -304,10 +324,12 @@ def _timed_rounds(ctx: GradingContext, perf, workers, order, t: Timings, timed_f
             return rounds, None
 
 
-def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int) -> list[Finding]:
+def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int,
+                   compiled: dict | None = None) -> list[Finding]:
     """Sample the outputs of the last timed call on each set, and of an untimed call on a
     fresh set, at indices drawn now; compare them with torch's. Also record the aten ops of
-    that fresh call: a vendor op used only at large sizes shows here."""
+    that fresh call (a vendor op used only at large sizes shows here) and, in `compiled`, what
+    the compiler made of the student's kernels."""
     evidence = []
     keys = [f"set{i}" for i in range(len(timed_files))] + ["fresh"]
     for c, w in workers.items():
@@ -319,6 +341,8 @@ def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed
                     raise WorkerFailure("infra_error", f"the {c} failed on a fresh input set after timing: {reply.message}", "")
                 return [Finding(Severity.REVIEW, f"your function failed on a fresh input set after timing: {reply.message}")]
             if c == "student":
+                if compiled is not None:
+                    compiled.update(reply.kernels)
                 forbidden = sorted(set(reply.ops) & spec.forbidden_ops)
                 if forbidden:
                     evidence.append(Finding(Severity.CONCLUSIVE, f"torch computed the result at the timing size: {', '.join(forbidden)} ran inside {spec.function}()"))

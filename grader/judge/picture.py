@@ -22,10 +22,12 @@ ZOOM = 64  # elements in the 1-D close-up around the first wrong one
 RIGHT, WRONG, NAN = "#c6f6d5", "#c53030", "#553c9a"
 
 
-def wrong_map(bad: torch.Tensor, got: torch.Tensor) -> dict:
+def wrong_map(bad: torch.Tensor, got: torch.Tensor, unwritten: torch.Tensor | None = None) -> dict:
     """The mismatch binned to at most 256 cells (1-D) or 64 x 64 (2-D; more dims are folded into
     rows). Each cell is one character: '.' all right, '1'..'9' the share wrong in ninths
-    (rounded up: one wrong element shows), 'N' when every wrong element of the cell is NaN."""
+    (rounded up: one wrong element shows), 'N' when every wrong element of the cell was never
+    written (`unwritten`: where the poison survives; without it, every NaN counts)."""
+    got = unwritten if unwritten is not None else got.isnan()  # below, only which elements were never written
     shape = list(bad.shape)
     if bad.dim() == 0 or bad.numel() == 0:
         return {}
@@ -48,7 +50,7 @@ def wrong_map(bad: torch.Tensor, got: torch.Tensor) -> dict:
 def _bin(bad: torch.Tensor, got: torch.Tensor, max_rows: int, max_cols: int) -> list[str]:
     rows, cols = bad.shape
     rstep, cstep = math.ceil(rows / min(rows, max_rows)), math.ceil(cols / min(cols, max_cols))
-    nan_bad = bad & got.isnan()
+    nan_bad = bad & got  # got: where the result was never written
     lines = []
     for r in range(0, rows, rstep):
         line = []

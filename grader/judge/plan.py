@@ -16,6 +16,7 @@ import torch
 from safetensors.torch import load_file
 
 from grader.codec import rebuild, write_inputs
+from grader.judge.shrink import PREFIX, shape_case
 from grader.spec import DTYPES, Assignment, Case, course_secret
 
 
@@ -75,7 +76,8 @@ def plan_calls(
     dtype_filter: list[str] | None = None,
 ) -> list[PlannedCall]:
     calls = []
-    for case in cases_for(spec, seed):
+    by_shape = [c for c in (shape_case(spec, n) for n in case_filter or () if n.startswith(PREFIX)) if c is not None]
+    for case in cases_for(spec, seed) + by_shape:  # a case by shape (`--case shape=1x17`): a shrunk failure's reproducer
         if case_filter and case.name not in case_filter:
             continue
         for dtype in spec.dtypes:

@@ -12,10 +12,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grader.judge import nonfinite
 from grader.judge.feedback import nonfinite_words
 from grader.judge.mismatch import Mismatch, contiguous_reading
 from grader.judge.picture import wrong_map
-from grader.codec import storage_of
+from grader.codec import poisoned, storage_of
 from grader.results import Outcome
 from grader.spec import DTYPES, Assignment, Case
 
@@ -38,30 +39,33 @@ def judge_call(
     reply: dict,
     saved: dict[str, torch.Tensor],
     expected_device: str,
+    kernel_source: str = "",
 ) -> Verdict:
-    """`inputs` are the originals (cpu); `reply` the worker's metadata; `saved` its file."""
+    """`inputs` are the originals (cpu); `reply` the worker's metadata; `saved` its file;
+    `kernel_source` the student's module as text, only parsed (for what can compute a NaN)."""
     modified = _modified_input(inputs, saved)
     if modified:
         return modified
     ref = spec.reference(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
     if isinstance(ref, (tuple, list)):
-        return _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, ref)
+        return _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, ref, kernel_source)
     if "output" not in saved:
         return Verdict(Outcome.FAILED, f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
     problem = _delivery("the result", reply, saved["output"], ref.shape, dtype, expected_device)
     if problem:
         return Verdict(Outcome.FAILED, problem)
     base = spec.baseline(*inputs.values()).to(torch.float64)
-    return _compare(spec, case, dtype, inputs, saved["output"], ref, base)
+    return _compare(spec, case, dtype, inputs, saved["output"], ref, base, kernel_source=kernel_source)
 
 
-def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, dict, dict]], expected_device: str) -> Verdict:
+def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, dict, dict]], expected_device: str,
+               kernel_source: str = "") -> Verdict:
     """A case of several calls (Assignment.calls) or one judged by a property (Assignment.check,
     which gets every call's arguments and tensor result). `runs` holds (inputs, reply, saved)
     per call, in call order."""
     if spec.check is None:
         for i, (inputs, reply, saved) in enumerate(runs):
-            verdict = judge_call(spec, case, dtype, inputs, reply, saved, expected_device)
+            verdict = judge_call(spec, case, dtype, inputs, reply, saved, expected_device, kernel_source)
             if verdict.outcome != Outcome.PASSED:
                 verdict.message = f"call {i + 1} of {len(runs)}: {verdict.message}"
                 return verdict
@@ -106,7 +110,7 @@ def _delivery(what: str, meta: dict, out: torch.Tensor, shape, dtype: str, expec
     return None
 
 
-def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs) -> Verdict:
+def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs, kernel_source: str = "") -> Verdict:
     """A tuple result (e.g. dx, dw, db): each part against the reference's part, in the
     error model of its own torch baseline; the first wrong part is named."""
     n = len(refs)
@@ -122,7 +126,8 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs)
         problem = _delivery(what, meta, saved[f"output.{i}"], ref.shape, dtype, expected_device)
         if problem:
             return Verdict(Outcome.FAILED, problem)
-        verdict = _compare(spec, case, dtype, inputs, saved[f"output.{i}"], ref, base.to(torch.float64), part=i)
+        verdict = _compare(spec, case, dtype, inputs, saved[f"output.{i}"], ref, base.to(torch.float64), part=i,
+                           kernel_source=kernel_source)
         if verdict.outcome != Outcome.PASSED:
             verdict.message = f"{what} is wrong: {verdict.message}"
             verdict.details["wrong_output"] = names[i]
@@ -133,13 +138,16 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs)
 
 
 def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor,
-             part: int | None = None) -> Verdict:
+             part: int | None = None, kernel_source: str = "") -> Verdict:
     """The error model: |out - ref| <= k x torch's max error + atol + rtol x |ref|, elementwise.
-    `part`: which of the reference's results this is, for a function that returns several."""
+    `part`: which of the reference's results this is, for a function that returns several.
+    A NaN is 'never written' only where the worker's poison survives, bit for bit (`unwritten`);
+    any other NaN or inf was computed, and is named so (grader.judge.nonfinite)."""
     base_err = _finite_max((base - ref).abs())
     tol = spec.tolerance
     allowed = tol.k * base_err + tol.atol[dtype] + tol.rtol[dtype] * ref.abs()
     got = out.to(torch.float64)
+    unwritten = poisoned(out).reshape(got.shape)
     err = (got - ref).abs()
     bad = ~(err <= allowed)  # NaN compares False: a NaN where the reference is finite is bad
     both_nan = got.isnan() & ref.isnan()
@@ -156,23 +164,32 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
     nan, inf = int((got.isnan() & finite_ref).sum()), int((got.isinf() & finite_ref).sum())
     if nan or inf:  # the maxima above are over finite values only: say what they leave out
         details["nan_elements"], details["inf_elements"] = nan, inf
+    if never := int((unwritten & finite_ref).sum()):
+        details["unwritten_elements"] = never
     if not bad.any():
         return Verdict(Outcome.PASSED, f"max abs error {details['max_abs_error']:.3g} (torch's: {base_err:.3g})", details)
     first = tuple(int(i) for i in bad.nonzero()[0])
     details["first_bad_index"] = list(first)
     details["first_bad_value"] = f"got {got[first].item():.6g}, expected {ref[first].item():.6g}"
-    mismatch = Mismatch(bad, got, ref, inputs, allowed, base_err, dtype)
+    mismatch = Mismatch(bad, got, ref, inputs, allowed, base_err, dtype, unwritten)
     strides = strides_ignored(spec, mismatch, part)  # before any tail or block pattern, which a stride bug mimics
     own = _spec_explanation(spec, mismatch)
     if strides and not (own and "stride" in own):  # the spec's words only where they name the strides too
         own = strides
-    pattern = own or describe_mismatch(bad, got, inputs)
+    pattern = own or describe_mismatch(bad, got, inputs, unwritten)
+    computed = nonfinite.first_computed(got, ref, unwritten, inputs)
+    if computed:  # what of the kernel can compute it, as its source reads (the same words in every case)
+        details["computed_nonfinite"] = computed
+        if hint := nonfinite.culprits(computed, nonfinite.kernel_operations(kernel_source)):
+            pattern = f"{pattern.rstrip('.')}; {hint}"
     details["pattern"] = pattern
-    details["wrong_map"] = wrong_map(bad, got)
+    details["wrong_map"] = wrong_map(bad, got, unwritten)
     message = f"{details['bad_elements']} of {bad.numel()} elements wrong"
     if nan or inf:
         message += f" ({nonfinite_words(nan, inf)})"
     message += f"; {pattern}"
+    if computed:
+        message += f" ({nonfinite.where_words(computed)})"
     if case.why:
         message += f" (this case: {case.why})"
     return Verdict(Outcome.FAILED, message, details)
@@ -219,23 +236,43 @@ def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = Non
     return None
 
 
-def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, torch.Tensor]) -> str:
-    """The mismatch in words, most specific explanation first."""
+def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, torch.Tensor],
+                      unwritten: torch.Tensor | None = None) -> str:
+    """The mismatch in words, most specific explanation first. `unwritten`: where the worker's
+    poison survives (None: every NaN is taken for memory never written)."""
+    never = got.isnan() if unwritten is None else unwritten
     for name, t in inputs.items():
         if isinstance(t, torch.Tensor) and t.shape == got.shape and torch.equal(got, t.to(torch.float64)):
             return f"the result equals the input {name}: did you return the input instead of the output?"
-    if got.isnan().all():
+    if never.all():
         return ("every element is NaN, the poison that fills uninitialized memory: "
                 "the output was never written (is the store missing or fully masked?)")
-    nan_note = " The wrong elements hold NaN." if got[bad].isnan().all() else ""
+    if got.isnan().all():
+        if not never.any():
+            return ("every element is NaN, computed by your kernel: none of them is the poison of memory never written, "
+                    "so the store ran and stored NaN")
+        return (f"every element is NaN: {int(never.sum())} were never written (the poison of uninitialized memory), "
+                f"the other {int((~never).sum())} your kernel computed")
+    nan_note = _nan_note(bad, got, never)
     if bad.all():
         return "every element is wrong." + nan_note
     if bad.dim() == 1:
         return _describe_1d(bad) + nan_note
     if bad.dim() == 2:
         strided = any(isinstance(t, torch.Tensor) and t.dim() == 2 and t.stride(1) != 1 for t in inputs.values())
-        return _describe_2d(bad, got, strided) + nan_note
+        return _describe_2d(bad, got, strided, never) + nan_note
     return f"first wrong element at {tuple(int(i) for i in bad.nonzero()[0])}." + nan_note
+
+
+def _nan_note(bad: torch.Tensor, got: torch.Tensor, never: torch.Tensor) -> str:
+    """Whether the wrong elements' NaNs were never written or computed (the poison's bits tell)."""
+    if not got[bad].isnan().all():
+        return ""
+    if never[bad].all():
+        return " The wrong elements hold NaN, the poison of memory never written."
+    if not never[bad].any():
+        return " The wrong elements hold NaN computed by your kernel (not the poison of memory never written)."
+    return " The wrong elements hold NaN: some never written (the poison), some computed by your kernel."
 
 
 def _suffix_start(mask: torch.Tensor) -> int | None:
@@ -260,9 +297,10 @@ def _describe_1d(bad: torch.Tensor) -> str:
     return f"{len(idx)} elements wrong, scattered between index {int(idx[0])} and {int(idx[-1])}"
 
 
-def _describe_2d(bad: torch.Tensor, got: torch.Tensor, strided: bool = True) -> str:
+def _describe_2d(bad: torch.Tensor, got: torch.Tensor, strided: bool = True, never: torch.Tensor | None = None) -> str:
     rows, cols = bad.any(dim=1), bad.any(dim=0)
-    unwritten = _suffix_start((got.isnan() & bad).all(dim=0))
+    never = got.isnan() if never is None else never
+    unwritten = _suffix_start((never & bad).all(dim=0))
     if unwritten is not None:
         return (f"columns >= {unwritten} were never written (they hold the NaN poison of uninitialized memory){_block_note(unwritten)}, "
                 "and the rest of each row is off too: a row longer than your block is cut short; loop over the row in blocks, "

@@ -21,7 +21,7 @@ from typing import Callable
 
 from grader import protocol
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
-from grader.protocol import (Call, CallReply, Description, Failure, Load, Ok, Ping, Roofline, RooflineReply, Run, RunReply,
+from grader.protocol import (Call, CallReply, CompiledKernel, Description, Failure, Load, Ok, Ping, Roofline, RooflineReply, Run, RunReply,
                              Sample, Time, TimeReply)
 
 
@@ -37,6 +37,7 @@ def _setup_torch():
 
 LAUNCHES: Counter[str] = Counter()
 BLOCKS: dict[str, int] = {}  # the BLOCK* sizes a call's launches passed: where the report draws block boundaries
+COMPILED: dict[str, dict] = {}  # on a GPU, what the compiler made of each kernel a call launched (protocol.CompiledKernel)
 
 
 def _setup_triton(interpret: bool) -> None:
@@ -56,12 +57,16 @@ def _setup_triton(interpret: bool) -> None:
         original = cls.run
 
         def counted(self, *args, __original=original, **kwargs):
+            name = getattr(self, "__name__", None) or self.fn.__name__
             if not kwargs.get("warmup", False):
-                LAUNCHES[getattr(self, "__name__", None) or self.fn.__name__] += 1
+                LAUNCHES[name] += 1
                 for k, v in kwargs.items():
                     if k.upper().startswith("BLOCK") and type(v) is int and k not in BLOCKS:
                         BLOCKS[k] = v
-            return __original(self, *args, **kwargs)
+            kernel = __original(self, *args, **kwargs)
+            if not interpret and not kwargs.get("warmup", False) and name not in COMPILED and len(COMPILED) < 4:
+                COMPILED[name] = _compiled(kernel, kwargs)
+            return kernel
 
         cls.run = counted
 
@@ -75,6 +80,25 @@ def _setup_triton(interpret: bool) -> None:
 
         _index_one_element_arrays()
         memcheck.install()
+
+
+def _compiled(kernel, kwargs: dict) -> dict:
+    """Registers, spills, shared memory, warps and stages of a compiled kernel, and its launch's
+    grid (evaluated again where it is a function of the launch's meta-parameters)."""
+    meta = getattr(kernel, "metadata", None)
+    grid = kwargs.get("grid")
+    try:
+        grid = grid(kwargs) if callable(grid) else grid
+        grid = [int(g) for g in grid][:3]
+    except Exception:  # noqa: BLE001 - a grid of the student's own making: left out
+        grid = []
+
+    def number(value) -> int:
+        return value if type(value) is int else 0
+
+    return {"n_regs": number(getattr(kernel, "n_regs", 0)), "n_spills": number(getattr(kernel, "n_spills", 0)),
+            "shared": number(getattr(meta, "shared", 0)), "num_warps": number(getattr(meta, "num_warps", 0)),
+            "num_stages": number(getattr(meta, "num_stages", 0)), "grid": grid}
 
 
 def _index_one_element_arrays() -> None:
@@ -195,10 +219,12 @@ class Worker:
         fn = self.functions[req.contender]
         ops: Counter[str] = Counter()
         LAUNCHES.clear()
+        COMPILED.clear()
         out = _called(fn, args, ops if req.record_ops else None)
         self.torch.cuda.synchronize()
         self.retained[(req.contender, req.key)] = out
-        return CallReply(ops=sorted(ops), launches=sum(LAUNCHES.values()))
+        return CallReply(ops=sorted(ops), launches=sum(LAUNCHES.values()),
+                         kernels={k[:80]: CompiledKernel(**v) for k, v in COMPILED.items()})
 
     def sample(self, req: Sample) -> Ok | Failure:
         """Write the kept outputs' elements at the judge's flat indices (chosen after the
@@ -249,13 +275,11 @@ THREAD_GRACE_S = 2.0
 
 
 def _called(fn, args: dict, ops: Counter | None):
-    """The student's function called on `args` (an untimed call): with `ops`, counting the aten
+    """The student's function called on `args` (an untimed call), every tensor it allocates
+    uninitialized poisoned with our own NaN (grader.codec.POISON); with `ops`, counting the aten
     ops it dispatched; the threads it started given their grace before its result is taken."""
     threads = set(threading.enumerate())
-    if ops is not None:
-        with _OpRecorder(ops):
-            out = fn(*args.values())
-    else:
+    with _OpRecorder(ops):
         out = fn(*args.values())
     _join_new_threads(threads)
     return out
@@ -290,17 +314,30 @@ def _shares_memory(a, b) -> bool:
         return False
 
 
+UNINITIALIZED = ("aten::empty", "aten::new_empty")  # torch.empty, empty_like, empty_strided, new_empty, ...
+
+
 class _OpRecorder:
     """Records which aten ops the student's call dispatched (e.g. aten::_softmax means torch
-    did the work, not a kernel). A TorchDispatchMode sees ops below autograd and Python."""
+    did the work, not a kernel), when given a Counter; poisons what it allocates uninitialized,
+    so that an element never written is told from a NaN computed. A TorchDispatchMode sees ops
+    below autograd and Python."""
 
-    def __init__(self, ops: Counter) -> None:
+    def __init__(self, ops: Counter | None) -> None:
+        import torch
         from torch.utils._python_dispatch import TorchDispatchMode
+
+        from grader.codec import poison_
 
         class Mode(TorchDispatchMode):
             def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-                ops[func.name()] += 1
-                return func(*args, **(kwargs or {}))
+                name = func.name()
+                if ops is not None:
+                    ops[name] += 1
+                out = func(*args, **(kwargs or {}))
+                if name.startswith(UNINITIALIZED) and type(out) is torch.Tensor:
+                    poison_(out)
+                return out
 
         self.mode = Mode()
 
