@@ -120,21 +120,28 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
     Student failures are outcomes inside the result; only our own failures are infra_error."""
     from grader import environment, spec as specs
-    from grader.judge.grade import grade_assignment, measured_roofline
+    from grader.judge.grade import grade_assignment, measured_roofline, not_gradable
+    from grader.results import AssignmentResult
     from grader.sandbox.process import detect
-    from grader.submission import open_submission
+    from grader.submission import SubmissionError, open_submission
 
     started = time.time()
     log(f"grading {job.label} at commit {job.commit or '-'} ({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, "
         f"seed {job.seed})")
     try:
         spec = specs.get(job.assignment)
-        sub = open_submission(Path(job.repo))
         ctx = job.grading_context()
         graded_at = time.time()
         phases: dict[str, float] = {}
-        with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
-            result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, lambda step: log(f"  {step}"), phases=phases)
+        try:
+            sub = open_submission(Path(job.repo))
+        except SubmissionError as exc:  # the student's grader.toml: graded, and the student is told why
+            if not Path(job.repo).is_dir():
+                raise  # the workspace's checkout is gone: ours
+            result = not_gradable(spec, ctx, AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), str(exc))
+        else:
+            with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
+                result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, lambda step: log(f"  {step}"), phases=phases)
         result.notes[:0] = job.notes
         env = environment.describe(ctx.device, detect(ctx.isolation).describe())  # the record says which isolation ran
         if roofline := measured_roofline(result):

@@ -143,8 +143,9 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
     call_timeout = ctx.call_timeout_for(spec)
 
     runnable = [c for c in calls if not c.skip]
-    if runnable and not sub.has(spec):  # one result that says so, not one error per case
-        return _not_submitted(spec, sub, ctx, result, module, calls, runnable)
+    module_file, problem = sub.locate(spec)
+    if runnable and module_file is None:  # one result that says so, not one error per case
+        return not_gradable(spec, ctx, result, problem) if problem else _not_submitted(spec, sub, ctx, result, module, calls, runnable)
     prewarm(ctx.interpret, ctx.gpu, ctx.isolation)
 
     neighbours = [sub.root.parent]  # the submission's folder and the folders beside it (other students)
@@ -157,7 +158,9 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
             # made outside the worker's view; each call's file is shown to it only for that call,
             # so no input can be read ahead (at import) and answered from a precomputed cache
             materialize(spec, runnable, workdir.parent / f"{spec.name}.inputs")
-            sub.private_copy(workdir / "repo")
+            left_out = sub.private_copy(workdir / "repo")
+            if left_out:  # counts only: the names are the student's, and nothing of theirs is followed
+                result.notes.append("Not copied for grading: " + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
             _scan(result, workdir / "repo", module)
             lap("inputs_and_copy")
             load_failure = _start(worker, spec)
@@ -203,7 +206,7 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
     score_assignment(spec, result, planned)
     if note := hidden_note(spec):
         result.notes.append(note)
-    result.headline = headline(result, sub.root / module)
+    result.headline = headline(result, module_file)
     return result
 
 
@@ -211,20 +214,36 @@ def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, resul
                    calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
+    named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
+    return _nothing_checked(spec, ctx, result, "not submitted",
+                            f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
+                            {"not_submitted": True})
+
+
+def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult, why: str) -> AssignmentResult:
+    """What the student set up cannot be graded (grader.toml unreadable or of the wrong shape, a
+    module that leads out of the repo or is not a file): the student's outcome, failed with the
+    reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
+    return _nothing_checked(spec, ctx, result, "cannot be graded", f"{why}: nothing of {spec.name} was checked",
+                            {"not_gradable": True})
+
+
+def _nothing_checked(spec: Assignment, ctx: GradingContext, result: AssignmentResult, name: str, message: str,
+                     details: dict) -> AssignmentResult:
+    calls = ctx.calls(spec)
+    runnable = [c for c in calls if not c.skip]
     planned = [c.test_name for c in (ctx.full_plan(spec) if ctx.partial else calls)]
     shares = dict(zip(planned, split_cents(spec.correctness_points, len(planned))))
     share = {c.id: shares.get(c.test_name, 0) for c in calls}
     perf = cents(spec.performance_points) if spec.performance is not None else 0
     timed = spec.performance is not None and not ctx.interpret
-    named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
-    test = TestResult(spec.name, "submission", "not submitted", "failed",
-                      f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
-                      details={"not_submitted": True})
+    test = TestResult(spec.name, "submission", name, "failed", message, details=details)
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
     if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+        why = "not submitted" if details.get("not_submitted") else "not gradable"
         result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
-                                       "not submitted, and not runnable here", max_score=skipped / 100,
+                                       f"{why}, and not runnable here", max_score=skipped / 100,
                                        details={"points_if_run": skipped / 100}))
     result.tests.insert(0, test)
     return result
