@@ -129,7 +129,8 @@ def copy_tree(src: Path, dest: Path, ignore: Callable[[str, list[str]], set[str]
     folders are walked by an explicit stack, files opened with O_NOFOLLOW and checked again."""
     base = real_root(src)
     dest = Path(dest)
-    dest.mkdir(mode=0o755)
+    dest.parent.mkdir(parents=True, exist_ok=True)
+    dest.mkdir(mode=0o755)  # a new folder: the copy is written into nothing that was there
     left_out: Counter = Counter()
     files = size = 0
     stack: list[tuple[str, Path, int]] = [(base, dest, 0)]
