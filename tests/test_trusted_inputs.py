@@ -65,9 +65,24 @@ def leaked_anywhere(folder: Path) -> list[str]:
     return hits
 
 
+_DEEP: list[Path] = []  # tests that made a deep tree: their folder is removed after them
+
+
+@pytest.fixture(autouse=True)
+def _remove_deep_trees(tmp_path):
+    """pytest's own clean-up of old test folders recurses, and a tree 1,200 deep is past it: a
+    test that made one has its folder removed at once, by `rm -r` (which does not recurse)."""
+    yield
+    if tmp_path in _DEEP:
+        _DEEP.remove(tmp_path)
+        subprocess.run(["rm", "-rf", "--one-file-system", str(tmp_path)], check=False)
+
+
 def deep_folder(root: Path, name: str, depth: int) -> Path:
     """`root/name/name/...` `depth` levels deep, made one level at a time (a path this long is
-    past what recursive helpers such as Path.mkdir(parents=True) can make)."""
+    past what recursive helpers such as Path.mkdir(parents=True) can make). The test's folder
+    is removed after it (see _remove_deep_trees)."""
+    _DEEP.extend(p for p in root.parents if p.name.startswith("test_") and p.parent.name.startswith("pytest-"))
     fd = os.open(root, os.O_RDONLY | os.O_DIRECTORY)
     try:
         for _ in range(depth):
