@@ -118,6 +118,32 @@ def _kind(mode: int) -> str:
     return "special file"
 
 
+def find(root: Path, name: str, skip: tuple[str, ...] = (".git",), max_depth: int = COPY_MAX_DEPTH,
+         max_folders: int = 20_000) -> list[Path]:
+    """Regular files called `name` in the repo (not through links, not in `skip` folders, at
+    most `max_depth` deep), by an explicit walk: a tree 1,200 folders deep is no recursion."""
+    found: list[Path] = []
+    stack, seen = [(Path(real_root(root)), 0)], 0
+    while stack and seen < max_folders:
+        folder, depth = stack.pop()
+        seen += 1
+        try:
+            with os.scandir(folder) as it:
+                entries = sorted(it, key=lambda e: e.name)
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if stat.S_ISDIR(st.st_mode) and entry.name not in skip and depth < max_depth:
+                stack.append((Path(entry.path), depth + 1))
+            elif stat.S_ISREG(st.st_mode) and entry.name == name:
+                found.append(Path(entry.path))
+    return sorted(found)
+
+
 def copy_tree(src: Path, dest: Path, ignore: Callable[[str, list[str]], set[str]] | None = None,
               max_depth: int = COPY_MAX_DEPTH, max_files: int = COPY_MAX_FILES, max_bytes: int = COPY_MAX_BYTES) -> Counter:
     """Copy the repo `src` to the new folder `dest` for a worker, and count what was left out.

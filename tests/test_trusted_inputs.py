@@ -667,3 +667,40 @@ def _trent(student: Path, secret: Path) -> None:
 def _oscar(student: Path, secret: Path) -> None:
     (student / "grader.toml").write_text("assignments = 5\n")
     deep_folder(student, "d", 1200)
+
+
+# -- Gradescope's run_autograder: a flat upload's modules are looked for in the student's tree ------
+
+@pytest.mark.timeout(120)
+def test_gradescopes_module_search_neither_follows_nor_writes_through_links(tmp_path, secret):
+    from grader.kit.gradescope import locate_modules
+
+    upload = tmp_path / "submission"
+    upload.mkdir()
+    deep_folder(upload, "d", 1200)  # searched without recursion; too deep to be looked in
+    (upload / "notes").symlink_to(secret.parent)  # a folder link out: not searched
+    (secret.parent / "vector_add.py").write_text(f"# {SECRET}\n")
+    (upload / "softmax.py").symlink_to(secret)  # a link is not the student's file
+    (upload / "kernels").mkdir()
+    fifo(upload / "kernels" / "layernorm.py")
+    (upload / "grader.toml").symlink_to(secret.parent / "course.toml")  # written through, it would change a TA's file
+    (secret.parent / "course.toml").write_text("")
+    assert locate_modules(upload, ["vector_add", "softmax", "layernorm"]) == []  # grader.toml leads out: left to grader check
+    (upload / "grader.toml").unlink()
+    (upload / "vector_add.py").write_text("# the student's\n")
+    assert locate_modules(upload, ["vector_add", "softmax", "layernorm"]) == [
+        "vector_add: kernels/vector_add.py not found; grading vector_add.py"]
+    assert (secret.parent / "course.toml").read_text() == "" and not (upload / "grader.toml").is_symlink()
+    assert open_submission(upload).target(specs.get("vector_add"))[0] == "vector_add.py"
+    assert_no_leak((upload / "grader.toml").read_text())
+
+
+@pytest.mark.timeout(60)
+def test_gradescopes_module_search_takes_any_grader_toml(tmp_path):
+    from grader.kit.gradescope import locate_modules
+
+    (tmp_path / "vector_add.py").write_text("# the student's\n")
+    for content in (TOML_FILES["5000-nested-arrays"][0], b"assignments = 5\n", b"\xff\xfe"):
+        (tmp_path / "grader.toml").write_bytes(content)
+        assert locate_modules(tmp_path, ["vector_add"]) == []  # grader check says what is wrong with it
+        assert (tmp_path / "grader.toml").read_bytes() == content

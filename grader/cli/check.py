@@ -21,6 +21,7 @@ from rich.table import Table
 from grader import spec as specs
 from grader.judge.feedback import group_failures, points_line, run_total
 from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
+from grader.sanitize import one_line
 from grader.submission import SubmissionError, open_submission
 
 from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err
@@ -51,15 +52,18 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
 
 def toml_problems(sub, catalogue: dict) -> list[str]:
     """What the submission's grader.toml names that is not there: a module file that does not
-    exist, an assignment that does not exist."""
+    exist, an assignment that does not exist. (An entry of the wrong shape is that assignment's
+    outcome, `Submission.problems`.)"""
     problems = []
-    for name, entry in sub.overrides.items():
+    for name in [*sub.overrides, *sub.problems]:
+        shown = one_line(name, 60)
         if name not in catalogue:
-            problems.append(f"grader.toml names [assignments.{name}], which is not an assignment "
+            problems.append(f"grader.toml names [assignments.{shown}], which is not an assignment "
                             f"(known: {', '.join(catalogue)})")
-        elif "module" in entry and not sub.has(catalogue[name]) and not sub.problem(catalogue[name]):
-            problems.append(f"grader.toml sets [assignments.{name}] module = \"{entry['module']}\", "
-                            f"but {sub.root / entry['module']} does not exist")
+        elif "module" in sub.overrides.get(name, {}) and not sub.has(catalogue[name]) and not sub.problem(catalogue[name]):
+            module = sub.overrides[name]["module"]
+            problems.append(f"grader.toml sets [assignments.{shown}] module = \"{one_line(module, 120)}\", "
+                            f"but {one_line(sub.root / module, 200)} does not exist")
     return problems
 
 
