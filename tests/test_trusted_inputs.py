@@ -707,3 +707,21 @@ def test_gradescopes_module_search_takes_any_grader_toml(tmp_path):
         (tmp_path / "grader.toml").write_bytes(content)
         assert locate_modules(tmp_path, ["vector_add"]) == []  # grader check says what is wrong with it
         assert (tmp_path / "grader.toml").read_bytes() == content
+
+
+# -- a Ray batch: the submission travels as the private copy would hold it ---------------------------
+
+@pytest.mark.timeout(120)
+def test_a_submission_travels_to_a_node_without_what_leads_out(tmp_path, secret):
+    from grader.batch.executors import _unpack, pack_repo
+
+    root = repo(tmp_path)
+    (root / "kernels" / "inside.py").symlink_to("vector_add.py")
+    (root / "kernels" / "out.py").symlink_to(secret)  # a link out: the node's archive filter refuses it
+    fifo(root / "kernels" / "pipe.py")
+    deep_folder(root, "d", 1200)
+    dest = tmp_path / "node"
+    _unpack(pack_repo(root), dest)
+    assert (dest / "kernels" / "inside.py").read_text() == (root / "kernels" / "vector_add.py").read_text()
+    assert not os.path.lexists(dest / "kernels" / "out.py") and not os.path.lexists(dest / "kernels" / "pipe.py")
+    assert leaked_anywhere(dest) == []
