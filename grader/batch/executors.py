@@ -345,8 +345,11 @@ def pack_repo(root: Path) -> bytes:
     with tempfile.TemporaryDirectory(prefix="grader-pack-") as tmp, tarfile.open(fileobj=buffer, mode="w:gz") as tar:
         copy = Path(tmp) / "repo"
         copy_tree(Path(root), copy, ignore=IGNORED)
-        for name in sorted(os.listdir(copy)):
-            tar.add(copy / name, arcname=name)  # at most 64 folders deep: tarfile's recursion holds
+        for folder, dirs, files in os.walk(copy):  # at most 64 folders deep: the walk's recursion holds
+            dirs.sort()
+            for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
+                path = Path(folder) / name  # files and links; a folder comes with what it holds
+                tar.add(path, arcname=str(path.relative_to(copy)), recursive=False)
     return buffer.getvalue()
 
 
