@@ -145,7 +145,7 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
     runnable = [c for c in calls if not c.skip]
     module_file, problem = sub.locate(spec)
     if runnable and module_file is None:  # one result that says so, not one error per case
-        return not_gradable(spec, ctx, result, problem) if problem else _not_submitted(spec, sub, ctx, result, module, calls, runnable)
+        return not_gradable(spec, ctx, result, problem) if problem else _not_submitted(spec, sub, ctx, result, module)
     prewarm(ctx.interpret, ctx.gpu, ctx.isolation)
 
     neighbours = [sub.root.parent]  # the submission's folder and the folders beside it (other students)
@@ -210,8 +210,7 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
     return result
 
 
-def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str,
-                   calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
+def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
@@ -230,6 +229,8 @@ def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult
 
 def _nothing_checked(spec: Assignment, ctx: GradingContext, result: AssignmentResult, name: str, message: str,
                      details: dict) -> AssignmentResult:
+    """One failed result worth what this run could have earned, and the points only a GPU run
+    could earn noted as skipped."""
     calls = ctx.calls(spec)
     runnable = [c for c in calls if not c.skip]
     planned = [c.test_name for c in (ctx.full_plan(spec) if ctx.partial else calls)]
