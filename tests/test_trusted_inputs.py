@@ -613,11 +613,12 @@ def test_a_batch_grades_hostile_students_as_students_and_the_good_one_intact(tmp
     """alice: good. mallory: a grader.toml syntax error (her mistake: graded, failed with the
     reason, never infra_error). trent: vector_add a committed link to the TA's file, a never-run
     helper import linked to it, and a 3,000-term expression the scan cannot parse. oscar:
-    grader.toml `assignments = 5` and a folder 1,200 deep. Nothing of the TA's file reaches the
+    grader.toml `assignments = 5` and a folder 1,200 deep. sybil: a syntax error in vector_add,
+    null bytes in softmax (the student's error, with the reason). Nothing of the TA's file reaches the
     class folder; alice's grade is what a good student's is."""
     root = tmp_path / "class"
     roster = make_class(root, {"alice": "good"})
-    for name, setup in (("mallory", _mallory), ("trent", _trent), ("oscar", _oscar)):
+    for name, setup in (("mallory", _mallory), ("trent", _trent), ("oscar", _oscar), ("sybil", _sybil)):
         student = build_submission(root / "repos" / name, "good")
         setup(student, secret)
         subprocess.run(["git", "init", "-q", "-b", "main"], cwd=student, check=True)
@@ -631,7 +632,7 @@ def test_a_batch_grades_hostile_students_as_students_and_the_good_one_intact(tmp
                    "-a", "softmax", "--case", "n=1", "--case", "1x1", "--dtype", "float32", "--seed", "3"], root, timeout=1100)
     out = root / "out"
     assert run.returncode == 0, run.stdout + run.stderr
-    assert "8 jobs graded, 0 infra errors" in run.stdout, run.stdout
+    assert "10 jobs graded, 0 infra errors" in run.stdout, run.stdout
     rows = {row["student"]: row for row in csv.DictReader(io.StringIO((out / "grades.csv").read_text()))}
     assert (rows["alice"]["vector_add"], rows["alice"]["softmax"]) == ("6", "12")  # a good student's grade, intact
 
@@ -647,7 +648,10 @@ def test_a_batch_grades_hostile_students_as_students_and_the_good_one_intact(tmp
         assert "grader.toml: assignments must be a table" in t["message"], t
     assert "leads outside the repository" in test_of("trent", "vector_add", "cannot be graded")["message"]
     assert test_of("trent", "softmax", "1x1 [float32]")["outcome"] == "passed"
-    assert rows["mallory"]["total"] == "0" and rows["trent"]["softmax"] == "12"
+    assert test_of("sybil", "vector_add", "n=1 [float32]")["outcome"] == "error"
+    assert "SyntaxError" in test_of("sybil", "vector_add", "n=1 [float32]")["message"]
+    assert "null bytes" in test_of("sybil", "softmax", "1x1 [float32]")["message"]
+    assert rows["mallory"]["total"] == "0" and rows["sybil"]["total"] == "0" and rows["trent"]["softmax"] == "12"
     trent = (out / "students" / "trent" / "results.json").read_text()
     assert "nested too deeply for the scan to read" in trent
     assert leaked_anywhere(out) == [] and leaked_anywhere(root / "ws") == []
@@ -665,6 +669,12 @@ def _trent(student: Path, secret: Path) -> None:
     (student / "kernels" / "expr.py").write_text("x = " + " + ".join(["1"] * 3000) + "\n")
     source = (student / "kernels" / "softmax.py").read_text()
     (student / "kernels" / "softmax.py").write_text(source + "\n\ndef _never_run():\n    from . import helper, expr\n")
+
+
+def _sybil(student: Path, secret: Path) -> None:
+    (student / "kernels" / "vector_add.py").write_text("def vector_add(:\n")
+    with open(student / "kernels" / "softmax.py", "ab") as f:
+        f.write(b"\nx = 1\x00\n")
 
 
 def _oscar(student: Path, secret: Path) -> None:
