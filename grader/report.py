@@ -9,7 +9,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.judge import picture
 from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total
-from grader.results import Outcome, RunResult, outcome_css
+from grader.results import Outcome, RunResult, outcome_css, write_text_atomic
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -72,7 +72,8 @@ def render(run: RunResult) -> str:
 
 
 def write_report(run: RunResult, folder: Path) -> Path:
-    folder.mkdir(parents=True, exist_ok=True)
+    """report.html in `folder`, written through a temp file and a rename: a link planted there
+    is replaced, never written through."""
     path = folder / "report.html"
-    path.write_text(render(run))
+    write_text_atomic(render(run), path)
     return path

@@ -336,19 +336,22 @@ def _exit_reason(code: int | None) -> str:
 # -- Ray ----------------------------------------------------------------------------------------------
 
 def pack_repo(root: Path) -> bytes:
-    """The submission as a tar.gz (what the worker's private copy would hold), to travel to a node."""
+    """The submission as a tar.gz to travel to a node: exactly what the worker's private copy
+    would hold (`grader.repofiles.copy_tree`: links only where they stay inside the repo, no
+    special files, bounded in depth and size), so a link out or a tree 1,200 deep is the
+    student's outcome on the node, never an archive the node refuses."""
+    from grader.repofiles import copy_tree
     from grader.submission import IGNORED
 
     buffer = io.BytesIO()
-    root = Path(root)
-    with tarfile.open(fileobj=buffer, mode="w:gz") as tar:
-        for folder, dirs, files in os.walk(root):
-            ignored = IGNORED(folder, dirs + files)
-            dirs[:] = sorted(d for d in dirs if d not in ignored)
-            for name in sorted(files):
-                if name not in ignored:
-                    path = Path(folder) / name
-                    tar.add(path, arcname=str(path.relative_to(root)), recursive=False)
+    with tempfile.TemporaryDirectory(prefix="grader-pack-") as tmp, tarfile.open(fileobj=buffer, mode="w:gz") as tar:
+        copy = Path(tmp) / "repo"
+        copy_tree(Path(root), copy, ignore=IGNORED)
+        for folder, dirs, files in os.walk(copy):  # at most 64 folders deep: the walk's recursion holds
+            dirs.sort()
+            for name in sorted(files + [d for d in dirs if os.path.islink(os.path.join(folder, d))]):
+                path = Path(folder) / name  # files and links; a folder comes with what it holds
+                tar.add(path, arcname=str(path.relative_to(copy)), recursive=False)
     return buffer.getvalue()
 
 

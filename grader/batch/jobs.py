@@ -128,9 +128,9 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
     Student failures are outcomes inside the result; only our own failures are infra_error."""
     from grader import environment, spec as specs
-    from grader.judge.grade import grade_assignment, measured_roofline
+    from grader.judge.grade import grade_assignment, measured_roofline, not_gradable
+    from grader.results import AssignmentResult
     from grader.sandbox.process import detect
-    from grader.judge.grade import unusable_submission
     from grader.submission import SubmissionError, open_submission
 
     started = time.time()
@@ -144,9 +144,11 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
         phases: dict[str, float] = {}
         try:
             sub = open_submission(Path(job.repo))
-        except SubmissionError as exc:  # the student's grader.toml: their grade says why, it is not retried as ours
-            sub, result = None, unusable_submission(spec, ctx, " ".join(str(exc).split()))
-        if sub is not None:
+        except SubmissionError as exc:  # the student's grader.toml: graded, and the student is told why
+            if not Path(job.repo).is_dir():
+                raise  # the workspace's checkout is gone: ours
+            result = not_gradable(spec, ctx, AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), str(exc))
+        else:
             with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
                 result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, lambda step: log(f"  {step}"), phases=phases)
         result.notes[:0] = job.notes

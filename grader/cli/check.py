@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import shutil
 from pathlib import Path
 from typing import List, Optional
 
@@ -19,11 +20,11 @@ from rich.table import Table
 
 from grader import spec as specs
 from grader.judge.feedback import group_failures, points_line, run_total, smallest_words
-from grader.results import Outcome, RunResult, write_json_atomic
+from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
+from grader.sanitize import one_line
 from grader.submission import SubmissionError, open_submission
 
 from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, commands_stopped, console, err, in_actions, say, shown, shown_lines
-from grader.sanitize import one_line
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
@@ -38,7 +39,7 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
     if not catalogue:
         raise UsageError(f"no course found: no assignments/ in {specs.course_root()}. Run grader check inside your "
                          f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
-    found = [s for s in catalogue.values() if sub.has(s)]
+    found = [s for s in catalogue.values() if sub.has(s) or sub.problem(s)]  # a problem is graded: the student's outcome
     problems = toml_problems(sub, catalogue)
     if not found:
         looked = ", ".join(one_line(sub.target(s)[0], 200) for s in catalogue.values())  # grader.toml's paths: one line each
@@ -51,15 +52,18 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
 
 def toml_problems(sub, catalogue: dict) -> list[str]:
     """What the submission's grader.toml names that is not there: a module file that does not
-    exist, an assignment that does not exist. One line each, whatever the names hold."""
+    exist, an assignment that does not exist. (An entry of the wrong shape is that assignment's
+    outcome, `Submission.problems`.)"""
     problems = []
-    for name, entry in sub.overrides.items():
+    for name in [*sub.overrides, *sub.problems]:
+        label = one_line(name, 60)
         if name not in catalogue:
-            problems.append(f"grader.toml names [assignments.{one_line(name, 80)}], which is not an assignment "
+            problems.append(f"grader.toml names [assignments.{label}], which is not an assignment "
                             f"(known: {', '.join(catalogue)})")
-        elif "module" in entry and not sub.has(catalogue[name]):
-            problems.append(f"grader.toml sets [assignments.{name}] module = \"{one_line(entry['module'], 200)}\", "
-                            f"but {one_line(sub.root / entry['module'], 300)} does not exist")
+        elif "module" in sub.overrides.get(name, {}) and not sub.has(catalogue[name]) and not sub.problem(catalogue[name]):
+            module = sub.overrides[name]["module"]
+            problems.append(f"grader.toml sets [assignments.{label}] module = \"{one_line(module, 120)}\", "
+                            f"but {one_line(sub.root / module, 200)} does not exist")
     return problems
 
 
@@ -93,6 +97,7 @@ def check(
     html_dir = html_dir or OUTPUT_DIR
     ci_mode = classroom50.mode(ci if ci in ("github", "classroom50", "none") else None)
     try:
+        fresh_outputs(json_file, html_dir)  # before anything can fail: no earlier (or committed) result survives this check
         if ci not in (None, "github", "classroom50", "none"):
             raise UsageError(f"--ci must be classroom50, github or none, not {ci!r}")
         if ci_mode == "classroom50":  # a result.json of an earlier run is never taken for this one's
@@ -117,7 +122,7 @@ def check(
             shared_runner = ci_mode is not None or bool(os.environ.get("CI"))
             ctx = ctx.kept_between_checks(keep, check_cache_limit(), seed is not None, own_uid=not contained.user_switch,
                                           kernels_of=None if shared_runner else sub.identity())
-    except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError,
+    except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError, OutputFolderError,
             classroom50.Classroom50Error) as exc:
         say(err, f"[red]error:[/red] {shown_lines(exc)}")
         from grader.kit import github
@@ -185,14 +190,47 @@ def usable_cache(folder: Path | None) -> Path | None:
         return None
 
 
+class OutputFolderError(Exception):
+    """The output folder cannot be made (one line, exit 2)."""
+
+
+def fresh_outputs(json_file: Path, html_dir: Path) -> None:
+    """Clear the way for this check's results. The default folder `.grader/` lies in the
+    student's repo, so it may have been committed as anything: a link (to a TA's file, which a
+    check would overwrite), a file, a folder holding forged results. It is never followed: a
+    link or a non-folder there is removed and a fresh folder made. In every output folder the
+    results.json and report.html of an earlier check are removed first (a link is removed, not
+    followed), so a check that stops half way leaves nothing that looks like its result."""
+    try:
+        for folder in {json_file.parent, html_dir}:
+            if _is_default(folder) and (folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir())):
+                folder.unlink()
+        for stale in (json_file, html_dir / "report.html"):
+            if stale.is_dir() and not stale.is_symlink():
+                if not _is_default(stale.parent):
+                    raise OutputFolderError(f"{stale} is a folder: it cannot be replaced by the results")
+                shutil.rmtree(stale)
+            elif os.path.lexists(stale):
+                stale.unlink()
+    except OSError as exc:
+        raise OutputFolderError(f"cannot clear the output folder: {exc}") from None
+
+
+def _is_default(folder: Path) -> bool:
+    return os.path.abspath(folder) == os.path.abspath(OUTPUT_DIR)
+
+
 def ignored_by_git(folder: Path) -> None:
     """The default output folder keeps itself out of the student's commits (its own .gitignore:
-    `*`), so a check leaves no untracked files behind. A folder the user chose is theirs."""
-    if folder.resolve() == OUTPUT_DIR.resolve():
+    `*`), so a check leaves no untracked files behind. A folder the user chose is theirs.
+    Written through a temp file and a rename: a committed link there is replaced, not followed."""
+    if _is_default(folder):
+        if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
+            folder.unlink()  # made a link again since the check began: replaced, never followed
         folder.mkdir(parents=True, exist_ok=True)
         marker = folder / ".gitignore"
-        if not marker.exists():
-            marker.write_text("# written by grader check: its results, never committed\n*\n")
+        if marker.is_symlink() or not marker.is_file():
+            write_text_atomic("# written by grader check: its results, never committed\n*\n", marker)
 
 
 def print_summary(run: RunResult) -> None:

@@ -145,8 +145,9 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
     call_timeout = ctx.call_timeout_for(spec)
 
     runnable = [c for c in calls if not c.skip]
-    if runnable and not sub.has(spec):  # one result that says so, not one error per case
-        return _not_submitted(spec, sub, ctx, result, module, calls, runnable)
+    module_file, problem = sub.locate(spec)
+    if runnable and module_file is None:  # one result that says so, not one error per case
+        return not_gradable(spec, ctx, result, problem) if problem else _not_submitted(spec, sub, ctx, result, module)
     prewarm(ctx.interpret, ctx.gpu, ctx.isolation)
 
     neighbours = [sub.root.parent]  # the submission's folder and the folders beside it (other students)
@@ -159,7 +160,9 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
             # made outside the worker's view; each call's file is shown to it only for that call,
             # so no input can be read ahead (at import) and answered from a precomputed cache
             materialize(spec, runnable, workdir.parent / f"{spec.name}.inputs")
-            sub.private_copy(workdir / "repo")
+            left_out = sub.private_copy(workdir / "repo")
+            if left_out:  # counts only: the names are the student's, and nothing of theirs is followed
+                result.notes.append("Not copied for grading: " + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
             _scan(result, workdir / "repo", module)
             lap("inputs_and_copy")
             load_failure = _start(worker, spec)
@@ -210,29 +213,28 @@ def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, wor
     score_assignment(spec, result, planned)
     if note := hidden_note(spec):
         result.notes.append(note)
-    result.headline = headline(result, sub.root / module)
+    result.headline = headline(result, module_file)
     return result
 
 
-def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str,
-                   calls: list[PlannedCall], runnable: list[PlannedCall]) -> AssignmentResult:
+def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
     test = TestResult(spec.name, "submission", "not submitted", "failed",
                       f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
                       details={"not_submitted": True})
-    return _one_result(spec, ctx, result, calls, runnable, test)
-
-
-
-def unusable_submission(spec: Assignment, ctx: GradingContext, reason: str) -> AssignmentResult:
-    """The repo cannot be graded at all (its grader.toml cannot be read): as a module not
-    submitted, one failed result worth every point this run could have earned, saying why."""
     calls = ctx.calls(spec)
-    result = AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()")
-    test = TestResult(spec.name, "submission", "the submission can be read", "failed",
-                      f"{reason}: nothing of {spec.name} was checked", details={"unusable": True})
+    return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
+
+
+def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult, why: str) -> AssignmentResult:
+    """What the student set up cannot be graded (grader.toml unreadable or of the wrong shape, a
+    module that leads out of the repo or is not a file): the student's outcome, failed with the
+    reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
+    calls = ctx.calls(spec)
+    test = TestResult(spec.name, "submission", "cannot be graded", "failed", f"{why}: nothing of {spec.name} was checked",
+                      details={"not_gradable": True})
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
 
 
@@ -270,7 +272,7 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
         result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
                                        "not submitted, and not runnable here" if test.details.get("not_submitted")
-                                       else "not graded, and not runnable here" if test.details.get("unusable")
+                                       else "not graded, and not runnable here" if test.details.get("not_gradable")
                                        else "not runnable here, and the module did not import",
                                        max_score=skipped / 100, details={"points_if_run": skipped / 100}))
     result.tests.insert(0, test)

@@ -7,13 +7,22 @@ native code through ctypes, the grader's or the reference's modules, the environ
 /proc, patching torch or the interpreter, code built at run time; and files in the repo
 that would shadow a module the worker imports. Each finding is a warning for a TA, with
 file, line and code, and never a verdict on its own: the score is unchanged.
+
+The scan reads the student's files as data: only files inside the repo (links and relative
+imports that climb out are not followed, `grader.repofiles`), regular files of bounded size,
+a bounded number of them; a file it cannot parse (a syntax error, nesting too deep for the
+parser) is skipped or named, and the tree is walked without recursion, so no source can
+crash or stall it.
 """
 
 from __future__ import annotations
 
 import ast
+import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
+
+from grader import repofiles
 
 MODULE_WARNINGS = {
     "subprocess": "starts other programs",
@@ -55,6 +64,8 @@ ATTRIBUTE_WARNINGS = {"os.environ": "reads environment variables", "os.environb"
 PATCHED_MODULES = {"torch", "triton", "numpy", "safetensors", "grader", "builtins", "os", "sys", "math", "importlib"}
 STRING_WARNINGS = {"/proc": "reads /proc (other processes, the grader's command line)", "results.json": "names the results file",
                    "reference/": "names the reference folder", "GRADER_": "names a grader setting"}
+MAX_FILES = 500  # modules of the repo scanned for one assignment
+MAX_FINDINGS = 200
 SHADOWED = ("grader", "torch", "triton", "numpy", "safetensors", "sitecustomize", "usercustomize")
 
 
@@ -74,30 +85,40 @@ class Finding:
 
 def scan_submission(root: Path, module: str) -> list[Finding]:
     """Findings in `module` (a path relative to `root`) and the repo's modules it imports."""
-    root = Path(root)
+    root = Path(repofiles.real_root(root))
     findings: list[Finding] = []
     for name in SHADOWED:
-        for candidate in (root / name, root / f"{name}.py"):
-            if candidate.exists():
-                kind = "folder" if candidate.is_dir() else "file"
-                findings.append(Finding(candidate.name, 0, f"the {kind} {candidate.name}",
+        for candidate in (name, f"{name}.py"):
+            if os.path.lexists(root / candidate):  # its name is the finding: nothing is followed or read
+                kind = "folder" if (root / candidate).is_dir() and not (root / candidate).is_symlink() else "file"
+                findings.append(Finding(candidate, 0, f"the {kind} {candidate}",
                                         f"shadows the module {name} that the worker imports"))
-    todo, seen = [root / module], set()
-    while todo:
-        path = todo.pop()
-        if path in seen or not path.is_file():
+    todo, seen = [module], set()
+    while todo and len(seen) < MAX_FILES:
+        try:
+            path = repofiles.regular_file(root, todo.pop())
+        except repofiles.RepoFileError:
+            continue  # out of the repo, or not a file: never read
+        if path is None or path in seen:
             continue
         seen.add(path)
+        rel = str(path.relative_to(root))
         try:
-            source = path.read_text(errors="replace")
-            tree = ast.parse(source, filename=str(path))
-        except (SyntaxError, ValueError, OSError):
+            source = repofiles.read_text(root, rel)
+            tree = ast.parse(source, filename=rel)
+        except (SyntaxError, ValueError, OSError, repofiles.RepoFileError):
             continue  # the worker reports a syntax error with the student's line; nothing to scan
-        scanner = _Scanner(str(path.relative_to(root)), source)
-        scanner.visit(tree)
+        except (RecursionError, MemoryError):
+            findings.append(Finding(rel, 0, "", "nested too deeply for the scan to read (the scan cannot see it)"))
+            continue
+        scanner = _Scanner(rel, source)
+        scanner.scan(tree)
         findings += scanner.findings
-        todo += [p for p in _local_modules(root, path, scanner.imports) if p not in seen]
-    return sorted(set(findings), key=lambda f: (f.file, f.line, f.what))
+        todo += [str(p.relative_to(root)) for p in _local_modules(root, path, scanner.imports) if p not in seen]
+    found = sorted(set(findings), key=lambda f: (f.file, f.line, f.what))
+    if len(found) > MAX_FINDINGS:
+        found = found[:MAX_FINDINGS] + [Finding("", 0, "", f"and {len(found) - MAX_FINDINGS} more findings, not listed")]
+    return found
 
 
 def summary(findings: list[Finding], limit: int = 4) -> str:
@@ -106,14 +127,29 @@ def summary(findings: list[Finding], limit: int = 4) -> str:
 
 
 def _local_modules(root: Path, path: Path, imports: list[tuple[str, int, list[str]]]) -> list[Path]:
-    """Files of the repo that these imports name (absolute from the root, or relative)."""
+    """Files of the repo that these imports name (absolute from the root, or relative); a
+    relative import that climbs above the repo, or a name that is not a module name, names
+    nothing of the repo."""
     found = []
+    depth = len(path.relative_to(root).parts) - 1  # folders between the root and the file
     for module, level, names in imports:
+        if level - 1 > depth:
+            continue  # `from ....x import y` above the repo: not the repo's
         base = root if level == 0 else path.parents[level - 1]
-        parts = [p for p in module.split(".") if p]
-        for dotted in [parts] + [parts + [n] for n in names]:
-            target = base.joinpath(*dotted) if dotted else base
-            found += [p for p in (target.with_suffix(".py"), target / "__init__.py") if dotted and p.is_file()]
+        parts = module.split(".") if module else []
+        if not all(p.isidentifier() for p in parts):
+            continue  # importlib.import_module("../../x") names no module of the repo
+        for dotted in [parts] + [parts + [n] for n in names if n.isidentifier()]:
+            if not dotted:
+                continue
+            target = base.joinpath(*dotted)
+            for p in (target.with_suffix(".py"), target / "__init__.py"):
+                try:
+                    real = repofiles.regular_file(root, p.relative_to(root))
+                except repofiles.RepoFileError:
+                    continue
+                if real is not None:
+                    found.append(real)
     return found
 
 
@@ -123,6 +159,17 @@ class _Scanner(ast.NodeVisitor):
         self.aliases: dict[str, str] = {}  # local name -> dotted name it was imported as
         self.imports: list[tuple[str, int, list[str]]] = []
         self.findings: list[Finding] = []
+
+    def scan(self, tree: ast.AST) -> None:
+        """Visit every node in source order, with an explicit stack: an expression of thousands
+        of terms is as deep as it is long, and recursion would run out."""
+        stack = [tree]
+        while stack:
+            node = stack.pop()
+            visitor = getattr(self, f"visit_{type(node).__name__}", None)
+            if visitor is not None:
+                visitor(node)
+            stack.extend(reversed(list(ast.iter_child_nodes(node))))
 
     def _add(self, node: ast.AST, what: str) -> None:
         line = getattr(node, "lineno", 0)
@@ -139,7 +186,6 @@ class _Scanner(ast.NodeVisitor):
             self._module(node, alias.name)
             self.aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
             self.imports.append((alias.name, 0, []))
-        self.generic_visit(node)
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
         if node.level == 0 and node.module:
@@ -147,7 +193,6 @@ class _Scanner(ast.NodeVisitor):
         for alias in node.names:
             self.aliases[alias.asname or alias.name] = f"{node.module}.{alias.name}" if node.module else alias.name
         self.imports.append((node.module or "", node.level, [a.name for a in node.names]))
-        self.generic_visit(node)
 
     def _dotted(self, node: ast.AST) -> str | None:
         """`o.path.join` -> "os.path.join" when `o` is `import os as o`; None if not a name chain."""
@@ -174,13 +219,11 @@ class _Scanner(ast.NodeVisitor):
                 what = f"sets an attribute of {base} by name (patching it?)" if base and base.split(".")[0] in PATCHED_MODULES else None
             if what:
                 self._add(node, what)
-        self.generic_visit(node)
 
     def visit_Attribute(self, node: ast.Attribute) -> None:
         name = self._dotted(node)
         if name in ATTRIBUTE_WARNINGS:
             self._add(node, ATTRIBUTE_WARNINGS[name])
-        self.generic_visit(node)
 
     def visit_Name(self, node: ast.Name) -> None:
         name = self.aliases.get(node.id)
@@ -188,26 +231,25 @@ class _Scanner(ast.NodeVisitor):
             self._add(node, ATTRIBUTE_WARNINGS[name])
 
     def _patched(self, target: ast.AST) -> None:
-        if isinstance(target, ast.Attribute):
-            name = self._dotted(target)
-            if name and name.split(".")[0] in PATCHED_MODULES:
-                self._add(target, f"replaces {name} (monkeypatching)")
-        elif isinstance(target, (ast.Tuple, ast.List)):
-            for t in target.elts:
-                self._patched(t)
+        stack = [target]
+        while stack:
+            node = stack.pop()
+            if isinstance(node, ast.Attribute):
+                name = self._dotted(node)
+                if name and name.split(".")[0] in PATCHED_MODULES:
+                    self._add(node, f"replaces {name} (monkeypatching)")
+            elif isinstance(node, (ast.Tuple, ast.List)):
+                stack.extend(reversed(node.elts))
 
     def visit_Assign(self, node: ast.Assign) -> None:
         for t in node.targets:
             self._patched(t)
-        self.generic_visit(node)
 
     def visit_AugAssign(self, node: ast.AugAssign) -> None:
         self._patched(node.target)
-        self.generic_visit(node)
 
     def visit_Constant(self, node: ast.Constant) -> None:
         if isinstance(node.value, str):
             for needle, what in STRING_WARNINGS.items():
                 if needle in node.value:
                     self._add(node, what)
-        self.generic_visit(node)

@@ -116,36 +116,36 @@ def locate_modules(submission: Path, names: list[str]) -> list[str]:
     """Gradescope's upload keeps no folders when a student drags files in: where an assignment's
     module (kernels/x.py) is missing but exactly one file of that name is in the submission, a
     grader.toml entry points at it. A student's own grader.toml entries are kept. Returns what it did."""
-    import sys
+    from grader import repofiles
+    from grader.results import write_text_atomic
+    from grader.submission import CONFIG, SubmissionError, read_config
 
-    if sys.version_info >= (3, 11):
-        import tomllib
-    else:  # pragma: no cover
-        import tomli as tomllib
-    config = submission / "grader.toml"
-    try:
-        data = tomllib.loads(config.read_text()) if config.is_file() else {}
-    except (tomllib.TOMLDecodeError, UnicodeDecodeError):
+    try:  # read as grader check reads it: inside the submission, a regular file, bounded, checked
+        entries = read_config(submission)
+    except SubmissionError:
         return []  # grader check says what is wrong with it
-    entries = data.get("assignments", {})
     done = []
     for name in names:
         try:
             spec = specs.get(name)
         except specs.UnknownAssignment:
             continue
-        if name in entries or (submission / spec.module).is_file():
-            continue
-        found = [p for p in submission.rglob(Path(spec.module).name) if p.is_file() and ".git" not in p.parts]
+        try:
+            if name in entries or repofiles.regular_file(submission, spec.module) is not None:
+                continue
+        except repofiles.RepoFileError:
+            continue  # there, but not gradable (a link out, a FIFO): grader check says why
+        found = repofiles.find(submission, Path(spec.module).name)
         if len(found) == 1:
-            rel = found[0].relative_to(submission).as_posix()
+            rel = found[0].relative_to(repofiles.real_root(submission)).as_posix()
             entries[name] = {"module": rel}
             done.append(f"{name}: {spec.module} not found; grading {rel}")
     if done:
         lines = []
         for name, entry in entries.items():
-            lines += [f"[assignments.{name}]", *[f"{k} = {json.dumps(str(v))}" for k, v in entry.items()], ""]
-        config.write_text("\n".join(lines))
+            if isinstance(entry, dict):
+                lines += [f"[assignments.{json.dumps(str(name))}]", *[f"{k} = {json.dumps(str(v))}" for k, v in entry.items()], ""]
+        write_text_atomic("\n".join(lines), submission / CONFIG)  # a link there is replaced, never written through
     return done
 
 
