@@ -199,8 +199,10 @@ def test_grade_writes_every_output_for_everyone_and_each_row_says_why(hostile_cl
     assert rows["toml_bad"]["assignments"]["vector_add"]["status"] == "graded" and g["toml_bad"]["vector_add"] == "0"
     assert "grader.toml is not valid TOML" in bad["tests"][0]["output"] and bad["tests"][0]["score"] == 0
     assert rows["toml_bad"]["total"] == 0 and rows["toml_bad"]["max_total"] == rows["alice"]["max_total"]  # out of the same points
-    # a path with a NUL byte names no module: not submitted
-    assert rows["toml_nul"]["assignments"]["vector_add"]["outcomes"] == {"not submitted": 1}
+    # a path with a NUL byte names no module that can be graded: one fact, which the check says
+    assert rows["toml_nul"]["assignments"]["vector_add"]["outcomes"] == {"cannot be graded": 1}
+    nul = json.loads((out / "students" / "toml_nul" / "results.json").read_text())
+    assert nul["tests"][0]["name"] == "vector_add: cannot be graded" and nul["tests"][0]["score"] == 0
     # late penalties over dates no datetime holds: the far future and an unreadable date are the policy's most (50%)
     for student in ("future", "longdate", "nodate"):
         assert rows[student]["late"] is True and rows[student]["late_penalty"] == 3 and rows[student]["final"] == 3, rows[student]

@@ -51,8 +51,9 @@ class Cell:
     @property
     def summary(self) -> str:
         """The outcomes in a few words: '7 passed, 1 failed'."""
-        if self.outcomes.get("not submitted"):
-            return "not submitted"
+        for fact in ("not submitted", "cannot be graded"):
+            if self.outcomes.get(fact):
+                return fact
         order = [o for o in Outcome if o != Outcome.SKIPPED] + [Outcome.SKIPPED]  # skipped last: no one's fault
         return ", ".join(f"{self.outcomes[o]} {o}" for o in order if self.outcomes.get(o))
 
@@ -202,6 +203,8 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             cell.outcomes = dict(Counter(t.outcome for t in result.tests))
             if any(t.details.get("not_submitted") for t in result.tests):
                 cell.outcomes = {"not submitted": 1}  # one fact, not a count of failed checks
+            elif any(t.details.get("not_gradable") for t in result.tests):
+                cell.outcomes = {"cannot be graded": 1}  # likewise: the student's set-up, said once
             cell.flagged = any(t.outcome == Outcome.FLAGGED for t in result.tests)
             _count_checks(rates, a, result)
             for t in result.tests:
