@@ -146,3 +146,35 @@ def assert_nothing_left(marker: str = "", within: Path | None = None) -> None:
     while (left := leftovers(marker, within)) and time.monotonic() < deadline:
         time.sleep(0.1)
     assert not left, left
+
+
+# Run as root: a private mount namespace in which the interpreter is reachable by uid 65534 (it may
+# lie under a home folder only root enters, e.g. /root/.pyenv: that folder becomes an empty tmpfs
+# there, the interpreter's prefix bound back), then the switch to uid 65534 (which takes every
+# capability away) and the run itself. The mounts stay in that namespace.
+AS_NOBODY = """
+import ctypes, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+def check(result, what):
+    if result != 0:
+        raise OSError(ctypes.get_errno(), what)
+check(libc.unshare(0x00020000), "unshare")
+check(libc.mount(None, b"/", None, 16384 | (1 << 18), None), "private")
+prefix = os.path.realpath(sys.prefix)
+closed = next((a for a in reversed(__import__("pathlib").Path(prefix).parents) if not os.stat(a).st_mode & 0o001), None)
+if closed is not None:
+    fd = os.open(prefix, os.O_PATH | os.O_DIRECTORY)
+    check(libc.mount(b"tmpfs", str(closed).encode(), b"tmpfs", 0, b"mode=0755"), "tmpfs")
+    os.makedirs(prefix, exist_ok=True)
+    check(libc.mount(f"/proc/self/fd/{{fd}}".encode(), prefix.encode(), None, 4096 | 16384, None), "bind")
+os.setgroups([])
+os.setresgid({uid}, {uid}, {uid})
+os.setresuid({uid}, {uid}, {uid})
+os.chdir({home!r})
+os.execve(sys.executable, [sys.executable, *sys.argv[1:]], {env!r})
+"""
+
+
+def as_nobody(home: Path, env: dict, *argv: str) -> list[str]:
+    """The command that runs `python *argv` as uid 65534 (root only), through AS_NOBODY."""
+    return [sys.executable, "-c", AS_NOBODY.format(uid=65534, home=str(home), env=env), *argv]

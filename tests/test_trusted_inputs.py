@@ -15,14 +15,16 @@ import io
 import json
 import os
 import socket
+import shutil
 import subprocess
+import tempfile
 import sys
 from pathlib import Path
 
 import pytest
 
 from classbuild import make_class
-from conftest import FIXTURES, REPO_ROOT, build_submission, run_cli
+from conftest import FIXTURES, REPO_ROOT, as_nobody, build_submission, run_cli
 from grader import repofiles, spec as specs
 from grader.judge.integrity import scan_submission
 from grader.submission import IGNORED, SubmissionError, open_submission
@@ -557,12 +559,13 @@ def test_check_replaces_an_output_folder_that_is_not_a_folder(tmp_path, kind):
 # -- as an ordinary user ---------------------------------------------------------------------------
 
 def _as_nobody_works(tmp: Path) -> str:
-    """'' where this Python and the grader can run as uid 65534; else why not."""
+    """'' where this Python and the grader can run as uid 65534 (conftest.as_nobody: a private
+    mount namespace makes an interpreter under a closed home folder reachable); else why not."""
     if os.geteuid() != 0:
         return "not root: cannot switch to an ordinary user"
-    probe = subprocess.run(["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", sys.executable, "-c",
-                            "import torch, triton, typer, grader.cli"], cwd=tmp, capture_output=True, text=True,
-                           env=dict(os.environ, PYTHONPATH=str(REPO_ROOT), HOME=str(tmp)), timeout=300)
+    env = dict(os.environ, PYTHONPATH=str(REPO_ROOT), HOME=str(tmp))
+    probe = subprocess.run(as_nobody(tmp, env, "-c", "import torch, triton, typer, grader.cli"), cwd=tmp,
+                           capture_output=True, text=True, timeout=300)
     if probe.returncode != 0:
         return ("this Python's packages cannot be imported by an ordinary user here: "
                 + (probe.stderr.strip().splitlines() or ["?"])[-1])
@@ -573,22 +576,31 @@ def _as_nobody_works(tmp: Path) -> str:
 def test_check_as_an_ordinary_user_neither_reads_nor_writes_through_links(tmp_path, secret):
     """As uid 65534: a root-only TA file linked as the module and as .grader/report.html, and a
     grader.toml no one may read: one line each, nothing written through the link."""
-    why = _as_nobody_works(tmp_path)
+    base = Path(tempfile.mkdtemp(prefix="grader-nobody-"))  # under /tmp: every folder above it is open to uid 65534
+    base.chmod(0o755)
+    try:
+        _check_as_nobody(base, secret)
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _check_as_nobody(base: Path, secret: Path) -> None:
+    why = _as_nobody_works(base)
     if why:
         pytest.skip(why)
-    tmp_path.chmod(0o755)
-    root = repo(tmp_path)
+    root = repo(base)
     (root / ".grader").mkdir()
     (root / ".grader" / "report.html").symlink_to(secret)
     (root / "grader.toml").write_text("[assignments.vector_add]\n")
     (root / "grader.toml").chmod(0)
     subprocess.run(["chown", "-R", "65534:65534", str(root)], check=True)
-    cache = tmp_path / "cache"
+    cache = base / "cache"
     cache.mkdir()
     os.chown(cache, 65534, 65534)
-    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(REPO_ROOT), HOME=str(cache), GRADER_CACHE_DIR=str(cache))
-    cmd = ["setpriv", "--reuid=65534", "--regid=65534", "--clear-groups", "--", sys.executable, "-m", "grader", "check",
-           str(root), *VA, *QUICK]
+    # the course's secret file is the TA's (root's here): a course run by this user would be its own
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(REPO_ROOT), HOME=str(cache), GRADER_CACHE_DIR=str(cache),
+               GRADER_COURSE_SECRET="a-course-secret-of-this-user")
+    cmd = as_nobody(root, env, "-m", "grader", "check", str(root), *VA, *QUICK)
     run = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 2 and "error: grader.toml cannot be read (Permission denied)" in run.stderr, run.stderr
     assert not os.path.lexists(root / ".grader" / "report.html")  # the link is gone, the TA's file untouched
@@ -599,6 +611,7 @@ def test_check_as_an_ordinary_user_neither_reads_nor_writes_through_links(tmp_pa
     os.lchown(root / "kernels" / "vector_add.py", 65534, 65534)
     run = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True, timeout=600)
     assert run.returncode == 1, run.stdout + run.stderr
+    assert (root / ".grader" / "results.json").is_file(), run.stdout + run.stderr
     results = json.loads((root / ".grader" / "results.json").read_text())
     va = next(t for t in results["tests"] if t["name"] == "vector_add: cannot be graded")
     assert "leads outside the repository" in va["output"]

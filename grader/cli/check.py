@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shlex
+import stat
 import shutil
 from pathlib import Path
 from typing import List, Optional
@@ -206,7 +207,9 @@ def fresh_outputs(json_file: Path, html_dir: Path) -> None:
             if _is_default(folder) and (folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir())):
                 folder.unlink()
         for stale in (json_file, html_dir / "report.html"):
-            if stale.is_dir() and not stale.is_symlink():
+            # lstat alone: a link is never followed, not even to ask what it leads to (a link to
+            # a file this user may not reach would raise here)
+            if os.path.lexists(stale) and stat.S_ISDIR(os.lstat(stale).st_mode):
                 if not _is_default(stale.parent):
                     raise OutputFolderError(f"{stale} is a folder: it cannot be replaced by the results")
                 shutil.rmtree(stale)
