@@ -119,7 +119,8 @@ def test_as_an_ordinary_user_the_worker_is_contained_alike(course_files):
         for folder in (home, home / "tmp"):
             os.chown(folder, NOBODY, NOBODY)
         env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TMPDIR": str(home / "tmp"),
-               "GRADER_CACHE_DIR": str(home / "cache"), "GRADER_WARM_SECONDS": "0", "LANG": "C.UTF-8"}
+               "GRADER_CACHE_DIR": str(home / "cache"), "GRADER_WARM_SECONDS": "0", "LANG": "C.UTF-8",
+               "GRADER_COURSE_SECRET": "a-course-secret-of-this-user"}  # the course's own file is root's (grader release makes it 0600)
         out = home / "report.json"
         code = AS_NOBODY.format(uid=NOBODY, home=str(home), env=env)
         run = subprocess.run([sys.executable, "-c", code, str(Path(sandbox_attack.__file__)), str(out), *map(str, course_files)],
@@ -135,8 +136,8 @@ def test_as_an_ordinary_user_the_worker_is_contained_alike(course_files):
         assert_contained(report[f"attack forked={forked}"], report["own reads"])
     good = report["good"]["tests"]
     assert good["softmax: 1x1 [float32]"][0] == "passed" and good["vector_add: n=1 [float32]"][0] == "passed", good
-    trick = report["trick"]["tests"]["softmax: 1x1 [float32]"]
-    assert trick[0] == "error" and "a link to a file outside the submission" in trick[1], trick
+    trick = report["trick"]["tests"]["softmax: cannot be graded"]  # refused on the trusted side, before any worker
+    assert trick[0] == "failed" and "leads outside the repository" in trick[1], trick
     outputs = report["outputs"]
     assert outputs["tests"]["vector_add: n=1 [float32]"][0] == "failed" and "is a FIFO" in outputs["tests"]["vector_add: n=1 [float32]"][1]
     assert outputs["tests"]["vector_add: n=98432 [float32]"][0] == "passed" and outputs["seconds"] < 300
@@ -148,7 +149,7 @@ def test_as_an_ordinary_user_the_worker_is_contained_alike(course_files):
 def test_a_link_to_the_courses_own_solution_is_the_students_error_not_points(tmp_path, linked):
     """kernels/softmax.py -> <course>/tests/fixtures/good/kernels/softmax.py (or kernels/ -> the
     course's folder of them): the link leads out of the submission, to files the worker cannot
-    see; the student's error, never infra_error, never points."""
+    see; refused as the student's own outcome, never infra_error, never points."""
     repo = sandbox_attack.build(tmp_path / "trick")
     if linked == "module":
         sandbox_attack.link_to_the_good_solution(repo, REPO_ROOT)
@@ -157,11 +158,16 @@ def test_a_link_to_the_courses_own_solution_is_the_students_error_not_points(tmp
         (repo / "kernels").symlink_to(REPO_ROOT / "tests" / "fixtures" / "good" / "kernels")
     assert (repo / "kernels" / "softmax.py").read_text()  # the control: it resolves outside the sandbox
     graded = sandbox_attack.grade(repo, ("1x1", "n=1"))
-    outcome, message = graded["tests"]["softmax: 1x1 [float32]"]
-    assert outcome == "error" and "a link to a file outside the submission, which a worker cannot see" in message, message
-    # vector_add: its own file, graded as always; or behind the same link, the same error
-    assert graded["tests"]["vector_add: n=1 [float32]"][0] == ("passed" if linked == "module" else "error")
-    assert all(t[0] != "infra_error" for t in graded["tests"].values()) and "passed" not in graded["tests"]["softmax: 1x1 [float32]"]
+    # the trusted side refuses the link before any worker starts (grader.repofiles), and were it
+    # to pass, the worker's view holds nothing for it to lead to (test_a_worker_sees_nothing_of_the_course_and_cannot_undo_its_view)
+    outcome, message = graded["tests"]["softmax: cannot be graded"]
+    assert outcome == "failed" and "leads outside the repository" in message, message
+    # vector_add: its own file, graded as always; or behind the same link, refused alike
+    if linked == "module":
+        assert graded["tests"]["vector_add: n=1 [float32]"][0] == "passed"
+    else:
+        assert graded["tests"]["vector_add: cannot be graded"][0] == "failed"
+    assert all(t[0] not in ("infra_error", "passed") for n, t in graded["tests"].items() if n.startswith("softmax"))
     assert_nothing_left()
 
 
