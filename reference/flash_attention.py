@@ -163,13 +163,11 @@ def _attn_inner_tma(acc, l_i, m_i, q, desc_k, desc_v, row0, lo, hi, offs_m, offs
 # BLOCK_M, BLOCK_N, stages, warps, warp specialised: the TMA kernel's autotune list. Triton 3.6's
 # warp specialisation pass fails on this loop on Hopper (NVGPUWarpSpecialization, measured on an
 # H100), so no config asks for it yet; the kernel keeps the switch for a Triton that can.
-TMA_SHAPES = [
-    (128, 64, 3, 4, False),
-    (128, 64, 4, 4, False),
-    (128, 128, 3, 8, False),
-    (128, 128, 2, 8, False),
+TMA_SHAPES = [  # the four fastest on an H100 (benchmarks/reference_variants.py): D=64 takes 128x64 or 128x128 tiles, D=128 128x128 on 8 warps
     (128, 64, 3, 8, False),
     (128, 128, 3, 4, False),
+    (128, 64, 4, 4, False),
+    (128, 128, 3, 8, False),
 ]
 
 
