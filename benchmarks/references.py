@@ -155,7 +155,8 @@ def _machine(roof: dict) -> str:
             return ""
 
     driver = out("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").splitlines()[:1]
-    commit = out("git", "rev-parse", "--short", "HEAD") or os.environ.get("GRADER_COMMIT", "unknown")
+    # GRADER_COMMIT first: a copy of the tree run elsewhere may sit inside another checkout
+    commit = os.environ.get("GRADER_COMMIT") or out("git", "rev-parse", "--short", "HEAD") or "unknown"
     sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else "?"
     return (f"{roof.get('gpu')} ({sms} SMs, driver {driver[0] if driver else '?'}), torch {torch.__version__}, "
             f"triton {triton.__version__}, Python {platform.python_version()}, commit {commit}, "
