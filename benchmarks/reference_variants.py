@@ -1,19 +1,32 @@
-"""Side-by-side sweep of reference-kernel variants against SDPA / cuDNN (do_bench medians, L2 flushed)."""
+"""flash_attention's and conv2d's references, each TMA config of the attention kernel alone, and
+the parts of conv2d's call, against SDPA / cuDNN, side by side (GPU only).
+
+    python benchmarks/reference_variants.py [OLD_DIR]
+
+`triton.testing.do_bench` medians of 3 interleaved rounds (L2 flushed before each call); these
+are wall-clock times of the whole call, the host's launches included, unlike the grading
+method's GPU time (benchmarks/references.py). OLD_DIR, if given, holds earlier copies of the two
+references (flash_old.py, conv2d_old.py) timed beside them. Writes sweep.json to $OUT (or /tmp).
+Environment: SWEEP_BUDGET (seconds, default 420) stops starting new cases after that long.
+"""
 import importlib.util, json, os, sys, time, traceback, statistics
 import torch, triton, triton.language as tl
 import torch.nn.functional as F
 from triton.testing import do_bench
 
-HERE = os.path.dirname(os.path.abspath(__file__))
+HERE = os.path.join(os.path.dirname(os.path.dirname(os.path.abspath(__file__))), "reference")
+OLD = sys.argv[1] if len(sys.argv) > 1 else None
 OUT = os.environ.get("OUT", "/tmp")
 T0 = time.time()
 BUDGET = float(os.environ.get("SWEEP_BUDGET", "420"))
 
-def load(name, file):
-    s = importlib.util.spec_from_file_location(name, os.path.join(HERE, file)); m = importlib.util.module_from_spec(s); s.loader.exec_module(m); return m
+def load(name, folder, file):
+    if folder is None or not os.path.isfile(os.path.join(folder, file)):
+        return None
+    s = importlib.util.spec_from_file_location(name, os.path.join(folder, file)); m = importlib.util.module_from_spec(s); s.loader.exec_module(m); return m
 
-fnew, fold = load("fnew", "flash_attention.py"), load("fold", "flash_old.py")
-cnew, cold = load("cnew", "conv2d.py"), load("cold", "conv2d_old.py")
+fnew, fold = load("fnew", HERE, "flash_attention.py"), load("fold", OLD, "flash_old.py")
+cnew, cold = load("cnew", HERE, "conv2d.py"), load("cold", OLD, "conv2d_old.py")
 props = torch.cuda.get_device_properties(0)
 print(f"GPU {props.name} SMs {props.multi_processor_count}; torch {torch.__version__} triton {triton.__version__}", flush=True)
 import inspect
@@ -46,7 +59,7 @@ def flash_sweep():
                 flops = 4 * B * H * N * N * D // (2 if causal else 1)
                 want = F.scaled_dot_product_attention(q, k, v, is_causal=causal)
                 fns = {"sdpa": lambda: F.scaled_dot_product_attention(q, k, v, is_causal=causal)}
-                if D == 64 and dt == torch.float16:
+                if fold and D == 64 and dt == torch.float16:
                     fns["old"] = lambda: fold.flash_attention(q, k, v, causal)
                 errs = {}
                 for i, shape in enumerate(fnew.TMA_SHAPES):
@@ -96,13 +109,13 @@ def conv_sweep():
             want = F.conv2d(x, w)
             rows_ = torch.empty((NB * H * W, C), dtype=x.dtype, device=x.device)
             xcl = x.contiguous(memory_format=torch.channels_last)
-            fns = {"cudnn": lambda: F.conv2d(x, w), "old": lambda: cold.conv2d(x, w),
+            fns = {"cudnn": lambda: F.conv2d(x, w), "old": (lambda: cold.conv2d(x, w)) if cold else None,
                    "new": lambda: cnew.conv2d(x, w), "new, channels-last input": lambda: cnew.conv2d(xcl, w),
                    "(part) torch permute copy": lambda: x.permute(0, 2, 3, 1).contiguous(),
                    "(part) triton transpose": lambda: cnew._nchw_to_nhwc[(triton.cdiv(H * W, 64), triton.cdiv(C, 64), NB)](x, rows_, C, H * W, BLOCK_C=64, BLOCK_HW=64),
                    "(part) w permute": lambda: w.permute(2, 3, 1, 0).contiguous()}
             errs = {}
-            for name in ("old", "new", "new, channels-last input"):
+            for name in [n for n in ("old", "new", "new, channels-last input") if fns[n]]:
                 try:
                     errs[name] = rel(fns[name](), want)
                 except Exception as e:
