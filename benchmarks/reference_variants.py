@@ -69,7 +69,7 @@ def flash_sweep():
                         o = torch.empty_like(q); sc = 1.0 / D ** 0.5
                         fnew._flash_attention_tma(q, k, v, o, causal, sc, kernel=kern); return o
                     try:
-                        t = time.time(); errs[name] = rel(run(), want); torch.cuda.synchronize()
+                        errs[name] = rel(run(), want); torch.cuda.synchronize()
                         fns[name] = run
                     except Exception as e:
                         print(f"  {name} D={D} causal={causal} {dt}: {type(e).__name__}: {str(e)[:200]}", flush=True)
@@ -87,7 +87,7 @@ def flash_sweep():
                                tflops=round(flops / m / 1e9, 1), speed_vs_vendor=round(sd / m, 3), rel_err_vs_sdpa=errs.get(name))
                     rows.append(row); print("  ", row, flush=True)
                 print(f"  autotuned best: {best}", flush=True)
-                del q, k, v, want
+
 
 # ---------------- conv2d ----------------
 CONV = [  # N, C, H, W, K, R
