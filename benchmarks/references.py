@@ -5,8 +5,10 @@
 For every assignment with a performance spec and a reference in reference/: the reference
 Triton kernel and the torch/cuBLAS/cuDNN baseline, timed interleaved in one trusted worker
 with the grading method (grader.worker.timing: L2 flush, CUDA events, rotated input sets), on the
-assignment's scoring case. Prints one table: time, GB/s or TFLOP/s, % of roofline, and the
-reference's speed as a fraction of the baseline's.
+assignment's scoring case and its `benchmark_cases`. Prints one table: time, GB/s or TFLOP/s,
+% of roofline, the reference's speed as a fraction of the baseline's, and what a student is
+scored against there (the reference, or the faster of the two where the spec says
+`against="faster"`); then the machine, the versions, the commit and the date of the run.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ from __future__ import annotations
 import argparse
 import dataclasses
 import json
+import os
 import statistics
 import sys
 import tempfile
@@ -120,21 +123,45 @@ def main() -> None:
                 rows += bench(spec, worker, folder, roof)
             finally:
                 worker.close()
-    import torch
-    import triton
-
-    print(f"\nGPU {roof['gpu']}, torch {torch.__version__}, triton {triton.__version__}; copy {roof['copy_gbps']} GB/s; "
-          f"cuBLAS GEMM TFLOP/s {roof['gemm_tflops']}")
-    print("\n| assignment | case | dtype | reference | torch | reference % of roofline | torch % of roofline | reference speed / torch speed | largest difference |")
-    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    machine = _machine(roof)
+    print(f"\n{machine}")
+    print("\n| assignment | case | dtype | reference | torch | reference % of roofline | torch % of roofline | reference speed / torch speed | scored against | largest difference |")
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- | --- |")
     for r in rows:
         unit = "tflops" if "reference_tflops" in r else "gbps"
         label = "TFLOP/s" if unit == "tflops" else "GB/s"
+        against = specs.get(r["assignment"]).performance.against
+        scored = "reference" if against == "reference" else ("faster: torch" if r["reference_speed_vs_torch"] < 1 else "faster: reference")
         print(f"| {r['assignment']} | {r['case']} | {r['dtype']} | {r['reference_ms']} ms, {r['reference_' + unit]} {label} | "
               f"{r['torch_ms']} ms, {r['torch_' + unit]} {label} | {r['reference_roof_pct']}% | {r['torch_roof_pct']}% | "
-              f"{r['reference_speed_vs_torch']} | {r['max_diff_vs_torch']} |")
+              f"{r['reference_speed_vs_torch']} | {scored} | {r['max_diff_vs_torch']} |")
     if args.json:
-        args.json.write_text(json.dumps({"roofline": roof, "rows": rows}, indent=2))
+        args.json.write_text(json.dumps({"roofline": roof, "machine": machine, "rows": rows}, indent=2))
+
+
+def _machine(roof: dict) -> str:
+    """The GPU, driver, versions, commit and date of this run, and the roofline measured in it."""
+    import datetime
+    import platform
+    import subprocess
+
+    import torch
+    import triton
+
+    def out(*cmd: str) -> str:
+        try:
+            return subprocess.run(cmd, capture_output=True, text=True, timeout=30, cwd=ROOT).stdout.strip()
+        except (OSError, subprocess.SubprocessError):
+            return ""
+
+    driver = out("nvidia-smi", "--query-gpu=driver_version", "--format=csv,noheader").splitlines()[:1]
+    # GRADER_COMMIT first: a copy of the tree run elsewhere may sit inside another checkout
+    commit = os.environ.get("GRADER_COMMIT") or out("git", "rev-parse", "--short", "HEAD") or "unknown"
+    sms = torch.cuda.get_device_properties(0).multi_processor_count if torch.cuda.is_available() else "?"
+    return (f"{roof.get('gpu')} ({sms} SMs, driver {driver[0] if driver else '?'}), torch {torch.__version__}, "
+            f"triton {triton.__version__}, Python {platform.python_version()}, commit {commit}, "
+            f"{datetime.datetime.now(datetime.timezone.utc):%Y-%m-%d %H:%M} UTC; roofline of this run: copy "
+            f"{roof.get('copy_gbps')} GB/s, cuBLAS 8192^3 GEMM TFLOP/s {roof.get('gemm_tflops')}")
 
 
 if __name__ == "__main__":

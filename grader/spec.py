@@ -117,7 +117,13 @@ class Performance:
     they set the floor no honest time can beat (grader.judge.perf), and the % of roofline reported.
     `score_on` chooses the clock: "gpu" (the kernel's GPU time) or "wall" (each call's time by
     the host's clock, the wrapper's Python and launches included, for an assignment where host
-    overhead is part of the task)."""
+    overhead is part of the task).
+
+    `against` names what the student's time is divided by: "reference" (the reference kernel's
+    time) or "faster" (in each round, the faster of the reference kernel and the vendor baseline,
+    the spec's `baseline`): for an assignment whose vendor kernel (cuDNN, SDPA) stays ahead of the
+    reference on the scoring case, so that full points never go to code slower than what a GPU
+    user already has."""
 
     case: Case
     dtype: str
@@ -126,10 +132,13 @@ class Performance:
     zero_at: float = 3.0
     flops: Callable[[dict, torch.dtype], int] | None = None
     score_on: str = "gpu"
+    against: str = "reference"
 
     def __post_init__(self) -> None:
         if self.score_on not in ("gpu", "wall"):
             raise ValueError(f"Performance.score_on must be 'gpu' or 'wall', not {self.score_on!r}")
+        if self.against not in ("reference", "faster"):
+            raise ValueError(f"Performance.against must be 'reference' or 'faster', not {self.against!r}")
 
     def score_fraction(self, ratio: float) -> float:
         import math

@@ -153,9 +153,17 @@ def _smallest_case(spec: specs.Assignment) -> specs.Case:
     return min(spec.public_cases, key=size)
 
 
+def _copy_view(t: torch.Tensor) -> torch.Tensor:
+    """t over a copy of its whole storage, with its strides and offset: a view (a crop, a
+    transpose) stays that view, as the worker rebuilds it, so the storage the judge compares
+    with is the one the function was given."""
+    storage = storage_of(t)
+    return storage.as_strided(t.shape, t.stride(), t.storage_offset())
+
+
 def _call(function, inputs: dict) -> tuple[dict, dict, dict]:
     """What the worker sends back for one call: (inputs, reply, saved)."""
-    args = {k: v.clone() if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
+    args = {k: _copy_view(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
     out = function(**args)
     saved = {f"input.{k}": storage_of(v) for k, v in args.items() if isinstance(v, torch.Tensor)}  # shows a write in place
     reply = {"device": "cpu", "result_type": type(out).__name__}
@@ -168,10 +176,11 @@ def _call(function, inputs: dict) -> tuple[dict, dict, dict]:
     return inputs, reply, saved
 
 
-def grade_in_process(spec: specs.Assignment, path: Path):
-    """The judge's verdict on `path`'s function for the spec's smallest public case, float32."""
+def grade_in_process(spec: specs.Assignment, path: Path, case: specs.Case | None = None):
+    """The judge's verdict on `path`'s function for `case` (default: the spec's smallest public
+    case), float32."""
     function = getattr(_load(path, f"catalogue_good_{spec.name}"), spec.function)
-    case = _smallest_case(spec)
+    case = case or _smallest_case(spec)
     inputs = make_inputs(spec, case, "float32", 0)
     runs = [_call(function, args) for args in (spec.calls(inputs) if spec.calls else [inputs])]
     if len(runs) == 1 and spec.check is None:
@@ -190,10 +199,15 @@ triton.autotune = autotuner.autotune = lambda configs, *a, **kw: original(list(c
 import test_catalogue as here
 from grader import spec as specs
 verdicts = {{}}
-for folder, module in json.loads(sys.argv[1]):
+import random
+for folder, module, every in json.loads(sys.argv[1]):
     spec = specs._load_spec(Path(folder))
     try:
-        case, verdict = here.grade_in_process(spec, Path(module))
+        cases = [*spec.cases, *spec.random_cases(random.Random(0))] if every else [None]
+        for one in cases:  # every case: the first that fails, else the last
+            case, verdict = here.grade_in_process(spec, Path(module), one)
+            if verdict.outcome.value != "passed":
+                break
         verdicts[spec.name] = [verdict.outcome.value, case.name, verdict.message]
     except Exception as exc:
         verdicts[spec.name] = ["error", "", f"{{type(exc).__name__}}: {{exc}}"]
@@ -201,14 +215,15 @@ print(json.dumps(verdicts))
 """
 
 
-def grade_in_interpreter(jobs: list[tuple[Path, Path]]) -> dict[str, list[str]]:
-    """grade_in_process for each (assignment folder, module file), in one plain Python with
+def grade_in_interpreter(jobs: list[tuple[Path, Path]], every_case: bool = False) -> dict[str, list[str]]:
+    """grade_in_process for each (assignment folder, module file) (on every named, hidden and
+    random case with `every_case`: the first that fails, else the last), in one plain Python with
     TRITON_INTERPRET=1 from the start: Triton reads it at import, and its own library (tl.zeros...)
     must be interpreted too. Autotune keeps its first config, as in the grader's worker (timing
     configs needs a GPU). No sandbox, no worker: each verdict is the judge's, in process there.
     Returns name -> [outcome, case, message]."""
     env = dict(os.environ, TRITON_INTERPRET="1", PYTHONPATH=os.pathsep.join([str(REPO_ROOT), os.environ.get("PYTHONPATH", "")]))
-    done = subprocess.run([sys.executable, "-c", _INTERPRETED, json.dumps([[str(f), str(m)] for f, m in jobs])],
+    done = subprocess.run([sys.executable, "-c", _INTERPRETED, json.dumps([[str(f), str(m), every_case] for f, m in jobs])],
                           env=env, cwd=REPO_ROOT, capture_output=True, text=True, timeout=600)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
@@ -258,6 +273,25 @@ def test_good_fixture_passes_in_the_interpreter(name, good_verdicts):
     assert not problems, "\n".join(problems)
     outcome, case, message = good_verdicts[name]
     assert outcome == Outcome.PASSED, f"tests/fixtures/good/{spec.module}: {spec.function}() is {outcome} on {case} [float32]: {message}"
+
+
+@pytest.fixture(scope="module")
+def reference_verdicts() -> dict[str, list[str]]:
+    course = specs.course_root()
+    return grade_in_interpreter([(specs.get(n).folder, reference_file(specs.get(n), course)) for n in NAMES
+                                 if specs.get(n).performance and reference_file(specs.get(n), course).is_file()],
+                               every_case=True)
+
+
+@pytest.mark.parametrize("name", NAMES)
+def test_reference_passes_every_case_in_the_interpreter(name, reference_verdicts):
+    """The kernel students are timed against is itself graded like a student's, in float32 on
+    every named and random case: a faster reference must stay exact (its GPU-only fast paths
+    are checked by tests/test_compute_assignments.py on a GPU)."""
+    if name not in reference_verdicts:
+        pytest.skip(f"{name} has no speed part, so no reference of its own is timed")
+    outcome, case, message = reference_verdicts[name]
+    assert outcome == Outcome.PASSED, f"reference/{name}.py is {outcome} on {case} [float32]: {message}"
 
 
 # -- the checks themselves: a new assignment is one folder plus its reference ----------------------

@@ -8,7 +8,8 @@ import pytest
 
 from grader.judge import activity
 from grader.judge.perf import (MAX_ROUNDS, MIN_ROUNDS, ROOFLINE_MARGIN, Finding, Timings, UntrustedRecords, _conduct, _verdict,
-                         call_times, floor_ms, needs_more_rounds, ratio_estimate)
+                         call_times, floor_ms, needs_more_rounds, ratio_estimate, yardstick)
+from grader.spec import Case, Performance
 from grader.protocol import Time, TimeReply, decode_reply, encode
 from grader.results import Severity, TestResult
 
@@ -214,9 +215,10 @@ class _Opts:
     roofline = {"gpu": "test GPU", "copy_gbps": 3000.0, "gemm_tflops": {"float32": 400.0}}
 
 
-def _timings(student_ms: float, reference_ms: float = 1.1, host_ms: float | None = None, rounds: int = 5) -> Timings:
+def _timings(student_ms: float, reference_ms: float = 1.1, host_ms: float | None = None, rounds: int = 5,
+             torch_ms: float = 1.12) -> Timings:
     t = Timings()
-    for c, ms in (("student", student_ms), ("reference", reference_ms), ("torch", 1.12)):
+    for c, ms in (("student", student_ms), ("reference", reference_ms), ("torch", torch_ms)):
         t.times[c] = [[ms] * 30 for _ in range(rounds)]
         t.event_ms[c] = [ms] * 30 * rounds
         host = host_ms if host_ms is not None and c == "student" else ms + 0.02  # the wrapper's cost is the student's alone
@@ -400,3 +402,44 @@ def test_work_that_outlives_the_return_is_named_by_its_latest_activity():
     assert reading.unfinished == ["c ran 0.002 ms past the return of settle call 1 (2 activities)",
                                   "d ran 1.001 ms past the return of settle call 2"]  # 1000501 ns
     assert reading.busy_ms == [pytest.approx(0.0001)] and reading.kernels == [1]  # settle calls are not timed
+
+
+class _FasterSpec(_Spec):
+    class performance(_Spec.performance):
+        against = "faster"
+
+        @staticmethod
+        def score_fraction(r):
+            return Performance(case=Case("c", {}), dtype="float32", bytes_moved=lambda p, dt: 0).score_fraction(r)
+
+
+def test_a_spec_may_score_against_the_faster_of_the_reference_and_the_vendor():
+    # the vendor (cuDNN, SDPA) 1.0 ms, the reference 1.3 ms, the student 1.3 ms: as fast as the
+    # reference, 1.3x the vendor's time
+    t = _timings(1.3, reference_ms=1.3, torch_ms=1.0)
+    on_reference = _verdict(_Spec, _Opts.roofline, t, 5, [], True, _test)
+    assert on_reference.details["ratio_to_reference"] == pytest.approx(1.0) and on_reference.details["score_fraction"] == 1.0
+    on_faster = _verdict(_FasterSpec, _Opts.roofline, t, 5, [], True, _test)
+    assert on_faster.details["ratio_to_reference"] == pytest.approx(1.3)
+    assert 0 < on_faster.details["score_fraction"] < 1  # between full_at 1.1 and zero_at 3.0
+    assert on_faster.details["rounds_vendor_faster"] == 5
+    assert "the faster of the reference kernel's and torch's (torch in 5 of 5 rounds)" in on_faster.message
+    # where the reference is the faster, scoring against the faster is scoring against the reference
+    ahead = _timings(1.3, reference_ms=1.0, torch_ms=1.2)
+    a, b = (_verdict(s, _Opts.roofline, ahead, 5, [], True, _test) for s in (_Spec, _FasterSpec))
+    assert a.details["ratio_to_reference"] == b.details["ratio_to_reference"] == pytest.approx(1.3)
+    assert b.details["rounds_vendor_faster"] == 0
+
+
+def test_the_faster_yardstick_is_chosen_round_by_round():
+    reference = [[1.0, 1.0], [2.0, 2.0], [1.0, 1.0]]
+    vendor = [[1.5, 1.5], [1.5, 1.5], [0.9, 0.9]]
+    scored = {"student": [[1.0]] * 3, "reference": reference, "torch": vendor}
+    assert yardstick(_FasterSpec.performance, scored) == [reference[0], vendor[1], vendor[2]]
+    assert yardstick(_Spec.performance, scored) == reference  # the default: the reference alone
+    assert yardstick(_FasterSpec.performance, {"student": [[1.0]], "torch": vendor}) is None  # no reference: nothing scored
+
+
+def test_a_spec_names_what_it_is_scored_against():
+    with pytest.raises(ValueError, match="against must be 'reference' or 'faster'"):
+        Performance(case=Case("c", {}), dtype="float16", bytes_moved=lambda p, dt: 0, against="cudnn")

@@ -183,11 +183,15 @@ SPEC = Assignment(
         flops=_attention_flops,
         full_at=1.10,
         zero_at=4.0,
+        # SDPA's kernels (cuDNN's and FlashAttention's) can stay ahead of the Triton reference on
+        # Hopper: full points never go to code slower than what torch already does
+        against="faster",
     ),
     performance_points=8,
-    benchmark_cases=((Case("causal-B=4-H=32-N=4096-D=64", {"B": 4, "H": 32, "N": 4096, "D": 64, "causal": True}), "bfloat16"),
-                     (Case("B=4-H=32-N=4096-D=64", {"B": 4, "H": 32, "N": 4096, "D": 64}), "float16"),
-                     (Case("B=4-H=32-N=4096-D=64", {"B": 4, "H": 32, "N": 4096, "D": 64}), "bfloat16")),
+    benchmark_cases=tuple((Case(f"{'causal-' if causal else ''}B=4-H=32-N=4096-D={d}",
+                                {"B": 4, "H": 32, "N": 4096, "D": d, **({"causal": True} if causal else {})}), dtype)
+                          for d in (64, 128) for causal in (True, False) for dtype in ("float16", "bfloat16")
+                          if (d, causal, dtype) != (64, True, "float16")),  # the scoring case is measured anyway
     forbidden_ops=frozenset({
         "aten::scaled_dot_product_attention", "aten::_scaled_dot_product_attention_math",
         "aten::_scaled_dot_product_flash_attention", "aten::_scaled_dot_product_flash_attention_for_cpu",

@@ -111,6 +111,16 @@ def ratio_estimate(student: list[list[float]], reference: list[list[float]], dra
     return statistics.median(ratios), medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
+def yardstick(perf, scored: dict[str, list[list[float]]]) -> list[list[float]] | None:
+    """Per round, the samples the student's are divided by: the reference's, or (a spec with
+    `against="faster"`) whichever of the reference's and the vendor baseline's has the lower
+    median in that round. None without a reference."""
+    reference = scored.get("reference")
+    if not reference or getattr(perf, "against", "reference") != "faster" or not scored.get("torch"):
+        return reference or None
+    return [r if statistics.median(r) <= statistics.median(v) else v for r, v in zip(reference, scored["torch"])]
+
+
 def needs_more_rounds(rounds: int, student: list[list[float]], reference: list[list[float]] | None, full_at: float,
                       zero_at: float, out_of_time: bool) -> bool:
     """Another round, unless: the minimum is run and the ratio's interval is tight and clear of
@@ -318,7 +328,7 @@ def _timed_rounds(ctx: GradingContext, perf, workers, order, t: Timings, timed_f
             if c == "torch":
                 t.output_numel = reply.output_numel
         rounds += 1
-        reference = getattr(t, scored)["reference"] if has_reference else None
+        reference = yardstick(perf, getattr(t, scored)) if has_reference else None
         if not needs_more_rounds(rounds, getattr(t, scored)["student"], reference, perf.full_at, perf.zero_at,
                                  time.monotonic() > budget_end):
             return rounds, None
@@ -436,10 +446,17 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
     if figures["reference"]["median_ms"] < MIN_SCORED_MS:
         return test("infra_error", f"the scoring size is launch-bound ({figures['reference']['median_ms']:.3f} ms): not scored", details=details)
     scored = t.host_ms if perf.score_on == "wall" else t.times
-    ratio, lo, hi = ratio_estimate(scored["student"], scored["reference"])
+    against = yardstick(perf, scored)
+    ratio, lo, hi = ratio_estimate(scored["student"], against)
     fraction = perf.score_fraction(ratio)
     details.update(ratio_to_reference=round(ratio, 4), ratio_interval=[round(lo, 4), round(hi, 4)], score_fraction=round(fraction, 3))
     clock = "time per call by the host's clock" if perf.score_on == "wall" else "GPU time"
-    message = (f"{ratio:.3f}x the reference kernel's {clock} (95% interval {lo:.3f}-{hi:.3f}, {rounds} rounds): "
+    whose = "the reference kernel's"
+    if getattr(perf, "against", "reference") == "faster":
+        vendor_rounds = sum(a is v for a, v in zip(against, scored["torch"]))
+        details.update(scored_against="faster", rounds_vendor_faster=vendor_rounds)
+        whose = ("the faster of the reference kernel's and torch's (torch in "
+                 f"{vendor_rounds} of {len(against)} rounds)")
+    message = (f"{ratio:.3f}x {whose} {clock} (95% interval {lo:.3f}-{hi:.3f}, {rounds} rounds): "
                f"{fraction:.0%} of the points (full at <= {perf.full_at}x, none at >= {perf.zero_at}x); {summary}")
     return test("passed" if fraction > 0 else "failed", message, details=details)
