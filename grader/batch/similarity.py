@@ -257,10 +257,14 @@ def _module_text(lock, p, spec) -> str | None:
     if os.path.lexists(root / "grader.toml"):  # read safely first: open_submission reads it as it is
         read_in_repo(root, "grader.toml", 64 * 1024)
     try:
-        module = open_submission(root).target(spec)[0]
+        sub = open_submission(root)
+        module = sub.target(spec)[0]
+        problem = sub.problem(spec)  # an entry that names no module the grader may read (grader.submission)
     except Exception as exc:  # a grader.toml that names no readable module: this student's reason alone
         text = " ".join(str(exc).split())
         raise Unreadable(text if text.startswith("grader.toml") else f"grader.toml: {type(exc).__name__}: {text}") from None
+    if problem:
+        raise Unreadable(" ".join(problem.split()))
     return read_in_repo(root, str(module))
 
 
