@@ -248,6 +248,10 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
                           f"{module} defines no function {spec.function}(): nothing of {spec.name} was checked "
                           f"(write {spec.signature} in {module})",
                           details={"not_submitted": True, "missing_function": spec.function, "module": module})
+    elif failure.kind == Outcome.INFRA_ERROR:  # ours (no worker could start): never said as the student's import
+        test = TestResult(spec.name, "submission", "worker", Outcome.INFRA_ERROR,
+                          f"none of its {len(runnable)} checks ran: {failure.message}", output=failure.output,
+                          details={"infra_error": True})
     else:
         outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
         test = TestResult(spec.name, "submission", "import", outcome,
@@ -273,6 +277,7 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
         result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
                                        "not submitted, and not runnable here" if test.details.get("not_submitted")
                                        else "not graded, and not runnable here" if test.details.get("not_gradable")
+                                       or test.details.get("infra_error")
                                        else "not runnable here, and the module did not import",
                                        max_score=skipped / 100, details={"points_if_run": skipped / 100}))
     result.tests.insert(0, test)
