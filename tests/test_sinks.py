@@ -363,12 +363,12 @@ def test_a_hostile_kernel_in_github_actions_runs_no_command_and_adds_no_row(tmp_
 @pytest.mark.slow
 def test_a_hostile_grader_toml_reaches_no_terminal_summary_or_log_raw(tmp_path):
     """A table name with escapes, Markdown, HTML and workflow commands, and a function name with
-    a fake table row: whether the check grades it (a warning for the table, a failure for the
-    function) or refuses the file (a key it may not set), nothing runs anywhere."""
+    a fake table row: whether the function is refused (that assignment cannot be graded) or the
+    table only warned of (a key of its own in a table that is no assignment), nothing runs anywhere."""
     name = HOSTILE.replace("\\", "\\\\").replace('"', '\\"').replace("\n", "\\n").replace("\x1b", "\\u001b").replace("\x07", "\\u0007")
     runs = []
     for label, toml in (("graded", f'[assignments."{name}"]\nmodule = "kernels/x.py"\n\n[assignments.vector_add]\nfunction = "{name}"\n'),
-                        ("refused", f'[assignments."{name}"]\nfoo = 1\n')):
+                        ("warned", f'[assignments."{name}"]\nfoo = 1\n')):
         repo = tmp_path / label / "repo"
         (repo / "kernels").mkdir(parents=True)
         (repo / "grader.toml").write_text(toml)
@@ -382,12 +382,14 @@ def test_a_hostile_grader_toml_reaches_no_terminal_summary_or_log_raw(tmp_path):
         assert len(headings) >= 1 and all(x.startswith(("## Triton kernels", "### Failing checks", "### Notes")) for x in headings)
         rows = [x for x in summary.splitlines() if x.startswith("|")]
         assert len(rows) in (0, 3) and all(len(cells(r)) == 6 for r in rows) and "<" not in markdown_text(summary)
-        assert "6 / 6 |" in html.unescape(summary)  # the student's text is shown, as text
-        assert "::add-mask::x" in run.stdout + run.stderr  # and on the terminal, in a block where it runs nothing
-    graded, refused = runs
-    assert graded.returncode == 1 and graded.test("vector_add", "n=1 [float32]")["outcome"] == "error"
-    assert "defines no function f | 6 / 6 |" in graded.stdout
-    assert refused.returncode == 2 and "may only set module and function" in refused.stderr
+        if label == "graded":  # the refusal's reason, as text
+            assert "cannot be graded" in html.unescape(summary), summary
+        assert "6 / 6" in run.stdout + run.stderr  # and on the terminal, in a block where it runs nothing
+    graded, warned = runs
+    # a function name that is no Python name: the student's own outcome, refused before any worker
+    assert graded.returncode == 1 and graded.test("vector_add", "cannot be graded")["outcome"] == "failed"
+    assert "is not a Python function name" in graded.stdout
+    assert "which is not an assignment" in warned.stderr and warned.test("vector_add", "n=1 [float32]")["outcome"] == "passed"
 
 
 @pytest.mark.slow
