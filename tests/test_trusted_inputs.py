@@ -661,9 +661,10 @@ def test_a_batch_grades_hostile_students_as_students_and_the_good_one_intact(tmp
         assert "grader.toml: assignments must be a table" in t["message"], t
     assert "leads outside the repository" in test_of("trent", "vector_add", "cannot be graded")["message"]
     assert test_of("trent", "softmax", "1x1 [float32]")["outcome"] == "passed"
-    assert test_of("sybil", "vector_add", "n=1 [float32]")["outcome"] == "error"
-    assert "SyntaxError" in test_of("sybil", "vector_add", "n=1 [float32]")["message"]
-    assert "null bytes" in test_of("sybil", "softmax", "1x1 [float32]")["message"]
+    # a module that does not import: one error that says why, not one per case
+    assert test_of("sybil", "vector_add", "import")["outcome"] == "error"
+    assert "SyntaxError" in test_of("sybil", "vector_add", "import")["message"]
+    assert "null bytes" in test_of("sybil", "softmax", "import")["message"]
     assert rows["mallory"]["total"] == "0" and rows["sybil"]["total"] == "0" and rows["trent"]["softmax"] == "12"
     trent = (out / "students" / "trent" / "results.json").read_text()
     assert "nested too deeply for the scan to read" in trent
