@@ -176,7 +176,9 @@ SPEC = Assignment(
     random_cases=random_cases,
     correctness_points=12,
     performance=Performance(
-        case=Case("resnet-32x64x56x56-K=64-3x3", {"N": 32, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3}),
+        # a batch of 128: at 32 the reference takes 0.038 ms on an H100, under the 0.05 ms below
+        # which a time is launch-bound and not scored (grader.judge.perf.MIN_SCORED_MS)
+        case=Case("resnet-128x64x56x56-K=64-3x3", {"N": 128, "C": 64, "H": 56, "W": 56, "K": 64, "R": 3}),
         dtype="float16",
         bytes_moved=lambda p, dt: (p["N"] * p["C"] * p["H"] * p["W"] + p["K"] * p["C"] * p["R"] ** 2
                                    + p["N"] * p["K"] * _out(p)[0] * _out(p)[1]) * torch.finfo(dt).bits // 8,
