@@ -509,7 +509,7 @@ def test_the_trusted_sides_plain_worker_loads_an_assignments_spec_forked_or_fres
     boot = next(a for a in started if "-c" in a)
     code = boot[boot.index("-c") + 1].split("; from grader.worker")[0]
     has_spec = "; import grader, os; sys.exit(0 if os.path.isfile(os.path.join(grader.__path__[0], 'spec.py')) else 3)"
-    assert subprocess.run([sys.executable, "-I", "-c", code + has_spec]).returncode == 0
+    assert subprocess.run([sys.executable, "-I", "-B", "-c", code + has_spec]).returncode == 0
     sandboxed = launch.worker_argv("3", "4")
     code = sandboxed[sandboxed.index("-c") + 1].split("; from grader.worker")[0]
-    assert subprocess.run([sys.executable, "-I", "-c", code + has_spec]).returncode == 3
+    assert subprocess.run([sys.executable, "-I", "-B", "-c", code + has_spec]).returncode == 3

@@ -113,7 +113,7 @@ def _probe(isolation: Isolation) -> str | None:
         (job / "repo").mkdir()
         try:
             proc = WorkerProcess(job / "repo", job / "scratch", interpret=not has_gpu(), isolation=isolation,
-                                 command=[sys.executable, "-I", "-c", f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
+                                 command=[sys.executable, "-I", "-B", "-c", f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
                                  probe=PROBE)
         except (OSError, SandboxError) as exc:
             return str(exc)
