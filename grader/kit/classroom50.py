@@ -26,6 +26,7 @@ from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 
+from grader.kit.github import failures_markdown
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, cents
 from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line
 
@@ -225,23 +226,7 @@ def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: di
         need = f"{gpu:g} pts ({', '.join(kinds)})" if gpu else "0"
         out.append(f"| {for_markdown(a.name)} ({for_markdown(a.module, 120)}) | {s} / {m} | {a.count(Outcome.PASSED)} | "
                    f"{bad} | {need} | {hidden.get(a.name, 0)} |")
-    if any(hidden.values()):
-        out += ["", "Hidden cases are not run here: they run at grading time, on top of the cases above."]
-    failing = [t for t in run.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
-    if failing:
-        out += ["", "### Failing checks", ""]
-        seen = set()
-        for t in failing:
-            if (t.assignment, t.message) in seen:
-                continue
-            seen.add((t.assignment, t.message))
-            out.append(f"- **{for_markdown(t.assignment)}** {for_markdown_code(t.name, 200)}: {t.outcome}: "
-                       f"{for_markdown(t.message, MESSAGE_LIMIT)}")
-            if t.reproducer:
-                out.append(f"  reproduce: {for_markdown_code(t.reproducer, 400)}")
-    notes = [n for a in run.assignments for n in a.notes]
-    if notes:
-        out += ["", "### Notes", "", *[f"- {for_markdown(n, MESSAGE_LIMIT)}" for n in notes]]
+    out += failures_markdown(run, hidden, MESSAGE_LIMIT, 400)
     asset = report_url(fields["release"])
     out += ["", f"The full report: {_link('report.html', asset) if asset else '`report.html`'}, an asset of "
             f"{_link('this release', fields['release'])}.", ""]

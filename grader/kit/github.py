@@ -125,6 +125,15 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
         out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200, table=True)}) | {a.score:g} / {a.max_score:g} | "
                    f"{a.count(Outcome.PASSED)} | {bad} | {gpu} | "
                    f"{hidden.get(a.name, 0)} |")
+    out += failures_markdown(run, hidden, 500, 500)
+    out += ["", "The full report is the `grader-report` artifact of this run (report.html, results.json).", ""]
+    return "\n".join(out)
+
+
+def failures_markdown(run: RunResult, hidden: dict, message_limit: int, reproducer_limit: int) -> list[str]:
+    """The lines after the table, for a job summary or a release body: where the hidden cases
+    run, each failing check once with its reproducer, the notes; student text escaped."""
+    out: list[str] = []
     if any(hidden.values()):
         out += ["", "Hidden cases are not run here: they run at grading time, on top of the cases above."]
     failing = [t for t in run.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
@@ -136,14 +145,13 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
                 continue
             seen.add((t.assignment, t.message))
             out.append(f"- **{for_markdown(t.assignment)}** {for_markdown_code(t.name, 200)}: {t.outcome}: "
-                       f"{for_markdown(t.message, 500)}")
+                       f"{for_markdown(t.message, message_limit)}")
             if t.reproducer:
-                out.append(f"  reproduce: {for_markdown_code(t.reproducer, 500)}")
+                out.append(f"  reproduce: {for_markdown_code(t.reproducer, reproducer_limit)}")
     notes = [n for a in run.assignments for n in a.notes]
     if notes:
-        out += ["", "### Notes", "", *[f"- {for_markdown(n, 500)}" for n in notes]]
-    out += ["", "The full report is the `grader-report` artifact of this run (report.html, results.json).", ""]
-    return "\n".join(out)
+        out += ["", "### Notes", "", *[f"- {for_markdown(n, message_limit)}" for n in notes]]
+    return out
 
 
 def report_github(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print) -> None:
