@@ -129,3 +129,18 @@ def test_a_second_check_reuses_the_kept_inputs_kernels_and_warm_zygote(submissio
         from grader.sandbox.zygote import stop_warm
 
         stop_warm(kept / "warm")  # the warm zygote it left
+
+
+def test_a_correct_but_slow_kernel_is_told_why_in_its_own_terms(submission, cli):
+    """16x16 tiles and one warp: correct, honest, slow; the performance result adds what the
+    compiled kernel is (its registers, warps, grid against the SMs) and never flags it."""
+    run = cli(submission("gpu/slow_matmul"), "--seed", "3", "--device", "cuda", "-a", "matmul_relu", "--case", "127x129x131")
+    tests = run.tests_of("matmul_relu")
+    assert all(t["outcome"] == "passed" for t in tests if t["tags"][1] == "correctness"), [t["output"] for t in tests]
+    perf = next(t for t in tests if t["tags"][1] == "performance")
+    assert perf["outcome"] in ("passed", "failed"), perf["output"]  # scored (few points), never flagged nor infra_error
+    details = perf["extra_data"]["details"]
+    kernel = details["compiled"]["matmul_relu_kernel"]
+    assert kernel["num_warps"] == 1 and kernel["n_regs"] > 0 and kernel["grid"][:2] == [256, 256]
+    assert details["why_slow"]["share"] < 0.7 and "Why it is slow" in perf["output"], perf["output"]
+    assert "registers per thread" in perf["output"] and "1 warps" in perf["output"] and "SMs" in perf["output"]
