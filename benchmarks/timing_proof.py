@@ -8,7 +8,7 @@
 - Resolution: tests/fixtures/gpu/slow10 (about 10% more work than the reference, for
   vector_add and softmax) must be measured slower than the reference in every run.
 - Cheats: every tests/fixtures/gpu/cheat_* must be flagged with evidence and earn nothing.
-Each run is a full `grade_submission` (correctness on each assignment's first case, the
+Each run is a full grading session's `grade()` (correctness on each assignment's first case, the
 bounds check, then timing) with the same seed, as every student of a batch gets the run's
 seed; the run cache (grader.judge.runcache) is shared, as in a batch: the input sets and the
 roofline are made once. `--json` is rewritten after every grade, so a cut-off run keeps
@@ -34,7 +34,7 @@ from conftest import build_submission  # noqa: E402
 
 from grader import spec as specs  # noqa: E402
 from grader.judge.context import GradingContext  # noqa: E402
-from grader.judge.grade import grade_submission  # noqa: E402
+from grader.judge.session import open_session  # noqa: E402
 from grader.judge.runcache import RunCache  # noqa: E402
 from grader.submission import open_submission  # noqa: E402
 
@@ -64,7 +64,7 @@ def grade(fixture: str, assignments: list[str], cases: list[str] | None, opts_kw
         sub = open_submission(build_submission(Path(tmp) / "repo", fixture))
         chosen = [specs.get(a) for a in assignments]
         first_cases = cases or sorted({s.cases[0].name for s in chosen})  # one small case each: the proof is the timing
-        run = grade_submission(sub, chosen, GradingContext("cuda", SEED, tuple(first_cases), ("float32",), **opts_kw), progress)
+        run = open_session(GradingContext("cuda", SEED, tuple(first_cases), ("float32",), **opts_kw)).grade(sub, chosen, progress)
         progress("done")
         return run
 

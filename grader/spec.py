@@ -8,7 +8,6 @@ performance target. Only the grading process loads specs; the worker never sees 
 from __future__ import annotations
 
 import importlib.util
-import os
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -31,8 +30,10 @@ def _find_course() -> Path:
     checkout); else the student kit around the working directory (the grader installed from a
     wheel has no course of its own). A course found first always wins, so a kit's public specs
     inside a submission never replace the TA's."""
-    if os.environ.get("GRADER_COURSE"):
-        return Path(os.environ["GRADER_COURSE"])
+    from grader.settings import current
+
+    if current().course is not None:
+        return current().course
     home = Path(__file__).resolve().parent.parent
     if (home / "assignments").is_dir():
         return home
@@ -57,7 +58,9 @@ def course_root() -> Path:
 def course_secret() -> str | None:
     """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or COURSE_ROOT/assignments/course-secret.txt.
     None in a student kit: there the random shapes come from the run's (public, printed) seed alone."""
-    value = os.environ.get("GRADER_COURSE_SECRET")
+    from grader.settings import current
+
+    value = current().course_secret
     if value is None and (course_root() / SECRET_FILE).is_file():
         value = (course_root() / SECRET_FILE).read_text().strip()
     return value or None

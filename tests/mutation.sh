@@ -15,7 +15,6 @@ mutmut run --max-children "${JOBS:-2}" \
   "grader.judge.integrity.*" \
   "grader.batch.jobs.x_job_key*" "grader.batch.jobs.x_spec_fingerprint*" "grader.batch.store.x_is_reusable*" "grader.batch.run.x_plan_batch*" \
   "grader.batch.store.x_store_record*" "grader.batch.store.x_read_records*" \
-  "grader.judge.grade.xǁ_Integrityǁ*" "grader.judge.grade.x__few*" "grader.judge.grade.x__trivial*" \
   "grader.judge.scoring.*" "grader.judge.activity.*" \
   "grader.judge.perf.x_call_times*" "grader.judge.perf.x_round_ratios*" "grader.judge.perf.x_ratio_estimate*" "grader.judge.perf.x_needs_more_rounds*" \
   "grader.judge.perf.x_floor_ms*" "grader.judge.perf.x__conduct*" "grader.judge.perf.x__verdict*" \

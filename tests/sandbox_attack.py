@@ -144,12 +144,12 @@ def grade(repo: Path, cases: tuple[str, ...], assignments: tuple[str, ...] = ("s
     """Grade `repo` in the interpreter; each test's outcome and message by name, and the time."""
     from grader import spec as specs
     from grader.judge.context import GradingContext
-    from grader.judge.grade import grade_submission
+    from grader.judge.session import open_session
     from grader.submission import open_submission
 
     start = time.monotonic()
-    run = grade_submission(open_submission(repo), [specs.get(a) for a in assignments],
-                           GradingContext("cpu", 424242, cases, ("float32",), 20))
+    run = open_session(GradingContext("cpu", 424242, cases, ("float32",), 20)).grade(
+        open_submission(repo), [specs.get(a) for a in assignments])
     results = run.to_gradescope()
     return {"seconds": time.monotonic() - start, "isolation": run.environment["isolation"],
             "tests": {t["name"]: [t["outcome"], t["output"][:600]] for t in results["tests"]}}

@@ -5,6 +5,7 @@ import pytest
 from grader import spec as specs
 from grader.judge.context import GradingContext
 from grader.judge.grade import _bounds_check
+from grader.judge.session import open_session
 from grader.submission import open_submission
 
 
@@ -12,7 +13,7 @@ def _check(submission, tmp_path, fixture):
     sub = open_submission(submission(fixture))
     sub.private_copy(tmp_path / "work" / "repo")
     spec = specs.get("vector_add")
-    return _bounds_check(spec, GradingContext("cuda", seed=4), sub.target(spec), tmp_path / "work", 60)
+    return _bounds_check(open_session(GradingContext("cuda", seed=4)), spec, sub.target(spec), tmp_path / "work", 60)
 
 
 @pytest.mark.slow
@@ -32,7 +33,7 @@ def test_correct_kernel_passes_and_names_the_cases(submission, tmp_path):
 def test_the_replay_worker_sees_no_more_than_the_gpu_worker(submission, tmp_path, monkeypatch):
     """The interpreter replay's worker is contained like the GPU run's: the context's private
     folders and the folders beside the submission (other students) are hidden from it too."""
-    from grader.judge import grade
+    from grader.judge import workers
     from grader.sandbox.isolation import SandboxError
 
     seen = []
@@ -41,11 +42,11 @@ def test_the_replay_worker_sees_no_more_than_the_gpu_worker(submission, tmp_path
         seen.append([str(p) for p in kwargs["hide"]])
         raise SandboxError("not started in this test")
 
-    monkeypatch.setattr(grade, "WorkerProcess", spy)
+    monkeypatch.setattr(workers, "WorkerProcess", spy)
     sub = open_submission(submission("good"))
     sub.private_copy(tmp_path / "work" / "repo")
     spec = specs.get("vector_add")
     ctx = GradingContext("cuda", seed=4, hide=("/srv/course-references",))
-    result = _bounds_check(spec, ctx, sub.target(spec), tmp_path / "work", 60, hide=[sub.root.parent])
+    result = _bounds_check(open_session(ctx), spec, sub.target(spec), tmp_path / "work", 60, hide=[sub.root.parent])
     assert result.outcome == "skipped" and "not started in this test" in result.message
     assert seen == [["/srv/course-references", str(sub.root.parent)]]

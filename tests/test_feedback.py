@@ -19,7 +19,9 @@ from conftest import REPO_ROOT, has_gpu, run_cli
 from grader import spec as specs
 from grader.judge.feedback import group_failures, headline, points_line, run_total
 from grader.judge.context import GradingContext
-from grader.judge.grade import _Integrity, grade_assignment
+from grader.judge.grade import grade_assignment
+from grader.judge.integrity import OwnKernelCheck
+from grader.judge.session import open_session
 from grader.judge.verdict import judge_call
 from grader.judge.mismatch import contiguous_reading
 from grader.codec import storage_of
@@ -150,7 +152,7 @@ def _planned(name="vector_add"):
 
 
 def test_no_kernel_launched_is_not_a_pass():
-    check = _Integrity(specs.get("vector_add"))
+    check = OwnKernelCheck(specs.get("vector_add"))
     check.observe(_planned(), {"launches": {}, "ops": []}, passed=False)
     result = check.test()
     assert result.outcome != "passed"
@@ -158,7 +160,7 @@ def test_no_kernel_launched_is_not_a_pass():
 
 
 def test_a_launched_kernel_still_passes():
-    check = _Integrity(specs.get("vector_add"))
+    check = OwnKernelCheck(specs.get("vector_add"))
     check.observe(_planned(), {"launches": {"add_kernel": 1}, "ops": []}, passed=True)
     assert check.test().outcome == "passed"
 
@@ -215,7 +217,7 @@ def test_a_missing_module_is_one_not_submitted_result(tmp_path):
     (repo / "kernels").mkdir(parents=True)
     sub = open_submission(repo)
     spec = specs.get("softmax")
-    result = grade_assignment(sub, spec, GradingContext("cpu", 1), tmp_path / "work")
+    result = grade_assignment(open_session(GradingContext("cpu", 1)), sub, spec, tmp_path / "work")
     assert [t.name for t in result.tests if t.outcome != "skipped"] == ["not submitted"]
     (test,) = [t for t in result.tests if t.outcome != "skipped"]
     assert test.outcome == "failed" and "kernels/softmax.py is not in the submission" in test.message

@@ -39,12 +39,12 @@ def test_a_missing_function_is_one_not_submitted_result_worth_its_points(submiss
 
 def test_a_missing_function_over_a_whole_run_is_worth_every_point(submission, tmp_path):
     from grader.judge.context import GradingContext
-    from grader.judge.grade import grade_assignment
+    from grader.judge.session import open_session
     from grader.submission import open_submission
 
     spec = specs.get("layernorm_backward")
     sub = open_submission(submission("layernorm_no_backward"))
-    result = grade_assignment(sub, spec, GradingContext("cpu", 1), tmp_path / "work")
+    result = open_session(GradingContext("cpu", 1)).grade(sub, [spec]).assignments[0]
     bad = [t for t in result.tests if t.outcome != "skipped"]
     assert [t.name for t in bad] == ["not submitted"]  # not 24 errors, one per case
     assert bad[0].details["missing_function"] == "layer_norm_backward"
@@ -347,8 +347,9 @@ def test_the_compiled_figures_cross_the_protocol_typed():
 def test_the_interpreter_says_these_come_on_a_gpu():
     from grader.judge.context import GradingContext
     from grader.judge.perf import measure
+    from grader.judge.session import open_session
     from grader.results import AssignmentResult
 
     spec = specs.get("vector_add")
-    test = measure(spec, AssignmentResult("vector_add", "t", "m"), GradingContext("cpu", 1), None, None, 1.0)
+    test = measure(open_session(GradingContext("cpu", 1)), spec, AssignmentResult("vector_add", "t", "m"), None, None, 1.0)
     assert test.outcome == "skipped" and "registers, spills, shared memory" in test.message and "roofline" in test.message

@@ -5,7 +5,7 @@ Each fixture attacks in one assignment, or in both with outcomes that stay disti
 every one: grading goes on, the other assignment is graded, the outcome is timeout, crashed,
 error, failed or flagged with the evidence in the report (never a score the code did not
 earn), no process of the worker is left, and no file outside the sandbox changed.
-Most run in-process (grade_submission, as the CLI and the batch call it); the attack on
+Most run in-process (a grading session's grade(), as the CLI and the batch call it); the attack on
 the grader's command line and results file runs the real CLI, since that is its target.
 All run in the interpreter (`--device cpu`), on a GPU machine too; the `gpu` ones use the GPU.
 """
@@ -33,7 +33,7 @@ from grader.sandbox.launch import worker_env
 from grader.sandbox.process import detect
 from grader import spec as specs
 from grader.judge.context import GradingContext
-from grader.judge.grade import grade_submission
+from grader.judge.session import open_session
 from grader.report import render
 from grader.submission import open_submission
 
@@ -82,7 +82,7 @@ def grade(tmp_path: Path, fixture: str, cases: list[str], timeout: float = 10, i
     before = outside_state(repo)
     opts = GradingContext(device, 424242, tuple(cases) if cases else None, ("float32",), timeout, import_timeout=import_timeout)
     start = time.monotonic()
-    run = grade_submission(open_submission(repo), [specs.get("softmax"), specs.get("vector_add")], opts)
+    run = open_session(opts).grade(open_submission(repo), [specs.get("softmax"), specs.get("vector_add")])
     seconds = time.monotonic() - start
     assert outside_state(repo) == before
     return Graded(run, run.to_gradescope(), render(run), seconds)

@@ -77,16 +77,16 @@ def test_a_syntax_error_is_left_to_the_worker(tmp_path):
     assert Path(tmp_path / "m.py").exists()
 
 
-# -- the grade-level check "uses its own Triton kernel" (grader.judge.grade._Integrity) -----------------
+# -- the grade-level check "uses its own Triton kernel" (grader.judge.integrity.OwnKernelCheck) -----------------
 
 def _kernel_check(calls):
     """The check after these calls: (case, launches, aten ops, passed) each, in float32."""
     from grader import spec as specs
-    from grader.judge.grade import _Integrity
+    from grader.judge.integrity import OwnKernelCheck
     from grader.judge.plan import PlannedCall
     from grader.spec import Case
 
-    check = _Integrity(specs.get("softmax"))
+    check = OwnKernelCheck(specs.get("softmax"))
     for case, launches, ops, passed in calls:
         check.observe(PlannedCall("softmax", Case(case, {}), "float32", 1), {"launches": launches, "ops": ops}, passed)
     result = check.test()
@@ -130,10 +130,10 @@ def test_nothing_observed_is_skipped_not_passed():
 
 
 def test_evidence_lists_at_most_three_calls():
-    from grader.judge.grade import _few
+    from grader.judge.integrity import few
 
-    assert _few(["a", "b", "c"]) == "a, b, c"
-    assert _few(["a", "b", "c", "d"]) == "a, b, c and 1 more"
+    assert few(["a", "b", "c"]) == "a, b, c"
+    assert few(["a", "b", "c", "d"]) == "a, b, c and 1 more"
     # torch's own op is the conclusive evidence: it stands alone
     result = _kernel_check([("a", {}, ["aten::_softmax"], True), ("b", {}, ["aten::_softmax"], True)])
     assert result.message == "torch computed the result: aten::_softmax ran inside softmax() in a/float32, b/float32"

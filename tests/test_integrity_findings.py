@@ -8,7 +8,7 @@ import pytest
 import torch
 
 from grader import spec as specs
-from grader.judge.grade import _Integrity, _trivial
+from grader.judge.integrity import OwnKernelCheck, trivial_result
 from grader.judge.plan import PlannedCall
 from grader.spec import Case
 
@@ -21,18 +21,18 @@ def _call(case: str, dtype: str = "float32") -> PlannedCall:
 
 def test_trivial_results_are_empty_zero_or_a_copy_of_an_input():
     x = torch.randn(64)
-    assert _trivial({"output": torch.zeros(64)}, {"x": x, "p": 1.0})
-    assert _trivial({"output": x.clone()}, {"x": x, "p": 0.0})
-    assert _trivial({"output": torch.empty(0)}, {"x": torch.empty(0)})
-    assert _trivial({"output.0": torch.zeros(3), "output.1": x.clone()}, {"x": x})
-    assert not _trivial({"output": x * 2}, {"x": x})
-    assert not _trivial({"output": x.to(torch.float16)}, {"x": x})  # same values, another dtype: computed
-    assert not _trivial({"output.0": torch.zeros(3), "output.1": x * 2}, {"x": x})
-    assert not _trivial({}, {"x": x})
+    assert trivial_result({"output": torch.zeros(64)}, {"x": x, "p": 1.0})
+    assert trivial_result({"output": x.clone()}, {"x": x, "p": 0.0})
+    assert trivial_result({"output": torch.empty(0)}, {"x": torch.empty(0)})
+    assert trivial_result({"output.0": torch.zeros(3), "output.1": x.clone()}, {"x": x})
+    assert not trivial_result({"output": x * 2}, {"x": x})
+    assert not trivial_result({"output": x.to(torch.float16)}, {"x": x})  # same values, another dtype: computed
+    assert not trivial_result({"output.0": torch.zeros(3), "output.1": x * 2}, {"x": x})
+    assert not trivial_result({}, {"x": x})
 
 
 def test_a_shortcut_without_a_launch_on_a_trivial_case_is_no_finding():
-    integrity = _Integrity(specs.get("dropout"))
+    integrity = OwnKernelCheck(specs.get("dropout"))
     integrity.observe(_call("p=1-n=4099"), {"launches": {}, "ops": ["aten::zeros_like"]}, passed=True, trivial=True)
     integrity.observe(_call("n=1025-p=0.3"), {"launches": {"dropout_kernel": 1}, "ops": []}, passed=True)
     t = integrity.test()
@@ -40,7 +40,7 @@ def test_a_shortcut_without_a_launch_on_a_trivial_case_is_no_finding():
 
 
 def test_a_right_result_without_a_launch_is_for_review_and_names_its_cases():
-    integrity = _Integrity(specs.get("vector_add"))
+    integrity = OwnKernelCheck(specs.get("vector_add"))
     integrity.observe(_call("n=127"), {"launches": {}, "ops": ["aten::sub.Tensor"]}, passed=True)
     integrity.observe(_call("n=1"), {"launches": {"add_kernel": 1}, "ops": []}, passed=True)
     t = integrity.test()
@@ -50,7 +50,7 @@ def test_a_right_result_without_a_launch_is_for_review_and_names_its_cases():
 
 
 def test_a_wrong_result_without_a_launch_is_just_wrong():
-    integrity = _Integrity(specs.get("vector_add"))
+    integrity = OwnKernelCheck(specs.get("vector_add"))
     integrity.observe(_call("n=127"), {"launches": {}, "ops": []}, passed=False)
     t = integrity.test()
     assert t.outcome == "failed" and not t.severity  # nothing ran: a failed check, no accusation
@@ -58,14 +58,14 @@ def test_a_wrong_result_without_a_launch_is_just_wrong():
 
 
 def test_only_trivial_results_and_no_launch_is_nothing_to_inspect():
-    integrity = _Integrity(specs.get("dropout"))
+    integrity = OwnKernelCheck(specs.get("dropout"))
     integrity.observe(_call("p=1-n=4099"), {"launches": {}, "ops": []}, passed=True, trivial=True)
     t = integrity.test()
     assert t.outcome == "skipped" and "trivial" in t.message
 
 
 def test_a_forbidden_op_is_conclusive():
-    integrity = _Integrity(specs.get("vector_add"))
+    integrity = OwnKernelCheck(specs.get("vector_add"))
     integrity.observe(_call("n=127"), {"launches": {}, "ops": ["aten::add.Tensor"]}, passed=True)
     t = integrity.test()
     assert t.outcome == "flagged" and t.severity == "conclusive"
@@ -92,7 +92,7 @@ def test_each_integrity_verdict_reads_exactly():
     from grader.results import TestResult
 
     name = "uses its own Triton kernel"
-    integrity = _Integrity(specs.get("vector_add"))
+    integrity = OwnKernelCheck(specs.get("vector_add"))
     assert integrity.test() == TestResult("vector_add", "integrity", name, "skipped", "no call completed, so nothing to inspect")
     integrity.observe(_call("n=1"), {"launches": {"add_kernel": 2, "helper": 1}, "ops": []}, passed=True)
     integrity.observe(_call("n=2"), {"launches": {"add_kernel": 1}, "ops": []}, passed=True)
@@ -119,12 +119,12 @@ def test_no_launch_at_all_reads_exactly_as_a_failure_or_as_nothing_to_inspect():
     from grader.results import TestResult
 
     name = "uses its own Triton kernel"
-    wrong = _Integrity(specs.get("vector_add"))
+    wrong = OwnKernelCheck(specs.get("vector_add"))
     wrong.observe(_call("n=127"), {"launches": {}, "ops": []}, passed=False)
     assert wrong.test() == TestResult("vector_add", "integrity", name, "failed",
                                       "no Triton kernel was launched in any call: vector_add() must launch your kernel "
                                       "(kernel[grid](...))", details={"kernels_launched": {}, "evidence": []})
-    trivial = _Integrity(specs.get("dropout"))
+    trivial = OwnKernelCheck(specs.get("dropout"))
     trivial.observe(_call("p=1-n=4099"), {"launches": {}, "ops": []}, passed=True, trivial=True)
     assert trivial.test() == TestResult("dropout", "integrity", name, "skipped",
                                         "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",

@@ -17,6 +17,7 @@ from safetensors.torch import load_file, save_file
 
 from conftest import FIXTURES, REPO_ROOT, assert_nothing_left, run_cli
 from grader import spec as specs
+from grader.settings import current
 from grader.protocol import Contender, Load, Run
 from grader.sandbox import docker, files, launch, namespaces, process, uids
 from grader.sandbox.isolation import Isolation
@@ -180,7 +181,7 @@ def test_worker_runs_as_an_unprivileged_uid_with_limits(tmp_path):
                 print("cannot read", path, exc.strerror)
         """)
     _, text, _ = _run_module(repo, tmp_path, limits=Limits(processes=20))
-    first, last = (int(x) for x in uids.UID_RANGE.split("-"))
+    first, last = (int(x) for x in uids.uid_range().split("-"))
     uid, gid = (int(x) for x in text.split("uid ", 1)[1].split()[:2])
     assert first <= uid <= last and gid == uid and "[]" in text.split("uid ", 1)[1].splitlines()[0]
     assert "nproc 20" in text and "fork refused after" in text
@@ -334,7 +335,7 @@ def test_docker_command_contains_the_worker(tmp_path):
     assert f"type=bind,source={launch.worker_code() / 'grader'},target=/opt/grader-host/grader,readonly" in argv
     assert str(REPO_ROOT.resolve()) not in text.replace(str(job), "")
     assert f"type=tmpfs,target={docker.IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" in argv  # the image's assignments/
-    assert argv[-4:] == [docker.DOCKER_IMAGE, "python", "-c", "pass"]
+    assert argv[-4:] == [current().docker_image, "python", "-c", "pass"]
 
 
 FAKE_DOCKER = '''#!{python}
@@ -416,14 +417,14 @@ def test_isolation_option_rejects_what_cannot_work(tmp_path, monkeypatch):
 def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path, monkeypatch):
     from grader import spec as specs
     from grader.judge.context import GradingContext
-    from grader.judge.grade import grade_submission
+    from grader.judge.session import open_session
     from grader.submission import open_submission
 
     assert process.detect("sandbox").user_switch  # found before the range breaks
     monkeypatch.setattr(uids, "UID_RANGE", "0-0")  # root's: never lent to a worker
     repo = tmp_path / "good"
     shutil.copytree(FIXTURES / "good", repo)
-    run = grade_submission(open_submission(repo), [specs.get("vector_add")], GradingContext("cpu", 1, ("n=1",), ("float32",)))
+    run = open_session(GradingContext("cpu", 1, ("n=1",), ("float32",))).grade(open_submission(repo), [specs.get("vector_add")])
     test = run.tests[0]  # one result for the whole assignment: no case could run
     assert test.outcome == "infra_error" and "no free worker uid in 0-0" in test.message, test
     assert test.name == "worker" and "importing kernels/vector_add.py failed" not in test.message  # ours, not the student's import

@@ -140,7 +140,7 @@ def test_the_zygote_and_its_workers_die_with_the_job_process(tmp_path):
 def test_a_zygote_that_cannot_start_costs_speed_not_the_worker(tmp_path, monkeypatch):
     monkeypatch.setattr(zygote, "_DISABLED", [])
     monkeypatch.setattr(zygote.Zygote, "__init__", lambda self, env: (_ for _ in ()).throw(zygote.ZygoteError("no fork here")))
-    monkeypatch.setattr(zygote, "_ZYGOTES", {})
+    monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
     worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True)
     try:
         assert isinstance(worker.proc, subprocess.Popen)  # a fresh interpreter, as before
@@ -242,8 +242,8 @@ def test_a_command_killed_takes_its_workers_but_not_the_warm_zygote(tmp_path):
 @needs_namespaces
 def test_a_warm_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monkeypatch):
     fresh = _facts(tmp_path, "jobQQfresh", monkeypatch, forked=False)
-    monkeypatch.setattr(zygote, "_ZYGOTES", {})
-    monkeypatch.setattr(zygote, "_WARM", [])
+    monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
+    monkeypatch.setattr(zygote.client, "_WARM", [])
     zygote.keep_warm(tmp_path / "kept" / "warm", 30)
     try:
         warm = _facts(tmp_path, "jobQQwarm", monkeypatch, forked=True)
@@ -290,8 +290,8 @@ def test_a_job_process_closing_its_zygote_ends_it_at_once(tmp_path, monkeypatch)
     blocked in recv on it) kept the socket open, and every command waited 5 s for its zygote to
     end, then killed it."""
     monkeypatch.setenv("GRADER_ZYGOTE", "1")
-    monkeypatch.setattr(zygote, "_ZYGOTES", {})
-    monkeypatch.setattr(zygote, "_WARM", [])
+    monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
+    monkeypatch.setattr(zygote.client, "_WARM", [])
     worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True)
     try:
         assert worker.request(Ping(), 120) == Ok()

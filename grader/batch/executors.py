@@ -33,6 +33,7 @@ from typing import Callable
 
 from grader.batch.jobs import Job, execute, new_record, now
 from grader.batch.store import failed_path, log_path, read_json, record_path, store_record
+from grader.settings import current
 
 
 # -- scheduling ---------------------------------------------------------------------------------------
@@ -119,7 +120,7 @@ def thread_share(slots: int) -> dict[str, str]:
     shared out. Left alone, every process's torch and OpenMP pools take every core (a job
     process, its workers and the interpreter replay, in each slot), and several slots
     oversubscribe the machine. One slot, or a value the user set, is left as it is."""
-    if slots <= 1 or "GRADER_THREADS" in os.environ:
+    if slots <= 1 or current().threads is not None:
         return {}
     share = str(max(1, (os.cpu_count() or 1) // slots))
     return {"GRADER_THREADS": share, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", share)}
@@ -137,7 +138,7 @@ class LocalExecutor:
         self.slots = slots
         self.job_timeout = job_timeout
         self.runner = runner or [sys.executable, "-m", "grader.batch.jobs"]
-        if server is None and runner is None and os.environ.get("GRADER_JOB_SERVER", "1") != "0":
+        if server is None and runner is None and current().warm.job_server:
             server = [sys.executable, "-m", "grader.batch.jobs", "--serve"]
         self.server = server
         self.pythonpath = PACKAGE_PARENT

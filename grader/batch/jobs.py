@@ -27,7 +27,6 @@ import json
 import os
 import signal
 import sys
-import tempfile
 import time
 import traceback
 from dataclasses import dataclass, field
@@ -124,13 +123,12 @@ def _shown(log: Callable[[str], None]) -> Callable[[str], None]:
     return lambda text: log(for_terminal(text))
 
 
-def execute(job: Job, log: Callable[[str], None] = print) -> dict:
+def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None = None) -> dict:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
-    Student failures are outcomes inside the result; only our own failures are infra_error."""
-    from grader import environment, spec as specs
-    from grader.judge.grade import grade_assignment, measured_roofline, not_gradable
-    from grader.results import AssignmentResult
-    from grader.sandbox.process import detect
+    Student failures are outcomes inside the result; only our own failures are infra_error.
+    `sessions`: the grading sessions this process has opened, reused by a later job on the
+    same context (a job server's); without it the job opens its own."""
+    from grader import spec as specs
     from grader.submission import SubmissionError, open_submission
 
     started = time.time()
@@ -139,7 +137,7 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
         f"seed {job.seed})")
     try:
         spec = specs.get(job.assignment)
-        ctx = job.grading_context()
+        session = _session(job, sessions if sessions is not None else {})
         graded_at = time.time()
         phases: dict[str, float] = {}
         try:
@@ -147,14 +145,11 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
         except SubmissionError as exc:  # the student's grader.toml: graded, and the student is told why
             if not Path(job.repo).is_dir():
                 raise  # the workspace's checkout is gone: ours
-            result = not_gradable(spec, ctx, AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), str(exc))
+            result, env = session.not_gradable(spec, str(exc)), dict(session.environment)
         else:
-            with tempfile.TemporaryDirectory(prefix="grader-job-") as tmp:
-                result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, lambda step: log(f"  {step}"), phases=phases)
+            run = session.grade(sub, [spec], lambda step: log(f"  {step}"), phases)
+            result, env = run.assignments[0], run.environment  # the record says which isolation ran, and the roofline
         result.notes[:0] = job.notes
-        env = environment.describe(ctx.device, detect(ctx.isolation).describe())  # the record says which isolation ran
-        if roofline := measured_roofline(result):
-            env["roofline"] = roofline
     except Exception as exc:  # the grader's own failure: never the student's
         log(traceback.format_exc())
         return new_record(job, "infra_error", f"the grader failed: {type(exc).__name__}: {exc}", started=started)
@@ -169,6 +164,17 @@ def execute(job: Job, log: Callable[[str], None] = print) -> dict:
     return record
 
 
+def _session(job: Job, sessions: dict):
+    """The grading session for this job's context (the batch's, on this job's slot), opened once
+    per process and context: a job server's jobs share it, as a check's assignments do."""
+    from grader.judge.session import open_session
+
+    key = json.dumps([job.context, job.gpu, job.cache], sort_keys=True)
+    if key not in sessions:
+        sessions[key] = open_session(job.grading_context())
+    return sessions[key]
+
+
 def _job_process_main(argv: list[str]) -> int:
     """`python -m grader.batch.jobs --job LABEL --out OUT`, the job on stdin as JSON."""
 
@@ -178,7 +184,7 @@ def _job_process_main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
     job = Job(**json.loads(sys.stdin.read()))
-    record = execute(job, log=lambda line: print(line, flush=True))
+    record = execute(job, log=lambda line: print(line, flush=True))  # its own session: one job, one process
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and the reports, whole
     store_record(Path(job.out), record)
     return 0
@@ -200,6 +206,7 @@ def _job_server_main() -> int:
     replies = os.fdopen(os.dup(1), "w")
     own_out, own_err = os.dup(1), os.dup(2)
     os.dup2(own_err, 1)  # stray prints between jobs: the server's log, never the reply channel
+    sessions: dict = {}  # opened once per context, kept for every later job
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -211,7 +218,7 @@ def _job_server_main() -> int:
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
             try:
-                record = execute(job, log=lambda text: print(text, flush=True))
+                record = execute(job, log=lambda text: print(text, flush=True), sessions=sessions)
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and reports, whole
                 store_record(Path(job.out), record)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})

@@ -86,14 +86,17 @@ def check(
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader.judge.context import ContextError, resolve
-    from grader.judge.grade import count_steps, grade_submission
+    from grader.judge.grade import count_steps
     from grader.judge.runcache import CacheSettingError, check_cache_folder, check_cache_limit
+    from grader.judge.session import open_session
     from grader.sandbox.isolation import SandboxError
     from grader.sandbox import zygote
     from grader.sandbox.process import detect
+    from grader.settings import from_environment
 
     from grader.kit import classroom50
 
+    settings = from_environment()  # read once: the session below grades with these
     json_file = json_file or OUTPUT_DIR / "results.json"
     html_dir = html_dir or OUTPUT_DIR
     ci_mode = classroom50.mode(ci if ci in ("github", "classroom50", "none") else None)
@@ -107,21 +110,21 @@ def check(
         sub = open_submission(repo)
         chosen = select_assignments(sub, assignment)
         base = f"grader check {shlex.quote(str(repo))}" + ("" if device == "auto" else f" --device {device}")
-        keep = usable_cache(check_cache_folder())  # what the next check on this machine reuses
+        keep = usable_cache(check_cache_folder(settings))  # what the next check on this machine reuses
         ctx = resolve(device, seed, case, dtype, timeout, isolation,
                       hide=[json_file.resolve().parent, html_dir.resolve(), *([keep] if keep else [])],
                       reproducer=base, partial_points=True)
         if case and not any(ctx.calls(s) for s in chosen):
             raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
         if keep is not None:  # workers forked at once by a zygote that outlives this command
-            zygote.keep_warm(keep / "warm", zygote.warm_seconds())
+            zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
         contained = detect(ctx.isolation)
         if keep is not None and ctx.device == "cuda":  # input sets and kernels: the interpreter times and compiles nothing
             from grader.kit import github
 
             # a CI runner may check every student's repository in turn: no student's kernels are kept there
-            shared_runner = ci_mode is not None or bool(os.environ.get("CI"))
-            ctx = ctx.kept_between_checks(keep, check_cache_limit(), seed is not None, own_uid=not contained.user_switch,
+            shared_runner = ci_mode is not None or settings.in_ci
+            ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), seed is not None, own_uid=not contained.user_switch,
                                           kernels_of=None if shared_runner else sub.identity())
     except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError, OutputFolderError,
             classroom50.Classroom50Error) as exc:
@@ -141,7 +144,7 @@ def check(
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("starting", total=count_steps(chosen, ctx))
-        run = grade_submission(sub, chosen, ctx, lambda text: bar.update(task, advance=1, description=text))
+        run = open_session(ctx, settings).grade(sub, chosen, lambda text: bar.update(task, advance=1, description=text))
     # what a batch stores and reads back: results.json, the report and the summary come from that
     # form here too, so a check shows whatever a batch would lose
     run = RunResult.from_json(run.to_json())
@@ -160,8 +163,8 @@ def check(
     console.print(f"\nresults: {json_file}   report: {html}{kept}")
     if keep is not None:
         kept = ["the performance inputs and compiled kernels"] if ctx.cache else []
-        if zygote.warm_seconds() > 0:
-            kept.append(f"a warm worker start for {zygote.warm_seconds():g} s")
+        if settings.warm.keep_seconds > 0 and settings.warm.fork_server:
+            kept.append(f"a warm worker start for {settings.warm.keep_seconds:g} s")
         if kept:
             console.print(f"[dim]kept for the next check: {' and '.join(kept)}, in {keep} "
                           f"(GRADER_CACHE_GB=0 keeps nothing)[/dim]")

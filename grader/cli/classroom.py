@@ -26,6 +26,7 @@ from grader import spec as specs
 from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail, shown
 from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
+from grader.settings import current
 
 DEFAULT_JOBS_PER_GPU = 2
 
@@ -155,7 +156,7 @@ def resolve_slots(device: str, gpus: str, jobs: Optional[int]) -> tuple[list, st
     if len(models) > 1:
         raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): their timings do not compare; "
                          "grade a class on one model")
-    visible = os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = current().visible_gpus
     tokens = [t.strip() for t in visible.split(",")] if visible else [str(i) for i in range(count)]
     n = jobs or DEFAULT_JOBS_PER_GPU * len(chosen)
     return [tokens[chosen[i % len(chosen)]] for i in range(max(1, n))], models.pop()

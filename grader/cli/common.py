@@ -4,7 +4,6 @@ markup, no workflow command in GitHub Actions)."""
 
 from __future__ import annotations
 
-import os
 from contextlib import contextmanager
 
 import typer
@@ -14,13 +13,14 @@ from rich.markup import escape
 from grader.results import Outcome
 from grader.sanitize import ActionsLog, for_terminal, one_line
 from grader.sandbox.backend import isolation_help
+from grader.settings import current
 
 ISOLATION_HELP = isolation_help() + " See docs/security.md."
 
 # no highlighting and no :emoji: codes: a student's text is shown as it is, never restyled. In GitHub
 # Actions no line is wrapped either (a wrapped line may start with any word of a student's text,
 # and the runner reads a workflow command at the start of any line): `shown` text stays in its line
-console = Console(highlight=False, emoji=False, soft_wrap=os.environ.get("GITHUB_ACTIONS") == "true")
+console = Console(highlight=False, emoji=False, soft_wrap=current().in_actions)
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # a message is one line, even piped: a path is never cut
 
 # rich's style of each outcome; keyed by Outcome, so a plain string read back from JSON finds its style too
@@ -45,7 +45,7 @@ def shown_lines(text: object) -> str:
 
 
 def in_actions() -> bool:
-    return os.environ.get("GITHUB_ACTIONS") == "true"
+    return current().in_actions
 
 
 @contextmanager

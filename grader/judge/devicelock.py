@@ -22,10 +22,11 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
+from grader.settings import current
 
 
 def lock_dir() -> Path:
-    folder = Path(os.environ.get("GRADER_LOCK_DIR") or Path(tempfile.gettempdir()) / "grader-locks")
+    folder = current().lock_dir or Path(tempfile.gettempdir()) / "grader-locks"
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -37,7 +38,7 @@ def lock_dir() -> Path:
 
 def device_id(gpu: str | None) -> str:
     """The GPU a worker started with CUDA_VISIBLE_DEVICES=gpu computes on (its first one)."""
-    visible = gpu if gpu is not None else os.environ.get("CUDA_VISIBLE_DEVICES")
+    visible = gpu if gpu is not None else current().visible_gpus
     first = (visible or "0").split(",")[0].strip() or "0"
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in first)
 

@@ -1,65 +1,81 @@
-"""Grade one submission: for each assignment, plan -> worker -> judge -> scoring.
+"""Grade one assignment of one submission: the stages, in order, each a function of one
+`Grading` (what the stages read and add to) run by `grade_assignment`:
 
-This is the only module that drives workers. Every failure of student code becomes an
-outcome on the tests it touched (error, timeout, crashed), the worker is restarted for
-the rest, and the other assignments never notice.
+    locate -> prepare -> load -> correctness -> shrinking -> integrity -> bounds_check -> performance -> scoring
+
+- locate: the student's module, or one result that says it is missing or cannot be graded;
+- prepare: the inputs written outside the worker's view, the repo's private copy, the static scan;
+- load: a sandboxed worker imports the module, or one result says why it did not;
+- correctness: every planned call, judged; a worker that dies is restarted for the rest;
+- shrinking: each distinct failure's smallest failing case (grader.judge.shrink);
+- integrity: whether the student's own Triton kernel did the work;
+- bounds_check: on a GPU, the small cases replayed in the interpreter with every access checked;
+- performance: the timing against the reference and torch (grader.judge.perf);
+- scoring: the points (grader.judge.scoring), the hidden-case note, the headline.
+
+This is the only module that drives the student's workers; the resources it drives them with
+come from the session (grader.judge.session). Every failure of student code becomes an outcome on
+the tests it touched (error, timeout, crashed), and the other assignments never notice.
 """
 
 from __future__ import annotations
 
-import tempfile
 import time
 from collections import Counter
-from dataclasses import replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
 from safetensors.torch import load
 
-from grader import environment
 from grader.judge import perf
-from grader.protocol import Contender, Failure, Load, Ok, Ping, Reply, Request, Run, RunReply
+from grader.protocol import Failure, Run, RunReply
 from grader.judge.context import GradingContext
-from grader.judge.devicelock import gpu_phase, timing_lock
 from grader.judge import shrink
 from grader.judge.feedback import diagnosis, headline
-from grader.judge.integrity import scan_submission, summary as scan_summary
+from grader.judge.integrity import OwnKernelCheck, scan_submission, summary as scan_summary, trivial_result
 from grader.judge.nonfinite import read_source
 from grader.judge.verdict import judge_call, judge_runs
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
-from grader.judge.runcache import TritonKeep
-from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, RunResult, Severity, TestResult, cents
+from grader.judge.resources import Resources
+from grader.judge.workers import StudentWorker
+from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResult, cents
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker
-from grader.sandbox.isolation import SandboxError
-from grader.sandbox.process import WorkerFailure, WorkerProcess, detect
-from grader.sandbox.zygote import prewarm
+from grader.sandbox.process import WorkerFailure
 from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
 from grader.submission import Submission
 
-MAX_CONSECUTIVE_TIMEOUTS = 2
-WORKER_START_TIMEOUT = 300  # seconds for a fresh worker to import torch and Triton, on a loaded machine
+
+
+
+class Restarts:
+    """The retry policy of one worker's calls, for every stage that calls it: after a crash or a
+    timeout the next call gets a fresh worker; after MAX_TIMEOUTS timeouts in a row the rest are
+    not run (a hanging kernel: each call would wait its whole timeout)."""
+
+    MAX_TIMEOUTS = 2
+
+    def __init__(self) -> None:
+        self.timeouts = 0
+        self.restart = False  # the last call left the worker dead: start a fresh one before the next
+
+    @property
+    def given_up(self) -> bool:
+        return self.timeouts >= self.MAX_TIMEOUTS
+
+    def after(self, outcome: str) -> None:
+        """Count the outcome of a call."""
+        self.timeouts = self.timeouts + 1 if outcome == Outcome.TIMEOUT else 0
+        self.restart = outcome in WORKER_FAILURES
+
+    def restarting(self) -> bool:
+        """True once, when the next call needs a fresh worker (and the calls have not been given up)."""
+        due, self.restart = self.restart and not self.given_up, False
+        return due
 
 
 Progress = Callable[[str], None]
-
-
-def grade_submission(sub: Submission, specs: list[Assignment], ctx: GradingContext, progress: Progress | None = None) -> RunResult:
-    started = time.monotonic()
-    run = RunResult(str(sub.root), ctx.seed, environment.describe(ctx.device, detect(ctx.isolation).describe()),
-                    commit=sub.commit())
-    roofline = None  # measured by the first timing of the run, then shared by the others
-    if ctx.scratch_root:
-        Path(ctx.scratch_root).mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(prefix="grader-", dir=ctx.scratch_root) as tmp:
-        for spec in specs:
-            result = grade_assignment(sub, spec, ctx, Path(tmp) / spec.name, progress, roofline)
-            run.assignments.append(result)
-            roofline = roofline or measured_roofline(result)
-    if roofline:
-        run.environment["roofline"] = roofline
-    run.execution_time = time.monotonic() - started
-    return run
 
 
 def measured_roofline(result: AssignmentResult) -> dict | None:
@@ -68,153 +84,193 @@ def measured_roofline(result: AssignmentResult) -> dict | None:
 
 
 def count_steps(specs: list[Assignment], ctx: GradingContext) -> int:
-    """How many progress steps grade_submission reports: one per call, one per timing, and on a
-    GPU one per bounds check (when an assignment's module is missing, that step never comes)."""
+    """How many progress steps a grading reports: one per call, one per timing, and on a GPU
+    one per bounds check (when an assignment's module is missing, that step never comes)."""
     return sum(len(ctx.calls(s)) + (s.performance is not None) + (not ctx.interpret) for s in specs)
 
 
-class StudentWorker:
-    """The student's module loaded in a worker; restarted after a timeout or crash."""
+@dataclass
+class Grading:
+    """One assignment of one submission on its way through the stages."""
 
-    def __init__(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, ctx: GradingContext,
-                 hide: list[Path] = ()) -> None:
-        self.spec, self.repo, self.target, self.scratch, self.ctx = spec, repo, target, scratch, ctx
-        self.hide = [*map(Path, ctx.hide), *hide]  # the submission's folder and its neighbours (other students)
-        self.process: WorkerProcess | None = None
-        self.starts = 0
-        self.worker_scratch: Path | None = None  # the running worker's own folder (home, temp, Triton cache)
-        self.gpu_wait = 0.0  # seconds its calls waited for the GPU (other jobs' timing phases)
-        # a check keeps the student's compiled kernels between runs (on a GPU: the interpreter compiles nothing)
-        self.kept = TritonKeep(Path(ctx.kept_kernels)) if ctx.kept_kernels and not ctx.interpret else None
+    session: Resources  # the grading session's resources (grader.judge.resources)
+    sub: Submission
+    spec: Assignment
+    workdir: Path
+    step: Progress
+    roofline: dict | None  # the GPU's ceilings if the run measured them already (else timing measures them)
+    result: AssignmentResult = field(init=False)
+    calls: list[PlannedCall] = field(init=False)
+    runnable: list[PlannedCall] = field(init=False)
+    module: str = field(init=False)
+    module_file: Path | None = None
+    worker: StudentWorker | None = None
+    integrity: OwnKernelCheck = field(init=False)
+    load_failure: Failure | None = None
+    done: bool = False  # a stage gave the assignment's one result: no later stage runs, nothing is scored
 
-    def start(self) -> Ok | Failure:
-        """Start and import; returns the worker's reply (ok, or the student's error)."""
-        self.close()
-        self.starts += 1
-        scratch = self.worker_scratch = self.scratch / f"worker-{self.starts}"
-        if self.kept is not None:  # what earlier checks compiled of this student's kernels
-            self.kept.seed(scratch / "triton-cache")
-        try:  # our own start (sandbox, Python, torch, Triton) is not the student's import time, nor their fault
-            self.process = WorkerProcess(self.repo, scratch, self.ctx.interpret, self.ctx.gpu,
-                                         isolation=self.ctx.isolation, writable=[self.repo.parent / "outputs"],
-                                         hide=self.hide, job=self.repo.parent, keep_autotuning=self.kept is not None)
-            self.process.request(Ping(), WORKER_START_TIMEOUT)
-        except (OSError, SandboxError) as exc:
-            raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None
-        except WorkerFailure as f:
-            raise WorkerFailure(replace(f.failure, kind="infra_error", message=f"the worker did not start: {f.message}")) from None
-        module, function = self.target
-        # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
-        with gpu_phase(self.ctx.gpu, exclusive=False, enabled=not self.ctx.interpret, waited=self.waited):
-            return self.process.request(
-                Load({"student": Contender(str(self.repo), module, function)}),
-                self.ctx.import_timeout_for(self.spec),
-            )
+    def __post_init__(self) -> None:
+        ctx = self.session.context
+        self.module, function = self.sub.target(self.spec)
+        self.result = AssignmentResult(self.spec.name, self.spec.title, f"{self.module}:{function}()")
+        self.calls = ctx.calls(self.spec)
+        self.runnable = [c for c in self.calls if not c.skip]
+        self.integrity = OwnKernelCheck(self.spec)
 
-    def waited(self, seconds: float) -> None:
-        self.gpu_wait += seconds
+    @property
+    def ctx(self) -> GradingContext:
+        return self.session.context
 
-    def request(self, message: Request, timeout: float) -> Reply | Failure:
-        assert self.process is not None
-        return self.process.request(message, timeout)
+    @property
+    def neighbours(self) -> list[Path]:
+        """The submission's folder and the folders beside it (other students): out of every worker's view."""
+        return [self.sub.root.parent]
 
-    def close(self) -> None:
-        if self.process is not None:
-            self.process.close()
-            self.process = None
-            if self.kept is not None:
-                self.kept.keep(self.worker_scratch / "triton-cache")
+    @property
+    def call_timeout(self) -> float:
+        return self.ctx.call_timeout_for(self.spec)
+
+    @property
+    def loaded(self) -> bool:
+        return bool(self.runnable) and self.load_failure is None
+
+    def finish(self, result: AssignmentResult) -> None:
+        self.result, self.done = result, True
 
 
-def grade_assignment(sub: Submission, spec: Assignment, ctx: GradingContext, workdir: Path, progress: Progress | None = None,
-                     roofline: dict | None = None, phases: dict[str, float] | None = None) -> AssignmentResult:
-    """`roofline`: the GPU's ceilings if this run measured them already (else timing measures them).
-    `phases`, if given, gets the seconds of each stage (where a job's time goes)."""
-    phases = phases if phases is not None else {}
-    clock = [time.monotonic()]
+def locate(g: Grading) -> None:
+    """The student's module; missing, or named so that it cannot be graded: one result says so."""
+    g.module_file, problem = g.sub.locate(g.spec)
+    if g.runnable and g.module_file is None:  # one result that says so, not one error per case
+        g.finish(not_gradable(g.spec, g.ctx, g.result, problem) if problem
+                 else _not_submitted(g.spec, g.sub, g.ctx, g.result, g.module))
 
-    def lap(name: str) -> None:
-        now = time.monotonic()
-        phases[name] = round(phases.get(name, 0.0) + now - clock[0], 3)
-        clock[0] = now
 
-    module, function = sub.target(spec)
-    result = AssignmentResult(spec.name, spec.title, f"{module}:{function}()")
-    calls = ctx.calls(spec)
-    step = progress or (lambda _: None)
-    call_timeout = ctx.call_timeout_for(spec)
+def prepare(g: Grading) -> None:
+    """Inputs made outside the worker's view (each call's file is shown to it only for that call,
+    so no input can be read ahead and answered from a precomputed cache), the repo's private
+    copy, and the static scan of that copy."""
+    g.session.warm_up()
+    g.worker = g.session.student_worker(g.spec, g.workdir / "repo", g.sub.target(g.spec), g.workdir / "scratch",
+                                        hide=g.neighbours)
+    if not g.runnable:
+        return
+    materialize(g.spec, g.runnable, g.workdir.parent / f"{g.spec.name}.inputs")
+    left_out = g.sub.private_copy(g.workdir / "repo")
+    if left_out:  # counts only: the names are the student's, and nothing of theirs is followed
+        g.result.notes.append("Not copied for grading: " + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
+    _scan(g.result, g.workdir / "repo", g.module)
 
-    runnable = [c for c in calls if not c.skip]
-    module_file, problem = sub.locate(spec)
-    if runnable and module_file is None:  # one result that says so, not one error per case
-        return not_gradable(spec, ctx, result, problem) if problem else _not_submitted(spec, sub, ctx, result, module)
-    prewarm(ctx.interpret, ctx.gpu, ctx.isolation)
 
-    neighbours = [sub.root.parent]  # the submission's folder and the folders beside it (other students)
-    worker = StudentWorker(spec, workdir / "repo", (module, function), workdir / "scratch", ctx, hide=neighbours)
-    integrity = _Integrity(spec)
-    try:
-        if not runnable:
-            load_failure = None
-        else:
-            # made outside the worker's view; each call's file is shown to it only for that call,
-            # so no input can be read ahead (at import) and answered from a precomputed cache
-            materialize(spec, runnable, workdir.parent / f"{spec.name}.inputs")
-            left_out = sub.private_copy(workdir / "repo")
-            if left_out:  # counts only: the names are the student's, and nothing of theirs is followed
-                result.notes.append("Not copied for grading: " + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
-            _scan(result, workdir / "repo", module)
-            lap("inputs_and_copy")
-            load_failure = _start(worker, spec)
-            lap("worker_start_and_import")
-            if load_failure:  # one result that says why, not the same error once per case
-                return _unloadable(spec, ctx, result, module, calls, runnable, load_failure)
-        consecutive_timeouts, restart = 0, False
-        for call in calls:
-            step(f"{spec.name}: {call.id}")
-            if call.skip:
-                result.tests.append(_test(spec, call, ctx, "skipped", call.skip))
-                continue
-            if restart and not load_failure and consecutive_timeouts < MAX_CONSECUTIVE_TIMEOUTS:
-                load_failure, restart = _start(worker, spec), False  # a fresh worker, once a call needs one
-            if load_failure:
-                result.tests.append(_from_failure(spec, call, ctx, load_failure, f"importing {module} failed"))
-                continue
-            if consecutive_timeouts >= MAX_CONSECUTIVE_TIMEOUTS:
-                result.tests.append(_test(spec, call, ctx, "timeout", "not run: the calls before this one timed out"))
-                continue
-            test = _run_call(spec, call, ctx, worker, workdir, call_timeout, integrity)
-            result.tests.append(test)
-            consecutive_timeouts = consecutive_timeouts + 1 if test.outcome == Outcome.TIMEOUT else 0
-            restart = test.outcome in WORKER_FAILURES
-        lap("correctness_calls")
-        if runnable and not load_failure:
-            _shrink_failures(spec, ctx, worker, workdir, result, calls, call_timeout)
-            lap("shrinking")
-        result.tests.append(integrity.test())
-        if not ctx.interpret and runnable and not load_failure:
-            step(f"{spec.name}: bounds check")
-            result.tests.append(_bounds_check(spec, ctx, (module, function), workdir, call_timeout, neighbours))
-            lap("bounds_check")
-        if spec.performance is not None:
-            step(f"{spec.name}: performance")
-            result.tests.append(perf.measure(spec, result, ctx, worker, workdir, call_timeout, roofline,  # the GPU alone while timing
-                                             exclusive=lambda: timing_lock(ctx.gpu, enabled=not ctx.interpret)))
-            lap("performance")
-    finally:
-        worker.close()
-        lap("closing")
-        if not ctx.interpret:  # of the correctness calls' time above, what went to waiting for the GPU
-            phases["calls_waiting_for_gpu"] = round(worker.gpu_wait, 3)
+def load_module(g: Grading) -> None:
+    """The worker imports the module; if it cannot, one result says why, not the same error once per case."""
+    if not g.runnable:
+        return
+    g.load_failure = _start(g.worker, g.spec)
+    if g.load_failure:
+        g.finish(_unloadable(g.spec, g.ctx, g.result, g.module, g.calls, g.runnable, g.load_failure))
+
+
+def correctness(g: Grading) -> None:
+    """Every planned call, judged; after a crash or a timeout the next call gets a fresh worker,
+    and after two timeouts in a row the rest are not run (each would wait its whole timeout)."""
+    spec, ctx, result = g.spec, g.ctx, g.result
+    restarts = Restarts()
+    for call in g.calls:
+        g.step(f"{spec.name}: {call.id}")
+        if call.skip:
+            result.tests.append(_test(spec, call, ctx, "skipped", call.skip))
+            continue
+        if restarts.restarting() and not g.load_failure:
+            g.load_failure = _start(g.worker, spec)  # a fresh worker, once a call needs one
+        if g.load_failure:
+            result.tests.append(_from_failure(spec, call, ctx, g.load_failure, f"importing {g.module} failed"))
+            continue
+        if restarts.given_up:
+            result.tests.append(_test(spec, call, ctx, "timeout", "not run: the calls before this one timed out"))
+            continue
+        test = _run_call(spec, call, ctx, g.worker, g.workdir, g.call_timeout, g.integrity)
+        result.tests.append(test)
+        restarts.after(test.outcome)
+
+
+def shrinking(g: Grading) -> None:
+    if g.loaded:
+        _shrink_failures(g.spec, g.ctx, g.worker, g.workdir, g.result, g.calls, g.call_timeout)
+
+
+def integrity(g: Grading) -> None:
+    g.result.tests.append(g.integrity.test())
+
+
+def bounds_check(g: Grading) -> None:
+    if not g.ctx.interpret and g.loaded:
+        g.step(f"{g.spec.name}: bounds check")
+        g.result.tests.append(_bounds_check(g.session, g.spec, g.sub.target(g.spec), g.workdir, g.call_timeout, g.neighbours))
+
+
+def performance(g: Grading) -> None:
+    if g.spec.performance is not None:
+        g.step(f"{g.spec.name}: performance")
+        g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout, g.roofline))
+
+
+def scoring(g: Grading) -> None:
+    spec, ctx, result = g.spec, g.ctx, g.result
     planned = None
     if ctx.partial:  # a partial run: each case keeps its share of the full run's points
         planned = [c.test_name for c in ctx.full_plan(spec)]
-        result.partial = {"cases_run": len(calls), "cases": len(planned), "assignment_points": spec.max_points}
+        result.partial = {"cases_run": len(g.calls), "cases": len(planned), "assignment_points": spec.max_points}
     score_assignment(spec, result, planned)
     if note := hidden_note(spec):
         result.notes.append(note)
-    result.headline = headline(result, module_file)
-    return result
+    result.headline = headline(result, g.module_file)
+
+
+# The stages in order, each with the name its seconds are recorded under (a job's phase_seconds)
+STAGES: tuple[tuple[Callable[[Grading], None], str | None], ...] = (
+    (locate, None),
+    (prepare, "inputs_and_copy"),
+    (load_module, "worker_start_and_import"),
+    (correctness, "correctness_calls"),
+    (shrinking, "shrinking"),
+    (integrity, None),
+    (bounds_check, "bounds_check"),
+    (performance, "performance"),
+)
+
+
+def grade_assignment(session: Resources, sub: Submission, spec: Assignment, workdir: Path,
+                     progress: Progress | None = None, roofline: dict | None = None,
+                     phases: dict[str, float] | None = None) -> AssignmentResult:
+    """Run the stages on one assignment. `phases`, if given, gets the seconds of each stage
+    (where a job's time goes), added to what it holds."""
+    phases = phases if phases is not None else {}
+    g = Grading(session, sub, spec, workdir, progress or (lambda _: None), roofline)
+    clock = time.monotonic()
+
+    def lap(name: str) -> None:
+        nonlocal clock
+        now = time.monotonic()
+        phases[name] = round(phases.get(name, 0.0) + now - clock, 3)
+        clock = now
+
+    try:
+        for stage, phase in STAGES:
+            stage(g)
+            if phase:
+                lap(phase)
+            if g.done:
+                break
+    finally:
+        if g.worker is not None:
+            g.worker.close()
+            lap("closing")
+            if not g.ctx.interpret:  # of the correctness calls' time above, what went to waiting for the GPU
+                phases["calls_waiting_for_gpu"] = round(phases.get("calls_waiting_for_gpu", 0.0) + g.worker.gpu_wait, 3)
+    if not g.done:
+        scoring(g)
+    return g.result
 
 
 def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str) -> AssignmentResult:
@@ -298,26 +354,30 @@ def hidden_note(spec: Assignment) -> str:
 BOUNDS_CHECK_MAX_ELEMENTS = 1 << 18
 
 
-def _bounds_check(spec: Assignment, ctx: GradingContext, target: tuple[str, str], workdir: Path, timeout: float,
+def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str], workdir: Path, timeout: float,
                   hide: list[Path] = ()) -> TestResult:
     """On a GPU an out-of-bounds load or store often goes unseen: it reads a neighbour's
     memory and the values inside the tensor still come out right. So a GPU run replays the
     small named cases, in float32, in Triton's CPU interpreter, where grader.worker.memcheck checks
     every access against the bounds of the kernel's tensors."""
     name = "memory safety (every load and store bounds-checked in the CPU interpreter)"
+    ctx = session.context
     cpu = replace(ctx, device="cpu", dtypes=("float32",), cases=None)
     calls = [c for c in cpu.calls(spec) if c.case in spec.cases
              and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values() if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
     materialize(spec, calls, workdir.parent / f"{spec.name}.bounds-inputs")
-    worker = StudentWorker(spec, workdir / "repo", target, workdir / "scratch-bounds", cpu, hide=hide)  # as the GPU worker's view
+    worker = session.student_worker(spec, workdir / "repo", target, workdir / "scratch-bounds", hide=hide,  # as the GPU worker's view
+                                    interpret=True)
     skipped: list[str] = []
     try:
         failure = _start(worker, spec)
         if failure:
             return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.message}")
-        timeouts = 0
+        restarts = Restarts()
         for call in calls:
-            if timeouts >= MAX_CONSECUTIVE_TIMEOUTS:  # a hanging kernel: each call would wait its whole timeout
+            if restarts.restarting():
+                _start(worker, spec)
+            if restarts.given_up:
                 skipped.append(f"{call.case.name}: not run, the calls before it timed out")
                 continue
             out = output_path(workdir, f"bounds-{call.slug}.safetensors")
@@ -326,11 +386,9 @@ def _bounds_check(spec: Assignment, ctx: GradingContext, target: tuple[str, str]
                     reply = worker.request(Run("student", str(shown), call.layout, "cpu", str(out)), timeout)
             except WorkerFailure as f:
                 skipped.append(f"{call.case.name}: {f.message}")
-                timeouts = timeouts + 1 if f.outcome == "timeout" else 0
-                if timeouts < MAX_CONSECUTIVE_TIMEOUTS:
-                    _start(worker, spec)
+                restarts.after(f.outcome)
                 continue
-            timeouts = 0
+            restarts.after(Outcome.PASSED)  # it answered: the worker lives
             if isinstance(reply, Failure) and reply.kind == "memory":
                 return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
@@ -380,7 +438,7 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
             except Exception:  # noqa: BLE001 - the spec's own refusal of that size
                 return shrink.INVALID
             left = max(5.0, deadline - time.monotonic() + 5.0)
-            test = _run_call(spec, trial, ctx, worker, workdir, min(timeout, left), _Integrity(spec))
+            test = _run_call(spec, trial, ctx, worker, workdir, min(timeout, left), OwnKernelCheck(spec))
             if test.outcome in WORKER_FAILURES:
                 worker.close()  # it died or was killed: the search stops, nothing else needs it
                 return None
@@ -431,8 +489,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
     for i, (input_file, layout) in enumerate(call.runs):
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
-            with shown_to_worker(input_file, workdir) as shown, \
-                    gpu_phase(ctx.gpu, exclusive=False, enabled=not ctx.interpret, waited=worker.waited):  # waits while another job times
+            with shown_to_worker(input_file, workdir) as shown, worker.sharing_gpu():  # waits while another job times
                 reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file), record_ops=True), timeout)
         except WorkerFailure as f:
             return _test(spec, call, ctx, f.outcome, f.message, output=f.output)
@@ -452,7 +509,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
     else:
         verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source)
     reply = _merged([r for _, r, _ in runs])
-    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(_trivial(saved, inputs) for inputs, _, saved in runs))
+    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     if "wrong_map" in details:  # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
         details["blocks"] = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
@@ -498,73 +555,3 @@ def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: str, message: s
     return TestResult(spec.name, "correctness", call.test_name, outcome, message,
                       case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer,
                       hidden=call.case.hidden, **kw)
-
-
-def _trivial(saved: dict, inputs: dict) -> bool:
-    """A result that proves nothing about a kernel: empty, all zeros, or a copy of an input (a
-    dropout at p=1 or p=0, say). Returning it without a launch is a legitimate shortcut."""
-    import torch
-
-    outputs = [v for k, v in saved.items() if k == "output" or k.startswith("output.")]
-    given = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
-
-    def trivial(out: torch.Tensor) -> bool:
-        return (out.numel() == 0 or not bool(out.any())
-                or any(g.shape == out.shape and g.dtype == out.dtype and torch.equal(g.cpu(), out) for g in given))
-
-    return bool(outputs) and all(trivial(o) for o in outputs)
-
-
-class _Integrity:
-    """Evidence that the student's own Triton kernel did the work: which aten ops the call
-    dispatched (a forbidden one means torch computed the answer: conclusive) and how many kernels
-    launched (a right result with no launch is for a TA to review, and costs only those cases;
-    a trivial result, all zeros or a copy of an input, proves nothing either way)."""
-
-    def __init__(self, spec: Assignment) -> None:
-        self.spec = spec
-        self.forbidden: dict[str, list[str]] = {}
-        self.no_kernel: list[PlannedCall] = []
-        self.kernels: Counter[str] = Counter()
-        self.observed = 0
-        self.all_trivial = True
-
-    def observe(self, call: PlannedCall, reply: dict, passed: bool, trivial: bool = False) -> None:
-        self.observed += 1
-        self.all_trivial = self.all_trivial and trivial
-        self.kernels.update(reply["launches"])
-        for op in sorted(set(reply["ops"]) & self.spec.forbidden_ops):
-            self.forbidden.setdefault(op, []).append(call.id)
-        if passed and not reply["launches"] and not trivial:
-            self.no_kernel.append(call)
-
-    def test(self) -> TestResult:
-        name = "uses its own Triton kernel"
-        if not self.observed:
-            return TestResult(self.spec.name, "integrity", name, "skipped", "no call completed, so nothing to inspect")
-        details = {"kernels_launched": dict(self.kernels)}
-        if self.forbidden:
-            evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {_few(ids)}"
-                        for op, ids in self.forbidden.items()]
-            return TestResult(self.spec.name, "integrity", name, "flagged", "; ".join(evidence),
-                              details=dict(details, evidence=evidence), severity=Severity.CONCLUSIVE.value)
-        if self.no_kernel:
-            evidence = [f"no Triton kernel was launched in {_few([c.id for c in self.no_kernel])}, yet the result was right"]
-            concerns = [c.test_name for c in self.no_kernel]
-            return TestResult(self.spec.name, "integrity", name, "flagged", evidence[0],
-                              details=dict(details, evidence=evidence, concerns=concerns), severity=Severity.REVIEW.value)
-        if not self.kernels:  # nothing ran: there is nothing to vouch for
-            if self.all_trivial:
-                return TestResult(self.spec.name, "integrity", name, "skipped",
-                                  "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",
-                                  details=dict(details, evidence=[]))
-            return TestResult(self.spec.name, "integrity", name, "failed",
-                              f"no Triton kernel was launched in any call: {self.spec.function}() must launch your kernel "
-                              "(kernel[grid](...))", details=dict(details, evidence=[]))
-        kernels = ", ".join(self.kernels)
-        return TestResult(self.spec.name, "integrity", name, "passed", f"Triton kernels launched: {kernels}",
-                          details=dict(details, evidence=[]))
-
-
-def _few(ids: list[str]) -> str:
-    return ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")

@@ -13,16 +13,23 @@ imports that climb out are not followed, `grader.repofiles`), regular files of b
 a bounded number of them; a file it cannot parse (a syntax error, nesting too deep for the
 parser) is skipped or named, and the tree is walked without recursion, so no source can
 crash or stall it.
+
+Beside the scan, the evidence of a run that the student's own Triton kernel did the work
+(`OwnKernelCheck`, fed by every correctness call). The other integrity checks are stages of
+their own: the bounds check's interpreter replay (grader.judge.grade.bounds_check) and the
+timing's conduct findings (grader.judge.perf).
 """
 
 from __future__ import annotations
 
 import ast
 import os
+from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader import repofiles
+from grader.results import Severity, TestResult
 
 MODULE_WARNINGS = {
     "subprocess": "starts other programs",
@@ -253,3 +260,75 @@ class _Scanner(ast.NodeVisitor):
             for needle, what in STRING_WARNINGS.items():
                 if needle in node.value:
                     self._add(node, what)
+
+
+# -- a run's evidence: the student's own kernel did the work ---------------------------------------
+
+def trivial_result(saved: dict, inputs: dict) -> bool:
+    """A result that proves nothing about a kernel: empty, all zeros, or a copy of an input (a
+    dropout at p=1 or p=0, say). Returning it without a launch is a legitimate shortcut."""
+    import torch
+
+    outputs = [v for k, v in saved.items() if k == "output" or k.startswith("output.")]
+    given = [v for v in inputs.values() if isinstance(v, torch.Tensor)]
+
+    def trivial(out: torch.Tensor) -> bool:
+        return (out.numel() == 0 or not bool(out.any())
+                or any(g.shape == out.shape and g.dtype == out.dtype and torch.equal(g.cpu(), out) for g in given))
+
+    return bool(outputs) and all(trivial(o) for o in outputs)
+
+
+class OwnKernelCheck:
+    """Evidence that the student's own Triton kernel did the work: which aten ops the call
+    dispatched (a forbidden one means torch computed the answer: conclusive) and how many kernels
+    launched (a right result with no launch is for a TA to review, and costs only those cases;
+    a trivial result, all zeros or a copy of an input, proves nothing either way)."""
+
+    def __init__(self, spec) -> None:
+        self.spec = spec
+        self.forbidden: dict[str, list[str]] = {}
+        self.no_kernel: list = []
+        self.kernels: Counter[str] = Counter()
+        self.observed = 0
+        self.all_trivial = True
+
+    def observe(self, call, reply: dict, passed: bool, trivial: bool = False) -> None:
+        self.observed += 1
+        self.all_trivial = self.all_trivial and trivial
+        self.kernels.update(reply["launches"])
+        for op in sorted(set(reply["ops"]) & self.spec.forbidden_ops):
+            self.forbidden.setdefault(op, []).append(call.id)
+        if passed and not reply["launches"] and not trivial:
+            self.no_kernel.append(call)
+
+    def test(self) -> TestResult:
+        name = "uses its own Triton kernel"
+        if not self.observed:
+            return TestResult(self.spec.name, "integrity", name, "skipped", "no call completed, so nothing to inspect")
+        details = {"kernels_launched": dict(self.kernels)}
+        if self.forbidden:
+            evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {few(ids)}"
+                        for op, ids in self.forbidden.items()]
+            return TestResult(self.spec.name, "integrity", name, "flagged", "; ".join(evidence),
+                              details=dict(details, evidence=evidence), severity=Severity.CONCLUSIVE.value)
+        if self.no_kernel:
+            evidence = [f"no Triton kernel was launched in {few([c.id for c in self.no_kernel])}, yet the result was right"]
+            concerns = [c.test_name for c in self.no_kernel]
+            return TestResult(self.spec.name, "integrity", name, "flagged", evidence[0],
+                              details=dict(details, evidence=evidence, concerns=concerns), severity=Severity.REVIEW.value)
+        if not self.kernels:  # nothing ran: there is nothing to vouch for
+            if self.all_trivial:
+                return TestResult(self.spec.name, "integrity", name, "skipped",
+                                  "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",
+                                  details=dict(details, evidence=[]))
+            return TestResult(self.spec.name, "integrity", name, "failed",
+                              f"no Triton kernel was launched in any call: {self.spec.function}() must launch your kernel "
+                              "(kernel[grid](...))", details=dict(details, evidence=[]))
+        kernels = ", ".join(self.kernels)
+        return TestResult(self.spec.name, "integrity", name, "passed", f"Triton kernels launched: {kernels}",
+                          details=dict(details, evidence=[]))
+
+
+def few(ids: list[str]) -> str:
+    return ", ".join(ids[:3]) + (f" and {len(ids) - 3} more" if len(ids) > 3 else "")

@@ -27,10 +27,8 @@ import random
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Callable, ContextManager
 
 import torch
 from safetensors.torch import load, save_file
@@ -41,10 +39,12 @@ from grader.judge.plan import derive_seed
 from grader.protocol import Call, Contender, Failure, Load, Roofline, Sample, Time, TimeReply
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.judge.context import GradingContext
-from grader.judge.runcache import RunCache, write_perf_set
+from grader.judge.resources import Resources
+from grader.judge.runcache import write_perf_set
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
-from grader.sandbox.process import WorkerFailure, WorkerProcess
+from grader.sandbox.process import WorkerFailure
 from grader.spec import DTYPES, Assignment
+
 
 SAMPLE_SIZE = 1 << 16
 MIN_ROUNDS, MAX_ROUNDS = 5, 25
@@ -141,13 +141,14 @@ def floor_ms(nbytes: int, flops: int | None, copy_gbps: float, gemm_tflops: floa
     return (compute, "cuBLAS GEMM peak") if compute > memory else (memory, "copy bandwidth")
 
 
-def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, student, workdir: Path, timeout: float,
-            roofline: dict | None = None, exclusive: Callable[[], ContextManager] = nullcontext) -> TestResult:
-    """`student` is grade.StudentWorker with the student's module loaded; `exclusive()` holds
-    the GPU alone (grader.judge.devicelock), taken only once the input sets are written and the
-    reference is loaded: for the roofline, the timed loops and the checks of their outputs.
+def measure(session: Resources, spec: Assignment, result: AssignmentResult, student, workdir: Path, timeout: float,
+            roofline: dict | None = None) -> TestResult:
+    """`student` is the StudentWorker with the student's module loaded. The session holds the
+    GPU alone (`alone_on_gpu`, grader.judge.devicelock) only once the input sets are written and
+    the reference is loaded: for the roofline, the timed loops and the checks of their outputs.
     `roofline`: the GPU's ceilings if the run has them, else measured here; the ones used are
     in the result's details (its "roofline"), for the run to reuse and record."""
+    ctx = session.context
     perf = spec.performance
     assert perf is not None
     name = f"performance {perf.case.name} [{perf.dtype}]"
@@ -178,9 +179,8 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
     # student's worker writes (a planted module, a poisoned Triton cache) reaches it
     trusted_dir = workdir.parent / f"{spec.name}.trusted"
     # started first: it imports torch and Triton while the input sets are written
-    cache = RunCache(Path(ctx.cache), ctx.cache_limit) if ctx.cache else None
-    trusted = WorkerProcess(trusted_dir, trusted_dir / "scratch", interpret=False, gpu=ctx.gpu, isolation="none",
-                            triton_cache=cache.trusted_triton_cache if cache is not None else None)
+    cache = session.cache
+    trusted = session.trusted_worker(trusted_dir)
     contenders = {"torch": Contender(str(spec.folder), "spec.py", "baseline")}
     ref = ctx.reference_module(spec)
     has_reference = ref.is_file()
@@ -222,7 +222,7 @@ def measure(spec: Assignment, result: AssignmentResult, ctx: GradingContext, stu
         if isinstance(loaded, Failure):
             return test("infra_error", f"the reference side failed to load: {loaded.message}", traceback=loaded.traceback)
         phase("reference_load")
-        with exclusive():
+        with session.alone_on_gpu():
             phase("waiting_for_gpu")
             if not roofline:
                 def probe() -> dict:

@@ -28,6 +28,7 @@ from pathlib import Path
 
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
 from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line
+from grader.settings import current
 
 # Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
 CLASSROOM_STATUS: dict[Outcome, str] = {
@@ -38,8 +39,8 @@ _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 def enabled(ci: str | None, env: dict | None = None) -> bool:
     """--ci github, or --ci left unset inside GitHub Actions (GITHUB_ACTIONS=true)."""
-    env = os.environ if env is None else env
-    return ci == "github" or (ci is None and env.get("GITHUB_ACTIONS") == "true")
+    in_actions = current().in_actions if env is None else env.get("GITHUB_ACTIONS") == "true"
+    return ci == "github" or (ci is None and in_actions)
 
 
 def source_line(test: TestResult, repo: Path) -> tuple[str, int] | None:

@@ -13,7 +13,6 @@ GRADER_AUTOGRADER_ROOT stands for /autograder, so that a course can try the zip 
 from __future__ import annotations
 
 import json
-import os
 import shutil
 import stat
 import tempfile
@@ -22,6 +21,7 @@ from pathlib import Path
 
 from grader import spec as specs
 from grader.kit.release import ReleaseError, build_wheel
+from grader.settings import current
 
 CPU_TORCH = "https://download.pytorch.org/whl/cpu"
 CUDA_TORCH = "https://download.pytorch.org/whl/cu128"
@@ -92,7 +92,7 @@ def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = 
                 rel = p.relative_to(spec.folder)
                 if p.is_file() and not SKIP & set(rel.parts):
                     files[f"course/assignments/{spec.folder.name}/{rel.as_posix()}"] = p.read_bytes()
-        reference = Path(os.environ.get("GRADER_REFERENCE_DIR") or course / "reference")
+        reference = current().reference_dir or course / "reference"
         for p in sorted(reference.rglob("*.py")) if reference.is_dir() else []:
             if "__pycache__" not in p.parts:
                 files[f"course/reference/{p.relative_to(reference).as_posix()}"] = p.read_bytes()

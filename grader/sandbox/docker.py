@@ -13,8 +13,8 @@ from pathlib import Path
 from grader.sandbox.isolation import Isolation, SandboxError
 from grader.sandbox.launch import BOOTSTRAP, Launch, Limits, Started, worker_code
 from grader.sandbox.uids import chown_tree
+from grader.settings import current
 
-DOCKER_IMAGE = os.environ.get("GRADER_DOCKER_IMAGE", "grader")
 IMAGE_COURSE = "/opt/grader"  # the course folder the Dockerfile copies into the image (GRADER_COURSE there)
 # the image's `student` user (see the Dockerfile); a grader that is not root cannot give it the
 # job folder, so its containers run as the grader's own uid (a user only inside the container)
@@ -72,7 +72,7 @@ def exit_code(code: int) -> int:
 
 
 def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: dict[str, str], gpu: str | None,
-                   limits: Limits, interpret: bool, command: list[str], image: str = DOCKER_IMAGE) -> list[str]:
+                   limits: Limits, interpret: bool, command: list[str], image: str | None = None) -> list[str]:
     """`docker run` for one worker: no network, a read-only root with a private /tmp, the job
     folder mounted at its own path (read-only, its writable folders on top), the worker's copy
     of the grader's code mounted read-only (so the worker speaks this grader's protocol), the
@@ -103,4 +103,4 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
         if key == "PATH":
             continue  # the image's own
         argv += ["--env", f"{key}={value}"]
-    return argv + ["--env", "PYTHONPATH=/opt/grader-host", image, *command]
+    return argv + ["--env", "PYTHONPATH=/opt/grader-host", image or current().docker_image, *command]

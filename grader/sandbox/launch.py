@@ -16,6 +16,7 @@ from pathlib import Path
 
 import grader
 from grader.sandbox.uids import JobLease
+from grader.settings import current
 
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
 # The worker's entry point: -I keeps the current folder (where a student could plant a
@@ -113,8 +114,8 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str
     for var in ("LD_LIBRARY_PATH", "CUDA_HOME", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if var in os.environ:
             env[var] = os.environ[var]
-    if os.environ.get("GRADER_THREADS", "").isdigit():  # this job's share of the cores (grader.batch.executors)
-        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = os.environ["GRADER_THREADS"]
+    if (threads := current().threads) is not None:  # this job's share of the cores (grader.batch.executors)
+        env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     return env
 
 

@@ -12,9 +12,14 @@ import threading
 from pathlib import Path
 
 from grader.sandbox.isolation import SandboxError
+from grader.settings import current
 
 # uids for workers: above login.defs' UID_MAX (60000), below systemd's dynamic users (61184)
-UID_RANGE = os.environ.get("GRADER_SANDBOX_UIDS", "60100-61099")
+UID_RANGE: str | None = None  # a test may pin it; else GRADER_SANDBOX_UIDS (grader.settings)
+
+
+def uid_range() -> str:
+    return UID_RANGE or current().sandbox_uids
 
 
 class UidLease:
@@ -22,7 +27,7 @@ class UidLease:
     runs as, and no other worker holds (an flock on a file per uid, across grader processes)."""
 
     def __init__(self) -> None:
-        first, last = (int(x) for x in UID_RANGE.split("-"))
+        first, last = (int(x) for x in uid_range().split("-"))
         folder = Path("/run/grader-sandbox") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir()) / "grader-sandbox-uids"
         folder.mkdir(mode=0o700, exist_ok=True)
         if folder.is_symlink() or folder.stat().st_uid != os.geteuid():
@@ -39,7 +44,7 @@ class UidLease:
                 continue
             self.uid, self.fd = uid, fd
             return
-        raise SandboxError(f"no free worker uid in {UID_RANGE} (set GRADER_SANDBOX_UIDS=first-last)")
+        raise SandboxError(f"no free worker uid in {uid_range()} (set GRADER_SANDBOX_UIDS=first-last)")
 
     def release(self) -> None:
         if self.fd >= 0:

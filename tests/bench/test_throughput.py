@@ -3,7 +3,7 @@
     python -m pytest tests/bench -m bench --benchmark-autosave          # record a baseline
     python -m pytest tests/bench -m bench --benchmark-compare           # compare with the last one
 
-- interpreter check time per assignment: grade_assignment on the correct submission with every
+- interpreter check time per assignment: a grading session's grade() on the correct submission with every
   default case, in Triton's CPU interpreter (what a student's `grader check` costs);
 - the harness's own overhead per job: one tiny job (one call) through the job process of
   `grader grade`, beside the same call graded in-process and a bare worker start: the
@@ -16,15 +16,13 @@
 from __future__ import annotations
 
 import sys
-import tempfile
-from pathlib import Path
 
 import pytest
 
 from conftest import build_submission
 from grader import spec as specs
 from grader.judge.context import GradingContext
-from grader.judge.grade import grade_assignment
+from grader.judge.session import open_session
 from grader.submission import open_submission
 
 pytestmark = pytest.mark.bench
@@ -41,8 +39,7 @@ def test_interpreter_check_time_per_assignment(benchmark, good, assignment):
     opts = GradingContext("cpu", seed=1)
 
     def check():
-        with tempfile.TemporaryDirectory() as tmp:
-            return grade_assignment(good, spec, opts, Path(tmp) / assignment)
+        return open_session(opts).grade(good, [spec]).assignments[0]
 
     result = benchmark.pedantic(check, rounds=1, iterations=1)
     assert result.score == result.max_score > 0
@@ -54,8 +51,7 @@ def test_one_call_graded_in_process(benchmark, good):
     opts = GradingContext("cpu", seed=1, cases=("n=1",), dtypes=("float32",))
 
     def check():
-        with tempfile.TemporaryDirectory() as tmp:
-            return grade_assignment(good, spec, opts, Path(tmp) / "vector_add")
+        return open_session(opts).grade(good, [spec]).assignments[0]
 
     assert benchmark.pedantic(check, rounds=3, iterations=1).score == 6
 

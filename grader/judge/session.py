@@ -1,0 +1,62 @@
+"""A grading session: the options and the resources one grading process works with
+(grader.judge.resources), and the one pipeline that grades with them. Each driver opens one
+session (`open_session`): `grader check`, a batch's job process (a job server keeps it for every
+job of its slot) and a Ray task; all of them grade through `GradingSession.grade`.
+
+Why one object: check and batch used to assemble a grading each their own way (their own run
+cache, environment, workers and warm starts), and drifted: a batch lost the static scan's
+warnings that a check kept. Now the settings are read once, when the session opens
+(grader.settings), and what differs between the drivers is only what they do with the result.
+"""
+
+from __future__ import annotations
+
+import tempfile
+import time
+from pathlib import Path
+from typing import Callable
+
+from grader.judge import grade as pipeline
+from grader.judge.context import GradingContext
+from grader.judge.resources import Resources
+from grader.results import AssignmentResult, RunResult
+from grader.settings import Settings, from_environment
+from grader.spec import Assignment
+from grader.submission import Submission
+
+Progress = Callable[[str], None]
+
+
+class GradingSession(Resources):
+    """The resources of one grading process, and the pipeline every driver grades through."""
+
+    def grade(self, sub: Submission, specs: list[Assignment], progress: Progress | None = None,
+              phases: dict[str, float] | None = None) -> RunResult:
+        """Grade `specs` of `sub`, one after another; `phases` (if given) gets each stage's seconds."""
+        started = time.monotonic()
+        ctx = self.context
+        run = RunResult(str(sub.root), ctx.seed, dict(self.environment), commit=sub.commit())
+        roofline = None  # measured by the first timing of the run, then shared by the others
+        if ctx.scratch_root:
+            Path(ctx.scratch_root).mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(prefix="grader-", dir=ctx.scratch_root) as tmp:
+            for spec in specs:
+                result = pipeline.grade_assignment(self, sub, spec, Path(tmp) / spec.name, progress, roofline, phases)
+                run.assignments.append(result)
+                roofline = roofline or pipeline.measured_roofline(result)
+        if roofline:
+            run.environment["roofline"] = roofline
+        run.execution_time = time.monotonic() - started
+        return run
+
+    def not_gradable(self, spec: Assignment, why: str) -> AssignmentResult:
+        """What the student set up cannot be graded at all (their grader.toml): one failed result
+        that says why, worth the assignment's points."""
+        return pipeline.not_gradable(spec, self.context, AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), why)
+
+
+def open_session(context: GradingContext, settings: Settings | None = None) -> GradingSession:
+    """The session for `context`; `settings` default to this process's environment, read here.
+    It holds no process of its own (workers end with each assignment; a warm fork server ends
+    with this process or when idle), so there is nothing to close."""
+    return GradingSession(context, settings if settings is not None else from_environment())

@@ -1,0 +1,287 @@
+"""The grader's side of a zygote: `Zygote` (start or attach, fork a worker, learn how each fork
+ended), `Forked` (a fork as the sandbox sees a Popen) and this process's registry of zygotes,
+one per (interpreter, GPU) setting, warm where `keep_warm` named a folder."""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import shutil
+import signal
+import socket
+import subprocess
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+from grader.sandbox.zygote.server import MAX_MESSAGE, _at
+from grader.sandbox.zygote.warm import warm_name
+
+BOOT = "import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote.server import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
+WARM_BOOT = ("import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote.server import serve_warm; "
+             "serve_warm(sys.argv[1], float(sys.argv[2]))")
+
+
+class ZygoteError(OSError):
+    """The zygote could not be started or did not answer: workers start the old way instead."""
+
+
+_WARM: list = []  # [folder, idle seconds] once keep_warm was called
+
+
+class Zygote:
+    """A running zygote for one (interpreter, GPU) setting: this job process's own, or, where
+    `keep_warm` named a folder, the warm one there that outlives this command."""
+
+    def __init__(self, env: dict[str, str]) -> None:
+        from grader.sandbox.launch import isolated_python
+
+        self.proc: subprocess.Popen | None = None
+        self.home: str | None = None
+        self.started_here = True
+        ours: socket.socket | None
+        if _WARM:
+            ours = self._attach_warm(Path(_WARM[0]), float(_WARM[1]), env)
+        else:
+            ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            self.home = tempfile.mkdtemp(prefix="grader-zygote-")
+            env = dict(env, HOME=self.home, TMPDIR=self.home)
+            try:
+                self.proc = subprocess.Popen(isolated_python(BOOT, str(theirs.fileno()), str(os.getpid())),
+                                             pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL,
+                                             start_new_session=True)
+            except OSError as exc:
+                raise ZygoteError(f"the zygote could not start: {exc}") from None
+            finally:
+                theirs.close()
+        self.lock = threading.Lock()  # one request at a time
+        self.replies: list[dict] = []
+        self.cond = threading.Condition()
+        self.exited: dict[int, int] = {}
+        self.sock: socket.socket | None = None
+        if ours is not None:
+            self._connected(ours)
+
+    def _connected(self, sock: socket.socket) -> None:
+        self.sock = sock
+        self.reader = threading.Thread(target=self._read, daemon=True, name="zygote-reader")
+        self.reader.start()
+
+    def _read(self) -> None:
+        while True:
+            try:
+                data = self.sock.recv(MAX_MESSAGE)
+            except OSError:
+                data = b""
+            with self.cond:
+                if not data:
+                    self.dead = True
+                    self.cond.notify_all()
+                    return
+                message = json.loads(data)
+                if "exited" in message:
+                    self.exited[message["exited"]] = message["status"]
+                else:
+                    self.replies.append(message)
+                self.cond.notify_all()
+
+    dead = False
+
+    def _attach_warm(self, folder: Path, idle: float, env: dict[str, str]) -> socket.socket | None:
+        """Connect to the warm zygote for this environment and this grader's code, starting it
+        (detached, in its own session) when none answers; one starter at a time (a lock)."""
+        from grader.sandbox.files import private_folder
+        from grader.sandbox.launch import isolated_python
+
+        name = warm_name(env)
+        path = folder / f"{name}.sock"
+        private_folder(folder)
+        lock = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            import fcntl
+
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            sock = _connect(path)
+            if sock is not None:
+                self.started_here = False
+                return sock
+            self._starting = (path, lock, time.monotonic() + 300)
+            lock = -1  # held until the new zygote answers (`_ready`): a second command waits, not starts another
+            home = Path(tempfile.mkdtemp(prefix=f"{name}.home-", dir=folder))  # its own: removed when it ends
+            with open(folder / f"{name}.log", "ab") as log:
+                try:
+                    proc = subprocess.Popen(isolated_python(WARM_BOOT, str(path), str(idle)),
+                                            env=dict(env, HOME=str(home), TMPDIR=str(home)), cwd="/", stdin=subprocess.DEVNULL,
+                                            stdout=log, stderr=log, start_new_session=True)
+                except OSError as exc:
+                    os.close(self._starting[1])
+                    self._starting = None
+                    shutil.rmtree(home, ignore_errors=True)
+                    raise ZygoteError(f"the warm zygote could not start: {exc}") from None
+            self.proc_starting = proc  # its imports overlap whatever this command does first
+            return None
+        finally:
+            if lock >= 0:
+                os.close(lock)
+
+    _starting: tuple | None = None
+    proc_starting: subprocess.Popen | None = None
+
+    def _ready(self) -> None:
+        """Connect to the warm zygote this command started, once it has imported and answers."""
+        if self.sock is not None:
+            return
+        path, lock, deadline = self._starting
+        try:
+            while time.monotonic() < deadline:
+                sock = _connect(path)
+                if sock is not None:
+                    self._connected(sock)
+                    return
+                if self.proc_starting.poll() is not None:
+                    self.dead = True
+                    raise ZygoteError(f"the warm zygote ended (status {self.proc_starting.returncode}): "
+                                      f"see {path.with_suffix('.log')}")
+                time.sleep(0.05)
+            self.proc_starting.kill()
+            self.dead = True
+            raise ZygoteError("the warm zygote did not start within 300 s")
+        finally:
+            if self.sock is not None or self.dead:
+                os.close(lock)
+                self._starting = (path, -1, deadline)
+
+    def alive(self) -> bool:
+        if self.sock is None and self.proc_starting is not None:
+            return not self.dead and self.proc_starting.poll() is None
+        return not self.dead and (self.proc is None or self.proc.poll() is None)
+
+    def fork(self, request: dict, fds: dict[str, int | list[int]], timeout: float = 300) -> int:
+        """Send a worker's configuration and its descriptors; the pid of its process A."""
+        flat, names = [], {}
+        for name, value in fds.items():
+            if isinstance(value, list):
+                names[name] = list(range(len(flat), len(flat) + len(value)))
+                flat += value
+            else:
+                names[name] = len(flat)
+                flat.append(value)
+        with self.lock:
+            self._ready()
+            try:
+                socket.send_fds(self.sock, [json.dumps(dict(request, fds=names)).encode()], flat)
+            except OSError as exc:
+                raise ZygoteError(f"the zygote is gone: {exc}") from None
+            with self.cond:
+                if not self.cond.wait_for(lambda: self.replies or self.dead, timeout):
+                    raise ZygoteError(f"the zygote did not answer within {timeout:.0f} s")
+                if not self.replies:
+                    raise ZygoteError(f"the zygote ended (status {self.proc.poll() if self.proc else 'unknown'})")
+                return self.replies.pop(0)["pid"]
+
+    def wait_for(self, pid: int, timeout: float | None) -> int | None:
+        with self.cond:
+            self.cond.wait_for(lambda: pid in self.exited or self.dead, timeout)
+            return self.exited.get(pid)
+
+    def close(self) -> None:
+        if self.sock is not None:
+            try:  # shutdown first: a close alone neither wakes our reader blocked in recv nor tells the zygote
+                self.sock.shutdown(socket.SHUT_RDWR)
+            except OSError:
+                pass
+            try:
+                self.sock.close()
+            except OSError:
+                pass
+        if self._starting is not None and self._starting[1] >= 0:
+            os.close(self._starting[1])  # never connected: let the next command wait for it instead
+            self._starting = None
+        if self.proc is None:  # a warm zygote: it stays for the next command
+            return
+        try:
+            self.proc.wait(timeout=5)
+        except subprocess.TimeoutExpired:
+            self.proc.kill()
+            self.proc.wait()
+        shutil.rmtree(self.home, ignore_errors=True)
+
+
+def _connect(path: Path) -> socket.socket | None:
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+    try:
+        _at(path, sock.connect)
+        return sock
+    except OSError:  # none there, or one that stopped answering (its file is replaced below)
+        sock.close()
+        return None
+
+
+
+def keep_warm(folder: Path, idle: float) -> None:
+    """This process's zygotes are the warm ones in `folder` (grader check: kept between
+    commands for `idle` seconds); set before the first worker starts."""
+    if idle > 0 and not _ZYGOTES:
+        _WARM[:] = [str(folder), idle]
+
+
+class Forked:
+    """A worker's process A as the sandbox sees a Popen: pid, poll, wait, stdout."""
+
+    def __init__(self, zygote: Zygote, pid: int, stdout) -> None:
+        self.zygote, self.pid, self.stdout, self.stdin = zygote, pid, stdout, None
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None:
+            status = self.zygote.exited.get(self.pid)
+            if status is not None:
+                self.returncode = os.waitstatus_to_exitcode(status)
+            elif self.zygote.dead:
+                self.returncode = -signal.SIGKILL if not _exists(self.pid) else None
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        deadline = None if timeout is None else time.monotonic() + timeout
+        while self.poll() is None:
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                raise subprocess.TimeoutExpired("worker", timeout)
+            self.zygote.wait_for(self.pid, 0.5 if left is None else min(left, 0.5))
+        return self.returncode
+
+
+def _exists(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+        return True
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+
+
+_ZYGOTES: dict[tuple, Zygote] = {}
+_ZYGOTES_LOCK = threading.Lock()
+
+
+def get(key: tuple, env: dict[str, str]) -> Zygote:
+    """This process's zygote for `key` (started on first use, restarted if it died)."""
+    with _ZYGOTES_LOCK:
+        z = _ZYGOTES.get(key)
+        if z is None or not z.alive():
+            if z is not None:
+                z.close()
+            z = _ZYGOTES[key] = Zygote(env)
+        return z
+
+
+@atexit.register
+def close_all() -> None:
+    with _ZYGOTES_LOCK:
+        for z in _ZYGOTES.values():
+            z.close()
+        _ZYGOTES.clear()
+

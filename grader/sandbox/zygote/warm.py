@@ -1,0 +1,56 @@
+"""The zygote a `grader check` leaves warm for the next check: its name (the code and the
+environment it was started from, so no worker is forked from stale code), how long it waits,
+and stopping it."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sys
+from pathlib import Path
+
+
+def warm_name(env: dict[str, str]) -> str:
+    """The warm zygote's name: its environment and the code it has imported (this grader's
+    files, this Python, torch's and Triton's installs), so a changed grader or an upgraded
+    torch starts a new one and no worker is forked from stale code."""
+    import hashlib
+    import importlib.util
+
+    from grader.sandbox.launch import PACKAGE_PARENT
+
+    digest = hashlib.sha256(json.dumps([sorted(env.items()), sys.executable, sys.version]).encode())
+    for source in sorted(Path(PACKAGE_PARENT, "grader").rglob("*.py")):
+        digest.update(str(source).encode() + source.read_bytes())
+    for package in ("torch", "triton", "numpy", "safetensors"):
+        found = importlib.util.find_spec(package)
+        origin = found.origin if found is not None and found.origin else ""
+        digest.update(f"{package}={origin}:{os.stat(origin).st_mtime_ns if origin else 0}".encode())
+    return digest.hexdigest()[:16]
+
+
+
+def warm_seconds() -> float:
+    """How long a warm zygote waits for the next check (grader.settings.WarmStarts: 0 in CI)."""
+    from grader.settings import current
+
+    return current().warm.keep_seconds
+
+
+def stop_warm(folder: Path) -> int:
+    """Stop the warm zygotes serving from `folder` now (their command line names their socket
+    there); returns how many. A test's or a benchmark's cleanup: they end by themselves when idle."""
+    stopped = 0
+    for pid in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+        except OSError:
+            continue
+        if any(b"serve_warm" in a for a in argv) and any(a.startswith(os.fsencode(Path(folder))) for a in argv):
+            try:
+                os.kill(int(pid), signal.SIGKILL)
+                stopped += 1
+            except OSError:
+                pass
+    return stopped

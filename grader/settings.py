@@ -1,0 +1,117 @@
+"""The grader's settings from its environment: `from_environment()` is the one place that reads
+the `GRADER_*` variables and decides whether we run in CI.
+
+A grading session (grader.judge.session) takes one `Settings` when it opens and passes what each
+stage needs; code that runs outside a session (the CLI before it opens one, the sandbox's
+low-level helpers, a batch's executors) asks `current()`, which reads the environment afresh, so
+a variable set before a command starts is always the one used. Nothing else in the package
+reads a `GRADER_*` variable. (The kit's CI adapters read the CI runner's own variables, such as
+`GITHUB_OUTPUT` or Classroom 50's `SUBMISSION_TAG`: they are the runner's contract, not ours.)
+
+| variable | what it sets |
+| --- | --- |
+| GRADER_COURSE | the course folder (assignments/, reference/); default: found from the package or a kit |
+| GRADER_COURSE_SECRET | the secret the graded random shapes come from (else the course's course-secret.txt) |
+| GRADER_REFERENCE_DIR | where a Gradescope autograder build takes the reference kernels from |
+| GRADER_CACHE_DIR, GRADER_CACHE_GB | where `grader check` keeps input sets and kernels between runs, and how many GiB (0: none) |
+| GRADER_LOCK_DIR | the folder of the GPU locks every grader on the host shares |
+| GRADER_SANDBOX_UIDS | the uid range sandboxed workers run as (root only) |
+| GRADER_THREADS | CPU threads per job process and its workers (a batch sets it per slot) |
+| GRADER_DOCKER_IMAGE | the image of `--isolation docker` |
+| GRADER_WARM | 0: no warm start anywhere (no fork server, no kept zygote, no job server) |
+| GRADER_ZYGOTE, GRADER_WARM_SECONDS, GRADER_JOB_SERVER | the three warm starts one by one (0 turns one off; seconds a kept zygote waits) |
+| CUDA_VISIBLE_DEVICES | the GPUs a batch spreads its jobs over, and a worker's GPU |
+| CI, GITHUB_ACTIONS | we run in CI: nothing is kept warm, and no student's kernels are kept |
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Mapping
+
+DEFAULT_WARM_SECONDS = 600.0  # how long a check's kept zygote waits for the next check
+DEFAULT_SANDBOX_UIDS = "60100-61099"  # above login.defs' UID_MAX (60000), below systemd's dynamic users (61184)
+
+
+@dataclass(frozen=True)
+class WarmStarts:
+    """Every way the grader starts a worker warm, as one policy: a fork server (zygote) per job
+    process, a zygote kept between `grader check`s for `keep_seconds`, and a batch's job process
+    kept per slot. Warm starts cost no safety (grader.sandbox.zygote), only memory; CI runs each
+    job in a fresh machine, so nothing is kept warm there."""
+
+    fork_server: bool = True
+    keep_seconds: float = DEFAULT_WARM_SECONDS
+    job_server: bool = True
+
+
+@dataclass(frozen=True)
+class Settings:
+    course: Path | None = None
+    course_secret: str | None = None
+    reference_dir: Path | None = None
+    cache_dir: Path | None = None  # GRADER_CACHE_DIR as given (None: $XDG_CACHE_HOME/grader or ~/.cache/grader)
+    cache_gb: str = ""  # GRADER_CACHE_GB as given: checked where it is used (grader.judge.runcache)
+    xdg_cache_home: Path | None = None
+    lock_dir: Path | None = None
+    sandbox_uids: str = DEFAULT_SANDBOX_UIDS
+    threads: int | None = None
+    docker_image: str = "grader"
+    warm: WarmStarts = WarmStarts()
+    visible_gpus: str | None = None  # CUDA_VISIBLE_DEVICES: the GPUs this process may use (None: all)
+    in_ci: bool = False  # any CI (CI or GITHUB_ACTIONS set)
+    in_actions: bool = False  # GitHub Actions, whose log reads workflow commands at the start of a line
+
+    @property
+    def check_cache_base(self) -> Path:
+        """Where `grader check` keeps what the next check reuses, unless GRADER_CACHE_DIR says."""
+        return self.cache_dir or (self.xdg_cache_home or Path.home() / ".cache") / "grader"
+
+
+def from_environment(env: Mapping[str, str] | None = None) -> Settings:
+    """The settings `env` (default: this process's environment) gives; unset or empty means the
+    default. A malformed number is left for its user to refuse with a message (GRADER_CACHE_GB)
+    or read as off (GRADER_WARM_SECONDS: a warm start costs speed only)."""
+    env = os.environ if env is None else env
+
+    def path(name: str) -> Path | None:
+        return Path(env[name]) if env.get(name) else None
+
+    in_ci = bool(env.get("CI") or env.get("GITHUB_ACTIONS"))
+    all_warm = env.get("GRADER_WARM", "1") != "0"
+    raw_seconds = env.get("GRADER_WARM_SECONDS")
+    if raw_seconds is None:
+        seconds = 0.0 if in_ci else DEFAULT_WARM_SECONDS
+    else:
+        try:
+            seconds = max(0.0, float(raw_seconds))
+        except ValueError:
+            seconds = 0.0
+    warm = WarmStarts(fork_server=all_warm and env.get("GRADER_ZYGOTE", "1") != "0",
+                      keep_seconds=seconds if all_warm else 0.0,
+                      job_server=all_warm and env.get("GRADER_JOB_SERVER", "1") != "0")
+    threads = env.get("GRADER_THREADS", "")
+    return Settings(
+        course=path("GRADER_COURSE"),
+        course_secret=env.get("GRADER_COURSE_SECRET"),
+        reference_dir=path("GRADER_REFERENCE_DIR"),
+        cache_dir=path("GRADER_CACHE_DIR"),
+        cache_gb=env.get("GRADER_CACHE_GB", "").strip(),
+        xdg_cache_home=path("XDG_CACHE_HOME"),
+        lock_dir=path("GRADER_LOCK_DIR"),
+        sandbox_uids=env.get("GRADER_SANDBOX_UIDS") or DEFAULT_SANDBOX_UIDS,
+        threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
+        docker_image=env.get("GRADER_DOCKER_IMAGE") or "grader",
+        warm=warm,
+        visible_gpus=env.get("CUDA_VISIBLE_DEVICES"),
+        in_ci=in_ci,
+        in_actions=env.get("GITHUB_ACTIONS") == "true",
+    )
+
+
+def current() -> Settings:
+    """The settings as the environment says now (read afresh: a test or a tool may set a variable
+    between two calls)."""
+    return from_environment()

@@ -1,0 +1,95 @@
+"""The grader's settings are read in one place (grader.settings.from_environment) and a grading
+session carries them: what each variable sets, the one warm-start policy, and that no other
+module of the package reads a GRADER_* variable or decides on its own whether we run in CI."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+import grader
+from grader.settings import DEFAULT_WARM_SECONDS, Settings, from_environment
+
+PACKAGE = Path(grader.__file__).parent
+
+
+def test_an_empty_environment_gives_the_defaults():
+    s = from_environment({})
+    assert s == Settings()
+    assert s.warm.fork_server and s.warm.job_server and s.warm.keep_seconds == DEFAULT_WARM_SECONDS
+    assert not s.in_ci and not s.in_actions and s.course is None and s.threads is None
+
+
+def test_each_variable_sets_its_field():
+    s = from_environment({"GRADER_COURSE": "/srv/course", "GRADER_COURSE_SECRET": "s3", "GRADER_REFERENCE_DIR": "/srv/ref",
+                          "GRADER_CACHE_DIR": "/c", "GRADER_CACHE_GB": " 2 ", "GRADER_LOCK_DIR": "/l",
+                          "GRADER_SANDBOX_UIDS": "70000-70010", "GRADER_THREADS": "4", "GRADER_DOCKER_IMAGE": "img",
+                          "CUDA_VISIBLE_DEVICES": "1,2"})
+    assert (s.course, s.course_secret, s.reference_dir) == (Path("/srv/course"), "s3", Path("/srv/ref"))
+    assert (s.cache_dir, s.cache_gb, s.lock_dir, s.check_cache_base) == (Path("/c"), "2", Path("/l"), Path("/c"))
+    assert (s.sandbox_uids, s.threads, s.docker_image, s.visible_gpus) == ("70000-70010", 4, "img", "1,2")
+    assert from_environment({"XDG_CACHE_HOME": "/x"}).check_cache_base == Path("/x/grader")
+    assert from_environment({"GRADER_THREADS": "many"}).threads is None  # not a count: left to the machine
+
+
+def test_ci_is_decided_once_and_keeps_nothing_warm():
+    for env in ({"CI": "true"}, {"GITHUB_ACTIONS": "true"}):
+        s = from_environment(env)
+        assert s.in_ci and s.warm.keep_seconds == 0
+    assert from_environment({"GITHUB_ACTIONS": "true"}).in_actions and not from_environment({"CI": "1"}).in_actions
+    assert from_environment({"CI": "1", "GRADER_WARM_SECONDS": "30"}).warm.keep_seconds == 30  # said outright: kept
+
+
+@pytest.mark.parametrize("env, fork, keep, server", [
+    ({"GRADER_WARM": "0"}, False, 0.0, False),  # one switch turns every warm start off
+    ({"GRADER_ZYGOTE": "0"}, False, DEFAULT_WARM_SECONDS, True),
+    ({"GRADER_JOB_SERVER": "0"}, True, DEFAULT_WARM_SECONDS, False),
+    ({"GRADER_WARM_SECONDS": "soon"}, True, 0.0, True),  # not a number: nothing kept (costs speed, not safety)
+    ({"GRADER_WARM_SECONDS": "-5"}, True, 0.0, True),
+])
+def test_warm_starts_are_one_policy(env, fork, keep, server):
+    warm = from_environment(env).warm
+    assert (warm.fork_server, warm.keep_seconds, warm.job_server) == (fork, keep, server)
+
+
+def test_the_package_reads_its_settings_nowhere_else():
+    """No module but grader/settings.py reads a GRADER_* variable, CI or GITHUB_ACTIONS from the
+    environment (os.environ.get, os.environ[...], os.getenv, `in os.environ`); passing the whole
+    environment on to a child process is not reading a setting."""
+    readers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        if path.name == "settings.py" and path.parent == PACKAGE:
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            name = _read_variable(node)
+            if name and (name.startswith("GRADER_") or name in ("CI", "GITHUB_ACTIONS")):
+                readers.append(f"{path.relative_to(PACKAGE.parent)}:{node.lineno} reads {name}")
+    assert readers == []
+
+
+def _read_variable(node: ast.AST) -> str | None:
+    """The variable's name where `node` reads one from os.environ (or os.getenv) by a constant name."""
+    def environ(n: ast.AST) -> bool:
+        return isinstance(n, ast.Attribute) and n.attr == "environ" or isinstance(n, ast.Name) and n.id == "environ"
+
+    key = None
+    if isinstance(node, ast.Call) and node.args:
+        f = node.func
+        if isinstance(f, ast.Attribute) and f.attr == "get" and environ(f.value) or \
+                isinstance(f, ast.Attribute) and f.attr == "getenv":
+            key = node.args[0]
+    elif isinstance(node, ast.Subscript) and environ(node.value):
+        key = node.slice
+    elif isinstance(node, ast.Compare) and any(environ(c) for c in node.comparators):
+        key = node.left
+    return key.value if isinstance(key, ast.Constant) and isinstance(key.value, str) else None
+
+
+def test_the_scan_of_the_package_would_see_a_reader():
+    """The check above can fail: each form it looks for is found in a module that uses it."""
+    source = ('import os\nos.environ.get("GRADER_X")\nos.environ["CI"]\nos.getenv("GRADER_Y")\n'
+              '"GITHUB_ACTIONS" in os.environ\nos.environ.get("PATH")\n')
+    found = [n for n in map(_read_variable, ast.walk(ast.parse(source))) if n]
+    assert sorted(found) == ["CI", "GITHUB_ACTIONS", "GRADER_X", "GRADER_Y", "PATH"]
