@@ -79,6 +79,8 @@ def check(
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes: float32, float16, bfloat16."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
     isolation: str = typer.Option("sandbox", help=ISOLATION_HELP),
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Assignments graded at once (default: one per CPU core "
+                                       "in the interpreter, one on a GPU)."),
     ci: Optional[str] = typer.Option(None, "--ci", help="classroom50: result.json, release-body.md and a commit status "
                                      "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG are "
                                      "set); github: a job summary, annotations and the classroom-resources result output "
@@ -104,6 +106,8 @@ def check(
         fresh_outputs(json_file, html_dir)  # before anything can fail: no earlier (or committed) result survives this check
         if ci not in (None, "github", "classroom50", "none"):
             raise UsageError(f"--ci must be classroom50, github or none, not {ci!r}")
+        if jobs is not None and jobs < 1:
+            raise UsageError(f"--jobs must be 1 or more, not {jobs}")
         if ci_mode == "classroom50":  # a result.json of an earlier run is never taken for this one's
             classroom50.remove_stale(repo)
             classroom50.runner_fields()
@@ -144,7 +148,8 @@ def check(
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                   console=console, transient=True) as bar:
         task = bar.add_task("starting", total=count_steps(chosen, ctx))
-        run = open_session(ctx, settings).grade(sub, chosen, lambda text: bar.update(task, advance=1, description=text))
+        run = open_session(ctx, settings).grade(sub, chosen, lambda text: bar.update(task, advance=1, description=text),
+                                                jobs=check_jobs(jobs, ctx.device, len(chosen)))
     # what a batch stores and reads back: results.json, the report and the summary come from that
     # form here too, so a check shows whatever a batch would lose
     run = RunResult.from_json(run.to_json())
@@ -177,6 +182,15 @@ def check(
     if any(t.outcome == Outcome.INFRA_ERROR for t in run.tests):
         raise typer.Exit(2)
     raise typer.Exit(0 if run.all_passed else 1)
+
+
+def check_jobs(asked: int | None, device: str, assignments: int) -> int:
+    """How many assignments a check grades at once: as asked; else in the interpreter one per
+    core (each worker interprets on one core), on a GPU one (its phases share one device)."""
+    if asked is not None:
+        return asked
+    cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+    return max(1, min(cores, assignments)) if device == "cpu" else 1
 
 
 def usable_cache(folder: Path | None) -> Path | None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import tempfile
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
@@ -31,23 +32,47 @@ class GradingSession(Resources):
     """The resources of one grading process, and the pipeline every driver grades through."""
 
     def grade(self, sub: Submission, specs: list[Assignment], progress: Progress | None = None,
-              phases: dict[str, float] | None = None) -> RunResult:
-        """Grade `specs` of `sub`, one after another; `phases` (if given) gets each stage's seconds."""
+              phases: dict[str, float] | None = None, jobs: int = 1) -> RunResult:
+        """Grade `specs` of `sub`; `phases` (if given) gets each stage's seconds, summed over the
+        assignments. `jobs` > 1 grades that many assignments at once, each in its own workers
+        (the CPU interpreter runs one core per worker; on a GPU, correctness calls share it and
+        timing holds it alone, grader.judge.devicelock): the results are the same, in the same
+        order, as one after another."""
         started = time.monotonic()
         ctx = self.context
         run = RunResult(str(sub.root), ctx.seed, dict(self.environment), commit=sub.commit())
-        roofline = None  # measured by the first timing of the run, then shared by the others
         if ctx.scratch_root:
             Path(ctx.scratch_root).mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(prefix="grader-", dir=ctx.scratch_root) as tmp:
-            for spec in specs:
-                result = pipeline.grade_assignment(self, sub, spec, Path(tmp) / spec.name, progress, roofline, phases)
-                run.assignments.append(result)
-                roofline = roofline or pipeline.measured_roofline(result)
-        if roofline:
+            if jobs > 1 and len(specs) > 1:
+                run.assignments = self._grade_at_once(sub, specs, Path(tmp), progress, phases, jobs)
+            else:
+                roofline = None  # measured by the first timing of the run, then shared by the others
+                for spec in specs:
+                    result = pipeline.grade_assignment(self, sub, spec, Path(tmp) / spec.name, progress, roofline, phases)
+                    run.assignments.append(result)
+                    roofline = roofline or pipeline.measured_roofline(result)
+        if roofline := next(filter(None, map(pipeline.measured_roofline, run.assignments)), None):
             run.environment["roofline"] = roofline
         run.execution_time = time.monotonic() - started
         return run
+
+    def _grade_at_once(self, sub: Submission, specs: list[Assignment], tmp: Path, progress: Progress | None,
+                       phases: dict[str, float] | None, jobs: int) -> list[AssignmentResult]:
+        """Each assignment in a thread of its own (the work is in its workers; this process
+        mostly waits on their pipes), the longest planned first so that the last to start is short."""
+        self.warm_up()  # once, before the threads: they fork from the same zygotes
+        own = {spec.name: {} for spec in specs}  # each assignment's phases, added up at the end
+        order = sorted(specs, key=lambda s: -len(self.context.calls(s)))
+        with ThreadPoolExecutor(max_workers=min(jobs, len(specs)), thread_name_prefix="assignment") as pool:
+            futures = {spec.name: pool.submit(pipeline.grade_assignment, self, sub, spec, tmp / spec.name, progress, None,
+                                              own[spec.name]) for spec in order}
+            results = [futures[spec.name].result() for spec in specs]
+        if phases is not None:
+            for seconds in own.values():
+                for name, value in seconds.items():
+                    phases[name] = round(phases.get(name, 0.0) + value, 3)
+        return results
 
     def not_gradable(self, spec: Assignment, why: str) -> AssignmentResult:
         """What the student set up cannot be graded at all (their grader.toml): one failed result
