@@ -49,11 +49,21 @@ def test_assignments_graded_at_once_give_the_same_results_as_one_after_another(t
     assert phases["correctness_calls"] > 0 and "worker_start_and_import" in phases  # every assignment's stages added up
 
 
-def test_how_many_assignments_a_check_grades_at_once():
+def test_how_many_assignments_a_check_grades_at_once(monkeypatch):
+    from grader.cli import check
+
     assert check_jobs(3, "cuda", 9) == 3  # as asked
     assert check_jobs(None, "cuda", 9) == 1  # a GPU: one at a time unless asked
-    assert 1 <= check_jobs(None, "cpu", 9) <= 9
     assert check_jobs(None, "cpu", 1) == 1
+    monkeypatch.setattr(check.os, "sched_getaffinity", lambda _: set(range(8)))
+    monkeypatch.setattr(check, "available_memory", lambda: 64 << 30)
+    assert check_jobs(None, "cpu", 9) == 8  # one per core
+    assert check_jobs(None, "cpu", 3) == 3  # no more than there are assignments
+    monkeypatch.setattr(check, "available_memory", lambda: 5 << 30)
+    assert check_jobs(None, "cpu", 9) == 2  # no more than memory holds (2 GiB a worker)
+    monkeypatch.setattr(check, "available_memory", lambda: 1 << 30)
+    assert check_jobs(None, "cpu", 9) == 1
+    assert check.available_memory() > 0
 
 
 def test_jobs_below_one_is_a_usage_error(tmp_path):

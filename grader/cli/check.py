@@ -184,13 +184,31 @@ def check(
     raise typer.Exit(0 if run.all_passed else 1)
 
 
+WORKER_MEMORY = 2 << 30  # what one interpreter worker may take (torch, Triton, the interpreted case's tensors)
+
+
 def check_jobs(asked: int | None, device: str, assignments: int) -> int:
     """How many assignments a check grades at once: as asked; else in the interpreter one per
-    core (each worker interprets on one core), on a GPU one (its phases share one device)."""
+    core (each worker interprets on one core) while memory allows, on a GPU one (its phases
+    share one device)."""
     if asked is not None:
         return asked
+    if device != "cpu":
+        return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
-    return max(1, min(cores, assignments)) if device == "cpu" else 1
+    return max(1, min(cores, assignments, available_memory() // WORKER_MEMORY))
+
+
+def available_memory() -> int:
+    """Bytes this machine can still give (MemAvailable); where it cannot say, enough for one."""
+    try:
+        with open("/proc/meminfo") as f:
+            for line in f:
+                if line.startswith("MemAvailable:"):
+                    return int(line.split()[1]) * 1024
+    except (OSError, ValueError, IndexError):
+        pass
+    return WORKER_MEMORY
 
 
 def usable_cache(folder: Path | None) -> Path | None:
