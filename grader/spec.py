@@ -62,8 +62,17 @@ def course_secret() -> str | None:
 
     value = current().course_secret
     if value is None and (course_root() / SECRET_FILE).is_file():
-        value = (course_root() / SECRET_FILE).read_text().strip()
+        try:
+            value = (course_root() / SECRET_FILE).read_text().strip()
+        except (OSError, UnicodeDecodeError) as exc:
+            raise CourseSecretError(f"the course secret {course_root() / SECRET_FILE} cannot be read "
+                                    f"({exc.strerror if isinstance(exc, OSError) else 'not text'}): run as a user "
+                                    "who can read it, or set GRADER_COURSE_SECRET") from None
     return value or None
+
+
+class CourseSecretError(ValueError):
+    """The course has a secret this user cannot read: said in one line before anything runs."""
 
 
 def kit_manifest() -> dict:

@@ -749,3 +749,34 @@ def test_a_submission_travels_to_a_node_without_what_leads_out(tmp_path, secret)
     assert (dest / "kernels" / "inside.py").read_text() == (root / "kernels" / "vector_add.py").read_text()
     assert not os.path.lexists(dest / "kernels" / "out.py") and not os.path.lexists(dest / "kernels" / "pipe.py")
     assert leaked_anywhere(dest) == []
+
+
+def test_a_course_secret_this_user_cannot_read_is_one_line_before_grading(tmp_path, monkeypatch):
+    """A TA running the grader as a user who cannot read the course's secret (or a secret that is
+    not text) gets one line that says which file and what to do, not a traceback mid-grade."""
+    from pathlib import Path as _Path
+
+    from grader import spec as specs_module
+    from grader.judge.context import ContextError, resolve
+
+    course = tmp_path / "course"
+    (course / "assignments").mkdir(parents=True)
+    secret = course / specs_module.SECRET_FILE
+    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
+    monkeypatch.setattr(specs_module, "COURSE_ROOT", course)
+    secret.write_bytes(b"\xff\xfe not text")
+    with pytest.raises(ContextError, match="course-secret.txt cannot be read \\(not text\\).*GRADER_COURSE_SECRET"):
+        resolve("cpu", 1)
+    secret.write_text("s3cret\n")
+    real_read = _Path.read_text
+
+    def refused(self, *args, **kwargs):
+        if self == secret:
+            raise PermissionError(13, "Permission denied", str(self))
+        return real_read(self, *args, **kwargs)
+
+    monkeypatch.setattr(_Path, "read_text", refused)
+    with pytest.raises(ContextError, match="cannot be read \\(Permission denied\\): run as a user who can read it"):
+        resolve("cpu", 1)
+    monkeypatch.setattr(_Path, "read_text", real_read)
+    assert resolve("cpu", 1).seed == 1 and specs_module.course_secret() == "s3cret"

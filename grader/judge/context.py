@@ -16,7 +16,7 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from grader import environment
-from grader.spec import DTYPES, Assignment, course_root
+from grader.spec import DTYPES, Assignment, CourseSecretError, course_root, course_secret
 from grader.judge.plan import PlannedCall, plan_calls
 from grader.sandbox.backend import ISOLATION_MODES
 
@@ -139,6 +139,10 @@ def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | No
         raise ContextError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}, not {isolation!r}")
     if timeout is not None and timeout <= 0:
         raise ContextError("--timeout must be a positive number of seconds")
+    try:  # read now, so a secret this user cannot read is one line here, not a traceback mid-grade
+        course_secret()
+    except CourseSecretError as exc:
+        raise ContextError(str(exc)) from None
     private = [str(Path(h).resolve()) for h in hide]
     if reference_dir is not None:
         if not Path(reference_dir).is_dir():
