@@ -47,8 +47,6 @@ from grader.spec import Assignment
 from grader.submission import Submission
 
 
-
-
 class Restarts:
     """The retry policy of one worker's calls, for every stage that calls it: after a crash or a
     timeout the next call gets a fresh worker; after MAX_TIMEOUTS timeouts in a row the rest are
@@ -102,7 +100,7 @@ class Grading:
     result: AssignmentResult = field(init=False)
     calls: list[PlannedCall] = field(init=False)
     runnable: list[PlannedCall] = field(init=False)
-    module: str = field(init=False)
+    target: tuple[str, str] = field(init=False)  # the student's (module, function), as grader.toml may name them
     module_file: Path | None = None
     worker: StudentWorker | None = None
     integrity: OwnKernelCheck = field(init=False)
@@ -111,8 +109,8 @@ class Grading:
 
     def __post_init__(self) -> None:
         ctx = self.session.context
-        self.module, function = self.sub.target(self.spec)
-        self.result = AssignmentResult(self.spec.name, self.spec.title, f"{self.module}:{function}()")
+        self.target = self.sub.target(self.spec)
+        self.result = AssignmentResult(self.spec.name, self.spec.title, f"{self.module}:{self.target[1]}()")
         self.calls = ctx.calls(self.spec)
         self.runnable = [c for c in self.calls if not c.skip]
         self.integrity = OwnKernelCheck(self.spec)
@@ -120,6 +118,10 @@ class Grading:
     @property
     def ctx(self) -> GradingContext:
         return self.session.context
+
+    @property
+    def module(self) -> str:
+        return self.target[0]
 
     @property
     def neighbours(self) -> list[Path]:
@@ -151,7 +153,7 @@ def prepare(g: Grading) -> None:
     so no input can be read ahead and answered from a precomputed cache), the repo's private
     copy, and the static scan of that copy."""
     g.session.warm_up()
-    g.worker = g.session.student_worker(g.spec, g.workdir / "repo", g.sub.target(g.spec), g.workdir / "scratch",
+    g.worker = g.session.student_worker(g.spec, g.workdir / "repo", g.target, g.workdir / "scratch",
                                         hide=g.neighbours)
     if not g.runnable:
         return
@@ -206,7 +208,7 @@ def integrity(g: Grading) -> None:
 def bounds_check(g: Grading) -> None:
     if not g.ctx.interpret and g.loaded:
         g.step(f"{g.spec.name}: bounds check")
-        g.result.tests.append(_bounds_check(g.session, g.spec, g.sub.target(g.spec), g.workdir, g.call_timeout, g.neighbours))
+        g.result.tests.append(_bounds_check(g.session, g.spec, g.target, g.workdir, g.call_timeout, g.neighbours))
 
 
 def performance(g: Grading) -> None:
