@@ -117,6 +117,23 @@ class TimeReply:
 
 
 @dataclass
+class BurstReady:
+    """A burst is prepared: captured in a CUDA graph, or run eagerly for the reason given."""
+
+    ok: ClassVar[bool] = True
+    eager: str
+
+
+@dataclass
+class BurstReply:
+    """The sampled elements of each call's result in a burst (grader.worker.timing.burst), one
+    list per call: the burst's time is the grading process's own measurement, not in here."""
+
+    ok: ClassVar[bool] = True
+    values: list[list[float]]
+
+
+@dataclass
 class CompiledKernel:
     """What the compiler made of one of the student's kernels (Triton's CompiledKernel and its
     metadata), and the grid of its first launch: why a correct kernel is slow, in its own terms.
@@ -191,6 +208,33 @@ class Time:
 
 
 @dataclass
+class PrepareBurst:
+    """Build a contender's burst (grader.worker.timing.Burst) on a copy of an input set (its
+    values are redrawn in each call): warm up and capture it, untimed."""
+
+    op: ClassVar[str] = "prepare_burst"
+    reply: ClassVar[type] = BurstReady
+    contender: str
+    inputs: str
+    layout: dict[str, dict]
+    calls: int
+    samples: int
+    graph: bool = True  # False: eager, synchronized after each call
+
+
+@dataclass
+class Burst:
+    """Run a prepared burst on inputs drawn from `seed`, told only now, for the grading process
+    to time from outside."""
+
+    op: ClassVar[str] = "burst"
+    reply: ClassVar[type] = BurstReply
+    contender: str
+    seed: int
+    last: bool = False  # then let the burst go (its CUDA graph and memory) before the checks that follow
+
+
+@dataclass
 class Call:
     """One untimed call on the GPU; its output kept under `key`."""
 
@@ -231,9 +275,9 @@ class Exit:
     reply: ClassVar[type | None] = None
 
 
-Request = Union[Ping, Load, Run, Time, Call, Sample, Roofline, Exit]
-Reply = Union[Ok, RunReply, TimeReply, CallReply, RooflineReply]
-REQUESTS: dict[str, type] = {cls.op: cls for cls in (Ping, Load, Run, Time, Call, Sample, Roofline, Exit)}
+Request = Union[Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Exit]
+Reply = Union[Ok, RunReply, TimeReply, BurstReady, BurstReply, CallReply, RooflineReply]
+REQUESTS: dict[str, type] = {cls.op: cls for cls in (Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Exit)}
 
 
 # -- the wire -------------------------------------------------------------------------------

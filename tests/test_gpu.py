@@ -6,6 +6,8 @@ from __future__ import annotations
 
 import pytest
 
+from conftest import build_submission
+
 pytestmark = pytest.mark.gpu
 
 
@@ -59,23 +61,34 @@ def _perf(run, assignment="vector_add") -> dict:
     return [t for t in run.tests_of(assignment) if t["tags"][1] == "performance"][0]
 
 
+# cheats whose results race with their return: under load the race is lost often enough that a
+# correctness check, or a check of their results, sees wrong values first; that is evidence too
+RACY = {"cheat_side_stream", "cheat_side_stream_waits_inputs", "cheat_thread"}
+
+
 @pytest.mark.parametrize("fixture", sorted(CHEATS))
 def test_timing_cheats_earn_no_speed_credit_with_evidence(submission, cli, fixture):
     run = cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
     perf = _perf(run)
     severity, words = CHEATS[fixture]
     correctness = [t for t in run.tests_of("vector_add") if t["tags"][1] == "correctness"]
+    assert perf["score"] == 0 and run.returncode == 1
+    if fixture in RACY and perf["outcome"] == "failed":  # a correctness case read its result unfinished
+        assert "not timed" in perf["output"] and any(t["outcome"] == "failed" for t in correctness), perf["output"]
+        return
     assert perf["outcome"] == "flagged", perf["output"]
+    if fixture in RACY and perf["extra_data"]["severity"] == "conclusive":  # its results were read unfinished
+        assert "wrong results" in perf["output"] or "are wrong" in perf["output"], perf["output"]
+        severity = "conclusive"
     assert perf["extra_data"]["severity"] == severity, perf["output"]
     assert "no speed credit" in perf["output"] and words in perf["output"]
-    assert perf["score"] == 0 and run.returncode == 1
     if severity == "conclusive":
         assert run.results["score"] == 0
     else:  # a review finding costs the speed points only: the correct cases keep theirs
         assert run.results["score"] == sum(t["score"] for t in correctness) > 0
 
 
-HONEST = ["honest_two_streams", "honest_slow_wrapper"]
+HONEST = ["honest_two_streams", "honest_slow_wrapper", "honest_syncs"]
 
 
 @pytest.mark.parametrize("fixture", HONEST)
@@ -91,6 +104,62 @@ def test_honest_kernels_are_timed_whole_and_never_flagged(submission, cli, fixtu
     if fixture == "honest_slow_wrapper":  # the wrapper's Python shows on the host's clock, not in the GPU time
         assert figures["host_median_ms"] > figures["median_ms"] + 0.5, figures
         assert perf["score"] > 0
+    # the grader's own clock confirms the worker's figure (grader.judge.witness), by a CUDA graph
+    # where the function can be captured, eagerly where it synchronizes
+    seen = details["witness"]
+    assert seen["graph"] == (fixture != "honest_syncs"), seen
+    if fixture == "honest_syncs":  # timed eagerly, its synchronization on the grader's clock: never an accusation
+        assert seen["confirmed"] or "could not be captured in a CUDA graph" in perf["output"], perf["output"]
+        assert perf["score"] > 0
+    else:
+        assert seen["confirmed"] and "note" not in seen, seen
+
+
+def _forged(tmp_path, forgery: str):
+    """gpu/forged's honest slow kernel with one forgery of kernels/_forgeries.py applied at import."""
+    sub = build_submission(tmp_path / "forged", "gpu/forged")
+    name = forgery.split("(")[0]
+    (sub / "kernels" / "vector_add.py").write_text(f"from kernels._forgeries import {name}\n\n{forgery}\n\n"
+                                                   "from kernels._slow_add import vector_add  # noqa: E402,F401\n")
+    return sub
+
+
+# each forgery of the worker's figures, and words its evidence must contain
+FORGERIES = {
+    "collector(0.8)": "shorter than the grader's own clock",
+    "reply(0.8)": "shorter than the grader's own clock",
+    "stale_burst()": "the calls the grader timed by its own clock are wrong",
+    "answer_ahead()": "wrote a reply before it was asked",
+}
+
+
+@pytest.mark.parametrize("forgery", sorted(FORGERIES))
+def test_figures_forged_inside_the_worker_earn_no_speed_credit(tmp_path, cli, forgery):
+    """A student who has read the grader's source rewrites, from inside its worker, what the
+    worker reports: the activity collector and torch's C event class, the reply itself, the
+    grader's own burst. The grader's clock is out of its reach: conclusive, with both figures."""
+    run = cli(_forged(tmp_path, forgery), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
+    perf = _perf(run)
+    assert perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "conclusive", perf["output"]
+    assert FORGERIES[forgery] in perf["output"] and perf["score"] == 0, perf["output"]
+    assert run.results["score"] == 0
+
+
+def test_a_forgery_within_the_noise_band_gains_nothing(submission, cli, tmp_path):
+    """12% off every figure: past the honest spread, short of the forgery margin. The speed is
+    scored on the grader's clock, so the forged kernel gets no better ratio than the honest one."""
+    honest = _perf(cli(submission("gpu/forged"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577"))
+    assert honest["outcome"] == "passed" and honest["extra_data"]["details"]["witness"]["confirmed"], honest["output"]
+    honest_ratio = honest["extra_data"]["details"]["ratio_to_reference"]
+    assert honest_ratio > 1.3, honest["output"]  # a slow kernel: a shorter figure would earn points
+    forged = _perf(cli(_forged(tmp_path, "collector(0.88)"), "--seed", "3", "--device", "cuda", "-a", "vector_add",
+                       "--case", "n=1048577"))
+    if forged["outcome"] == "flagged":
+        assert forged["extra_data"]["severity"] == "conclusive" and "shorter than the grader's own clock" in forged["output"]
+    else:
+        seen = forged["extra_data"]["details"]["witness"]
+        assert not seen["confirmed"] and "scored on the grader's own clock" in forged["output"], forged["output"]
+        assert forged["extra_data"]["details"]["ratio_to_reference"] > 0.95 * honest_ratio, (forged["output"], honest_ratio)
 
 
 def test_missing_mask_is_caught_on_a_gpu_run_by_the_interpreter_bounds_check(submission, cli):

@@ -10,7 +10,10 @@ stream or a thread is timed where it ran, and a slow Python wrapper costs no GPU
 and each finding says how sure it is (grader.results.Severity):
 - conclusive: the timing functions were patched; a vendor op did the work at this size; the
   outputs of the timed calls, or of a fresh input set afterwards, are wrong (caching by pointer
-  or shape, "correct for the first N calls", replay of an earlier result);
+  or shape, "correct for the first N calls", replay of an earlier result); the worker's figures
+  are shorter than the grader's own clock shows, or the calls that clock timed gave wrong
+  results (grader.judge.witness: no figure from the worker is scored unless that clock confirms
+  it, and where it does not, the score comes from that clock);
 - review: the function returned before its GPU work was done (an unjoined stream or a thread),
   GPU work ran while none of its calls was running, fewer Triton launches than timed calls, or
   a time faster than this GPU can go (bytes / measured copy bandwidth and FLOPs / measured GEMM
@@ -33,10 +36,10 @@ from pathlib import Path
 import torch
 from safetensors.torch import load, save_file
 
-from grader.judge import activity, slowness
+from grader.judge import activity, slowness, witness
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
-from grader.protocol import Call, Contender, Failure, Load, Roofline, Sample, Time, TimeReply
+from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.judge.context import GradingContext
 from grader.judge.resources import Resources
@@ -73,6 +76,7 @@ class Timings:
     unfinished: list[str] = field(default_factory=list)  # the student's
     strays: list[str] = field(default_factory=list)  # the student's
     output_numel: int | None = None  # as torch's result has it (trusted)
+    witness: witness.Witness = field(default_factory=witness.Witness)  # the grader's own clock (grader.judge.witness)
 
     def all(self, contender: str) -> list[float]:
         return [t for r in self.times[contender] for t in r]
@@ -233,9 +237,11 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
                 roofline = cache.roofline(device_id(ctx.gpu), probe) if cache is not None else probe()
                 phase("roofline")
             try:
-                rounds, failed = _timed_rounds(ctx, perf, workers, order, t, timed_files, layout, timeout, has_reference)
+                rounds, failed = _timed_rounds(ctx, spec, workers, order, t, timed_files, layout, timeout, has_reference)
             except UntrustedRecords as exc:
                 return test("infra_error", f"not scored: {exc}")
+            except witness.WitnessRefused as exc:
+                return test("flagged", f"no speed credit: {exc}", severity=Severity.CONCLUSIVE.value)
             if failed:
                 c, reply = failed
                 return test("error", f"{c} raised while timed: {reply.message}", traceback=reply.traceback)
@@ -251,7 +257,12 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
         trusted.close()
 
     findings += _conduct(t, ctx.perf_reps * rounds)
+    witnessed = _witnessed(t, findings)
     verdict = _verdict(spec, roofline, t, rounds, findings, has_reference, test)
+    if witnessed:
+        verdict.details["witness"] = witnessed
+        if witnessed.get("note") and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
+            verdict.message += f"; {witnessed['note']}"
     verdict.details["phase_seconds"] = phases
     verdict.details["roofline"] = roofline
     _why_slow(verdict, compiled, ctx)
@@ -302,11 +313,12 @@ def _conduct(t: Timings, timed_calls: int) -> list[Finding]:
     return findings
 
 
-def _timed_rounds(ctx: GradingContext, perf, workers, order, t: Timings, timed_files, layout, timeout,
+def _timed_rounds(ctx: GradingContext, spec, workers, order, t: Timings, timed_files, layout, timeout,
                   has_reference) -> tuple[int, tuple[str, Failure] | None]:
     """Rounds of student, reference, torch, until the ratio's interval is tight and clear of
     the scoring thresholds (or the budget is spent). Returns the rounds run, and the
     contender and reply of a call that raised."""
+    perf = spec.performance
     budget_end = time.monotonic() + ctx.perf_budget_s
     scored = "host_ms" if perf.score_on == "wall" else "times"
     rounds = 0
@@ -327,11 +339,101 @@ def _timed_rounds(ctx: GradingContext, perf, workers, order, t: Timings, timed_f
                 t.strays += reading.strays
             if c == "torch":
                 t.output_numel = reply.output_numel
+        if has_reference and perf.score_on == "gpu" and rounds < witness.ROUNDS:
+            failed = _bursts(spec, workers, t, timed_files[0], layout, timeout, rounds)
+            if failed:
+                return rounds, failed
         rounds += 1
         reference = yardstick(perf, getattr(t, scored)) if has_reference else None
         if not needs_more_rounds(rounds, getattr(t, scored)["student"], reference, perf.full_at, perf.zero_at,
                                  time.monotonic() > budget_end):
             return rounds, None
+
+
+def _prepare_bursts(spec, workers, t: Timings, inputs: str, layout, timeout) -> tuple[str, Failure] | None:
+    """Both bursts prepared at once (each worker compiles and captures its own), `calls` long by
+    the reference's time in the first round. Where the student's cannot be a CUDA graph, the
+    reference's is prepared again as its mirror: eager, synchronized after each call."""
+    w = t.witness
+    size = DTYPES[spec.performance.dtype].itemsize
+    w.calls = witness.burst_calls(statistics.median(t.times["reference"][0]),
+                                  t.output_numel * size if t.output_numel else os.path.getsize(inputs))
+    for c in ("student", "reference"):
+        if workers[c].unasked():
+            raise witness.WitnessRefused("the worker wrote a reply before it was asked")
+
+    def prepare(c: str, graph: bool = True):
+        return workers[c].request(PrepareBurst(c, inputs, layout, w.calls, witness.SAMPLES, graph=graph), timeout * 4)
+
+    started = time.monotonic()
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        student, reference = pool.map(prepare, ("student", "reference"))
+    if isinstance(student, Failure):
+        return "student", student
+    if student.eager:
+        w.eager["student"] = student.eager
+        reference = prepare("reference", graph=False)
+    if isinstance(reference, Failure):
+        raise WorkerFailure("infra_error", f"the reference's burst could not be prepared: {reference.message}", "")
+    w.prepare_s = time.monotonic() - started
+    return None
+
+
+def _bursts(spec, workers, t: Timings, inputs: str, layout, timeout, round_: int) -> tuple[str, Failure] | None:
+    """This round's bursts by the grader's own clock (grader.judge.witness): the student's and the
+    reference's on inputs drawn from one new seed, in alternating order (neither always goes
+    first). The first round prepares them, `calls` long by the reference's time in it."""
+    w = t.witness
+    if round_ == 0:
+        failed = _prepare_bursts(spec, workers, t, inputs, layout, timeout)
+        if failed:
+            return failed
+    seed = witness.new_seed()
+    values = {}
+    for c in (("student", "reference") if round_ % 2 == 0 else ("reference", "student")):
+        reply, seconds = witness.bracketed(workers[c], c, seed, timeout * 2, last=round_ == witness.ROUNDS - 1)
+        if isinstance(reply, Failure):
+            if c != "student":
+                raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
+            return c, reply
+        (w.student_s if c == "student" else w.reference_s).append(seconds)
+        values[c] = reply.values
+    if not w.wrong:
+        tol = spec.tolerance
+        w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[spec.performance.dtype],
+                                       tol.rtol[spec.performance.dtype], oracle=spec.reference is not None)
+    return None
+
+
+def _witnessed(t: Timings, findings: list[Finding]) -> dict:
+    """What the grader's own clock says of the student's figures (grader.judge.witness): a finding
+    where they contradict it, and where it shows them too short the student's rounds scaled to
+    it (the score then comes from the grader's clock). Returns the details to record."""
+    w = t.witness
+    if not w.calls or not w.student_s:
+        return {}
+    if w.wrong and t.unfinished:  # the same fault the timed loop saw: a caller reads results not yet computed
+        findings.append(Finding(Severity.REVIEW, "the results of the calls the grader timed by its own clock are wrong: "
+                                f"{w.wrong}, as a caller reads them when a call returns before its work is done"))
+    elif w.wrong:
+        findings.append(Finding(Severity.CONCLUSIVE, "the results of the calls the grader timed by its own clock are wrong: "
+                                f"{w.wrong} (results reused, or not computed)"))
+    worker_ms = [statistics.median(r) for r in t.times["student"]]
+    host = [h for r in t.host_ms["student"] for h in r]
+    c = witness.confirm(w, worker_ms, [statistics.median(r) for r in t.times["reference"]],
+                        statistics.median(host) if host else None)
+    details = {"calls": w.calls, "cost_s": round(w.cost_s(), 3), "prepare_s": round(w.prepare_s, 3), "agreement": c.agreement, "confirmed": c.confirmed, "graph": "student" not in w.eager,
+               "student_ms": [round(x, 5) for x in c.student_ms], "worker_ms": [round(x, 5) for x in worker_ms],
+               "brackets_ms": {"student": [round(x * 1e3, 3) for x in w.student_s],
+                               "reference": [round(x * 1e3, 3) for x in w.reference_s]}}
+    if w.eager:
+        details["eager"] = dict(w.eager)
+    if c.tampered:
+        findings.append(Finding(Severity.CONCLUSIVE, c.tampered))
+    elif not c.confirmed:  # every round scaled to the grader's clock, by how far it disagreed in its own rounds
+        t.times["student"] = [[x * c.agreement for x in r] for r in t.times["student"]]
+        details["note"] = c.note
+    return details
 
 
 def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int,

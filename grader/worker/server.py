@@ -9,6 +9,7 @@ Every verdict is made by the judge in the grading process, never here.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import sys
@@ -21,8 +22,8 @@ from typing import Callable
 
 from grader import protocol
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
-from grader.protocol import (Call, CallReply, CompiledKernel, Description, Failure, Load, Ok, Ping, Roofline, RooflineReply, Run, RunReply,
-                             Sample, Time, TimeReply)
+from grader.protocol import (Burst, BurstReady, BurstReply, PrepareBurst, Call, CallReply, CompiledKernel, Description, Failure, Load, Ok, Ping, Roofline,
+                             RooflineReply, Run, RunReply, Sample, Time, TimeReply)
 
 
 def _setup_torch():
@@ -124,6 +125,7 @@ class Worker:
         self.roots: list[str] = []
         self.retained: dict[tuple[str, str], object] = {}  # outputs of timed calls, by (contender, input set)
         self.input_cache: dict[str, dict] = {}
+        self.bursts: dict[str, object] = {}  # grader.worker.timing.Burst, by contender
         self.torch = _setup_torch()
 
     # -- requests ---------------------------------------------------------------------
@@ -194,23 +196,39 @@ class Worker:
         def timed_loop_ends():
             timed_launches[0] = sum(LAUNCHES.values())
         LAUNCHES.clear()
-        torch = self.torch
-        # Poisoning every allocation and deterministic-only algorithms would cost every contender
-        # time the kernel does not spend; the fresh untimed call after timing runs with both on.
-        torch.use_deterministic_algorithms(False)
-        torch.utils.deterministic.fill_uninitialized_memory = False
-        try:
+        with _timing_mode(self.torch):
             result = timing.time_function(fn, arg_sets, reps=req.reps, warmup=req.warmup,
                                           on_timed_start=timed_loop_starts, on_timed_end=timed_loop_ends)
-        finally:
-            torch.use_deterministic_algorithms(True, warn_only=True)
-            torch.utils.deterministic.fill_uninitialized_memory = True
         launches = timed_launches[0]  # Triton launches in the timed loop alone
         outputs = result.pop("outputs")
         for i, out in enumerate(outputs):
             self.retained[(req.contender, f"set{i}")] = out
         return TimeReply(**result, launches=launches, tampered=timing.tampered(),
                          output_numel=outputs[0].numel() if hasattr(outputs[0], "numel") else None)
+
+    def prepare_burst(self, req: PrepareBurst) -> BurstReady:
+        """A contender's burst for the grading process's own clock (grader.worker.timing.Burst), on
+        a private copy of an input set; captured in a CUDA graph where the function allows."""
+        from grader.worker import timing
+
+        args = list(self._load_cuda(req.inputs, req.layout, keep=True).values())
+        with _timing_mode(self.torch):
+            burst = timing.Burst(self.functions[req.contender], args, req.calls, req.samples, req.graph)
+            eager = burst.prepare()
+        self.bursts[req.contender] = burst
+        return BurstReady(eager=eager)
+
+    def burst(self, req: Burst) -> BurstReply | Failure:
+        """Run a prepared burst on inputs drawn from the seed, told only now."""
+        burst = self.bursts.get(req.contender)
+        if burst is None:
+            return Failure("error", f"no burst prepared for {req.contender}")
+        with _timing_mode(self.torch):
+            values = burst.run(req.seed)
+        if req.last:
+            del self.bursts[req.contender], burst
+            self.torch.cuda.empty_cache()
+        return BurstReply(values=values)
 
     def call(self, req: Call) -> CallReply:
         """One untimed call on the GPU at timing size, its output kept under `key`; with
@@ -267,11 +285,26 @@ class Worker:
     def handlers(self) -> dict[type, Callable]:
         """The requests a worker answers, each by its own method: nothing else is callable
         through the pipe (exit ends the loop in `serve`)."""
-        return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, Call: self.call, Sample: self.sample,
-                Roofline: self.roofline}
+        return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, PrepareBurst: self.prepare_burst,
+                Burst: self.burst, Call: self.call,
+                Sample: self.sample, Roofline: self.roofline}
 
 
 THREAD_GRACE_S = 2.0
+
+
+@contextlib.contextmanager
+def _timing_mode(torch):
+    """Poisoning every allocation and deterministic-only algorithms would cost every contender
+    time the kernel does not spend: both off while timing (the fresh untimed call after timing
+    runs with both on)."""
+    torch.use_deterministic_algorithms(False)
+    torch.utils.deterministic.fill_uninitialized_memory = False
+    try:
+        yield
+    finally:
+        torch.use_deterministic_algorithms(True, warn_only=True)
+        torch.utils.deterministic.fill_uninitialized_memory = True
 
 
 def _called(fn, args: dict, ops: Counter | None):
