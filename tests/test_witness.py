@@ -194,12 +194,14 @@ class _FakeWorker:
     def __init__(self, name: str, log: list, eager: str = "", stale: bool = False, fails: bool = False, ahead: bool = False):
         self.name, self.log, self.eager, self.stale, self.fails, self.ahead = name, log, eager, stale, fails, ahead
         self.kept = None
+        self.timeouts: list[float] = []
 
     def unasked(self) -> bool:
         return self.ahead
 
     def request(self, message, timeout):
         self.log.append((self.name, message))
+        self.timeouts.append(timeout)
         if isinstance(message, protocol.PrepareBurst):
             self.calls = message.calls
             return protocol.BurstReady(eager=self.eager if message.graph else "asked to run eagerly")
@@ -213,11 +215,11 @@ class _FakeWorker:
         return protocol.BurstReply(values)
 
 
-def _run_bursts(student: _FakeWorker, reference: _FakeWorker, rounds: int = witness.ROUNDS):
+def _run_bursts(student: _FakeWorker, reference: _FakeWorker, rounds: int = witness.ROUNDS, student_ms: float = 1.0):
     from grader.spec import catalogue
 
     spec = catalogue()["vector_add"]
-    t = perf.Timings(times={"student": [[1.0]], "reference": [[0.5]]}, output_numel=1 << 20)
+    t = perf.Timings(times={"student": [[student_ms]] * rounds, "reference": [[0.5]] * rounds}, output_numel=1 << 20)
     workers = {"student": student, "reference": reference}
     for r in range(rounds):
         failed = perf._bursts(spec, workers, t, __file__, {}, 10.0, r)
@@ -241,6 +243,15 @@ def test_the_timing_stage_prepares_both_bursts_then_brackets_each_round_in_turn(
         assert ma.seed == mb.seed and (a, b) == (("student", "reference") if r % 2 == 0 else ("reference", "student"))
         assert ma.last == mb.last == (r == witness.ROUNDS - 1)
     assert len({m.seed for _, m in bursts}) == witness.ROUNDS
+
+
+def test_a_kernel_far_slower_than_the_reference_is_given_the_time_its_burst_needs():
+    """The calls per burst follow the reference's time (which the student cannot move), so a burst
+    of a kernel 1,000x slower takes 1,000x longer: it is waited for, not timed out."""
+    student = _FakeWorker("student", [])
+    _run_bursts(student, _FakeWorker("reference", []), rounds=1, student_ms=500.0)
+    calls = witness.burst_calls(0.5, (1 << 20) * 4)
+    assert student.timeouts[-1] == pytest.approx(4 * calls * 0.5) and student.timeouts[-1] > 20.0
 
 
 def test_an_uncapturable_student_burst_gets_an_eager_reference_mirror():
