@@ -126,8 +126,9 @@ class BurstReady:
 
 @dataclass
 class BurstReply:
-    """The sampled elements of each call's result in a burst (grader.worker.timing.burst), one
-    list per call: the burst's time is the grading process's own measurement, not in here."""
+    """The sampled elements of each call's result in a burst, one list per call
+    (grader.worker.timing.Burst.run): the burst's time is the grading process's own measurement,
+    not in here."""
 
     ok: ClassVar[bool] = True
     values: list[list[float]]

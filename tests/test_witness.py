@@ -16,11 +16,11 @@ from grader.results import Severity
 from grader.sandbox.process import WorkerProcess
 
 
-def _witness(student_ms: float, reference_ms: float, calls: int = 20, rounds: int = 5, eager: dict | None = None,
+def _witness(student_ms: float, reference_ms: float, calls: int = 20, rounds: int = 5, eager: str = "",
              overhead_s: float = 0.004) -> Witness:
     """Brackets of `rounds` bursts whose calls take these true times, plus the protocol's own cost."""
     return Witness(calls=calls, student_s=[overhead_s + calls * student_ms / 1e3] * rounds,
-                   reference_s=[overhead_s + calls * reference_ms / 1e3] * rounds, eager=eager or {})
+                   reference_s=[overhead_s + calls * reference_ms / 1e3] * rounds, eager=eager)
 
 
 def test_the_per_call_figure_is_the_reference_time_plus_the_difference_of_the_brackets():
@@ -73,7 +73,7 @@ def test_figures_shortened_by_a_fifth_under_a_cuda_graph_are_called_forged_with_
 
 
 def test_eagerly_timed_the_worker_host_clock_decides_whether_it_is_forgery():
-    eager = {"student": "RuntimeError: operation not permitted when stream is capturing"}
+    eager = "RuntimeError: operation not permitted when stream is capturing"
     # host work, honestly reported: the host clock says a whole call takes longer than back to back
     honest = confirm(_witness(1.30, 1.0, eager=eager), [1.04] * 5, [1.0] * 5, host_ms=1.45)
     assert not honest.confirmed and not honest.tampered
@@ -257,9 +257,19 @@ def test_a_kernel_far_slower_than_the_reference_is_given_the_time_its_burst_need
 def test_an_uncapturable_student_burst_gets_an_eager_reference_mirror():
     log: list = []
     t, _ = _run_bursts(_FakeWorker("student", log, eager="RuntimeError: capture"), _FakeWorker("reference", log), rounds=1)
-    assert t.witness.eager == {"student": "RuntimeError: capture"}
+    assert t.witness.eager == "RuntimeError: capture"
     reference_prepares = [m for who, m in log if who == "reference" and isinstance(m, protocol.PrepareBurst)]
     assert [m.graph for m in reference_prepares] == [True, False]
+
+
+def test_the_workers_reason_for_an_eager_burst_is_bounded_and_shown_inert():
+    """The reason comes from the student's worker and ends in the message a student and a TA read."""
+    log: list = []
+    hostile = "\x1b]0;owned\x07\x1b[2J" + "x" * 100_000
+    t, _ = _run_bursts(_FakeWorker("student", log, eager=hostile), _FakeWorker("reference", log), rounds=1)
+    assert len(t.witness.eager) <= 300 and "\x1b" not in t.witness.eager and t.witness.eager.startswith("\\x1b]0;owned")
+    c = confirm(_witness(1.30, 1.0, eager=t.witness.eager), [1.19] * 5, [1.0] * 5, host_ms=1.45)
+    assert "\x1b" not in c.note and len(c.note) < 600
 
 
 def test_stale_burst_results_are_recorded_as_wrong():

@@ -36,6 +36,7 @@ from pathlib import Path
 import torch
 from safetensors.torch import load, save_file
 
+from grader import sanitize
 from grader.judge import activity, slowness, witness
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
@@ -371,7 +372,7 @@ def _prepare_bursts(spec, workers, t: Timings, inputs: str, layout, timeout) -> 
     if isinstance(student, Failure):
         return "student", student
     if student.eager:
-        w.eager["student"] = student.eager
+        w.eager = sanitize.one_line(student.eager, 300)  # the worker's words: bounded here, whatever it sent
         reference = prepare("reference", graph=False)
     if isinstance(reference, Failure):
         raise WorkerFailure("infra_error", f"the reference's burst could not be prepared: {reference.message}", "")
@@ -424,12 +425,13 @@ def _witnessed(t: Timings, findings: list[Finding]) -> dict:
     host = [h for r in t.host_ms["student"] for h in r]
     c = witness.confirm(w, worker_ms, [statistics.median(r) for r in t.times["reference"]],
                         statistics.median(host) if host else None)
-    details = {"calls": w.calls, "cost_s": round(w.cost_s(), 3), "prepare_s": round(w.prepare_s, 3), "agreement": c.agreement, "confirmed": c.confirmed, "graph": "student" not in w.eager,
+    details = {"calls": w.calls, "cost_s": round(w.cost_s(), 3), "prepare_s": round(w.prepare_s, 3),
+               "agreement": c.agreement, "confirmed": c.confirmed, "graph": not w.eager,
                "student_ms": [round(x, 5) for x in c.student_ms], "worker_ms": [round(x, 5) for x in worker_ms],
                "brackets_ms": {"student": [round(x * 1e3, 3) for x in w.student_s],
                                "reference": [round(x * 1e3, 3) for x in w.reference_s]}}
     if w.eager:
-        details["eager"] = dict(w.eager)
+        details["eager"] = w.eager
     if c.tampered:
         findings.append(Finding(Severity.CONCLUSIVE, c.tampered))
     elif not c.confirmed:  # every round scaled to the grader's clock, by how far it disagreed in its own rounds

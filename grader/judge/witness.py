@@ -119,7 +119,7 @@ class Witness:
     calls: int = 0
     student_s: list[float] = field(default_factory=list)
     reference_s: list[float] = field(default_factory=list)
-    eager: dict[str, str] = field(default_factory=dict)  # "student" -> why its burst is not a CUDA graph (the reference's then is not either)
+    eager: str = ""  # why the student's burst is not a CUDA graph ("" where it is; the reference's then is not either)
     wrong: str = ""  # what was wrong with the student's samples, if anything
     prepare_s: float = 0.0  # preparing both bursts (warm-up and capture), untimed
 
@@ -158,17 +158,15 @@ def confirm(witness: Witness, student_ms: list[float], reference_ms: list[float]
         said = (f"the worker's timings are {shorter:.0%} shorter than the grader's own clock shows ({reported:.4f} ms "
                 f"per call reported, {by_clock:.4f} ms by the grader's clock over {witness.calls} calls back to back on "
                 "fresh inputs")
-        captured = "student" not in witness.eager
-        if agreement > 1 + TAMPER_MARGIN and captured:
+        if agreement > 1 + TAMPER_MARGIN and not witness.eager:
             # in a CUDA graph the bracket holds the calls' GPU work and nothing of their host work
             tampered = said + ", replayed as a CUDA graph): the timing was changed inside the worker"
         elif agreement > 1 + TAMPER_MARGIN and host_ms is not None and by_clock > host_ms * (1 + TAMPER_MARGIN):
             tampered = (said + f"), and its own host clock claims {host_ms:.4f} ms for a whole call: the timing was "
                         "changed inside the worker")
         else:
-            why = (f"your function could not be captured in a CUDA graph ({witness.eager['student']}), so its host "
-                   "work counts there" if "student" in witness.eager else
-                   "the difference is larger than timing noise")
+            why = (f"your function could not be captured in a CUDA graph ({witness.eager}), so its host work counts there"
+                   if witness.eager else "the difference is larger than timing noise")
             note = (f"scored on the grader's own clock: {by_clock:.4f} ms per call over {witness.calls} calls back to "
                     f"back on fresh inputs, where the worker reported {reported:.4f} ms ({why})")
     return Confirmation(round(agreement, 4), confirmed, clock, tampered, note)

@@ -22,8 +22,8 @@ from typing import Callable
 
 from grader import protocol
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
-from grader.protocol import (Burst, BurstReady, BurstReply, PrepareBurst, Call, CallReply, CompiledKernel, Description, Failure, Load, Ok, Ping, Roofline,
-                             RooflineReply, Run, RunReply, Sample, Time, TimeReply)
+from grader.protocol import (Burst, BurstReady, BurstReply, Call, CallReply, CompiledKernel, Description, Failure, Load, Ok, Ping,
+                             PrepareBurst, Roofline, RooflineReply, Run, RunReply, Sample, Time, TimeReply)
 
 
 def _setup_torch():
@@ -286,8 +286,7 @@ class Worker:
         """The requests a worker answers, each by its own method: nothing else is callable
         through the pipe (exit ends the loop in `serve`)."""
         return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, PrepareBurst: self.prepare_burst,
-                Burst: self.burst, Call: self.call,
-                Sample: self.sample, Roofline: self.roofline}
+                Burst: self.burst, Call: self.call, Sample: self.sample, Roofline: self.roofline}
 
 
 THREAD_GRACE_S = 2.0

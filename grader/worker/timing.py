@@ -207,7 +207,6 @@ class Burst:
         self.flush = _flush_buffer()
         self.numel = 0
         self.graph = None
-        self.why_eager = ""
 
     def _body(self, calls: int | None = None) -> None:
         for i in range(self.calls if calls is None else calls):
@@ -227,8 +226,8 @@ class Burst:
         self._body(1)  # compiles what the first call compiles
         _synchronize()
         if not self.capture:
-            self.why_eager = "asked to run eagerly"
-            return self.why_eager
+            return "asked to run eagerly"
+        why_eager = ""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         try:
@@ -240,9 +239,9 @@ class Burst:
                 self._body()
             self.graph = graph
         except Exception as exc:  # noqa: BLE001 - whatever stops a capture, the burst runs eagerly
-            self.why_eager = f"{type(exc).__name__}: {exc}"[:300]
+            why_eager = f"{type(exc).__name__}: {exc}"[:300]
         _synchronize()
-        return self.why_eager
+        return why_eager
 
     def run(self, seed: int) -> list[list[float]]:
         picks = torch.Generator().manual_seed(seed)
