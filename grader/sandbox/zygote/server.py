@@ -252,7 +252,12 @@ def _use_worker_code(code: str | None) -> None:
     zygotes = os.path.dirname(os.path.dirname(grader.__file__))  # the folder the zygote's BOOT put first
     grader.__path__[:] = [os.path.join(code, "grader")]
     grader.worker.__path__[:] = [os.path.join(code, "grader", "worker")]
-    sys.path[:] = [code] + [p for p in sys.path if p not in (code, zygotes)]
+    rest = [p for p in sys.path if p != code]
+    if zygotes in rest:
+        # Only the copy BOOT inserted goes: installed from a wheel, that folder is also
+        # site-packages, where torch, triton and numpy live, and stays on the path.
+        rest.remove(zygotes)
+    sys.path[:] = [code] + rest
     for name in [m for m in sys.modules if m == "grader" or m.startswith("grader.")]:
         module = sys.modules[name]
         if name.split(".")[1:2] in ([], ["codec"], ["protocol"], ["worker"]):
