@@ -141,9 +141,18 @@ class AssignmentResult:
     warnings: list[dict] = field(default_factory=list)  # the static scan's findings (grader.judge.integrity), for a TA
     headline: str = ""  # one line that explains every failure at once (grader.judge.feedback), shown first
     partial: dict = field(default_factory=dict)  # only some cases ran (--case/--dtype): cases_run, cases, assignment_points
+    review: dict = field(default_factory=dict)  # a TA's decision that stands for this grade (grader.batch.reviews): its points, who, why
 
     @property
     def score(self) -> float:
+        """The points: a TA's decision where one stands, else the grader's verdict."""
+        if self.review.get("points") is not None:
+            return cents(self.review["points"]) / 100
+        return self.verdict_score
+
+    @property
+    def verdict_score(self) -> float:
+        """The grader's own points, the sum of the tests' (kept beside a TA's decision)."""
         return sum(cents(t.score) for t in self.tests) / 100
 
     @property
@@ -239,6 +248,7 @@ class RunResult:
                 "assignments": {
                     a.name: {"score": a.score, "max_score": a.max_score, "skipped_points": a.skipped_points,
                              "headline": a.headline, "partial": a.partial, "notes": a.notes,
+                             "verdict_score": a.verdict_score, "review": a.review,
                            "integrity_warnings": a.warnings}
                     for a in self.assignments
                 },

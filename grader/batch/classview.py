@@ -22,6 +22,7 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from grader.batch import reviews
 from grader.batch.course import LATEST, Course, Late, exact, when
 from grader.batch.store import LATE_NOTES, failed_path, read_json, read_records, rewrite_student, student_dir
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, cents, outcome_css, write_json_atomic, write_text_atomic
@@ -41,6 +42,8 @@ class Cell:
     note: str = ""  # e.g. an infra_error kept beside the grade, or a grade of an older commit
     link: str = ""
     ci: str = ""  # the score Classroom 50's runner released, where the workspace holds one (grader.batch.classroom50)
+    review: dict = field(default_factory=dict)  # a TA's decision that stands (grader.batch.reviews): score is its points
+    stale_review: str = ""  # a review of an earlier grade that no longer applies, and why
 
     @property
     def fraction(self) -> float | None:
@@ -131,6 +134,12 @@ class ClassView:
     similarity_meta: dict = field(default_factory=dict)
     speed: dict = field(default_factory=dict)  # assignment -> grader.batch.leaderboard.SpeedRow list
     errors: list[str] = field(default_factory=list)  # a stage or an output that failed as a whole (the rest was written)
+    reviews: dict = field(default_factory=lambda: {"done": [], "stale": []})  # TAs' reviews (grader.batch.reviews)
+
+    @property
+    def awaiting_review(self) -> list[dict]:
+        """The flags no standing review has decided (a stale review's included)."""
+        return [f for f in self.flags if f.get("review") != "applied"]
 
     def graded(self, assignment: str) -> list[Cell]:
         return [r.cells[assignment] for r in self.rows if assignment in r.cells and r.cells[assignment].score is not None]
@@ -140,7 +149,8 @@ class ClassView:
         return {"students": len(self.rows), "unfetched": sum(r.status != "fetched" for r in self.rows),
                 "late": sum(bool(r.late) for r in self.rows), "jobs": len(cells),
                 **{s: sum(c.status == s for c in cells) for s in ("graded", "infra_error", "not graded")},
-                "flagged": len(self.flags)}
+                "flagged": len(self.flags), "awaiting_review": len(self.awaiting_review),
+                "reviewed": len(self.reviews["done"]), "stale_reviews": len(self.reviews["stale"])}
 
 
 def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None) -> ClassView:
@@ -154,11 +164,13 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     rows, flags = [], []
     rates: dict[tuple[str, str], CheckRate] = {}
     environment: dict = {}
+    log = reviews.read(out)
+    done: dict = {"done": [], "stale": []}
     for p in lock.students:
         row = Row(p.student, p.folder, p.status, p.reason, p.name, p.github_username, p.repo, p.commit, p.commit_date,
                   p.late, p.late_commits, deadline=getattr(p, "deadline", None))
         try:
-            found = _fill_row(row, out, p, assignments, course, rates, flags)
+            found = _fill_row(row, out, p, assignments, course, rates, flags, log, done)
             environment = environment or found
         except Exception as exc:  # this student's records: their row says so, the class goes on
             why = f"records could not be read: {type(exc).__name__}: {exc}"
@@ -175,12 +187,16 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
             cell.ci = ci.get((row.student, a), "")
     checks = sorted(rates.values(), key=lambda c: (c.rate, c.assignment, c.check))
     manifest = manifest or {}
-    return ClassView(rows, assignments, titles, datetime.now(timezone.utc).isoformat(timespec="seconds"), lock.deadline,
-                     lock.warning, manifest.get("seed"), checks, flags, environment, course)
+    view = ClassView(rows, assignments, titles, datetime.now(timezone.utc).isoformat(timespec="seconds"), lock.deadline,
+                     lock.warning, manifest.get("seed"), checks, flags, environment, course, reviews=done)
+    view.errors.extend(log.problems)
+    return view
 
 
-def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dict, flags: list) -> dict:
-    """One student's cells from their records; the environment of the first graded one."""
+def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dict, flags: list, log: reviews.Log,
+              done: dict) -> dict:
+    """One student's cells from their records, a TA's standing review applied; the environment of
+    the first graded one."""
     environment: dict = {}
     records = read_records(out, p.folder) if p.status == "fetched" else {}
     if (student_dir(out, p.folder) / "report.html").is_file():
@@ -196,6 +212,15 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
         cell = Cell(a, record["status"], link=f"{row.report}#{a}" if row.report else "")
         if record.get("result"):
             result = AssignmentResult.from_json(record["result"])
+            review = log.latest(p.folder, a)
+            state = reviews.apply(result, review, record)
+            cell.review = result.review
+            if state:
+                entry = {"student": p.student, "assignment": a, "link": cell.link, **review.to_json(),
+                         "decided": result.review.get("points"), "max_score": result.max_score}
+                if state == "stale":
+                    cell.stale_review = entry["why_stale"] = reviews.what_changed(review, record)
+                done["done" if state == "applied" else "stale"].append(entry)
             cell.score, cell.max_score = result.score, result.max_score
             if course is not None and a in course.points:  # course.toml: this assignment's points in this course
                 scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
@@ -210,7 +235,7 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             for t in result.tests:
                 if t.outcome == Outcome.FLAGGED:
                     flags.append({"student": p.student, "assignment": a, "check": t.name, "message": t.message,
-                                  "severity": t.severity or "conclusive", "link": cell.link})
+                                  "severity": t.severity or "conclusive", "link": cell.link, "review": state})
             environment = environment or record.get("environment") or {}
         else:
             cell.note = record.get("error", "")
@@ -219,6 +244,12 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             cell.note = f"a later attempt failed ({kept.get('error', 'infra_error')}): this earlier grade is kept"
         if record.get("commit") != p.commit:
             cell.note = f"graded at commit {str(record.get('commit'))[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
+        if cell.review:
+            cell.note = "; ".join(filter(None, [cell.note, f"{reviews.WORDS[cell.review['decision']]} by {cell.review['by']} "
+                                                           f"(the grader's verdict: {cell.review['verdict_score']:g})"]))
+        elif cell.stale_review:
+            cell.note = "; ".join(filter(None, [cell.note, f"a review of an earlier grade is stale ({cell.stale_review}): "
+                                                           "this grade stands until reviewed again"]))
         row.cells[a] = cell
     return environment
 
@@ -276,12 +307,14 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
              "deadline": r.deadline, "hours_late": r.hours_late, "late_penalty": r.penalty, "final": r.final,
              "problems": r.problems,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
-                                 "flagged": c.flagged, "note": c.note, "classroom50": c.ci} for a, c in r.cells.items()}}
+                                 "flagged": c.flagged, "note": c.note, "classroom50": c.ci, "review": c.review,
+                                 "stale_review": c.stale_review} for a, c in r.cells.items()}}
             for r in view.rows
         ],
         "checks": [{"assignment": c.assignment, "check": c.check, "passed": c.passed, "ran": c.ran,
                     "failing": dict(c.failing)} for c in view.checks],
         "flags": view.flags,
+        "reviews": {"awaiting": view.awaiting_review, **view.reviews},
         "late_policy": view.course.policy.describe() if view.course is not None and view.course.policy else None,
         "similarity": {"settings": view.similarity_meta,
                        "pairs": {a: [p.to_json() for p in pairs] for a, pairs in view.similarity.items()}},

@@ -16,6 +16,7 @@ import json
 import os
 from pathlib import Path
 
+from grader.batch import reviews
 from grader.results import AssignmentResult, Outcome, RunResult, TestResult, write_json_atomic
 
 MANIFEST = "batch.json"  # the class folder's seed, assignments, lock and runs
@@ -117,12 +118,15 @@ def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
 
 
 def repair_students(out: Path, folders: list[str]) -> None:
-    """Rewrite a student's results.json and report.html where a record is newer (a job process
-    killed between writing its record and the reports)."""
+    """Rewrite a student's results.json and report.html where a record, or the review log for a
+    student it reviews, is newer (a process killed between writing one and the reports)."""
+    log = reviews.log_path(out)
+    reviewed = reviews.read(out).folders() if log.is_file() else set()
     for folder in folders:
         records = list((student_dir(out, folder) / "jobs").glob("*.json"))
         report = student_dir(out, folder) / "results.json"
-        if records and (not report.is_file() or report.stat().st_mtime < max(p.stat().st_mtime for p in records)):
+        sources = records + ([log] if folder in reviewed else [])
+        if records and (not report.is_file() or report.stat().st_mtime < max(p.stat().st_mtime for p in sources)):
             try:
                 with _FileLock(student_dir(out, folder) / ".lock"):
                     write_student(out, folder)
@@ -141,12 +145,15 @@ def write_student(out: Path, folder: str) -> None:
     from grader.report import render
     from grader.results import write_text_atomic
 
-    run = student_run(read_records(out, folder), list(specs.catalogue()))
+    records = read_records(out, folder)
+    run = student_run(records, list(specs.catalogue()))
     if run is None:
         return
     folder_path = student_dir(out, folder)
     late = late_notes(folder_path)
+    log = reviews.read(out)
     for a in run.assignments:
+        reviews.apply(a, log.latest(folder, a.name), records.get(a.name))  # a TA's decision on this grade, or a stale one said
         if a.name in late:
             a.notes.append(late[a.name])
     write_json_atomic(run.to_gradescope(), folder_path / "results.json")

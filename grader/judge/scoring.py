@@ -58,6 +58,21 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
                             f"The {lost / 100:g} points it concerns are withheld until then; the rest of the assignment counts.")
 
 
+def points_without_findings(result: AssignmentResult) -> float:
+    """The assignment's points as if no integrity finding stood: what a TA's clearing of its flags
+    restores (grader.batch.reviews). Each test earns what score_assignment gave it before a
+    finding took it: a passed correctness test its share, a passed timing test its curve's."""
+    total = 0
+    for t in result.tests:
+        if t.outcome != Outcome.PASSED:
+            total += cents(t.score)
+        elif t.kind == "performance":
+            total += round(cents(t.max_score) * t.details.get("score_fraction", 0.0))
+        else:
+            total += cents(t.max_score)
+    return total / 100
+
+
 def _assign(test: TestResult, share: int, fraction: float) -> None:
     test.max_score = share / 100
     if test.outcome == Outcome.SKIPPED:
