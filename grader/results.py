@@ -235,7 +235,7 @@ class RunResult:
         data = {
             "score": self.score,
             "max_score": self.max_score,
-            "output": f"{self.score:g} / {self.max_score:g} points",
+            "output": for_terminal("\n".join([f"{self.score:g} / {self.max_score:g} points", *(_review_line(a) for a in self.assignments if a.review)])),
             "output_format": "text", "test_output_format": "text",
             # the console output names hidden cases: students see it only where there are none
             "stdout_visibility": "hidden" if any(t.hidden for t in self.tests) else "visible",
@@ -273,6 +273,13 @@ class RunResult:
             if "roofline_pct" in student:
                 board.append({"name": f"{t.assignment} % of roofline", "value": student["roofline_pct"], "order": "desc"})
         return board
+
+
+def _review_line(a: AssignmentResult) -> str:
+    """A TA's decision on an assignment (grader.batch.reviews), as the student reads it."""
+    r = a.review
+    return (f"{a.name}: reviewed by {r.get('by')} on {r.get('at')}: {r.get('words') or r.get('decision')}, {a.score:g} / "
+            f"{a.max_score:g} points (the grader's verdict: {a.verdict_score:g}). Note: {r.get('note')}")
 
 
 def _test_output(t: TestResult) -> str:

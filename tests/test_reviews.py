@@ -194,6 +194,7 @@ def test_hostile_text_in_a_note_or_name_is_inert_at_every_sink(shared):
     assert "@SUM" in (shared / "grades.csv").read_text()  # the name is there, inside the note cell
     results = json.loads((shared / "students/carol/results.json").read_text())
     assert results["extra_data"]["assignments"]["softmax"]["review"]["note"] == HOSTILE_NOTE  # kept exactly, as data
+    assert "\x1b" not in results["output"] and "reviewed by @SUM(1+1)" in results["output"]  # what Gradescope shows, as text
     for test in results["tests"]:
         assert "\x1b" not in test["output"]
 

@@ -208,17 +208,16 @@ def what_changed(review: Review, record: dict) -> str:
 
 def apply(result: AssignmentResult, review: Review | None, record: dict | None) -> str:
     """Put a standing review's decision on the result (result.review: its points, who, why, and
-    the verdict it overrode), or a stale one's note; returns standing()."""
+    the verdict it overrode: the report and results.json's output say it), or a stale one's note;
+    returns standing()."""
     state = standing(review, record)
     if state == "applied":
         from grader.judge.scoring import points_without_findings
 
         verdict = result.verdict_score
         points = {"clear": points_without_findings(result), "uphold": verdict}.get(review.decision, review.points)
-        result.review = {"decision": review.decision, "points": points, "verdict_score": verdict,
+        result.review = {"decision": review.decision, "words": review.words, "points": points, "verdict_score": verdict,
                          "flags": flags(result), "note": review.note, "by": review.by, "at": review.at, "id": review.id}
-        result.notes.append(f"Reviewed by {review.by} on {review.at}: {review.words}, {points:g} / {result.max_score:g} "
-                            f"points (the grader's verdict: {verdict:g}). Note: {review.note}")
     elif state == "stale":
         result.notes.append(f"A review of an earlier grade ({review.words} by {review.by} on {review.at}) no longer applies: "
                             f"{what_changed(review, record)}. This grade stands until a TA reviews it again.")
