@@ -301,3 +301,21 @@ def test_the_log_is_appended_whole_and_a_crash_mid_write_loses_nothing(tmp_path)
     log = reviews.read(tmp_path)
     assert [r.note for r in log.reviews] == ["first", "second", "first"]
     assert len(log.problems) == 1 and "line 3 is not a review" in log.problems[0]
+
+
+def test_many_appends_at_once_lose_no_review(tmp_path):
+    """Writers racing on the log (each its own open of the lock, as separate processes have): every review lands."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    from grader.batch import reviews
+    from grader.results import TestResult
+
+    honest = _record([TestResult("softmax", "correctness", "a", "passed", max_score=12, score=12)])
+
+    def one(i: int) -> None:
+        with reviews.locked(tmp_path):
+            reviews.append(tmp_path, reviews.make("alice", "alice", "softmax", honest, "points", i % 12, f"review {i}", "ta"))
+
+    with ThreadPoolExecutor(8) as pool:
+        list(pool.map(one, range(80)))
+    assert sorted(r.note for r in reviews.read(tmp_path).reviews) == sorted(f"review {i}" for i in range(80))
