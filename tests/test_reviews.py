@@ -319,3 +319,22 @@ def test_many_appends_at_once_lose_no_review(tmp_path):
     with ThreadPoolExecutor(8) as pool:
         list(pool.map(one, range(80)))
     assert sorted(r.note for r in reviews.read(tmp_path).reviews) == sorted(f"review {i}" for i in range(80))
+
+
+def test_a_review_logged_before_a_crash_reaches_the_students_files_on_the_next_run(tmp_path):
+    """Killed between the log's write and the student's files: the next batch's repair rewrites them from the log."""
+    from grader.batch import reviews
+    from grader.batch.store import repair_students, store_record
+    from grader.results import TestResult
+
+    record = dict(_record([TestResult("softmax", "correctness", "a", "passed", max_score=12, score=12)]), format=1,
+                  student="alice", folder="alice", assignment="softmax", seed=3, environment={}, repo=None)
+    store_record(tmp_path, record)
+    results = tmp_path / "students/alice/results.json"
+    assert json.loads(results.read_text())["score"] == 12
+    with reviews.locked(tmp_path):
+        reviews.append(tmp_path, reviews.make("alice", "alice", "softmax", record, "points", 5, "agreed", "ta"))
+    os.utime(tmp_path / "students/alice/jobs/softmax.json", (1, 1))
+    os.utime(results, (2, 2))  # the crash: the student's files newer than the record, older than the log
+    repair_students(tmp_path, ["alice", "bob"])
+    assert json.loads(results.read_text())["score"] == 5
