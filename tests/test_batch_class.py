@@ -111,7 +111,7 @@ def test_dashboard_shows_the_class_and_stands_alone(graded_class):
     assert rates[("vector_add", "n=1 [float32]")] == (2, 3)
     assert rates[("softmax", "uses its own Triton kernel")] == (2, 3)
     assert checks[0][1] in ("n=1 [float32]", "uses its own Triton kernel")  # the most failed come first
-    flags = html.split("Integrity flags to review")[1].split("<h2>")[0]
+    flags = html.split("Integrity flags awaiting review")[1].split("<h2>")[0]
     assert "carol" in flags and "aten::_softmax ran inside softmax()" in flags
     late = html.split("<h2>Late submissions")[1]
     assert "alice" in late and "bob" not in late

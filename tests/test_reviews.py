@@ -88,7 +88,7 @@ def test_clear_uphold_points_resume_and_a_regrade_at_a_new_commit(tmp_path):
     dashboard = (out / "index.html").read_text()
     assert "Integrity flags awaiting review (0 of 1)" in dashboard and "Reviews done (1)" in dashboard
     summary = json.loads((out / "summary.json").read_text())
-    assert summary["counts"]["awaiting_review"] == 0 and summary["reviews"]["done"][0]["decided"] == 12
+    assert summary["reviews"]["awaiting"] == [] and summary["reviews"]["done"][0]["decided"] == 12
     line = json.loads((out / "reviews.jsonl").read_text().splitlines()[0])
     record = json.loads((out / "students/carol/jobs/softmax.json").read_text())
     assert line["record"]["key"] == record["key"] and line["by"] == "ta-ann" and line["verdict"]["score"] == 0
@@ -98,7 +98,7 @@ def test_clear_uphold_points_resume_and_a_regrade_at_a_new_commit(tmp_path):
     assert upheld.returncode == 0, upheld.stdout + upheld.stderr
     same_everywhere(out, "carol", 0)
     assert "reviewed: uphold" in (out / "index.html").read_text()
-    assert json.loads((out / "summary.json").read_text())["counts"]["awaiting_review"] == 0  # upheld is reviewed
+    assert json.loads((out / "summary.json").read_text())["reviews"]["awaiting"] == []  # upheld is reviewed
 
     pointed = review(out, "alice", "softmax", "--points", "7.5", "--note", "regrade request: partial credit agreed")
     assert pointed.returncode == 0, pointed.stdout + pointed.stderr

@@ -149,8 +149,7 @@ class ClassView:
         return {"students": len(self.rows), "unfetched": sum(r.status != "fetched" for r in self.rows),
                 "late": sum(bool(r.late) for r in self.rows), "jobs": len(cells),
                 **{s: sum(c.status == s for c in cells) for s in ("graded", "infra_error", "not graded")},
-                "flagged": len(self.flags), "awaiting_review": len(self.awaiting_review),
-                "reviewed": len(self.reviews["done"]), "stale_reviews": len(self.reviews["stale"])}
+                "flagged": len(self.flags)}
 
 
 def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None) -> ClassView:
