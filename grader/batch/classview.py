@@ -224,6 +224,9 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             if course is not None and a in course.points:  # course.toml: this assignment's points in this course
                 scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
                 cell.score, cell.max_score = round(float(scaled), 4), float(top)
+                if cell.review:  # the verdict beside the decision, in the same points
+                    verdict, _ = course.scale(a, exact(result.verdict_score), exact(result.max_score))
+                    cell.review = dict(cell.review, verdict_score=round(float(verdict), 4))
             cell.outcomes = dict(Counter(t.outcome for t in result.tests))
             if any(t.details.get("not_submitted") for t in result.tests):
                 cell.outcomes = {"not submitted": 1}  # one fact, not a count of failed checks
