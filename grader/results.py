@@ -223,10 +223,14 @@ class RunResult:
                     "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
                     "extra_data": {k: v for k, v in t.to_json().items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
                 })
+        partial = [a for a in self.assignments if a.partial]
         data = {
             "score": self.score,
             "max_score": self.max_score,
-            "output": f"{self.score:g} / {self.max_score:g} points",
+            # a partial run (--case/--dtype) is no grade: said where every reader of the file looks first
+            "output": f"{self.score:g} / {self.max_score:g} points" + (
+                f" (partial run: only the cases chosen with --case/--dtype, of {', '.join(a.name for a in partial)}; "
+                "not a grade)" if partial else ""),
             "output_format": "text", "test_output_format": "text",
             # the console output names hidden cases: students see it only where there are none
             "stdout_visibility": "hidden" if any(t.hidden for t in self.tests) else "visible",
@@ -235,6 +239,7 @@ class RunResult:
                 "submission": self.submission,
                 "commit": self.commit,
                 "seed": self.seed,
+                "partial": bool(partial),
                 "environment": self.environment,
                 "assignments": {
                     a.name: {"score": a.score, "max_score": a.max_score, "skipped_points": a.skipped_points,

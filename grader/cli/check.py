@@ -124,8 +124,11 @@ def check(
         ctx = resolve(device, seed, case, dtype, timeout, isolation,
                       hide=[json_file.resolve().parent, html_dir.resolve(), *([keep] if keep else [])],
                       reproducer=base, partial_points=True)
-        if case and not any(ctx.calls(s) for s in chosen):
-            raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
+        unmatched = ctx.unmatched(chosen)  # never dropped in silence: a typo would pass as a check of nothing
+        if unmatched:
+            raise UsageError("\n".join(unmatched))
+        if (case or dtype) and not any(ctx.calls(s) for s in chosen):
+            raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
         if keep is not None:  # workers forked at once by a zygote that outlives this command
             zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
         contained = detect(ctx.isolation)
