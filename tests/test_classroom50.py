@@ -389,7 +389,8 @@ def test_cli_in_a_fake_classroom50_run(tmp_path, submission, fixture, status):
     if fixture == "good":
         assert data["score"] == 4 and test["passed"] is True
     else:
-        assert data["score"] < 4 and test["passed"] is False and "reproduce: `grader check" in body
+        assert data["score"] < 4 and test["passed"] is False and "reproduce: `grader check . --device cpu -a vector_add --case " in body
+        assert str(repo) not in body and str(tmp_path) not in body  # pasted in the student's clone, not the runner's path
         assert re.search(r"^::error file=kernels/vector_add\.py,line=11,", run.stdout, re.M), run.stdout
     assert Path(env["GITHUB_STEP_SUMMARY"]).read_text() == ""
 
@@ -794,7 +795,9 @@ def test_release_cli_writes_the_classroom_or_says_why_not(tmp_path, cli):
     run = cli("--out", tmp_path / "kit", "-a", "vector_add", "--grader-requirement", "grader==0.1.0",
               "--classroom50", classroom, "--runs-on", "self-hosted", "--runs-on", "gpu", command="release")
     assert run.returncode == 0, run.stdout + run.stderr
-    entry = json.loads((classroom / "assignments.json").read_text())["assignments"][0]
+    data = json.loads((classroom / "assignments.json").read_text())  # a new file: Classroom 50's v1 object
+    assert rules.assignments_problems(data) == [] and len(data["assignments"]) == 1, data
+    entry = data["assignments"][0]
     assert entry["slug"] == "vector-add" and entry["runtime"]["runs-on"] == ["self-hosted", "gpu"]
     script = (classroom / "autograders" / "vector-add" / "autograder.py").read_text()
     assert "REQUIREMENT = 'grader==0.1.0'" in script and "WHEEL_SHA256 = None" in script
