@@ -23,6 +23,7 @@ import zipfile
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
@@ -586,6 +587,27 @@ def test_the_autograder_refuses_a_grader_wheel_the_course_did_not_release(releas
     assert "::error title=The grader could not run::the grader's wheel" in capsys.readouterr().out
     assert "is neither beside this autograder nor in the repository" in summary.read_text()
     assert "not a grade of your work" in summary.read_text()
+
+
+@pytest.mark.parametrize("code, said", [(0, False), (2, False), (1, True), (-9, True)])
+def test_the_autograder_explains_a_check_that_stopped_unexpectedly(released, tmp_path, monkeypatch, capsys, code, said):
+    """Exit 0 and 2 are the check's own (2 has said why); anything else (a traceback, a kill) is
+    explained by the autograder where the runner leaves it, and is still exit 2."""
+    _, classroom, _ = released
+    grader_py = _load_autograder(classroom / "autograders" / "vector-add" / "autograder.py")
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "output"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(grader_py, "has_grader", lambda python, scratch: True)
+    monkeypatch.setattr(grader_py.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=code))
+    with pytest.raises(SystemExit) as stopped:
+        grader_py.main()
+    assert stopped.value.code == (0 if code == 0 else 2)
+    assert summary.exists() == said
+    if said:
+        assert f"the grader stopped unexpectedly (exit {code})" in summary.read_text()
+        assert "::error title=The grader could not run::the grader stopped unexpectedly" in capsys.readouterr().out
 
 
 @pytest.mark.slow

@@ -163,7 +163,9 @@ def main():
     except subprocess.TimeoutExpired:
         fail(f"the grader did not finish in {{left:.0f}} s")
     shutil.rmtree(scratch, ignore_errors=True)
-    sys.exit(0 if proc.returncode == 0 else 2)
+    if proc.returncode not in (0, 2):  # 2: the check said why itself; anything else stopped it unexpectedly
+        fail(f"the grader stopped unexpectedly (exit {{proc.returncode}}): its output is in the log above")
+    sys.exit(proc.returncode)
 
 
 if __name__ == "__main__":
