@@ -144,6 +144,9 @@ def test_the_validator_refuses_each_broken_rule(change, reason):
     change(bad)
     problems = validate(bad, env)
     assert any(reason in p for p in problems), problems
+    # the published rules' reading refuses the same, but the sum of the parts: that promise is ours alone
+    assert rules.result_problems(GOOD, "cs101", "vector-add") == []
+    assert bool(rules.result_problems(bad, "cs101", "vector-add")) == (reason != "add up"), rules.result_problems(bad)
 
 
 # -- integer points --------------------------------------------------------------------------------
@@ -228,7 +231,7 @@ def test_each_kind_of_submission_gives_a_valid_result(tmp_path, kind, code, stat
     echoed = []
     assert ci.report(run, repo, "cpu", env, echo=echoed.append) == code
     data = json.loads((repo / "result.json").read_text())
-    assert validate(data, env) == [], data
+    assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
     assert (data["score"], data["max-score"]) == (score, 10)  # 7.5 of 10 rounds half up to 8
     out = outputs(env)
     assert out["status"] == status and out["summary"].startswith(f"{score}/10 points")
@@ -381,7 +384,7 @@ def test_cli_in_a_fake_classroom50_run(tmp_path, submission, fixture, status):
         _restore(old)
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads((repo / "result.json").read_text())
-    assert validate(data, env) == [], data
+    assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
     assert data["max-score"] == 10 and outputs(env)["status"] == status
     test = data["tests"][0]
     assert "need a GPU (bfloat16 cases, speed)" in test["message"]
@@ -631,7 +634,7 @@ def test_the_generated_autograder_grades_a_fake_checkout(released, tmp_path):
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((checkout / "result.json").read_text())
-    assert validate(data, env) == [], data
+    assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
     assert (data["score"], data["max-score"]) == (4, 10)  # the CPU's share of the released spec's 10 points
     assert outputs(env)["status"] == "success"
     assert not marker.exists()
