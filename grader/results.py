@@ -224,13 +224,14 @@ class RunResult:
                     "extra_data": {k: v for k, v in t.to_json().items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
                 })
         partial = [a for a in self.assignments if a.partial]
+        whole = sum(cents(a.partial["assignment_points"] if a.partial else a.max_score) for a in self.assignments) / 100
         data = {
             "score": self.score,
             "max_score": self.max_score,
             # a partial run (--case/--dtype) is no grade: said where every reader of the file looks first
-            "output": f"{self.score:g} / {self.max_score:g} points" + (
-                f" (partial run: only the cases chosen with --case/--dtype, of {', '.join(a.name for a in partial)}; "
-                "not a grade)" if partial else ""),
+            "output": f"{self.score:g} / {self.max_score:g} points" if not partial else (
+                f"{self.score:g} / {whole:g} points (partial run: only the cases chosen with --case/--dtype, of "
+                f"{', '.join(a.name for a in partial)}; not a grade)"),
             "output_format": "text", "test_output_format": "text",
             # the console output names hidden cases: students see it only where there are none
             "stdout_visibility": "hidden" if any(t.hidden for t in self.tests) else "visible",
