@@ -232,10 +232,17 @@ class RunResult:
                     "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
                     "extra_data": {k: v for k, v in t.to_json().items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
                 })
+        partial = [a for a in self.assignments if a.partial]
+        whole = sum(cents(a.partial["assignment_points"] if a.partial else a.max_score) for a in self.assignments) / 100
         data = {
             "score": self.score,
             "max_score": self.max_score,
-            "output": for_terminal("\n".join([f"{self.score:g} / {self.max_score:g} points", *(_review_line(a) for a in self.assignments if a.review)])),
+            # a partial run (--case/--dtype) is no grade: said where every reader of the file looks first
+            "output": for_terminal("\n".join([
+                f"{self.score:g} / {self.max_score:g} points" if not partial else (
+                    f"{self.score:g} / {whole:g} points (partial run: only the cases chosen with --case/--dtype, of "
+                    f"{', '.join(a.name for a in partial)}; not a grade)"),
+                *(_review_line(a) for a in self.assignments if a.review)])),
             "output_format": "text", "test_output_format": "text",
             # the console output names hidden cases: students see it only where there are none
             "stdout_visibility": "hidden" if any(t.hidden for t in self.tests) else "visible",
@@ -244,6 +251,7 @@ class RunResult:
                 "submission": self.submission,
                 "commit": self.commit,
                 "seed": self.seed,
+                "partial": bool(partial),
                 "environment": self.environment,
                 "assignments": {
                     a.name: {"score": a.score, "max_score": a.max_score, "skipped_points": a.skipped_points,

@@ -19,11 +19,15 @@ import re
 import shutil
 import subprocess
 import sys
+import zipfile
+from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 
+import classroom50_rules as rules
 from classbuild import make_repo
 from conftest import FIXTURES, REPO_ROOT, run_cli
 from grader.batch import classroom50 as c50
@@ -140,6 +144,9 @@ def test_the_validator_refuses_each_broken_rule(change, reason):
     change(bad)
     problems = validate(bad, env)
     assert any(reason in p for p in problems), problems
+    # the published rules' reading refuses the same, but the sum of the parts: that promise is ours alone
+    assert rules.result_problems(GOOD, "cs101", "vector-add") == []
+    assert bool(rules.result_problems(bad, "cs101", "vector-add")) == (reason != "add up"), rules.result_problems(bad)
 
 
 # -- integer points --------------------------------------------------------------------------------
@@ -224,7 +231,7 @@ def test_each_kind_of_submission_gives_a_valid_result(tmp_path, kind, code, stat
     echoed = []
     assert ci.report(run, repo, "cpu", env, echo=echoed.append) == code
     data = json.loads((repo / "result.json").read_text())
-    assert validate(data, env) == [], data
+    assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
     assert (data["score"], data["max-score"]) == (score, 10)  # 7.5 of 10 rounds half up to 8
     out = outputs(env)
     assert out["status"] == status and out["summary"].startswith(f"{score}/10 points")
@@ -306,8 +313,9 @@ def _restore(old: dict) -> None:
         os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
 
 
-def test_a_check_that_cannot_start_leaves_no_result_and_says_error(tmp_path):
-    """No kernel in the checkout: exit 2, a stale result.json removed, status=error, the body says why."""
+def test_a_submission_with_nothing_to_grade_is_graded_zero_and_says_why(tmp_path):
+    """No kernel in the checkout is the student's problem: a graded 0 with the reason (exit 0, so
+    the runner publishes our result.json and body), a stale result.json replaced."""
     repo = tmp_path / "empty"
     repo.mkdir()
     (repo / "result.json").write_text(json.dumps(GOOD))  # from an earlier run, or planted
@@ -318,10 +326,36 @@ def test_a_check_that_cannot_start_leaves_no_result_and_says_error(tmp_path):
                       tmp_path)
     finally:
         _restore(old)
-    assert run.returncode == 2 and "no assignment found" in run.stderr
+    assert run.returncode == 0 and "no assignment found" in run.stderr
+    data = json.loads((repo / "result.json").read_text())
+    assert validate(data, env) == [] and rules.result_problems(data, "cs101", "vector-add") == [], data
+    assert data["score"] == 0 and data["max-score"] > 0 and data != GOOD
+    assert all("no assignment found in . (looked for" in t["message"] for t in data["tests"])
+    assert outputs(env)["status"] == "failure"
+    body = (repo / "release-body.md").read_text()
+    assert "failed: no assignment found in &#46; &#40;looked for kernels/" in body and "empty" not in body
+
+
+def test_our_own_failure_exits_2_and_says_so_where_the_runner_leaves_it(tmp_path):
+    """An option that cannot work is ours: exit 2 and no result.json (the runner then records an
+    error, no score), the reason in an annotation and the job summary, which the runner keeps."""
+    repo = tmp_path / "repo"
+    shutil.copytree(FIXTURES / "good", repo)
+    (repo / "result.json").write_text(json.dumps(GOOD))
+    env = runner_env(tmp_path)
+    old = _cli_env(env)
+    try:
+        run = run_cli(["check", str(repo), "--jobs", "0", "--json", str(tmp_path / "out" / "results.json"),
+                       "--html", str(tmp_path / "out")], tmp_path)
+    finally:
+        _restore(old)
+    assert run.returncode == 2 and "--jobs must be 1 or more" in run.stderr
     assert not (repo / "result.json").exists()
-    assert outputs(env)["status"] == "error" and "no assignment found" in outputs(env)["summary"]
-    assert "the check could not run" in (repo / "release-body.md").read_text()
+    assert outputs(env)["status"] == "error" and "--jobs must be 1 or more" in outputs(env)["summary"]
+    assert "::error title=The grader could not run::--jobs must be 1 or more" in run.stdout
+    summary = Path(env["GITHUB_STEP_SUMMARY"]).read_text()
+    assert "the grader could not run" in summary and "jobs must be 1 or more" in summary
+    assert "not a grade of your work" in summary
 
 
 def test_explicit_classroom50_without_its_environment_is_a_usage_error(tmp_path, cli):
@@ -350,7 +384,7 @@ def test_cli_in_a_fake_classroom50_run(tmp_path, submission, fixture, status):
         _restore(old)
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads((repo / "result.json").read_text())
-    assert validate(data, env) == [], data
+    assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
     assert data["max-score"] == 10 and outputs(env)["status"] == status
     test = data["tests"][0]
     assert "need a GPU (bfloat16 cases, speed)" in test["message"]
@@ -359,7 +393,8 @@ def test_cli_in_a_fake_classroom50_run(tmp_path, submission, fixture, status):
     if fixture == "good":
         assert data["score"] == 4 and test["passed"] is True
     else:
-        assert data["score"] < 4 and test["passed"] is False and "reproduce: `grader check" in body
+        assert data["score"] < 4 and test["passed"] is False and "reproduce: `grader check . --device cpu -a vector_add --case " in body
+        assert str(repo) not in body and str(tmp_path) not in body  # pasted in the student's clone, not the runner's path
         assert re.search(r"^::error file=kernels/vector_add\.py,line=11,", run.stdout, re.M), run.stdout
     assert Path(env["GITHUB_STEP_SUMMARY"]).read_text() == ""
 
@@ -367,6 +402,9 @@ def test_cli_in_a_fake_classroom50_run(tmp_path, submission, fixture, status):
 # -- grader release --classroom50 -------------------------------------------------------------------
 
 SECRET = "c50-test-secret-77d2a1"
+ESSAY = {"slug": "essay", "name": "Not ours", "mode": "group", "max_group_size": 3, "autograder": "essays",
+         "due": "2026-12-01T12:00:00Z", "allowed_files": ["*", "!essay.md"]}
+DEADLINE = datetime(2026, 12, 1, 23, 59, tzinfo=timezone(timedelta(hours=-5)))
 
 
 @pytest.fixture(scope="module")
@@ -377,10 +415,10 @@ def released(tmp_path_factory):
         kit = release.build_kit(root / "kit")
         classroom = root / "config" / "cs101"
         classroom.mkdir(parents=True)
-        (classroom / "assignments.json").write_text(json.dumps([
-            {"slug": "essay", "name": "Not ours", "mode": "group"},
-            {"slug": "softmax", "name": "old", "deadline": "2026-12-01", "runtime": {"runs-on": ["ubuntu-latest"], "x": 1}}]))
-        written = config.write_classroom(kit, classroom, ["self-hosted", "gpu"])
+        (classroom / "assignments.json").write_text(json.dumps({"schema": "classroom50/assignments/v1", "assignments": [
+            ESSAY, {"slug": "softmax", "name": "old", "mode": "individual", "autograder": "default", "feedback_pr": True,
+                    "runtime": {"runs-on": ["ubuntu-latest"], "python": "3.12"}, "newer_field": {"kept": 1}}]}))
+        written = config.write_classroom(kit, classroom, ["self-hosted", "gpu"], {"vector_add": DEADLINE})
     finally:
         del os.environ["GRADER_COURSE_SECRET"]
     return kit, classroom, written
@@ -388,10 +426,17 @@ def released(tmp_path_factory):
 
 def test_release_writes_an_autograder_and_an_entry_per_assignment(released):
     kit, classroom, written = released
-    entries = {e["slug"]: e for e in json.loads((classroom / "assignments.json").read_text())}
-    assert entries["essay"] == {"slug": "essay", "name": "Not ours", "mode": "group"}  # another assignment's, kept
-    assert entries["softmax"]["deadline"] == "2026-12-01" and entries["softmax"]["runtime"] == {
-        "runs-on": ["self-hosted", "gpu"], "x": 1}
+    data = json.loads((classroom / "assignments.json").read_text())
+    entries = {e["slug"]: e for e in data["assignments"]}
+    assert rules.assignments_problems(data) == [], data  # Classroom 50's v1 object, which its setup job accepts
+    assert [e["slug"] for e in data["assignments"]][:2] == ["essay", "softmax"]
+    assert entries["essay"] == ESSAY  # another assignment's, kept as it was
+    assert entries["softmax"]["newer_field"] == {"kept": 1} and entries["softmax"]["feedback_pr"] is True  # fields not ours
+    assert entries["softmax"]["runtime"] == {"runs-on": ["self-hosted", "gpu"], "python": "3.12"}
+    assert entries["vector-add"]["due"] == "2026-12-02T04:59:00Z"  # course.toml's deadline, in UTC
+    assert entries["vector-add"]["due_meta"] == {"input": "2026-12-01T23:59:00-05:00", "offset": "-05:00",
+                                                 "source": "explicit-offset"}
+    assert "due" not in entries["softmax"]  # no deadline in the course: none invented
     for name in kit.assignments:
         slug = name.replace("_", "-")
         assert entries[slug]["release_assets"] == [".grader/report.html"] and entries[slug]["mode"] == "individual"
@@ -405,7 +450,13 @@ def test_the_published_folder_holds_no_reference_hidden_case_or_secret(released)
     from test_release import _hidden_names, _public_text
 
     _, classroom, _ = released
-    texts = {p.relative_to(classroom).as_posix(): p.read_text() for p in classroom.rglob("*") if p.is_file()}
+    texts = {}
+    for p in (p for p in classroom.rglob("*") if p.is_file()):
+        if p.suffix == ".whl":  # the grader's wheel, published beside each autograder: every member read
+            with zipfile.ZipFile(p) as z:
+                texts |= {f"{p.name}!{m}": z.read(m).decode(errors="replace") for m in z.namelist()}
+        else:
+            texts[p.relative_to(classroom).as_posix()] = p.read_text()
     assert len(texts) >= 9
     public = _public_text()
     hits = []
@@ -453,6 +504,46 @@ def test_a_malformed_assignments_json_is_one_clear_message(released, tmp_path):
         assert not (classroom / "autograders").exists()
 
 
+def test_an_old_bare_list_becomes_the_v1_object_and_a_rewrite_changes_nothing(released, tmp_path):
+    kit = released[0]
+    classroom = tmp_path / "cs101"
+    classroom.mkdir()
+    (classroom / "assignments.json").write_text(json.dumps([ESSAY]))  # what an earlier grader wrote
+    config.write_classroom(kit, classroom, None, {"vector_add": DEADLINE})
+    first = json.loads((classroom / "assignments.json").read_text())
+    assert rules.assignments_problems(first) == [] and first["assignments"][0] == ESSAY
+    config.write_classroom(kit, classroom, None, {"vector_add": DEADLINE})
+    assert json.loads((classroom / "assignments.json").read_text()) == first
+    (classroom / "assignments.json").write_text(json.dumps({"schema": "classroom50/assignments/v9", "assignments": []}))
+    with pytest.raises(release.ReleaseError, match="is not 'classroom50/assignments/v1'"):
+        config.write_classroom(kit, classroom)
+
+
+@pytest.mark.parametrize("change, reason", [
+    (lambda d: d.pop("schema"), "schema is None"),
+    (lambda d: d.update(extra=1), "unknown top-level key"),
+    (lambda d: d["assignments"][0].pop("autograder"), "autograder is missing"),
+    (lambda d: d["assignments"][0].update(slug="Vector_Add"), "is not a short name"),
+    (lambda d: d["assignments"][0].update(due="2026-12-01"), "not an RFC 3339"),
+    (lambda d: d["assignments"][0].update(mode="group"), "needs max_group_size"),
+    (lambda d: d["assignments"][0].update(runtime={"runs-on": [], "x": 1}), "runtime has the unknown key 'x'"),
+    (lambda d: d["assignments"][0].update(runtime={"runs-on": []}), "list of 1 to 10 labels"),
+    (lambda d: d["assignments"][0].update(release_assets=["result.json"]), "release asset"),
+    (lambda d: d["assignments"][0].update(release_assets=["a/r.html", "b/r.html"]), "not unique"),
+    (lambda d: d["assignments"][0].update(due_meta={"input": "x"}), "due_meta"),
+])
+def test_the_assignments_rules_refuse_each_broken_rule(change, reason):
+    good = {"schema": "classroom50/assignments/v1", "assignments": [
+        {"slug": "vector-add", "name": "Vector addition", "mode": "individual", "autograder": "default",
+         "runtime": {"runs-on": ["self-hosted", "gpu"]}, "release_assets": [".grader/report.html"],
+         "due": "2026-12-02T04:59:00Z", "due_meta": {"input": "x", "offset": "-05:00", "source": "explicit-offset"}}, ESSAY]}
+    assert rules.assignments_problems(good) == []
+    assert rules.assignments_problems(good["assignments"]) == ["not an object (a bare list is not v1)"]
+    bad = copy.deepcopy(good)
+    change(bad)
+    assert any(reason in p for p in rules.assignments_problems(bad)), rules.assignments_problems(bad)
+
+
 def test_release_cli_runs_on_needs_classroom50(tmp_path, cli):
     run = cli("--out", tmp_path / "k", "--runs-on", "gpu", command="release")
     assert run.returncode == 2 and "--runs-on goes with --classroom50" in run.stderr and not (tmp_path / "k").exists()
@@ -465,23 +556,61 @@ def _load_autograder(path: Path):
     return module
 
 
-def test_the_autograder_refuses_a_grader_wheel_the_course_did_not_release(released, tmp_path, monkeypatch):
+def test_the_autograder_refuses_a_grader_wheel_the_course_did_not_release(released, tmp_path, monkeypatch, capsys):
+    """The wheel published beside the autograder is used, so an allowed_files pattern that drops
+    grader-dist/ (or a student's own wheel there) changes nothing; with neither copy the released
+    one, our failure says why where the runner leaves it: an annotation and the job summary."""
     kit, classroom, _ = released
-    grader_py = _load_autograder(classroom / "autograders" / "vector-add" / "autograder.py")
+    folder = classroom / "autograders" / "vector-add"
+    grader_py = _load_autograder(folder / "autograder.py")
     checkout = tmp_path / "checkout"
     shutil.copytree(kit.root, checkout)
     scratch = tmp_path / "scratch"
     scratch.mkdir()
-    assert grader_py.verified_wheel(checkout, scratch).read_bytes() == (checkout / grader_py.REQUIREMENT).read_bytes()
+    released_wheel = (checkout / grader_py.REQUIREMENT).read_bytes()
+    assert (folder / Path(grader_py.REQUIREMENT).name).read_bytes() == released_wheel  # published beside it
+    shutil.rmtree(checkout / "grader-dist")  # what allowed_files without grader-dist/ leaves
+    assert grader_py.verified_wheel(checkout, scratch).read_bytes() == released_wheel
+    alone = tmp_path / "alone"  # an autograder published without its wheel: the checkout's copy, checked
+    alone.mkdir()
+    shutil.copy(folder / "autograder.py", alone)
+    grader_py = _load_autograder(alone / "autograder.py")
+    (checkout / "grader-dist").mkdir()
+    (checkout / grader_py.REQUIREMENT).write_bytes(released_wheel)
+    assert grader_py.verified_wheel(checkout, scratch).read_bytes() == released_wheel
     (checkout / grader_py.REQUIREMENT).write_bytes(b"PK a wheel of the student's own")
-    output = tmp_path / "output"
+    output, summary = tmp_path / "output", tmp_path / "summary.md"
     monkeypatch.setenv("GITHUB_OUTPUT", str(output))
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
     with pytest.raises(SystemExit) as stopped:
         grader_py.verified_wheel(checkout, scratch)
     assert stopped.value.code == 2
     lines = output.read_text().splitlines()
-    assert lines[0] == "status=error" and lines[1].startswith(
-        f"summary=autograder: {grader_py.REQUIREMENT} is not the grader the course released") and len(lines) == 2
+    assert lines[0] == "status=error" and lines[1].startswith("summary=autograder: the grader's wheel") and len(lines) == 2
+    assert "::error title=The grader could not run::the grader's wheel" in capsys.readouterr().out
+    assert "is neither beside this autograder nor in the repository" in summary.read_text()
+    assert "not a grade of your work" in summary.read_text()
+
+
+@pytest.mark.parametrize("code, said", [(0, False), (2, False), (1, True), (-9, True)])
+def test_the_autograder_explains_a_check_that_stopped_unexpectedly(released, tmp_path, monkeypatch, capsys, code, said):
+    """Exit 0 and 2 are the check's own (2 has said why); anything else (a traceback, a kill) is
+    explained by the autograder where the runner leaves it, and is still exit 2."""
+    _, classroom, _ = released
+    grader_py = _load_autograder(classroom / "autograders" / "vector-add" / "autograder.py")
+    summary = tmp_path / "summary.md"
+    monkeypatch.setenv("GITHUB_STEP_SUMMARY", str(summary))
+    monkeypatch.setenv("GITHUB_OUTPUT", str(tmp_path / "output"))
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(grader_py, "has_grader", lambda python, scratch: True)
+    monkeypatch.setattr(grader_py.subprocess, "run", lambda *a, **k: SimpleNamespace(returncode=code))
+    with pytest.raises(SystemExit) as stopped:
+        grader_py.main()
+    assert stopped.value.code == (0 if code == 0 else 2)
+    assert summary.exists() == said
+    if said:
+        assert f"the grader stopped unexpectedly (exit {code})" in summary.read_text()
+        assert "::error title=The grader could not run::the grader stopped unexpectedly" in capsys.readouterr().out
 
 
 @pytest.mark.slow
@@ -505,7 +634,7 @@ def test_the_generated_autograder_grades_a_fake_checkout(released, tmp_path):
                           env=env, capture_output=True, text=True, timeout=900)
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((checkout / "result.json").read_text())
-    assert validate(data, env) == [], data
+    assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
     assert (data["score"], data["max-score"]) == (4, 10)  # the CPU's share of the released spec's 10 points
     assert outputs(env)["status"] == "success"
     assert not marker.exists()
@@ -572,7 +701,7 @@ def test_scores_keep_the_latest_per_student_and_assignment(tmp_path):
 
 
 @pytest.mark.parametrize("text, match", [
-    ("{oops", "not valid JSON"), ("[" * 200000 + "]" * 200000, "not valid JSON"), ("3", "expected a list"),
+    ("{oops", "not valid JSON"), ("[" * 200000 + "]" * 200000, "not valid JSON"), ("3", "or a list of results"),
     (json.dumps([_result("alice", "a", 2.5, "t")]), r"score is 2\.5, not a non-negative integer"),
     (json.dumps([_result("alice", "a", True, "t")]), "score is True"),
     (json.dumps([_result("alice", "a", -1, "t")]), "score is -1"),
@@ -587,13 +716,59 @@ def test_a_malformed_scores_file_is_one_message(tmp_path, text, match):
         c50.load_scores(path)
 
 
+def _scores_v1(*entries: tuple[str, str, list[dict]]) -> dict:
+    """Classroom 50's scores.json: each submission a result.json less its `assignment` (the bucket's key)."""
+    buckets: dict = {}
+    for slug, owner, subs in entries:
+        bucket = buckets.setdefault(slug, {"type": "individual", "entries": []})
+        bucket["entries"].append({"owner": owner, "submissions": [{k: v for k, v in r.items() if k != "assignment"}
+                                                                  for r in subs], "override": False})
+    return {"schema": "classroom50/scores/v1", "assignments": buckets}
+
+
+def test_classroom50s_own_scores_json_is_read(tmp_path):
+    newer = {**_result("alice", "vector-add", 7, "2026-11-21T00:00:00Z"), "late": True, "graded_at": "2026-11-21T00:01:00Z"}
+    data = _scores_v1(("vector-add", "alice", [newer, _result("alice", "vector-add", 3, "2026-11-20T00:00:00Z")]),
+                      ("softmax", "bob", [_result("bob", "softmax", 2, "2026-11-21T00:00:00Z")]))
+    assert rules.scores_problems(data) == [], rules.scores_problems(data)  # what Classroom 50's collection writes
+    path = tmp_path / "scores.json"
+    path.write_text(json.dumps(data))
+    records = c50.load_scores(path)
+    assert [(r["owner"], r["assignment"], r["score"]) for r in records] == [("alice", "vector-add", 7), ("bob", "softmax", 2)]
+    cells = c50.score_cells(records, {"alice": "a@uni.edu"}, ["vector_add", "softmax"])
+    assert cells == {("a@uni.edu", "vector_add"): "Classroom 50: 7 / 10 (submit/2026-11-21T00:00:00Z, late)"}
+    path.write_text(json.dumps({"schema": "classroom50/scores/v1", "assignments": {}}))  # nothing collected yet
+    assert c50.load_scores(path) == []
+
+
+@pytest.mark.parametrize("change, match", [
+    (lambda d: d.update(schema="classroom50/scores/v2"), "is not 'classroom50/scores/v1'"),
+    (lambda d: d.update(assignments=[]), "is not an object of assignments by slug"),
+    (lambda d: d["assignments"]["vector-add"].update(entries={}), r"assignment 'vector-add': not \{"),
+    (lambda d: d["assignments"]["vector-add"]["entries"].append("x"), r"assignment 'vector-add', entry 2: not \{"),
+    (lambda d: d["assignments"]["vector-add"]["entries"][0]["submissions"][0].update(score=2.5),
+     r"entry 1, submission 1: score is 2\.5"),
+    (lambda d: d["assignments"]["vector-add"]["entries"][0]["submissions"][0].pop("datetime"), "'datetime' is missing"),
+])
+def test_a_malformed_classroom50_scores_json_is_one_message(tmp_path, change, match):
+    data = _scores_v1(("vector-add", "alice", [_result("alice", "vector-add", 7, "2026-11-21T00:00:00Z")]))
+    bad = copy.deepcopy(data)
+    change(bad)
+    assert rules.scores_problems(bad), bad  # Classroom 50 would not have written it either
+    path = tmp_path / "scores.json"
+    path.write_text(json.dumps(bad))
+    with pytest.raises(c50.ScoresError, match=match):
+        c50.load_scores(path)
+
+
 def test_fetch_a_classroom50_class_with_its_scores(tmp_path):
     """`grader fetch --classroom50`: repos found by Classroom 50's names, scores shown in the class view;
     a malformed scores file stops the fetch with one line."""
     org = tmp_path / "org"
     make_repo(org / "cs101-vector-add-alice")
     (tmp_path / "users.txt").write_text("Alice\nbob\n")
-    (tmp_path / "scores.json").write_text(json.dumps([_result("alice", "vector-add", 4, "2026-11-21T00:00:00Z")]))
+    (tmp_path / "scores.json").write_text(json.dumps(_scores_v1(("vector-add", "alice", [
+        _result("alice", "vector-add", 4, "2026-11-21T00:00:00Z")]))))
     args = ["fetch", "--roster", str(tmp_path / "users.txt"), "--classroom50", "CS101", "--org", org.as_uri(),
             "-a", "vector_add", "--out", str(tmp_path / "work")]
     run = run_cli(args + ["--scores", str(tmp_path / "scores.json")], tmp_path)
@@ -645,7 +820,9 @@ def test_release_cli_writes_the_classroom_or_says_why_not(tmp_path, cli):
     run = cli("--out", tmp_path / "kit", "-a", "vector_add", "--grader-requirement", "grader==0.1.0",
               "--classroom50", classroom, "--runs-on", "self-hosted", "--runs-on", "gpu", command="release")
     assert run.returncode == 0, run.stdout + run.stderr
-    entry = json.loads((classroom / "assignments.json").read_text())[0]
+    data = json.loads((classroom / "assignments.json").read_text())  # a new file: Classroom 50's v1 object
+    assert rules.assignments_problems(data) == [] and len(data["assignments"]) == 1, data
+    entry = data["assignments"][0]
     assert entry["slug"] == "vector-add" and entry["runtime"]["runs-on"] == ["self-hosted", "gpu"]
     script = (classroom / "autograders" / "vector-add" / "autograder.py").read_text()
     assert "REQUIREMENT = 'grader==0.1.0'" in script and "WHEEL_SHA256 = None" in script

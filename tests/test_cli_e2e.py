@@ -184,7 +184,8 @@ def test_grader_toml_maps_module_and_function(tmp_path, cli):
     (["does-not-exist"], "no such folder"),
     ([".", "-a", "nope"], "unknown assignment 'nope'"),
     ([".", "--device", "cuda"], "no CUDA GPU"),
-    ([".", "--case", "no-such-case"], "no case named no-such-case"),
+    ([".", "--case", "no-such-case"], "--case no-such-case: no such case in"),
+    ([".", "-a", "vector_add", "--dtype", "bfloat16", "--dtype", "float64"], "unknown dtype 'float64'"),
 ])
 def test_usage_errors_exit_2_with_one_line(submission, cli, tmp_path, args, message):
     repo = submission("good")

@@ -6,9 +6,11 @@ roster either a list of GitHub usernames (one a line, `#` comments) or a CSV exp
 names the username column (`username`, `github_username`, `github` or `login`; optionally
 `identifier`, `student`, `student_id` or `email` for the gradebook's key, and `name`).
 
-`--scores scores.json` reads the scores a TA collected from the runner: a list of result.json
-objects (classroom50/result/v1), the same list under "results" or "scores", or an object that
-maps a username to one of them or to a list of them. The latest submission of each
+`--scores scores.json` reads the scores Classroom 50 collected: its own scores.json
+(`classroom50/scores/v1`: `{"schema", "assignments": {slug: {"type", "entries": [{"owner",
+"submissions": [result, ...], "override"}]}}}`, each submission a result.json less its
+`assignment`), or result.json objects (classroom50/result/v1) a TA gathered: a list, the same list
+under "results" or "scores", or an object that maps a username to one of them or to a list. The latest submission of each
 (owner, assignment) is kept, normalized into WORKDIR/classroom50-scores.json, and the class view
 shows it beside our own grade.
 
@@ -27,6 +29,7 @@ from pathlib import Path
 from grader.batch.roster import RosterEntry, RosterError, _check_unique
 from grader.sanitize import one_line
 
+SCORES_SCHEMA = "classroom50/scores/v1"
 SCORES_FILE = "classroom50-scores.json"  # in the workspace, beside lock.json
 MAX_BYTES = 50 * 2**20
 USER = re.compile(r"[A-Za-z0-9](?:[A-Za-z0-9]|-(?=[A-Za-z0-9])){0,38}")  # GitHub's rule for a username
@@ -127,7 +130,31 @@ def _record(item, where: str) -> dict:
         raise ScoresError(f"{where}: score {out['score']} is above max-score {out['max-score']}")
     release = item.get("release")
     out["release"] = one_line(release, 300) if isinstance(release, str) else ""
+    if isinstance(item.get("late"), bool):  # marked by Classroom 50's collection against the assignment's `due`
+        out["late"] = item["late"]
     return out
+
+
+def _scores_v1(data: dict, path: Path) -> list[tuple[str, object]]:
+    """(where, result) of every submission in Classroom 50's scores.json, each with its bucket's
+    slug as `assignment` and its entry's owner where it names none."""
+    buckets = data.get("assignments")
+    if not isinstance(buckets, dict):
+        raise ScoresError(f"scores {path}: \"assignments\" is not an object of assignments by slug")
+    items = []
+    for slug, bucket in buckets.items():
+        where = f"assignment {one_line(slug, 60)!r}"
+        if not isinstance(bucket, dict) or not isinstance(bucket.get("entries"), list):
+            raise ScoresError(f"scores {path}, {where}: not {{\"type\", \"entries\": [...]}}")
+        for i, entry in enumerate(bucket["entries"]):
+            at = f"{where}, entry {i + 1}"
+            if not isinstance(entry, dict) or not isinstance(entry.get("submissions"), list):
+                raise ScoresError(f"scores {path}, {at}: not {{\"owner\", \"submissions\": [...]}}")
+            for j, sub in enumerate(entry["submissions"]):
+                if isinstance(sub, dict):
+                    sub = {"owner": entry.get("owner"), **sub, "assignment": slug}
+                items.append((f"{at}, submission {j + 1}", sub))
+    return items
 
 
 def load_scores(path: Path) -> list[dict]:
@@ -138,18 +165,24 @@ def load_scores(path: Path) -> list[dict]:
     except (ValueError, RecursionError) as exc:
         raise ScoresError(f"scores {path}: not valid JSON ({one_line(str(exc), 120)})") from None
     items: list[tuple[str, object]] = []
-    if isinstance(data, dict) and any(k in data for k in ("results", "scores")):
-        data = data.get("results", data.get("scores"))
-    if isinstance(data, list):
-        items = [(f"entry {i + 1}", item) for i, item in enumerate(data)]
-    elif isinstance(data, dict):
-        for user, value in data.items():
-            for i, item in enumerate(value if isinstance(value, list) else [value]):
-                if isinstance(item, dict) and "owner" not in item:
-                    item = {**item, "owner": user}
-                items.append((f"{one_line(user, 60)!r}, entry {i + 1}", item))
-    else:
-        raise ScoresError(f"scores {path}: expected a list of results (or an object of them by username)")
+    if isinstance(data, dict) and "schema" in data:  # Classroom 50's own scores.json
+        if data["schema"] != SCORES_SCHEMA:
+            raise ScoresError(f"scores {path}: schema {one_line(repr(data['schema']), 80)} is not {SCORES_SCHEMA!r} "
+                              "(Classroom 50's scores.json)")
+        items = _scores_v1(data, path)
+    else:  # result.json objects a TA gathered
+        if isinstance(data, dict) and any(k in data for k in ("results", "scores")):
+            data = data.get("results", data.get("scores"))
+        if isinstance(data, list):
+            items = [(f"entry {i + 1}", item) for i, item in enumerate(data)]
+        elif isinstance(data, dict):
+            for user, value in data.items():
+                for i, item in enumerate(value if isinstance(value, list) else [value]):
+                    if isinstance(item, dict) and "owner" not in item:
+                        item = {**item, "owner": user}
+                    items.append((f"{one_line(user, 60)!r}, entry {i + 1}", item))
+        else:
+            raise ScoresError(f"scores {path}: expected Classroom 50's scores.json ({SCORES_SCHEMA}) or a list of results")
     records = [_record(item, f"scores {path}, {where}") for where, item in items]
     latest: dict[tuple[str, str], dict] = {}
     for r in records:
@@ -189,5 +222,6 @@ def score_cells(records: list[dict], users: dict[str, str], assignments: list[st
     for r in records:
         student, assignment = users.get(r["owner"].lower()), by_slug.get(r["assignment"].lower())
         if student is not None and assignment is not None:
-            out[(student, assignment)] = f"Classroom 50: {r['score']} / {r['max-score']} ({r['submission']})"
+            late = ", late" if r.get("late") else ""
+            out[(student, assignment)] = f"Classroom 50: {r['score']} / {r['max-score']} ({r['submission']}{late})"
     return out

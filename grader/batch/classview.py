@@ -44,6 +44,7 @@ class Cell:
     ci: str = ""  # the score Classroom 50's runner released, where the workspace holds one (grader.batch.classroom50)
     review: dict = field(default_factory=dict)  # a TA's decision that stands (grader.batch.reviews): score is its points
     stale_review: str = ""  # a review of an earlier grade that no longer applies, and why
+    partial: dict = field(default_factory=dict)  # graded with --case/--dtype: cases_run, cases (AssignmentResult.partial)
 
     @property
     def fraction(self) -> float | None:
@@ -141,6 +142,11 @@ class ClassView:
         """The flags no standing review has decided (a stale review's included)."""
         return [f for f in self.flags if f.get("review") != "applied"]
 
+    @property
+    def partial(self) -> bool:
+        """Some grade here is of a run with --case/--dtype: the chosen cases' share of the points, no grade."""
+        return any(c.partial for r in self.rows for c in r.cells.values())
+
     def graded(self, assignment: str) -> list[Cell]:
         return [r.cells[assignment] for r in self.rows if assignment in r.cells and r.cells[assignment].score is not None]
 
@@ -220,9 +226,13 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
                 if state == "stale":
                     cell.stale_review = entry["why_stale"] = reviews.what_changed(review, record)
                 done["done" if state == "applied" else "stale"].append(entry)
-            cell.score, cell.max_score = result.score, result.max_score
+            # a partial run (--case/--dtype) is out of the assignment's whole points, as `grader check` counts it
+            top = result.partial["assignment_points"] if result.partial else result.max_score
+            cell.score, cell.max_score, cell.partial = result.score, top, dict(result.partial)
+            if result.partial:
+                cell.note = f"partial run: {result.partial['cases_run']} of {result.partial['cases']} cases, --case/--dtype"
             if course is not None and a in course.points:  # course.toml: this assignment's points in this course
-                scaled, top = course.scale(a, exact(result.score), exact(result.max_score))
+                scaled, top = course.scale(a, exact(result.score), exact(top))
                 cell.score, cell.max_score = round(float(scaled), 4), float(top)
                 if cell.review:  # the verdict beside the decision, in the same points
                     verdict, _ = course.scale(a, exact(result.verdict_score), exact(result.max_score))
@@ -301,6 +311,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
     """The machine-readable summary: the class, each student's cells, and the last run."""
     return {
         "created": view.created, "deadline": view.deadline, "seed": view.seed, "assignments": view.assignments,
+        "partial": view.partial,
         "counts": view.counts(), "environment": view.environment,
         "last_run": ((manifest or {}).get("runs") or [None])[-1],
         "students": [
@@ -310,7 +321,8 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
              "problems": r.problems,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
                                  "flagged": c.flagged, "note": c.note, "classroom50": c.ci, "review": c.review,
-                                 "stale_review": c.stale_review} for a, c in r.cells.items()}}
+                                 "stale_review": c.stale_review, "partial": c.partial or None}
+                             for a, c in r.cells.items()}}
             for r in view.rows
         ],
         "checks": [{"assignment": c.assignment, "check": c.check, "passed": c.passed, "ran": c.ran,
@@ -327,7 +339,8 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
 
 def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
                         similarity_threshold: float | None = None) -> ClassView:
-    """index.html, summary.json and the gradebooks (grader.batch.exporters), each written atomically;
+    """index.html, summary.json and the gradebooks (grader.batch.exporters), each written atomically
+    (a grade of a partial run, --case/--dtype, marked partial in each);
     with course.toml's late policy applied (grader.batch.course), the similar pairs
     (grader.batch.similarity) and the speed table (grader.batch.leaderboard)."""
     from grader.batch import exporters

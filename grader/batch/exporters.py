@@ -18,6 +18,11 @@ Every cell goes through grader.sanitize.for_csv_cell (a plain number as it is): 
 repo URL or a note quoting their text never reaches a spreadsheet as a formula (`=`, `+`, `-`, `@`
 first) or with a control character.
 
+A partial run (`grader grade --case/--dtype`, a dry run) is no grade: each score is the chosen cases'
+share of the assignment's points, and every gradebook says so where an import reads it, in the
+assignment's column name (`vector_add (partial run)`; classroom.csv's assignment_name), so it is
+never taken for the assignment's grade; grades.csv's note says how many cases ran.
+
 A score cell is empty where there is no grade (unfetched, not graded yet, infra error):
 an empty cell is not a zero, and the note says why.
 
@@ -62,8 +67,13 @@ def _penalty(view, r, a: str) -> float:
     return 0.0 if late is None or score is None else round(float(late.penalty(exact(score))), 4)
 
 
+def _columns(view) -> list[str]:
+    """Each assignment's column name: its name, marked where a grade of it is of a partial run."""
+    return [f"{a} (partial run)" if any(r.cells[a].partial for r in view.rows if a in r.cells) else a for a in view.assignments]
+
+
 def grades_csv(view) -> str:
-    header = ["student", "commit", *view.assignments, "total", "late", "hours_late", "late_penalty", "final", "note"]
+    header = ["student", "commit", *_columns(view), "total", "late", "hours_late", "late_penalty", "final", "note"]
     rows = [header]
     for r in view.rows:
         late = "" if r.late is None else ("yes" if r.late else "no")
@@ -77,18 +87,18 @@ def classroom_csv(view) -> str:
     rows = [["assignment_name", "github_username", "roster_identifier", "student_repository_url", "commit",
              "points_awarded", "points_available", "raw_points", "late_penalty"]]
     for r in view.rows:
-        for a in view.assignments:
+        for a, name in zip(view.assignments, _columns(view)):
             c = r.cells[a]
             cut = _penalty(view, r, a)
             final = None if c.score is None else round(c.score - cut, 4)
-            rows.append([a, r.github_username, r.student, r.repo or "", r.commit or "", _score(final), _score(c.max_score),
+            rows.append([name, r.github_username, r.student, r.repo or "", r.commit or "", _score(final), _score(c.max_score),
                          _score(c.score), _score(cut) if c.score is not None else ""])
     return _csv(rows)
 
 
 def gradescope_csv(view) -> str:
     policy = view.course is not None and view.course.policy is not None
-    rows = [["Name", "SID", "Email", *view.assignments, *(["Late Penalty"] if policy else []), "Total Score"]]
+    rows = [["Name", "SID", "Email", *_columns(view), *(["Late Penalty"] if policy else []), "Total Score"]]
     for r in view.rows:
         email = r.student if "@" in r.student else ""
         penalty = [_score(r.penalty) if r.total is not None else ""] if policy else []
@@ -100,7 +110,7 @@ CANVAS_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 
 
 def canvas_csv(view) -> str:
-    rows = [[*CANVAS_HEADER, *view.assignments],
+    rows = [[*CANVAS_HEADER, *_columns(view)],
             ["Points Possible", "", "", "", "", *[_score(_points_possible(view, a)) for a in view.assignments]]]
     for r in view.rows:
         rows.append([r.name or r.student, "", "", r.student, "", *[_score(r.cells[a].score) for a in view.assignments]])

@@ -97,6 +97,10 @@ def make(student: str, folder: str, assignment: str, record: dict, decision: str
         why = "no record" if not record else f"its last job ended in {record.get('status')}"
         raise ReviewError(f"{student} has no graded record of {assignment} ({why}): grade it first")
     result = AssignmentResult.from_json(record["result"])
+    if result.partial:
+        raise ReviewError(f"{student}'s {assignment} was graded as a partial run (--case/--dtype: "
+                          f"{result.partial.get('cases_run')} of {result.partial.get('cases')} cases), which is no grade: "
+                          "grade the class without --case/--dtype, then review")
     found = flags(result)
     if decision in ("clear", "uphold") and not found:
         raise ReviewError(f"{student}'s {assignment} has no integrity flag to {decision} "

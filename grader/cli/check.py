@@ -30,6 +30,10 @@ from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, commands_stoppe
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
 
+class NothingToGrade(UsageError):
+    """The submission holds none of the course's assignments: the student's problem, graded 0 in CI."""
+
+
 def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
     if names:
         try:
@@ -44,7 +48,7 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
     problems = toml_problems(sub, catalogue)
     if not found:
         looked = ", ".join(one_line(sub.target(s)[0], 200) for s in catalogue.values())  # grader.toml's paths: one line each
-        raise UsageError(f"no assignment found in {sub.root} (looked for {looked})"
+        raise NothingToGrade(f"no assignment found in {sub.root} (looked for {looked})"
                          + "".join(f"\n  {p}" for p in problems))
     for p in problems:  # the rest is checked; what grader.toml names in vain is said, not skipped in silence
         say(err, f"[yellow]warning:[/yellow] {shown(p)}")
@@ -113,13 +117,18 @@ def check(
             classroom50.runner_fields()
         sub = open_submission(repo)
         chosen = select_assignments(sub, assignment)
-        base = f"grader check {shlex.quote(str(repo))}" + ("" if device == "auto" else f" --device {device}")
+        # in CI the reproducer is what the student pastes in their own clone: no path of the runner's
+        where = "." if ci_mode is not None else shlex.quote(str(repo))
+        base = f"grader check {where}" + ("" if device == "auto" else f" --device {device}")
         keep = usable_cache(check_cache_folder(settings))  # what the next check on this machine reuses
         ctx = resolve(device, seed, case, dtype, timeout, isolation,
                       hide=[json_file.resolve().parent, html_dir.resolve(), *([keep] if keep else [])],
                       reproducer=base, partial_points=True)
-        if case and not any(ctx.calls(s) for s in chosen):
-            raise UsageError(f"no case named {', '.join(case)} in {', '.join(s.name for s in chosen)}")
+        unmatched = ctx.unmatched(chosen)  # never dropped in silence: a typo would pass as a check of nothing
+        if unmatched:
+            raise UsageError("\n".join(unmatched))
+        if (case or dtype) and not any(ctx.calls(s) for s in chosen):
+            raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
         if keep is not None:  # workers forked at once by a zygote that outlives this command
             zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
         contained = detect(ctx.isolation)
@@ -135,8 +144,14 @@ def check(
         say(err, f"[red]error:[/red] {shown_lines(exc)}")
         from grader.kit import github
 
+        unreadable = isinstance(exc, NothingToGrade) or (isinstance(exc, SubmissionError) and Path(repo).is_dir())
+        if ci_mode == "classroom50" and unreadable:  # the student's problem: a grade of 0 that says why, exit 0
+            names = assignment or list(specs.catalogue())
+            reason = str(exc).replace(str(Path(repo).resolve()), ".")  # said of the student's clone, not the runner's path
+            raise typer.Exit(classroom50.report(classroom50.ungraded(names, reason), Path(repo), "cpu",
+                                                echo=lambda line: print(line, flush=True)))
         if ci_mode == "classroom50":
-            classroom50.report_error(str(exc), repo)
+            classroom50.report_error(str(exc), repo, echo=lambda line: print(line, flush=True))
         elif ci_mode == "github":
             github.report_error(str(exc))
         raise typer.Exit(2)

@@ -217,11 +217,14 @@ def grade(
         remote = executor == "ray" and device == "cuda" and not has_gpu()  # the Ray cluster's GPUs; the driver has none
         ctx = resolve(device, class_seed(out, seed), case, dtype, timeout, isolation,
                       hide=[out.resolve()], reference_dir=reference_dir, remote_gpu=remote,
-                      reproducer="grader check .")
-        if case:
+                      reproducer="grader check .", partial_points=True)
+        unmatched = ctx.unmatched([specs.get(n) for n in names])  # a typo is said, never graded as nothing
+        if unmatched:
+            raise UsageError("\n".join(unmatched))
+        if case or dtype:  # each assignment must have something to grade, else it would score 0 of nothing
             missing_cases = [n for n in names if not ctx.calls(specs.get(n))]
             if missing_cases:
-                raise UsageError(f"no case named {', '.join(case)} in {', '.join(missing_cases)}: choose the assignments with -a")
+                raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: choose the assignments with -a")
         if remote:
             slots, gpu_model = [None] * (jobs or 2), "GPUs of the Ray cluster"
         else:
@@ -314,7 +317,9 @@ def _job_line(job, record: dict) -> str:
     result = AssignmentResult.from_json(record["result"])
     outcomes = Counter(t.outcome for t in result.tests)
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
-    return f"{shown(job.label)}: {result.score:g} / {result.max_score:g} ({words}) in {record['seconds']:.0f} s"
+    top = result.partial["assignment_points"] if result.partial else result.max_score  # a partial run: out of all its points
+    partial = ", partial run" if result.partial else ""
+    return f"{shown(job.label)}: {result.score:g} / {top:g}{partial} ({words}) in {record['seconds']:.0f} s"
 
 
 def _print_summary(out: Path, lock, entry: dict) -> None:
@@ -326,6 +331,10 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
     if entry.get("interrupted"):
         console.print(f"[yellow]Interrupted: {entry['not_run']} jobs not finished. Everything graded so far is kept; "
                       "run the same command with --resume to finish.[/yellow]")
+    if entry.get("partial"):
+        console.print("[yellow]Partial run (--case/--dtype): each score is the chosen cases' share of the assignment's "
+                      "points, as grader check counts it, and no grade: the gradebooks name those columns "
+                      "'(partial run)'. Grade without --case/--dtype for the grades.[/yellow]")
     console.print(f"dashboard: {out / 'index.html'}   gradebook: {out / 'grades.csv'}   summary: {out / 'summary.json'}")
 
 

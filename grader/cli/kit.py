@@ -36,17 +36,24 @@ def release(
     runs_on: Optional[List[str]] = typer.Option(None, "--runs-on", help="With --classroom50: the grade job's runner labels "
                                                 "(repeatable, 1-10; default ubuntu-latest; e.g. --runs-on self-hosted "
                                                 "--runs-on gpu for a GPU runner)."),
+    course_file: Optional[Path] = typer.Option(None, "--course", help="With --classroom50: the course file whose deadlines "
+                                               "become each assignment's `due` (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Build the student kit: starters, handouts, public specs, README, CI workflow; no reference, hidden case or secret."""
     from grader.kit.release import ReleaseError, build_kit, ensure_secret
 
-    if runs_on and classroom50 is None:
-        _fail("--runs-on goes with --classroom50 (the kit's own workflow takes --gpu-runner)")
+    if (runs_on or course_file) and classroom50 is None:
+        _fail(f"{'--runs-on' if runs_on else '--course'} goes with --classroom50 (the kit's own workflow takes --gpu-runner)")
     try:
         if classroom50 is not None:
+            from grader.batch.course import CourseError, find_course
             from grader.kit.classroom50_config import check_runs_on
 
             check_runs_on(runs_on)  # said before the kit is built
+            try:  # course.toml's deadlines are the entries' `due`
+                deadlines = find_course(course_file).deadlines
+            except CourseError as exc:
+                _fail(f"{exc} (its deadlines become Classroom 50's `due`)")
         made = ensure_secret()
         if made:
             console.print(f"[yellow]made the course secret {made}: graded random shapes come from it. Keep it with the "
@@ -55,7 +62,7 @@ def release(
         if classroom50 is not None:
             from grader.kit.classroom50_config import write_classroom
 
-            written = write_classroom(kit, classroom50, runs_on)
+            written = write_classroom(kit, classroom50, runs_on, deadlines)
     except specs.UnknownAssignment as exc:
         _fail(exc.args[0])
     except ReleaseError as exc:

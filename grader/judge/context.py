@@ -65,6 +65,22 @@ class GradingContext:
         """This run's calls of `spec` (a fresh list: materializing fills them in)."""
         return plan_calls(spec, self.seed, self.interpret, list(self.cases or []) or None, list(self.dtypes or []) or None)
 
+    def unmatched(self, specs: list[Assignment]) -> list[str]:
+        """What of --case and --dtype chooses no call of any of `specs`, each said with what it
+        could have been: a typo, a hidden case's name where the kit has none, a dtype no
+        assignment here takes. Empty: each chooses something."""
+        missing = []
+        for c in self.cases or ():
+            if not any(plan_calls(s, self.seed, self.interpret, [c]) for s in specs):
+                named = list(dict.fromkeys(case.name for s in specs for case in s.cases))
+                missing.append(f"--case {c}: no such case in {', '.join(s.name for s in specs)} (named cases: "
+                               f"{', '.join(named[:20]) or 'none'}; a random one by its shape, e.g. shape=1x17)")
+        for d in self.dtypes or ():
+            if not any(plan_calls(s, self.seed, self.interpret, None, [d]) for s in specs):
+                taken = list(dict.fromkeys(t for s in specs for t in s.dtypes))
+                missing.append(f"--dtype {d}: no case of {', '.join(s.name for s in specs)} is in it (their dtypes: {', '.join(taken)})")
+        return missing
+
     def full_plan(self, spec: Assignment) -> list[PlannedCall]:
         """Every call a run without --case/--dtype would make: what a partial run's shares come from."""
         return plan_calls(spec, self.seed, self.interpret)

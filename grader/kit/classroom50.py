@@ -6,12 +6,16 @@ What the runner reads, all in the submission's folder (the autograder's working 
 - `result.json` (schema `classroom50/result/v1`): the runner's environment echoed back, the
   score and one test per assignment, every score a non-negative integer (see `integer_points`);
 - `release-body.md`: the release notes, which the runner also mirrors into the job summary (so
-  nothing is written to $GITHUB_STEP_SUMMARY here: it would show twice);
+  a grade writes nothing to $GITHUB_STEP_SUMMARY: it would show twice);
 - `status=` and a one-line `summary=` (a commit status, at most 140 characters) in $GITHUB_OUTPUT;
 - `.grader/report.html`, the release asset the assignment's `release_assets` names.
 
-The exit code is 0 whenever grading ran (failing checks included) and 2 for our own errors (a
-check that could not start, an infra_error): the runner then releases no score.
+The exit code is 0 whenever the student's work was graded, failing checks and a submission that
+cannot be read at all (`ungraded`: 0 points, the reason said) included; 2 only for our own errors
+(no runner environment, a sandbox that cannot start, an infra_error). On a non-zero exit the
+runner replaces result.json and release-body.md with its own ("autograder exited 2") and
+publishes no release, so `report_error` says what happened in the log's annotations and the job
+summary, the places the runner leaves alone.
 
 Everything a student wrote (messages, tracebacks, a module path from grader.toml) reaches
 Markdown through `grader.sanitize.for_markdown`, the log's workflow commands through
@@ -27,7 +31,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from grader.kit.github import failures_markdown
-from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, cents
+from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, TestResult, cents
 from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line
 
 SCHEMA = "classroom50/result/v1"
@@ -296,13 +300,35 @@ def report(run: RunResult, repo: Path, device: str, env: dict | None = None, ech
     return 2 if status == "error" else 0
 
 
-def report_error(message: str, repo: Path | None, env: dict | None = None) -> None:
-    """A check that could not run: no result.json (no score), the release body says why, the status is error."""
+def ungraded(names: list[str], reason: str, seed: int = 0) -> RunResult:
+    """A submission that cannot be read at all (a malformed grader.toml, no kernel anywhere):
+    the student's problem, so a grade of 0 for each assignment asked for, the reason its one
+    failure, rather than no grade (the runner would replace an exit 2's explanation with its own)."""
+    from grader import spec as specs
+
+    run = RunResult(submission="", seed=seed, environment={})
+    for name in names:
+        spec = specs.get(name)
+        a = AssignmentResult(name, spec.title, "(not found)", headline=one_line(reason, MESSAGE_LIMIT))
+        a.tests.append(TestResult(name, "correctness", "submission", Outcome.FAILED, one_line(reason, MESSAGE_LIMIT),
+                                  max_score=spec.max_points))
+        run.assignments.append(a)
+    return run
+
+
+def report_error(message: str, repo: Path | None, env: dict | None = None, echo=print) -> None:
+    """Our own failure (no runner environment, the sandbox or an option that cannot work): no
+    result.json, so no score is released and the exit is 2. The runner then writes its own
+    result.json and release body ("autograder exited 2"), so what the student must know goes
+    where it survives: an `::error` line (an annotation on the run's page, which the commit
+    status links to) and the job summary, which the runner appends its body to."""
     env = os.environ if env is None else env
     if repo is not None and repo.is_dir():
-        from grader.results import write_text_atomic
-
         remove_stale(repo)
-        write_text_atomic(f"## Triton kernels: the check could not run\n\n{for_markdown(message, 2000)}\n", repo / BODY)
-    _outputs(env, "error", f"the check could not run: {message}")
-
+    echo(f"::error title={for_annotation('The grader could not run', True)}::{for_annotation(one_line(message, MESSAGE_LIMIT))}")
+    if env.get("GITHUB_STEP_SUMMARY"):
+        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(f"## Triton kernels: the grader could not run\n\n{for_markdown(message, 2000)}\n\n"
+                    "This is the grader's failure, not a grade of your work: nothing was scored. Push again (a new "
+                    "submission), and if it happens again tell the course staff, with a link to this page.\n\n")
+    _outputs(env, "error", f"the grader could not run: {message}")

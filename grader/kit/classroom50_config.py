@@ -4,8 +4,10 @@ In the teacher's `classroom50` config repository, CLASSROOM (the classroom's fol
 - `autograders/<slug>/autograder.py` per assignment: it grades the student's checkout (its
   working directory) with `grader check --ci classroom50 -a NAME`, installing the grader first
   where the runner has none;
-- an entry per assignment in `assignments.json` (runner labels from `--runs-on`, the report as a
-  release asset); the file's other entries, and other keys of ours, are kept.
+- an entry per assignment in `assignments.json`, Classroom 50's `classroom50/assignments/v1`
+  object (runner labels from `--runs-on`, the report as a release asset, `due` from course.toml's
+  deadline in UTC); read, changed and written back: the file's other entries, and the fields of
+  our entries that the grader does not write, are kept.
 
 The autograders folder is published on GitHub Pages, so what is written is scanned like the kit
 (`grader.kit.release.find_leaks`: reference files and lines, hidden case names, the secret) and
@@ -22,6 +24,7 @@ import json
 import re
 import shutil
 import tempfile
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 
 from grader import __version__
@@ -29,6 +32,7 @@ from grader import spec as specs
 from grader.kit.classroom50 import REPORT_ASSET, slug_of
 from grader.kit.release import Kit, ReleaseError, find_leaks
 
+ASSIGNMENTS_SCHEMA = "classroom50/assignments/v1"
 LABEL = re.compile(r"[A-Za-z0-9_.-]{1,100}")
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,99}")
 MAX_LABELS = 10
@@ -66,12 +70,21 @@ START = time.monotonic()
 
 
 def fail(message):
-    """Our own error: no result.json, a commit status that says why, exit 2."""
-    line = " ".join(str(message).split())[:120]
+    """Our own failure: no result.json, exit 2. The runner then writes its own result.json and
+    release body ("autograder exited 2") and releases nothing, so the reason goes where it
+    survives: an annotation on the run's page (the commit status links there) and the job summary."""
+    line = " ".join(str(message).split())[:300]
+    clean = line.replace("%", "%25").replace("\\r", "%0D").replace("\\n", "%0A")
+    print(f"::error title=The grader could not run::{{clean}}", flush=True)
     print(f"autograder: {{line}}", file=sys.stderr)
+    if os.environ.get("GITHUB_STEP_SUMMARY"):
+        with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write("## Triton kernels: the grader could not run\\n\\n" + line.replace("<", "&lt;") + "\\n\\nThis is the "
+                    "grader's failure, not a grade of your work: nothing was scored. Push again (a new submission), and if "
+                    "it happens again tell the course staff, with a link to this page.\\n\\n")
     if os.environ.get("GITHUB_OUTPUT"):
         with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
-            f.write(f"status=error\\nsummary=autograder: {{line}}\\n")
+            f.write(f"status=error\\nsummary=autograder: {{line[:120]}}\\n")
     sys.exit(2)
 
 
@@ -93,16 +106,20 @@ def has_grader(python, scratch):
 
 
 def verified_wheel(checkout, scratch):
-    """The kit's wheel copied out of the checkout, if its sha256 is the released one's."""
-    source = checkout / REQUIREMENT
-    if source.is_symlink() or not source.is_file() or source.stat().st_size > 200 * 2**20:
-        fail(f"{{REQUIREMENT}} is missing from the repository: restore it from the assignment's template")
-    data = source.read_bytes()
-    if hashlib.sha256(data).hexdigest() != WHEEL_SHA256:
-        fail(f"{{REQUIREMENT}} is not the grader the course released (its sha256 differs): restore it from the template")
-    copy = scratch / source.name
-    copy.write_bytes(data)
-    return copy
+    """The released wheel, its sha256 checked: the copy published beside this file (Classroom 50
+    bundles the assignment's autograders folder), else the kit's copy in the checkout (which an
+    assignment's allowed_files may have removed)."""
+    name = Path(REQUIREMENT).name
+    for source in (Path(__file__).resolve().parent / name, checkout / REQUIREMENT):
+        if source.is_symlink() or not source.is_file() or source.stat().st_size > 200 * 2**20:
+            continue
+        data = source.read_bytes()
+        if hashlib.sha256(data).hexdigest() == WHEEL_SHA256:
+            copy = scratch / name
+            copy.write_bytes(data)
+            return copy
+    fail(f"the grader's wheel {{name}} (sha256 {{WHEEL_SHA256[:12]}}...) is neither beside this autograder nor in the "
+         f"repository: publish the autograders folder again with `grader release --classroom50`")
 
 
 def install(checkout, scratch):
@@ -146,7 +163,9 @@ def main():
     except subprocess.TimeoutExpired:
         fail(f"the grader did not finish in {{left:.0f}} s")
     shutil.rmtree(scratch, ignore_errors=True)
-    sys.exit(0 if proc.returncode == 0 else 2)
+    if proc.returncode not in (0, 2):  # 2: the check said why itself; anything else stopped it unexpectedly
+        fail(f"the grader stopped unexpectedly (exit {{proc.returncode}}): its output is in the log above")
+    sys.exit(proc.returncode)
 
 
 if __name__ == "__main__":
@@ -178,23 +197,44 @@ def autograder(kit: Kit, names: list[str]) -> str:
                              wheel_sha256=sha, time_limit=TIME_LIMIT_S, course=course)
 
 
-def _read_entries(path: Path) -> tuple[object, list]:
-    """(the file's JSON, its list of entries): a list, or an object holding one under "assignments"."""
+def _read_entries(path: Path) -> dict:
+    """The file as Classroom 50's v1 object (`{"schema": "classroom50/assignments/v1",
+    "assignments": [...]}`): a new one where there is none, an old bare list of ours wrapped.
+    Keys and entries that are not ours are kept as they are."""
     if not path.exists():
-        return None, []
+        return {"schema": ASSIGNMENTS_SCHEMA, "assignments": []}
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (ValueError, UnicodeDecodeError, RecursionError) as exc:
         raise ReleaseError(f"{path} is not valid JSON ({str(exc)[:200]}): fix or remove it first") from None
-    entries = data.get("assignments") if isinstance(data, dict) else data
+    if isinstance(data, list):  # written by an earlier grader: the entries alone
+        data = {"schema": ASSIGNMENTS_SCHEMA, "assignments": data}
+    if not isinstance(data, dict):
+        raise ReleaseError(f"{path}: expected Classroom 50's {{\"schema\": \"{ASSIGNMENTS_SCHEMA}\", \"assignments\": [...]}}")
+    if data.setdefault("schema", ASSIGNMENTS_SCHEMA) != ASSIGNMENTS_SCHEMA:
+        raise ReleaseError(f"{path}: schema {str(data['schema'])[:80]!r} is not {ASSIGNMENTS_SCHEMA!r}, the one this grader writes")
+    entries = data.setdefault("assignments", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
-        raise ReleaseError(f"{path}: expected a list of assignment objects (or {{\"assignments\": [...]}})")
-    return data, entries
+        raise ReleaseError(f"{path}: expected a list of assignment objects under \"assignments\"")
+    return data
 
 
-def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None) -> list[str]:
+def due(deadline: datetime) -> tuple[str, dict]:
+    """(`due`, `due_meta`) of a course.toml deadline: the UTC instant in RFC 3339 (what
+    Classroom 50 compares each submission's date with to mark it late), and where it came from."""
+    offset = deadline.utcoffset() or timedelta(0)
+    sign, rest = ("-", -offset) if offset < timedelta(0) else ("+", offset)
+    hours, minutes = divmod(int(rest.total_seconds()) // 60, 60)
+    instant = deadline.astimezone(timezone.utc).replace(microsecond=0)
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ"), {"input": deadline.isoformat(), "offset": f"{sign}{hours:02d}:{minutes:02d}",
+                                                      "source": "explicit-offset"}
+
+
+def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
+                    deadlines: dict[str, datetime] | None = None) -> list[str]:
     """Write CLASSROOM/autograders/<slug>/autograder.py and CLASSROOM/assignments.json for the
-    kit's assignments; scanned before anything is written. Returns the files written."""
+    kit's assignments; scanned before anything is written. `deadlines` (course.toml's, by
+    assignment) become each entry's `due`. Returns the files written."""
     classroom = Path(classroom).resolve()
     if not NAME.fullmatch(classroom.name):
         raise ReleaseError(f"--classroom50 {classroom}: the classroom's folder name must be letters, digits, '-', '_' or '.'")
@@ -202,7 +242,8 @@ def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None)
     if classroom == course or classroom.is_relative_to(course) or course.is_relative_to(classroom):
         raise ReleaseError(f"--classroom50 {classroom} is inside the course (or holds it): use the classroom50 config repo")
     labels = check_runs_on(runs_on)
-    data, entries = _read_entries(classroom / "assignments.json")
+    data = _read_entries(classroom / "assignments.json")
+    entries = data["assignments"]
     by_slug = {e.get("slug"): e for e in entries}
     staging = Path(tempfile.mkdtemp(prefix=".classroom50-"))
     written = []
@@ -212,17 +253,20 @@ def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None)
             target = staging / "autograders" / slug / "autograder.py"
             target.parent.mkdir(parents=True)
             target.write_text(autograder(kit, [name]))
+            wheel = kit.root / (kit.root / "requirements-grader.txt").read_text().strip()
+            if wheel.suffix == ".whl" and wheel.is_file():  # published beside it: no need of the student's copy
+                shutil.copyfile(wheel, target.parent / wheel.name)
             entry = by_slug.get(slug)
             if entry is None:
                 entry = {"slug": slug}
                 entries.append(entry)
             entry.update({"name": spec.title, "mode": entry.get("mode", "individual"),
-                          "autograder": entry.get("autograder", "default"), "runtime": {**(entry.get("runtime") or {}),
+                          "autograder": entry.get("autograder") or "default", "runtime": {**(entry.get("runtime") or {}),
                                                                                        "runs-on": labels},
                           "release_assets": [REPORT_ASSET]})
-        if isinstance(data, dict):
-            data["assignments"] = entries
-        (staging / "assignments.json").write_text(json.dumps(data if isinstance(data, dict) else entries, indent=2) + "\n")
+            if (deadlines or {}).get(name) is not None:
+                entry["due"], entry["due_meta"] = due(deadlines[name])
+        (staging / "assignments.json").write_text(json.dumps(data, indent=2) + "\n")
         leaks = find_leaks(staging)
         if leaks:
             raise ReleaseError("the Classroom 50 autograders would publish private material:\n  " + "\n  ".join(leaks[:20]))

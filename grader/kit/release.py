@@ -31,6 +31,8 @@ PYTHON = "3.11"
 PACKAGE_HOME = Path(__file__).resolve().parents[2]  # where pyproject.toml is, in a source checkout
 PRIVATE_NAMES = {"hidden.py", "starter", "__pycache__", "solution", "solutions"}
 STARTER_PATH = re.compile(r"`(?:\.\./[\w-]+/)?starter/([^`]+)`")  # a handout's `starter/kernels/x.py`
+# not classroom.yml: Classmoji commits its own .github/workflows/classroom.yml into every student repo
+WORKFLOW = ".github/workflows/grader.yml"
 WHEEL_DIR = "grader-dist"  # the kit's copy of the grader, installed by requirements-grader.txt
 MIN_DISTINCTIVE = 24  # a reference line this long, found in no public file, is the reference's own
 GITIGNORE = """# the grader's outputs
@@ -87,8 +89,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
                  "hidden": s.hidden_count} for s in chosen]
         (build / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
             title=title, assignments=rows, python=PYTHON, wheel=wheel))
-        (build / ".github" / "workflows").mkdir(parents=True)
-        (build / ".github" / "workflows" / "classroom.yml").write_text(workflow(gpu_runner))
+        (build / WORKFLOW).parent.mkdir(parents=True)
+        (build / WORKFLOW).write_text(workflow(gpu_runner))
         leaks = find_leaks(build)
         if leaks:
             raise ReleaseError("the kit would leak private material:\n  " + "\n  ".join(leaks[:20]))

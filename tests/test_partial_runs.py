@@ -1,0 +1,94 @@
+"""Honest numbers of a run with --case/--dtype (a TA's dry run, a student's reproducer): the chosen
+cases earn their share of the assignment's points, the same in `grader check` and `grader grade`,
+and every output of the batch says the run was partial; a --case or --dtype that chooses nothing
+is exit 2 naming it, never a check of nothing."""
+
+from __future__ import annotations
+
+import csv
+import io
+import json
+from types import SimpleNamespace
+
+import pytest
+
+from classbuild import make_class
+from conftest import run_cli
+from grader.batch.classview import Cell, Row
+from grader.batch.exporters import EXPORTS
+
+PARTIAL = {"cases_run": 1, "cases": 20, "assignment_points": 10}
+
+
+def _view(partial: dict) -> SimpleNamespace:
+    alice = Row("alice", "alice", "fetched", github_username="alice",
+                cells={"vector_add": Cell("vector_add", "graded", 0.3, 10.0, partial=partial),
+                       "softmax": Cell("softmax", "graded", 12.0, 20.0)})
+    return SimpleNamespace(assignments=["vector_add", "softmax"], rows=[alice], course=None, late={})
+
+
+@pytest.mark.parametrize("name", sorted(EXPORTS))
+def test_every_gradebook_names_a_partial_column_and_only_that_one(name):
+    marked = EXPORTS[name](_view(PARTIAL))
+    plain = EXPORTS[name](_view({}))
+    assert "vector_add (partial run)" in marked and "softmax (partial run)" not in marked
+    assert "partial" not in plain  # a full run's gradebook is as it always was
+    assert marked.replace("vector_add (partial run)", "vector_add") == plain  # the mark is all that differs
+
+
+@pytest.mark.parametrize("args, message", [
+    (["--case", "n=1", "--case", "n=1x"], "--case n=1x: no such case in vector_add (named cases: n=1, "),
+    (["--case", "hidden-looking-name"], "--case hidden-looking-name: no such case"),
+])
+def test_check_names_a_case_that_matches_nothing(submission, cli, args, message):
+    run = cli(submission("good"), "-a", "vector_add", "--device", "cpu", "--seed", "3", *args)
+    assert run.returncode == 2 and message in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr and run.results is None  # nothing ran, nothing written as if it had
+
+
+def test_grade_names_a_case_that_matches_nothing(tmp_path):
+    roster = make_class(tmp_path, {"alice": "good"})
+    run = run_cli(["grade", "--roster", str(roster), "--out", "out", "-a", "vector_add", "--device", "cpu",
+                   "--case", "n=1", "--case", "n=l"], tmp_path)
+    assert run.returncode == 2 and "--case n=l: no such case in vector_add" in run.stderr, run.stdout + run.stderr
+    assert not (tmp_path / "out" / "grades.csv").exists()
+
+
+@pytest.mark.slow
+def test_a_case_batch_gives_the_chosen_cases_the_points_check_gives_and_says_partial(tmp_path):
+    flags = ["-a", "vector_add", "--device", "cpu", "--case", "n=1", "--dtype", "float32", "--seed", "3"]
+    roster = make_class(tmp_path, {"alice": "good"})
+    graded = run_cli(["grade", "--roster", str(roster), "--out", "out", *flags], tmp_path)
+    assert graded.returncode == 0, graded.stdout + graded.stderr
+    assert "Partial run (--case/--dtype)" in graded.stdout
+    checked = run_cli(["check", str(tmp_path / "repos" / "alice"), *flags, "--json", str(tmp_path / "c" / "results.json"),
+                       "--html", str(tmp_path / "c")], tmp_path)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    check_points = json.loads((tmp_path / "c" / "results.json").read_text())["extra_data"]["assignments"]["vector_add"]
+    out = tmp_path / "out"
+    results = json.loads((out / "students" / "alice" / "results.json").read_text())
+    batch_points = results["extra_data"]["assignments"]["vector_add"]
+    assert batch_points["score"] == check_points["score"] and 0 < batch_points["score"] < 1  # one case's share of 10
+    assert batch_points["partial"] == check_points["partial"] and batch_points["partial"]["assignment_points"] == 10
+    assert results["extra_data"]["partial"] is True and results["output"].startswith(f"{batch_points['score']:g} / 10 points (partial run")
+    summary = json.loads((out / "summary.json").read_text())
+    cell = summary["students"][0]["assignments"]["vector_add"]
+    assert summary["partial"] is True and cell["partial"]["cases_run"] == 1
+    assert (cell["score"], cell["max_score"]) == (batch_points["score"], 10)
+    assert "Partial run" in (out / "index.html").read_text()
+    grades = list(csv.DictReader(io.StringIO((out / "grades.csv").read_text())))
+    assert float(grades[0]["vector_add (partial run)"]) == batch_points["score"] and "partial run: 1 of" in grades[0]["note"]
+    for name in ("classroom.csv", "gradescope.csv", "canvas.csv"):
+        assert "vector_add (partial run)" in (out / name).read_text(), name
+
+
+def test_a_dtype_no_assignment_takes_is_named():
+    """A course's assignment of one dtype: --dtype float16 would choose none of its cases."""
+    from grader.judge.context import GradingContext
+
+    spec = SimpleNamespace(name="scan", cases=[SimpleNamespace(name="n=8")], dtypes=("float32",), random_cases=lambda rng: [])
+    assert GradingContext("cpu", 3, dtypes=("float32",)).unmatched([spec]) == []
+    assert GradingContext("cpu", 3, cases=("n=8",)).unmatched([spec]) == []
+    assert GradingContext("cpu", 3, cases=("n=9",), dtypes=("float16",)).unmatched([spec]) == [
+        "--case n=9: no such case in scan (named cases: n=8; a random one by its shape, e.g. shape=1x17)",
+        "--dtype float16: no case of scan is in it (their dtypes: float32)"]
