@@ -107,10 +107,16 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
     # the worker's own copy of the grader's code, not the course's grader/ (nor anything beside it)
     argv += ["--mount", f"type=bind,source={worker_code() / 'grader'},target=/opt/grader-host/grader,readonly"]
     # the image's course folder (its assignments/, hidden cases included: see the Dockerfile), blank
-    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555"]
+    # (podman would copy the image's folder into the tmpfs unless told not to)
+    podman = Path(argv[0]).name == "podman"
+    if podman:
+        # podman sets an unset nproc to its maximum, which a runtime without CAP_SYS_RESOURCE
+        # refuses. It counts per uid, and every worker container shares one: a bound on all of
+        # them together, where --pids-limit is each one's.
+        argv += ["--ulimit", f"nproc={8 * limits.processes}"]
+    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" + (",notmpcopyup" if podman else "")]
     if not interpret:  # podman names a GPU by its CDI spec (nvidia-ctk cdi generate)
-        argv += (["--device", f"nvidia.com/gpu={gpu or 0}"] if Path(cli()).name == "podman"
-                 else ["--gpus", f'"device={gpu or 0}"'])
+        argv += ["--device", f"nvidia.com/gpu={gpu or 0}"] if podman else ["--gpus", f'"device={gpu or 0}"']
     argv += ["--workdir", str(cwd)]
     for key, value in env.items():
         if key == "CUDA_VISIBLE_DEVICES" and not interpret:
@@ -118,4 +124,6 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
         if key == "PATH":
             continue  # the image's own
         argv += ["--env", f"{key}={value}"]
-    return argv + ["--env", "PYTHONPATH=/opt/grader-host", image or current().docker_image, *command]
+    # the image's entrypoint is the grader's CLI (its other use): the worker's command replaces it
+    return argv + ["--env", "PYTHONPATH=/opt/grader-host", "--entrypoint", command[0], image or current().docker_image,
+                   *command[1:]]
