@@ -25,7 +25,7 @@ ARG BASE=nvidia/cuda:12.8.1-base-ubuntu24.04
 # the optional wheels/ folder of the build context (the glob matches nothing where it is absent),
 # kept out of the final image: its RUN mounts it
 FROM ${BASE} AS wheels
-COPY README.md wheel[s] /wheels/
+COPY pyproject.toml wheel[s] /wheels/
 
 FROM ${BASE}
 ARG TORCH_VERSION=2.11.0

@@ -39,9 +39,11 @@ for requirement in project["project"]["dependencies"] + project["build-system"][
     print("torch==2.13.0+cpu" if requirement.startswith("torch") else requirement)
 PY
 )
-"$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: --python-version 3.11 \
-    --find-links "$cache/wheels" -d "$cache/wheels" "${requirements[@]}" 2>&1 \
-    | grep -v "is ignored: it is neither a file nor a directory" >&2 || true
+if ! "$python" -m pip download --quiet --disable-pip-version-check --only-binary=:all: --python-version 3.11 \
+        --find-links "$cache/wheels" -d "$cache/wheels" "${requirements[@]}" >"$cache/pip.log" 2>&1; then
+    cat "$cache/pip.log" >&2
+    exit 1
+fi
 
 # the build context: what the Dockerfile copies, and the wheels (hard links, no copy)
 context=$(mktemp -d "${TMPDIR:-/tmp}/grader-image-context.XXXXXX")
