@@ -140,6 +140,7 @@ def test_the_image_says_when_its_sandbox_has_no_namespaces(image, tmp_path):
     isolation = results["extra_data"]["environment"]["isolation"]
     assert isolation["network"] == "the host's" and any("sandbox without namespaces" in w for w in isolation["warnings"])
     assert "warning: sandbox without namespaces" in " ".join(proc.stderr.split())
+    assert "the grader runs in a container: give it --cap-add SYS_ADMIN" in " ".join(proc.stderr.split()), proc.stderr
     assert "::warning title=Weaker sandbox::sandbox without namespaces" in proc.stdout, proc.stdout
     assert proc.returncode == 0 and results["score"] > 0, proc.stdout + proc.stderr
 
@@ -200,7 +201,8 @@ def test_hostile_workers_in_containers_are_contained(image, tmp_path):
     # inside, 127.0.0.1 is the container's own loopback (--network none): refused, nothing sent
     report = result_of(results, "vector_add: n=1 [float32]")["output"]
     assert "network report: ConnectionRefusedError" in report and "connected and sent" not in report, report
-    # its 50 left-behind processes died with the container: no container of this run is left
+    # its 50 left-behind processes died with the container: none runs, and no container of this run is left
+    assert subprocess.run(["pgrep", "-f", f"sleep 3600.{marker}"], capture_output=True).returncode == 1
     left = subprocess.run([PODMAN, "ps", "-a", "--filter", "name=grader-worker-", "--format", "{{.Names}}"],
                           capture_output=True, text=True).stdout.split()
     assert left == [], left

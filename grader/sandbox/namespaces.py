@@ -54,10 +54,19 @@ def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
                                            "processes, as with --isolation none",))
     if not candidate.namespaces:
         warnings.append(f"sandbox without namespaces ({reasons[-1]}): a worker can use the network, read every file its user "
-                        "can, see other processes, and a process it starts could outlive it")
+                        "can, see other processes, and a process it starts could outlive it" + _container_hint())
     elif root and not candidate.user_switch:
         warnings.append(f"sandbox without a separate user ({reasons[0]}): workers run as root inside their namespaces")
     return Isolation(candidate.mode, candidate.namespaces, candidate.user_namespace, candidate.user_switch, tuple(warnings))
+
+
+def _container_hint() -> str:
+    """What to do where the grader itself runs in a container (which refuses namespaces unless
+    given the privileges), else nothing."""
+    if not (os.path.exists("/run/.containerenv") or os.path.exists("/.dockerenv")):
+        return ""
+    return ("; the grader runs in a container: give it --cap-add SYS_ADMIN --security-opt seccomp=unconfined, "
+            "or grade with --isolation docker from the host (docs/security.md, \"The grading image\")")
 
 
 def start(launch: Launch, isolation: Isolation) -> Started:
