@@ -18,6 +18,7 @@ reads a `GRADER_*` variable. (The kit's CI adapters read the CI runner's own var
 | GRADER_SANDBOX_UIDS | the uid range sandboxed workers run as (root only) |
 | GRADER_THREADS | CPU threads per job process and its workers (a batch sets it per slot) |
 | GRADER_DOCKER_IMAGE | the image of `--isolation docker` |
+| GRADER_CONTAINER_CLI | the command `--isolation docker` runs containers with (default `docker`; `podman` speaks the same) |
 | GRADER_WARM | 0: no warm start anywhere (no fork server, no kept zygote, no job server) |
 | GRADER_ZYGOTE, GRADER_WARM_SECONDS, GRADER_JOB_SERVER | the three warm starts one by one (0 turns one off; seconds a kept zygote waits) |
 | CUDA_VISIBLE_DEVICES | the GPUs a batch spreads its jobs over, and a worker's GPU |
@@ -59,6 +60,7 @@ class Settings:
     sandbox_uids: str = DEFAULT_SANDBOX_UIDS
     threads: int | None = None
     docker_image: str = "grader"
+    container_cli: str = "docker"  # docker, or a command with its CLI (podman)
     warm: WarmStarts = WarmStarts()
     visible_gpus: str | None = None  # CUDA_VISIBLE_DEVICES: the GPUs this process may use (None: all)
     in_ci: bool = False  # any CI (CI or GITHUB_ACTIONS set)
@@ -104,6 +106,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         sandbox_uids=env.get("GRADER_SANDBOX_UIDS") or DEFAULT_SANDBOX_UIDS,
         threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
         docker_image=env.get("GRADER_DOCKER_IMAGE") or "grader",
+        container_cli=env.get("GRADER_CONTAINER_CLI") or "docker",
         warm=warm,
         visible_gpus=env.get("CUDA_VISIBLE_DEVICES"),
         in_ci=in_ci,

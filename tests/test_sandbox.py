@@ -335,7 +335,8 @@ def test_docker_command_contains_the_worker(tmp_path):
     assert f"type=bind,source={launch.worker_code() / 'grader'},target=/opt/grader-host/grader,readonly" in argv
     assert str(REPO_ROOT.resolve()) not in text.replace(str(job), "")
     assert f"type=tmpfs,target={docker.IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" in argv  # the image's assignments/
-    assert argv[-4:] == [current().docker_image, "python", "-c", "pass"]
+    # the command replaces the image's entrypoint (the grader's CLI)
+    assert argv[-5:] == ["--entrypoint", "python", current().docker_image, "-c", "pass"]
 
 
 FAKE_DOCKER = '''#!{python}
@@ -349,12 +350,12 @@ if args[0] in ("kill", "rm"):
         pass
     sys.exit(0)
 valued = {{"--name", "--network", "--tmpfs", "--user", "--cap-drop", "--security-opt", "--pids-limit", "--memory",
-          "--memory-swap", "--ulimit", "--mount", "--gpus", "--workdir", "--env"}}
+          "--memory-swap", "--ulimit", "--mount", "--gpus", "--workdir", "--env", "--entrypoint"}}
 i, opts = 1, []
 while args[i].startswith("-"):
     opts.append((args[i], args[i + 1] if args[i] in valued else None))
     i += 2 if args[i] in valued else 1
-command = args[i + 1:]
+command = [dict(opts)["--entrypoint"], *args[i + 1:]]
 grader = next(v for k, v in opts if k == "--mount" and "target=/opt/grader-host/grader" in v)
 host = os.path.dirname(grader.split("source=")[1].split(",")[0])
 env = {{"PATH": os.environ["PATH"]}}

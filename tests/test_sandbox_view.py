@@ -191,6 +191,27 @@ def test_the_view_binds_no_folder_that_holds_a_private_one(monkeypatch, tmp_path
     assert dict(view["binds"])[str((tmp_path / "job" / "repo").resolve())] is True  # its own folder, writable
 
 
+def test_an_installed_grader_hides_its_package_not_the_site_packages_it_lies_in(monkeypatch, tmp_path):
+    """Installed from a wheel (the kit, the image), the folder above grader/ is site-packages:
+    the worker imports torch and Triton from there, so it stays bound and only grader/ is
+    covered. In a checkout the whole folder above grader/ (the course) stays private."""
+    prefix = tmp_path / "venv"
+    site_packages = prefix / "lib" / "python3" / "site-packages"
+    (site_packages / "grader").mkdir(parents=True)
+    (site_packages / "torch").mkdir()
+    monkeypatch.setattr(namespaces, "PACKAGE_PARENT", str(site_packages))
+    real = namespaces._worker_sys_path()
+    monkeypatch.setattr(namespaces, "_worker_sys_path", lambda: (*real, str(site_packages)))
+    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [])
+    bound = [path for path, _ in view["binds"]]
+    assert any(namespaces._inside(str(site_packages / "torch"), b) for b in bound), bound
+    assert str(site_packages / "grader") in view["covers"], view["covers"]
+    assert namespaces.private_folders([]) == sorted(set(namespaces.private_folders([])))
+    assert str(site_packages) not in namespaces.private_folders([])
+    monkeypatch.setattr(namespaces, "PACKAGE_PARENT", str(prefix / "course"))  # a checkout: the course itself
+    assert str(prefix / "course") in namespaces.private_folders([])
+
+
 @needs_namespaces
 def test_a_private_folder_inside_an_allowed_one_is_blank(tmp_path, monkeypatch):
     doc = Path("/usr/share/doc")

@@ -26,10 +26,11 @@ def test_each_variable_sets_its_field():
     s = from_environment({"GRADER_COURSE": "/srv/course", "GRADER_COURSE_SECRET": "s3", "GRADER_REFERENCE_DIR": "/srv/ref",
                           "GRADER_CACHE_DIR": "/c", "GRADER_CACHE_GB": " 2 ", "GRADER_LOCK_DIR": "/l",
                           "GRADER_SANDBOX_UIDS": "70000-70010", "GRADER_THREADS": "4", "GRADER_DOCKER_IMAGE": "img",
-                          "CUDA_VISIBLE_DEVICES": "1,2"})
+                          "GRADER_CONTAINER_CLI": "podman", "CUDA_VISIBLE_DEVICES": "1,2"})
     assert (s.course, s.course_secret, s.reference_dir) == (Path("/srv/course"), "s3", Path("/srv/ref"))
     assert (s.cache_dir, s.cache_gb, s.lock_dir, s.check_cache_base) == (Path("/c"), "2", Path("/l"), Path("/c"))
     assert (s.sandbox_uids, s.threads, s.docker_image, s.visible_gpus) == ("70000-70010", 4, "img", "1,2")
+    assert s.container_cli == "podman" and Settings().container_cli == "docker"
     assert from_environment({"XDG_CACHE_HOME": "/x"}).check_cache_base == Path("/x/grader")
     assert from_environment({"GRADER_THREADS": "many"}).threads is None  # not a count: left to the machine
 

@@ -157,6 +157,10 @@ def check(
         raise typer.Exit(2)
     for warning in contained.warnings:  # once per run, before any worker starts
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+        if ci_mode is not None or in_actions():  # a CI run that lost a layer says so where its log is read, not only on stderr
+            from grader.sanitize import for_annotation
+
+            print(f"::warning title=Weaker sandbox::{for_annotation(warning)}", flush=True)
 
     mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
     console.print(f"Checking [bold]{shown(sub.root)}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {ctx.seed}")

@@ -13,7 +13,6 @@ usage error or a malformed roster, lock or course file, with one line.
 from __future__ import annotations
 
 import os
-import shutil
 import signal
 import threading
 from pathlib import Path
@@ -26,6 +25,7 @@ from grader import spec as specs
 from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail, shown
 from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
+from grader.sandbox import docker
 from grader.settings import current
 
 DEFAULT_JOBS_PER_GPU = 2
@@ -229,8 +229,8 @@ def grade(
             slots, gpu_model = [None] * (jobs or 2), "GPUs of the Ray cluster"
         else:
             slots, gpu_model = resolve_slots(ctx.device, gpus, jobs)
-        if ctx.isolation == "docker" and shutil.which("docker") is None:  # said now, not by every job
-            raise UsageError("--isolation docker: no `docker` command on this machine (use the default, --isolation sandbox)")
+        if ctx.isolation == "docker" and (problem := docker.missing()) is not None:  # said now, not by every job
+            raise UsageError(problem)
         if roster is None:
             lock = read_lock(lock_file)
     except specs.UnknownAssignment as exc:

@@ -1,5 +1,6 @@
 """The docker backend (`--isolation docker`): one container per worker (see `docker_command`),
-speaking over two FIFOs in the worker's scratch folder, killed and removed by name."""
+speaking over two FIFOs in the worker's scratch folder, killed and removed by name. The command
+is `docker` or one with its CLI (GRADER_CONTAINER_CLI=podman)."""
 
 from __future__ import annotations
 
@@ -23,10 +24,23 @@ DOCKER_USER = "10001:10001" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid
 SUMMARY = "a container per worker"  # what `--isolation` help says of this mode
 
 
+def cli() -> str:
+    """The container command (GRADER_CONTAINER_CLI, default docker)."""
+    return current().container_cli
+
+
+def missing() -> str | None:
+    """Why `--isolation docker` cannot run here (its command is not on PATH), else None."""
+    if shutil.which(cli()) is None:
+        return (f"--isolation docker: no `{cli()}` command on this machine (GRADER_CONTAINER_CLI names another, "
+                "e.g. podman; or use the default, --isolation sandbox)")
+    return None
+
+
 def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
-    """Docker itself must be here; the image is found when the first worker starts."""
-    if shutil.which("docker") is None:
-        raise SandboxError("--isolation docker: no `docker` command on this machine (use the default, --isolation sandbox)")
+    """The container command must be here; the image is found when the first worker starts."""
+    if (problem := missing()) is not None:
+        raise SandboxError(problem)
     return Isolation("docker")
 
 
@@ -60,11 +74,11 @@ def start(launch: Launch, isolation: Isolation) -> Started:
 
 def kill(started: Started, isolation: Isolation) -> None:
     """The container, by name: `docker run` is only its client."""
-    subprocess.run(["docker", "kill", started.container], capture_output=True, timeout=60)
+    subprocess.run([cli(), "kill", started.container], capture_output=True, timeout=60)
 
 
 def cleanup(started: Started) -> None:
-    subprocess.run(["docker", "rm", "-f", started.container], capture_output=True, timeout=60)
+    subprocess.run([cli(), "rm", "-f", started.container], capture_output=True, timeout=60)
 
 
 def exit_code(code: int) -> int:
@@ -80,7 +94,7 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
     limit, memory without swap, and one GPU."""
     memory = f"{max(1, limits.memory >> 20)}m"
     argv = [
-        "docker", "run", "--rm", "--name", name, "--init",
+        cli(), "run", "--rm", "--name", name, "--init",
         "--network", "none", "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,size=256m",
         "--user", DOCKER_USER, "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--pids-limit", str(limits.processes), "--memory", memory, "--memory-swap", memory,
@@ -93,9 +107,16 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
     # the worker's own copy of the grader's code, not the course's grader/ (nor anything beside it)
     argv += ["--mount", f"type=bind,source={worker_code() / 'grader'},target=/opt/grader-host/grader,readonly"]
     # the image's course folder (its assignments/, hidden cases included: see the Dockerfile), blank
-    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555"]
-    if not interpret:
-        argv += ["--gpus", f'"device={gpu or 0}"']
+    # (podman would copy the image's folder into the tmpfs unless told not to)
+    podman = Path(argv[0]).name == "podman"
+    if podman:
+        # podman sets an unset nproc to its maximum, which a runtime without CAP_SYS_RESOURCE
+        # refuses. It counts per uid, and every worker container shares one: a bound on all of
+        # them together, where --pids-limit is each one's.
+        argv += ["--ulimit", f"nproc={8 * limits.processes}"]
+    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" + (",notmpcopyup" if podman else "")]
+    if not interpret:  # podman names a GPU by its CDI spec (nvidia-ctk cdi generate)
+        argv += ["--device", f"nvidia.com/gpu={gpu or 0}"] if podman else ["--gpus", f'"device={gpu or 0}"']
     argv += ["--workdir", str(cwd)]
     for key, value in env.items():
         if key == "CUDA_VISIBLE_DEVICES" and not interpret:
@@ -103,4 +124,6 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
         if key == "PATH":
             continue  # the image's own
         argv += ["--env", f"{key}={value}"]
-    return argv + ["--env", "PYTHONPATH=/opt/grader-host", image or current().docker_image, *command]
+    # the image's entrypoint is the grader's CLI (its other use): the worker's command replaces it
+    return argv + ["--env", "PYTHONPATH=/opt/grader-host", "--entrypoint", command[0], image or current().docker_image,
+                   *command[1:]]

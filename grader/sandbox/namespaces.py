@@ -54,10 +54,19 @@ def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
                                            "processes, as with --isolation none",))
     if not candidate.namespaces:
         warnings.append(f"sandbox without namespaces ({reasons[-1]}): a worker can use the network, read every file its user "
-                        "can, see other processes, and a process it starts could outlive it")
+                        "can, see other processes, and a process it starts could outlive it" + _container_hint())
     elif root and not candidate.user_switch:
         warnings.append(f"sandbox without a separate user ({reasons[0]}): workers run as root inside their namespaces")
     return Isolation(candidate.mode, candidate.namespaces, candidate.user_namespace, candidate.user_switch, tuple(warnings))
+
+
+def _container_hint() -> str:
+    """What to do where the grader itself runs in a container (which refuses namespaces unless
+    given the privileges), else nothing."""
+    if not (os.path.exists("/run/.containerenv") or os.path.exists("/.dockerenv")):
+        return ""
+    return ("; the grader runs in a container: give it --cap-add SYS_ADMIN --security-opt seccomp=unconfined, "
+            "or grade with --isolation docker from the host (docs/security.md, \"The grading image\")")
 
 
 def start(launch: Launch, isolation: Isolation) -> Started:
@@ -185,11 +194,21 @@ def _worker_sys_path() -> tuple[str, ...]:
 
 def private_folders(hide: list[Path]) -> list[str]:
     """Folders no worker may see, wherever they lie: the course (its checkout, whatever it
-    holds), the grader's home, and `hide` (the submissions, the output folder, the references)."""
+    holds), the grader's own code, the grader's home, and `hide` (the submissions, the output
+    folder, the references)."""
     from grader.spec import course_root
 
-    folders = [course_root(), Path(PACKAGE_PARENT), Path.home(), *hide]
+    folders = [course_root(), Path(PACKAGE_PARENT) if installed_package() is None else Path(installed_package()),
+               Path.home(), *hide]
     return sorted({os.path.realpath(p) for p in folders})
+
+
+def installed_package() -> str | None:
+    """The grader's package folder where it is installed (from a wheel, in the image): the folder
+    above it is then site-packages, which the worker imports torch and Triton from, so only
+    `grader/` is hidden (covered) there; in a checkout (None) the whole folder above is private."""
+    parent = Path(PACKAGE_PARENT)
+    return os.path.realpath(parent / "grader") if parent.name in ("site-packages", "dist-packages") else None
 
 
 def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
@@ -208,8 +227,9 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     libraries = os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) + [os.environ.get("CUDA_HOME", "")]
     wanted = [p for p in (*site_dirs, *libraries) if p and os.path.isabs(p) and os.path.isdir(p)]
     # never a folder that is, or holds, the course or another private folder
+    # (an installed grader's package is covered instead: its site-packages is the worker's too)
     readable = {os.path.realpath(p) for p in wanted
-                if not any(_inside(c, os.path.realpath(p)) for c in private)}
+                if not any(_inside(c, os.path.realpath(p)) for c in private if c != installed_package())}
     readable |= {os.path.realpath(p) for p in (*SYSTEM, *DEVICES) if os.path.isdir(p) and not os.path.islink(p)}
     readable.add(str(worker_code()))
     readable.add(os.path.realpath(job))
