@@ -87,6 +87,15 @@ def test_a_result_computed_by_torch_is_not_replayable_and_says_so():
 
 
 def test_torch_writing_the_result_after_the_launches_is_noted():
+    def add_in_place(launch, x):
+        out = torch.empty_like(x)
+        launch(A, x, out, x.numel(), grid=(1,))
+        out.add_(1.0)
+        return out
+
+    why = _record(add_in_place, {"x": torch.ones(16)})["why_not"]
+    assert any("torch wrote output 0 (aten::add_" in w for w in why), why
+
     def body(launch, x):
         out = torch.empty_like(x)
         launch(A, x, out, x.numel(), grid=(1,))
@@ -94,7 +103,8 @@ def test_torch_writing_the_result_after_the_launches_is_noted():
         return out
 
     why = _record(body, {"x": torch.ones(16)})["why_not"]
-    assert any("torch wrote output 0 (aten::copy_" in w for w in why), why
+    # the copy into the result is kept as a copy, but what it copies torch computed
+    assert any("computed by torch (aten::_softmax)" in w for w in why), why
 
 
 def test_a_result_no_launch_writes_is_noted():
@@ -126,7 +136,25 @@ def test_a_buffer_from_elsewhere_and_a_host_tma_descriptor_are_not_described():
         return out
 
     why = _record(tma, {"x": torch.ones(16)})["why_not"]
-    assert any("host-side TMA descriptor" in w for w in why), why
+    assert any("host-side TMA descriptor the replay cannot rebuild" in w for w in why), why
+
+
+def test_a_host_tma_descriptor_over_the_result_is_kept_as_numbers_over_its_base():
+    class TensorDescriptor:  # the fields of triton.tools.tensor_descriptor.TensorDescriptor
+        def __init__(self, base, shape, strides, block_shape):
+            self.base, self.shape, self.strides, self.block_shape = base, shape, strides, block_shape
+            self.padding, self.round_f32_to_tf32 = "zero", False
+
+    def body(launch, x):
+        out = torch.empty(8, 16)
+        launch(A, x, TensorDescriptor(out, [8, 16], [16, 1], [4, 16]), 16, grid=(2,))
+        return out
+
+    record = _record(body, {"x": torch.ones(16)})
+    desc = record["launches"][0]["args"][1]
+    assert desc == {"name": "y_ptr", "kind": "tensordesc", "role": "output", "ref": 0, "offset": 0, "dtype": "float32",
+                    "shape": [8, 16], "strides": [16, 1], "block_shape": [4, 16], "padding": "zero", "round_f32_to_tf32": False}
+    assert "no launch writes result 0" not in record["why_not"]
 
 
 def test_a_scratch_buffer_torch_computed_is_not_replayable():
@@ -150,3 +178,31 @@ def test_a_fill_of_a_result_slice_is_kept_with_its_geometry():
     record = _record(body, {"x": torch.ones(16)})
     fill = record["sequence"][0]["fill"]
     assert fill == {"role": "output", "ref": 0, "offset": 16, "shape": [4, 4], "stride": [8, 1], "dtype": "float32", "value": 1.5}
+
+
+def test_a_layout_or_dtype_copy_of_an_input_is_a_step_of_the_record():
+    def body(launch, x):
+        xt = x.t().contiguous()  # aten::clone of a transposed view
+        half = xt.to(torch.float16)  # aten::_to_copy of that copy
+        out = torch.empty(8, 4, dtype=torch.float16)
+        launch(A, half, out, 32, grid=(1,))
+        return out
+
+    record = _record(body, {"x": torch.ones(4, 8)})
+    assert record["why_not"] == ["no compiled kernel (Triton's CPU interpreter)"]
+    copies = [s["copy"] for s in record["sequence"] if "copy" in s]
+    assert [(c["from"]["role"], c["to"]["role"]) for c in copies] == [("input", "scratch"), ("scratch", "scratch")]
+    assert copies[0]["from"]["stride"] == [1, 8] and copies[0]["to"]["stride"] == [4, 1]
+    assert copies[1]["to"]["dtype"] == "float16" and copies[1]["from"]["ref"] == copies[0]["to"]["ref"]
+    assert [list(s)[0] for s in record["sequence"]] == ["copy", "copy", "launch"]
+
+
+def test_a_copy_from_a_buffer_torch_computed_is_not_replayable():
+    def body(launch, x):
+        y = (x * 3).t().contiguous()
+        out = torch.empty_like(y)
+        launch(A, y, out, 32, grid=(1,))
+        return out
+
+    why = _record(body, {"x": torch.ones(4, 8)})["why_not"]
+    assert any("computed by torch (aten::mul" in w for w in why), why

@@ -111,6 +111,45 @@ def test_a_hostile_record_is_refused_with_the_reason(tmp_path, change, reason):
     assert reason in _refused(tmp_path, change)
 
 
+def _with_descriptor(raw, **change):
+    _kernel(raw)["signature"]["o_ptr"] = "tensordesc<fp32[64, 64]>"
+    desc = {"name": "o_ptr", "kind": "tensordesc", "role": "output", "ref": 0, "offset": 0, "dtype": "float32",
+            "shape": [64, 64], "strides": [64, 1], "block_shape": [64, 64], "padding": "zero", "round_f32_to_tf32": False}
+    desc.update(change)
+    _launch(raw)["args"][1] = desc
+
+
+def test_a_host_tma_descriptor_is_bounded_by_its_buffer(tmp_path):
+    raw = _record(tmp_path)
+    _with_descriptor(raw)
+    arg = record.check(raw, tmp_path, INPUTS, 90).steps[1].args[1]
+    assert arg.kind == "tensordesc" and arg.desc["shape"] == [64, 64]
+    assert "reaches past its buffer" in _refused(tmp_path, lambda r: _with_descriptor(r, shape=[65, 64]))
+    assert "reaches past its buffer" in _refused(tmp_path, lambda r: _with_descriptor(r, strides=[128, 1]))
+    assert "not 16-byte aligned" in _refused(tmp_path, lambda r: _with_descriptor(r, offset=4))
+    assert "shape, strides and block shape disagree" in _refused(tmp_path, lambda r: _with_descriptor(r, strides=[1, 64]))
+
+
+def test_a_copy_step_stays_inside_its_buffers_and_never_writes_an_input(tmp_path):
+    def copying(**change):
+        def apply(raw):
+            step = {"to": {"role": "output", "ref": 0, "offset": 0, "shape": [64, 64], "stride": [64, 1], "dtype": "float32"},
+                    "from": {"role": "input", "ref": "x", "offset": 0, "shape": [64, 64], "stride": [1, 64], "dtype": "float32"}}
+            for end, fields in change.items():
+                step[end].update(fields)
+            raw["sequence"].insert(0, {"copy": step})
+        return apply
+
+    raw = _record(tmp_path)
+    copying()(raw)
+    steps = record.check(raw, tmp_path, INPUTS, 90).steps
+    assert isinstance(steps[0], record.Copy) and steps[0].source.stride == [1, 64]
+    assert "from runs past its buffer" in _refused(tmp_path, copying(**{"from": {"offset": 4}}))
+    assert "the call wrote an input" in _refused(tmp_path, copying(to={"role": "input", "ref": "x"}))
+    assert "the shapes differ" in _refused(tmp_path, copying(to={"shape": [32, 64]}))
+    assert "not aligned to its dtype" in _refused(tmp_path, copying(to={"offset": 2, "shape": [1], "stride": [1]}, **{"from": {"shape": [1]}}))
+
+
 def test_compiled_files_are_checked_before_anything_is_loaded(tmp_path):
     # a file that is not what its hash names
     def swapped(raw):

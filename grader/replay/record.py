@@ -35,7 +35,8 @@ MAX_SHARED = 232448  # bytes per block, an H100's opt-in limit
 WARPS = (1, 2, 4, 8, 16, 32)
 DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "int32": 4,
           "int64": 8, "bool": 1}
-TYPE = re.compile(r"^(constexpr|\*?k?(fp8e4nv|fp8e5|fp8e4b15|fp16|bf16|fp32|fp64|i1|i8|i16|i32|i64|u1|u8|u16|u32|u64))$")
+_ELEMENT = r"(fp8e4nv|fp8e5|fp8e4b15|fp16|bf16|fp32|fp64|i1|i8|i16|i32|i64|u1|u8|u16|u32|u64)"
+TYPE = re.compile(rf"^(constexpr|\*?k?{_ELEMENT}|tensordesc<{_ELEMENT}\[\d{{1,5}}(, ?\d{{1,5}}){{0,4}}\]>)$")
 NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 FILE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}\.(json|cubin|ptx|ttir|ttgir|llir|source)$")
 SHA = re.compile(r"^[0-9a-f]{64}$")
@@ -63,10 +64,11 @@ class Kernel:
 class Arg:
     name: str
     kind: str  # "tensor" or "value"
-    role: str = ""  # for a tensor: input, output, scratch
+    role: str = ""  # for a tensor or a descriptor's base: input, output, scratch
     ref: str | int = ""
     offset: int = 0
     value: object = None
+    desc: dict | None = None  # a host TMA descriptor's dtype, shape, strides, block_shape, padding, round_f32_to_tf32
 
 
 @dataclass
@@ -85,6 +87,14 @@ class Fill:
     stride: list[int]
     dtype: str
     value: float
+
+
+@dataclass
+class Copy:
+    """A copy the wrapper made with torch (a layout or dtype change), replayed between our buffers."""
+
+    to: Fill  # the destination view (its value unused)
+    source: Fill  # the source view
 
 
 @dataclass
@@ -207,14 +217,16 @@ def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None
     _need(bool(launches), "the record has no launch")
     steps, seen = [], 0
     sequence = _list(raw.get("sequence"), MAX_LAUNCHES + MAX_FILLS, "sequence")
-    _need(sum(1 for s in sequence if isinstance(s, dict) and "fill" in s) <= MAX_FILLS, f"more than {MAX_FILLS} fills")
+    _need(sum(1 for s in sequence if isinstance(s, dict) and "launch" not in s) <= MAX_FILLS, f"more than {MAX_FILLS} fills and copies")
     for j, step in enumerate(sequence):
         step = _dict(step, f"step {j}")
-        _need(len(step) == 1 and next(iter(step)) in ("fill", "launch"), f"step {j} is neither a fill nor a launch")
+        _need(len(step) == 1 and next(iter(step)) in ("fill", "copy", "launch"), f"step {j} is not a fill, a copy or a launch")
         if "launch" in step:
             _need(step["launch"] == seen, f"step {j}: launches out of order")
             steps.append(launches[seen])
             seen += 1
+        elif "copy" in step:
+            steps.append(_copy(_dict(step["copy"], f"step {j}"), j, sizes))
         else:
             steps.append(_fill(_dict(step["fill"], f"step {j}"), j, sizes))
     _need(seen == len(launches), "the sequence does not hold every launch once")
@@ -239,6 +251,21 @@ def _fill(d: dict, j: int, sizes: dict) -> Fill:
     return Fill(d["role"], d["ref"], offset, shape, stride, dtype, float(value))
 
 
+def _copy(d: dict, j: int, sizes: dict) -> Copy:
+    what = f"copy {j}"
+    views = []
+    for end in ("to", "from"):
+        v = _dict(d.get(end), f"{what}: {end}")
+        nbytes = _region(v.get("role"), v.get("ref"), sizes, f"{what}: {end}")
+        shape, stride, dtype, offset = _view(v, f"{what}: {end}")
+        _need(offset % DTYPES[dtype] == 0, f"{what}: {end} is not aligned to its dtype")
+        _need(_bytes_of(shape, stride, dtype, offset) <= nbytes, f"{what}: {end} runs past its buffer")
+        views.append(Fill(v["role"], v["ref"], offset, shape, stride, dtype, 0.0))
+    _need(views[0].role != "input", f"{what}: the call wrote an input")
+    _need(views[0].shape == views[1].shape, f"{what}: the shapes differ")
+    return Copy(views[0], views[1])
+
+
 def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> Launch:
     what = f"launch {i}"
     key = d.get("kernel")
@@ -261,6 +288,9 @@ def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> Launch:
             nbytes = _region(a.get("role"), a.get("ref"), sizes, f"{what}: {name}")
             offset = _int(a.get("offset"), 0, nbytes - 1, f"{what}: {name}'s offset")
             out.append(Arg(name, "tensor", a["role"], a["ref"], offset))
+        elif kind == "tensordesc":
+            _need(isinstance(sig, str) and sig.startswith("tensordesc<"), f"{what}: {name} is a descriptor where the kernel takes {sig}")
+            out.append(_descriptor(a, f"{what}: {name}", sizes))
         elif kind == "value":
             value = a.get("value")
             _need(value is None or type(value) in (bool, int, float, str), f"{what}: {name} is not a plain value")
@@ -276,6 +306,25 @@ def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> Launch:
         else:
             _need(False, f"{what}: {name} is neither a tensor nor a value")
     return Launch(kernel, grid, out)
+
+
+def _descriptor(a: dict, what: str, sizes: dict) -> Arg:
+    """A host TMA descriptor: its numbers bounded, and everything it lets the kernel reach inside
+    its base's buffer (the hardware clips the kernel's accesses to the descriptor's shape)."""
+    nbytes = _region(a.get("role"), a.get("ref"), sizes, what)
+    dtype = a.get("dtype")
+    _need(dtype in DTYPES, f"{what}: dtype {str(dtype)[:40]!r} is not one the replay knows")
+    offset = _int(a.get("offset"), 0, nbytes - 1, f"{what}: offset")
+    _need(offset % 16 == 0, f"{what}: the base is not 16-byte aligned")
+    shape = [_int(n, 1, 2**31, f"{what}: shape") for n in _list(a.get("shape"), 5, f"{what}: shape")]
+    strides = [_int(n, 0, 2**40, f"{what}: strides") for n in _list(a.get("strides"), 5, f"{what}: strides")]
+    block = [_int(n, 1, 256, f"{what}: block_shape") for n in _list(a.get("block_shape"), 5, f"{what}: block_shape")]
+    _need(len(shape) == len(strides) == len(block) >= 1 and strides[-1] == 1, f"{what}: shape, strides and block shape disagree")
+    _need(_bytes_of(shape, strides, dtype, offset) <= nbytes, f"{what}: the descriptor reaches past its buffer")
+    _need(a.get("padding") in ("zero", "nan") and type(a.get("round_f32_to_tf32")) is bool, f"{what}: padding refused")
+    return Arg(a["name"], "tensordesc", a["role"], a["ref"], offset,
+               desc={"dtype": dtype, "shape": shape, "strides": strides, "block_shape": block, "padding": a["padding"],
+                     "round_f32_to_tf32": a["round_f32_to_tf32"]})
 
 
 def _kernel(key: str, k: dict, folder: Path, arch: int | None) -> Kernel:

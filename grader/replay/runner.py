@@ -24,7 +24,7 @@ from types import SimpleNamespace
 import torch
 import triton
 
-from grader.replay.record import DTYPES, Fill, Launch, Plan
+from grader.replay.record import DTYPES, Copy, Fill, Launch, Plan
 
 LAUNCH_SHADOW_CYCLES = 2_000_000  # as grader.worker.timing: about 1 ms on Hopper, covers the host's launches
 
@@ -77,21 +77,41 @@ class Replay:
                                  dtype=torch.int32, device="cuda")
         self.calls = [self._prepared(step) for step in plan.steps]
 
+    def _view(self, v: Fill) -> torch.Tensor:
+        buf = self.storages[v.role][v.ref]
+        return torch.empty(0, dtype=_TORCH_DTYPES[v.dtype], device="cuda").set_(
+            buf.untyped_storage(), v.offset // DTYPES[v.dtype], v.shape, v.stride)
+
     def _prepared(self, step):
         if isinstance(step, Fill):
-            buf = self.storages[step.role][step.ref]
-            view = torch.empty(0, dtype=_TORCH_DTYPES[step.dtype], device="cuda").set_(
-                buf.untyped_storage(), step.offset // DTYPES[step.dtype], step.shape, step.stride)
+            view = self._view(step)
             return lambda: view.fill_(step.value)
+        if isinstance(step, Copy):
+            dst, src = self._view(step.to), self._view(step.source)
+            return lambda: dst.copy_(src)
         assert isinstance(step, Launch)
         args = []
         for a in step.args:
             if a.kind == "tensor":
                 args.append(self.storages[a.role][a.ref][a.offset:])
+            elif a.kind == "tensordesc":
+                args.append(self._descriptor(a))
             else:
                 args.append(a.value)
         launcher = self.kernels[step.kernel.hash][step.grid]
         return lambda: launcher(*args)
+
+    def _descriptor(self, a):
+        """Our own host TMA descriptor, over our own buffer, with the record's checked numbers."""
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        d = a.desc
+        size = DTYPES[d["dtype"]]
+        buf = self.storages[a.role][a.ref]
+        base = torch.empty(0, dtype=_TORCH_DTYPES[d["dtype"]], device="cuda").set_(
+            buf.untyped_storage(), a.offset // size, ((buf.numel() - a.offset) // size,), (1,))
+        extra = {"round_f32_to_tf32": True} if d["round_f32_to_tf32"] else {}  # a field Triton 3.6 does not have
+        return TensorDescriptor(base, list(d["shape"]), list(d["strides"]), list(d["block_shape"]), d["padding"], **extra)
 
     def reset(self) -> None:
         """Inputs as the call got them; result and scratch poisoned (0xFF bytes: NaN in floats)."""

@@ -35,6 +35,8 @@ CREATE_FILLED = {"aten::zeros": 0.0, "aten::new_zeros": 0.0, "aten::zeros_like":
                  "aten::new_ones": 1.0, "aten::ones_like": 1.0}
 CREATE_FULL = ("aten::full", "aten::new_full", "aten::full_like")
 FILL_IN_PLACE = ("aten::zero_", "aten::fill_")
+# ops that only copy (a layout or dtype change): replayed as copies between our own buffers
+COPY_CREATE = ("aten::clone", "aten::_to_copy")
 
 
 def _storage(t: torch.Tensor) -> tuple[int, int]:
@@ -61,7 +63,7 @@ class Recorder:
         self.known = {_storage(v)[0]: ("input", k) for k, v in self.inputs.items()}
         self.allocated: dict[int, dict] = {}  # storage ptr -> {"nbytes", "op", "init"}
         self.events: list[tuple] = []  # ("fill", ptr, geometry, value) | ("launch", raw) | ("torch", ptr, op)
-        self.kernels: dict[str, object] = {}  # hash -> CompiledKernel
+        self.kernels: dict[int, tuple[str, dict]] = {}  # id(CompiledKernel) -> (its key: SHA-256 of its files' digests, its description)
         self.why_not: list[str] = []
         self.streams: list[int] = []
         self.sizes = {_storage(v)[0]: _storage(v)[1] for v in self.inputs.values()}  # storage ptr -> bytes
@@ -80,6 +82,10 @@ class Recorder:
             value = 0.0 if name == "aten::zero_" else float(args[1])
             self.events.append(("fill", _storage(t)[0], self._geometry(t), value))
             return
+        if name.startswith("aten::copy_") and written and len(args) > 1 and isinstance(args[1], torch.Tensor) \
+                and args[1].device == written[0].device and list(args[1].shape) == list(written[0].shape):
+            self.events.append(("copy", _storage(written[0])[0], self._geometry(written[0]), _storage(args[1])[0], self._geometry(args[1])))
+            return
         for t in written:
             self.events.append(("torch", _storage(t)[0], name))
         for t in (out if isinstance(out, (tuple, list)) else [out]):
@@ -94,10 +100,14 @@ class Recorder:
                 init = CREATE_FILLED[name]
             elif name.startswith(CREATE_FULL) and len(args) > 1 and type(args[1]) in (int, float, bool):
                 init = float(args[1])
+            elif name.startswith(COPY_CREATE) and args and isinstance(args[0], torch.Tensor) and args[0].device == t.device \
+                    and list(args[0].shape) == list(t.shape):
+                init = "copy"
+                self.events.append(("copy", ptr, self._geometry(t), _storage(args[0])[0], self._geometry(args[0])))
             else:
                 init = "torch"  # computed by torch: its content is not the launches'
             self.allocated[ptr] = {"nbytes": nbytes, "op": name, "init": init}
-            if init not in (None, "torch"):
+            if type(init) is float:
                 self.events.append(("fill", ptr, self._geometry(t), init))
 
     @staticmethod
@@ -163,6 +173,25 @@ class Recorder:
             described = self._launch(raw, regions, scratch_ids, kernels, used, folder)
             if described is not None:
                 launches.append(described)
+        # the copies into what a launch reads or the result: their sources become part of the record
+        copies = [e for e in self.events if e[0] == "copy"]
+        for _ in range(len(copies)):
+            grew = False
+            for event in copies:
+                dst, src = event[1], event[3]
+                if (dst in used or dst in regions) and src not in used and src not in regions:
+                    if src in self.allocated:
+                        scratch_ids.setdefault(src, len(scratch_ids))
+                    used.add(src)
+                    grew = True
+            if not grew:
+                break
+        for event in copies:
+            if (event[1] in used or event[1] in regions) and event[3] not in regions and event[3] not in scratch_ids:
+                self._not(f"a copy into {self._name(event[1], regions, scratch_ids)} reads a buffer from elsewhere")
+        for ptr in list(used):
+            if ptr in self.allocated and ptr not in regions:
+                scratch_ids.setdefault(ptr, len(scratch_ids))
         # what torch did to a buffer a launch reads or the result
         for event in self.events:
             if event[0] == "torch" and event[1] in used | {p for p, (r, _) in self.known.items() if r == "output"}:
@@ -183,13 +212,17 @@ class Recorder:
                 target = self._target(event[1], regions, scratch_ids)
                 if target is not None:
                     sequence.append({"fill": {**target, **event[2], "value": event[3]}})
+            elif event[0] == "copy" and (event[1] in regions or event[1] in scratch_ids) \
+                    and (event[3] in regions or event[3] in scratch_ids):
+                sequence.append({"copy": {"to": {**self._target(event[1], regions, scratch_ids), **event[2]},
+                                          "from": {**self._target(event[3], regions, scratch_ids), **event[4]}}})
             elif event[0] == "launch":
                 sequence.append({"launch": sum(1 for s in sequence if "launch" in s)})
-        sequence = [s for s in sequence if "fill" in s or s["launch"] < len(launches)]
+        sequence = [s for s in sequence if "launch" not in s or s["launch"] < len(launches)]
         outputs_desc = [{"dtype": str(o.dtype).removeprefix("torch."), "shape": list(o.shape), "stride": list(o.stride()),
                          "offset": o.storage_offset() * o.element_size(), "nbytes": _storage(o)[1]}
                         for o in outputs if isinstance(o, torch.Tensor)]
-        scratch = [{"nbytes": self.allocated[p]["nbytes"], "init": self.allocated[p]["init"] if self.allocated[p]["init"] != "torch" else None}
+        scratch = [{"nbytes": self.allocated[p]["nbytes"], "init": self.allocated[p]["init"] if type(self.allocated[p]["init"]) is float else None}
                    for p, _ in sorted(scratch_ids.items(), key=lambda kv: kv[1])]
         return {"kernels": kernels, "launches": launches, "sequence": sequence, "scratch": scratch,
                 "outputs": outputs_desc, "why_not": list(self.why_not)}
@@ -220,8 +253,13 @@ class Recorder:
                     scratch_ids.setdefault(ptr, len(scratch_ids))
                 target = self._target(ptr, regions, scratch_ids)
                 args.append({"name": pname, "kind": "tensor", **target, "offset": offset})
+            elif type(value).__name__ == "TensorDescriptor" and isinstance(getattr(value, "base", None), torch.Tensor):
+                desc = self._descriptor(value, pname, name, regions, scratch_ids, used)
+                if desc is None:
+                    return None
+                args.append(desc)
             elif type(value).__name__ in ("TensorDescriptor", "TmaDescKernelParam") or hasattr(value, "tma_desc_cpu_ptr"):
-                self._not(f"argument {pname} of {name} is a host-side TMA descriptor")
+                self._not(f"argument {pname} of {name} is a host-side TMA descriptor the replay cannot rebuild")
                 return None
             else:
                 try:
@@ -234,13 +272,38 @@ class Recorder:
             self._not("no compiled kernel (Triton's CPU interpreter)")
             entry["kernel"] = None
             return entry
-        key = str(kernel.hash)
-        if key not in kernels:
-            kernels[key] = self._kernel(kernel, folder)
+        if id(kernel) not in self.kernels:
+            described = self._kernel(kernel, folder)
+            self.kernels[id(kernel)] = (hashlib.sha256("".join(sorted(described["files"].values())).encode()).hexdigest(), described)
+        key, described = self.kernels[id(kernel)]
+        kernels[key] = described
         md = kernel.metadata
         entry.update(kernel=key, num_warps=int(getattr(md, "num_warps", 0)), num_ctas=int(getattr(md, "num_ctas", 1)),
                      shared=int(getattr(md, "shared", 0)))
         return entry
+
+    def _descriptor(self, value, pname: str, name: str, regions: dict, scratch_ids: dict, used: set) -> dict | None:
+        """A host-side TMA descriptor (triton.tools.tensor_descriptor.TensorDescriptor): its base
+        located like a tensor argument, its shape, strides and block shape kept as numbers (the
+        replay builds its own descriptor over its own buffer)."""
+        base = value.base
+        found = self._locate(base)
+        if found is None:
+            self._not(f"the base of descriptor {pname} of {name} is a tensor from elsewhere")
+            return None
+        ptr, offset = found
+        used.add(ptr)
+        if ptr in self.allocated and ptr not in regions:
+            scratch_ids.setdefault(ptr, len(scratch_ids))
+        try:
+            numbers = {"shape": [int(n) for n in value.shape], "strides": [int(n) for n in value.strides],
+                       "block_shape": [int(n) for n in value.block_shape]}
+        except (TypeError, ValueError):
+            self._not(f"descriptor {pname} of {name} has a shape that is not numbers")
+            return None
+        return {"name": pname, "kind": "tensordesc", **self._target(ptr, regions, scratch_ids), "offset": offset,
+                "dtype": str(base.dtype).removeprefix("torch."), **numbers, "padding": str(getattr(value, "padding", "zero")),
+                "round_f32_to_tf32": bool(getattr(value, "round_f32_to_tf32", False))}
 
     def _locate(self, t: torch.Tensor) -> tuple[int, int] | None:
         """(storage ptr, byte offset) of the region t points into, among the known ones."""
