@@ -206,3 +206,10 @@ def test_a_copy_from_a_buffer_torch_computed_is_not_replayable():
 
     why = _record(body, {"x": torch.ones(4, 8)})["why_not"]
     assert any("computed by torch (aten::mul" in w for w in why), why
+
+
+def test_a_stream_annotation_is_no_write(monkeypatch):
+    recorder = launches.Recorder({"x": torch.ones(4)})
+    func = SimpleNamespace(name=lambda: "aten::record_stream", _schema=None)  # never read: the name decides
+    recorder.op(func, (torch.ones(4), None), {}, None)
+    assert recorder.events == []

@@ -35,6 +35,8 @@ CREATE_FILLED = {"aten::zeros": 0.0, "aten::new_zeros": 0.0, "aten::zeros_like":
                  "aten::new_ones": 1.0, "aten::ones_like": 1.0}
 CREATE_FULL = ("aten::full", "aten::new_full", "aten::full_like")
 FILL_IN_PLACE = ("aten::zero_", "aten::fill_")
+# ops the schema marks as writing that change no data (a stream annotation for the allocator)
+NOT_WRITES = ("aten::record_stream",)
 # ops that only copy (a layout or dtype change): replayed as copies between our own buffers
 COPY_CREATE = ("aten::clone", "aten::_to_copy")
 
@@ -72,6 +74,8 @@ class Recorder:
     def op(self, func, args, kwargs, out) -> None:
         """One aten op the call dispatched: a new buffer, a fill, or a write by torch."""
         name = func.name()
+        if name in NOT_WRITES:
+            return
         schema = func._schema
         written = []
         for arg, value in zip(schema.arguments, list(args) + [kwargs.get(a.name) for a in schema.arguments[len(args):]]):
