@@ -213,3 +213,13 @@ def test_a_stream_annotation_is_no_write(monkeypatch):
     func = SimpleNamespace(name=lambda: "aten::record_stream", _schema=None)  # never read: the name decides
     recorder.op(func, (torch.ones(4), None), {}, None)
     assert recorder.events == []
+
+
+def test_a_pointer_handed_over_as_an_integer_is_not_replayable():
+    def body(launch, x):
+        out = torch.empty_like(x)
+        launch(A, x, out, x.data_ptr() + 8, grid=(1,))
+        return out
+
+    why = _record(body, {"x": torch.ones(16)})["why_not"]
+    assert "argument n of stage_a is an integer that holds a device address" in why

@@ -265,6 +265,9 @@ class Recorder:
             elif type(value).__name__ in ("TensorDescriptor", "TmaDescKernelParam") or hasattr(value, "tma_desc_cpu_ptr"):
                 self._not(f"argument {pname} of {name} is a host-side TMA descriptor the replay cannot rebuild")
                 return None
+            elif type(value) is int and self._address(value):
+                self._not(f"argument {pname} of {name} is an integer that holds a device address")
+                return None
             else:
                 try:
                     args.append({"name": pname, "kind": "value", "value": _const(value)})
@@ -308,6 +311,22 @@ class Recorder:
         return {"name": pname, "kind": "tensordesc", **self._target(ptr, regions, scratch_ids), "offset": offset,
                 "dtype": str(base.dtype).removeprefix("torch."), **numbers, "padding": str(getattr(value, "padding", "zero")),
                 "round_f32_to_tf32": bool(getattr(value, "round_f32_to_tf32", False))}
+
+    def _address(self, value: int) -> bool:
+        """Whether an integer argument points into memory the call can reach: a pointer handed
+        over as a number, which a replay would launch with into its own, other memory."""
+        if value < 1 << 16:
+            return False
+        for ptr in list(self.known) + list(self.allocated):
+            if ptr <= value < ptr + max(1, _storage_size(self, ptr)):
+                return True
+        if torch.cuda.is_available():
+            try:
+                segments = torch.cuda.memory_snapshot()
+            except Exception:  # noqa: BLE001 - no snapshot: the known buffers above decide
+                return False
+            return any(seg["address"] <= value < seg["address"] + seg["total_size"] for seg in segments)
+        return False
 
     def _locate(self, t: torch.Tensor) -> tuple[int, int] | None:
         """(storage ptr, byte offset) of the region t points into, among the known ones."""
