@@ -246,6 +246,7 @@ class Call:
     layout: dict[str, dict]
     key: str
     record_ops: bool = False
+    record_launches: str = ""  # a folder: write the call's launch record there (grader.worker.launches)
 
 
 @dataclass

@@ -39,6 +39,7 @@ def _setup_torch():
 LAUNCHES: Counter[str] = Counter()
 BLOCKS: dict[str, int] = {}  # the BLOCK* sizes a call's launches passed: where the report draws block boundaries
 COMPILED: dict[str, dict] = {}  # on a GPU, what the compiler made of each kernel a call launched (protocol.CompiledKernel)
+RECORDING: list = []  # the grader.worker.launches.Recorder of the call being recorded, if any
 
 
 def _setup_triton(interpret: bool) -> None:
@@ -65,6 +66,8 @@ def _setup_triton(interpret: bool) -> None:
                     if k.upper().startswith("BLOCK") and type(v) is int and k not in BLOCKS:
                         BLOCKS[k] = v
             kernel = __original(self, *args, **kwargs)
+            if RECORDING and not kwargs.get("warmup", False):
+                RECORDING[0].launch(self, kernel, args, kwargs)
             if not interpret and not kwargs.get("warmup", False) and name not in COMPILED and len(COMPILED) < 4:
                 COMPILED[name] = _compiled(kernel, kwargs)
             return kernel
@@ -232,13 +235,18 @@ class Worker:
 
     def call(self, req: Call) -> CallReply:
         """One untimed call on the GPU at timing size, its output kept under `key`; with
-        record_ops, the aten ops it dispatched (a vendor op used only at large sizes shows here)."""
-        args = self._load_cuda(req.inputs, req.layout)
+        record_ops, the aten ops it dispatched (a vendor op used only at large sizes shows here);
+        with record_launches (a folder), the launch record of that call written there
+        (grader.worker.launches), after a first call that compiles and autotunes."""
         fn = self.functions[req.contender]
+        if req.record_launches:
+            _called(fn, self._load_cuda(req.inputs, req.layout), None)
+            self.torch.cuda.synchronize()
+        args = self._load_cuda(req.inputs, req.layout)
         ops: Counter[str] = Counter()
         LAUNCHES.clear()
         COMPILED.clear()
-        out = _called(fn, args, ops if req.record_ops else None)
+        out = _recorded(fn, args, ops if req.record_ops else None, req.record_launches)
         self.torch.cuda.synchronize()
         self.retained[(req.contender, req.key)] = out
         return CallReply(ops=sorted(ops), launches=sum(LAUNCHES.values()),
@@ -317,6 +325,22 @@ def _called(fn, args: dict, ops: Counter | None):
     return out
 
 
+def _recorded(fn, args: dict, ops: Counter | None, folder: str):
+    """`_called`, with the call's launches recorded into `folder` when one is given."""
+    if not folder:
+        return _called(fn, args, ops)
+    from grader.worker import launches
+
+    recorder = launches.Recorder(args)
+    RECORDING[:] = [recorder]
+    try:
+        out = _called(fn, args, ops)
+    finally:
+        RECORDING.clear()
+    launches.write(recorder.finish(out, folder), folder)
+    return out
+
+
 def _join_new_threads(before: set, grace: float = THREAD_GRACE_S) -> None:
     """Wait (a little) for threads the call started: a result a background thread is still
     computing is judged once that thread is done, so a race does not decide the verdict; the
@@ -369,6 +393,8 @@ class _OpRecorder:
                 out = func(*args, **(kwargs or {}))
                 if name.startswith(UNINITIALIZED) and type(out) is torch.Tensor:
                     poison_(out)
+                if RECORDING:
+                    RECORDING[0].op(func, args, kwargs or {}, out)
                 return out
 
         self.mode = Mode()

@@ -1,0 +1,158 @@
+"""The replay itself, on the GPU, in a process that imports no student code: a checked Plan's
+kernels loaded from their files, the launches made again on buffers of our own, timed with our
+own CUDA events.
+
+Each rep starts from the call's inputs restored from a pristine copy, the result and scratch
+poisoned (NaN or all ones: a kernel gets nothing from a previous rep), the L2 flushed, and the
+GPU kept busy with a short sleep while the host makes the launches: the events time the GPU's
+work of exactly the recorded fills and launches. The result of the first and the last rep are
+handed back whole, for the judge to compare with the reference: a kernel that computes only a
+sample, or leaves work to the wrapper's torch, is wrong here.
+
+One process per contender: a compiled kernel runs in this process's CUDA context and can read
+or write anything in it, so nothing else is kept here (the reference is replayed alike, in its own
+process).
+"""
+
+from __future__ import annotations
+
+import statistics
+import tempfile
+from pathlib import Path
+from types import SimpleNamespace
+
+import torch
+import triton
+
+from grader.replay.record import DTYPES, Copy, Fill, Launch, Plan
+
+LAUNCH_SHADOW_CYCLES = 2_000_000  # as grader.worker.timing: about 1 ms on Hopper, covers the host's launches
+
+_TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
+
+
+def _allocator(size: int, alignment: int, stream):
+    """Triton's global scratch for kernels that ask for it, from torch's allocator."""
+    return torch.empty(size, dtype=torch.int8, device="cuda")
+
+
+def _bytes(t: torch.Tensor) -> torch.Tensor:
+    """A tensor's whole storage as bytes (offsets in a record count from the storage's start)."""
+    return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
+
+
+def load_kernels(plan: Plan) -> dict:
+    """Each kernel's CompiledKernel, rebuilt from its checked files (copied under their labels
+    into a private folder, the names Triton expects)."""
+    from triton.compiler.compiler import CompiledKernel
+
+    triton.set_allocator(_allocator)
+    folder = Path(tempfile.mkdtemp(prefix="replay-"))
+    compiled = {}
+    for key, k in plan.kernels.items():
+        group = {}
+        for label, path in k.files.items():
+            dest = folder / key / label
+            dest.parent.mkdir(parents=True, exist_ok=True)
+            dest.write_bytes(path.read_bytes())
+            group[label] = str(dest)
+        constants = {tuple(p): v for p, v in k.constants}
+        src = SimpleNamespace(signature=dict(k.signature), constants=constants,
+                              fn=SimpleNamespace(arg_names=list(k.arg_names), launch_metadata=None))
+        compiled[key] = CompiledKernel(src, group, key)
+    return compiled
+
+
+class Replay:
+    """A Plan made ready on this GPU: kernels loaded, buffers allocated, inputs kept pristine."""
+
+    def __init__(self, plan: Plan, inputs: dict[str, torch.Tensor]) -> None:
+        self.plan = plan
+        self.kernels = load_kernels(plan)
+        self.pristine = {k: _bytes(v).to("cuda", copy=True) for k, v in inputs.items()}  # each input's whole storage
+        self.storages = {"input": {k: torch.empty_like(v) for k, v in self.pristine.items()},
+                         "output": {i: torch.empty(o.nbytes, dtype=torch.uint8, device="cuda") for i, o in enumerate(plan.outputs)},
+                         "scratch": {i: torch.empty(n, dtype=torch.uint8, device="cuda") for i, (n, _) in enumerate(plan.scratch)}}
+        self.flush = torch.empty(max(2 * getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20), 64 << 20) // 4,
+                                 dtype=torch.int32, device="cuda")
+        self.calls = [self._prepared(step) for step in plan.steps]
+
+    def _view(self, v: Fill) -> torch.Tensor:
+        buf = self.storages[v.role][v.ref]
+        return torch.empty(0, dtype=_TORCH_DTYPES[v.dtype], device="cuda").set_(
+            buf.untyped_storage(), v.offset // DTYPES[v.dtype], v.shape, v.stride)
+
+    def _prepared(self, step):
+        if isinstance(step, Fill):
+            view = self._view(step)
+            return lambda: view.fill_(step.value)
+        if isinstance(step, Copy):
+            dst, src = self._view(step.to), self._view(step.source)
+            return lambda: dst.copy_(src)
+        assert isinstance(step, Launch)
+        args = []
+        for a in step.args:
+            if a.kind == "tensor":
+                args.append(self.storages[a.role][a.ref][a.offset:])
+            elif a.kind == "tensordesc":
+                args.append(self._descriptor(a))
+            else:
+                args.append(a.value)
+        launcher = self.kernels[step.kernel.hash][step.grid]
+        return lambda: launcher(*args)
+
+    def _descriptor(self, a):
+        """Our own host TMA descriptor, over our own buffer, with the record's checked numbers."""
+        from triton.tools.tensor_descriptor import TensorDescriptor
+
+        d = a.desc
+        size = DTYPES[d["dtype"]]
+        buf = self.storages[a.role][a.ref]
+        base = torch.empty(0, dtype=_TORCH_DTYPES[d["dtype"]], device="cuda").set_(
+            buf.untyped_storage(), a.offset // size, ((buf.numel() - a.offset) // size,), (1,))
+        extra = {"round_f32_to_tf32": True} if d["round_f32_to_tf32"] else {}  # a field Triton 3.6 does not have
+        return TensorDescriptor(base, list(d["shape"]), list(d["strides"]), list(d["block_shape"]), d["padding"], **extra)
+
+    def reset(self) -> None:
+        """Inputs as the call got them; result and scratch poisoned (0xFF bytes: NaN in floats)."""
+        for k, buf in self.storages["input"].items():
+            buf.copy_(self.pristine[k])
+        for role in ("output", "scratch"):
+            for buf in self.storages[role].values():
+                buf.fill_(0xFF)  # the fills the call made are steps of the plan, timed as the call's
+
+    def once(self) -> None:
+        for call in self.calls:
+            call()
+
+    def outputs(self) -> list[torch.Tensor]:
+        result = []
+        for i, o in enumerate(self.plan.outputs):
+            buf = self.storages["output"][i]
+            view = torch.empty(0, dtype=_TORCH_DTYPES[o.dtype], device="cuda").set_(
+                buf.untyped_storage(), o.offset // DTYPES[o.dtype], o.shape, o.stride)
+            result.append(view.to("cpu", copy=True).contiguous())
+        return result
+
+    def time(self, reps: int, warmup: int = 3) -> dict:
+        """Per-rep GPU times (ms) by our own events, and the results of the first and last rep."""
+        for _ in range(warmup):
+            self.reset()
+            self.once()
+        torch.cuda.synchronize()
+        times, first = [], None
+        for r in range(reps):
+            self.reset()
+            torch.cuda.synchronize()
+            self.flush.zero_()
+            torch.cuda.synchronize()
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            torch.cuda._sleep(LAUNCH_SHADOW_CYCLES)
+            start.record()
+            self.once()
+            end.record()
+            torch.cuda.synchronize()
+            times.append(start.elapsed_time(end))
+            if r == 0:
+                first = self.outputs()
+        return {"ms": times, "median_ms": statistics.median(times), "first": first, "last": self.outputs()}

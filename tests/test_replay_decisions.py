@@ -1,0 +1,82 @@
+"""What the judge makes of a replay (grader.judge.replayed), on fake replays: a wrong result is
+a conclusive finding with its evidence, a refused record or changing launches the fallback, a
+GPU shared with another process a retry, a replay that breaks a review; a replay's answer is read
+as hostile data."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from grader.judge import replayed
+from grader.judge.replayed import Replayed, decide, launches_differ, mismatch
+
+GOOD, REF = Replayed(ms=[1.2, 1.1, 1.3]), Replayed(ms=[1.0, 1.0, 1.0])
+
+
+def test_a_right_replay_is_scored_on_the_replays_own_times():
+    d = decide(GOOD, REF, wrong="")
+    assert d.kind == "scored" and d.ratio == pytest.approx(1.2)
+
+
+def test_a_wrong_replayed_result_is_conclusive_with_the_evidence():
+    expected = [torch.arange(8.0)]
+    got = [torch.arange(8.0)]
+    got[0][5] = 99.0
+    wrong = mismatch(got, expected, rtol=1e-3, atol=1e-3)
+    assert wrong == "1 of 8 elements of result 0 are wrong (the first at flat index 5: 99 where 5 is expected)"
+    d = decide(GOOD, REF, wrong)
+    assert d.kind == "conclusive" and d.ratio is None
+    assert "do not compute the result on their own" in d.message and "flat index 5" in d.message
+
+
+def test_poison_left_in_the_result_is_wrong_and_a_nan_computed_alike_is_not():
+    nan = float("nan")
+    assert mismatch([torch.tensor([1.0, nan])], [torch.tensor([1.0, 2.0])], 1e-3, 1e-3).startswith("1 of 2 elements")
+    assert mismatch([torch.tensor([1.0, nan])], [torch.tensor([1.0, nan])], 1e-3, 1e-3) == ""
+    assert "shape [2], not [3]" in mismatch([torch.zeros(2)], [torch.zeros(3)], 1e-3, 1e-3)
+    assert "1 results where 2 are expected" == mismatch([torch.zeros(2)], [torch.zeros(2)] * 2, 1e-3, 1e-3)
+
+
+def test_a_refused_record_or_changing_launches_fall_back_and_accuse_no_one():
+    d = decide(Replayed(refused="not replayable: launches on 2 streams"), REF, wrong="")
+    assert d.kind == "fallback" and "launches on 2 streams" in d.message
+    record = {"launches": [{"kernel": "k" * 64, "grid": [4, 1, 1], "args": [{"kind": "tensor", "role": "input", "ref": "x"}]}]}
+    other = json.loads(json.dumps(record))
+    assert launches_differ(record, other) == ""
+    other["launches"][0]["grid"] = [8, 1, 1]
+    differ = launches_differ(record, other)
+    assert differ == "launch 0 differs between two calls (kernel, grid or arguments)"
+    assert launches_differ(record, {"launches": []}) == "one call made 1 launches, another 0"
+    assert decide(GOOD, REF, wrong="", differ=differ).kind == "fallback"
+    assert decide(GOOD, Replayed(failed="TypeError"), wrong="").kind == "fallback"  # ours to fix, not the student's
+
+
+def test_another_process_on_the_gpu_is_a_retry_and_a_broken_replay_a_review():
+    assert decide(Replayed(ms=[1.0], others=[4242]), REF, wrong="").kind == "retry"
+    d = decide(Replayed(failed="RuntimeError: an illegal memory access"), REF, wrong="")
+    assert d.kind == "review" and "illegal memory access" in d.message
+
+
+@pytest.mark.parametrize("answer, why", [
+    ("[1, 2]", "not an object"),
+    ('{"ms": [1.0, -1.0]}', "not positive numbers"),
+    ('{"ms": [1.0, NaN]}', "not positive numbers"),
+    ('{"ms": []}', "not positive numbers"),
+    ('{"ms": [1.0], "other_gpu_processes": ["4242"]}', "not a list of process ids"),
+    ("{" + " " * (replayed.MAX_REPLY_BYTES + 1) + "}", "cannot be read"),
+])
+def test_a_replays_answer_is_read_as_hostile_data(tmp_path, answer, why):
+    (tmp_path / "replay.json").write_text(answer)
+    got = replayed.read(tmp_path)
+    assert why in got.failed and got.median_ms is None
+
+
+def test_a_replays_answer_is_kept_bounded(tmp_path):
+    (tmp_path / "replay.json").write_text(json.dumps({"refused": "x" * 5000}))
+    assert len(replayed.read(tmp_path).refused) == 400
+    (tmp_path / "replay.json").write_text(json.dumps({"ms": [2.0, 1.0, 3.0], "other_gpu_processes": []}))
+    got = replayed.read(tmp_path)
+    assert got.median_ms == 2.0 and got.folder == tmp_path
