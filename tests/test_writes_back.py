@@ -1,0 +1,223 @@
+"""What the worker writes back is data: the judge trusts no claim, no text and no size of the
+student's. Each class of hostile reply, by a fake reply or file where that is enough (fast), and
+by a hostile submission graded for real in a sandboxed worker where the worker itself must do it.
+
+1. a claim believed over the evidence: dtype and shape come from the saved tensor;
+2. odd tensors (float8 inputs, a missing part, unknown names): a failure of the case, never an exception;
+3. text that cannot be written (lone surrogates): valid UTF-8 at every sink;
+4. numbers that are not numbers: refused in the reply, results.json always strict JSON;
+5. sizes: a result far larger than the case's refused from its header; text bounded, the cut said.
+"""
+
+from __future__ import annotations
+
+import json
+import resource
+from pathlib import Path
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from conftest import build_submission
+from grader import protocol as p
+from grader import spec as specs
+from grader.codec import storage_of
+from grader.judge.context import GradingContext
+from grader.judge.session import open_session
+from grader.judge.evidence import EvidenceError, Expected, read_saved
+from grader.judge.verdict import judge_call
+from grader.protocol import Burst, BurstReply, Failure, ProtocolError, Run, RunReply
+from grader.report import render
+from grader.submission import open_submission
+
+X = torch.tensor([1.0, -2.0, 0.5, 10.0, 0.0])
+Y = torch.tensor([0.25, 4.0, -0.5, 10.0, 0.0])
+CASE = specs.get("vector_add").cases[0]
+RUN = Run("student", "/i", {}, "cpu", "/o")
+
+
+def reply(**kw) -> dict:
+    return {"device": "cpu", "dtype": "float32", "shape": [5], "result_type": "Tensor", **kw}
+
+
+def saved(out, **more) -> dict:
+    return {"input.x": storage_of(X), "input.y": storage_of(Y), "output": out, **more}
+
+
+# -- 1. the judge reads evidence, never claims ------------------------------------------------------
+
+def test_a_result_in_another_dtype_fails_whatever_the_reply_claims():
+    spec = specs.get("vector_add")
+    x16, y16 = X.half(), Y.half()
+    out = (X + Y).float()  # right values, in float32 for a float16 case
+    files = {"input.x": storage_of(x16), "input.y": storage_of(y16), "output": out}
+    lie = reply(dtype="float16")
+    verdict = judge_call(spec, CASE, "float16", {"x": x16, "y": y16}, lie, files, "cpu")
+    assert verdict.outcome == "failed"
+    assert verdict.message == "the result's dtype is float32, expected float16 (the input's dtype)"
+    honest = {**files, "output": (x16 + y16)}
+    assert judge_call(spec, CASE, "float16", {"x": x16, "y": y16}, lie, honest, "cpu").outcome == "passed"
+
+
+def test_a_reply_that_misdescribes_the_saved_result_is_named():
+    spec = specs.get("vector_add")
+    verdict = judge_call(spec, CASE, "float32", {"x": X, "y": Y}, reply(shape=[7]), saved(X + Y), "cpu")
+    assert verdict.outcome == "failed"
+    assert "the worker's reply describes the result as float32 of shape (7,)" in verdict.message
+    assert "the tensor it saved is float32 of shape (5,)" in verdict.message
+    assert judge_call(spec, CASE, "float32", {"x": X, "y": Y}, reply(), saved(X + Y), "cpu").outcome == "passed"
+
+
+# -- 2. odd tensors are a failure of the case, never an exception --------------------------------
+
+def test_an_input_copy_in_float8_fails_the_case_instead_of_raising():
+    spec = specs.get("vector_add")
+    files = saved(X + Y, **{"input.y": storage_of(Y).to(torch.float8_e4m3fn)})
+    verdict = judge_call(spec, CASE, "float32", {"x": X, "y": Y}, reply(), files, "cpu")
+    assert verdict.outcome == "failed" and "the input y was modified in place" in verdict.message
+
+
+def test_a_tuple_reply_without_its_parts_in_the_file_fails_the_case():
+    spec = specs.get("layernorm_backward")
+    from grader.judge.plan import make_inputs
+
+    case = spec.cases[0]
+    inputs = make_inputs(spec, case, "float32", 0)
+    files = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    part = {"device": "cpu", "dtype": "float32", "shape": list(inputs["x"].shape)}
+    three = {"device": "cpu", "result_type": "tuple", "outputs": [part, part, part]}
+    verdict = judge_call(spec, case, "float32", inputs, three, files, "cpu")  # no output.0 at all
+    assert verdict.outcome == "failed"
+    assert "the worker's reply describes 3 results, but the file it saved holds 0" in verdict.message
+
+
+def write(path: Path, tensors: dict) -> Path:
+    save_file(tensors, str(path))
+    return path
+
+
+def expected(refs=None) -> Expected:
+    return Expected.of({"x": X, "y": Y}, X + Y if refs is None else refs)
+
+
+def test_the_output_file_is_checked_from_its_header(tmp_path):
+    out = tmp_path / "outputs"
+    out.mkdir()
+    good = {"input.x": storage_of(X), "input.y": storage_of(Y), "output": X + Y}
+    assert torch.equal(read_saved(write(out / "a", good), expected())["output"], X + Y)
+    cases = {
+        "float8": ({**good, "output": (X + Y).to(torch.float8_e5m2)}, "dtype is float8_e5m2, which no case expects"),
+        "unknown name": ({**good, "cache": X}, "holds a tensor no call saves ('cache')"),
+        "input of another dtype": ({**good, "input.x": X.double()},
+                                   "the input 'x' came back as float64 of shape (5,), not as it was given (float32 of shape (5,))"),
+        "too many parts": ({**good, "output.99": X}, "holds a tensor no call saves ('output.99')"),
+    }
+    for name, (tensors, words) in cases.items():
+        with pytest.raises(EvidenceError) as caught:
+            read_saved(write(out / name.replace(" ", "_"), tensors), expected())
+        assert words in str(caught.value), name
+    (out / "junk").write_bytes(b"\xff" * 8 + b"{}")
+    with pytest.raises(EvidenceError, match="header of"):
+        read_saved(out / "junk", expected())
+    (out / "nan").write_bytes(len(b'{"output": NaN}').to_bytes(8, "little") + b'{"output": NaN}')
+    with pytest.raises(EvidenceError, match="not JSON"):
+        read_saved(out / "nan", expected())
+
+
+def test_a_result_far_larger_than_the_case_is_refused_before_it_is_read(tmp_path):
+    """A header that claims 1 GiB of output over a sparse file: refused from the header, with
+    no more memory taken than the header's."""
+    out = tmp_path / "outputs"
+    out.mkdir()
+    n = 1 << 28  # float32: 1 GiB
+    header = json.dumps({"output": {"dtype": "F32", "shape": [n], "data_offsets": [0, 4 * n]}}).encode()
+    path = out / "huge.safetensors"
+    with open(path, "wb") as f:
+        f.write(len(header).to_bytes(8, "little") + header)
+        f.truncate(8 + len(header) + 4 * n)  # sparse: costs no disk
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    with pytest.raises(EvidenceError) as caught:
+        read_saved(path, expected())
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    assert "the result has shape (268435456,), expected (5,)" in str(caught.value)
+    assert "far more than the 4116 the judge reads for this case; not read" in str(caught.value)
+    assert grown_mb < 64, grown_mb
+
+
+# -- 3, 4, 5: every reply field validated, its text made writable and bounded --------------------
+
+def wire(**fields) -> str:
+    body = {"ok": True, "seconds": 0.5, "launches": {"k": 1}, "blocks": {}, "ops": [], "result_type": "Tensor", **fields}
+    return json.dumps(body)
+
+
+@pytest.mark.parametrize("value", [float("nan"), float("inf"), float("-inf")])
+def test_a_reply_with_a_number_that_is_not_a_number_is_refused(value):
+    with pytest.raises(ProtocolError, match="field 'seconds' must be a finite number"):
+        p.decode_reply(RUN, wire(seconds=value))
+    with pytest.raises(ProtocolError, match="within 64 bits"):
+        p.decode_reply(RUN, wire(launches={"k": 1 << 70}))
+    # a sampled result may hold the NaN a kernel computed: that field says so, and keeps it
+    burst = p.decode_reply(Burst("student", 1), json.dumps({"ok": True, "values": [[value, 1.0]]}))
+    assert isinstance(burst, BurstReply) and str(burst.values[0][0]) == str(value)
+
+
+def test_lone_surrogates_in_a_reply_become_replacement_characters():
+    line = wire(launches={"kern\ud800el": 1}, dtype="float32")
+    got = p.decode_reply(RUN, line)
+    assert isinstance(got, RunReply) and list(got.launches) == ["kern\ufffdel"]
+    failure = p.decode_reply(RUN, json.dumps({"ok": False, "kind": "error", "message": "bad \udfff byte",
+                                              "traceback": "\ud83d\ude00 fine"}))
+    assert isinstance(failure, Failure) and failure.message == "bad \ufffd byte" and failure.traceback == "\U0001F600 fine"
+    failure.message.encode("utf-8")  # writable
+
+
+def test_a_flood_of_text_in_a_reply_is_cut_and_says_so():
+    failure = p.decode_reply(RUN, json.dumps({"ok": False, "kind": "error", "message": "A" * (5 << 20)}))
+    assert len(failure.message) < p.TEXT_LIMIT + 200
+    assert failure.message.endswith(f"[... {(5 << 20) - p.TEXT_LIMIT} more characters cut: the worker's text is "
+                                    f"bounded to {p.TEXT_LIMIT} characters]")
+    got = p.decode_reply(RUN, wire(launches={"k" * 10_000: 1}))
+    assert len(next(iter(got.launches))) < p.KEY_LIMIT + 200
+
+
+def test_a_reply_nested_too_deep_is_a_protocol_error_not_a_recursion_error():
+    with pytest.raises(ProtocolError, match="nested too deep"):
+        p.decode_reply(RUN, "[" * 100_000 + "]" * 100_000)
+
+
+# -- the same, from a real sandboxed worker that the student's module tampered with ----------------
+
+def graded(tmp_path: Path, fixture: str, cases: tuple[str, ...], dtypes: tuple[str, ...]):
+    repo = build_submission(tmp_path / fixture, f"hostile/{fixture}")
+    ctx = GradingContext("cpu", 424242, cases, dtypes, 20)
+    run = open_session(ctx).grade(open_submission(repo), [specs.get("softmax"), specs.get("vector_add")])
+    return run, run.to_gradescope(), render(run)
+
+
+def outcome(results: dict, name: str) -> dict:
+    return next(t for t in results["tests"] if t["name"] == name)
+
+
+@pytest.mark.slow
+def test_a_worker_that_lies_about_its_result_or_saves_float8_inputs_fails_those_cases(tmp_path):
+    run, results, page = graded(tmp_path, "claims", ("1x1", "n=127"), ("float16",))
+    lie = outcome(results, "vector_add: n=127 [float16]")
+    assert lie["status"] == "failed" and "the result's dtype is float32, expected float16" in lie["output"]
+    odd = outcome(results, "softmax: 1x1 [float16]")
+    assert odd["status"] == "failed" and "the input 'x' came back as float8_e4m3fn" in odd["output"]
+    assert results["score"] == 0
+    assert "Traceback" not in json.dumps(results) and "infra_error" not in json.dumps(results)
+    json.loads(json.dumps(results, allow_nan=False))
+
+
+@pytest.mark.slow
+def test_a_result_far_larger_than_the_case_costs_the_grader_no_memory(tmp_path):
+    before = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    run, results, page = graded(tmp_path, "huge_result", ("n=127",), ("float32",))
+    grown_mb = (resource.getrusage(resource.RUSAGE_SELF).ru_maxrss - before) / 1024
+    huge = outcome(results, "vector_add: n=127 [float32]")
+    assert huge["status"] == "failed"
+    assert "the result has shape (33554432,), expected (127,)" in huge["output"] and "not read" in huge["output"]
+    assert grown_mb < 100, grown_mb  # read, the file alone is 128 MiB, and loading it as much again
