@@ -6,13 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 
 from grader.judge import picture
 from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total
 from grader.results import Outcome, RunResult, outcome_css, write_text_atomic
+from grader.sanitize import for_page
+
+def _shown(value):
+    """Every value a template prints: text valid and with no control character left raw
+    (grader.sanitize.for_page; markup we made ourselves, e.g. the SVG, is ours to keep)."""
+    return for_page(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
-                   trim_blocks=True, lstrip_blocks=True)
+                   trim_blocks=True, lstrip_blocks=True, finalize=_shown)
 
 
 def perf_chart(details: dict) -> str:

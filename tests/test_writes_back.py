@@ -11,7 +11,10 @@ by a hostile submission graded for real in a sandboxed worker where the worker i
 
 from __future__ import annotations
 
+import base64
 import json
+import os
+import re
 import resource
 from pathlib import Path
 
@@ -19,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import build_submission
+from conftest import build_submission, run_cli
 from grader import protocol as p
 from grader import spec as specs
 from grader.codec import storage_of
@@ -221,3 +224,63 @@ def test_a_result_far_larger_than_the_case_costs_the_grader_no_memory(tmp_path):
     assert huge["status"] == "failed"
     assert "the result has shape (33554432,), expected (127,)" in huge["output"] and "not read" in huge["output"]
     assert grown_mb < 100, grown_mb  # read, the file alone is 128 MiB, and loading it as much again
+
+
+# -- text and numbers through every sink of `grader check`, locally and in CI ----------------------
+
+RAW = re.compile("[\x00-\x08\x0b-\x1f\x7f\ud800-\udfff]")  # raw controls (no newline or tab) or a lone surrogate
+
+
+def check_in_ci(tmp_path: Path, repo: Path, ci: str) -> tuple:
+    summary, output = tmp_path / "summary.md", tmp_path / "output"
+    env = {"GITHUB_ACTIONS": "true", "GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output), "GITHUB_WORKSPACE": str(repo)}
+    if ci == "classroom50":  # what Classroom 50's runner sets
+        url = "https://github.com/cs-org/cs101-vector-add-alice"
+        env.update({"CLASSROOM": "cs101", "ASSIGNMENT": "vector-add", "SUBMISSION_TAG": "submit/1", "OWNER": "alice",
+                    "USERNAME": "alice", "ASSIGNMENT_TYPE": "individual", "COMMIT_URL": f"{url}/commit/abc1234",
+                    "RELEASE_URL": f"{url}/releases/tag/submit/1", "REVIEW_URL": f"{url}/pull/1",
+                    "GITHUB_REPOSITORY": "cs-org/cs101-vector-add-alice"})
+    old = {k: os.environ.get(k) for k in env}
+    os.environ.update(env)
+    try:
+        run = run_cli(["check", str(repo), "-a", "softmax", "-a", "vector_add", "--case", "1x1", "--case", "n=1",
+                       "--case", "n=127", "--device", "cpu", "--seed", "5", "--dtype", "float32", "--ci", ci,
+                       "--json", str(tmp_path / "out" / "results.json"), "--html", str(tmp_path / "out")], tmp_path)
+    finally:
+        for k, v in old.items():
+            os.environ.pop(k) if v is None else os.environ.__setitem__(k, v)
+    return run, summary.read_bytes() if summary.exists() else b"", output.read_bytes() if output.exists() else b""
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("ci", ["github", "classroom50"])
+def test_hostile_text_and_numbers_reach_every_sink_valid_bounded_and_strict(tmp_path, ci):
+    repo = build_submission(tmp_path / "repo", "hostile/text")
+    run, summary, output = check_in_ci(tmp_path, repo, ci)
+    assert "Traceback (most recent call last)" not in run.stderr, run.stderr[-3000:]
+    results_text = (tmp_path / "out" / "results.json").read_bytes().decode("utf-8")  # valid UTF-8
+    results = json.loads(results_text, parse_constant=lambda c: pytest.fail(f"{c} in results.json"))  # strict JSON
+    page = (tmp_path / "out" / "report.html").read_bytes().decode("utf-8")
+    for text in (results_text, page, run.stdout, run.stderr, summary.decode("utf-8"), output.decode("utf-8")):
+        assert not RAW.search(text), RAW.search(text)
+    # each hostile call failed for its own reason, the honest one passed
+    raised = outcome(results, "vector_add: n=1 [float32]")
+    assert raised["outcome"] == "error" and "bad \ufffd surrogate \\x1b[2J\\x0d" in raised["output"]
+    assert "characters of the message cut here" in raised["output"] or "more characters cut" in raised["output"]
+    nan = outcome(results, "vector_add: n=127 [float32]")
+    assert nan["outcome"] == "crashed" and "field 'seconds' must be a finite number, not nan" in nan["output"]
+    passed = outcome(results, "softmax: 1x1 [float32]")
+    assert passed["outcome"] == "passed" and "soft\ufffdmax\x1b[2J\rkernel" in passed["extra_data"]["details"]["kernels"]
+    assert "\\x1b[2J" in page  # the report shows the student's escapes as text
+    # 5 MB of message and 20,000 lines of output: nothing grew without bound
+    sizes = {"results.json": len(results_text), "report.html": len(page), "stdout": len(run.stdout), "stderr": len(run.stderr),
+             "summary": len(summary), "output": len(output)}
+    assert max(sizes.values()) < 100_000, sizes  # from 5 MB of message and 20,000 lines of output
+    assert all(len(line) < 20_000 for line in run.stdout.splitlines()), "an ::error line per case stays short"
+    if ci == "github":
+        assert output.startswith(b"result=")
+        payload = json.loads(base64.b64decode(output.split(b"=", 1)[1]), parse_constant=lambda c: pytest.fail(c))
+        assert {t["status"] for t in payload["tests"]} >= {"error", "fail"} or payload["status"] in ("fail", "error")
+    else:
+        body = json.loads((repo / "result.json").read_bytes().decode("utf-8"), parse_constant=lambda c: pytest.fail(c))
+        assert body and not RAW.search(json.dumps(body, ensure_ascii=False))
