@@ -228,6 +228,14 @@ def grade(
             slots, gpu_model = resolve_slots(ctx.device, gpus, jobs)
         if ctx.isolation == "docker" and shutil.which("docker") is None:  # said now, not by every job
             raise UsageError("--isolation docker: no `docker` command on this machine (use the default, --isolation sandbox)")
+        if not remote:  # a class is graded unattended: no weaker sandbox than asked (Ray's nodes detect their own)
+            from grader.sandbox.isolation import SandboxError
+            from grader.sandbox.process import as_asked
+
+            try:
+                as_asked(ctx.isolation)
+            except SandboxError as exc:
+                raise UsageError(str(exc)) from None
         if roster is None:
             lock = read_lock(lock_file)
     except specs.UnknownAssignment as exc:
