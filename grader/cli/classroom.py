@@ -82,7 +82,8 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
             else:
                 console.print(f"  [red]unfetched[/red]  {shown(p.student)}: {shown(p.reason, 500)}")
 
-    lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student)
+    lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student,
+                        limits=course.fetch)
     if collected is not None:
         console.print(f"Classroom 50 scores: {len(collected)} kept (the latest per student and assignment) in "
                       f"{c50.save_scores(collected, out)}; the class view shows them beside the grades")
