@@ -22,6 +22,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from classbuild import make_class
 from conftest import build_submission, run_cli
 from grader import protocol as p
 from grader import spec as specs
@@ -284,3 +285,32 @@ def test_hostile_text_and_numbers_reach_every_sink_valid_bounded_and_strict(tmp_
     else:
         body = json.loads((repo / "result.json").read_bytes().decode("utf-8"), parse_constant=lambda c: pytest.fail(c))
         assert body and not RAW.search(json.dumps(body, ensure_ascii=False))
+
+
+# -- the same hostile students in a batch: each graded, nothing lost, nobody else touched -----------
+
+@pytest.mark.slow
+@pytest.mark.timeout(1200)
+def test_a_batch_grades_what_hostile_workers_write_back_as_the_students_failures(tmp_path):
+    roster = make_class(tmp_path, {"alice": "good", "claims": "hostile/claims", "text": "hostile/text",
+                                   "huge": "hostile/huge_result"})
+    run = run_cli(["grade", "--roster", str(roster), "--out", "out", "--device", "cpu", "--jobs", "2", "-a", "softmax",
+                   "-a", "vector_add", "--case", "1x1", "--case", "n=1", "--case", "n=127", "--dtype", "float16"], tmp_path)
+    assert "Traceback (most recent call last)" not in run.stdout + run.stderr, run.stderr[-3000:]
+    graded = {}
+    for student in ("alice", "claims", "text", "huge"):
+        folder = tmp_path / "out" / "students" / student
+        text = (folder / "results.json").read_bytes().decode("utf-8")
+        graded[student] = json.loads(text, parse_constant=lambda c: pytest.fail(f"{c} in {student}'s results.json"))
+        page = (folder / "report.html").read_bytes().decode("utf-8")
+        assert not RAW.search(text) and not RAW.search(page), student
+        assert len(text) < 150_000 and len(page) < 150_000, student
+        assert all(t["outcome"] != "infra_error" for t in graded[student]["tests"]), student
+    assert all(t["outcome"] == "passed" for t in graded["alice"]["tests"] if "[float16]" in t["name"])
+    lie = outcome(graded["claims"], "vector_add: n=127 [float16]")
+    assert lie["outcome"] == "failed" and "the result's dtype is float32, expected float16" in lie["output"]
+    assert "came back as float8_e4m3fn" in outcome(graded["claims"], "softmax: 1x1 [float16]")["output"]
+    assert "field 'seconds' must be a finite number" in outcome(graded["text"], "vector_add: n=127 [float16]")["output"]
+    assert outcome(graded["text"], "vector_add: n=1 [float16]")["outcome"] == "error"
+    huge = outcome(graded["huge"], "vector_add: n=127 [float16]")
+    assert huge["outcome"] == "failed" and "not read" in huge["output"]
