@@ -186,6 +186,17 @@ def test_a_flood_of_text_in_a_reply_is_cut_and_says_so():
     assert len(next(iter(got.launches))) < p.KEY_LIMIT + 200
 
 
+def test_the_worker_cuts_a_flood_of_message_before_its_pipe():
+    from grader.worker.server import answer
+
+    def raises(req):
+        raise ValueError("bad \ud800 " + "A" * (5 << 20))
+
+    reply = answer({p.Ping: raises}, p.encode(p.Ping()), [])
+    assert isinstance(reply, Failure) and len(p.encode(reply)) < 3 * p.TEXT_LIMIT  # message and traceback, each cut
+    assert reply.message.startswith("ValueError: bad \ufffd AAA") and "more characters cut" in reply.message
+
+
 def test_a_reply_nested_too_deep_is_a_protocol_error_not_a_recursion_error():
     with pytest.raises(ProtocolError, match="nested too deep"):
         p.decode_reply(RUN, "[" * 100_000 + "]" * 100_000)
