@@ -115,3 +115,34 @@ def _weaker(base: Path, nobody: bool) -> None:
     batch = run(["grade", "--roster", str(roster), "--out", str(base / "out"), *quick], base / "class", env, nobody)
     assert batch.returncode == 2, batch.stdout + batch.stderr
     assert "cannot be built as asked" in batch.stderr and not (base / "out" / "students").exists()
+
+
+# -- what a worker can read of the grader: no path on any command line it sees ----------------------
+
+def peeked(message: str) -> list[str]:
+    """The paths of the grader's a worker must not learn that appear in what it read (but the
+    interpreter's own, which its view holds: a course's .venv may lie in the course folder)."""
+    for own in (sys.executable, sys.prefix):
+        message = message.replace(own, "")
+    secrets = [str(REPO_ROOT), os.environ.get("GRADER_CACHE_DIR") or "", os.environ.get("GRADER_LOCK_DIR") or ""]
+    return [s for s in secrets if s and s in message]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("warm", [True, False], ids=["forked", "exec"])
+def test_no_command_line_a_worker_reads_names_the_course_or_the_cache(tmp_path, warm, monkeypatch):
+    from grader import spec as specs
+    from grader.judge.context import GradingContext
+    from grader.judge.session import open_session
+    from grader.settings import from_environment
+    from grader.submission import open_submission
+
+    monkeypatch.setenv("GRADER_ZYGOTE", "1" if warm else "0")
+    repo = build_submission(tmp_path / "peek", "hostile/peek")
+    ctx = GradingContext("cpu", 1, ("n=1",), ("float32",), 30)
+    run = open_session(ctx, from_environment()).grade(open_submission(repo), [specs.get("vector_add")])
+    test = next(t for t in run.tests if t.name == "n=1 [float32]")
+    assert test.outcome == "error" and "1: " in test.message, test.message
+    # PID 1 is our init, or the zygote it was forked from: it read that command line, which names neither
+    assert ("exec(sys.stdin.readline())" if warm else "grader.sandbox.init") in test.message.split(" | ")[0], test.message
+    assert peeked(test.message) == [], test.message
