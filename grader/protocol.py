@@ -33,6 +33,9 @@ class ProtocolError(ValueError):
 TEXT_LIMIT = 16 << 10
 KEY_LIMIT = 200
 INT_LIMIT = 1 << 63
+# and at most this many entries in an object (kernels by name) or a list of strings (aten ops):
+# an honest call has a handful; more is a flood that would reach every result and page
+ENTRIES_LIMIT = 1024
 
 
 def clean_text(text: str, limit: int = TEXT_LIMIT) -> str:
@@ -400,6 +403,8 @@ def _check(value, hint, where: str, nonfinite: bool = False):
     if origin is list:
         if not isinstance(value, list):
             raise ProtocolError(f"{where} must be a list, not {_kind(value)}")
+        if args[0] is str and len(value) > ENTRIES_LIMIT:
+            raise ProtocolError(f"{where} holds {len(value)} strings, more than the {ENTRIES_LIMIT} a reply may")
         return [_check(v, args[0], f"{where}[{i}]", nonfinite) for i, v in enumerate(value)]
     if origin is tuple:
         if not isinstance(value, list) or len(value) != len(args):
@@ -410,6 +415,8 @@ def _check(value, hint, where: str, nonfinite: bool = False):
             raise ProtocolError(f"{where} must be an object, not {_kind(value)}")
         if not args:
             return value
+        if len(value) > ENTRIES_LIMIT:
+            raise ProtocolError(f"{where} holds {len(value)} entries, more than the {ENTRIES_LIMIT} a reply may")
         return {clean_text(k, KEY_LIMIT): _check(v, args[1], f"{where}[{clean_text(k, 40)!r}]", nonfinite)
                 for k, v in value.items()}
     if hint is float:

@@ -186,6 +186,14 @@ def test_a_flood_of_text_in_a_reply_is_cut_and_says_so():
     assert len(next(iter(got.launches))) < p.KEY_LIMIT + 200
 
 
+def test_a_reply_with_a_flood_of_names_is_refused():
+    with pytest.raises(ProtocolError, match="field 'launches' holds 5000 entries, more than the 1024 a reply may"):
+        p.decode_reply(RUN, wire(launches={f"k{i}": 1 for i in range(5000)}))
+    with pytest.raises(ProtocolError, match="field 'ops' holds 5000 strings"):
+        p.decode_reply(RUN, wire(ops=[f"aten::op{i}" for i in range(5000)]))
+    assert len(p.decode_reply(RUN, wire(launches={f"k{i}": 1 for i in range(100)})).launches) == 100
+
+
 def test_the_worker_cuts_a_flood_of_message_before_its_pipe():
     from grader.worker.server import answer
 
