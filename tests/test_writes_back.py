@@ -194,6 +194,22 @@ def test_a_reply_with_a_flood_of_names_is_refused():
     assert len(p.decode_reply(RUN, wire(launches={f"k{i}": 1 for i in range(100)})).launches) == 100
 
 
+def test_a_report_shows_a_bounded_amount_of_the_workers_text_in_all():
+    from grader.report import REPORT_TEXT_LIMIT
+    from grader.results import AssignmentResult, RunResult, TestResult
+
+    tests = [TestResult("vector_add", "correctness", f"case {i} [float32]", "error", f"{i} " + "E" * 9000,
+                        traceback=f"{i} " + "T" * 9000, output=f"{i} " + "O" * 9000) for i in range(200)]
+    run = RunResult("repo", 1, {}, [AssignmentResult("vector_add", "Vector add", "kernels/vector_add.py:vector_add()", tests=tests)])
+    page = render(run)
+    assert len(page) < 2 * REPORT_TEXT_LIMIT, len(page)
+    assert "a report shows at most 524288 characters of the worker&#39;s text in all" in page
+    assert run.assignments[0].tests[-1].output.startswith("199 OOO")  # the results keep theirs
+    data = run.to_gradescope()
+    assert len(json.dumps(data)) < 2 * (256 << 10) + 200 * 1000, len(json.dumps(data))
+    assert "a results file keeps at most 262144 characters of test output in all" in data["tests"][-1]["output"]
+
+
 def test_the_worker_cuts_a_flood_of_message_before_its_pipe():
     from grader.worker.server import answer
 
