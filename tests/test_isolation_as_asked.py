@@ -146,3 +146,18 @@ def test_no_command_line_a_worker_reads_names_the_course_or_the_cache(tmp_path, 
     # PID 1 is our init, or the zygote it was forked from: it read that command line, which names neither
     assert ("exec(sys.stdin.readline())" if warm else "grader.sandbox.init") in test.message.split(" | ")[0], test.message
     assert peeked(test.message) == [], test.message
+
+
+def test_the_kits_workflow_lets_the_sandbox_use_namespaces_before_the_check():
+    """A CI check stops rather than grade without its sandbox, and GitHub's ubuntu-24.04 runners
+    restrict unprivileged user namespaces: the kit's workflow lifts that first (sudo, where there is)."""
+    import yaml
+
+    from grader.kit.release import workflow
+
+    for runner in (None, "gpu-a100"):
+        steps = yaml.safe_load(workflow(runner))["jobs"]["run-autograding-tests"]["steps"]
+        runs = [s.get("run", "") for s in steps]
+        lift = next(i for i, r in enumerate(runs) if "kernel.apparmor_restrict_unprivileged_userns=0" in r)
+        check = next(i for i, s in enumerate(steps) if s.get("id") == "grader")
+        assert lift < check and runs[lift].startswith("sudo -n ") and runs[lift].endswith("|| true")
