@@ -15,6 +15,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import json
+import math
 import types
 import typing
 from dataclasses import dataclass, field
@@ -23,6 +24,31 @@ from typing import Any, ClassVar, Union
 
 class ProtocolError(ValueError):
     """A message that is not valid JSON of the expected shape."""
+
+
+# What a reply may carry, whatever the worker writes: every string valid UTF-8 (a lone surrogate
+# or an invalid byte becomes U+FFFD) and at most TEXT_LIMIT characters (a key KEY_LIMIT), the rest
+# cut and the cut said; every number finite (but where a field names itself in `nonfinite`: a
+# sampled result may hold the NaN a kernel computed) and every integer within 64 bits.
+TEXT_LIMIT = 16 << 10
+KEY_LIMIT = 200
+INT_LIMIT = 1 << 63
+# and at most this many entries in an object (kernels by name) or a list of strings (aten ops):
+# an honest call has a handful; more is a flood that would reach every result and page
+ENTRIES_LIMIT = 1024
+
+
+def clean_text(text: str, limit: int = TEXT_LIMIT) -> str:
+    """`text` as valid UTF-8 (surrogates and what cannot be encoded replaced by U+FFFD) and at most
+    `limit` characters, saying how much was cut. For text from the worker: the trusted side's
+    sinks then escape it for where it goes; this makes it writable and small enough to."""
+    if not text.isascii():
+        text = text.encode("utf-16", "surrogatepass").decode("utf-16", "replace")
+        text = text.encode("utf-8", "replace").decode("utf-8")
+    if len(text) > limit:
+        cut = len(text) - limit
+        text = text[:limit] + f"\n[... {cut} more characters cut: the worker's text is bounded to {limit} characters]"
+    return text
 
 
 # -- failures -------------------------------------------------------------------------------
@@ -131,6 +157,7 @@ class BurstReply:
     not in here."""
 
     ok: ClassVar[bool] = True
+    nonfinite: ClassVar[tuple[str, ...]] = ("values",)  # the kernel's own NaN or inf, sampled
     values: list[list[float]]
 
 
@@ -324,6 +351,8 @@ def decode_reply(request: Request, line: str | bytes) -> Reply | Failure:
 def _json_object(line: str | bytes) -> dict:
     try:
         data = json.loads(line)
+    except RecursionError:
+        raise ProtocolError("not JSON (nested too deep)") from None
     except ValueError as exc:
         raise ProtocolError(f"not JSON ({exc})") from None
     if not isinstance(data, dict):
@@ -350,13 +379,14 @@ def _build(cls: type, data: dict, what: str):
             if required:
                 raise ProtocolError(f"{what}: field {name!r} is missing")
             continue
-        values[name] = _check(data[name], hint, f"{what}: field {name!r}")
+        values[name] = _check(data[name], hint, f"{what}: field {name!r}", name in getattr(cls, "nonfinite", ()))
     return cls(**values)
 
 
-def _check(value, hint, where: str):
+def _check(value, hint, where: str, nonfinite: bool = False):
     """`value` as `hint` types it (lists become tuples where a tuple is typed, objects become
-    dataclasses), or ProtocolError."""
+    dataclasses), its text cleaned and bounded (`clean_text`), its numbers finite unless
+    `nonfinite`; or ProtocolError."""
     origin, args = typing.get_origin(hint), typing.get_args(hint)
     if hint is Any:
         return value
@@ -365,7 +395,7 @@ def _check(value, hint, where: str):
             return None
         options = [a for a in args if a is not type(None)]
         if len(options) == 1:
-            return _check(value, options[0], where)
+            return _check(value, options[0], where, nonfinite)
         raise TypeError(f"unsupported union {hint}")  # not used by any message
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
@@ -374,24 +404,35 @@ def _check(value, hint, where: str):
     if origin is list:
         if not isinstance(value, list):
             raise ProtocolError(f"{where} must be a list, not {_kind(value)}")
-        return [_check(v, args[0], f"{where}[{i}]") for i, v in enumerate(value)]
+        if args[0] is str and len(value) > ENTRIES_LIMIT:
+            raise ProtocolError(f"{where} holds {len(value)} strings, more than the {ENTRIES_LIMIT} a reply may")
+        return [_check(v, args[0], f"{where}[{i}]", nonfinite) for i, v in enumerate(value)]
     if origin is tuple:
         if not isinstance(value, list) or len(value) != len(args):
             raise ProtocolError(f"{where} must be a list of {len(args)}, not {_kind(value)}")
-        return tuple(_check(v, a, f"{where}[{i}]") for i, (v, a) in enumerate(zip(value, args)))
+        return tuple(_check(v, a, f"{where}[{i}]", nonfinite) for i, (v, a) in enumerate(zip(value, args)))
     if origin is dict or hint is dict:
         if not isinstance(value, dict):
             raise ProtocolError(f"{where} must be an object, not {_kind(value)}")
         if not args:
             return value
-        return {k: _check(v, args[1], f"{where}[{k!r}]") for k, v in value.items()}
+        if len(value) > ENTRIES_LIMIT:
+            raise ProtocolError(f"{where} holds {len(value)} entries, more than the {ENTRIES_LIMIT} a reply may")
+        return {clean_text(k, KEY_LIMIT): _check(v, args[1], f"{where}[{clean_text(k, 40)!r}]", nonfinite)
+                for k, v in value.items()}
     if hint is float:
-        if type(value) not in (int, float):
+        if type(value) not in (int, float) or (type(value) is int and abs(value) >= INT_LIMIT):
             raise ProtocolError(f"{where} must be a number, not {_kind(value)}")
+        if not nonfinite and not math.isfinite(value):
+            raise ProtocolError(f"{where} must be a finite number, not {value}")
         return float(value)
     if hint in (int, str, bool):
         if type(value) is not hint:  # exact: True is no int here
             raise ProtocolError(f"{where} must be {_NAMES[hint]}, not {_kind(value)}")
+        if hint is int and abs(value) >= INT_LIMIT:
+            raise ProtocolError(f"{where} must be an integer within 64 bits")
+        if hint is str:
+            return clean_text(value)
         return value
     raise TypeError(f"unsupported field type {hint}")
 

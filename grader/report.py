@@ -3,16 +3,25 @@ rendered from Jinja templates in grader/templates."""
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
+from markupsafe import Markup
 
 from grader.judge import picture
 from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total
 from grader.results import Outcome, RunResult, outcome_css, write_text_atomic
+from grader.sanitize import for_page
+
+def _shown(value):
+    """Every value a template prints: text valid and with no control character left raw
+    (grader.sanitize.for_page; markup we made ourselves, e.g. the SVG, is ours to keep)."""
+    return for_page(value) if isinstance(value, str) and not isinstance(value, Markup) else value
+
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
-                   trim_blocks=True, lstrip_blocks=True)
+                   trim_blocks=True, lstrip_blocks=True, finalize=_shown)
 
 
 def perf_chart(details: dict) -> str:
@@ -64,7 +73,32 @@ def matrix(a) -> dict:
     return {"dtypes": dtypes, "rows": rows}
 
 
+# how much of the worker's text (messages, tracebacks, output) one report shows in all: each test's
+# is bounded already (grader.results.TEXT_LIMITS); past this, a test keeps the start of its message and says
+# the rest was cut
+REPORT_TEXT_LIMIT = 512 << 10
+
+
+def _bounded(run: RunResult) -> RunResult:
+    """`run` as the report shows it: the worker's text within REPORT_TEXT_LIMIT in all (a copy; the
+    results themselves keep theirs)."""
+    room, assignments = REPORT_TEXT_LIMIT, []
+    for a in run.assignments:
+        tests = []
+        for t in a.tests:
+            size = len(t.message) + len(t.traceback) + len(t.output)
+            if size > room:
+                t = replace(t, message=t.message[:300] + ("..." if len(t.message) > 300 else ""), traceback="",
+                            output=f"[the rest cut: a report shows at most {REPORT_TEXT_LIMIT} characters "
+                                   "of the worker's text in all; results.json has this test's]")
+            room = max(0, room - size)
+            tests.append(t)
+        assignments.append(replace(a, tests=tests))
+    return replace(run, assignments=assignments)
+
+
 def render(run: RunResult) -> str:
+    run = _bounded(run)
     return _ENV.get_template("report.html.j2").render(
         run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments), perf_chart=perf_chart, matrix=matrix, points_line=points_line,
         groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words,

@@ -19,7 +19,14 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from grader.sanitize import for_terminal
+from grader.sanitize import cut, for_terminal, strict_json, writable
+
+# How much of the student's text one result keeps, whoever wrote it (the worker's message, its
+# traceback, its captured output): enough for any honest failure, and a flood costs nothing.
+# Cut in the middle, the cut said in place (grader.sanitize.cut).
+TEXT_LIMITS = {"message": 8 << 10, "traceback": 8 << 10, "output": 8 << 10}
+# and how much test output one results.json carries in all: past it, a test keeps its first line
+RUN_OUTPUT_LIMIT = 256 << 10
 
 
 
@@ -83,7 +90,7 @@ def _to_json(result: Any) -> dict:
     """Every field of a result dataclass (nested ones included) in JSON's own types: exactly what
     json.load gives back from the stored file (an Outcome as its string, a tuple as a list, an
     object JSON cannot hold as its str(), as write_json_atomic writes it)."""
-    return json.loads(json.dumps(asdict(result), default=str))
+    return json.loads(json.dumps(strict_json(asdict(result)), default=str, allow_nan=False))
 
 
 def _from_json(cls: type[_Result], data: dict, nested: dict[str, type] | None = None) -> _Result:
@@ -122,6 +129,8 @@ class TestResult:
         if self.outcome not in OUTCOMES:  # caught here, not in a results.json that Gradescope cannot read
             raise ValueError(f"{self.outcome!r} is not an outcome: one of {', '.join(OUTCOMES)}")
         self.outcome = Outcome(self.outcome)
+        for name, limit in TEXT_LIMITS.items():  # valid and bounded before any sink sees it
+            setattr(self, name, cut(writable(getattr(self, name)), limit, f"the {name}"))
 
     def to_json(self) -> dict:
         return _to_json(self)
@@ -217,8 +226,14 @@ class RunResult:
         A skipped test gets status "failed": Gradescope shows a test without a status and with
         score == max_score (0 == 0 here) as passed, and a check that did not run has not passed."""
         tests = []
+        room = RUN_OUTPUT_LIMIT
         for ai, a in enumerate(self.assignments, 1):
             for ti, t in enumerate(a.tests, 1):
+                output = _test_output(t)
+                if len(output) > room:  # the run's text is spent: this test keeps its first line
+                    output = (output.split("\n", 1)[0][:500] + f"\n[the rest cut: a results file keeps at most "
+                              f"{RUN_OUTPUT_LIMIT} characters of test output in all]")
+                room = max(0, room - len(output))
                 tests.append({
                     "name": f"{t.assignment}: {t.name}",
                     "number": f"{ai}.{ti}",
@@ -226,7 +241,7 @@ class RunResult:
                     "max_score": t.max_score,
                     "status": "passed" if t.outcome == Outcome.PASSED else "failed",  # Gradescope's status, not an outcome
                     "visibility": "after_published" if t.hidden else "visible",
-                    "output": _test_output(t),
+                    "output": output,
                     "output_format": "text",  # a student's message or traceback is shown as it is: never Markdown, HTML or ANSI
                     "outcome": t.outcome.value,
                     "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
@@ -317,8 +332,8 @@ def write_json_atomic(data: dict, path: Path) -> None:
     """Write through a temp file and rename, so a reader never sees half a file."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        json.dump(data, f, indent=2, default=str)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:  # strict JSON: no NaN, valid text (grader.sanitize.strict_json)
+        json.dump(strict_json(data), f, indent=2, default=str, allow_nan=False)
         f.flush()
         os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old file or the new one
     os.replace(tmp, path)
@@ -328,8 +343,8 @@ def write_text_atomic(text: str, path: Path) -> None:
     """write_json_atomic for text (HTML, CSV)."""
     path.parent.mkdir(parents=True, exist_ok=True)
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w") as f:
-        f.write(text)
+    with os.fdopen(fd, "w", encoding="utf-8") as f:
+        f.write(writable(text))
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)

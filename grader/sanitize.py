@@ -16,13 +16,18 @@ stage is trusted to have cleaned it):
   `::stop-commands::<random token>` and `::<token>::`, and `for_annotation` escapes a command's
   own message and properties as the runner's toolkit does;
 - a spreadsheet runs a cell that starts with `=`, `+`, `-`, `@` (or a tab or carriage return
-  before one) as a formula: `for_csv_cell` makes such a cell text.
+  before one) as a formula: `for_csv_cell` makes such a cell text;
+- every file and stream is written as UTF-8, which a lone surrogate cannot be: `writable` makes
+  any text valid first, and `for_page` also shows the control characters an HTML page would
+  carry to a terminal that `cat`s it; `strict_json` makes a result JSON that any parser takes
+  (no NaN or Infinity, valid text), and `cut` bounds a text and says what it left out.
 
-HTML pages need nothing here: Jinja2 autoescapes every template.
+HTML pages need no escaping here (Jinja2 autoescapes every template), only `for_page`.
 """
 
 from __future__ import annotations
 
+import math
 import re
 import secrets
 from collections.abc import Callable, Iterable, Iterator
@@ -131,3 +136,50 @@ class ActionsLog:
             yield
         finally:
             write(f"::{token}::\n")
+
+
+def writable(text: object) -> str:
+    """`text` as valid Unicode: a lone surrogate (which no UTF-8 writer accepts) becomes U+FFFD."""
+    text = str(text)
+    if text.isascii():
+        return text
+    return text.encode("utf-16", "surrogatepass").decode("utf-16", "replace") if _has_surrogate(text) else text
+
+
+def _has_surrogate(text: str) -> bool:
+    return any("\ud800" <= ch <= "\udfff" for ch in text)
+
+
+def for_page(text: object) -> str:
+    """Student text for an HTML page (which the template then escapes): valid Unicode, and every
+    control character but newline and tab shown as an escape, so a page `cat` in a terminal
+    runs nothing of the student's."""
+    return _CONTROL.sub(_escape_control, writable(text))
+
+
+_CUT_NOTE = 120  # room for cut()'s note, so that a text it cut is not cut again
+
+
+def cut(text: str, limit: int, what: str = "text") -> str:
+    """`text` at most about `limit` characters: its head and (the larger part) its tail kept, and
+    how much was cut between said in place. Applying it again changes nothing."""
+    if len(text) <= limit + _CUT_NOTE:
+        return text
+    head, tail = limit // 4, limit - limit // 4
+    return (f"{text[:head]}\n[... {len(text) - head - tail} characters of {what} cut here: "
+            f"at most {limit} are kept ...]\n{text[-tail:]}")
+
+
+def strict_json(value):
+    """`value` (JSON's types) as strict JSON holds it: a non-finite number becomes the string
+    "nan", "inf" or "-inf" (json.dump would write NaN, which Gradescope's parser refuses), every
+    string and key valid Unicode."""
+    if isinstance(value, float) and not math.isfinite(value):
+        return str(value)
+    if isinstance(value, str):
+        return writable(value)
+    if isinstance(value, dict):
+        return {writable(k) if isinstance(k, str) else k: strict_json(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [strict_json(v) for v in value]
+    return value

@@ -116,7 +116,7 @@ def leftovers(marker: str = "", within: Path | None = None) -> list[str]:
     """Live processes of this checkout's workers (or with `marker` in their command line);
     with `within`, only those whose environment names that folder (a worker's HOME is its
     scratch folder), so tests running in parallel do not see each other's workers."""
-    from grader.sandbox.launch import PACKAGE_PARENT, worker_code
+    from grader.sandbox.launch import CHECKOUT_TAG, PACKAGE_PARENT, worker_code
 
     code = str(worker_code())  # where this process's workers import from
     found = []
@@ -126,7 +126,8 @@ def leftovers(marker: str = "", within: Path | None = None) -> list[str]:
             state = open(f"/proc/{pid}/stat").read().rsplit(")", 1)[1].split()[0]
         except OSError:
             continue
-        ours = (PACKAGE_PARENT in cmdline or code in cmdline) and ("grader.worker.server" in cmdline or "grader.sandbox.init" in cmdline)
+        ours = (PACKAGE_PARENT in cmdline or code in cmdline or CHECKOUT_TAG in cmdline) and (
+            "grader.worker.server" in cmdline or "grader.sandbox.init" in cmdline)
         if state not in ("Z", "X") and (ours or (marker and marker in cmdline)) and int(pid) != os.getpid():
             if within is not None and not _environ_names(pid, within):
                 continue

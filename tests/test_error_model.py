@@ -41,10 +41,13 @@ def synthetic(k: float, atol: float, rtol: float, torch_error: float):
 
 def judge(spec, out: torch.Tensor, dtype: str = "float32", reply: dict | None = None, expected_device: str = "cpu",
           x: torch.Tensor = X, y: torch.Tensor = Y, case: Case = CASE):
-    """The judge on a result given as float64 (so an error is placed exactly), announced as `dtype`."""
+    """The judge on a result placed in float64 (so an error is placed exactly), saved and described
+    as `dtype` (or as the reply's dtype, where a test gives one: the judge reads the tensor)."""
     inputs = {"x": x, "y": y}
-    saved = {"input.x": storage_of(x), "input.y": storage_of(y), "output": out}
     meta = {"device": "cpu", "dtype": dtype, "result_type": "Tensor", **(reply or {})}
+    out = out.to(getattr(torch, meta["dtype"]))
+    meta.setdefault("shape", list(out.shape))
+    saved = {"input.x": storage_of(x), "input.y": storage_of(y), "output": out}
     return judge_call(spec, case, dtype, inputs, meta, saved, expected_device)
 
 
@@ -161,8 +164,8 @@ def test_an_input_changed_in_place_fails_even_when_the_result_is_right():
     inputs = {"x": X, "y": Y}
     scribbled = Y.clone()
     scribbled[4] = 1.0
-    saved = {"input.x": storage_of(X), "input.y": scribbled, "output": REF.clone()}
-    reply = {"device": "cpu", "dtype": "float32", "result_type": "Tensor"}
+    saved = {"input.x": storage_of(X), "input.y": scribbled, "output": REF.float()}
+    reply = {"device": "cpu", "dtype": "float32", "shape": [5], "result_type": "Tensor"}
     verdict = judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu")
     assert verdict.outcome == "failed" and "the input y was modified in place" in verdict.message
     saved["input.y"] = storage_of(Y)
@@ -179,8 +182,10 @@ def tuple_spec(names=("total", "difference")):
 
 
 def judge_tuple(spec, parts, metas=None, expected_device="cpu"):
-    saved = {"input.x": storage_of(X), "input.y": storage_of(Y), **{f"output.{i}": p for i, p in enumerate(parts)}}
     metas = metas or [{"device": "cpu", "dtype": "float32"} for _ in parts]
+    parts = [p.to(getattr(torch, m["dtype"])) for p, m in zip(parts, metas)]  # saved as described (the judge reads the tensor)
+    metas = [{"shape": list(p.shape), **m} for p, m in zip(parts, metas)]
+    saved = {"input.x": storage_of(X), "input.y": storage_of(Y), **{f"output.{i}": p for i, p in enumerate(parts)}}
     reply = {"device": "cpu", "result_type": "tuple", "outputs": metas}
     return judge_call(spec, CASE, "float32", {"x": X, "y": Y}, reply, saved, expected_device)
 
@@ -232,7 +237,9 @@ def calls_spec():
 
 
 def run_of(out: torch.Tensor, x=X, y=Y, meta=None):
-    return ({"x": x, "y": y}, {"device": "cpu", "dtype": "float32", "result_type": "Tensor", **(meta or {})},
+    meta = {"device": "cpu", "dtype": "float32", "result_type": "Tensor", **(meta or {})}
+    out = out.to(getattr(torch, meta["dtype"]))  # saved as described: the judge reads the tensor
+    return ({"x": x, "y": y}, {"shape": list(out.shape), **meta},
             {"input.x": storage_of(x), "input.y": storage_of(y), "output": out})
 
 
@@ -332,8 +339,8 @@ def test_inputs_are_checked_whatever_comes_first_and_a_missing_copy_counts_as_mo
     spec = replace(synthetic(k=2.0, atol=1.0, rtol=1.0, torch_error=0.0), reference=lambda n, x, y: x + y,
                    baseline=lambda n, x, y: x.double() + y.double())
     inputs = {"n": 5, "x": X, "y": Y}  # a plain argument first
-    reply = {"device": "cpu", "dtype": "float32", "result_type": "Tensor"}
-    saved = {"input.x": storage_of(X), "input.y": Y + 1, "output": REF.clone()}
+    reply = {"device": "cpu", "dtype": "float32", "shape": [5], "result_type": "Tensor"}
+    saved = {"input.x": storage_of(X), "input.y": Y + 1, "output": REF.float()}
     assert "the input y was modified in place" in judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu").message
     del saved["input.y"]
     assert "the input y was modified in place" in judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu").message

@@ -99,7 +99,7 @@ class Row:
     @property
     def note(self) -> str:
         if self.status != "fetched":
-            return f"unfetched: {self.reason}"
+            return self.reason if self.reason.startswith("not graded: ") else f"unfetched: {self.reason}"
         return "; ".join([*(f"{c.assignment}: {c.status}{' (' + c.note + ')' if c.note else ''}"
                             for c in self.cells.values() if c.status != "graded" or c.note), *self.problems])
 

@@ -24,6 +24,10 @@ grades and for how many points, their deadlines, the late policy and per-student
     common_share = 0.5                           # optional: drop fingerprints in more than half the class
     [leaderboard]
     named = ["bob"]                              # students who opted in to their name on the board
+    [fetch]                                      # the largest checkout fetched (these are the defaults)
+    max_checkout_mb = 1024
+    max_files = 100000
+    max_file_mb = 256
 
 The rule for lateness (one place, `Late.of`): the graded commit's date is compared with the
 student's deadline (an extension moves it). At or before deadline + grace: on time, no
@@ -136,6 +140,17 @@ class Extension:
     until: datetime | None = None
 
 
+@dataclass(frozen=True)
+class FetchLimits:
+    """How large one student's checkout may be ([fetch] in course.toml), checked from the commit's
+    objects before anything is written: a repo small on the wire can hold a gigabyte-sized blob.
+    The defaults are far above any course's kernels; a repo over one is not graded, and says why."""
+
+    checkout_bytes: int = 1 << 30  # max_checkout_mb = 1024
+    files: int = 100_000  # max_files
+    file_bytes: int = 256 << 20  # max_file_mb = 256
+
+
 @dataclass
 class Course:
     path: Path | None = None
@@ -148,6 +163,7 @@ class Course:
     similarity_threshold: float | None = None
     similarity_common_share: float | None = None  # MOSS's -m, as a share of the class (off: None)
     named: frozenset[str] = frozenset()  # opted in to their name on the leaderboard
+    fetch: FetchLimits = FetchLimits()  # [fetch]: the largest checkout `grader fetch` writes
 
     def deadline_for(self, student: str, assignment: str, base: datetime | None = None) -> datetime | None:
         """The student's deadline: `base` (the command line's) or the course's, moved by an
@@ -202,7 +218,7 @@ def load_course(path: Path) -> Course:
 class _Reader:
     """Validates the parsed file; every error names the file and the line it is about."""
 
-    TOP = {"course", "assignments", "late_policy", "extensions", "similarity", "leaderboard"}
+    TOP = {"course", "assignments", "late_policy", "extensions", "similarity", "leaderboard", "fetch"}
 
     def __init__(self, path: Path, text: str) -> None:
         self.path, self.lines = path, text.splitlines()
@@ -284,7 +300,15 @@ class _Reader:
         if not isinstance(named, list) or not all(isinstance(n, str) for n in named):
             self.fail("named must be a list of student names", "leaderboard", "named")
         c.named = frozenset(named)
+        c.fetch = self.fetch_limits(self.table(data, "fetch"))
         return c
+
+    def fetch_limits(self, t: dict) -> FetchLimits:
+        self.known_keys(t, "fetch", {"max_checkout_mb", "max_files", "max_file_mb"})
+        d = FetchLimits()
+        return FetchLimits(checkout_bytes=int(self.number(t, "max_checkout_mb", d.checkout_bytes >> 20, "fetch", low=1) * (1 << 20)),
+                           files=int(self.number(t, "max_files", d.files, "fetch", low=1)),
+                           file_bytes=int(self.number(t, "max_file_mb", d.file_bytes >> 20, "fetch", low=1) * (1 << 20)))
 
     def known_keys(self, table: dict, name: str, known: set[str]) -> None:
         for key in table:

@@ -35,7 +35,7 @@ from typing import Callable
 import git
 
 from grader.results import write_json_atomic
-from grader.batch.course import LATEST  # with EARLIEST, the dates a lock can hold: datetime's years 1-9999
+from grader.batch.course import LATEST, FetchLimits  # LATEST: with EARLIEST, the dates a lock can hold: datetime's years 1-9999
 from grader.batch.roster import RosterEntry
 
 LOCK_NAME = "lock.json"
@@ -110,17 +110,19 @@ def parse_deadline(text: str) -> datetime:
 
 def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime | None = None, branch: str | None = None,
                  jobs: int = 4, roster: Path | None = None, progress: Callable[[Pinned], None] | None = None,
-                 per_student: Callable[[str], tuple[datetime | None, datetime | None]] | None = None) -> Lock:
+                 per_student: Callable[[str], tuple[datetime | None, datetime | None]] | None = None,
+                 limits: FetchLimits = FetchLimits()) -> Lock:
     """Fetch every student (`jobs` at a time: clones wait on the network) and write the lock.
     `per_student(student)` gives (deadline, cutoff) where they differ by student (course.toml's
-    extensions and late policy): the commit pinned is the last dated on or before the cutoff."""
+    extensions and late policy): the commit pinned is the last dated on or before the cutoff.
+    `limits`: the largest checkout written (course.toml's [fetch]); a repo over them is not graded."""
     workdir = Path(workdir).resolve()
     (workdir / "repos").mkdir(parents=True, exist_ok=True)
 
     def one(entry: RosterEntry) -> Pinned:
         try:
             mine, cutoff = per_student(entry.student) if per_student else (deadline, None)
-            pinned = fetch_one(entry, workdir, mine, branch, cutoff)
+            pinned = fetch_one(entry, workdir, mine, branch, cutoff, limits)
             if mine is not None and pinned.status == "fetched":
                 pinned.deadline, pinned.cutoff = mine.isoformat(), cutoff.isoformat() if cutoff else None
         except Exception as exc:  # a surprise of one student's: that student's line, never the others' pins or the lock
@@ -142,7 +144,7 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
 
 
 def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, branch: str | None,
-              cutoff: datetime | None = None) -> Pinned:
+              cutoff: datetime | None = None, limits: FetchLimits = FetchLimits()) -> Pinned:
     base = Pinned(entry.student, entry.repo, "unfetched", name=entry.name, github_username=entry.github_username)
     if entry.problem or not entry.repo:
         base.reason = entry.problem or "no repository"
@@ -153,6 +155,7 @@ def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, bran
         _check_url(entry.repo)
         repo = _fetch(entry.repo, dest)
         pinned = _pin(repo, entry, deadline, branch, cutoff)
+        check_size(repo, pinned.commit, limits)  # from the objects, before a byte is checked out
         _checkout(repo, pinned.commit)
     except FetchError as exc:
         base.reason = _printable(str(exc))
@@ -387,6 +390,51 @@ def commit_dates(repo: git.Repo, shas: list[str]) -> dict[str, CommitDate]:
         finally:
             proc.kill()
     return defaultdict(lambda: UNREADABLE, dates)
+
+
+TOO_LARGE = "not graded: the repository is larger than the course allows"
+
+
+def check_size(repo: git.Repo, commit: str | None, limits: FetchLimits) -> None:
+    """FetchError if the checkout of `commit` would pass `limits`: its files counted and sized
+    from the commit's trees (`git ls-tree -r -l`, streamed and stopped at the first limit passed),
+    so a blob of a gigabyte, or a million small files, is refused before anything is written."""
+    if commit is None:
+        return
+    proc = subprocess.Popen(["git", "ls-tree", "-r", "-l", "-z", "--full-tree", commit], cwd=repo.working_tree_dir,
+                            stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ, **_git_env()))
+    files = total = 0
+    over = None
+    buffer = b""
+    try:
+        for chunk in iter(lambda: proc.stdout.read(1 << 16), b""):
+            buffer += chunk
+            *entries, buffer = buffer.split(b"\0")
+            for entry in entries:
+                meta = entry.split(b"\t", 1)[0].split()
+                if len(meta) != 4 or meta[1] != b"blob":
+                    continue  # a submodule's commit, never checked out
+                size = int(meta[3]) if meta[3].isdigit() else 0
+                files, total = files + 1, total + size
+                if size > limits.file_bytes:
+                    over = f"a file of {_mib(size)}; at most {_mib(limits.file_bytes)} per file"
+                elif files > limits.files:
+                    over = f"more than {limits.files} files"
+                elif total > limits.checkout_bytes:
+                    over = f"more than {_mib(limits.checkout_bytes)} of files"
+                if over:
+                    break
+            if over:
+                break
+    finally:
+        proc.kill()
+        proc.wait()
+    if over:
+        raise FetchError(f"{TOO_LARGE} ({over}; course.toml's [fetch] sets the limits)")
+
+
+def _mib(n: int) -> str:
+    return f"{n / (1 << 20):.0f} MiB" if n < 1 << 30 else f"{n / (1 << 30):.1f} GiB"
 
 
 def _checkout(repo: git.Repo, commit: str | None) -> None:

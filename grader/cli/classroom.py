@@ -82,7 +82,8 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
             else:
                 console.print(f"  [red]unfetched[/red]  {shown(p.student)}: {shown(p.reason, 500)}")
 
-    lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student)
+    lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student,
+                        limits=course.fetch)
     if collected is not None:
         console.print(f"Classroom 50 scores: {len(collected)} kept (the latest per student and assignment) in "
                       f"{c50.save_scores(collected, out)}; the class view shows them beside the grades")
@@ -231,6 +232,14 @@ def grade(
             slots, gpu_model = resolve_slots(ctx.device, gpus, jobs)
         if ctx.isolation == "docker" and (problem := docker.missing()) is not None:  # said now, not by every job
             raise UsageError(problem)
+        if not remote:  # a class is graded unattended: no weaker sandbox than asked (Ray's nodes detect their own)
+            from grader.sandbox.isolation import SandboxError
+            from grader.sandbox.process import as_asked
+
+            try:
+                as_asked(ctx.isolation)
+            except SandboxError as exc:
+                raise UsageError(str(exc)) from None
         if roster is None:
             lock = read_lock(lock_file)
     except specs.UnknownAssignment as exc:

@@ -26,8 +26,6 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from safetensors.torch import load
-
 from grader.judge import perf
 from grader.protocol import Failure, Run, RunReply
 from grader.judge.context import GradingContext
@@ -35,12 +33,13 @@ from grader.judge import shrink
 from grader.judge.feedback import diagnosis, headline
 from grader.judge.integrity import OwnKernelCheck, scan_submission, summary as scan_summary, trivial_result
 from grader.judge.nonfinite import read_source
-from grader.judge.verdict import judge_call, judge_runs
+from grader.judge.evidence import EvidenceError, Expected, read_saved
+from grader.judge.verdict import judge_call, judge_runs, reference_of
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.resources import Resources
 from grader.judge.workers import StudentWorker
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResult, cents
-from grader.sandbox.files import output_path, read_worker_file, shown_to_worker
+from grader.sandbox.files import output_path, shown_to_worker
 from grader.sandbox.process import WorkerFailure
 from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
@@ -488,6 +487,7 @@ def _start(worker: StudentWorker, spec: Assignment) -> Failure | None:
 
 def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
     runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
+    refs: list = []  # the reference's result on each call's inputs
     for i, (input_file, layout) in enumerate(call.runs):
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
@@ -499,17 +499,20 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
             if reply.kind == "memory":
                 return _test(spec, call, ctx, "failed", reply.message, traceback=reply.traceback)
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
-        try:
-            saved = load(read_worker_file(output_file))
-        except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
-            return _test(spec, call, ctx, "failed", f"the worker's output file could not be read: {exc}")
-        runs.append((load_inputs(call, index=i), reply, saved))
+        inputs = load_inputs(call, index=i)
+        ref = reference_of(spec, inputs) if spec.check is None else None
+        try:  # its header checked against what this case can produce before a byte of data is read
+            saved = read_saved(output_file, Expected.of(inputs, ref))
+        except EvidenceError as exc:
+            return _test(spec, call, ctx, "failed", str(exc))
+        runs.append((inputs, reply, saved))
+        refs.append(ref)
     judged = [(inputs, reply.meta(), saved) for inputs, reply, saved in runs]
     source = read_source(worker.repo / worker.target[0])  # parsed only: what of the kernel can compute a NaN
     if len(runs) == 1 and spec.check is None:
-        verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device, kernel_source=source)
+        verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device, kernel_source=source, ref=refs[0])
     else:
-        verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source)
+        verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source, refs=refs)
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])

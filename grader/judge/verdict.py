@@ -31,6 +31,13 @@ class Verdict:
         self.outcome = Outcome(self.outcome)  # a spec's check may write the plain string ("failed")
 
 
+def reference_of(spec: Assignment, inputs: dict):
+    """The float64 reference's result(s) on `inputs` (None: the assignment judges by a property)."""
+    if spec.reference is None:
+        return None
+    return spec.reference(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
+
+
 def judge_call(
     spec: Assignment,
     case: Case,
@@ -40,17 +47,21 @@ def judge_call(
     saved: dict[str, torch.Tensor],
     expected_device: str,
     kernel_source: str = "",
+    ref=None,
 ) -> Verdict:
     """`inputs` are the originals (cpu); `reply` the worker's metadata; `saved` its file;
-    `kernel_source` the student's module as text, only parsed (for what can compute a NaN)."""
+    `kernel_source` the student's module as text, only parsed (for what can compute a NaN);
+    `ref` the reference's result if the caller computed it already (`reference_of`).
+    The verdict reads the tensors in `saved`; the reply's description of them is held against
+    them, never believed instead of them."""
     modified = _modified_input(inputs, saved)
     if modified:
         return modified
-    ref = spec.reference(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
+    ref = reference_of(spec, inputs) if ref is None else ref
     if isinstance(ref, (tuple, list)):
         return _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, ref, kernel_source)
     if "output" not in saved:
-        return Verdict(Outcome.FAILED, f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
+        return Verdict(Outcome.FAILED, f"{spec.function}() returned {_type_name(reply)}, not a torch.Tensor")
     problem = _delivery("the result", reply, saved["output"], ref.shape, dtype, expected_device)
     if problem:
         return Verdict(Outcome.FAILED, problem)
@@ -59,13 +70,14 @@ def judge_call(
 
 
 def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, dict, dict]], expected_device: str,
-               kernel_source: str = "") -> Verdict:
+               kernel_source: str = "", refs: list | None = None) -> Verdict:
     """A case of several calls (Assignment.calls) or one judged by a property (Assignment.check,
     which gets every call's arguments and tensor result). `runs` holds (inputs, reply, saved)
-    per call, in call order."""
+    per call, in call order; `refs` each call's reference result, if computed already."""
     if spec.check is None:
         for i, (inputs, reply, saved) in enumerate(runs):
-            verdict = judge_call(spec, case, dtype, inputs, reply, saved, expected_device, kernel_source)
+            verdict = judge_call(spec, case, dtype, inputs, reply, saved, expected_device, kernel_source,
+                                 ref=refs[i] if refs else None)
             if verdict.outcome != Outcome.PASSED:
                 verdict.message = f"call {i + 1} of {len(runs)}: {verdict.message}"
                 return verdict
@@ -76,7 +88,7 @@ def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, 
         if modified:
             return modified
         if "output" not in saved:
-            return Verdict(Outcome.FAILED, f"{spec.function}() returned {reply.get('result_type')}, not a torch.Tensor")
+            return Verdict(Outcome.FAILED, f"{spec.function}() returned {_type_name(reply)}, not a torch.Tensor")
         problem = _delivery("the result", reply, saved["output"], None, dtype, expected_device)
         if problem:
             return Verdict(Outcome.FAILED, problem)
@@ -87,27 +99,45 @@ def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, 
     return verdict
 
 
+def _type_name(reply: dict) -> str:
+    """The worker's word for what the call returned: a type name, cut short (it is told, not trusted)."""
+    name = str(reply.get("result_type"))
+    return name[:60] + ("..." if len(name) > 60 else "")
+
+
 def _modified_input(inputs: dict, saved: dict) -> Verdict | None:
     for name, original in inputs.items():
         if not isinstance(original, torch.Tensor):
             continue
         after = saved.get(f"input.{name}")
         before = storage_of(original)
-        if after is None or after.shape != before.shape or not torch.equal(after, before):
+        if after is None or after.dtype != before.dtype or after.shape != before.shape or not torch.equal(after, before):
             return Verdict(Outcome.FAILED, f"the input {name} was modified in place: a kernel must only write its output")
     return None
 
 
 def _delivery(what: str, meta: dict, out: torch.Tensor, shape, dtype: str, expected_device: str) -> str | None:
     """What is wrong with a result before its values are looked at (None: nothing);
-    `shape` None leaves the shape to the assignment's property check."""
-    if meta["device"] != expected_device:
-        return f"{what} is on {meta['device']}, but the inputs were on {expected_device}"
+    `shape` None leaves the shape to the assignment's property check. Dtype and shape are the
+    saved tensor's; the device is the reply's word (a file holds no device); what the reply says
+    of dtype and shape must agree with the tensor."""
+    actual = str(out.dtype).removeprefix("torch.")
+    if meta.get("device") != expected_device:
+        return f"{what} is on {meta.get('device')}, but the inputs were on {expected_device}"
     if shape is not None and list(out.shape) != list(shape):
         return f"{what} has shape {tuple(out.shape)}, expected {tuple(shape)}"
-    if meta["dtype"] != dtype:
-        return f"{what}'s dtype is {meta['dtype']}, expected {dtype} (the input's dtype)"
+    if actual != dtype:
+        return f"{what}'s dtype is {actual}, expected {dtype} (the input's dtype)"
+    claimed_dtype, claimed_shape = meta.get("dtype"), meta.get("shape")
+    if (claimed_dtype is not None and claimed_dtype != actual) or (claimed_shape is not None and list(claimed_shape) != list(out.shape)):
+        return (f"the worker's reply describes {what} as {str(meta.get('dtype'))[:30]} of shape {_claimed_shape(meta)}, but "
+                f"the tensor it saved is {actual} of shape {tuple(out.shape)}: the reply is not what the call returned")
     return None
+
+
+def _claimed_shape(meta: dict) -> str:
+    shape = meta.get("shape")
+    return str(tuple(shape[:8])) + ("..." if len(shape) > 8 else "") if isinstance(shape, list) else "none"
 
 
 def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs, kernel_source: str = "") -> Verdict:
@@ -116,9 +146,13 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs,
     n = len(refs)
     names = spec.output_names if len(spec.output_names) == n else tuple(f"output {i}" for i in range(n))
     metas = reply.get("outputs")
+    parts = sum(1 for k in saved if k.startswith("output."))
     if metas is None or len(metas) != n:
-        got = f"{len(metas)} tensors" if metas is not None else reply.get("result_type")
+        got = f"{len(metas)} tensors" if metas is not None else _type_name(reply)
         return Verdict(Outcome.FAILED, f"{spec.function}() returned {got}, expected a tuple of {n} tensors ({', '.join(names)})")
+    if parts != n or any(f"output.{i}" not in saved for i in range(n)):
+        return Verdict(Outcome.FAILED, f"the worker's reply describes {n} results, but the file it saved holds {parts} "
+                                       f"(output.0 to output.{n - 1} expected): the reply is not what the call returned")
     bases = spec.baseline(*inputs.values())
     details, summary = {}, []
     for i, (meta, ref, base) in enumerate(zip(metas, refs, bases)):

@@ -27,7 +27,7 @@ import re
 from pathlib import Path
 
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
-from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line
+from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line, strict_json
 from grader.settings import current
 
 # Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
@@ -86,7 +86,7 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
 
 
 def encode(payload: dict) -> str:
-    return base64.b64encode(json.dumps(payload, separators=(",", ":")).encode()).decode()
+    return base64.b64encode(json.dumps(strict_json(payload), separators=(",", ":"), allow_nan=False).encode()).decode()
 
 
 def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
@@ -106,7 +106,7 @@ def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
         seen.add(key)
         title = f"{t.assignment} {t.name}: {t.outcome}"
         lines.append(f"::error file={for_annotation(file, property=True)},line={where[1]},"
-                     f"title={for_annotation(title, property=True)}::{for_annotation(t.message)}")
+                     f"title={for_annotation(title, property=True)}::{for_annotation(_short(t.message, MESSAGE_LIMIT))}")
     return lines
 
 

@@ -26,9 +26,11 @@ import ctypes.util
 import errno
 import json
 import os
+import re
 import resource
 import select
 import signal
+import sys
 from typing import Callable
 
 PR_SET_PDEATHSIG = 1
@@ -70,9 +72,18 @@ def _mounts() -> list[tuple[str, set[str]]]:
     with open("/proc/self/mountinfo") as f:
         for line in f:
             fields = line.split()
-            point = fields[4].encode().decode("unicode_escape")  # mountinfo writes a space as \040
-            result.append((point, set(fields[5].split(","))))
+            result.append((unescape_mount_point(fields[4]), set(fields[5].split(","))))
     return result
+
+
+_OCTAL = re.compile(r"\\([0-7]{3})")
+
+
+def unescape_mount_point(field: str) -> str:
+    """A mount point as mountinfo writes it (a space as \\040, a backslash as \\134) made a path
+    again, with no codec: once the view's base hides an interpreter installed under it (Python
+    under /tmp), a codec not imported yet (unicode_escape) can no longer be, and the sandbox failed."""
+    return _OCTAL.sub(lambda m: chr(int(m.group(1), 8)), field)
 
 
 def _remount(point: str, readonly: bool) -> None:
@@ -119,6 +130,15 @@ def _readonly_tree(point: str) -> None:
                     raise
 
 
+def build_base(*interpreter: str) -> str:
+    """Where the new root is assembled: any folder will do (it is hidden only in this namespace)
+    but one that holds this interpreter, which still has to import after it is covered."""
+    for base in ("/tmp", "/mnt", "/media", "/opt", "/srv"):
+        if os.path.isdir(base) and not any(_inside(os.path.realpath(p), base) for p in interpreter if p):
+            return base
+    raise OSError("no folder to build the view in that does not hold the Python interpreter")
+
+
 def build_view(view: dict) -> None:
     """The worker's file system, in this private mount namespace (nothing is seen outside it),
     from an allowlist: a fresh tmpfs root holding only `binds` (each host folder at its own
@@ -138,7 +158,7 @@ def build_view(view: dict) -> None:
             sources[path] = os.open(path, os.O_PATH | os.O_DIRECTORY | os.O_CLOEXEC)
         except (FileNotFoundError, NotADirectoryError):
             continue  # gone meanwhile (an optional library folder): not in the view
-    base = "/tmp" if os.path.isdir("/tmp") else "/mnt"  # any folder will do: hidden only in this namespace
+    base = build_base(sys.prefix, sys.base_prefix, os.path.dirname(os.__file__))
     mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
     umask = os.umask(0o022)  # the folders made on the way stay 0755, whatever the grader's umask: any worker uid enters them
     steps = ([(_depth(p), 0, p, target) for p, target in view.get("links", [])]

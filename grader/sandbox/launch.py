@@ -5,6 +5,7 @@ channel (`Started`). No backend logic here, so backends and `WorkerProcess` shar
 from __future__ import annotations
 
 import atexit
+import hashlib
 import os
 import shutil
 import subprocess
@@ -123,6 +124,19 @@ def isolated_python(boot: str, *args: str, path: str | None = None) -> list[str]
     """This Python as a worker is started (isolated mode, no user site, no bytecode written),
     running `boot` (a template given `path`, by default this package's parent folder) with `args`."""
     return [sys.executable, "-I", "-u", "-B", "-c", boot.format(path=path or PACKAGE_PARENT), *args]
+
+
+# What runs where a worker can read its command line (/proc/1/cmdline: the sandbox's init; a fork's
+# own: the zygote it was forked from): one line of code read from stdin, so the command line holds
+# no path of the grader's (the course folder, a cache's socket); what tells this checkout's processes
+# apart from another's is a digest of its folder (CHECKOUT_TAG), which says nothing of where it is
+CHECKOUT_TAG = "grader-" + hashlib.sha256(PACKAGE_PARENT.encode()).hexdigest()[:12]
+FROM_STDIN = f"import sys; exec(sys.stdin.readline())  # {CHECKOUT_TAG}"
+
+
+def unnamed_python() -> list[str]:
+    """`isolated_python`, for code written to its stdin as one line (see FROM_STDIN)."""
+    return [sys.executable, "-I", "-u", "-B", "-c", FROM_STDIN]
 
 
 def worker_argv(*channel: str, path: str | None = None) -> list[str]:

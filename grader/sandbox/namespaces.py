@@ -24,7 +24,7 @@ from pathlib import Path
 from grader.sandbox import zygote
 from grader.sandbox.init import children_of
 from grader.sandbox.isolation import Isolation
-from grader.sandbox.launch import PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv, worker_code
+from grader.sandbox.launch import CHECKOUT_TAG, PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv, worker_code
 from grader.sandbox.uids import JobLease, chown_tree
 
 SUMMARY = "namespaces, no Docker"  # what `--isolation` help says of this mode
@@ -84,9 +84,10 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     lease = None
     try:
         config, lease = _config(launch, isolation, argv, channel, status_tx, lifeline_rx)
-        # the configuration goes in on stdin, not argv: the worker can read its init's /proc/1/cmdline
-        init = [sys.executable, "-I", "-c", "import sys, json; sys.path.insert(0, sys.argv[1]); "
-                "from grader.sandbox.init import main; sys.exit(main(json.load(sys.stdin)))", PACKAGE_PARENT]
+        # the configuration goes in on stdin, not argv, and so does the grader's folder: the worker
+        # can read its init's /proc/1/cmdline
+        init = [sys.executable, "-I", "-c", "import sys, json; sys.path.insert(0, json.loads(sys.stdin.readline())); "
+                f"from grader.sandbox.init import main; sys.exit(main(json.load(sys.stdin)))  # {CHECKOUT_TAG}"]
         if isolation.namespaces:
             init = ["unshare", *(["--user", "--map-root-user"] if isolation.user_namespace else []),
                     "--net", "--pid", "--fork", "--kill-child", "--mount-proc", *init]
@@ -103,7 +104,7 @@ def start(launch: Launch, isolation: Isolation) -> Started:
         for fd in (*channel, status_tx, lifeline_rx):
             os.close(fd)
     try:
-        proc.stdin.write(json.dumps(config).encode())
+        proc.stdin.write((json.dumps(PACKAGE_PARENT) + "\n" + json.dumps(config)).encode())
         proc.stdin.close()
     except BrokenPipeError:
         pass  # it failed before reading: its output and status say why

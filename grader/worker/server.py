@@ -474,6 +474,8 @@ def answer(handlers: dict[type, Callable], line: str, roots: list[str]):
         reply = Failure("error", f"{type(exc).__name__}: {exc}", _student_traceback(exc, roots))
     if memcheck.LAST_VIOLATION is not None:  # the bounds check fired (even if the student caught it)
         reply = Failure("memory", memcheck.LAST_VIOLATION["message"], getattr(reply, "traceback", ""))
+    if isinstance(reply, Failure):  # a student's message of megabytes is cut here, not carried down the pipe
+        reply = Failure(reply.kind, protocol.clean_text(reply.message), protocol.clean_text(reply.traceback))
     return reply
 
 

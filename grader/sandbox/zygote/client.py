@@ -19,9 +19,19 @@ from pathlib import Path
 from grader.sandbox.zygote.server import MAX_MESSAGE, _at
 from grader.sandbox.zygote.warm import warm_name
 
-BOOT = "import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote.server import serve; serve(int(sys.argv[1]), int(sys.argv[2]))"
+# one line each, written to the zygote's stdin (launch.FROM_STDIN): a fork's command line is the zygote's
+BOOT = "import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote.server import serve; serve({fd}, {parent})"
 WARM_BOOT = ("import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote.server import serve_warm; "
-             "serve_warm(sys.argv[1], float(sys.argv[2]))")
+             "serve_warm({socket!r}, {idle!r})")
+
+
+def _boot(proc: subprocess.Popen, code: str) -> None:
+    """Give a zygote started with launch.unnamed_python its code (it waits on its stdin for it)."""
+    try:
+        proc.stdin.write((code + "\n").encode())
+        proc.stdin.close()
+    except BrokenPipeError:
+        pass  # it died at once: its end says why
 
 
 class ZygoteError(OSError):
@@ -36,7 +46,7 @@ class Zygote:
     `keep_warm` named a folder, the warm one there that outlives this command."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        from grader.sandbox.launch import isolated_python
+        from grader.sandbox.launch import PACKAGE_PARENT, unnamed_python
 
         self.proc: subprocess.Popen | None = None
         self.home: str | None = None
@@ -49,9 +59,9 @@ class Zygote:
             self.home = tempfile.mkdtemp(prefix="grader-zygote-")
             env = dict(env, HOME=self.home, TMPDIR=self.home)
             try:
-                self.proc = subprocess.Popen(isolated_python(BOOT, str(theirs.fileno()), str(os.getpid())),
-                                             pass_fds=(theirs.fileno(),), env=env, cwd="/", stdin=subprocess.DEVNULL,
-                                             start_new_session=True)
+                self.proc = subprocess.Popen(unnamed_python(), pass_fds=(theirs.fileno(),), env=env, cwd="/",
+                                             stdin=subprocess.PIPE, start_new_session=True)
+                _boot(self.proc, BOOT.format(path=PACKAGE_PARENT, fd=theirs.fileno(), parent=os.getpid()))
             except OSError as exc:
                 raise ZygoteError(f"the zygote could not start: {exc}") from None
             finally:
@@ -93,7 +103,7 @@ class Zygote:
         """Connect to the warm zygote for this environment and this grader's code, starting it
         (detached, in its own session) when none answers; one starter at a time (a lock)."""
         from grader.sandbox.files import private_folder
-        from grader.sandbox.launch import isolated_python
+        from grader.sandbox.launch import PACKAGE_PARENT, unnamed_python
 
         name = warm_name(env)
         path = folder / f"{name}.sock"
@@ -112,9 +122,9 @@ class Zygote:
             home = Path(tempfile.mkdtemp(prefix=f"{name}.home-", dir=folder))  # its own: removed when it ends
             with open(folder / f"{name}.log", "ab") as log:
                 try:
-                    proc = subprocess.Popen(isolated_python(WARM_BOOT, str(path), str(idle)),
-                                            env=dict(env, HOME=str(home), TMPDIR=str(home)), cwd="/", stdin=subprocess.DEVNULL,
-                                            stdout=log, stderr=log, start_new_session=True)
+                    proc = subprocess.Popen(unnamed_python(), env=dict(env, HOME=str(home), TMPDIR=str(home)), cwd="/",
+                                            stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
+                    _boot(proc, WARM_BOOT.format(path=PACKAGE_PARENT, socket=str(path), idle=float(idle)))
                 except OSError as exc:
                     os.close(self._starting[1])
                     self._starting = None

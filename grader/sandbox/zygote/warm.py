@@ -39,15 +39,20 @@ def warm_seconds() -> float:
 
 
 def stop_warm(folder: Path) -> int:
-    """Stop the warm zygotes serving from `folder` now (their command line names their socket
-    there); returns how many. A test's or a benchmark's cleanup: they end by themselves when idle."""
+    """Stop the warm zygotes serving from `folder` now (a zygote's command line names no path, see
+    launch.FROM_STDIN: its HOME, a folder of its own there, tells it); returns how many. A test's
+    or a benchmark's cleanup: they end by themselves when idle."""
+    from grader.sandbox.launch import FROM_STDIN
+
     stopped = 0
+    home = b"HOME=" + os.fsencode(Path(folder)) + b"/"
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:
             argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
+            env = open(f"/proc/{pid}/environ", "rb").read().split(b"\0") if FROM_STDIN.encode() in argv else []
         except OSError:
             continue
-        if any(b"serve_warm" in a for a in argv) and any(a.startswith(os.fsencode(Path(folder))) for a in argv):
+        if any(e.startswith(home) for e in env):
             try:
                 os.kill(int(pid), signal.SIGKILL)
                 stopped += 1
