@@ -133,15 +133,21 @@ def test_the_grader_in_the_image_grades_the_correct_sample_as_the_host_does(imag
 
 
 def test_the_image_says_when_its_sandbox_has_no_namespaces(image, tmp_path):
-    """An unprivileged container refuses namespaces: the check still grades, says so on the
-    terminal, in results.json and as a GitHub annotation under --ci github."""
-    proc = in_image(image, FIXTURES / "good", tmp_path / "out", *CASES, "--ci", "github", privileged=False)
+    """An unprivileged container refuses namespaces: a CI run stops with the reason and the flags
+    that give them (no weaker sandbox than asked, unattended); a student's own check still grades
+    and says so on the terminal and in results.json."""
+    stopped = in_image(image, FIXTURES / "good", tmp_path / "ci", *CASES, "--ci", "github", privileged=False)
+    said = " ".join((stopped.stdout + stopped.stderr).split())
+    assert stopped.returncode == 2, said
+    assert "the sandbox isolation cannot be built as asked on this machine" in said, said
+    assert "the grader runs in a container: give it --cap-add SYS_ADMIN" in said, said
+    assert not (tmp_path / "ci" / "results.json").exists() or json.loads((tmp_path / "ci" / "results.json").read_text())["score"] == 0
+    proc = in_image(image, FIXTURES / "good", tmp_path / "out", *CASES, privileged=False)
     results = json.loads((tmp_path / "out" / "results.json").read_text())
     isolation = results["extra_data"]["environment"]["isolation"]
     assert isolation["network"] == "the host's" and any("sandbox without namespaces" in w for w in isolation["warnings"])
     assert "warning: sandbox without namespaces" in " ".join(proc.stderr.split())
     assert "the grader runs in a container: give it --cap-add SYS_ADMIN" in " ".join(proc.stderr.split()), proc.stderr
-    assert "::warning title=Weaker sandbox::sandbox without namespaces" in proc.stdout, proc.stdout
     assert proc.returncode == 0 and results["score"] > 0, proc.stdout + proc.stderr
 
 

@@ -89,7 +89,8 @@ def _weaker(base: Path, nobody: bool) -> None:
         f.write_text("")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CLASSROOM"))}
     env.update(PATH=path_without_unshare(base / "bin"), PYTHONPATH=str(REPO_ROOT), HOME=str(base / "home"),
-               GRADER_CACHE_DIR=str(base / "cache"), GRADER_LOCK_DIR=str(base / "lock"), TMPDIR=str(base / "tmp"), COLUMNS="200")
+               GRADER_CACHE_DIR=str(base / "cache"), GRADER_LOCK_DIR=str(base / "lock"), TMPDIR=str(base / "tmp"), COLUMNS="200",
+               GRADER_COURSE_SECRET="a secret of this test's own")  # the course's file may be root's alone (grader release)
     for d in ("home", "cache", "lock", "tmp"):
         (base / d).mkdir()
     if nobody:
