@@ -191,6 +191,20 @@ def test_the_view_binds_no_folder_that_holds_a_private_one(monkeypatch, tmp_path
     assert dict(view["binds"])[str((tmp_path / "job" / "repo").resolve())] is True  # its own folder, writable
 
 
+def test_a_grader_installed_from_its_wheel_leaves_site_packages_bound(monkeypatch, tmp_path):
+    """Installed from its wheel, the folder above grader/ is site-packages (torch, Triton, numpy):
+    the Python install stays bound, only the installed grader package is covered."""
+    site_packages = tmp_path / "venv" / "lib" / "site-packages"
+    (site_packages / "grader").mkdir(parents=True)
+    monkeypatch.setattr(namespaces, "PACKAGE_PARENT", str(site_packages))
+    monkeypatch.setattr(namespaces.site, "getsitepackages", lambda: [str(site_packages)])
+    monkeypatch.setattr(namespaces, "_worker_sys_path", lambda: (str(site_packages),))
+    view = namespaces.sandbox_view(tmp_path / "job", [], [])
+    assert str(site_packages.resolve()) in dict(view["binds"])
+    assert view["covers"] == [str((site_packages / "grader").resolve())]
+    assert str(site_packages.resolve()) not in namespaces.private_folders([])
+
+
 @needs_namespaces
 def test_a_private_folder_inside_an_allowed_one_is_blank(tmp_path, monkeypatch):
     doc = Path("/usr/share/doc")

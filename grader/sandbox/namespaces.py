@@ -188,8 +188,20 @@ def private_folders(hide: list[Path]) -> list[str]:
     holds), the grader's home, and `hide` (the submissions, the output folder, the references)."""
     from grader.spec import course_root
 
-    folders = [course_root(), Path(PACKAGE_PARENT), Path.home(), *hide]
+    folders = [course_root(), Path.home(), *hide]
+    if not _installed_grader():
+        folders.append(Path(PACKAGE_PARENT))  # a source checkout, where the course may lie too
     return sorted({os.path.realpath(p) for p in folders})
+
+
+def _installed_grader() -> list[str]:
+    """The grader's package folder where it was installed from its wheel: the folder above it
+    is then site-packages, which every worker needs (torch, Triton, numpy) and which is bound,
+    so this folder is covered instead of hidden with its parent (the worker has its own copy)."""
+    installed = {os.path.realpath(p) for p in (*site.getsitepackages(), site.getusersitepackages() or "") if p}
+    if os.path.realpath(PACKAGE_PARENT) in installed:
+        return [os.path.realpath(os.path.join(PACKAGE_PARENT, "grader"))]
+    return []
 
 
 def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
@@ -228,6 +240,6 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
             links.append((alias, real))
     links = [(p, t) for p, t in set(links) if not any(_inside(p, q) and p != q for q, _ in links)]  # one link is enough
     scratch = sorted({os.path.realpath(d) for d in (*SCRATCH, tempfile.gettempdir())} - set(binds))
-    covers = sorted(p for p in private if any(_inside(p, b) and p != b for b in binds))
+    covers = sorted(p for p in {*private, *_installed_grader()} if any(_inside(p, b) and p != b for b in binds))
     return {"binds": sorted(binds.items()), "links": sorted(set(links)), "scratch": scratch, "covers": covers,
             "tmpfs_size": "256m", "outer_mount_namespace": os.readlink("/proc/self/ns/mnt")}
