@@ -189,8 +189,11 @@ def build_wheel(dest: Path) -> Path:
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(PACKAGE_HOME / name, src / name)
         shutil.copytree(PACKAGE_HOME / "grader", src / "grader", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                               "-q", "-w", str(dest), str(src)], capture_output=True, text=True)
+        pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest)]
+        proc = subprocess.run([*pip_wheel, "--no-build-isolation", "--no-index", str(src)], capture_output=True, text=True)
+        if proc.returncode != 0:  # this Python's setuptools cannot build wheels (older than 70.1 without `wheel`):
+            # let pip fetch the build requirements pyproject.toml names, from the indexes it is configured with
+            proc = subprocess.run([*pip_wheel, str(src)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise ReleaseError(f"building the grader's wheel failed: {proc.stderr.strip()[-800:]}")
     wheels = sorted(dest.glob("grader-*.whl"))
