@@ -97,7 +97,7 @@ def _ok(proc: subprocess.CompletedProcess) -> subprocess.CompletedProcess:
 def shipped(tmp_path_factory) -> Shipped:
     root = tmp_path_factory.mktemp("shipped")
     env = _clean_env(root, _wheelhouse())
-    course_env = dict(env, PYTHONPATH=str(REPO_ROOT))
+    course_env = dict(env, PYTHONPATH=str(REPO_ROOT), GRADER_COURSE_SECRET="shipped-test-secret")  # no secret file made
     kit, classroom = root / "kit", root / "classroom50" / "cs101"
     _ok(_run([sys.executable, "-m", "grader", "release", "--out", kit, "-a", "vector_add", "--classroom50", classroom],
              REPO_ROOT, course_env, timeout=INSTALL_TIMEOUT))
