@@ -10,7 +10,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from grader.judge import picture
-from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total
+from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total, traceback_tail
 from grader.results import Outcome, RunResult, outcome_css, write_text_atomic
 from grader.sanitize import for_page
 
@@ -101,7 +101,7 @@ def render(run: RunResult) -> str:
     run = _bounded(run)
     return _ENV.get_template("report.html.j2").render(
         run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments), perf_chart=perf_chart, matrix=matrix, points_line=points_line,
-        groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words,
+        groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words, traceback_tail=traceback_tail,
         Outcome=Outcome, outcome_css=outcome_css())
 
 

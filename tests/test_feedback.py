@@ -315,9 +315,9 @@ def test_untouched_starter_says_so_first_and_leaves_the_repo_clean(tmp_path):
     run = _grader("check", ".", "--seed", "5", "--case", "n=1", "--case", "n=127", "--case", "n=129", cwd=repo,
                   env={"COLUMNS": "200"})
     assert run.returncode == 1, run.stdout + run.stderr
-    lines = run.stdout.splitlines()
-    assert lines[1] == "" and lines[2].startswith("vector_add: the kernel stores nothing yet"), lines[:4]
-    assert "fill in the TODOs in kernels/vector_add.py" in lines[2]
+    lines = [line for line in run.stdout.splitlines()[1:] if line.strip() and not line.startswith("  [")]  # past the progress lines
+    assert lines[0].startswith("vector_add: the kernel stores nothing yet"), lines[:4]
+    assert "fill in the TODOs in kernels/vector_add.py" in lines[0]
     # one entry for the six identical diagnoses, which lists its cases
     wrong = run.stdout.split("What went wrong", 1)[1]
     assert wrong.count("every element is NaN") == 1
@@ -393,3 +393,40 @@ def test_class_batch_shows_a_missing_module_as_not_submitted(tmp_path):
     assert cells["vector_add"]["outcomes"].get("passed", 0) >= 1 and "not submitted" not in cells["vector_add"]["outcomes"]
     dashboard = (tmp_path / "out" / "index.html").read_text()
     assert '<div class="small">not submitted</div>' in dashboard and "error" not in cells["softmax"]["outcomes"]
+
+
+def test_a_failures_text_is_shown_once_not_again_at_the_end_of_its_traceback():
+    from grader.judge.feedback import traceback_tail
+
+    tb = ('Traceback (most recent call last):\n  File "kernels/vector_add.py", line 22, in vector_add\n'
+          "    add_kernel[grid](x, y, out, n)\nModuleNotFoundError: No module named 'triton.experimental'\n")
+    t = TestResult("vector_add", "correctness", "n=1", "error",
+                   "vector_add() raised: \nModuleNotFoundError: No module named 'triton.experimental'", traceback=tb)
+    tail = traceback_tail(t)
+    assert tail.endswith("    add_kernel[grid](x, y, out, n)") and "ModuleNotFoundError" not in tail
+    t.message = "vector_add() raised: ValueError: something else"  # a traceback that says more keeps it
+    assert traceback_tail(t).endswith("No module named 'triton.experimental'")
+
+
+def test_piped_a_check_says_how_far_it_is_and_wraps_no_line(monkeypatch):
+    """In a pipe rich draws no bar until the end and wraps at 80 columns: a check shows progress
+    lines instead, and a long line (a reproducer) stays one line."""
+    import io
+
+    from grader.cli import check, common
+
+    out = io.StringIO()
+    piped = common.Console(file=out, highlight=False, emoji=False)
+    assert not piped.is_terminal
+    monkeypatch.setattr(check, "console", piped)
+    monkeypatch.setattr(check, "PIPED_PROGRESS_EVERY", 0.0)
+    with check._progress(3) as step:
+        step("vector_add: n=1/float32")
+        step("vector_add: n=127/float32")
+    lines = out.getvalue().splitlines()
+    assert lines[0].strip() == "[0/3] starting the workers" and lines[-1].strip().startswith("[2/3,")
+    assert lines[-1].endswith("vector_add: n=127/float32")
+    proc = subprocess.run([sys.executable, "-c", "from grader.cli.common import console; "
+                           "console.print('reproduce: grader check . -a vector_add --case n=1 --dtype float32 --seed ' + '8' * 90)"],
+                          capture_output=True, text=True, env={k: v for k, v in os.environ.items() if k not in ("COLUMNS", "GITHUB_ACTIONS")})
+    assert len(proc.stdout.strip().splitlines()) == 1 and proc.stdout.strip().endswith("8" * 90), proc.stdout

@@ -158,6 +158,30 @@ def test_workflow_job_permissions_and_steps(kit):
     # the reporter reads <RUNNER>_RESULTS, the check step's `result` output
     assert reporter["env"]["GRADER_RESULTS"] == "${{ steps.grader.outputs.result }}"
     assert "always()" in reporter["if"]
+    # the course's torch, its CPU build; pip's downloads cached, keyed on what is installed
+    assert f'pip install "torch=={release.TORCH}" --index-url {release.TORCH_CPU_INDEX}' in install
+    python = steps[uses.index("actions/setup-python")]["with"]
+    assert python["cache"] == "pip" and "requirements-grader.txt" in python["cache-dependency-path"].split()
+    # GitHub Classroom is gone: neither the workflow nor the kit's README speaks of it
+    for name in (".github/workflows/grader.yml", "README.md"):
+        text = (kit.root / name).read_text().lower()
+        assert "github classroom" not in text and "github-classroom" not in text, name
+    assert f'"torch=={release.TORCH}"' in (kit.root / "README.md").read_text()
+
+
+def test_the_readmes_first_command_installs_what_a_check_needs_and_ci_runs_the_second():
+    readme = (REPO_ROOT / "README.md").read_text()
+    block = readme[readme.index("## Set-up and the two commands"):]
+    block = block[block.index("```\n") + 4:]
+    first, second = block[:block.index("```")].strip().splitlines()
+    assert "pip install -e . " in first and "[dev]" not in first and first.endswith("grader check tests/fixtures/good")
+    assert second.endswith("python -m pytest") and second in (REPO_ROOT / ".ci" / "run").read_text().splitlines()
+    import tomllib
+
+    project = tomllib.loads((REPO_ROOT / "pyproject.toml").read_text())["project"]
+    needed = " ".join(project["dependencies"]).lower()
+    assert not any(tool in needed for tool in ("copydetect", "matplotlib", "ray", "mutmut", "pytest"))
+    assert any(d.startswith("copydetect") for d in project["optional-dependencies"]["ta"])
 
 
 def test_workflow_for_a_self_hosted_gpu_runner():
@@ -166,7 +190,7 @@ def test_workflow_for_a_self_hosted_gpu_runner():
     check = next(s for s in job["steps"] if s.get("id") == "grader")
     assert "--device auto" in check["run"]
     install = next(s for s in job["steps"] if s.get("name") == "Install the grader")["run"]
-    assert "whl/cpu" not in install
+    assert "whl/cpu" not in install and f'pip install "torch=={release.TORCH}"' in install
     with pytest.raises(release.ReleaseError, match="runner label"):
         release.workflow("gpu; rm -rf /")
 

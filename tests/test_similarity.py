@@ -204,3 +204,15 @@ def test_without_copydetect_the_class_view_says_so_and_keeps_everything_else(tmp
     similarity.update_similarity(view, tmp_path / "out", lock)
     assert view.similarity["softmax"] == []
     assert "copydetect is not installed here" in view.similarity_meta["per_assignment"]["softmax"]["error"]
+
+
+def test_similarity_without_the_ta_extra_says_how_to_get_it(monkeypatch, tmp_path):
+    """copydetect is the TA's extra (grader[ta]), not installed with a student's grader."""
+    from typer.testing import CliRunner
+
+    from grader.batch import similarity as compare
+    from grader.cli import app
+
+    monkeypatch.setattr(compare, "MISSING", ImportError("No module named 'copydetect'"))
+    result = CliRunner().invoke(app, ["similarity", "--class", str(tmp_path)])
+    assert result.exit_code == 2 and 'pip install "grader[ta]"' in " ".join(result.output.split()), result.output

@@ -321,3 +321,22 @@ def test_the_reference_side_keeps_its_autotuning_and_a_batch_student_does_not(tm
     assert "autotune cache 1" in seen["trusted"] and "autotune cache None" in seen["student"]
     env = {"PATH": "/usr/bin", "TRITON_CACHE_AUTOTUNING": "1", "TRITON_CACHE_DIR": "/a"}
     assert zygote.zygote_key(env)[0] == zygote.zygote_key({"PATH": "/usr/bin"})[0]  # no second zygote for it
+
+
+def test_a_forked_worker_keeps_site_packages_when_the_grader_lies_there(tmp_path):
+    """Installed from its wheel, the folder above grader/ is site-packages: the fork drops only the
+    copy the zygote's boot put first, and keeps the interpreter's own entry (torch, triton, numpy)."""
+    script = textwrap.dedent(f"""
+        import json, sys
+        sys.path.insert(0, {PACKAGE_PARENT!r})
+        sys.path.append({PACKAGE_PARENT!r})  # where site-packages stands in an install from the wheel
+        import grader, grader.worker
+        from grader.sandbox.launch import worker_code
+        from grader.sandbox.zygote.server import _use_worker_code
+        code = str(worker_code())
+        _use_worker_code(code)
+        print(json.dumps([code, sys.path]))
+    """)
+    code, path = json.loads(subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True,
+                                           check=True).stdout)
+    assert path[0] == code and path.count(PACKAGE_PARENT) == 1 and path[-1] == PACKAGE_PARENT

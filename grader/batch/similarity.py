@@ -39,7 +39,7 @@ from pathlib import Path
 
 import numpy as np
 
-try:  # a declared dependency; where it is missing, the class view lists no pairs and says why
+try:  # the `ta` extra (pip install "grader[ta]"); where it is missing, the class view lists no pairs and says why
     from copydetect import CodeFingerprint, compare_files
     from copydetect.utils import filter_code, get_document_fingerprints, get_token_coverage, highlight_overlap
     MISSING: ImportError | None = None
@@ -160,7 +160,7 @@ def compare_class(files: dict[str, str], starter: str | None, assignment: str, t
     """All pairs of `files` (student -> source) at or above `threshold`, most similar first;
     with the fingerprints (for the side-by-side pages) and counts of what was done."""
     if MISSING is not None:
-        raise ImportError(f"copydetect is not installed here ({MISSING}): pip install copydetect")
+        raise ImportError(f"copydetect is not installed here ({MISSING}): it comes with the TA's extra, pip install \"grader[ta]\"")
     started = time.perf_counter()
     boilerplate = boilerplate_of(starter)
     fps = fingerprint_all(files, boilerplate)

@@ -11,6 +11,8 @@ import os
 import shlex
 import stat
 import shutil
+import time
+from contextlib import contextmanager
 from pathlib import Path
 from typing import List, Optional
 
@@ -20,7 +22,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.judge.feedback import group_failures, points_line, run_total, smallest_words
+from grader.judge.feedback import group_failures, points_line, run_total, smallest_words, traceback_tail
 from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
 from grader.sanitize import one_line
 from grader.submission import SubmissionError, open_submission
@@ -166,11 +168,8 @@ def check(
 
     mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
     console.print(f"Checking [bold]{shown(sub.root)}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {ctx.seed}")
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
-                  console=console, transient=True) as bar:
-        task = bar.add_task("starting", total=count_steps(chosen, ctx))
-        run = open_session(ctx, settings).grade(sub, chosen, lambda text: bar.update(task, advance=1, description=text),
-                                                jobs=check_jobs(jobs, ctx.device, len(chosen)))
+    with _progress(count_steps(chosen, ctx)) as step:
+        run = open_session(ctx, settings).grade(sub, chosen, step, jobs=check_jobs(jobs, ctx.device, len(chosen)))
     # what a batch stores and reads back: results.json, the report and the summary come from that
     # form here too, so a check shows whatever a batch would lose
     run = RunResult.from_json(run.to_json())
@@ -203,6 +202,34 @@ def check(
     if any(t.outcome == Outcome.INFRA_ERROR for t in run.tests):
         raise typer.Exit(2)
     raise typer.Exit(0 if run.all_passed else 1)
+
+
+PIPED_PROGRESS_EVERY = 10.0  # seconds between two progress lines where no live bar can be drawn
+
+
+@contextmanager
+def _progress(total: int):
+    """A step callback: a live bar on a terminal; piped (a file, a CI log), where a bar shows
+    nothing until the end, a line at the start and then at most one every PIPED_PROGRESS_EVERY
+    seconds, so a check that takes minutes in the interpreter is never silent."""
+    if console.is_terminal:
+        with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
+                      console=console, transient=True) as bar:
+            task = bar.add_task("starting", total=total)
+            yield lambda text: bar.update(task, advance=1, description=text)
+        return
+    started = time.monotonic()
+    state = {"done": 0, "said": started}
+    console.print(f"  [0/{total}] starting the workers", soft_wrap=True, markup=False)
+
+    def step(text: str) -> None:
+        state["done"] += 1
+        now = time.monotonic()
+        if now - state["said"] >= PIPED_PROGRESS_EVERY:
+            state["said"] = now
+            console.print(f"  [{state['done']}/{total}, {now - started:.0f} s] {one_line(text, 200)}", soft_wrap=True, markup=False)
+
+    yield step
 
 
 WORKER_MEMORY = 2 << 30  # what one interpreter worker may take (torch, Triton, the interpreted case's tensors)
@@ -335,7 +362,8 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)}, {len(g.tests)} checks "
                               f"({shown(g.cases)}): {shown(g.diagnosis)}")
             if t.traceback:
-                console.print(f"[dim]{shown_lines(_last_lines(t.traceback, 8))}[/dim]")
+                if tail := traceback_tail(t):
+                    console.print(f"[dim]{shown_lines(_last_lines(tail, 8))}[/dim]")
             elif t.output and t.outcome in (Outcome.CRASHED, Outcome.TIMEOUT):
                 console.print(f"[dim]{shown_lines(_last_lines(t.output, 8))}[/dim]")
             if t.reproducer:

@@ -369,6 +369,10 @@ def similarity(
     """Compare every pair of students' modules per assignment; rebuild the dashboard's list of similar pairs."""
     from grader.batch.classview import write_class_outputs
 
+    from grader.batch import similarity as compare
+
+    if compare.MISSING is not None:
+        _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: pip install \"grader[ta]\""))
     course = load_course_or_fail(course_file)
     if threshold is not None and not 0 < threshold <= 1:
         _fail(UsageError("--threshold must be in (0, 1]"))

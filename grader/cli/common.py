@@ -21,6 +21,9 @@ ISOLATION_HELP = isolation_help() + " See docs/security.md."
 # Actions no line is wrapped either (a wrapped line may start with any word of a student's text,
 # and the runner reads a workflow command at the start of any line): `shown` text stays in its line
 console = Console(highlight=False, emoji=False, soft_wrap=current().in_actions)
+# piped (a file, `| tee`, a CI log) nothing is wrapped at rich's default 80 columns either: a
+# reproducer (`--seed 835908367`) is pasted whole, and a log viewer wraps lines itself
+console.soft_wrap = console.soft_wrap or not console.is_terminal
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # a message is one line, even piped: a path is never cut
 
 # rich's style of each outcome; keyed by Outcome, so a plain string read back from JSON finds its style too

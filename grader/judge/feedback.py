@@ -58,6 +58,16 @@ def group_failures(tests: list[TestResult]) -> list[FailureGroup]:
     return list(groups.values())
 
 
+def traceback_tail(t: TestResult) -> str:
+    """The traceback without its last lines where the message already says them (`f() raised:
+    ValueError: ...` ends the traceback too): a failure's text is shown once."""
+    lines = (t.traceback or "").rstrip().splitlines()
+    message = " ".join((t.message or "").split())
+    while lines and lines[-1].strip() and not lines[-1].startswith(" ") and " ".join(lines[-1].split()) in message:
+        lines.pop()
+    return "\n".join(lines)
+
+
 def smallest_words(t: TestResult) -> str:
     """'the smallest failing case found: shape=1x17 (x[1x17]); shape=1x16 passes', or '' where the
     failure was not shrunk (grader.judge.grade._shrink_failures)."""

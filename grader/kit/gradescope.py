@@ -20,10 +20,10 @@ import zipfile
 from pathlib import Path
 
 from grader import spec as specs
-from grader.kit.release import ReleaseError, build_wheel
+from grader.kit.release import TORCH, TORCH_CPU_INDEX, ReleaseError, build_wheel
 from grader.settings import current
 
-CPU_TORCH = "https://download.pytorch.org/whl/cpu"
+CPU_TORCH = TORCH_CPU_INDEX
 CUDA_TORCH = "https://download.pytorch.org/whl/cu128"
 SKIP = {"__pycache__", "starter"}
 
@@ -37,7 +37,7 @@ apt-get update
 apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc libc6-dev util-linux
 python3 -m venv "$ROOT/venv"
 "$ROOT/venv/bin/pip" install --upgrade pip
-"$ROOT/venv/bin/pip" install torch --index-url {torch_index}   # {torch_kind}
+"$ROOT/venv/bin/pip" install "torch=={torch}" --index-url {torch_index}   # {torch_kind}
 "$ROOT/venv/bin/pip" install ./{wheel}
 """
 
@@ -81,7 +81,7 @@ def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = 
         wheel = build_wheel(Path(tmp))
         index = torch_index or (CUDA_TORCH if cuda else CPU_TORCH)
         files: dict[str, bytes] = {
-            "setup.sh": SETUP_SH.format(torch_index=index, torch_kind="CUDA build" if cuda else "CPU build", wheel=wheel.name).encode(),
+            "setup.sh": SETUP_SH.format(torch=TORCH, torch_index=index, torch_kind="CUDA build" if cuda else "CPU build", wheel=wheel.name).encode(),
             "run_autograder": RUN_AUTOGRADER.format(assignments=" ".join(f"-a {s.name}" for s in chosen),
                                                     names=" ".join(s.name for s in chosen),
                                                     device="auto" if cuda else "cpu").encode(),

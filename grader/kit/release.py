@@ -28,6 +28,8 @@ from grader import __version__
 from grader import spec as specs
 
 PYTHON = "3.11"
+TORCH = "2.13.0"  # the course's torch: the kit's install line, its workflow and the Gradescope setup pin it
+TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # torch's CPU build (no GPU: students, hosted runners)
 PACKAGE_HOME = Path(__file__).resolve().parents[2]  # where pyproject.toml is, in a source checkout
 PRIVATE_NAMES = {"hidden.py", "starter", "__pycache__", "solution", "solutions"}
 STARTER_PATH = re.compile(r"`(?:\.\./[\w-]+/)?starter/([^`]+)`")  # a handout's `starter/kernels/x.py`
@@ -88,7 +90,7 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
         rows = [{"name": s.name, "title": s.title, "module": s.module, "function": s.function, "points": f"{s.max_points:g}",
                  "hidden": s.hidden_count} for s in chosen]
         (build / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
-            title=title, assignments=rows, python=PYTHON, wheel=wheel))
+            title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX))
         (build / WORKFLOW).parent.mkdir(parents=True)
         (build / WORKFLOW).write_text(workflow(gpu_runner))
         leaks = find_leaks(build)
@@ -109,7 +111,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
 def workflow(gpu_runner: str | None = None) -> str:
     if gpu_runner is not None and not re.fullmatch(r"[A-Za-z0-9_.-]+", gpu_runner):
         raise ReleaseError(f"--gpu-runner {gpu_runner!r}: a runner label is letters, digits, '-', '_' and '.'")
-    return _ENV.get_template("classroom.yml.j2").render(gpu_runner=gpu_runner, python=PYTHON, timeout_minutes=60)
+    return _ENV.get_template("classroom.yml.j2").render(gpu_runner=gpu_runner, python=PYTHON, timeout_minutes=60,
+                                                              torch=TORCH, cpu_index=TORCH_CPU_INDEX)
 
 
 def ensure_secret() -> str | None:
@@ -191,8 +194,11 @@ def build_wheel(dest: Path) -> Path:
         for name in ("pyproject.toml", "README.md"):
             shutil.copy2(PACKAGE_HOME / name, src / name)
         shutil.copytree(PACKAGE_HOME / "grader", src / "grader", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
-        proc = subprocess.run([sys.executable, "-m", "pip", "wheel", "--no-deps", "--no-build-isolation", "--no-index",
-                               "-q", "-w", str(dest), str(src)], capture_output=True, text=True)
+        pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest)]
+        proc = subprocess.run([*pip_wheel, "--no-build-isolation", "--no-index", str(src)], capture_output=True, text=True)
+        if proc.returncode != 0:  # this Python's setuptools cannot build wheels (older than 70.1 without `wheel`):
+            # let pip fetch the build requirements pyproject.toml names, from the indexes it is configured with
+            proc = subprocess.run([*pip_wheel, str(src)], capture_output=True, text=True)
         if proc.returncode != 0:
             raise ReleaseError(f"building the grader's wheel failed: {proc.stderr.strip()[-800:]}")
     wheels = sorted(dest.glob("grader-*.whl"))
