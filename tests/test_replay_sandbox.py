@@ -2,13 +2,17 @@
 as a worker is, its view holds the grader's own code, the record checked and copied (read-only),
 the call's inputs and its own folders; nothing of the course, nothing else of the student's. A
 hostile record is refused before it starts; what it writes back is read bounded. On the CPU (no
-GPU here): the real replay process checks the record in its view and says it has no GPU."""
+GPU here): the real replay process checks the record in its view and says it has no GPU. The view
+is probed as root (each namespace mode) and as an ordinary user (uid 65534)."""
 
 from __future__ import annotations
 
 import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -16,7 +20,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import REPO_ROOT
+from conftest import REPO_ROOT, as_nobody
 from grader.codec import write_inputs
 from grader.judge import replayed
 from grader.sandbox.isolation import Isolation
@@ -101,6 +105,57 @@ def test_the_replay_process_sees_its_record_and_nothing_of_the_course_or_the_stu
     assert set(report["course"]) <= {".venv"}, report  # at most the path down to the Python it runs (the course's own venv)
     if MODES[mode].user_switch:
         assert report["uid"] not in (0, os.getuid()), report
+
+
+# the same probe run by an ordinary user (uid 65534): the grader's own process as that user
+AS_USER = """
+import json, sys
+from pathlib import Path
+sys.path[:0] = [{root!r}, {tests!r}]
+from grader.judge import replayed
+from grader.sandbox.process import detect
+import test_replay_sandbox as t
+home = Path({home!r})
+student, rec, inputs, layout = t._call(home / "call")
+boot = t.PROBE.replace("sys.argv[-2:]", repr({course!r}) + ", " + repr(str(student)))
+iso = detect("sandbox")
+got = replayed.run(rec, inputs, layout, home / "job", 5, 120, isolation=iso, boot=boot)
+report = json.loads((home / "job" / "result" / "probe.json").read_text())
+files = json.loads((rec / "launches.json").read_text())["kernels"]["a" * 64]["files"].values()
+report.update(isolation=[iso.namespaces, iso.user_namespace, iso.user_switch], failed=got.failed,
+              expected_record=sorted(["launches.json", *files]))
+(home / "report.json").write_text(json.dumps(report))
+"""
+
+
+@needs_namespaces
+def test_as_an_ordinary_user_the_replay_process_is_contained_alike():
+    from test_sandbox_view import NOBODY, _nobody_can_use_namespaces
+
+    why = _nobody_can_use_namespaces()
+    if why:
+        pytest.skip(why)
+    home = Path(tempfile.mkdtemp(prefix="grader-nobody-replay-"))
+    try:
+        (home / "tmp").mkdir()
+        for folder in (home, home / "tmp"):
+            os.chown(folder, NOBODY, NOBODY)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home), "TMPDIR": str(home / "tmp"),
+               "GRADER_CACHE_DIR": str(home / "cache"), "GRADER_WARM_SECONDS": "0", "LANG": "C.UTF-8"}
+        code = AS_USER.format(root=str(REPO_ROOT), tests=str(REPO_ROOT / "tests"), home=str(home), course=str(REPO_ROOT.resolve()))
+        run = subprocess.run(as_nobody(home, env, "-c", code), capture_output=True, text=True, timeout=600)
+        assert run.returncode == 0, run.stderr[-5000:]
+        report = json.loads((home / "report.json").read_text())
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert report["isolation"] == [True, True, False], report  # unshare --user --map-root-user
+    assert report["record"] == report["expected_record"], report
+    assert report["read_record"] == "yes" and report["read_inputs"] == "yes" and report["write_out"] == "yes", report
+    for what in ("write_record", "add_to_record", "write_inputs", "network"):
+        assert report[what].startswith("no: "), (what, report)
+    for what in ("course_git", "reference", "student", "spec"):
+        assert report[what] is False, (what, report)
+    assert set(report["course"]) <= {".venv"}, report
 
 
 def test_the_real_replay_process_checks_the_record_in_its_sandbox_and_answers(tmp_path, monkeypatch):
