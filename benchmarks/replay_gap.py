@@ -233,7 +233,8 @@ def main() -> int:
         folder.mkdir()
         layout = write_inputs(inputs, folder / "inputs.safetensors")
         (folder / "layout.json").write_text(json.dumps(layout))
-        contenders = {"sample": (ROOT / "tests/fixtures/good", f"kernels/{name}.py"), "reference": (ROOT / "reference", f"{name}.py")}
+        # the reference first: its recorded call's result is what the sample's replay is compared with
+        contenders = {"reference": (ROOT / "reference", f"{name}.py"), "sample": (ROOT / "tests/fixtures/good", f"kernels/{name}.py")}
         for who, (root, module) in contenders.items():
             row = {"assignment": name, "contender": who}
             rec = folder / f"{who}.rec"
@@ -254,8 +255,7 @@ def main() -> int:
                                        "wall_s": time.perf_counter() - t0}
             if got.folder is not None:
                 from safetensors.torch import load_file
-                expected = list(load_file(str(folder / "reference.call.safetensors")).values()) if who != "reference" else \
-                    list(load_file(str(folder / f"{who}.call.safetensors")).values())
+                expected = list(load_file(str(folder / "reference.call.safetensors")).values())
                 try:
                     row["sandboxed_replay"]["wrong"] = replayed.mismatch(replayed.results(got, expected), expected, 2e-2, 2e-2)
                 except replayed.ReplyError as exc:
