@@ -151,7 +151,7 @@ def assert_nothing_left(marker: str = "", within: Path | None = None) -> None:
 
 # Run as root: a private mount namespace in which the interpreter is reachable by uid 65534 (it may
 # lie under a home folder only root enters, e.g. /root/.pyenv: that folder becomes an empty tmpfs
-# there, the interpreter's prefix bound back), then the switch to uid 65534 (which takes every
+# there, the interpreter's prefix bound back, and a venv's base interpreter's too), then the switch to uid 65534 (which takes every
 # capability away) and the run itself. The mounts stay in that namespace.
 AS_NOBODY = """
 import ctypes, os, sys
@@ -161,11 +161,17 @@ def check(result, what):
         raise OSError(ctypes.get_errno(), what)
 check(libc.unshare(0x00020000), "unshare")
 check(libc.mount(None, b"/", None, 16384 | (1 << 18), None), "private")
-prefix = os.path.realpath(sys.prefix)
-closed = next((a for a in reversed(__import__("pathlib").Path(prefix).parents) if not os.stat(a).st_mode & 0o001), None)
-if closed is not None:
-    fd = os.open(prefix, os.O_PATH | os.O_DIRECTORY)
-    check(libc.mount(b"tmpfs", str(closed).encode(), b"tmpfs", 0, b"mode=0755"), "tmpfs")
+held = []  # a venv's prefix, and the base interpreter's its python links to
+for prefix in sorted({{os.path.realpath(sys.prefix), os.path.realpath(sys.base_prefix)}}):
+    closed = next((a for a in reversed(__import__("pathlib").Path(prefix).parents) if not os.stat(a).st_mode & 0o001), None)
+    if closed is not None:
+        held.append((str(closed), prefix, os.open(prefix, os.O_PATH | os.O_DIRECTORY)))
+covered = []
+for closed in sorted({{c for c, _, _ in held}}, key=len):
+    if not any(closed.startswith(c.rstrip("/") + "/") for c in covered):
+        check(libc.mount(b"tmpfs", closed.encode(), b"tmpfs", 0, b"mode=0755"), "tmpfs")
+        covered.append(closed)
+for closed, prefix, fd in held:
     os.makedirs(prefix, exist_ok=True)
     check(libc.mount(f"/proc/self/fd/{{fd}}".encode(), prefix.encode(), None, 4096 | 16384, None), "bind")
 os.setgroups([])

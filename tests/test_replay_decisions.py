@@ -65,7 +65,6 @@ def test_another_process_on_the_gpu_is_a_retry_and_a_broken_replay_a_review():
     ('{"ms": [1.0, -1.0]}', "not positive numbers"),
     ('{"ms": [1.0, NaN]}', "not positive numbers"),
     ('{"ms": []}', "not positive numbers"),
-    ('{"ms": [1.0], "other_gpu_processes": ["4242"]}', "not a list of process ids"),
     ("{" + " " * (replayed.MAX_REPLY_BYTES + 1) + "}", "cannot be read"),
 ])
 def test_a_replays_answer_is_read_as_hostile_data(tmp_path, answer, why):
@@ -77,6 +76,7 @@ def test_a_replays_answer_is_read_as_hostile_data(tmp_path, answer, why):
 def test_a_replays_answer_is_kept_bounded(tmp_path):
     (tmp_path / "replay.json").write_text(json.dumps({"refused": "x" * 5000}))
     assert len(replayed.read(tmp_path).refused) == 400
-    (tmp_path / "replay.json").write_text(json.dumps({"ms": [2.0, 1.0, 3.0], "other_gpu_processes": []}))
+    (tmp_path / "replay.json").write_text(json.dumps({"ms": [2.0, 1.0, 3.0], "other_gpu_processes": [4242]}))
     got = replayed.read(tmp_path)
     assert got.median_ms == 2.0 and got.folder == tmp_path
+    assert got.others == []  # the process's word on who shared the GPU is not taken: run() looks itself

@@ -1,6 +1,7 @@
 """The replay on a GPU (grader.replay, grader.judge.replayed): a contender's call recorded in a
 worker process of its own (grader's own Worker, the module imported, Triton hooked), the worker
-gone, the record replayed in a process with no student code, and the judge's decision. Honest
+gone, the record replayed in a process with no student code (started through the sandbox
+backend), and the judge's decision. Honest
 kernels are scored within 3% of the event-timed ratio; cheats get no speed they did not earn."""
 
 from __future__ import annotations
@@ -58,7 +59,7 @@ def case(tmp_path_factory):
                               capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         event_ms = json.loads(done.stdout.strip().splitlines()[-1])["event_ms"]
-        return replayed.run(rec, work / "inputs.safetensors", work / "layout.json", out, 20, 300, env), event_ms
+        return replayed.run(rec, work / "inputs.safetensors", work / "layout.json", out, 20, 300), event_ms
 
     reference = run("reference", ROOT / "reference", "vector_add.py")
 
@@ -69,7 +70,7 @@ def case(tmp_path_factory):
         wrong = ""
         if got.folder is not None:
             expected = [load_file(str(work / "reference.call.safetensors"))["output.0"]]
-            wrong = replayed.mismatch([load_file(str(got.folder / "last.safetensors"))["output.0"]], expected, 1e-5, 1e-5)
+            wrong = replayed.mismatch(replayed.results(got, expected), expected, 1e-5, 1e-5)
         return replayed.decide(got, reference[0], wrong), event_ms / reference[1]
 
     return student

@@ -186,7 +186,7 @@ def test_the_view_binds_no_folder_that_holds_a_private_one(monkeypatch, tmp_path
     from grader.sandbox import process
 
     process.detect("sandbox")  # the probe and the workers import from the copy: they write nothing into it
-    assert sorted(p.name for p in (worker_code() / "grader").iterdir()) == ["__init__.py", "codec.py", "protocol.py", "worker"]
+    assert sorted(p.name for p in (worker_code() / "grader").iterdir()) == ["__init__.py", "codec.py", "protocol.py", "replay", "worker"]
     assert not list(worker_code().rglob("__pycache__"))
     assert dict(view["binds"])[str((tmp_path / "job" / "repo").resolve())] is True  # its own folder, writable
 

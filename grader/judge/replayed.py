@@ -1,6 +1,11 @@
 """The judge's side of a replay (grader.replay): one contender's replay run in a process of its
-own, what it hands back read as data, the replayed result compared whole with the expected one,
-and what the figure is worth.
+own, contained by the same sandbox backend as a worker, what it hands back read as data, the
+replayed result compared whole with the expected one, and what the figure is worth.
+
+A student's compiled kernel runs in the replay process's GPU context, so that process is treated
+as a worker: its view holds the grader's own code, the record checked here first and copied
+(read-only), the call's inputs, a private home and the folder it writes to; nothing of the
+course, no other student file. It is told nothing of the truth: the comparison happens here.
 
 Not yet called by the timing stage (grader.judge.perf): docs/security.md, "Replay", says what
 remains to wire.
@@ -10,16 +15,27 @@ from __future__ import annotations
 
 import json
 import math
+import os
+import shutil
 import subprocess
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
 import torch
 
-from grader.replay.record import RecordError, read_file
+from grader.codec import rebuild
+from grader.replay import record as records
+from grader.replay.record import RecordError
+from grader.sandbox.files import WorkerFileError, read_worker_file
+from grader.sandbox.isolation import Isolation, SandboxError
+from grader.sandbox.launch import isolated_python, worker_code
+from grader.sandbox.process import WorkerProcess
+from grader.sanitize import one_line
 
 MAX_REPLY_BYTES = 1 << 20
+MAX_HEADER_BYTES = 64 << 10  # a result file's safetensors header, beside its tensors' bytes
+# the replay's entry point, from the private copy of the grader's code its view holds
+BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.replay.__main__ import main; sys.exit(main(sys.argv[1:]))"
 
 
 @dataclass
@@ -37,36 +53,139 @@ class Replayed:
         return sorted(self.ms)[len(self.ms) // 2] if self.ms else None
 
 
-def run(record: Path, inputs: Path, layout: Path, out: Path, reps: int, timeout: float, env: dict | None = None) -> Replayed:
-    """`python -m grader.replay` on one record; a process that fails or overruns is a failed replay."""
-    cmd = [sys.executable, "-m", "grader.replay", str(record), str(inputs), str(layout), str(out), "--reps", str(reps)]
+def gpu_processes() -> list[int] | None:
+    """PIDs of the processes that hold a context on the GPU, by the driver's own list (None if
+    it cannot be read). Seen from here, not from the replay: its word is not taken, and in its
+    own PID namespace it could not name itself in the driver's list anyway."""
     try:
-        done = subprocess.run(cmd, capture_output=True, text=True, timeout=timeout, env=env)
-    except subprocess.TimeoutExpired:
-        return Replayed(failed=f"the replay did not finish in {timeout:.0f} s")
-    if done.returncode != 0:
-        tail = (done.stderr.strip().splitlines() or ["no output"])[-1]
-        return Replayed(failed=f"the replay process exited with {done.returncode}: {tail[:200]}")
-    return read(out)
+        out = subprocess.run(["nvidia-smi", "--query-compute-apps=pid", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=20)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    if out.returncode != 0:
+        return None
+    return sorted(int(p) for p in out.stdout.split() if p.strip().isdigit())
+
+
+def input_sizes(inputs: Path, layout: Path) -> dict[str, int]:
+    """Each tensor input's storage in bytes, from the grader's own inputs file."""
+    from safetensors.torch import load_file
+
+    rebuilt = rebuild(load_file(str(inputs)), json.loads(Path(layout).read_text()), "cpu")
+    return {k: v.untyped_storage().nbytes() for k, v in rebuilt.items() if isinstance(v, torch.Tensor)}
+
+
+def checked_copy(record: Path, dest: Path, sizes: dict[str, int]) -> records.Plan:
+    """The record in `record` (a worker wrote it) copied to `dest`, only launches.json and the
+    files its kernels name by hash, each read bounded and never through a link, then the copy
+    checked whole (RecordError if refused). The replay's view holds this copy, nothing else of
+    the worker's."""
+    raw = records.read_file(Path(record) / "launches.json", records.MAX_RECORD_BYTES)
+    try:
+        parsed = json.loads(raw)
+    except ValueError as exc:
+        raise RecordError(f"the record is not JSON ({str(exc)[:80]})") from None
+    dest.mkdir(parents=True)
+    (dest / "launches.json").write_bytes(raw)
+    kernels = parsed.get("kernels") if isinstance(parsed, dict) else None
+    for k in list(kernels.values() if isinstance(kernels, dict) else [])[:records.MAX_KERNELS]:
+        files = k.get("files") if isinstance(k, dict) else None
+        for digest in list(files.values() if isinstance(files, dict) else [])[:8]:
+            if type(digest) is str and records.SHA.match(digest) and not (dest / digest).exists():  # else the check says why
+                (dest / digest).write_bytes(records.read_file(Path(record) / digest, records.MAX_FILE_BYTES))
+    return records.load(dest, sizes)
+
+
+def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
+        isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP) -> Replayed:
+    """One contender's replay: its record checked and copied into `job` (a new folder) with the
+    call's inputs, `python -m grader.replay` started there through the sandbox backend (as a
+    worker is: the same view rules, uid, limits, no network), its answer read back bounded. A
+    refused record starts nothing; a process that fails or overruns is a failed replay. `boot`
+    replaces the entry point (a test's probe of the view), given the same arguments."""
+    job = Path(job)
+    job.mkdir(parents=True)
+    try:
+        checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
+    except RecordError as exc:
+        return Replayed(refused=str(exc)[:400])
+    shutil.copyfile(inputs, job / "inputs.safetensors")
+    shutil.copyfile(layout, job / "layout.json")
+    for name in ("record", "inputs.safetensors", "layout.json"):  # readable by a worker's uid, read-only in its view
+        os.chmod(job / name, 0o755 if name == "record" else 0o644)
+    for f in (job / "record").iterdir():
+        os.chmod(f, 0o644)
+    result, home = job / "result", job / "home"
+    argv = isolated_python(boot, str(job / "record"), str(job / "inputs.safetensors"), str(job / "layout.json"),
+                           str(result), "--reps", str(int(reps)), path=str(worker_code()))
+    before = gpu_processes() or []
+    try:
+        proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job, command=argv)
+    except (OSError, SandboxError) as exc:
+        return Replayed(failed=f"the replay process could not be started: {one_line(exc, 200)}")
+    try:
+        try:
+            code = proc.proc.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            return Replayed(failed=f"the replay did not finish in {timeout:.0f} s")
+        status = proc.status()
+        if "setup_error" in status:
+            return Replayed(failed=f"the replay's sandbox failed: {one_line(status['setup_error'], 200)}")
+        code = status.get("exit", status.get("signal") and -status["signal"] or proc.backend.exit_code(code))
+        if code != 0:
+            tail = ([line for line in proc.output.text().splitlines() if line.strip()] or ["no output"])[-1]
+            return Replayed(failed=f"the replay process exited with {code}: {one_line(tail, 200)}")
+    finally:
+        proc.close()
+    replay = read(result)
+    others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid()})
+    replay.others = others[:16]
+    return replay
 
 
 def read(out: Path) -> Replayed:
-    """replay.json in `out`, bounded and typed (the process ran a student's binary)."""
+    """replay.json in `out`, bounded and typed, as a worker's file is read (the process ran a
+    student's binary). Which processes shared the GPU is `run`'s own observation, not read here."""
     try:
-        data = json.loads(read_file(Path(out) / "replay.json", MAX_REPLY_BYTES))
-    except (RecordError, ValueError) as exc:
+        data = json.loads(read_worker_file(Path(out) / "replay.json", MAX_REPLY_BYTES))
+    except (WorkerFileError, ValueError) as exc:
         return Replayed(failed=f"the replay's answer cannot be read ({str(exc)[:120]})")
     if not isinstance(data, dict):
         return Replayed(failed="the replay's answer is not an object")
     for key in ("refused", "failed"):
         if key in data:
-            return Replayed(**{key: str(data[key])[:400]})
-    ms, others = data.get("ms"), data.get("other_gpu_processes", [])
-    if not (isinstance(ms, list) and ms and all(type(t) in (int, float) and math.isfinite(t) and t > 0 for t in ms)):
+            return Replayed(**{key: one_line(data[key], 400)})
+    ms = data.get("ms")
+    if not (isinstance(ms, list) and 0 < len(ms) <= 10_000 and all(type(t) in (int, float) and math.isfinite(t) and t > 0 for t in ms)):
         return Replayed(failed="the replay's times are not positive numbers")
-    if not (isinstance(others, list) and all(type(p) is int for p in others)):
-        return Replayed(failed="the replay's list of GPU processes is not a list of process ids")
-    return Replayed(ms=[float(t) for t in ms], others=others[:16], folder=Path(out))
+    return Replayed(ms=[float(t) for t in ms], folder=Path(out))
+
+
+class ReplyError(ValueError):
+    """A replay's result file that cannot be read as the results it must hold."""
+
+
+def results(replayed: Replayed, expected: list[torch.Tensor], which: str = "last") -> list[torch.Tensor]:
+    """The replay's results of its `which` rep (first or last), read as a worker's file is: never
+    through a link, never more than the expected results' bytes and a header, exactly the
+    expected names, dtypes and shapes; ReplyError says what is wrong."""
+    from safetensors.torch import load
+
+    assert which in ("first", "last") and replayed.folder is not None
+    limit = sum(t.numel() * t.element_size() for t in expected) + MAX_HEADER_BYTES
+    try:
+        tensors = load(read_worker_file(replayed.folder / f"{which}.safetensors", limit))
+    except Exception as exc:  # noqa: BLE001 - WorkerFileError, or safetensors' own error for a bad header
+        raise ReplyError(f"the replay's {which} result cannot be read ({one_line(exc, 160)})") from None
+    names = [f"output.{i}" for i in range(len(expected))]
+    if sorted(tensors) != sorted(names):
+        raise ReplyError(f"the replay's {which} result holds {len(tensors)} tensors where {len(names)} are expected")
+    got = [tensors[n] for n in names]
+    for i, (g, w) in enumerate(zip(got, expected)):
+        if g.dtype != w.dtype:
+            raise ReplyError(f"the replay's result {i} is {str(g.dtype)[6:]}, not {str(w.dtype)[6:]}")
+    return got
 
 
 def mismatch(replayed: list[torch.Tensor], expected: list[torch.Tensor], rtol: float, atol: float) -> str:
