@@ -12,6 +12,7 @@ of the dataclasses below (every field, nothing chosen by hand): a batch's record
 from __future__ import annotations
 
 import json
+import fcntl
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -348,3 +349,20 @@ def write_text_atomic(text: str, path: Path) -> None:
         f.flush()
         os.fsync(f.fileno())
     os.replace(tmp, path)
+
+
+class FileLock:
+    """An exclusive flock on a file, across processes: one writer at a time of what the atomic
+    writes above replace (a student's files in a class folder, the review log)."""
+
+    def __init__(self, path: Path) -> None:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = path
+
+    def __enter__(self):
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        fcntl.flock(self.fd, fcntl.LOCK_EX)
+        return self
+
+    def __exit__(self, *exc):
+        os.close(self.fd)

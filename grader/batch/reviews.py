@@ -23,15 +23,13 @@ quoting a student: every sink neutralises them as it does student text (grader.s
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
-from grader.results import AssignmentResult, Outcome, write_text_atomic
+from grader.results import AssignmentResult, FileLock, Outcome, write_text_atomic
 
 LOG = "reviews.jsonl"
 LOCK = ".reviews.lock"
@@ -119,24 +117,9 @@ def make(student: str, folder: str, assignment: str, record: dict, decision: str
                   verdict={"score": result.verdict_score, "max_score": result.max_score, "flags": found})
 
 
-class _Locked:
-    """The log's exclusive lock, across processes: one appender at a time."""
-
-    def __init__(self, out: Path) -> None:
-        self.path = Path(out) / LOCK
-
-    def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-
-
-def locked(out: Path) -> _Locked:
+def locked(out: Path) -> FileLock:
     """Hold the log for an append and what is rebuilt from it, so the last writer's pages hold every review."""
-    return _Locked(out)
+    return FileLock(Path(out) / LOCK)
 
 
 def append(out: Path, review: Review) -> Path:

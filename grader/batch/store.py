@@ -11,13 +11,11 @@ the one matched pair, so the student's files hold all that `grader check` shows.
 
 from __future__ import annotations
 
-import fcntl
 import json
-import os
 from pathlib import Path
 
 from grader.batch import reviews
-from grader.results import AssignmentResult, Outcome, RunResult, TestResult, write_json_atomic
+from grader.results import AssignmentResult, FileLock, Outcome, RunResult, TestResult, write_json_atomic
 
 MANIFEST = "batch.json"  # the class folder's seed, assignments, lock and runs
 LATE_NOTES = "late.json"  # a student's lateness explanations (grader.batch.classview writes them)
@@ -66,28 +64,12 @@ def is_reusable(record: dict | None, key: dict) -> bool:
     return bool(record) and record.get("status") == "graded" and record.get("key") == key
 
 
-class _FileLock:
-    """An exclusive flock on a file: one writer of a student's files at a time, across processes."""
-
-    def __init__(self, path: Path) -> None:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        self.path = path
-
-    def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
-        fcntl.flock(self.fd, fcntl.LOCK_EX)
-        return self
-
-    def __exit__(self, *exc):
-        os.close(self.fd)
-
-
 def store_record(out: Path, record: dict) -> Path:
     """Write a job's record, unless it is an infra_error and a real grade is already there:
     then it is kept beside it. Then rebuild the student's results.json and report.html."""
     out = Path(out)
     folder, assignment = record["folder"], record["assignment"]
-    with _FileLock(student_dir(out, folder) / ".lock"):
+    with FileLock(student_dir(out, folder) / ".lock"):
         path = record_path(out, folder, assignment)
         existing = read_json(path)
         if record["status"] == "infra_error" and existing and existing.get("status") == "graded":
@@ -128,7 +110,7 @@ def repair_students(out: Path, folders: list[str]) -> None:
         sources = records + ([log] if folder in reviewed else [])
         if records and (not report.is_file() or report.stat().st_mtime < max(p.stat().st_mtime for p in sources)):
             try:
-                with _FileLock(student_dir(out, folder) / ".lock"):
+                with FileLock(student_dir(out, folder) / ".lock"):
                     write_student(out, folder)
             except Exception:  # one student's report: the class view (built from the records) is still written
                 pass
@@ -136,7 +118,7 @@ def repair_students(out: Path, folders: list[str]) -> None:
 
 def rewrite_student(out: Path, folder: str) -> None:
     """write_student under the student's lock (the class view's late notes changed)."""
-    with _FileLock(student_dir(out, folder) / ".lock"):
+    with FileLock(student_dir(out, folder) / ".lock"):
         write_student(out, folder)
 
 
