@@ -247,16 +247,11 @@ class Recorder:
         args = []
         for pname, value in raw["values"].items():
             if isinstance(value, torch.Tensor):
-                found = self._locate(value)
-                if found is None:
+                placed = self._place(value, regions, scratch_ids, used)
+                if placed is None:
                     self._not(f"argument {pname} of {name} is a tensor from elsewhere (not an input, the result, or a buffer the call allocated)")
                     return None
-                ptr, offset = found
-                used.add(ptr)
-                if ptr in self.allocated and ptr not in regions:
-                    scratch_ids.setdefault(ptr, len(scratch_ids))
-                target = self._target(ptr, regions, scratch_ids)
-                args.append({"name": pname, "kind": "tensor", **target, "offset": offset})
+                args.append({"name": pname, "kind": "tensor", **placed})
             elif type(value).__name__ == "TensorDescriptor" and isinstance(getattr(value, "base", None), torch.Tensor):
                 desc = self._descriptor(value, pname, name, regions, scratch_ids, used)
                 if desc is None:
@@ -289,26 +284,34 @@ class Recorder:
                      shared=int(getattr(md, "shared", 0)))
         return entry
 
-    def _descriptor(self, value, pname: str, name: str, regions: dict, scratch_ids: dict, used: set) -> dict | None:
-        """A host-side TMA descriptor (triton.tools.tensor_descriptor.TensorDescriptor): its base
-        located like a tensor argument, its shape, strides and block shape kept as numbers (the
-        replay builds its own descriptor over its own buffer)."""
-        base = value.base
-        found = self._locate(base)
+    def _place(self, tensor: torch.Tensor, regions: dict, scratch_ids: dict, used: set) -> dict | None:
+        """Where a tensor argument (or a descriptor's base) lies: its role and byte offset, a buffer
+        the call allocated numbered as scratch; None for a tensor from elsewhere."""
+        found = self._locate(tensor)
         if found is None:
-            self._not(f"the base of descriptor {pname} of {name} is a tensor from elsewhere")
             return None
         ptr, offset = found
         used.add(ptr)
         if ptr in self.allocated and ptr not in regions:
             scratch_ids.setdefault(ptr, len(scratch_ids))
+        return {**self._target(ptr, regions, scratch_ids), "offset": offset}
+
+    def _descriptor(self, value, pname: str, name: str, regions: dict, scratch_ids: dict, used: set) -> dict | None:
+        """A host-side TMA descriptor (triton.tools.tensor_descriptor.TensorDescriptor): its base
+        located like a tensor argument, its shape, strides and block shape kept as numbers (the
+        replay builds its own descriptor over its own buffer)."""
+        base = value.base
+        placed = self._place(base, regions, scratch_ids, used)
+        if placed is None:
+            self._not(f"the base of descriptor {pname} of {name} is a tensor from elsewhere")
+            return None
         try:
             numbers = {"shape": [int(n) for n in value.shape], "strides": [int(n) for n in value.strides],
                        "block_shape": [int(n) for n in value.block_shape]}
         except (TypeError, ValueError):
             self._not(f"descriptor {pname} of {name} has a shape that is not numbers")
             return None
-        return {"name": pname, "kind": "tensordesc", **self._target(ptr, regions, scratch_ids), "offset": offset,
+        return {"name": pname, "kind": "tensordesc", **placed,
                 "dtype": str(base.dtype).removeprefix("torch."), **numbers, "padding": str(getattr(value, "padding", "zero")),
                 "round_f32_to_tf32": bool(getattr(value, "round_f32_to_tf32", False))}
 
