@@ -278,7 +278,8 @@ class Call:
 
 @dataclass
 class Sample:
-    """Write the kept outputs' elements at the flat indices in `indices` to `output`."""
+    """Write the kept outputs' elements at the flat indices in `indices` to `output`; with
+    `whole`, every element of each (flattened; `indices` unused): the replay's comparison."""
 
     op: ClassVar[str] = "sample"
     reply: ClassVar[type] = Ok
@@ -286,6 +287,7 @@ class Sample:
     keys: list[str]
     indices: str
     output: str
+    whole: bool = False
 
 
 @dataclass

@@ -33,3 +33,23 @@ def test_overlapping_jobs_on_the_gpu_keep_timing_clean(tmp_path, monkeypatch):
         assert rc > max(ra, rb), (rc, ra)  # the slow one is measured slower
     assert "not timed" in perf("d", "vector_add")["message"]
     assert (tmp_path / "locks" / "gpu-0.lock").exists()  # the timing phases went through the GPU's lock
+
+
+def test_a_replayed_figure_is_re_timed_by_grader_verify_and_a_changed_one_does_not_hold(tmp_path, monkeypatch):
+    monkeypatch.setenv("GRADER_LOCK_DIR", str(tmp_path / "locks"))
+    roster = make_class(tmp_path, {"a": "good"})
+    run = run_cli(["grade", "--roster", str(roster), "--out", "out", "--device", "cuda", "--gpus", "0",
+                   "-a", "vector_add", "--case", "n=1", "--dtype", "float32", "--seed", "4"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    path = tmp_path / "out" / "students" / "a" / "jobs" / "vector_add.json"
+    record = json.loads(path.read_text())
+    perf = next(t for t in record["result"]["tests"] if t["kind"] == "performance")
+    assert perf["details"]["timed_by"] == "replay", perf["message"]
+    for digest in perf["details"]["replay"]["kept"].values():
+        assert (tmp_path / "out" / "replay" / digest / "launches.json").is_file()
+    verified = run_cli(["verify", "out", "a", "vector_add"], tmp_path)
+    assert verified.returncode == 0 and "the figure holds" in verified.stdout, verified.stdout + verified.stderr
+    perf["details"]["ratio_to_reference"] *= 1.5  # a figure edited after the grade
+    path.write_text(json.dumps(record))
+    changed = run_cli(["verify", "out", "a", "vector_add"], tmp_path)
+    assert changed.returncode == 1 and "does not hold" in changed.stdout, changed.stdout + changed.stderr

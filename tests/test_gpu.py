@@ -43,17 +43,14 @@ def test_ten_percent_slower_is_measured_slower(submission, cli):
         assert perf["extra_data"]["details"]["ratio_interval"][0] > 1.0, perf["output"]
 
 
-# each cheat, the severity it must get, and words its evidence must contain
+# each cheat the replay (grader.judge.replaying) or its fallback catches: the severity it must get
+# and words its evidence must contain
 CHEATS = {
-    "cheat_side_stream": ("review", "returned before its GPU work was done"),
-    "cheat_side_stream_waits_inputs": ("review", "returned before its GPU work was done"),
-    "cheat_thread": ("review", "returned before its GPU work was done"),
-    "cheat_graph_replay": ("conclusive", "wrong results on"),
-    "cheat_cache": ("conclusive", "wrong results on input set"),
-    "cheat_first_n": ("conclusive", "wrong results on"),
-    "cheat_patch_elapsed": ("conclusive", "torch.cuda.Event.elapsed_time"),
-    "cheat_patch_sync": ("conclusive", "torch.cuda.synchronize"),
+    "cheat_graph_replay": ("conclusive", "wrong results"),  # no Triton launch in its call: the fallback's checks
+    "cheat_cache": ("conclusive", "wrong results"),
+    "cheat_first_n": ("conclusive", "wrong results"),
     "cheat_vendor_large": ("conclusive", "aten::add.Tensor ran inside vector_add()"),
+    "cheat_sampled_at_scale": ("conclusive", "wrong results at the timing size"),
 }
 
 
@@ -61,58 +58,82 @@ def _perf(run, assignment="vector_add") -> dict:
     return [t for t in run.tests_of(assignment) if t["tags"][1] == "performance"][0]
 
 
-# cheats whose results race with their return: under load the race is lost often enough that a
-# correctness check, or a check of their results, sees wrong values first; that is evidence too
-RACY = {"cheat_side_stream", "cheat_side_stream_waits_inputs", "cheat_thread"}
+def _check(submission, cli, fixture):
+    return cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
 
 
 @pytest.mark.parametrize("fixture", sorted(CHEATS))
 def test_timing_cheats_earn_no_speed_credit_with_evidence(submission, cli, fixture):
-    run = cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
+    run = _check(submission, cli, fixture)
     perf = _perf(run)
     severity, words = CHEATS[fixture]
-    correctness = [t for t in run.tests_of("vector_add") if t["tags"][1] == "correctness"]
     assert perf["score"] == 0 and run.returncode == 1
-    if fixture in RACY and perf["outcome"] == "failed":  # a correctness case read its result unfinished
-        assert "not timed" in perf["output"] and any(t["outcome"] == "failed" for t in correctness), perf["output"]
-        return
     assert perf["outcome"] == "flagged", perf["output"]
-    if fixture in RACY and perf["extra_data"]["severity"] == "conclusive":  # its results were read unfinished
-        assert "wrong results" in perf["output"] or "are wrong" in perf["output"], perf["output"]
-        severity = "conclusive"
     assert perf["extra_data"]["severity"] == severity, perf["output"]
-    assert "no speed credit" in perf["output"] and words in perf["output"]
-    if severity == "conclusive":
-        assert run.results["score"] == 0
-    else:  # a review finding costs the speed points only: the correct cases keep theirs
-        assert run.results["score"] == sum(t["score"] for t in correctness) > 0
+    assert "no speed credit" in perf["output"] and words in perf["output"], perf["output"]
+    assert run.results["score"] == 0
 
 
-HONEST = ["honest_two_streams", "honest_slow_wrapper", "honest_syncs"]
+# cheats against the worker's own timing: timed by replay, with the worker gone, each is scored on
+# the true time of the kernels it launched, no better than its honest twin (the slow kernel of
+# gpu/forged, about 1.6x the reference) or the plain reference-like kernel
+AGAINST_THE_WORKER = {
+    "cheat_side_stream": "good", "cheat_side_stream_waits_inputs": "good", "cheat_thread": "good",
+    "cheat_patch_elapsed": "good", "cheat_patch_sync": "good",
+    "cheat_unwatched_vendor": "gpu/forged", "cheat_gpu_load": "gpu/forged", "cheat_gpu_load_child": "gpu/forged",
+}
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """The honest twins' ratios, graded once for the module."""
+    from conftest import build_submission, run_cli
+
+    ratios = {}
+    for name in ("good", "gpu/forged"):
+        repo = build_submission(tmp_path_factory.mktemp("twin") / "repo", name)
+        run = run_cli(["check", str(repo), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577",
+                       "--json", str(repo.parent / "out" / "results.json")], repo.parent)
+        perf = _perf(run)
+        assert perf["extra_data"]["details"]["timed_by"] == "replay", perf["output"]
+        ratios[name] = perf["extra_data"]["details"]["ratio_to_reference"]
+    return ratios
+
+
+@pytest.mark.parametrize("fixture", sorted(AGAINST_THE_WORKER))
+def test_cheats_against_the_workers_timing_gain_nothing_over_their_honest_twin(submission, cli, fixture, twins):
+    run = _check(submission, cli, fixture)
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    twin = twins[AGAINST_THE_WORKER[fixture]]
+    if perf["outcome"] in ("flagged", "infra_error") or (perf["outcome"] == "failed" and "not timed" in perf["output"]):
+        assert perf["score"] == 0, perf["output"]  # caught another way (a race read unfinished, a process left behind)
+        return
+    assert details["timed_by"] == "replay", perf["output"]
+    assert details["ratio_to_reference"] > 0.95 * twin, (perf["output"], twin)
+
+
+HONEST = ["honest_two_streams", "honest_slow_wrapper", "honest_syncs", "honest_pipeline_scratch"]
 
 
 @pytest.mark.parametrize("fixture", HONEST)
 def test_honest_kernels_are_timed_whole_and_never_flagged(submission, cli, fixture):
-    run = cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
+    run = _check(submission, cli, fixture)
     perf = _perf(run)
     assert perf["outcome"] == "passed" and not perf["extra_data"]["severity"], perf["output"]
     assert not any(t["outcome"] == "flagged" for t in run.results["tests"])
     details = perf["extra_data"]["details"]
     figures = details["figures"]["student"]
-    assert 0.8 < details["ratio_to_reference"] < 1.5, perf["output"]  # the same kernel as the reference's, all of it timed
+    low = 1.5 if fixture == "honest_pipeline_scratch" else 0.8  # two passes over the data: about twice the bytes
+    assert low * 0.8 < details["ratio_to_reference"] < low + 1.0, perf["output"]
     assert figures["median_ms"] >= details["floor_ms"] / 1.15
-    if fixture == "honest_slow_wrapper":  # the wrapper's Python shows on the host's clock, not in the GPU time
-        assert figures["host_median_ms"] > figures["median_ms"] + 0.5, figures
-        assert perf["score"] > 0
-    # the grader's own clock confirms the worker's figure (grader.judge.witness), by a CUDA graph
-    # where the function can be captured, eagerly where it synchronizes
-    seen = details["witness"]
-    assert seen["graph"] == (fixture != "honest_syncs"), seen
-    if fixture == "honest_syncs":  # timed eagerly, its synchronization on the grader's clock: never an accusation
-        assert seen["confirmed"] or "could not be captured in a CUDA graph" in perf["output"], perf["output"]
-        assert perf["score"] > 0
+    if fixture == "honest_two_streams":  # launches on two streams: the fallback times it, and says why
+        assert details["timed_by"] == "fallback" and "launches on 2 streams" in details["replay_refused"], details
+        assert details["witness"]["confirmed"], details["witness"]
     else:
-        assert seen["confirmed"] and "note" not in seen, seen
+        assert details["timed_by"] == "replay", perf["output"]
+        assert details["replay"]["student"]["reps"] >= 40 and len(details["replay"]["student"]["placements_ms"]) == 6
+        assert details["replay"]["student"]["launches"] == (2 if fixture == "honest_pipeline_scratch" else 1), details["replay"]
 
 
 def _forged(tmp_path, forgery: str):
@@ -124,42 +145,23 @@ def _forged(tmp_path, forgery: str):
     return sub
 
 
-# each forgery of the worker's figures, and words its evidence must contain
-FORGERIES = {
-    "collector(0.8)": "shorter than the grader's own clock",
-    "reply(0.8)": "shorter than the grader's own clock",
-    "stale_burst()": "the calls the grader timed by its own clock are wrong",
-    "answer_ahead()": "wrote a reply before it was asked",
-}
+FORGERIES = ["collector(0.8)", "reply(0.8)", "stale_burst()", "answer_ahead()", "collector(0.93)"]
 
 
-@pytest.mark.parametrize("forgery", sorted(FORGERIES))
-def test_figures_forged_inside_the_worker_earn_no_speed_credit(tmp_path, cli, forgery):
+@pytest.mark.parametrize("forgery", FORGERIES)
+def test_figures_forged_inside_the_worker_earn_no_speed_credit(tmp_path, cli, forgery, twins):
     """A student who has read the grader's source rewrites, from inside its worker, what the
-    worker reports: the activity collector and torch's C event class, the reply itself, the
-    grader's own burst. The grader's clock is out of its reach: conclusive, with both figures."""
+    worker reports (the activity collector and torch's C event class, the reply, the grader's
+    own burst), by any amount. The replay times its kernels with the worker gone: no figure of the
+    worker's is read, so the forged kernel is scored as its honest twin."""
     run = cli(_forged(tmp_path, forgery), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
     perf = _perf(run)
-    assert perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "conclusive", perf["output"]
-    assert FORGERIES[forgery] in perf["output"] and perf["score"] == 0, perf["output"]
-    assert run.results["score"] == 0
-
-
-def test_a_forgery_within_the_noise_band_gains_nothing(submission, cli, tmp_path):
-    """12% off every figure: past the honest spread, short of the forgery margin. The speed is
-    scored on the grader's clock, so the forged kernel gets no better ratio than the honest one."""
-    honest = _perf(cli(submission("gpu/forged"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577"))
-    assert honest["outcome"] == "passed" and honest["extra_data"]["details"]["witness"]["confirmed"], honest["output"]
-    honest_ratio = honest["extra_data"]["details"]["ratio_to_reference"]
-    assert honest_ratio > 1.3, honest["output"]  # a slow kernel: a shorter figure would earn points
-    forged = _perf(cli(_forged(tmp_path, "collector(0.88)"), "--seed", "3", "--device", "cuda", "-a", "vector_add",
-                       "--case", "n=1048577"))
-    if forged["outcome"] == "flagged":
-        assert forged["extra_data"]["severity"] == "conclusive" and "shorter than the grader's own clock" in forged["output"]
-    else:
-        seen = forged["extra_data"]["details"]["witness"]
-        assert not seen["confirmed"] and "scored on the grader's own clock" in forged["output"], forged["output"]
-        assert forged["extra_data"]["details"]["ratio_to_reference"] > 0.95 * honest_ratio, (forged["output"], honest_ratio)
+    if perf["outcome"] == "flagged":
+        assert perf["score"] == 0, perf["output"]
+        return
+    details = perf["extra_data"]["details"]
+    assert details["timed_by"] == "replay", perf["output"]
+    assert details["ratio_to_reference"] > 0.95 * twins["gpu/forged"], (perf["output"], twins)
 
 
 def test_missing_mask_is_caught_on_a_gpu_run_by_the_interpreter_bounds_check(submission, cli):

@@ -9,7 +9,7 @@ job whose record is a real grade with the same key (grader.batch.jobs.job_key).
 from __future__ import annotations
 
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
@@ -64,7 +64,7 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
     from grader.batch.workspace import ensure_checkout
 
     out = Path(opts.out).resolve()
-    ctx = opts.context
+    ctx = replace(opts.context, replay_store=str(out / "replay"))  # the records `grader verify` re-times
     plan = Plan([], [], ctx.seed)
     for p in lock.students:
         if p.status != "fetched" or (opts.only and p.student not in opts.only):

@@ -1,6 +1,6 @@
 """Command line: `grader check` and `grader list` (grader.cli.check), the TA's class
 commands (grader.cli.classroom), a TA's review (grader.cli.review) and the course's kit
-commands (grader.cli.kit).
+commands (grader.cli.kit), and `grader verify` (grader.cli.verify): a stored speed figure re-timed.
 
 Exit codes: 0 every check that ran passed; 1 some check failed; 2 usage or infrastructure
 error, with a one-line message.
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import typer
 
-from grader.cli import check, classroom, kit, review
+from grader.cli import check, classroom, kit, review, verify
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
 
@@ -46,6 +46,7 @@ check.register(app)
 classroom.register(app)
 review.register(app)
 kit.register(app)
+verify.register(app)
 
 
 def main() -> None:

@@ -51,6 +51,7 @@ class GradingContext:
     perf_reps: int = 30  # timed calls per contender per round (rounds: see grader.judge.perf)
     perf_input_sets: int = 3
     perf_budget_s: float = 60.0  # per assignment, for extra rounds when the verdict is close
+    replay_store: str | None = None  # where the replay's records are kept for `grader verify` (a batch's OUT/replay)
 
     @property
     def interpret(self) -> bool:

@@ -37,7 +37,7 @@ import torch
 from safetensors.torch import load, save_file
 
 from grader import sanitize
-from grader.judge import activity, slowness, witness
+from grader.judge import activity, replayed, replaying, slowness, witness
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
@@ -227,16 +227,17 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
         if isinstance(loaded, Failure):
             return test("infra_error", f"the reference side failed to load: {loaded.message}", traceback=loaded.traceback)
         phase("reference_load")
+        fallback = ""
+        if has_reference and perf.score_on == "gpu":  # the scored path: the student's kernels replayed (grader.judge.replaying)
+            replayed_result, fallback = _by_replay(session, spec, student, trusted, timed_files, layout, workdir, timeout,
+                                                   roofline, phase, test)
+            if replayed_result is not None:
+                replayed_result.details["phase_seconds"] = phases
+                return replayed_result
         with session.alone_on_gpu():
             phase("waiting_for_gpu")
-            if not roofline:
-                def probe() -> dict:
-                    reply = trusted.request(Roofline(), 300)
-                    if isinstance(reply, Failure):
-                        raise WorkerFailure("infra_error", f"the roofline could not be measured: {reply.message}")
-                    return dataclasses.asdict(reply)
-                roofline = cache.roofline(device_id(ctx.gpu), probe) if cache is not None else probe()
-                phase("roofline")
+            roofline = roofline or _roofline(session, trusted)
+            phase("roofline")
             try:
                 rounds, failed = _timed_rounds(ctx, spec, workers, order, t, timed_files, layout, timeout, has_reference)
             except UntrustedRecords as exc:
@@ -266,8 +267,98 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
             verdict.message += f"; {witnessed['note']}"
     verdict.details["phase_seconds"] = phases
     verdict.details["roofline"] = roofline
+    verdict.details["timed_by"] = "fallback" if fallback else "rounds"
+    if fallback:  # why the replay did not time it: the fallback's figure comes from the grader's clock and the worker
+        verdict.details["replay_refused"] = fallback
+        if verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
+            verdict.message += f"; timed in your worker, not by replay ({fallback})"
     _why_slow(verdict, compiled, ctx)
     return verdict
+
+
+def _roofline(session: Resources, trusted) -> dict:
+    """The GPU's ceilings, from the run's cache or measured now by the trusted worker."""
+    def probe() -> dict:
+        reply = trusted.request(Roofline(), 300)
+        if isinstance(reply, Failure):
+            raise WorkerFailure("infra_error", f"the roofline could not be measured: {reply.message}")
+        return dataclasses.asdict(reply)
+    cache = session.cache
+    return cache.roofline(device_id(session.context.gpu), probe) if cache is not None else probe()
+
+
+def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_files: list[str], layout: dict, workdir: Path,
+               timeout: float, roofline: dict | None, phase, test) -> tuple[TestResult | None, str]:
+    """The speed scored by replay (grader.judge.replaying): the result, or (None, why) where the
+    fallback times it instead (the student's worker then still alive)."""
+    ctx = session.context
+    prep = replaying.prepare(spec, student, trusted, timed_files, layout, workdir, workdir.parent / f"{spec.name}.replay", timeout)
+    phase("replay_record")
+    if prep.error:
+        return test("infra_error", f"not scored: {prep.error}"), ""
+    if prep.findings:
+        return _flagged(test, [Finding(sev, text) for sev, text in prep.findings], {"timed_by": "replay"}), ""
+    if prep.fallback:
+        return None, prep.fallback
+    prepared = prep.prepared
+    stopped, prepared.student_pids = replaying.stop_student(student)
+    if stopped:
+        return test("infra_error", f"not scored: {stopped}"), ""
+    phase("replay_stop_worker")
+    t = Timings(**{k: {c: [] for c in ("student", "reference", "torch")} for k in ("times", "event_ms", "host_ms")})
+    with session.alone_on_gpu():
+        phase("waiting_for_gpu")
+        roofline = roofline or _roofline(session, trusted)
+        for _ in range(3):  # torch's baseline, in the trusted worker: nothing of the student's runs now
+            reply = trusted.request(Time("torch", timed_files, layout, ctx.perf_reps), timeout * 4)
+            if isinstance(reply, Failure):
+                return test("infra_error", f"not scored: torch's baseline failed while timed: {reply.message}"), ""
+            times, events, _ = call_times(reply)
+            t.times["torch"].append(times)
+            t.event_ms["torch"] += events
+            t.host_ms["torch"].append(reply.host_ms)
+            t.first_call_ms.setdefault("torch", reply.first_call_ms)
+        trusted.close()
+        allowed = frozenset(replayed.gpu_processes() or [])  # other jobs' idle workers; never the student's (gone)
+        phase("torch_rounds")
+        r = replaying.replay_both(prepared, spec, ctx, timeout, allowed)
+        phase("replays")
+    details = {"timed_by": "replay", "replay": {**replaying.describe(r), "kept": replaying.keep(prepared, _store(ctx)),
+                                                 "inputs": {"seed": ctx.performance_seed, "set": 0, "case": spec.performance.case.name,
+                                                            "dtype": spec.performance.dtype}}}
+    decision = r.decision
+    if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now
+        return test("infra_error", f"not scored: {decision.message}", details=details), ""
+    if decision.kind in ("review", "conclusive"):
+        severity = Severity.CONCLUSIVE if decision.kind == "conclusive" and not prepared.torch_work else Severity.REVIEW
+        text = decision.message
+        if prepared.torch_work and decision.kind == "conclusive":
+            text = ("your function did part of the work in torch, which is not your kernels' and is not replayed "
+                    f"({'; '.join(prepared.torch_work[:3])}): launched again on the grader's own buffers, your Triton "
+                    f"kernels alone give wrong results: {r.wrong}")
+        return _flagged(test, [Finding(severity, text)], details), ""
+    for c, run in (("student", r.student), ("reference", r.reference)):
+        t.times[c] = run.placements
+        t.event_ms[c] = list(run.ms)
+    verdict = _verdict(spec, roofline, t, len(r.student.placements), [], True, test)
+    verdict.details.update(details, roofline=roofline)
+    _why_slow(verdict, prepared.compiled, ctx)
+    return verdict, ""
+
+
+def _store(ctx: GradingContext) -> Path | None:
+    if not ctx.replay_store:
+        return None
+    store = Path(ctx.replay_store)
+    store.mkdir(parents=True, exist_ok=True)
+    return store
+
+
+def _flagged(test, findings: list[Finding], details: dict) -> TestResult:
+    worst = Severity.CONCLUSIVE if any(f.severity == Severity.CONCLUSIVE for f in findings) else Severity.REVIEW
+    details = {**details, "evidence": [f.text for f in findings],
+               "findings": [{"severity": f.severity.value, "text": f.text} for f in findings]}
+    return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details, severity=worst.value)
 
 
 def _why_slow(verdict: TestResult, compiled: dict, ctx: GradingContext) -> None:
@@ -517,7 +608,7 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
              "host_median_ms": round(statistics.median(host), 5) if host else None,
              "gbps": round(nbytes / (median * 1e-3) / 1e9, 1) if median > 0 else None,  # 0: no GPU work at all
              "roofline_pct": round(100 * floor / median, 1) if median > 0 else None,
-             "first_call_ms": round(t.first_call_ms[c], 2)}
+             "first_call_ms": round(t.first_call_ms[c], 2) if c in t.first_call_ms else None}
         if flops:
             f["tflops"] = round(flops / (median * 1e-3) / 1e12, 1) if median > 0 else None
         figures[c] = f

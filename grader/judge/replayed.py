@@ -47,6 +47,8 @@ class Replayed:
     failed: str = ""  # the replay broke (a kernel faulted, the process died or ran out of time)
     others: list[int] = field(default_factory=list)  # other processes that held the GPU meanwhile
     folder: Path | None = None  # first.safetensors and last.safetensors: the results of its first and last rep
+    placements: list[list[float]] = field(default_factory=list)  # the times per placement of its buffers
+    launches: int = 0  # kernel launches per rep, as the replay counted them
 
     @property
     def median_ms(self) -> float | None:
@@ -97,12 +99,15 @@ def checked_copy(record: Path, dest: Path, sizes: dict[str, int]) -> records.Pla
 
 
 def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
-        isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP) -> Replayed:
+        isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
+        placements: int = 1, allowed: frozenset[int] = frozenset()) -> Replayed:
     """One contender's replay: its record checked and copied into `job` (a new folder) with the
     call's inputs, `python -m grader.replay` started there through the sandbox backend (as a
     worker is: the same view rules, uid, limits, no network), its answer read back bounded. A
     refused record starts nothing; a process that fails or overruns is a failed replay. `boot`
-    replaces the entry point (a test's probe of the view), given the same arguments."""
+    replaces the entry point (a test's probe of the view), given the same arguments. `allowed`: GPU
+    processes known before the stage began and not the student's (other jobs' idle workers).
+    `placements`: the reps spread over that many fresh sets of buffers at other addresses."""
     job = Path(job)
     job.mkdir(parents=True)
     try:
@@ -117,7 +122,7 @@ def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout:
         os.chmod(f, 0o644)
     result, home = job / "result", job / "home"
     argv = isolated_python(boot, str(job / "record"), str(job / "inputs.safetensors"), str(job / "layout.json"),
-                           str(result), "--reps", str(int(reps)), path=str(worker_code()))
+                           str(result), "--reps", str(int(reps)), "--placements", str(int(placements)), path=str(worker_code()))
     before = gpu_processes() or []
     try:
         proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job, command=argv)
@@ -139,7 +144,7 @@ def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout:
     finally:
         proc.close()
     replay = read(result)
-    others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid()})
+    others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid() and p not in allowed})
     replay.others = others[:16]
     return replay
 
@@ -159,7 +164,13 @@ def read(out: Path) -> Replayed:
     ms = data.get("ms")
     if not (isinstance(ms, list) and 0 < len(ms) <= 10_000 and all(type(t) in (int, float) and math.isfinite(t) and t > 0 for t in ms)):
         return Replayed(failed="the replay's times are not positive numbers")
-    return Replayed(ms=[float(t) for t in ms], folder=Path(out))
+    placements = data.get("placements")
+    if not (isinstance(placements, list) and 0 < len(placements) <= 16 and all(isinstance(p, list) and p for p in placements)
+            and sorted(float(t) for p in placements for t in p if type(t) in (int, float)) == sorted(float(t) for t in ms)):
+        placements = [ms]  # one placement, or none that add up to the times: the times as one
+    launches = data.get("launches")
+    return Replayed(ms=[float(t) for t in ms], folder=Path(out), placements=[[float(t) for t in p] for p in placements],
+                    launches=launches if type(launches) is int and 0 <= launches <= 10_000 else 0)
 
 
 class ReplyError(ValueError):

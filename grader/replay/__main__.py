@@ -22,6 +22,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("layout")
     parser.add_argument("out")
     parser.add_argument("--reps", type=int, default=50)
+    parser.add_argument("--placements", type=int, default=1)
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -49,9 +50,8 @@ def main(argv: list[str]) -> int:
     if not gpu:
         (out / "replay.json").write_text(json.dumps({"failed": "no GPU is visible to the replay process"}))
         return 0
-    replay = runner.Replay(plan, inputs)
     try:
-        timed = replay.time(args.reps)
+        timed = runner.time_placements(plan, inputs, args.reps, max(1, min(args.placements, 16)))
     except Exception as exc:  # noqa: BLE001 - a kernel that faults: the replay failed, and says how
         (out / "replay.json").write_text(json.dumps({"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}))
         return 0

@@ -114,6 +114,7 @@ class Plan:
     outputs: list[Output]
     scratch: list[tuple[int, float | None]]  # (bytes, fill value or None)
     kernels: dict[str, Kernel] = field(default_factory=dict)
+    torch_work: list[str] = field(default_factory=list)  # what the call did in torch that is not replayed (the worker's words)
 
 
 def _need(cond: bool, why: str) -> None:
@@ -230,7 +231,9 @@ def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None
         else:
             steps.append(_fill(_dict(step["fill"], f"step {j}"), j, sizes))
     _need(seen == len(launches), "the sequence does not hold every launch once")
-    return Plan(steps=steps, outputs=outputs, scratch=scratch, kernels=kernels)
+    torch_work = _list(raw.get("torch_work", []), 8, "torch_work")
+    _need(all(isinstance(w, str) for w in torch_work), "torch_work holds a non-string")
+    return Plan(steps=steps, outputs=outputs, scratch=scratch, kernels=kernels, torch_work=[w[:200] for w in torch_work])
 
 
 def _region(role, ref, sizes: dict, what: str) -> int:

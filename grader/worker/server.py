@@ -258,11 +258,14 @@ class Worker:
         from safetensors.torch import load_file, save_file
 
         torch = self.torch
-        idx = load_file(req.indices)["idx"]
+        idx = None if req.whole else load_file(req.indices)["idx"]
         samples = {}
         for key in req.keys:
             out = self.retained.get((req.contender, key))
-            if not isinstance(out, torch.Tensor) or out.numel() <= int(idx.max()):
+            if req.whole and isinstance(out, torch.Tensor):
+                samples[key] = out.detach().reshape(-1).to("cpu").contiguous()
+                continue
+            if not isinstance(out, torch.Tensor) or idx is None or out.numel() <= int(idx.max()):
                 return Failure("error", f"the result of the timed call on {key} is not a tensor of the expected size")
             samples[key] = out.detach().reshape(-1)[idx.to(out.device)].to("cpu").contiguous()
         save_file(samples, req.output)
@@ -337,6 +340,7 @@ def _recorded(fn, args: dict, ops: Counter | None, folder: str):
         out = _called(fn, args, ops)
     finally:
         RECORDING.clear()
+    Path(folder).mkdir(parents=True, exist_ok=True)  # the judge names a new folder in the worker's outputs/
     launches.write(recorder.finish(out, folder), folder)
     return out
 

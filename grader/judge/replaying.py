@@ -1,0 +1,342 @@
+"""The performance stage's scored path: the student's compiled kernels timed by replay
+(grader.replay), with no code of the student's running anywhere while anything is timed.
+
+`prepare`, while the student's worker is alive: two recorded calls at the scoring shape (the
+launches of each, grader.worker.launches; the first also its aten ops, for a vendor op at this
+size, and its compiled kernels, for why a kernel is slow) on two of the timing's input sets, the
+whole result of the first taken back; the trusted worker makes the same call with torch (the
+truth) and with the reference (how far a correct kernel strays from torch), recording the
+reference's launches too. The student's result at this size is checked whole, and both records
+are checked and compared (grader.judge.replayed). A record that cannot be replayed leaves the
+timing to the fallback (grader.judge.perf's rounds, the witness on the grader's own clock), the
+worker still alive to be timed.
+
+`stop_student`: the worker and every process it started gone, checked by the process table and
+the driver's list of GPU processes.
+
+`replay_both`, with the GPU held alone: the reference's and the student's records replayed, each
+in a process of its own over several placements of their buffers, their results compared whole
+with the student's own call and with the truth, and the decision made (`replayed.decide`).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import time
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from grader.judge import replayed
+from grader.judge.replayed import Decision, Replayed
+from grader.protocol import Call, Failure, Sample
+from grader.replay.record import RecordError
+from grader.results import Severity
+from grader.sandbox.files import output_path, read_worker_file
+from grader.sanitize import one_line
+from grader.spec import Assignment
+
+PLACEMENTS = 6  # fresh buffers at other addresses: a kernel's time varies with where its data lies (docs/performance.md)
+REPS = 48  # per contender, spread over the placements
+HEADER_BYTES = 64 << 10
+
+
+@dataclass
+class Prepared:
+    """What the replay needs, made while the student's worker was alive."""
+
+    staging: Path  # the checked copies: student/, reference/ (records), inputs.safetensors, layout.json
+    inputs: Path
+    layout: Path
+    truth: torch.Tensor  # torch's whole result on the replayed input set (flat)
+    reference_out: torch.Tensor  # the reference's (flat)
+    student_out: torch.Tensor  # the student's own call's (flat)
+    torch_work: list[str] = field(default_factory=list)  # what the student's call did in torch (not replayed)
+    compiled: dict = field(default_factory=dict)  # the student's compiled kernels (grader.judge.slowness)
+    student_pids: set[int] = field(default_factory=set)
+
+
+@dataclass
+class Prepare:
+    """`prepare`'s answer: a Prepared, or findings that end the stage, or why the fallback times it."""
+
+    prepared: Prepared | None = None
+    findings: list[tuple[Severity, str]] = field(default_factory=list)
+    fallback: str = ""
+    error: str = ""  # ours: the stage cannot go on (infra_error)
+
+
+def _flat_result(worker, contender: str, key: str, workdir: Path, name: str, limit: int | None, timeout: float) -> torch.Tensor | str:
+    """The whole result a worker kept under `key`, flattened, read back bounded (a worker's file)."""
+    from safetensors.torch import load
+
+    out = output_path(workdir, name)
+    reply = worker.request(Sample(contender, [key], "", str(out), whole=True), timeout)
+    if isinstance(reply, Failure):
+        return f"its result could not be taken back: {one_line(reply.message, 200)}"
+    try:  # the trusted side's own file (limit None) is read as it is
+        tensors = load(out.read_bytes() if limit is None else read_worker_file(out, limit + HEADER_BYTES))
+    except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
+        return f"its result could not be read ({one_line(exc, 160)})"
+    got = tensors.get(key)
+    if not isinstance(got, torch.Tensor) or got.dim() != 1 or not (got.is_floating_point() or got.dtype == torch.bool):
+        return "its result is not one floating-point tensor"
+    return got
+
+
+def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float) -> str:
+    """'' when every element of `got` is as close to torch's as the error model allows (the
+    spec's tolerance, twice how far the reference kernel strays from torch, 1% of the value:
+    as the sampled checks of the timed outputs), else the evidence in words."""
+    if got.numel() != truth.numel():
+        return f"{got.numel()} elements where {truth.numel()} are expected"
+    step = 1 << 22
+    normal = 0.0
+    for i in range(0, truth.numel(), step):
+        t, r = truth[i:i + step].double(), reference[i:i + step].double()
+        d = (r - t).abs()
+        d = d[~torch.isnan(d)]
+        normal = max(normal, float(d.max()) if d.numel() else 0.0)
+    count, first = 0, None
+    for i in range(0, truth.numel(), step):
+        t, g = truth[i:i + step].double(), got[i:i + step].double()
+        allowed = 2 * normal + atol + rtol * t.abs() + 1e-2 * t.abs()
+        bad = ~((g - t).abs() <= allowed) & ~(torch.isnan(g) & torch.isnan(t))
+        n = int(bad.sum())
+        if n and first is None:
+            j = int(bad.nonzero()[0])
+            first = (i + j, float(g[j]), float(t[j]))
+        count += n
+    if not count:
+        return ""
+    return (f"{count} of {truth.numel()} elements are wrong (the first at flat index {first[0]}: {first[1]:.6g} "
+            f"where {first[2]:.6g} is expected)")
+
+
+def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: dict, workdir: Path, staging: Path,
+            timeout: float) -> Prepare:
+    """Record, take back and check, with the student's worker alive (see the module's docstring)."""
+    perf = spec.performance
+    dtype = perf.dtype
+    rec = [f"replay-record-{i}" for i in range(2)]
+    replies = []
+    for i in range(2):
+        folder = output_path(workdir, rec[i])  # a new folder in the worker's outputs/: the worker makes it
+        with student.sharing_gpu():
+            reply = student.request(Call("student", timed_files[i], layout, f"rec{i}", record_ops=i == 0,
+                                         record_launches=str(folder)), timeout * 2)
+        if isinstance(reply, Failure):
+            return Prepare(fallback=f"your function failed when its launches were recorded: {one_line(reply.message, 200)}")
+        replies.append(reply)
+    forbidden = sorted(set(replies[0].ops) & spec.forbidden_ops)
+    if forbidden:
+        return Prepare(findings=[(Severity.CONCLUSIVE, f"torch computed the result at the timing size: {', '.join(forbidden)} "
+                                  f"ran inside {spec.function}()")])
+    ref_folder = workdir.parent / f"{spec.name}.trusted-record"
+    shutil.rmtree(ref_folder, ignore_errors=True)
+    for c, key, launches in (("torch", "truth", ""), ("reference", "rec0", str(ref_folder))):
+        reply = trusted.request(Call(c, timed_files[0], layout, key, record_launches=launches), timeout * 2)
+        if isinstance(reply, Failure):
+            return Prepare(error=f"the {c} failed at the timing size: {one_line(reply.message, 200)}")
+    truth = _flat_result(trusted, "torch", "truth", workdir, "replay-truth.safetensors", None, timeout)
+    reference_out = _flat_result(trusted, "reference", "rec0", workdir, "replay-reference.safetensors", None, timeout)
+    if isinstance(truth, str) or isinstance(reference_out, str):
+        return Prepare(error=f"the trusted side's result at the timing size: {truth if isinstance(truth, str) else reference_out}")
+    student_out = _flat_result(student, "student", "rec0", workdir, "replay-student.safetensors", truth.numel() * 8, timeout)
+    if isinstance(student_out, str):
+        return Prepare(findings=[(Severity.CONCLUSIVE, f"your function's result at the timing size: {student_out}")])
+    tol = spec.tolerance
+    wrong = wrong_against_truth(student_out, truth, reference_out, tol.atol[dtype], tol.rtol[dtype])
+    if wrong:
+        return Prepare(findings=[(Severity.CONCLUSIVE, f"wrong results at the timing size: {wrong}")])
+    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, truth, reference_out, student_out, replies[0])
+
+
+def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, truth, reference_out, student_out, first) -> Prepare:
+    """Both of the student's records and the reference's checked and copied into `staging`, the
+    student's two compared; the input set copied beside them for the replay processes."""
+    staging.mkdir(parents=True, exist_ok=True)
+    inputs = staging / "inputs.safetensors"
+    shutil.copyfile(timed_files[0], inputs)
+    (staging / "layout.json").write_text(json.dumps(layout))
+    sizes = replayed.input_sizes(inputs, staging / "layout.json")
+    parsed = []
+    for i, name in enumerate(rec):
+        dest = staging / f"student-{i}"
+        shutil.rmtree(dest, ignore_errors=True)
+        try:
+            plan = replayed.checked_copy(workdir / "outputs" / name, dest, sizes if i == 0 else
+                                         replayed.input_sizes(Path(timed_files[1]), staging / "layout.json"))
+        except (RecordError, OSError) as exc:
+            return Prepare(fallback=f"your kernels could not be replayed: {one_line(exc, 300)}")
+        if i == 0:
+            torch_work = [one_line(w, 200) for w in plan.torch_work]
+        parsed.append(json.loads((dest / "launches.json").read_text()))
+    differ = replayed.launches_differ(parsed[0], parsed[1])
+    if differ:
+        return Prepare(fallback=f"your function's launches change from call to call: {differ}")
+    shutil.rmtree(staging / "reference", ignore_errors=True)
+    try:
+        replayed.checked_copy(ref_folder, staging / "reference", sizes)
+    except (RecordError, OSError) as exc:
+        return Prepare(fallback=f"the reference could not be replayed: {one_line(exc, 300)}")
+    student = staging / "student"
+    shutil.rmtree(student, ignore_errors=True)
+    (staging / "student-0").rename(student)
+    return Prepare(Prepared(staging, inputs, staging / "layout.json", truth, reference_out, student_out, torch_work,
+                            dict(first.kernels)))
+
+
+def process_tree(pid: int) -> set[int]:
+    """`pid` and every process below it, from the process table."""
+    children: dict[int, list[int]] = {}
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/stat") as f:
+                parent = int(f.read().rsplit(")", 1)[1].split()[1])
+        except (OSError, ValueError, IndexError):
+            continue
+        children.setdefault(parent, []).append(int(entry))
+    tree, todo = set(), [pid]
+    while todo:
+        p = todo.pop()
+        if p not in tree:
+            tree.add(p)
+            todo += children.get(p, [])
+    return tree
+
+
+def processes_of(uid: int) -> set[int]:
+    """Every process whose real uid is `uid` (a worker's lent uid: no one else runs as it)."""
+    found = set()
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit():
+            continue
+        try:
+            with open(f"/proc/{entry}/status") as f:
+                line = next(x for x in f if x.startswith("Uid:"))
+        except (OSError, StopIteration):
+            continue
+        if int(line.split()[1]) == uid:
+            found.add(int(entry))
+    return found
+
+
+def stop_student(student, grace_s: float = 10.0) -> tuple[str, set[int]]:
+    """The student's worker and all it started gone: '' when the process table and the driver's
+    list of GPU processes hold none of them, else why not; and their pids (one of them seen on the
+    GPU during the replay means it was not gone after all; other jobs' workers may hold a context
+    there too, but take the GPU only through its lock, which the replay holds). "All it started" is the worker's
+    process tree and, where it ran as a lent uid, every process of that uid (a process that left
+    the tree by forking twice is still the student's)."""
+    pids: set[int] = set()
+    if student.process is not None:
+        pids = process_tree(student.process.proc.pid)
+        lease = getattr(getattr(student.process, "started", None), "lease", None)
+        if getattr(lease, "uid", None) is not None:
+            pids |= processes_of(lease.uid)
+    student.close()
+    deadline = time.monotonic() + grace_s
+    while True:
+        alive = {p for p in pids if os.path.exists(f"/proc/{p}")}
+        on_gpu = set(replayed.gpu_processes() or []) & pids
+        if not alive and not on_gpu:
+            return "", pids
+        if time.monotonic() > deadline:
+            return f"your worker's processes are still running after it was stopped ({len(alive | on_gpu)} of them)", pids
+        time.sleep(0.1)
+
+
+@dataclass
+class Replays:
+    decision: Decision
+    student: Replayed
+    reference: Replayed
+    wrong: str = ""
+    tries: int = 1
+
+
+def replay_both(prepared: Prepared, spec: Assignment, ctx, timeout: float, allowed: frozenset[int]) -> Replays:
+    """The reference's and the student's records replayed (their own processes, with the GPU held
+    alone by the caller), the results compared whole, the decision made; once more where other
+    processes held the GPU meanwhile."""
+    dtype = spec.performance.dtype
+    tol = spec.tolerance
+    for attempt in (1, 2):
+        runs = {}
+        for c, folder in (("reference", prepared.staging / "reference"), ("student", prepared.staging / "student")):
+            job = prepared.staging / f"run-{c}-{attempt}"
+            shutil.rmtree(job, ignore_errors=True)
+            runs[c] = replayed.run(folder, prepared.inputs, prepared.layout, job, REPS, timeout * 4, isolation=ctx.isolation,
+                                   gpu=ctx.gpu, placements=PLACEMENTS, allowed=allowed)
+        ref, stu = runs["reference"], runs["student"]
+        for run in (ref, stu):  # only the student's own processes make a replay's time suspect (stop_student)
+            run.others = [p for p in run.others if p in prepared.student_pids]
+        if not (ref.refused or ref.failed):
+            ref_wrong = _compare(ref, prepared.reference_out, prepared.truth, prepared.reference_out, 0.0, 0.0, tol, dtype)
+            if ref_wrong:
+                ref.failed = f"the reference's replay is wrong: {ref_wrong}"
+        wrong = ""
+        if not (stu.refused or stu.failed or ref.refused or ref.failed):
+            wrong = _compare(stu, prepared.student_out, prepared.truth, prepared.reference_out, tol.atol[dtype], tol.rtol[dtype],
+                             tol, dtype)
+        decision = replayed.decide(stu, ref, wrong)
+        if decision.kind != "retry":
+            return Replays(decision, stu, ref, wrong, attempt)
+    return Replays(decision, stu, ref, wrong, 2)
+
+
+def _compare(run: Replayed, own: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float,
+             tol, dtype: str) -> str:
+    """'' when the replay's first and last results are the contender's own call's result (within
+    the spec's tolerance: a kernel with atomics may sum in another order) and right by the error
+    model; else the evidence."""
+    for which in ("first", "last"):
+        try:
+            got = replayed.results(run, [torch.empty(0, dtype=own.dtype)], which)[0].reshape(-1)
+        except replayed.ReplyError as exc:
+            return str(exc)
+        if got.numel() != own.numel():
+            return f"the {which} rep's result has {got.numel()} elements where the call's had {own.numel()}"
+        words = replayed.mismatch([got], [own], rtol=max(rtol, tol.rtol[dtype]), atol=max(atol, tol.atol[dtype]))
+        if words:
+            return f"the {which} rep: {words}"
+        words = wrong_against_truth(got, truth, reference, tol.atol[dtype], tol.rtol[dtype])
+        if words:
+            return f"the {which} rep: {words}"
+    return ""
+
+
+def keep(prepared: Prepared, store: Path | None) -> dict:
+    """The replay's records kept for `grader verify` in `store` (content-addressed: a folder per
+    record, named by the SHA-256 of its launches.json); returns what the job's result records."""
+    kept = {}
+    for c in ("student", "reference"):
+        folder = prepared.staging / c
+        digest = hashlib.sha256((folder / "launches.json").read_bytes()).hexdigest()
+        kept[c] = digest
+        if store is not None:
+            dest = Path(store) / digest
+            if not dest.exists():
+                tmp = Path(store) / f".{digest}.{os.getpid()}"
+                shutil.rmtree(tmp, ignore_errors=True)
+                shutil.copytree(folder, tmp)
+                try:
+                    tmp.rename(dest)
+                except OSError:  # another job kept the same record meanwhile
+                    shutil.rmtree(tmp, ignore_errors=True)
+    return kept
+
+
+def describe(r: Replays) -> dict:
+    """The replay's figures as the job's result records them."""
+    def side(x: Replayed) -> dict:
+        return {"median_ms": round(x.median_ms, 5) if x.median_ms else None, "reps": len(x.ms), "launches": x.launches,
+                "placements_ms": [round(sorted(p)[len(p) // 2], 5) for p in x.placements]}
+    return {"student": side(r.student), "reference": side(r.reference), "tries": r.tries, "placements": PLACEMENTS}

@@ -1,0 +1,249 @@
+"""The timing stage's scored path (grader.judge.perf._by_replay, grader.judge.replaying) on the
+CPU, with fake workers that answer as real ones do and a fake replay process: what the stage
+decides from each kind of record and replay, and that an honest record is scored on the
+replay's own times, placement by placement. The GPU halves are in tests/test_replay_gpu.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from grader import spec as specs
+from grader.codec import write_inputs
+from grader.judge import perf, replayed, replaying
+from grader.judge.context import GradingContext
+from grader.protocol import Call, CallReply, Failure, Ok, Sample, Time
+from grader.results import Outcome
+from test_replay_record import _record
+
+N = 4096
+SPEC = specs.get("vector_add")
+ROOFLINE = {"copy_gbps": 1e9, "gpu": "fake", "gemm_tflops": {}}
+
+
+class FakeWorker:
+    """A worker's answers: recorded calls write a launch record (changed by `edit`), whole
+    results are written as the worker's Sample does, Time replies carry fixed times."""
+
+    def __init__(self, result: torch.Tensor, ops=(), edit=None, fail_record: str = "") -> None:
+        self.result, self.ops, self.edit, self.fail_record = result, list(ops), edit, fail_record
+        self.kept: dict[str, torch.Tensor] = {}
+        self.closed = False
+        self.process = SimpleNamespace(proc=SimpleNamespace(pid=999_999_999))
+        self.calls = 0
+
+    def sharing_gpu(self):
+        return contextlib.nullcontext()
+
+    def request(self, message, timeout):
+        if isinstance(message, Call):
+            if self.fail_record and message.record_launches:
+                return Failure("error", self.fail_record)
+            self.kept[message.key] = self.result.clone()
+            if message.record_launches:
+                folder = Path(message.record_launches)
+                folder.mkdir(parents=True, exist_ok=True)
+                raw = _record(folder)
+                if self.edit:
+                    self.edit(raw, self.calls)
+                self.calls += 1
+                (folder / "launches.json").write_text(json.dumps(raw))
+            return CallReply(ops=self.ops, launches=1)
+        if isinstance(message, Sample):
+            save_file({k: self.kept[k].reshape(-1).contiguous() for k in message.keys}, message.output)
+            return Ok()
+        if isinstance(message, Time):
+            return SimpleNamespace(host_ms=[0.5] * 3, first_call_ms=1.0)
+        raise AssertionError(message)
+
+    def close(self):
+        self.closed = True
+
+
+@pytest.fixture
+def stage(tmp_path, monkeypatch):
+    """Runs `_by_replay` with the given workers and replay answers; returns the TestResult (or
+    the fallback's reason) and what the fake replay was asked."""
+    x, y = torch.randn(N), torch.randn(N)
+    workdir = tmp_path / "job" / "vector_add"
+    workdir.mkdir(parents=True)
+    files = []
+    layout = None
+    for i in range(2):
+        layout = write_inputs({"x": x, "y": y}, tmp_path / f"set{i}.safetensors")
+        files.append(str(tmp_path / f"set{i}.safetensors"))
+    truth = x + y
+    monkeypatch.setattr(perf, "call_times", lambda reply: ([0.4] * 3, [0.4] * 3, None))
+    monkeypatch.setattr(replaying, "stop_student", lambda student: (student.close() or "", {4242}))
+    monkeypatch.setattr(replayed, "gpu_processes", lambda: [])
+    asked = []
+
+    def run(student, trusted=None, replays=None, store=None):
+        trusted = trusted or FakeWorker(truth)
+        answers = dict(replays or {})
+
+        def fake_run(record, inputs, layout_file, job, reps, timeout, **kw):
+            who = "reference" if Path(record).name == "reference" else "student"
+            asked.append((who, kw.get("placements"), kw.get("allowed")))
+            job.mkdir(parents=True)
+            got = answers.get(who, {})
+            if isinstance(got, Exception):
+                raise got
+            if isinstance(got, replayed.Replayed):
+                return got
+            out = job / "result"
+            out.mkdir()
+            result = got.get("result", truth)
+            for which in ("first", "last"):
+                save_file({"output.0": result.clone()}, str(out / f"{which}.safetensors"))
+            placements = got.get("placements", [[1.0] * 8] * 6)
+            return replayed.Replayed(ms=[t for p in placements for t in p], folder=out, placements=placements,
+                                     others=got.get("others", []))
+
+        monkeypatch.setattr(replayed, "run", fake_run)
+        ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
+        session = SimpleNamespace(context=ctx, alone_on_gpu=contextlib.nullcontext, cache=None)
+
+        def test(outcome, message, **kw):
+            return perf.TestResult(SPEC.name, "performance", "p", outcome, message, **kw)
+
+        got, fallback = perf._by_replay(session, SPEC, student, trusted, files, layout, workdir, 30, dict(ROOFLINE),
+                                        lambda name: None, test)
+        return got if got is not None else fallback
+
+    run.truth, run.asked = truth, asked
+    return run
+
+
+def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(stage, tmp_path):
+    student = FakeWorker(stage.truth)
+    placements = [[1.2] * 8, [1.1] * 8, [1.3] * 8, [1.2] * 8, [1.2] * 8, [1.2] * 8]
+    got = stage(student, replays={"student": {"placements": placements}}, store=tmp_path / "store")
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED), got.message
+    assert got.details["timed_by"] == "replay"
+    assert got.details["ratio_to_reference"] == pytest.approx(1.2)
+    assert got.details["figures"]["student"]["median_ms"] == pytest.approx(1.2)
+    assert got.details["figures"]["torch"]["median_ms"] == pytest.approx(0.4)
+    assert student.closed, "the student's worker must be gone before anything is timed"
+    assert [a[0] for a in stage.asked] == ["reference", "student"] and stage.asked[0][1] == replaying.PLACEMENTS
+    kept = got.details["replay"]["kept"]
+    assert (tmp_path / "store" / kept["student"] / "launches.json").is_file()
+    assert (tmp_path / "store" / kept["reference"] / "launches.json").is_file()
+    assert got.details["replay"]["inputs"] == {"seed": 1, "set": 0, "case": SPEC.performance.case.name,
+                                               "dtype": SPEC.performance.dtype}
+
+
+def test_a_result_the_kernels_do_not_compute_alone_is_conclusive_with_the_evidence(stage):
+    wrong = stage.truth.clone()
+    wrong[100:] = float("nan")  # only what a sample would check was computed: the rest is the replay's poison
+    got = stage(FakeWorker(stage.truth), replays={"student": {"result": wrong}})
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive"
+    assert "do not compute the result on their own" in got.message
+    assert f"{N - 100} of {N} elements" in got.message and "flat index 100" in got.message
+
+
+def test_work_done_openly_in_torch_is_named_and_sent_for_review_not_called_cheating(stage):
+    def torch_work(raw, i):
+        raw["torch_work"] = ["torch wrote output 0 (aten::add_.Tensor)"]
+
+    wrong = stage.truth - 1.0
+    got = stage(FakeWorker(stage.truth, edit=torch_work), replays={"student": {"result": wrong}})
+    assert got.outcome == Outcome.FLAGGED and got.severity == "review"
+    assert "torch wrote output 0 (aten::add_.Tensor)" in got.message and "not replayed" in got.message
+
+
+def test_a_vendor_op_at_the_timing_size_is_conclusive_before_anything_is_replayed(stage):
+    student = FakeWorker(stage.truth, ops=["aten::add.Tensor"])
+    got = stage(student)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive" and "aten::add.Tensor" in got.message
+    assert stage.asked == [] and not student.closed
+
+
+def test_a_wrong_result_at_the_timing_size_is_conclusive_and_checked_whole(stage):
+    almost = stage.truth.clone()
+    almost[N - 1] += 10.0  # one element, the last: no sample of 16 finds it reliably, the whole comparison does
+    got = stage(FakeWorker(almost))
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive"
+    assert f"1 of {N} elements are wrong (the first at flat index {N - 1}" in got.message
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda raw, i: raw.update(why_not=["launches on 2 streams"]), "launches on 2 streams"),
+    (lambda raw, i: raw["launches"][0].update(grid=[4 + i, 1, 1]), "launches change from call to call"),
+    (lambda raw, i: raw["launches"][0]["args"][0].update(ref="../etc"), "could not be replayed"),
+])
+def test_a_record_that_cannot_be_replayed_leaves_the_worker_alive_for_the_fallback(stage, edit, why):
+    student = FakeWorker(stage.truth, edit=edit)
+    got = stage(student)
+    assert isinstance(got, str) and why in got
+    assert not student.closed and stage.asked == []
+
+
+def test_the_students_processes_on_the_gpu_twice_is_not_scored_and_other_jobs_workers_are_not_counted(stage):
+    got = stage(FakeWorker(stage.truth), replays={"student": {"others": [777]}})  # another job's idle worker: fine
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED), got.message
+    stage.asked.clear()
+    got = stage(FakeWorker(stage.truth), replays={"student": {"others": [4242]}})  # one of the stopped student's
+    assert got.outcome == Outcome.INFRA_ERROR and "other processes held the GPU" in got.message
+    assert [a[0] for a in stage.asked] == ["reference", "student"] * 2  # tried again once
+
+
+def test_a_reference_whose_replay_is_wrong_is_ours_to_fix_not_a_grade(stage):
+    got = stage(FakeWorker(stage.truth), replays={"reference": {"result": torch.zeros(N)}})
+    assert got.outcome == Outcome.INFRA_ERROR and "the reference's replay is wrong" in got.message
+
+
+def test_a_replay_that_breaks_goes_to_review(stage):
+    got = stage(FakeWorker(stage.truth), replays={"student": replayed.Replayed(failed="RuntimeError: illegal memory access")})
+    assert got.outcome == Outcome.FLAGGED and got.severity == "review" and "illegal memory access" in got.message
+
+
+def test_the_whole_result_is_bounded_by_the_truths_size(stage, monkeypatch):
+    huge = torch.zeros(N * 9)  # more bytes than the truth's elements could take in float64
+    got = stage(FakeWorker(huge))
+    assert got.outcome == Outcome.FLAGGED and "could not be read" in got.message and "larger than" in got.message
+
+
+def test_stopping_the_student_leaves_none_of_its_processes(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"],
+                            start_new_session=True)
+    time.sleep(1.0)
+    tree = replaying.process_tree(proc.pid)
+    assert len(tree) == 2
+
+    class Worker:
+        process = SimpleNamespace(proc=proc)
+
+        def close(self):
+            import os
+            import signal
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    assert replaying.stop_student(Worker(), grace_s=5) == ("", tree)
+    assert not any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2] for p in tree)
+
+
+def test_a_process_left_behind_by_the_student_is_named(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        class Worker:
+            process = SimpleNamespace(proc=child)
+
+            def close(self):  # a worker whose stop leaves its process running
+                pass
+
+        assert "still running after it was stopped" in replaying.stop_student(Worker(), grace_s=0.5)[0]
+    finally:
+        child.kill()
+        child.wait()

@@ -1,0 +1,58 @@
+"""`grader verify` where a figure cannot be re-timed: each case is exit 2 with the reason, never a
+traceback (the GPU half, a figure that holds and one that does not, is in tests/test_batch_gpu.py)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from conftest import run_cli
+from grader.batch.store import RECORD_FORMAT
+
+
+def _job(out, details, student="ann", folder="ann"):
+    path = out / "students" / folder / "jobs" / "vector_add.json"
+    path.parent.mkdir(parents=True)
+    tests = [{"kind": "performance", "message": "m", "details": details}] if details is not None else []
+    path.write_text(json.dumps({"format": RECORD_FORMAT, "student": student, "folder": folder, "assignment": "vector_add",
+                                "result": {"tests": tests}}))
+
+
+REPLAYED = {"timed_by": "replay", "ratio_to_reference": 1.0, "gpu": "H100",
+            "replay": {"kept": {"student": "a" * 64, "reference": "b" * 64}, "placements": 6,
+                       "inputs": {"seed": 1, "set": 0, "case": "n=2^28", "dtype": "float32"},
+                       "student": {"median_ms": 1.0}, "reference": {"median_ms": 1.0}}}
+
+
+@pytest.mark.parametrize("make, words", [
+    (lambda out: None, "is not a graded class folder"),
+    (lambda out: _job(out, REPLAYED, student="bob", folder="bob"), "no graded job of 'ann' for 'vector_add'"),
+    (lambda out: _job(out, None), "this job has no performance test"),
+    (lambda out: _job(out, {"timed_by": "fallback", "replay_refused": "launches on 2 streams"}),
+     "not timed by replay, so there is nothing to re-time: launches on 2 streams"),
+    (lambda out: _job(out, {**REPLAYED, "replay": {**REPLAYED["replay"], "inputs": {"case": "other", "dtype": "float32"}}}),
+     "scoring case changed"),
+])
+def test_a_figure_that_cannot_be_verified_says_why_with_exit_2(tmp_path, make, words):
+    import grader.spec as specs
+
+    case = specs.get("vector_add").performance.case.name
+    REPLAYED["replay"]["inputs"]["case"] = case
+    out = tmp_path / "out"
+    out.mkdir()
+    make(out)
+    run = run_cli(["verify", "out", "ann", "vector_add"], tmp_path)
+    assert run.returncode == 2 and words in run.stdout + run.stderr, run.stdout + run.stderr
+    assert "Traceback" not in run.stderr
+
+
+def test_missing_kept_records_are_named(tmp_path):
+    import grader.spec as specs
+
+    out = tmp_path / "out"
+    details = json.loads(json.dumps(REPLAYED))
+    details["replay"]["inputs"]["case"] = specs.get("vector_add").performance.case.name
+    _job(out, details)
+    run = run_cli(["verify", "out", "ann", "vector_add"], tmp_path)
+    assert run.returncode == 2 and "the student's kept record is missing" in run.stdout + run.stderr
