@@ -274,6 +274,7 @@ class Call:
     key: str
     record_ops: bool = False
     record_launches: str = ""  # a folder: write the call's launch record there (grader.worker.launches)
+    warm: bool = True  # with record_launches: a first call before the recorded one (compiles, autotunes)
 
 
 @dataclass

@@ -101,8 +101,8 @@ def verify(out: Path, student: str, assignment: str, timeout: float = 600.0) -> 
                 raise VerifyError(f"the {c}'s record could not be replayed here: {r.refused or r.failed}")
         tol = spec.tolerance
         dtype = inputs["dtype"]
-        reference = replayed.results(runs["reference"], [torch.empty(0, dtype=truth.dtype)])[0].reshape(-1)
-        student_out = replayed.results(runs["student"], [torch.empty(0, dtype=truth.dtype)])[0].reshape(-1)
+        reference = replayed.results(runs["reference"], [truth])[0].reshape(-1)
+        student_out = replayed.results(runs["student"], [truth])[0].reshape(-1)
         wrong = replaying.wrong_against_truth(student_out, truth, reference, tol.atol[dtype], tol.rtol[dtype])
         ratio = statistics.median(_per_placement(runs["student"], runs["reference"]))
     return Verified(float(details["ratio_to_reference"]), ratio, str(details.get("gpu", "?")), torch.cuda.get_device_name(0), wrong,

@@ -40,8 +40,8 @@ from grader.sandbox.files import output_path, read_worker_file
 from grader.sanitize import one_line
 from grader.spec import Assignment
 
-PLACEMENTS = 6  # fresh buffers at other addresses: a kernel's time varies with where its data lies (docs/performance.md)
-REPS = 48  # per contender, spread over the placements
+PLACEMENTS = 4  # fresh buffers at other addresses: a kernel's time varies with where its data lies (docs/performance.md)
+REPS = 40  # per contender, spread over the placements
 HEADER_BYTES = 64 << 10
 
 
@@ -94,16 +94,16 @@ def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch
     as the sampled checks of the timed outputs), else the evidence in words."""
     if got.numel() != truth.numel():
         return f"{got.numel()} elements where {truth.numel()} are expected"
-    step = 1 << 22
+    step = 1 << 24
     normal = 0.0
     for i in range(0, truth.numel(), step):
-        t, r = truth[i:i + step].double(), reference[i:i + step].double()
+        t, r = truth[i:i + step].float(), reference[i:i + step].float()
         d = (r - t).abs()
         d = d[~torch.isnan(d)]
         normal = max(normal, float(d.max()) if d.numel() else 0.0)
     count, first = 0, None
     for i in range(0, truth.numel(), step):
-        t, g = truth[i:i + step].double(), got[i:i + step].double()
+        t, g = truth[i:i + step].float(), got[i:i + step].float()
         allowed = 2 * normal + atol + rtol * t.abs() + 1e-2 * t.abs()
         bad = ~((g - t).abs() <= allowed) & ~(torch.isnan(g) & torch.isnan(t))
         n = int(bad.sum())
@@ -128,7 +128,7 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
         folder = output_path(workdir, rec[i])  # a new folder in the worker's outputs/: the worker makes it
         with student.sharing_gpu():
             reply = student.request(Call("student", timed_files[i], layout, f"rec{i}", record_ops=i == 0,
-                                         record_launches=str(folder)), timeout * 2)
+                                         record_launches=str(folder), warm=i == 0), timeout * 2)
         if isinstance(reply, Failure):
             return Prepare(fallback=f"your function failed when its launches were recorded: {one_line(reply.message, 200)}")
         replies.append(reply)
@@ -294,16 +294,20 @@ def replay_both(prepared: Prepared, spec: Assignment, ctx, timeout: float, allow
 
 def _compare(run: Replayed, own: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float,
              tol, dtype: str) -> str:
-    """'' when the replay's first and last results are the contender's own call's result (within
-    the spec's tolerance: a kernel with atomics may sum in another order) and right by the error
-    model; else the evidence."""
+    """'' when the replay's first and last results are the contender's own call's result and right
+    by the error model; else the evidence. The same bytes as the call's (the usual case) need no
+    more: that result was checked whole against the truth already. Otherwise (a kernel with
+    atomics sums in another order) each is checked within the spec's tolerance and by the error
+    model."""
     for which in ("first", "last"):
         try:
-            got = replayed.results(run, [torch.empty(0, dtype=own.dtype)], which)[0].reshape(-1)
+            got = replayed.results(run, [own], which)[0].reshape(-1)
         except replayed.ReplyError as exc:
             return str(exc)
         if got.numel() != own.numel():
             return f"the {which} rep's result has {got.numel()} elements where the call's had {own.numel()}"
+        if torch.equal(got, own):
+            continue
         words = replayed.mismatch([got], [own], rtol=max(rtol, tol.rtol[dtype]), atol=max(atol, tol.atol[dtype]))
         if words:
             return f"the {which} rep: {words}"

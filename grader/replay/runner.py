@@ -137,13 +137,14 @@ class Replay:
             result.append(view.to("cpu", copy=True).contiguous())
         return result
 
-    def time(self, reps: int, warmup: int = 3) -> dict:
-        """Per-rep GPU times (ms) by our own events, and the results of the first and last rep."""
+    def time(self, reps: int, warmup: int = 3, first: bool = True, last: bool = True) -> dict:
+        """Per-rep GPU times (ms) by our own events, and the results of the first and last rep
+        (each only where asked: a result is copied to the host whole)."""
         for _ in range(warmup):
             self.reset()
             self.once()
         torch.cuda.synchronize()
-        times, first = [], None
+        times, kept_first = [], None
         for r in range(reps):
             self.reset()
             torch.cuda.synchronize()
@@ -156,9 +157,9 @@ class Replay:
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
-            if r == 0:
-                first = self.outputs()
-        return {"ms": times, "median_ms": statistics.median(times), "first": first, "last": self.outputs()}
+            if r == 0 and first:
+                kept_first = self.outputs()
+        return {"ms": times, "median_ms": statistics.median(times), "first": kept_first, "last": self.outputs() if last else None}
 
 
 PLACEMENT_STEP = (2 << 20) + 4096  # a new 2 MiB page and a shifted offset within the allocator's blocks
@@ -172,9 +173,9 @@ def time_placements(plan: Plan, inputs: dict[str, torch.Tensor], reps: int, plac
     per, first, last = [], None, None
     for p in range(placements):
         replay = Replay(plan, inputs, pad=p * PLACEMENT_STEP, kernels=kernels)
-        timed = replay.time(max(1, reps // placements))
+        timed = replay.time(max(1, reps // placements), first=p == 0, last=p == placements - 1)
         per.append(timed["ms"])
-        first = timed["first"] if first is None else first
+        first = timed["first"] if p == 0 else first
         last = timed["last"]
         del replay, timed
         torch.cuda.empty_cache()

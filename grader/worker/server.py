@@ -239,7 +239,7 @@ class Worker:
         with record_launches (a folder), the launch record of that call written there
         (grader.worker.launches), after a first call that compiles and autotunes."""
         fn = self.functions[req.contender]
-        if req.record_launches:
+        if req.record_launches and req.warm:
             _called(fn, self._load_cuda(req.inputs, req.layout), None)
             self.torch.cuda.synchronize()
         args = self._load_cuda(req.inputs, req.layout)
