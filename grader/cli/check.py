@@ -144,7 +144,7 @@ def check(
             ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), seed is not None, own_uid=not contained.user_switch,
                                           kernels_of=None if shared_runner else sub.identity())
     except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError, OutputFolderError,
-            classroom50.Classroom50Error) as exc:
+            classroom50.Classroom50Error, specs.SpecError) as exc:
         say(err, f"[red]error:[/red] {shown_lines(exc)}")
         from grader.kit import github
 
