@@ -5,6 +5,7 @@ spec.py or hidden.py is refused with its file and the rule it breaks, by the cat
 
 from __future__ import annotations
 
+import ast
 import html
 import os
 import shutil
@@ -143,3 +144,42 @@ def test_grader_check_refuses_a_broken_spec_before_grading(tmp_path):
     assert "Traceback" not in refused.stderr and not (out / "results.json").exists()
     shown = html.unescape(summary.read_text())  # the job summary, where CI shows it (Markdown-escaped)
     assert "the check could not run" in shown and rule in shown and "spec.py" in shown
+
+
+# -- the spec's public API: one module, the only one a spec file imports from the grader --------------
+
+def _grader_imports(path: Path) -> list[tuple[str, list[str]]]:
+    """(module, names) for every import of the grader package in `path` (read, not run)."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text(), str(path))):
+        if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "grader":
+            found.append((node.module, [a.name for a in node.names]))
+        elif isinstance(node, ast.Import):
+            found += [(a.name, []) for a in node.names if a.name.split(".")[0] == "grader"]
+    return found
+
+
+COURSE_FILES = sorted([*(REPO_ROOT / "assignments").glob("*/spec.py"), *(REPO_ROOT / "assignments").glob("*/hidden.py")])
+
+
+@pytest.mark.parametrize("path", COURSE_FILES, ids=lambda p: f"{p.parent.name}/{p.name}")
+def test_a_spec_file_imports_the_grader_only_through_its_api(path):
+    from grader import spec_api
+
+    imports = _grader_imports(path)
+    assert imports, f"{path} imports nothing of the grader: the test reads the wrong files"
+    for module, names in imports:
+        assert module == "grader.spec_api", f"{path}: imports {module}; a spec imports from grader.spec_api only"
+        assert set(names) <= set(spec_api.__all__), f"{path}: {sorted(set(names) - set(spec_api.__all__))} not in the API"
+
+
+def test_the_api_declares_what_specs_use_and_the_package_never_imports_it():
+    from grader import spec_api
+
+    assert all(hasattr(spec_api, name) for name in spec_api.__all__)
+    used = {n for p in COURSE_FILES for _, names in _grader_imports(p) for n in names}
+    assert used <= set(spec_api.__all__) and {"Assignment", "Case", "Mismatch", "Verdict", "aten_ops"} <= used
+    # the specs' face, not a layer: no module of the package builds on it (it imports the judge)
+    inside = [p for p in (REPO_ROOT / "grader").rglob("*.py") if any(m == "grader.spec_api" or "spec_api" in names
+                                                                   for m, names in _grader_imports(p))]
+    assert inside == []

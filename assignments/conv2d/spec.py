@@ -6,8 +6,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.mismatch import Mismatch, contiguous_reading, low_precision_sum
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import Assignment, Case, Mismatch, Performance, contiguous_reading, low_precision_sum
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[str, torch.Tensor]:

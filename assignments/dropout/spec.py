@@ -13,8 +13,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.verdict import Verdict
-from grader.spec import Assignment, Case, Performance, Tolerance, aten_ops
+from grader.spec_api import Assignment, Case, Performance, Tolerance, Verdict, aten_ops
 
 # A correct kernel fails the kept-fraction bound of one call with probability at most this.
 FALSE_FAILURE = 1e-9

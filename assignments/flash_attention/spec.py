@@ -7,8 +7,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.mismatch import Mismatch
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import Assignment, Case, Mismatch, Performance
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict:

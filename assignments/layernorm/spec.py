@@ -9,8 +9,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.mismatch import Mismatch
-from grader.spec import Assignment, Case, Performance, aten_ops
+from grader.spec_api import Assignment, Case, Mismatch, Performance, aten_ops
 
 
 def make_x(params: dict, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from grader.spec import Assignment, Case, aten_ops
+from grader.spec_api import Assignment, Case, aten_ops
 
 
 def _forward_spec():

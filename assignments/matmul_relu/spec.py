@@ -4,8 +4,8 @@ import random
 
 import torch
 
-from grader.judge.mismatch import Mismatch, contiguous_reading, low_precision_sum, swapped_reading
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import (Assignment, Case, Mismatch, Performance, contiguous_reading, low_precision_sum,
+                              swapped_reading)
 
 
 def make_operand(rows: int, cols: int, layout: str, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:

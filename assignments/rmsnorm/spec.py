@@ -5,7 +5,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.spec import Assignment, Case, Performance, aten_ops
+from grader.spec_api import Assignment, Case, Performance, aten_ops
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict:

@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import Assignment, Case, Performance
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[str, torch.Tensor]:
