@@ -1,6 +1,6 @@
 """The assignment spec model, and the catalogue that loads `assignments/<name>/spec.py`.
 
-A spec is plain trusted Python (GPU MODE style): an input generator, a float64 reference,
+A spec is plain trusted Python (GPU MODE style): an input generator, the float64 truth,
 the torch baseline in the working dtype, named edge cases, tolerances, points and the
 performance target. Only the grading process loads specs; the worker never sees them.
 """
@@ -170,7 +170,9 @@ class Assignment:
     module: str  # default path of the student's module, relative to the repo root
     signature: str
     make_inputs: Callable[[dict, torch.dtype, torch.Generator], dict[str, torch.Tensor]]
-    reference: Callable[..., Any] | None  # float64 truth (a tensor, or a tuple of them), called on upcast inputs; None where `check` judges
+    # the float64 truth: the exact answer (a tensor, or a tuple of them), called on inputs upcast to
+    # float64; None where `check` judges. ("reference" is the instructor's Triton kernel, reference/.)
+    truth: Callable[..., Any] | None
     baseline: Callable[..., torch.Tensor]  # torch in the working dtype: the error model's yardstick and the vendor timing
     cases: tuple[Case, ...]
     random_cases: Callable[[random.Random], list[Case]]
@@ -193,7 +195,7 @@ class Assignment:
     # then another seed): `calls` makes each call's arguments from the case's inputs.
     calls: Callable[[dict], list[dict]] | None = None
     # Where no exact oracle exists, a trusted property check replaces the comparison with
-    # `reference`: it gets every call's arguments, every call's result tensor and the dtype, and
+    # `truth`: it gets every call's arguments, every call's result tensor and the dtype, and
     # returns a grader.judge.verdict.Verdict whose message tells the student what to fix.
     check: Callable[[list[dict], list, str], Any] | None = None
     output_names: tuple[str, ...] = ()  # names of a tuple result's parts (dx, dw, db), for messages
@@ -248,7 +250,8 @@ def _run_file(path: Path, module_name: str):
     try:
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - whatever it raises, the file is the one to mend
-        raise SpecError({path: [f"does not import: {type(exc).__name__}: {exc}"]}) from exc
+        renamed = " (the float64 answer is Assignment(truth=...) now)" if "'reference'" in str(exc) else ""
+        raise SpecError({path: [f"does not import: {type(exc).__name__}: {exc}{renamed}"]}) from exc
     return module
 
 
@@ -371,10 +374,10 @@ def _points(spec: Assignment) -> list[str]:
 def _functions(spec: Assignment) -> list[str]:
     found = [f"SPEC.{name} must be a function" for name in ("make_inputs", "baseline", "random_cases")
              if not callable(getattr(spec, name))]
-    found += [f"SPEC.{name} must be a function or None" for name in ("reference", "check", "explain", "calls")
+    found += [f"SPEC.{name} must be a function or None" for name in ("truth", "check", "explain", "calls")
               if getattr(spec, name) is not None and not callable(getattr(spec, name))]
-    if spec.reference is None and spec.check is None:
-        found.append("SPEC.reference (the float64 truth) or SPEC.check (a property check) is needed")
+    if spec.truth is None and spec.check is None:
+        found.append("SPEC.truth (the float64 answer) or SPEC.check (a property check) is needed")
     return found
 
 

@@ -52,8 +52,9 @@ BROKEN = [
      "SPEC.correctness_points must be above 0 (got 0)"),
     ("speed without points", "spec.py", "performance_points=4", "performance_points=0",
      "SPEC.performance and SPEC.performance_points go together"),
-    ("no truth", "spec.py", "reference=reference,", "reference=None,",
-     "SPEC.reference (the float64 truth) or SPEC.check (a property check) is needed"),
+    ("no truth", "spec.py", "truth=truth,", "truth=None,",
+     "SPEC.truth (the float64 answer) or SPEC.check (a property check) is needed"),
+    ("the old name", "spec.py", "truth=truth,", "reference=truth,", "the float64 answer is Assignment(truth=...) now"),
     ("not a function", "spec.py", "make_inputs=make_inputs,", "make_inputs='make_inputs',",
      "SPEC.make_inputs must be a function"),
     ("dtype", "spec.py", "random_cases=random_cases,", "random_cases=random_cases, dtypes=('float32', 'float8'),",
@@ -122,10 +123,10 @@ def test_grader_list_refuses_a_broken_spec(tmp_path):
     assert listed.returncode == 0, listed.stderr
     assert "vector_add" in listed.stdout and "softmax" in listed.stdout
     spec_file = course / "assignments" / "vector_add" / "spec.py"
-    _edit(spec_file, "reference=reference,", "reference=None,")
+    _edit(spec_file, "truth=truth,", "truth=None,")
     refused = _grader(course, tmp_path, "list")
     assert refused.returncode == 2, refused.stdout + refused.stderr
-    assert f"{spec_file}: SPEC.reference (the float64 truth) or SPEC.check (a property check) is needed" in refused.stderr
+    assert f"{spec_file}: SPEC.truth (the float64 answer) or SPEC.check (a property check) is needed" in refused.stderr
     assert "Traceback" not in refused.stderr and "softmax" not in refused.stdout
 
 
