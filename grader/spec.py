@@ -1,6 +1,6 @@
 """The assignment spec model, and the catalogue that loads `assignments/<name>/spec.py`.
 
-A spec is plain trusted Python (GPU MODE style): an input generator, a float64 reference,
+A spec is plain trusted Python (GPU MODE style): an input generator, the float64 truth,
 the torch baseline in the working dtype, named edge cases, tolerances, points and the
 performance target. Only the grading process loads specs; the worker never sees them.
 """
@@ -170,7 +170,9 @@ class Assignment:
     module: str  # default path of the student's module, relative to the repo root
     signature: str
     make_inputs: Callable[[dict, torch.dtype, torch.Generator], dict[str, torch.Tensor]]
-    reference: Callable[..., Any] | None  # float64 truth (a tensor, or a tuple of them), called on upcast inputs; None where `check` judges
+    # the float64 truth: the exact answer (a tensor, or a tuple of them), called on inputs upcast to
+    # float64; None where `check` judges. ("reference" is the instructor's Triton kernel, reference/.)
+    truth: Callable[..., Any] | None
     baseline: Callable[..., torch.Tensor]  # torch in the working dtype: the error model's yardstick and the vendor timing
     cases: tuple[Case, ...]
     random_cases: Callable[[random.Random], list[Case]]
@@ -193,7 +195,7 @@ class Assignment:
     # then another seed): `calls` makes each call's arguments from the case's inputs.
     calls: Callable[[dict], list[dict]] | None = None
     # Where no exact oracle exists, a trusted property check replaces the comparison with
-    # `reference`: it gets every call's arguments, every call's result tensor and the dtype, and
+    # `truth`: it gets every call's arguments, every call's result tensor and the dtype, and
     # returns a grader.judge.verdict.Verdict whose message tells the student what to fix.
     check: Callable[[list[dict], list, str], Any] | None = None
     output_names: tuple[str, ...] = ()  # names of a tuple result's parts (dx, dw, db), for messages
@@ -223,27 +225,43 @@ class UnknownAssignment(KeyError):
 
 
 def _load_spec(folder: Path) -> Assignment:
-    module_name = f"grader_assignment_{folder.name}"
-    spec = importlib.util.spec_from_file_location(module_name, folder / "spec.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    assignment: Assignment = module.SPEC
+    """assignments/<name>/spec.py's SPEC with its hidden cases, checked (validate): a spec that
+    does not import or breaks a rule is a SpecError naming the file, never a half-loaded assignment."""
+    module = _run_file(folder / "spec.py", f"grader_assignment_{folder.name}")
+    assignment = getattr(module, "SPEC", None)
+    if not isinstance(assignment, Assignment):
+        got = "defines no SPEC" if assignment is None else f"SPEC is a {type(assignment).__name__}"
+        raise SpecError({folder / "spec.py": [f"{got}: it must set SPEC = Assignment(...)"]})
+    if not isinstance(assignment.cases, tuple):
+        got = type(assignment.cases).__name__
+        raise SpecError({folder / "spec.py": [f"SPEC.cases must be a tuple of Case(...), not a {got}"]})
     hidden = _load_hidden(folder) if (folder / "hidden.py").is_file() else ()
     withheld = kit_manifest().get("assignments", {}).get(folder.name, {}).get("hidden_cases", 0)
-    return replace(assignment, folder=folder, cases=assignment.cases + hidden, withheld_cases=int(withheld))
+    loaded = replace(assignment, folder=folder, cases=assignment.cases + hidden, withheld_cases=int(withheld))
+    validate(loaded)
+    return loaded
+
+
+def _run_file(path: Path, module_name: str):
+    """The module `path` makes (a course's trusted file); one that does not import is a SpecError."""
+    spec = importlib.util.spec_from_file_location(module_name, path)
+    assert spec and spec.loader
+    module = importlib.util.module_from_spec(spec)
+    try:
+        spec.loader.exec_module(module)
+    except Exception as exc:  # noqa: BLE001 - whatever it raises, the file is the one to mend
+        renamed = " (the float64 answer is Assignment(truth=...) now)" if "'reference'" in str(exc) else ""
+        raise SpecError({path: [f"does not import: {type(exc).__name__}: {exc}{renamed}"]}) from exc
+    return module
 
 
 def _load_hidden(folder: Path) -> tuple[Case, ...]:
     """assignments/<name>/hidden.py's CASES, marked hidden: a file of its own, so that the
     release leaves it out whole instead of editing the public spec."""
-    spec = importlib.util.spec_from_file_location(f"grader_hidden_{folder.name}", folder / "hidden.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    cases = tuple(getattr(module, "CASES", ()))
-    if not all(isinstance(c, Case) for c in cases):
-        raise TypeError(f"{folder / 'hidden.py'}: CASES must be a tuple of grader.spec.Case")
+    path = folder / "hidden.py"
+    cases = getattr(_run_file(path, f"grader_hidden_{folder.name}"), "CASES", ())
+    if not isinstance(cases, (tuple, list)) or not all(isinstance(c, Case) for c in cases):
+        raise SpecError({path: ["CASES must be a tuple of Case(...)"]})
     return tuple(replace(c, hidden=True) for c in cases)
 
 
@@ -255,7 +273,7 @@ def catalogue() -> dict[str, Assignment]:
     global _CATALOGUE
     if _CATALOGUE is None:
         folders = sorted(p.parent for p in (course_root() / "assignments").glob("*/spec.py"))
-        _CATALOGUE = {f.name: _load_spec(f) for f in folders}
+        _CATALOGUE = _load_all(folders)
     return _CATALOGUE
 
 
@@ -265,3 +283,123 @@ def get(name: str) -> Assignment:
     except KeyError:
         known = ", ".join(catalogue()) or "none"
         raise UnknownAssignment(f"unknown assignment {name!r} (known: {known})") from None
+
+
+def _load_all(folders: list[Path]) -> dict[str, Assignment]:
+    """Every folder's assignment; every broken spec said at once (one SpecError), none dropped."""
+    loaded, broken = {}, {}
+    for folder in folders:
+        try:
+            loaded[folder.name] = _load_spec(folder)
+        except SpecError as exc:
+            broken.update(exc.broken)
+    if broken:
+        raise SpecError(broken)
+    return loaded
+
+
+# -- the assignment contract: what every spec.py must hold, checked when it is loaded ---------------
+
+class SpecError(ValueError):
+    """A course's spec.py (or hidden.py) that does not import or breaks a rule of the contract:
+    refused at load, before anything is graded, with each file and every rule it breaks."""
+
+    def __init__(self, broken: dict[Path, list[str]]):
+        self.broken = broken
+        lines = "".join(f"\n  {path}: {rule}" for path, rules in broken.items() for rule in rules)
+        super().__init__(f"a broken assignment spec, refused before anything ran:{lines}")
+
+
+def validate(spec: Assignment) -> None:
+    """Raise SpecError (the spec's file and every rule it breaks) unless `spec` keeps the contract."""
+    found = problems(spec)
+    if found:
+        raise SpecError({spec.folder / "spec.py": found})
+
+
+def problems(spec: Assignment) -> list[str]:
+    """Every rule of the assignment contract that `spec` breaks, each in words that say what to mend."""
+    return [p for rule in RULES for p in rule(spec)]
+
+
+def _identity(spec: Assignment) -> list[str]:
+    found = []
+    if spec.name != spec.folder.name:
+        found.append(f"SPEC.name is {spec.name!r}, but the folder is {spec.folder.name!r} (they must match)")
+    if not isinstance(spec.function, str) or not spec.function.isidentifier():
+        found.append(f"SPEC.function {spec.function!r} is not a Python function name")
+    module = Path(spec.module) if isinstance(spec.module, str) else None
+    if module is None or module.suffix != ".py" or module.is_absolute() or ".." in module.parts:
+        found.append(f"SPEC.module {spec.module!r} must be a .py path inside the student's repo, relative to its root")
+    return found
+
+
+def _cases(spec: Assignment) -> list[str]:
+    found = []
+    if not all(isinstance(c, Case) for c in spec.cases):
+        return ["SPEC.cases must be a tuple of Case(...)"]
+    if not spec.public_cases:
+        found.append("SPEC.cases has no public case (students need at least one to test against)")
+    names = [c.name for c in spec.cases]
+    if len(set(names)) != len(names):
+        twice = sorted({n for n in names if names.count(n) > 1})
+        found.append(f"SPEC.cases repeats a case name (hidden.py's included): {twice}")
+    unknown = [d for d in spec.dtypes if d not in DTYPES] if isinstance(spec.dtypes, tuple) else [spec.dtypes]
+    if not spec.dtypes or unknown:
+        found.append(f"SPEC.dtypes must be a tuple of dtypes among {list(DTYPES)} (got {spec.dtypes!r})")
+    elif "float32" not in spec.dtypes:
+        found.append("SPEC.dtypes lacks float32, the dtype the CPU interpreter grades")
+    return found
+
+
+def _points(spec: Assignment) -> list[str]:
+    found = []
+    if not isinstance(spec.correctness_points, (int, float)) or spec.correctness_points <= 0:
+        found.append(f"SPEC.correctness_points must be above 0 (got {spec.correctness_points!r})")
+    if not isinstance(spec.performance_points, (int, float)) or spec.performance_points < 0:
+        found.append(f"SPEC.performance_points must be 0 or more (got {spec.performance_points!r})")
+    elif (spec.performance is None) != (spec.performance_points == 0):
+        found.append(f"SPEC.performance and SPEC.performance_points go together (performance="
+                     f"{'set' if spec.performance else 'None'}, performance_points={spec.performance_points})")
+    perf = spec.performance
+    if perf is not None and not isinstance(perf, Performance):
+        found.append(f"SPEC.performance must be Performance(...) or None, not a {type(perf).__name__}")
+    elif perf is not None and perf.dtype not in spec.dtypes:
+        found.append(f"SPEC.performance.dtype {perf.dtype!r} is not one of SPEC.dtypes {spec.dtypes!r}")
+    elif perf is not None and not callable(perf.bytes_moved):
+        found.append("SPEC.performance.bytes_moved must be a function (params, dtype) -> bytes")
+    return found
+
+
+def _functions(spec: Assignment) -> list[str]:
+    found = [f"SPEC.{name} must be a function" for name in ("make_inputs", "baseline", "random_cases")
+             if not callable(getattr(spec, name))]
+    found += [f"SPEC.{name} must be a function or None" for name in ("truth", "check", "explain", "calls")
+              if getattr(spec, name) is not None and not callable(getattr(spec, name))]
+    if spec.truth is None and spec.check is None:
+        found.append("SPEC.truth (the float64 answer) or SPEC.check (a property check) is needed")
+    return found
+
+
+def _limits(spec: Assignment) -> list[str]:
+    found = []
+    tol = spec.tolerance
+    if not isinstance(tol, Tolerance):
+        found.append(f"SPEC.tolerance must be Tolerance(...), not a {type(tol).__name__}")
+    else:
+        missing = [d for d in spec.dtypes if d not in tol.atol or d not in tol.rtol]
+        if missing:
+            found.append(f"SPEC.tolerance has no atol or rtol for {missing} (one of each per dtype in SPEC.dtypes)")
+    ops = spec.forbidden_ops
+    if not isinstance(ops, (set, frozenset)) or not all(isinstance(op, str) and op.startswith("aten::") for op in ops):
+        found.append("SPEC.forbidden_ops must be a set of aten op names (\"aten::add.Tensor\"), as aten_ops() gives")
+    for name in ("call_timeout_s", "import_timeout_s"):
+        value = getattr(spec, name)
+        if not isinstance(value, (int, float)) or value <= 0:
+            found.append(f"SPEC.{name} must be a number of seconds above 0 (got {value!r})")
+    if not isinstance(spec.output_names, tuple) or not all(isinstance(n, str) for n in spec.output_names):
+        found.append("SPEC.output_names must be a tuple of names (\"dx\", \"dw\", ...)")
+    return found
+
+
+RULES: tuple[Callable[[Assignment], list[str]], ...] = (_identity, _cases, _points, _functions, _limits)

@@ -55,32 +55,8 @@ def _load(path: Path, name: str):
 # -- the checks: each returns the problems it found, each a path and what is missing there --------
 
 def spec_problems(spec: specs.Assignment, course: Path) -> list[str]:
-    where = f"assignments/{spec.folder.name}/spec.py"
-    problems = []
-    if spec.name != spec.folder.name:
-        problems.append(f"{where}: SPEC.name is {spec.name!r}, but the folder is {spec.folder.name!r} (they must match)")
-    if not spec.function.isidentifier():
-        problems.append(f"{where}: SPEC.function {spec.function!r} is not a Python function name")
-    if not spec.module.endswith(".py") or Path(spec.module).is_absolute():
-        problems.append(f"{where}: SPEC.module {spec.module!r} must be a .py path relative to the student's repo")
-    if not spec.public_cases:
-        problems.append(f"{where}: SPEC.cases has no public case (students need at least one to test against)")
-    names = [c.name for c in spec.cases]
-    if len(set(names)) != len(names):
-        problems.append(f"{where}: SPEC.cases repeats a case name: {sorted({n for n in names if names.count(n) > 1})}")
-    unknown = [d for d in spec.dtypes if d not in specs.DTYPES]
-    if not spec.dtypes or unknown:
-        problems.append(f"{where}: SPEC.dtypes must name dtypes among {list(specs.DTYPES)} (got {list(spec.dtypes)})")
-    if "float32" not in spec.dtypes:
-        problems.append(f"{where}: SPEC.dtypes lacks float32, the dtype the CPU interpreter grades")
-    if spec.correctness_points <= 0:
-        problems.append(f"{where}: SPEC.correctness_points must be above 0 (got {spec.correctness_points})")
-    if (spec.performance is None) != (spec.performance_points == 0):
-        problems.append(f"{where}: SPEC.performance and SPEC.performance_points go together "
-                        f"(performance={'set' if spec.performance else 'None'}, performance_points={spec.performance_points})")
-    if spec.reference is None and spec.check is None:
-        problems.append(f"{where}: SPEC.reference (the float64 truth) or SPEC.check (a property check) is needed")
-    return problems
+    """The contract the grader checks when it loads a spec (grader.spec.problems), said of its file."""
+    return [f"assignments/{spec.folder.name}/spec.py: {p}" for p in specs.problems(spec)]
 
 
 def handout_problems(spec: specs.Assignment, course: Path) -> list[str]:
@@ -353,14 +329,16 @@ def test_each_missing_part_is_named_with_where_to_add_it(tmp_path, monkeypatch):
 def test_a_wrong_part_is_named_too(tmp_path, monkeypatch):
     course, fixtures = _course_with_a_new_assignment(tmp_path, monkeypatch)
     spec_file = course / "assignments" / NEW / "spec.py"
-    spec_file.write_text(spec_file.read_text().replace("correctness_points=6", "correctness_points=0"))
+    intact = spec_file.read_text()
+    spec_file.write_text(intact.replace("correctness_points=6", "correctness_points=0"))
+    with pytest.raises(specs.SpecError) as refused:  # a spec that breaks the contract is refused at load
+        specs.get(NEW)
+    assert refused.value.broken == {spec_file: ["SPEC.correctness_points must be above 0 (got 0)"]}
+    spec_file.write_text(intact)
     (course / "reference" / f"{NEW}.py").write_text(f"def not_{NEW}(x, y):\n    return x + y\n")
     broken = fixtures / "kernels" / f"{NEW}.py"
     broken.write_text(broken.read_text().replace("x + y", "x - y"))
     spec = specs.get(NEW)
-    assert static_problems(spec, course, fixtures) == [
-        f"assignments/{NEW}/spec.py: SPEC.correctness_points must be above 0 (got 0)",
-        f"reference/{NEW}.py: the reference does not export {NEW}()",
-    ]
+    assert static_problems(spec, course, fixtures) == [f"reference/{NEW}.py: the reference does not export {NEW}()"]
     outcome, case, message = grade_in_interpreter([(spec.folder, broken)])[NEW]  # failed, with the judge's reason
     assert (outcome, case) == (Outcome.FAILED, "n=1") and "1 of 1 elements wrong" in message, message

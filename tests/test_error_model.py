@@ -36,7 +36,7 @@ def synthetic(k: float, atol: float, rtol: float, torch_error: float):
         return out
 
     tol = Tolerance(k=k, atol={"float32": atol}, rtol={"float32": rtol})
-    return replace(specs.get("vector_add"), reference=lambda x, y: x + y, baseline=baseline, tolerance=tol, explain=None)
+    return replace(specs.get("vector_add"), truth=lambda x, y: x + y, baseline=baseline, tolerance=tol, explain=None)
 
 
 def judge(spec, out: torch.Tensor, dtype: str = "float32", reply: dict | None = None, expected_device: str = "cpu",
@@ -176,7 +176,7 @@ def test_an_input_changed_in_place_fails_even_when_the_result_is_right():
 
 def tuple_spec(names=("total", "difference")):
     """A function returning (x + y, x - y): each part judged on its own, in its own error model."""
-    return replace(specs.get("vector_add"), reference=lambda x, y: (x + y, x - y),
+    return replace(specs.get("vector_add"), truth=lambda x, y: (x + y, x - y),
                    baseline=lambda x, y: (x.double() + y.double(), x.double() - y.double()),
                    tolerance=Tolerance(k=2.0, atol={"float32": 1e-3}, rtol={"float32": 0.0}), explain=None, output_names=names)
 
@@ -266,7 +266,7 @@ def test_a_property_check_gets_every_call_and_its_verdict_names_the_case():
         seen.append((args, outputs, dtype))
         return Verdict("failed" if outputs[0][0] != 0 else "passed", "first element")
 
-    spec = replace(synthetic(k=2.0, atol=1.0, rtol=1.0, torch_error=0.0), check=check, reference=None)
+    spec = replace(synthetic(k=2.0, atol=1.0, rtol=1.0, torch_error=0.0), check=check, truth=None)
     case = Case("prop", {}, "a property")
     zero = REF.clone()
     zero[0] = 0
@@ -311,7 +311,7 @@ def test_the_assignments_own_words_come_first_and_a_broken_explanation_costs_not
     verdict = judge(spec, off_by(0.5, at=3))
     assert verdict.message == "1 of 5 elements wrong; your own words"
     (mm,) = seen
-    assert mm.bad.tolist() == [False, False, False, True, False] and mm.got[3] == 20.5 and mm.ref[3] == 20
+    assert mm.bad.tolist() == [False, False, False, True, False] and mm.got[3] == 20.5 and mm.truth[3] == 20
     assert mm.inputs["x"] is X and float(mm.allowed[0]) == pytest.approx(1e-3) and mm.torch_error == 0.0 and mm.dtype == "float32"
 
     def broken(mm):
@@ -336,7 +336,7 @@ def test_an_empty_result_passes_with_zero_errors():
 
 
 def test_inputs_are_checked_whatever_comes_first_and_a_missing_copy_counts_as_modified():
-    spec = replace(synthetic(k=2.0, atol=1.0, rtol=1.0, torch_error=0.0), reference=lambda n, x, y: x + y,
+    spec = replace(synthetic(k=2.0, atol=1.0, rtol=1.0, torch_error=0.0), truth=lambda n, x, y: x + y,
                    baseline=lambda n, x, y: x.double() + y.double())
     inputs = {"n": 5, "x": X, "y": Y}  # a plain argument first
     reply = {"device": "cpu", "dtype": "float32", "shape": [5], "result_type": "Tensor"}

@@ -74,8 +74,9 @@ def test_the_tas_course_wins_over_a_kit_around_the_working_directory(monkeypatch
 
 def test_a_hidden_py_of_the_wrong_shape_says_so(tmp_path):
     (tmp_path / "hidden.py").write_text("CASES = ({'name': 'n=5'},)\n")
-    with pytest.raises(TypeError, match="CASES must be a tuple of grader.spec.Case"):
+    with pytest.raises(specs.SpecError) as refused:
         specs._load_hidden(tmp_path)
+    assert refused.value.broken == {tmp_path / "hidden.py": ["CASES must be a tuple of Case(...)"]}
 
 
 def test_resumed_grades_are_keyed_on_hidden_cases_and_the_secret(monkeypatch, tmp_path):

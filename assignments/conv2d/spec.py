@@ -6,8 +6,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.mismatch import Mismatch, contiguous_reading, low_precision_sum
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import Assignment, Case, Mismatch, Performance, contiguous_reading, low_precision_sum
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -23,7 +22,7 @@ def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[
     return {"x": x, "w": weight}
 
 
-def reference(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
+def truth(x: torch.Tensor, w: torch.Tensor) -> torch.Tensor:
     return F.conv2d(x, w)
 
 
@@ -155,7 +154,7 @@ SPEC = Assignment(
     module="kernels/conv2d.py",
     signature="conv2d(x: Tensor, w: Tensor) -> Tensor  # x: [N, C, H, W], w: [K, C, R, S] -> [N, K, H-R+1, W-S+1]",
     make_inputs=make_inputs,
-    reference=reference,
+    truth=truth,
     baseline=baseline,
     explain=explain,
     cases=(

@@ -1,7 +1,7 @@
 """dropout: drop each element of x with probability p, scale the kept ones by 1/(1-p).
 
 There is no exact oracle (the mask is random), so `check` judges properties instead of
-comparing with a reference: every element is 0 or x/(1-p); the kept fraction is within a
+comparing with a float64 truth: every element is 0 or x/(1-p); the kept fraction is within a
 binomial bound of 1-p; the same seed gives the same result; another seed another mask.
 Each case calls the student's function three times (`calls`): seed, seed again, seed + 1.
 """
@@ -13,8 +13,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.verdict import Verdict
-from grader.spec import Assignment, Case, Performance, Tolerance, aten_ops
+from grader.spec_api import Assignment, Case, Performance, Tolerance, Verdict, aten_ops
 
 # A correct kernel fails the kept-fraction bound of one call with probability at most this.
 FALSE_FAILURE = 1e-9
@@ -155,7 +154,7 @@ SPEC = Assignment(
     module="kernels/dropout.py",
     signature="dropout(x: Tensor, p: float, seed: int) -> Tensor",
     make_inputs=make_inputs,
-    reference=None,
+    truth=None,
     baseline=baseline,
     cases=(
         Case("n=1-p=0.5", {"shape": [1], "p": 0.5}, "a single element: one program, almost all of it masked"),

@@ -7,8 +7,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.mismatch import Mismatch
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import Assignment, Case, Mismatch, Performance
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict:
@@ -35,7 +34,7 @@ def attention(q, k, causal: bool, sm_scale: float | None, diagonal: int = 1) -> 
     return torch.softmax(s, dim=-1)
 
 
-def reference(q, k, v, causal=False, sm_scale=None) -> torch.Tensor:
+def truth(q, k, v, causal=False, sm_scale=None) -> torch.Tensor:
     return attention(q, k, causal, sm_scale) @ v
 
 
@@ -94,9 +93,9 @@ def explain(mm: Mismatch) -> str | None:
     causal, sm_scale = bool(mm.inputs["causal"]), mm.inputs["sm_scale"]
     n, d = q.shape[-2], q.shape[-1]
     scale = sm_scale if sm_scale is not None else 1.0 / math.sqrt(d)
-    if causal and mm.matches(reference(q, k, v, False, sm_scale)):
+    if causal and mm.matches(truth(q, k, v, False, sm_scale)):
         return "causal=True, but every query attends to every key: mask the scores of keys j > i with -inf"
-    if not causal and mm.matches(reference(q, k, v, True, sm_scale)):
+    if not causal and mm.matches(truth(q, k, v, True, sm_scale)):
         return "causal=False, but the result is causal: apply the mask only when causal is True"
     if causal and n > 1:
         strict = attention(q, k, True, sm_scale, diagonal=0) @ v  # row i sees keys 0..i-1
@@ -104,7 +103,7 @@ def explain(mm: Mismatch) -> str | None:
         if mm.matches(strict):
             return "the diagonal is masked too: query i must see keys 0 to i (mask the keys j > i, keep j == i)"
     for wrong, what in ((1.0 / math.sqrt(d), "the default 1/sqrt(D)"), (1.0, "1"), (1.0 / d, "1/D")):
-        if not math.isclose(wrong, scale) and mm.matches(reference(q, k, v, causal, wrong)):
+        if not math.isclose(wrong, scale) and mm.matches(truth(q, k, v, causal, wrong)):
             given = f"sm_scale={sm_scale:g} was given" if sm_scale is not None else "sm_scale=None means 1/sqrt(D)"
             return f"the scores were scaled by {what}, but {given}"
     for block in (16, 32, 64, 128):
@@ -156,7 +155,7 @@ SPEC = Assignment(
     module="kernels/flash_attention.py",
     signature="flash_attention(q, k, v, causal=False, sm_scale=None) -> Tensor  # q, k, v: [B, H, N, D]",
     make_inputs=make_inputs,
-    reference=reference,
+    truth=truth,
     baseline=baseline,
     explain=explain,
     cases=(

@@ -9,8 +9,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.judge.mismatch import Mismatch
-from grader.spec import Assignment, Case, Performance, aten_ops
+from grader.spec_api import Assignment, Case, Mismatch, Performance, aten_ops
 
 
 def make_x(params: dict, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -40,7 +39,7 @@ def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict:
     return {"x": x, "weight": weight, "bias": bias, "eps": params.get("eps", 1e-5)}
 
 
-def reference(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
+def truth(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor, eps: float) -> torch.Tensor:
     mean = x.mean(dim=-1, keepdim=True)
     var = (x - mean).pow(2).mean(dim=-1, keepdim=True)
     return (x - mean) * torch.rsqrt(var + eps) * weight + bias
@@ -56,7 +55,7 @@ def explain(mm: Mismatch) -> str | None:
         return None  # the judge's words: the output was never written
     x, weight, bias = (mm.inputs[k].double() for k in ("x", "weight", "bias"))
     eps = mm.inputs["eps"]
-    normalized = reference(x, torch.ones_like(weight), torch.zeros_like(bias), eps)
+    normalized = truth(x, torch.ones_like(weight), torch.zeros_like(bias), eps)
     if bias.abs().max() > 0 and mm.matches(normalized * weight):
         return ("the bias is missing: the result is exactly (x - mean) / sqrt(var + eps) * weight (reproduced from your "
                 "inputs); load bias and add it: y = x_hat * weight + bias")
@@ -94,7 +93,7 @@ SPEC = Assignment(
     module="kernels/layernorm.py",
     signature="layer_norm(x: Tensor, weight: Tensor, bias: Tensor, eps: float = 1e-5) -> Tensor",
     make_inputs=make_inputs,
-    reference=reference,
+    truth=truth,
     baseline=baseline,
     explain=explain,
     cases=CASES,

@@ -9,7 +9,7 @@ from pathlib import Path
 import torch
 import torch.nn.functional as F
 
-from grader.spec import Assignment, Case, aten_ops
+from grader.spec_api import Assignment, Case, aten_ops
 
 
 def _forward_spec():
@@ -39,7 +39,7 @@ def _grads(dy, x, weight, eps):
     return torch.autograd.grad(y, (x, weight, bias), dy)
 
 
-def reference(dy, x, weight, eps):
+def truth(dy, x, weight, eps):
     return _grads(dy, x, weight, eps)  # called on float64 inputs
 
 
@@ -60,7 +60,7 @@ SPEC = Assignment(
     module="kernels/layernorm.py",
     signature="layer_norm_backward(dy: Tensor, x: Tensor, weight: Tensor, eps: float = 1e-5) -> (dx, dweight, dbias)",
     make_inputs=make_inputs,
-    reference=reference,
+    truth=truth,
     baseline=baseline,
     cases=FORWARD.CASES + (
         Case("many-rows-300x64", {"shape": [300, 64]}, "300 rows: dweight and dbias sum over all of them"),

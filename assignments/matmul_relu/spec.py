@@ -4,8 +4,8 @@ import random
 
 import torch
 
-from grader.judge.mismatch import Mismatch, contiguous_reading, low_precision_sum, swapped_reading
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import (Assignment, Case, Mismatch, Performance, contiguous_reading, low_precision_sum,
+                              swapped_reading)
 
 
 def make_operand(rows: int, cols: int, layout: str, dtype: torch.dtype, gen: torch.Generator) -> torch.Tensor:
@@ -25,7 +25,7 @@ def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[
     return {"a": a, "b": b}
 
 
-def reference(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
+def truth(a: torch.Tensor, b: torch.Tensor) -> torch.Tensor:
     return torch.relu(a @ b)
 
 
@@ -160,7 +160,7 @@ SPEC = Assignment(
     module="kernels/matmul_relu.py",
     signature="matmul_relu(a: Tensor, b: Tensor) -> Tensor  # relu(a @ b), a: MxK, b: KxN",
     make_inputs=make_inputs,
-    reference=reference,
+    truth=truth,
     baseline=baseline,
     explain=explain,
     cases=(

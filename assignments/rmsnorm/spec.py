@@ -5,7 +5,7 @@ import random
 import torch
 import torch.nn.functional as F
 
-from grader.spec import Assignment, Case, Performance, aten_ops
+from grader.spec_api import Assignment, Case, Performance, aten_ops
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict:
@@ -30,7 +30,7 @@ def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict:
     return {"x": x, "weight": weight, "eps": params.get("eps", 1e-6)}
 
 
-def reference(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
+def truth(x: torch.Tensor, weight: torch.Tensor, eps: float) -> torch.Tensor:
     return x * torch.rsqrt(x.pow(2).mean(dim=-1, keepdim=True) + eps) * weight
 
 
@@ -54,7 +54,7 @@ SPEC = Assignment(
     module="kernels/rmsnorm.py",
     signature="rms_norm(x: Tensor, weight: Tensor, eps: float = 1e-6) -> Tensor",
     make_inputs=make_inputs,
-    reference=reference,
+    truth=truth,
     baseline=baseline,
     cases=(
         Case("one-row-1x1024", {"shape": [1, 1024]}, "a single row: a grid of one program"),

@@ -2,7 +2,7 @@
 
 Six of them, so that 7 named + 6 hidden + 3 random cases split the 12 points into exact 0.25s."""
 
-from grader.spec import Case
+from grader.spec_api import Case
 
 CASES = (
     Case("5x16385", {"rows": 5, "cols": 16385}, "one column past 16384: a row spills into a second block"),

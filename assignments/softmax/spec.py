@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import Assignment, Case, Performance
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -22,7 +22,7 @@ def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[
     return {"x": x}
 
 
-def reference(x: torch.Tensor) -> torch.Tensor:
+def truth(x: torch.Tensor) -> torch.Tensor:
     return torch.softmax(x, dim=-1)
 
 
@@ -45,7 +45,7 @@ SPEC = Assignment(
     module="kernels/softmax.py",
     signature="softmax(x: Tensor) -> Tensor  # over the last dim of a 2-D x",
     make_inputs=make_inputs,
-    reference=reference,
+    truth=truth,
     baseline=baseline,
     cases=(
         Case("1x1", {"rows": 1, "cols": 1}, "one element: the result is exactly 1"),

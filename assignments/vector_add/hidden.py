@@ -2,7 +2,7 @@
 
 Six of them, so that 7 named + 6 hidden + 3 random cases split the 6 points into exact 0.125s."""
 
-from grader.spec import Case
+from grader.spec_api import Case
 
 CASES = (
     Case("n=4095", {"n": 4095}, "one short of a multiple of every block size up to 4096"),

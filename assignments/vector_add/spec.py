@@ -4,7 +4,7 @@ import random
 
 import torch
 
-from grader.spec import Assignment, Case, Performance
+from grader.spec_api import Assignment, Case, Performance
 
 
 def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[str, torch.Tensor]:
@@ -14,7 +14,7 @@ def make_inputs(params: dict, dtype: torch.dtype, gen: torch.Generator) -> dict[
     return {"x": x, "y": y}
 
 
-def reference(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
+def truth(x: torch.Tensor, y: torch.Tensor) -> torch.Tensor:
     return x + y
 
 
@@ -34,7 +34,7 @@ SPEC = Assignment(
     module="kernels/vector_add.py",
     signature="vector_add(x: Tensor, y: Tensor) -> Tensor",
     make_inputs=make_inputs,
-    reference=reference,
+    truth=truth,
     baseline=baseline,
     cases=(
         Case("n=1", {"n": 1}, "a single element: the grid is one program, almost all of it masked"),

@@ -50,4 +50,13 @@ verify.register(app)
 
 
 def main() -> None:
-    app()
+    """Every command; a broken assignment spec met by any of them is its file and rule, exit 2."""
+    from grader.spec import SpecError
+
+    try:
+        app()
+    except SpecError as exc:
+        from grader.cli.common import err, say, shown_lines
+
+        say(err, f"[red]error:[/red] {shown_lines(exc)}")
+        raise SystemExit(2) from None

@@ -36,13 +36,21 @@ class NothingToGrade(UsageError):
     """The submission holds none of the course's assignments: the student's problem, graded 0 in CI."""
 
 
+class BrokenSpec(UsageError):
+    """A course spec that breaks the contract (grader.spec.SpecError): its files and rules, said
+    before anything runs as any unusable input is (exit 2; in CI, the check's error report)."""
+
+
 def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
+    try:
+        catalogue = specs.catalogue()
+    except specs.SpecError as exc:
+        raise BrokenSpec(str(exc)) from None
     if names:
         try:
             return [specs.get(n) for n in names]
         except specs.UnknownAssignment as exc:
             raise UsageError(exc.args[0]) from None
-    catalogue = specs.catalogue()
     if not catalogue:
         raise UsageError(f"no course found: no assignments/ in {specs.course_root()}. Run grader check inside your "
                          f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")

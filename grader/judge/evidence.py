@@ -4,7 +4,7 @@ believed of them.
 The worker runs the student's code, so its output file is hostile bytes like the rest: a header
 may name a dtype the judge cannot compare (float8), a tensor no call makes, or a shape of
 gigabytes. So the file's safetensors header is read first and every entry checked against what
-the case can produce (`Expected`: the reference's shapes, the inputs' dtypes and sizes), and
+the case can produce (`Expected`: the float64 truth's shapes, the inputs' dtypes and sizes), and
 only a file that passes is loaded: an output far larger than the case's is refused from its
 header, before it costs memory. What the reply *says* of a result (dtype, shape) is never read
 for a verdict: grader.judge.verdict reads the tensors, and holds the reply's description against
@@ -45,7 +45,7 @@ class EvidenceError(Exception):
 
 @dataclass(frozen=True)
 class Expected:
-    """What one call can save: its results' shapes as the reference makes them (None: a property
+    """What one call can save: its results' shapes as the float64 truth makes them (None: a property
     check, where `most` bounds each result's elements), and each tensor input's dtype and storage size."""
 
     outputs: tuple[tuple[int, ...], ...] | None
@@ -54,7 +54,7 @@ class Expected:
 
     @classmethod
     def of(cls, inputs: dict, refs) -> Expected:
-        """From the trusted inputs and the reference's result(s) (None: no reference)."""
+        """From the trusted inputs and the float64 truth (None: a property check, no truth)."""
         tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
         shapes = None
         if isinstance(refs, torch.Tensor):

@@ -34,7 +34,7 @@ from grader.judge.feedback import diagnosis, headline
 from grader.judge.integrity import OwnKernelCheck, scan_submission, summary as scan_summary, trivial_result
 from grader.judge.nonfinite import read_source
 from grader.judge.evidence import EvidenceError, Expected, read_saved
-from grader.judge.verdict import judge_call, judge_runs, reference_of
+from grader.judge.verdict import judge_call, judge_runs, truth_of
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.resources import Resources
 from grader.judge.workers import StudentWorker
@@ -433,8 +433,8 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
             trial = PlannedCall(spec.name, case, dtype, seed)
             try:  # a size this assignment cannot make (a row index past the rows, a filter larger than the image)
                 inputs = make_inputs(spec, case, dtype, seed)
-                if spec.reference is not None:
-                    spec.reference(*[v.double() if hasattr(v, "double") else v for v in inputs.values()])
+                if spec.truth is not None:
+                    spec.truth(*[v.double() if hasattr(v, "double") else v for v in inputs.values()])
                 materialize(spec, [trial], folder)
             except Exception:  # noqa: BLE001 - the spec's own refusal of that size
                 return shrink.INVALID
@@ -487,7 +487,7 @@ def _start(worker: StudentWorker, spec: Assignment) -> Failure | None:
 
 def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
     runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
-    refs: list = []  # the reference's result on each call's inputs
+    refs: list = []  # the float64 truth on each call's inputs
     for i, (input_file, layout) in enumerate(call.runs):
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
@@ -500,7 +500,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
                 return _test(spec, call, ctx, "failed", reply.message, traceback=reply.traceback)
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
         inputs = load_inputs(call, index=i)
-        ref = reference_of(spec, inputs) if spec.check is None else None
+        ref = truth_of(spec, inputs) if spec.check is None else None
         try:  # its header checked against what this case can produce before a byte of data is read
             saved = read_saved(output_file, Expected.of(inputs, ref))
         except EvidenceError as exc:

@@ -18,7 +18,7 @@ import torch
 class Mismatch:
     bad: torch.Tensor  # bool: where the result is outside the tolerance
     got: torch.Tensor  # the student's result, float64
-    ref: torch.Tensor  # the float64 truth
+    truth: torch.Tensor  # the float64 truth (the spec's exact answer)
     inputs: dict  # the call's arguments as the student got them (tensors on the CPU, plain values)
     allowed: torch.Tensor  # the per-element tolerance the judge applied
     torch_error: float  # max abs error of torch in the same dtype
@@ -45,7 +45,7 @@ class Mismatch:
             return True
         if candidate is None or tuple(candidate.shape) != tuple(self.got.shape) or not torch.isfinite(self.got).all():
             return False
-        error = (self.got - self.ref).abs().max().item()
+        error = (self.got - self.truth).abs().max().item()
         return error > 0 and (self.got - candidate.to(torch.float64)).abs().max().item() <= share * error
 
     def precision_loss(self) -> str | None:
@@ -54,8 +54,8 @@ class Mismatch:
         low precision. None when the errors are too large (or not finite) for that."""
         if not torch.isfinite(self.got).all():
             return None
-        err = (self.got - self.ref).abs().max().item()
-        scale = self.ref.abs().max().item()
+        err = (self.got - self.truth).abs().max().item()
+        scale = self.truth.abs().max().item()
         if scale == 0 or err > 0.03 * scale:
             return None
         times = f"{err / self.torch_error:.0f}x" if self.torch_error > 0 else "far above"

@@ -32,7 +32,7 @@ CALLS = {"log": "log", "log2": "log", "log1p": "log", "exp": "exp", "exp2": "exp
 
 
 def first_computed(got: torch.Tensor, ref: torch.Tensor, unwritten: torch.Tensor, inputs: dict) -> dict | None:
-    """The computed NaN and inf (not the poison) where the reference is finite: how many, the
+    """The computed NaN and inf (not the poison) where the float64 truth is finite: how many, the
     first one, what it should have been and the inputs at that index. None when there are none."""
     computed = (got.isnan() | got.isinf()) & torch.isfinite(ref) & ~unwritten
     if not computed.any():

@@ -495,7 +495,7 @@ def _bursts(spec, workers, t: Timings, inputs: str, layout, timeout, round_: int
     if not w.wrong:
         tol = spec.tolerance
         w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[spec.performance.dtype],
-                                       tol.rtol[spec.performance.dtype], oracle=spec.reference is not None)
+                                       tol.rtol[spec.performance.dtype], oracle=spec.truth is not None)
     return None
 
 

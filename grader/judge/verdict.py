@@ -1,4 +1,4 @@
-"""The judge: TRUSTED. Compares what a worker returned with the float64 reference.
+"""The judge: TRUSTED. Compares what a worker returned with the float64 truth.
 
 It runs in the grading process on tensors read from safetensors files, so nothing the
 student did inside the worker (monkeypatching torch.allclose, say) reaches it. A verdict
@@ -31,11 +31,11 @@ class Verdict:
         self.outcome = Outcome(self.outcome)  # a spec's check may write the plain string ("failed")
 
 
-def reference_of(spec: Assignment, inputs: dict):
-    """The float64 reference's result(s) on `inputs` (None: the assignment judges by a property)."""
-    if spec.reference is None:
+def truth_of(spec: Assignment, inputs: dict):
+    """The float64 truth on `inputs`: the spec's exact answer(s) (None: the assignment judges by a property)."""
+    if spec.truth is None:
         return None
-    return spec.reference(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
+    return spec.truth(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
 
 
 def judge_call(
@@ -51,13 +51,13 @@ def judge_call(
 ) -> Verdict:
     """`inputs` are the originals (cpu); `reply` the worker's metadata; `saved` its file;
     `kernel_source` the student's module as text, only parsed (for what can compute a NaN);
-    `ref` the reference's result if the caller computed it already (`reference_of`).
+    `ref` the float64 truth if the caller computed it already (`truth_of`).
     The verdict reads the tensors in `saved`; the reply's description of them is held against
     them, never believed instead of them."""
     modified = _modified_input(inputs, saved)
     if modified:
         return modified
-    ref = reference_of(spec, inputs) if ref is None else ref
+    ref = truth_of(spec, inputs) if ref is None else ref
     if isinstance(ref, (tuple, list)):
         return _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, ref, kernel_source)
     if "output" not in saved:
@@ -73,7 +73,7 @@ def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, 
                kernel_source: str = "", refs: list | None = None) -> Verdict:
     """A case of several calls (Assignment.calls) or one judged by a property (Assignment.check,
     which gets every call's arguments and tensor result). `runs` holds (inputs, reply, saved)
-    per call, in call order; `refs` each call's reference result, if computed already."""
+    per call, in call order; `refs` each call's float64 truth, if computed already."""
     if spec.check is None:
         for i, (inputs, reply, saved) in enumerate(runs):
             verdict = judge_call(spec, case, dtype, inputs, reply, saved, expected_device, kernel_source,
@@ -141,7 +141,7 @@ def _claimed_shape(meta: dict) -> str:
 
 
 def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs, kernel_source: str = "") -> Verdict:
-    """A tuple result (e.g. dx, dw, db): each part against the reference's part, in the
+    """A tuple result (e.g. dx, dw, db): each part against the truth's part, in the
     error model of its own torch baseline; the first wrong part is named."""
     n = len(refs)
     names = spec.output_names if len(spec.output_names) == n else tuple(f"output {i}" for i in range(n))
@@ -174,7 +174,7 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs,
 def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor,
              part: int | None = None, kernel_source: str = "") -> Verdict:
     """The error model: |out - ref| <= k x torch's max error + atol + rtol x |ref|, elementwise.
-    `part`: which of the reference's results this is, for a function that returns several.
+    `part`: which of the truth's results this is, for a function that returns several.
     A NaN is 'never written' only where the worker's poison survives, bit for bit (`unwritten`);
     any other NaN or inf was computed, and is named so (grader.judge.nonfinite)."""
     base_err = _finite_max((base - ref).abs())
@@ -183,7 +183,7 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
     got = out.to(torch.float64)
     unwritten = poisoned(out).reshape(got.shape)
     err = (got - ref).abs()
-    bad = ~(err <= allowed)  # NaN compares False: a NaN where the reference is finite is bad
+    bad = ~(err <= allowed)  # NaN compares False: a NaN where the truth is finite is bad
     both_nan = got.isnan() & ref.isnan()
     bad &= ~both_nan
     details = {
@@ -242,7 +242,7 @@ def _spec_explanation(spec: Assignment, mismatch: Mismatch) -> str | None:
 
 def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = None) -> str | None:
     """The hypothesis 'the kernel reads an input as if it were contiguous', for every assignment:
-    recompute the reference with each non-contiguous input read that way (all of it contiguous,
+    recompute the truth with each non-contiguous input read that way (all of it contiguous,
     or only its last stride taken as 1) and ask whether the student's result is exactly that.
     Tested before the generic tail and row patterns, which a stride bug often mimics."""
     if mismatch.got.isnan().all():
@@ -256,8 +256,8 @@ def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = Non
                 continue
             args = [(wrong if k == name else v) for k, v in mismatch.inputs.items()]
             try:
-                guess = spec.reference(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
-            except Exception:  # noqa: BLE001 - a reference that cannot take this reading proves nothing
+                guess = spec.truth(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
+            except Exception:  # noqa: BLE001 - a truth that cannot take this reading proves nothing
                 continue
             if isinstance(guess, (tuple, list)):
                 guess = guess[part or 0]
