@@ -87,11 +87,11 @@ def stage(tmp_path, monkeypatch):
     monkeypatch.setattr(replayed, "gpu_processes", lambda: [])
     asked = []
 
-    def run(student, trusted=None, replays=None, store=None):
+    def run(student, trusted=None, replays=None, store=None, cache=None):
         trusted = trusted or FakeWorker(truth)
         answers = dict(replays or {})
 
-        def fake_run(record, inputs, layout_file, job, reps, timeout, **kw):
+        def fake_start(record, inputs, layout_file, job, reps, timeout, **kw):
             who = "reference" if Path(record).name == "reference" else "student"
             asked.append((who, kw.get("placements"), kw.get("allowed")))
             job.mkdir(parents=True)
@@ -109,9 +109,9 @@ def stage(tmp_path, monkeypatch):
             return replayed.Replayed(ms=[t for p in placements for t in p], folder=out, placements=placements,
                                      others=got.get("others", []))
 
-        monkeypatch.setattr(replayed, "run", fake_run)
+        monkeypatch.setattr(replayed, "start", fake_start)  # a Replayed passes through `go` as it is
         ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
-        session = SimpleNamespace(context=ctx, alone_on_gpu=contextlib.nullcontext, cache=None)
+        session = SimpleNamespace(context=ctx, alone_on_gpu=contextlib.nullcontext, cache=cache)
 
         def test(outcome, message, **kw):
             return perf.TestResult(SPEC.name, "performance", "p", outcome, message, **kw)
@@ -134,7 +134,7 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     assert got.details["figures"]["student"]["median_ms"] == pytest.approx(1.2)
     assert got.details["figures"]["torch"]["median_ms"] == pytest.approx(0.4)
     assert student.closed, "the student's worker must be gone before anything is timed"
-    assert [a[0] for a in stage.asked] == ["reference", "student"] and stage.asked[0][1] == replaying.PLACEMENTS
+    assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replaying.PLACEMENTS
     kept = got.details["replay"]["kept"]
     assert (tmp_path / "store" / kept["student"] / "launches.json").is_file()
     assert (tmp_path / "store" / kept["reference"] / "launches.json").is_file()
@@ -194,7 +194,7 @@ def test_the_students_processes_on_the_gpu_twice_is_not_scored_and_other_jobs_wo
     stage.asked.clear()
     got = stage(FakeWorker(stage.truth), replays={"student": {"others": [4242]}})  # one of the stopped student's
     assert got.outcome == Outcome.INFRA_ERROR and "other processes held the GPU" in got.message
-    assert [a[0] for a in stage.asked] == ["reference", "student"] * 2  # tried again once
+    assert [a[0] for a in stage.asked] == ["student", "reference"] * 2  # tried again once
 
 
 def test_a_reference_whose_replay_is_wrong_is_ours_to_fix_not_a_grade(stage):
@@ -247,3 +247,20 @@ def test_a_process_left_behind_by_the_student_is_named(tmp_path):
     finally:
         child.kill()
         child.wait()
+
+
+def test_the_references_figure_is_kept_for_the_run_while_torchs_time_holds(stage, tmp_path, monkeypatch):
+    from grader.judge.runcache import RunCache
+
+    cache = RunCache(tmp_path / "cache")
+    first = stage(FakeWorker(stage.truth), cache=cache)
+    assert first.details["replay"]["reference"]["kept"] is False
+    assert [a[0] for a in stage.asked] == ["student", "reference"]
+    stage.asked.clear()
+    again = stage(FakeWorker(stage.truth), cache=cache)  # the next student: the reference is not timed again
+    assert [a[0] for a in stage.asked] == ["student"] and again.details["replay"]["reference"]["kept"] is True
+    assert again.details["ratio_to_reference"] == first.details["ratio_to_reference"]
+    stage.asked.clear()
+    monkeypatch.setattr(perf, "call_times", lambda reply: ([0.45] * 3, [0.45] * 3, None))  # the GPU drifted by 12%
+    drifted = stage(FakeWorker(stage.truth), cache=cache)
+    assert sorted(a[0] for a in stage.asked) == ["reference", "student"] and drifted.details["replay"]["reference"]["kept"] is False

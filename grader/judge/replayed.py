@@ -98,16 +98,26 @@ def checked_copy(record: Path, dest: Path, sizes: dict[str, int]) -> records.Pla
     return records.load(dest, sizes)
 
 
-def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
-        isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-        placements: int = 1, allowed: frozenset[int] = frozenset()) -> Replayed:
-    """One contender's replay: its record checked and copied into `job` (a new folder) with the
-    call's inputs, `python -m grader.replay` started there through the sandbox backend (as a
-    worker is: the same view rules, uid, limits, no network), its answer read back bounded. A
-    refused record starts nothing; a process that fails or overruns is a failed replay. `boot`
-    replaces the entry point (a test's probe of the view), given the same arguments. `allowed`: GPU
-    processes known before the stage began and not the student's (other jobs' idle workers).
-    `placements`: the reps spread over that many fresh sets of buffers at other addresses."""
+@dataclass
+class Pending:
+    """A replay process started and waiting: it has imported torch and Triton and read its record
+    and inputs, and touches the GPU only once told to go (`go`), so its start costs nothing
+    inside the timing's exclusive hold."""
+
+    proc: WorkerProcess
+    job: Path
+    timeout: float
+
+
+def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
+          isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
+          placements: int = 1) -> Pending | Replayed:
+    """One contender's replay started: its record checked and copied into `job` (a new folder)
+    with the call's inputs, `python -m grader.replay` started there through the sandbox backend
+    (as a worker is: the same view rules, uid, limits, no network). A refused record starts
+    nothing (a Replayed that says why). `boot` replaces the entry point (a test's probe of the
+    view), given the same arguments. `placements`: the reps spread over that many fresh sets of
+    buffers at other addresses."""
     job = Path(job)
     job.mkdir(parents=True)
     try:
@@ -125,18 +135,32 @@ def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout:
         os.chmod(f, 0o644)
     result, home = job / "result", job / "home"
     argv = isolated_python(boot, str(job / "record"), str(job / "inputs.safetensors"), str(job / "layout.json"),
-                           str(result), "--reps", str(int(reps)), "--placements", str(int(placements)), path=str(worker_code()))
-    before = gpu_processes() or []
+                           str(result), "--reps", str(int(reps)), "--placements", str(int(placements)),
+                           "--go", str(job / GO), path=str(worker_code()))
     try:
         proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job, command=argv)
     except (OSError, SandboxError) as exc:
         return Replayed(failed=f"the replay process could not be started: {one_line(exc, 200)}")
+    return Pending(proc, job, timeout)
+
+
+GO = "go"  # the file whose appearance in the job folder lets a started replay use the GPU
+
+
+def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Replayed:
+    """A started replay told to go, waited for and read back bounded: a process that fails or
+    overruns is a failed replay. `allowed`: GPU processes not counted as sharing the GPU."""
+    if isinstance(pending, Replayed):
+        return pending
+    proc, result = pending.proc, pending.job / "result"
+    before = gpu_processes() or []
+    (pending.job / GO).touch()
     try:
         try:
-            code = proc.proc.wait(timeout=timeout)
+            code = proc.proc.wait(timeout=pending.timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
-            return Replayed(failed=f"the replay did not finish in {timeout:.0f} s")
+            return Replayed(failed=f"the replay did not finish in {pending.timeout:.0f} s")
         status = proc.status()
         if "setup_error" in status:
             return Replayed(failed=f"the replay's sandbox failed: {one_line(status['setup_error'], 200)}")
@@ -150,6 +174,19 @@ def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout:
     others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid() and p not in allowed})
     replay.others = others[:16]
     return replay
+
+
+def cancel(pending: Pending | Replayed | None) -> None:
+    """A started replay not needed after all: stopped, never told to go."""
+    if isinstance(pending, Pending):
+        pending.proc.close()
+
+
+def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
+        isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
+        placements: int = 1, allowed: frozenset[int] = frozenset()) -> Replayed:
+    """`start` then `go` at once: one contender's replay, start to answer."""
+    return go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements), allowed)
 
 
 def read(out: Path) -> Replayed:

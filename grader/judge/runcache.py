@@ -168,6 +168,21 @@ class RunCache:
             path.write_text(json.dumps(figures))
             return figures
 
+    def kept_timing(self, key: str) -> dict | None:
+        """A trusted figure kept for the run under `key` (grader.judge.replaying.reference_key)."""
+        safe = "".join(c for c in key if c.isalnum())[:64]
+        try:
+            data = json.loads((self.folder / f"timing-{safe}.json").read_text())
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def keep_timing(self, key: str, figures: dict) -> None:
+        safe = "".join(c for c in key if c.isalnum())[:64]
+        tmp = self.folder / f".timing-{safe}.{os.getpid()}.json"
+        tmp.write_text(json.dumps(figures))
+        tmp.replace(self.folder / f"timing-{safe}.json")
+
     @property
     def trusted_triton_cache(self) -> Path:
         path = self.folder / "triton-trusted"
