@@ -68,7 +68,7 @@ def test_float32_problem_computed_in_bf16_fails(name):
     case, _, in_bf16 = FP32_PROBLEMS[name]
     verdict = _judge(name, case, "float32", in_bf16)
     assert verdict.outcome == "failed"
-    assert verdict.details["max_abs_error"] > 2 * verdict.details["torch_abs_error"]
+    assert verdict.details.max_abs_error > 2 * verdict.details.torch_abs_error
     assert "less precise than torch's in float32" in verdict.message
     assert "do not compute a float32 problem in float16 or bfloat16" in verdict.message
 

@@ -38,6 +38,7 @@ from grader.judge.verdict import judge_call, judge_runs, reference_of
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.resources import Resources
 from grader.judge.workers import StudentWorker
+from grader.payloads import CorrectnessPayload, LargestPassing, PerformancePayload, SmallestFailing, SubmissionPayload
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResult, cents
 from grader.sandbox.files import output_path, shown_to_worker
 from grader.sandbox.process import WorkerFailure
@@ -77,7 +78,7 @@ Progress = Callable[[str], None]
 
 def measured_roofline(result: AssignmentResult) -> dict | None:
     """The GPU's measured ceilings, as the assignment's timing used them (None: nothing timed)."""
-    return next((t.details["roofline"] for t in result.tests if t.kind == "performance" and "roofline" in t.details), None)
+    return next((t.details.roofline for t in result.tests if isinstance(t.details, PerformancePayload) and t.details.roofline), None)
 
 
 def count_steps(specs: list[Assignment], ctx: GradingContext) -> int:
@@ -280,7 +281,7 @@ def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, resul
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
     test = TestResult(spec.name, "submission", "not submitted", "failed",
                       f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
-                      details={"not_submitted": True})
+                      details=SubmissionPayload(not_submitted=True))
     calls = ctx.calls(spec)
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
 
@@ -291,7 +292,7 @@ def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult
     reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
     calls = ctx.calls(spec)
     test = TestResult(spec.name, "submission", "cannot be graded", "failed", f"{why}: nothing of {spec.name} was checked",
-                      details={"not_gradable": True})
+                      details=SubmissionPayload(not_gradable=True))
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
 
 
@@ -304,16 +305,16 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
         test = TestResult(spec.name, "submission", "not submitted", "failed",
                           f"{module} defines no function {spec.function}(): nothing of {spec.name} was checked "
                           f"(write {spec.signature} in {module})",
-                          details={"not_submitted": True, "missing_function": spec.function, "module": module})
+                          details=SubmissionPayload(not_submitted=True, missing_function=spec.function, module=module))
     elif failure.kind == Outcome.INFRA_ERROR:  # ours (no worker could start): never said as the student's import
         test = TestResult(spec.name, "submission", "worker", Outcome.INFRA_ERROR,
                           f"none of its {len(runnable)} checks ran: {failure.message}", output=failure.output,
-                          details={"infra_error": True})
+                          details=SubmissionPayload(infra_error=True))
     else:
         outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
         test = TestResult(spec.name, "submission", "import", outcome,
                           f"importing {module} failed, so none of its {len(runnable)} checks ran: {failure.message}",
-                          traceback=failure.traceback, output=failure.output, details={"import_failed": True})
+                          traceback=failure.traceback, output=failure.output, details=SubmissionPayload(import_failed=True))
     first = runnable[0]  # any one case reproduces an import that fails
     test.reproducer = f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed {first.seed}"
     return _one_result(spec, ctx, result, calls, runnable, test)
@@ -331,12 +332,12 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
     if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+        why = test.details if isinstance(test.details, SubmissionPayload) else SubmissionPayload()
         result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
-                                       "not submitted, and not runnable here" if test.details.get("not_submitted")
-                                       else "not graded, and not runnable here" if test.details.get("not_gradable")
-                                       or test.details.get("infra_error")
+                                       "not submitted, and not runnable here" if why.not_submitted
+                                       else "not graded, and not runnable here" if why.not_gradable or why.infra_error
                                        else "not runnable here, and the module did not import",
-                                       max_score=skipped / 100, details={"points_if_run": skipped / 100}))
+                                       max_score=skipped / 100, details=SubmissionPayload(points_if_run=skipped / 100)))
     result.tests.insert(0, test)
     if ctx.partial:
         result.partial = {"cases_run": len(calls), "cases": len(planned), "assignment_points": spec.max_points}
@@ -452,12 +453,13 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
         if found.smallest is None or found.smallest.name not in seen:
             continue
         small = seen[found.smallest.name]
-        first = tests[0]  # the one a report shows for its group
-        first.details["smallest_failing"] = {"case": small.case, "shape": small.shape, "message": small.message,
-                                             "reproducer": small.reproducer, "from": start.case.name, "runs": found.runs}
+        first = tests[0].details  # the one a report shows for its group
+        if not isinstance(first, CorrectnessPayload):
+            continue
+        first.smallest_failing = SmallestFailing(case=small.case, shape=small.shape, message=small.message,
+                                                 reproducer=small.reproducer, start=start.case.name, runs=found.runs)
         if found.passing is not None:
-            first.details["largest_passing"] = {"case": found.passing.name,
-                                                "boundary": shrink.boundary(found.smallest, found.passing)}
+            first.largest_passing = LargestPassing(case=found.passing.name, boundary=shrink.boundary(found.smallest, found.passing))
 
 
 def _numel(case) -> int:
@@ -515,9 +517,9 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
         verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source, refs=refs)
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
-    details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
-    if "wrong_map" in details:  # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
-        details["blocks"] = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
+    details = replace(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
+    if details.wrong_map is not None:  # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
+        details.blocks = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
     return _test(spec, call, ctx, verdict.outcome, verdict.message, details=details)
 
 
