@@ -42,10 +42,13 @@ class Record:
     _nested_maps: ClassVar[dict[str, type[Record]]] = {}
 
     extra: dict[str, Any] = field(default_factory=dict, repr=False, metadata={"inline": True})  # keys no field names
+    # the keys in the order they were read (a stored record, a spec's verdict): written back in it
+    key_order: tuple[str, ...] = field(default=(), repr=False, compare=False, metadata={"inline": True})
 
     def to_json(self) -> dict[str, Any]:
-        """The stored keys in the order results.json always had them: what a spec's own verdict
-        wrote first, then the fields, then what scoring added (points_if_run)."""
+        """The stored keys in the order results.json always had them: as they were read, where
+        they were; else what a spec's own verdict wrote first, the fields, then what scoring
+        added (points_if_run)."""
         data: dict[str, Any] = dict(self.extra)
         for f in [f for f in fields(self) if f.name != "points_if_run"] + [f for f in fields(self) if f.name == "points_if_run"]:
             value = getattr(self, f.name)
@@ -56,7 +59,9 @@ class Record:
             elif f.name in self._nested_maps and isinstance(value, dict):
                 value = {k: v.to_json() if isinstance(v, Record) else v for k, v in value.items()}
             data[f.metadata.get("key", f.name)] = value
-        return data
+        if not self.key_order:
+            return data
+        return {**{k: data[k] for k in self.key_order if k in data}, **data}
 
     @classmethod
     def from_json(cls: type[_R], data: dict[str, Any] | None) -> _R:
@@ -76,7 +81,7 @@ class Record:
                 kwargs[name] = {k: inner.from_json(v) if isinstance(v, dict) else v for k, v in value.items()}
             else:
                 kwargs[name] = value
-        return cls(extra=extra, **kwargs)
+        return cls(extra=extra, key_order=tuple(data), **kwargs)
 
 
 def _written_as_null(payload: Record, metadata) -> bool:
@@ -147,7 +152,8 @@ class CorrectnessPayload(Payload):
     parts: dict[str, CorrectnessPayload] = field(default_factory=dict, metadata={"inline": True})
 
     def to_json(self) -> dict[str, Any]:
-        return {**{name: part.to_json() for name, part in self.parts.items()}, **super().to_json()}
+        data = {**{name: part.to_json() for name, part in self.parts.items()}, **super().to_json()}
+        return {**{k: data[k] for k in self.key_order if k in data}, **data}
 
     @classmethod
     def from_json(cls, data: dict[str, Any] | None) -> CorrectnessPayload:
