@@ -134,3 +134,21 @@ def test_an_unknown_kind_or_severity_is_refused_when_read():
         TestResult("a", "speed", "n", "failed")
     with pytest.raises(ValueError, match="Severity"):
         TestResult("a", "integrity", "n", "flagged", severity="maybe")
+
+
+def test_the_report_reads_each_payloads_fields():
+    from grader.report import render
+
+    a = AssignmentResult.from_json(json.loads(OLD_RECORD.read_text()))
+    page = render(RunResult("repo", 7, {}, [a]))
+    timed = next(t.details for t in a.tests if t.kind == Kind.PERFORMANCE and t.outcome == Outcome.PASSED)
+    assert page.count("Performance on NVIDIA H100 80GB HBM3") == 2  # the scored timing and the flagged one
+    assert "Your time is <b>2.000x</b> the reference kernel's\n(95% interval 1.912&ndash;2.110, 7 interleaved rounds)" in page
+    assert page.count("Your time is") == 1  # the flagged timing has no ratio: none is shown
+    student = timed.figures["student"]
+    assert f"<tr><td>student</td><td>{student.median_ms}</td><td>{student.q1_ms} &ndash; {student.q3_ms}</td>" in page
+    assert "<li>late work</li>" in page and "<li>no Triton kernel was launched in n=1</li>" in page  # the findings' evidence
+    shrunk = next(t.details for t in a.tests if isinstance(t.details, CorrectnessPayload) and t.details.largest_passing)
+    assert f"Smallest failing case found: <code>{shrunk.smallest_failing.case}</code>" in page
+    wrong = next(t.details for t in a.tests if isinstance(t.details, CorrectnessPayload) and t.details.nan_elements)
+    assert f"{wrong.bad_elements} of {wrong.elements} elements wrong" in page and 'class="wrongmap"' in page
