@@ -21,8 +21,11 @@ class Kind(str, Enum):
     """What a check checks. A member is a `str` equal to its value (as `Outcome` is), so
     results.json, records read back and comparisons with plain strings are unchanged."""
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:  # the value, not "Kind.X", in templates, f-strings and CSV
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
     CORRECTNESS = "correctness"  # one case x dtype against the float64 truth
     PERFORMANCE = "performance"  # the timing stage (grader.judge.perf)
@@ -50,7 +53,7 @@ class Record:
         they were; else what a spec's own verdict wrote first, the fields, then what scoring
         added (points_if_run)."""
         data: dict[str, Any] = dict(self.extra)
-        for f in [f for f in fields(self) if f.name != "points_if_run"] + [f for f in fields(self) if f.name == "points_if_run"]:
+        for f in sorted(fields(self), key=lambda f: f.name == "points_if_run"):  # the declared order, that one last
             value = getattr(self, f.name)
             if f.metadata.get("inline") or (value is None and not _written_as_null(self, f.metadata)):
                 continue
@@ -127,7 +130,8 @@ class CorrectnessPayload(Payload):
     function with several results that all passed: each result's own payload in `parts`, under
     its name (written at the top level, as results.json always had them)."""
 
-    _nested: ClassVar[dict[str, type[Record]]] = {"smallest_failing": SmallestFailing, "largest_passing": LargestPassing}
+    _nested: ClassVar[dict[str, type[Record]]] = {"smallest_failing": SmallestFailing,
+                                                  "largest_passing": LargestPassing}
 
     max_abs_error: float | None = None  # over the finite values
     max_rel_error: float | None = None

@@ -32,27 +32,32 @@ def perf_chart(details: PerformancePayload) -> str:
     if not figures:
         return ""
     if details.flops and (details.roofline_kind or "cuBLAS GEMM peak") == "cuBLAS GEMM peak":
-        compute, unit, work, per, roof, roof_name = True, "TFLOP/s", details.flops, 1e12, details.gemm_tflops, "cuBLAS GEMM peak"
+        compute, unit, work, per = True, "TFLOP/s", details.flops, 1e12
+        roof, roof_name = details.gemm_tflops, "cuBLAS GEMM peak"
     else:
-        compute, unit, work, per, roof, roof_name = False, "GB/s", details.bytes or 0, 1e9, details.copy_gbps, "copy bandwidth"
+        compute, unit, work, per = False, "GB/s", details.bytes or 0, 1e9
+        roof, roof_name = details.copy_gbps, "copy bandwidth"
     width, bar_h, gap, left = 420, 22, 8, 90
-    rate = {name: f.tflops if compute else f.gbps for name, f in figures.items()}
-    if any(not rate[name] or not f.q1_ms for name, f in figures.items()):
-        return ""  # a call with no GPU work recorded: nothing to draw (the message says why)
-    top = max(max(rate.values()), roof or 0) or 1.0
+    bars: dict[str, tuple[float, float, float]] = {}  # each contender's rate and interquartile times
+    for name, f in figures.items():
+        r = f.tflops if compute else f.gbps
+        if not r or not f.q1_ms or not f.q3_ms:
+            return ""  # a call with no GPU work recorded: nothing to draw (the message says why)
+        bars[name] = (r, f.q1_ms, f.q3_ms)
+    top = max(max(r for r, _, _ in bars.values()), roof or 0) or 1.0
     scale = (width - left - 70) / top
     rows = []
     colours = {"student": "#2b6cb0", "reference": "#718096", "torch": "#a0aec0"}
-    for i, (name, f) in enumerate(figures.items()):
+    for i, (name, (r, q1, q3)) in enumerate(bars.items()):
         y = i * (bar_h + gap) + 4
-        w = rate[name] * scale
-        lo = work / (f.q3_ms * 1e-3) / per * scale if work else w
-        hi = work / (f.q1_ms * 1e-3) / per * scale if work else w
+        w = r * scale
+        lo = work / (q3 * 1e-3) / per * scale if work else w
+        hi = work / (q1 * 1e-3) / per * scale if work else w
         rows.append(
             f'<text x="0" y="{y + 15}" font-size="12">{name}</text>'
             f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colours.get(name, "#999")}"/>'
             f'<line x1="{left + lo:.1f}" x2="{left + hi:.1f}" y1="{y + bar_h / 2}" y2="{y + bar_h / 2}" stroke="#000"/>'
-            f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="11">{rate[name]:.0f} {unit}</text>'
+            f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="11">{r:.0f} {unit}</text>'
         )
     height = len(figures) * (bar_h + gap) + 10
     if roof:

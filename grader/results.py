@@ -20,7 +20,7 @@ from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
-from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, SubmissionPayload, payload_for
+from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, payload_for
 from grader.sanitize import cut, for_terminal, strict_json, writable
 
 # How much of the student's text one result keeps, whoever wrote it (the worker's message, its
@@ -76,8 +76,11 @@ class Severity(str, Enum):
     """What a `flagged` finding costs (grader.judge.scoring). An integrity finding is an accusation:
     conclusive only where the evidence leaves no honest reading. A `str`, as Outcome is."""
 
-    __str__ = str.__str__
-    __format__ = str.__format__
+    def __str__(self) -> str:  # the value, not "Severity.X", in templates, f-strings and CSV
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
     CONCLUSIVE = "conclusive"  # the vendor op computed the result, timers patched, outputs forged or replayed
     REVIEW = "review"  # evidence for a TA to look at: costs only the points of what it concerns
@@ -148,7 +151,7 @@ class TestResult:
     traceback: str = ""
     output: str = ""  # the worker's captured stdout/stderr, head and tail
     reproducer: str = ""
-    severity: Severity | str = ""  # for a flagged outcome: a Severity (a plain string is made one); "" none given: conclusive
+    severity: Severity | str = ""  # for a flagged outcome: a Severity (a plain string made one); "": none given, conclusive
     hidden: bool = False  # a hidden case: students see it only after grading (Gradescope: after_published)
 
     def __post_init__(self) -> None:
@@ -325,7 +328,8 @@ class RunResult:
                 continue
             student = (d.figures or {}).get("student")
             if d.ratio_to_reference is not None:
-                board.append({"name": f"{t.assignment} time / reference", "value": d.ratio_to_reference, "order": "asc"})
+                board.append({"name": f"{t.assignment} time / reference", "value": d.ratio_to_reference,
+                              "order": "asc"})
             if student is not None:
                 board.append({"name": f"{t.assignment} % of roofline", "value": student.roofline_pct, "order": "desc"})
         return board

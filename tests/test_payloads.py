@@ -7,8 +7,17 @@ from pathlib import Path
 
 import pytest
 
-from grader.payloads import (PAYLOADS, CorrectnessPayload, Figures, IntegrityPayload, Kind, PerformancePayload, Record,
-                             SubmissionPayload, payload_for)
+from grader.payloads import (
+    PAYLOADS,
+    CorrectnessPayload,
+    Figures,
+    IntegrityPayload,
+    Kind,
+    PerformancePayload,
+    Record,
+    SubmissionPayload,
+    payload_for,
+)
 from grader.results import AssignmentResult, Outcome, RunResult, Severity, TestResult
 
 # an AssignmentResult as a batch's record held it before the payloads were typed: written by that
@@ -38,15 +47,18 @@ def test_the_old_records_fields_are_read_by_name():
     flagged = next(t for t in tests if t.kind == Kind.INTEGRITY and t.outcome == Outcome.FLAGGED)
     assert flagged.severity is Severity.REVIEW and flagged.details.concerns == ["n=1 [float32]"]
     shrunk = next(t for t in tests if isinstance(t.details, CorrectnessPayload) and t.details.largest_passing)
-    assert shrunk.details.smallest_failing.start and shrunk.details.smallest_failing.reproducer.startswith("grader check")
+    small = shrunk.details.smallest_failing
+    assert small.start and small.reproducer.startswith("grader check")
     assert shrunk.details.wrong_map and shrunk.details.pattern and shrunk.details.blocks is not None
     parts = next(t for t in tests if isinstance(t.details, CorrectnessPayload) and t.details.parts)
-    assert set(parts.details.parts) == {"dx", "dweight", "dbias"} and parts.details.parts["dx"].max_abs_error is not None
+    assert set(parts.details.parts) == {"dx", "dweight", "dbias"}
+    assert parts.details.parts["dx"].max_abs_error is not None
     spec_own = next(t for t in tests if isinstance(t.details, CorrectnessPayload) and "kept" in t.details.extra)
-    assert spec_own.details.elements > 0 and set(spec_own.details.extra) == {"kept", "p"}  # the dropout spec's own figures
+    assert spec_own.details.elements > 0 and set(spec_own.details.extra) == {"kept", "p"}  # the dropout spec's own
     missing = next(t for t in tests if isinstance(t.details, SubmissionPayload) and t.details.missing_function)
     assert missing.details.not_submitted is True and missing.details.module == "kernels/vector_add.py"
-    newer = next(t for t in tests if isinstance(t.details, CorrectnessPayload) and "later_grader_key" in t.details.extra)
+    newer = next(t for t in tests
+                 if isinstance(t.details, CorrectnessPayload) and "later_grader_key" in t.details.extra)
     assert newer.details.max_abs_error == 0.0  # a newer grader's key is kept beside the fields it knows
 
 
@@ -104,7 +116,8 @@ def test_a_field_left_none_is_no_key_unless_results_json_always_wrote_it():
     assert CorrectnessPayload(max_abs_error=0.0).to_json() == {"max_abs_error": 0.0}
     assert IntegrityPayload(kernels_launched={}, evidence=[]).to_json() == {"kernels_launched": {}, "evidence": []}
     # a contender's rates are written as null when there are none (no GPU work recorded)
-    assert Figures(median_ms=0.0).to_json() == {"median_ms": 0.0, "host_median_ms": None, "gbps": None, "roofline_pct": None}
+    assert Figures(median_ms=0.0).to_json() == {"median_ms": 0.0, "host_median_ms": None, "gbps": None,
+                                                "roofline_pct": None}
     # the GEMM peak is written whenever the FLOPs are, null where no GEMM probe ran; neither otherwise
     assert PerformancePayload(flops=10).to_json() == {"flops": 10, "gemm_tflops": None}
     assert PerformancePayload(gpu="x").to_json() == {"gpu": "x"}
@@ -118,7 +131,7 @@ def test_a_result_reads_a_dict_as_its_kinds_payload():
     assert t.to_json()["kind"] == "integrity" and t.to_json()["severity"] == "review"
     assert f"{t.kind} {t.severity}" == "integrity review"  # in templates, f-strings and CSV: the plain value
     assert isinstance(TestResult("s", "submission", "n", "failed").details, SubmissionPayload)
-    moved = payload_for(Kind.PERFORMANCE, CorrectnessPayload(points_if_run=1.0))  # a payload of another kind is read anew
+    moved = payload_for(Kind.PERFORMANCE, CorrectnessPayload(points_if_run=1.0))  # another kind's payload: read anew
     assert moved == PerformancePayload(points_if_run=1.0)
 
 
@@ -143,11 +156,12 @@ def test_the_report_reads_each_payloads_fields():
     page = render(RunResult("repo", 7, {}, [a]))
     timed = next(t.details for t in a.tests if t.kind == Kind.PERFORMANCE and t.outcome == Outcome.PASSED)
     assert page.count("Performance on NVIDIA H100 80GB HBM3") == 2  # the scored timing and the flagged one
-    assert "Your time is <b>2.000x</b> the reference kernel's\n(95% interval 1.912&ndash;2.110, 7 interleaved rounds)" in page
+    assert ("Your time is <b>2.000x</b> the reference kernel's\n(95% interval 1.912&ndash;2.110, 7 interleaved rounds)"
+            in page)
     assert page.count("Your time is") == 1  # the flagged timing has no ratio: none is shown
     student = timed.figures["student"]
     assert f"<tr><td>student</td><td>{student.median_ms}</td><td>{student.q1_ms} &ndash; {student.q3_ms}</td>" in page
-    assert "<li>late work</li>" in page and "<li>no Triton kernel was launched in n=1</li>" in page  # the findings' evidence
+    assert "<li>late work</li>" in page and "<li>no Triton kernel was launched in n=1</li>" in page  # the evidence
     shrunk = next(t.details for t in a.tests if isinstance(t.details, CorrectnessPayload) and t.details.largest_passing)
     assert f"Smallest failing case found: <code>{shrunk.smallest_failing.case}</code>" in page
     wrong = next(t.details for t in a.tests if isinstance(t.details, CorrectnessPayload) and t.details.nan_elements)

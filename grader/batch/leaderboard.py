@@ -68,7 +68,8 @@ def speed_row(student: str, result: dict | None, link: str = "") -> SpeedRow:
         row.status, row.note = "flagged", t.get("message", "")
     elif d.ratio_to_reference is not None:
         row.status, row.ratio = "ranked", d.ratio_to_reference
-        row.low, row.high = (d.ratio_interval or [None, None])[:2]
+        if d.ratio_interval:
+            row.low, row.high = d.ratio_interval[:2]
     else:
         row.note = f"{t['outcome']}: {t.get('message', '')}"
     return row

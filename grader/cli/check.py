@@ -22,7 +22,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.judge.feedback import group_failures, points_line, run_total, smallest_failing, smallest_words, traceback_tail
+from grader.judge.feedback import (group_failures, points_line, run_total, smallest_failing, smallest_words,
+                                   traceback_tail)
 from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
 from grader.sanitize import one_line
 from grader.submission import SubmissionError, open_submission

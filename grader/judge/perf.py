@@ -41,7 +41,7 @@ from grader.judge import activity, slowness, witness
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
-from grader.payloads import Figures, PerformancePayload
+from grader.payloads import Figures, Kind, PerformancePayload
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.judge.context import GradingContext
 from grader.judge.resources import Resources
@@ -160,7 +160,7 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
     name = f"performance {perf.case.name} [{perf.dtype}]"
 
     def test(outcome: str, message: str, **kw) -> TestResult:
-        return TestResult(spec.name, "performance", name, outcome, message, case=perf.case.name, dtype=perf.dtype, **kw)
+        return TestResult(spec.name, Kind.PERFORMANCE, name, outcome, message, case=perf.case.name, dtype=perf.dtype, **kw)
 
     if ctx.interpret:
         return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing; a GPU run also "
@@ -528,8 +528,8 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
     if student.median_ms < floor / (1 + ROOFLINE_MARGIN):
         ceiling = (f"{flops:.3g} FLOPs at the measured {bound} ({peak} TFLOP/s)" if bound == "cuBLAS GEMM peak"
                    else f"{nbytes:.3g} bytes at the measured {bound} ({roofline['copy_gbps']:.0f} GB/s)")
-        findings.append(Finding(Severity.REVIEW, f"faster than this GPU can go: {student.median_ms:.4f} ms per call, where "
-                                f"{ceiling} take at least {floor:.4f} ms (a {ROOFLINE_MARGIN:.0%} margin allowed): "
+        findings.append(Finding(Severity.REVIEW, f"faster than this GPU can go: {student.median_ms:.4f} ms per call, "
+                                f"where {ceiling} take at least {floor:.4f} ms (a {ROOFLINE_MARGIN:.0%} margin allowed): "
                                 "the timing missed work"))
     details = PerformancePayload(figures=figures, bytes=nbytes, copy_gbps=roofline["copy_gbps"], gpu=roofline["gpu"],
                                  rounds=rounds, samples=len(t.all("student")), score_on=perf.score_on,
@@ -539,7 +539,8 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
         details.flops, details.gemm_tflops = flops, peak
     vs_torch = student.median_ms / figures["torch"].median_ms
     details.ratio_to_torch = round(vs_torch, 3)
-    host = f"; {student.host_median_ms:.3f} ms per call by the host's clock" if student.host_median_ms is not None else ""
+    host = (f"; {student.host_median_ms:.3f} ms per call by the host's clock" if student.host_median_ms is not None
+            else "")
     if student.median_ms > 0:
         compute_bound = bound == "cuBLAS GEMM peak"
         rate = f"{student.tflops:.0f} TFLOP/s" if compute_bound else f"{student.gbps:.0f} GB/s"
@@ -553,7 +554,8 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
     if not has_reference:
         return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
     if figures["reference"].median_ms < MIN_SCORED_MS:
-        return test("infra_error", f"the scoring size is launch-bound ({figures['reference'].median_ms:.3f} ms): not scored", details=details)
+        return test("infra_error", f"the scoring size is launch-bound ({figures['reference'].median_ms:.3f} ms): not scored",
+                    details=details)
     scored = t.host_ms if perf.score_on == "wall" else t.times
     against = yardstick(perf, scored)
     ratio, lo, hi = ratio_estimate(scored["student"], against)

@@ -26,7 +26,7 @@ from grader.spec import DTYPES, Assignment, Case
 class Verdict:
     outcome: Outcome  # PASSED or FAILED
     message: str
-    details: CorrectnessPayload = field(default_factory=CorrectnessPayload)  # a spec's check may give a dict: read as one
+    details: CorrectnessPayload = field(default_factory=CorrectnessPayload)  # a spec's check may give a dict: read so
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # a spec's check may write the plain string ("failed")

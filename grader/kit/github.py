@@ -77,7 +77,8 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
             "test_code": one_line(t.reproducer or ""),
             "filename": one_line(where[0]) if where else "",
             "line_no": where[1] if where else 0,
-            "duration": round(float((t.details.seconds or 0.0) if isinstance(t.details, CorrectnessPayload) else 0.0) * 1000),
+            "duration": round(float((t.details.seconds or 0.0) if isinstance(t.details, CorrectnessPayload) else 0.0)
+                              * 1000),
         })
     statuses = {x["status"] for x in tests}
     status = "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
