@@ -151,7 +151,7 @@ class TestResult:
     traceback: str = ""
     output: str = ""  # the worker's captured stdout/stderr, head and tail
     reproducer: str = ""
-    severity: Severity | str = ""  # for a flagged outcome: a Severity (a plain string made one); "": none given, conclusive
+    severity: Severity | str = ""  # a flagged outcome's Severity (a plain string made one); "": none given, conclusive
     hidden: bool = False  # a hidden case: students see it only after grading (Gradescope: after_published)
 
     def __post_init__(self) -> None:

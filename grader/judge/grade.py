@@ -293,7 +293,8 @@ def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult
     module that leads out of the repo or is not a file): the student's outcome, failed with the
     reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
     calls = ctx.calls(spec)
-    test = TestResult(spec.name, Kind.SUBMISSION, "cannot be graded", "failed", f"{why}: nothing of {spec.name} was checked",
+    test = TestResult(spec.name, Kind.SUBMISSION, "cannot be graded", "failed",
+                      f"{why}: nothing of {spec.name} was checked",
                       details=SubmissionPayload(not_gradable=True))
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
 
@@ -377,7 +378,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     try:
         failure = _start(worker, spec)
         if failure:
-            return TestResult(spec.name, Kind.INTEGRITY, name, "skipped", f"the module does not import in the interpreter: {failure.message}")
+            return TestResult(spec.name, Kind.INTEGRITY, name, "skipped",
+                              f"the module does not import in the interpreter: {failure.message}")
         restarts = Restarts()
         for call in calls:
             if restarts.restarting():
@@ -395,7 +397,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 continue
             restarts.after(Outcome.PASSED)  # it answered: the worker lives
             if isinstance(reply, Failure) and reply.kind == "memory":
-                return TestResult(spec.name, Kind.INTEGRITY, name, "failed", f"{call.case.name} [float32]: {reply.message}",
+                return TestResult(spec.name, Kind.INTEGRITY, name, "failed",
+                                  f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
                                   reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
             if isinstance(reply, Failure):
@@ -403,7 +406,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     finally:
         worker.close()
     if len(skipped) == len(calls):
-        return TestResult(spec.name, Kind.INTEGRITY, name, "skipped", "the kernel could not run in the interpreter: " + "; ".join(skipped[:2]))
+        return TestResult(spec.name, Kind.INTEGRITY, name, "skipped",
+                          "the kernel could not run in the interpreter: " + "; ".join(skipped[:2]))
     checked = ", ".join(c.case.name for c in calls)
     note = f" (not run there: {'; '.join(skipped[:2])})" if skipped else ""
     return TestResult(spec.name, Kind.INTEGRITY, name, "passed", f"no access out of bounds in {checked}{note}")
@@ -522,7 +526,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
     details = replace(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
-    if details.wrong_map is not None:  # the kernel's block sizes, for the picture's boundaries (sizes only: the worker's word)
+    if details.wrong_map is not None:  # the kernel's block sizes, for the picture (sizes only: the worker's word)
         details.blocks = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
     return _test(spec, call, ctx, verdict.outcome, verdict.message, details=details)
 

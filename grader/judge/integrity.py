@@ -306,7 +306,8 @@ class OwnKernelCheck:
     def test(self) -> TestResult:
         name = "uses its own Triton kernel"
         if not self.observed:
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped", "no call completed, so nothing to inspect")
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped",
+                              "no call completed, so nothing to inspect")
         launched = dict(self.kernels)
         if self.forbidden:
             evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {few(ids)}"

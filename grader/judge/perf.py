@@ -160,7 +160,8 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
     name = f"performance {perf.case.name} [{perf.dtype}]"
 
     def test(outcome: str, message: str, **kw) -> TestResult:
-        return TestResult(spec.name, Kind.PERFORMANCE, name, outcome, message, case=perf.case.name, dtype=perf.dtype, **kw)
+        return TestResult(spec.name, Kind.PERFORMANCE, name, outcome, message, case=perf.case.name, dtype=perf.dtype,
+                          **kw)
 
     if ctx.interpret:
         return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing; a GPU run also "
@@ -529,8 +530,8 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
         ceiling = (f"{flops:.3g} FLOPs at the measured {bound} ({peak} TFLOP/s)" if bound == "cuBLAS GEMM peak"
                    else f"{nbytes:.3g} bytes at the measured {bound} ({roofline['copy_gbps']:.0f} GB/s)")
         findings.append(Finding(Severity.REVIEW, f"faster than this GPU can go: {student.median_ms:.4f} ms per call, "
-                                f"where {ceiling} take at least {floor:.4f} ms (a {ROOFLINE_MARGIN:.0%} margin allowed): "
-                                "the timing missed work"))
+                                f"where {ceiling} take at least {floor:.4f} ms (a {ROOFLINE_MARGIN:.0%} margin "
+                                "allowed): the timing missed work"))
     details = PerformancePayload(figures=figures, bytes=nbytes, copy_gbps=roofline["copy_gbps"], gpu=roofline["gpu"],
                                  rounds=rounds, samples=len(t.all("student")), score_on=perf.score_on,
                                  floor_ms=round(floor, 5), roofline_kind=bound, evidence=[f.text for f in findings],
@@ -554,8 +555,8 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
     if not has_reference:
         return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
     if figures["reference"].median_ms < MIN_SCORED_MS:
-        return test("infra_error", f"the scoring size is launch-bound ({figures['reference'].median_ms:.3f} ms): not scored",
-                    details=details)
+        return test("infra_error", f"the scoring size is launch-bound ({figures['reference'].median_ms:.3f} ms): "
+                    "not scored", details=details)
     scored = t.host_ms if perf.score_on == "wall" else t.times
     against = yardstick(perf, scored)
     ratio, lo, hi = ratio_estimate(scored["student"], against)
