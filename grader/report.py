@@ -11,6 +11,7 @@ from markupsafe import Markup
 
 from grader.judge import picture
 from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total, traceback_tail
+from grader.payloads import PerformancePayload
 from grader.results import Outcome, RunResult, outcome_css, write_text_atomic
 from grader.sanitize import for_page
 
@@ -24,33 +25,39 @@ _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=selec
                    trim_blocks=True, lstrip_blocks=True, finalize=_shown)
 
 
-def perf_chart(details: dict) -> str:
+def perf_chart(details: PerformancePayload) -> str:
     """Inline SVG: GB/s (TFLOP/s for compute-bound kernels) of student, reference and torch,
     with the interquartile range and the roofline."""
-    figures = details.get("figures", {})
+    figures = details.figures or {}
     if not figures:
         return ""
-    if details.get("flops") and details.get("roofline_kind", "cuBLAS GEMM peak") == "cuBLAS GEMM peak":
-        key, unit, work, per, roof, roof_name = "tflops", "TFLOP/s", details["flops"], 1e12, details.get("gemm_tflops"), "cuBLAS GEMM peak"
+    if details.flops and (details.roofline_kind or "cuBLAS GEMM peak") == "cuBLAS GEMM peak":
+        compute, unit, work, per = True, "TFLOP/s", details.flops, 1e12
+        roof, roof_name = details.gemm_tflops, "cuBLAS GEMM peak"
     else:
-        key, unit, work, per, roof, roof_name = "gbps", "GB/s", details.get("bytes", 0), 1e9, details.get("copy_gbps"), "copy bandwidth"
+        compute, unit, work, per = False, "GB/s", details.bytes or 0, 1e9
+        roof, roof_name = details.copy_gbps, "copy bandwidth"
     width, bar_h, gap, left = 420, 22, 8, 90
-    if any(not f.get(key) or not f.get("q1_ms") for f in figures.values()):
-        return ""  # a call with no GPU work recorded: nothing to draw (the message says why)
-    top = max(max(f[key] for f in figures.values()), roof or 0) or 1.0
+    bars: dict[str, tuple[float, float, float]] = {}  # each contender's rate and interquartile times
+    for name, f in figures.items():
+        r = f.tflops if compute else f.gbps
+        if not r or not f.q1_ms or not f.q3_ms:
+            return ""  # a call with no GPU work recorded: nothing to draw (the message says why)
+        bars[name] = (r, f.q1_ms, f.q3_ms)
+    top = max(max(r for r, _, _ in bars.values()), roof or 0) or 1.0
     scale = (width - left - 70) / top
     rows = []
     colours = {"student": "#2b6cb0", "reference": "#718096", "torch": "#a0aec0"}
-    for i, (name, f) in enumerate(figures.items()):
+    for i, (name, (r, q1, q3)) in enumerate(bars.items()):
         y = i * (bar_h + gap) + 4
-        w = f[key] * scale
-        lo = work / (f["q3_ms"] * 1e-3) / per * scale if work else w
-        hi = work / (f["q1_ms"] * 1e-3) / per * scale if work else w
+        w = r * scale
+        lo = work / (q3 * 1e-3) / per * scale if work else w
+        hi = work / (q1 * 1e-3) / per * scale if work else w
         rows.append(
             f'<text x="0" y="{y + 15}" font-size="12">{name}</text>'
             f'<rect x="{left}" y="{y}" width="{w:.1f}" height="{bar_h}" fill="{colours.get(name, "#999")}"/>'
             f'<line x1="{left + lo:.1f}" x2="{left + hi:.1f}" y1="{y + bar_h / 2}" y2="{y + bar_h / 2}" stroke="#000"/>'
-            f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="11">{f[key]:.0f} {unit}</text>'
+            f'<text x="{left + w + 4:.1f}" y="{y + 15}" font-size="11">{r:.0f} {unit}</text>'
         )
     height = len(figures) * (bar_h + gap) + 10
     if roof:

@@ -15,11 +15,12 @@ import json
 import fcntl
 import os
 import tempfile
-from dataclasses import asdict, dataclass, field, fields
+from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
 from typing import Any, TypeVar
 
+from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, payload_for
 from grader.sanitize import cut, for_terminal, strict_json, writable
 
 # How much of the student's text one result keeps, whoever wrote it (the worker's message, its
@@ -73,7 +74,13 @@ def outcome_css() -> str:
 
 class Severity(str, Enum):
     """What a `flagged` finding costs (grader.judge.scoring). An integrity finding is an accusation:
-    conclusive only where the evidence leaves no honest reading."""
+    conclusive only where the evidence leaves no honest reading. A `str`, as Outcome is."""
+
+    def __str__(self) -> str:  # the value, not "Severity.X", in templates, f-strings and CSV
+        return str(self.value)
+
+    def __format__(self, spec: str) -> str:
+        return format(str(self.value), spec)
 
     CONCLUSIVE = "conclusive"  # the vendor op computed the result, timers patched, outputs forged or replayed
     REVIEW = "review"  # evidence for a TA to look at: costs only the points of what it concerns
@@ -87,11 +94,32 @@ def cents(points: float) -> int:
 _Result = TypeVar("_Result")
 
 
-def _to_json(result: Any) -> dict:
+def _to_json(result: Any, nested: tuple[str, ...] = ()) -> dict:
     """Every field of a result dataclass (nested ones included) in JSON's own types: exactly what
     json.load gives back from the stored file (an Outcome as its string, a tuple as a list, an
-    object JSON cannot hold as its str(), as write_json_atomic writes it)."""
-    return json.loads(json.dumps(strict_json(asdict(result)), default=str, allow_nan=False))
+    object JSON cannot hold as its str(), as write_json_atomic writes it). `nested`: the fields
+    that hold a list of another result dataclass, each written by its own to_json; a payload
+    (grader.payloads) is written by its own to_json too."""
+    data = {}
+    for f in fields(result):
+        value = getattr(result, f.name)
+        if f.name in nested:
+            value = [item.to_json() for item in value]
+        elif isinstance(value, Payload):
+            value = value.to_json()
+        data[f.name] = value
+    return json.loads(json.dumps(strict_json(_plain(data)), default=str, allow_nan=False))
+
+
+def _plain(value: Any) -> Any:
+    """`value` with every dataclass in it made a dict, as dataclasses.asdict does."""
+    if is_dataclass(value) and not isinstance(value, type):
+        return asdict(value)
+    if isinstance(value, dict):
+        return {k: _plain(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return value
 
 
 def _from_json(cls: type[_Result], data: dict, nested: dict[str, type] | None = None) -> _Result:
@@ -110,7 +138,7 @@ def _from_json(cls: type[_Result], data: dict, nested: dict[str, type] | None = 
 class TestResult:
     __test__ = False  # not a pytest test class
     assignment: str
-    kind: str  # correctness | performance | integrity
+    kind: Kind  # a plain string is accepted and made a Kind
     name: str
     outcome: Outcome  # a plain string is accepted and made an Outcome
     message: str = ""
@@ -119,17 +147,21 @@ class TestResult:
     case: str | None = None
     dtype: str | None = None
     shape: str | None = None
-    details: dict = field(default_factory=dict)
+    details: Payload = field(default_factory=Payload)  # the kind's own payload (grader.payloads); a dict is read as one
     traceback: str = ""
     output: str = ""  # the worker's captured stdout/stderr, head and tail
     reproducer: str = ""
-    severity: str = ""  # for a flagged outcome: a Severity value (none given: conclusive)
+    severity: Severity | str = ""  # a flagged outcome's Severity (a plain string made one); "": none given, conclusive
     hidden: bool = False  # a hidden case: students see it only after grading (Gradescope: after_published)
 
     def __post_init__(self) -> None:
         if self.outcome not in OUTCOMES:  # caught here, not in a results.json that Gradescope cannot read
             raise ValueError(f"{self.outcome!r} is not an outcome: one of {', '.join(OUTCOMES)}")
         self.outcome = Outcome(self.outcome)
+        self.kind = Kind(self.kind)
+        self.details = payload_for(self.kind, self.details)
+        if self.severity:
+            self.severity = Severity(self.severity)
         for name, limit in TEXT_LIMITS.items():  # valid and bounded before any sink sees it
             setattr(self, name, cut(writable(getattr(self, name)), limit, f"the {name}"))
 
@@ -179,7 +211,7 @@ class AssignmentResult:
 
     def to_json(self) -> dict:
         """What a batch's record holds of a job's result (grader.batch.jobs)."""
-        return _to_json(self)
+        return _to_json(self, ("tests",))
 
     @classmethod
     def from_json(cls, data: dict) -> AssignmentResult:
@@ -216,7 +248,7 @@ class RunResult:
         return not any(t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR for t in self.tests)
 
     def to_json(self) -> dict:
-        return _to_json(self)
+        return _to_json(self, ("assignments",))
 
     @classmethod
     def from_json(cls, data: dict) -> RunResult:
@@ -291,11 +323,15 @@ class RunResult:
         for t in self.tests:
             if t.kind != "performance" or t.outcome not in (Outcome.PASSED, Outcome.FAILED):
                 continue
-            student = t.details.get("figures", {}).get("student", {})
-            if "ratio_to_reference" in t.details:
-                board.append({"name": f"{t.assignment} time / reference", "value": t.details["ratio_to_reference"], "order": "asc"})
-            if "roofline_pct" in student:
-                board.append({"name": f"{t.assignment} % of roofline", "value": student["roofline_pct"], "order": "desc"})
+            d = t.details
+            if not isinstance(d, PerformancePayload):
+                continue
+            student = (d.figures or {}).get("student")
+            if d.ratio_to_reference is not None:
+                board.append({"name": f"{t.assignment} time / reference", "value": d.ratio_to_reference,
+                              "order": "asc"})
+            if student is not None:
+                board.append({"name": f"{t.assignment} % of roofline", "value": student.roofline_pct, "order": "desc"})
         return board
 
 
@@ -314,14 +350,15 @@ def _test_output(t: TestResult) -> str:
 
 def _output_text(t: TestResult) -> str:
     parts = [f"[{t.outcome}{': ' + t.severity if t.outcome == Outcome.FLAGGED and t.severity else ''}] {t.message}"]
-    if t.outcome == Outcome.SKIPPED and t.details.get("points_if_run"):
-        parts.append(f"Worth {t.details['points_if_run']:g} points where it can run; here it earns none.")
+    if t.outcome == Outcome.SKIPPED and t.details.points_if_run:
+        parts.append(f"Worth {t.details.points_if_run:g} points where it can run; here it earns none.")
     if t.reproducer and t.outcome != Outcome.PASSED:
         parts.append(f"Reproduce: {t.reproducer}")
-    if small := t.details.get("smallest_failing"):  # grader.judge.grade._shrink_failures
-        passing = t.details.get("largest_passing")
-        parts.append(f"Smallest failing case found: {small['case']}" + (f" ({passing['case']} passes)" if passing else "")
-                     + f"; reproduce it: {small['reproducer']}")
+    d = t.details
+    if isinstance(d, CorrectnessPayload) and (small := d.smallest_failing):  # grader.judge.grade._shrink_failures
+        passing = d.largest_passing
+        parts.append(f"Smallest failing case found: {small.case}" + (f" ({passing.case} passes)" if passing else "")
+                     + f"; reproduce it: {small.reproducer}")
     if t.traceback:
         parts.append(t.traceback)
     elif t.output and t.outcome in WORKER_FAILURES:

@@ -68,7 +68,7 @@ def test_float32_problem_computed_in_bf16_fails(name):
     case, _, in_bf16 = FP32_PROBLEMS[name]
     verdict = _judge(name, case, "float32", in_bf16)
     assert verdict.outcome == "failed"
-    assert verdict.details["max_abs_error"] > 2 * verdict.details["torch_abs_error"]
+    assert verdict.details.max_abs_error > 2 * verdict.details.torch_abs_error
     assert "less precise than torch's in float32" in verdict.message
     assert "do not compute a float32 problem in float16 or bfloat16" in verdict.message
 
@@ -250,13 +250,15 @@ def test_flops_are_reported_for_the_compute_bound_assignments():
 
 
 def test_perf_chart_uses_tflops_when_flops_are_given():
+    from grader.payloads import PerformancePayload
     from grader.report import perf_chart
 
     figures = {"student": {"gbps": 40.0, "tflops": 300.0, "median_ms": 0.458, "q1_ms": 0.45, "q3_ms": 0.47},
                "reference": {"gbps": 80.0, "tflops": 600.0, "median_ms": 0.229, "q1_ms": 0.22, "q3_ms": 0.24}}
-    svg = perf_chart({"figures": figures, "flops": 2 * 4096**3, "gemm_tflops": 700.0, "bytes": 1, "copy_gbps": 3000.0})
+    svg = perf_chart(PerformancePayload.from_json({"figures": figures, "flops": 2 * 4096**3, "gemm_tflops": 700.0, "bytes": 1,
+                                                   "copy_gbps": 3000.0}))
     assert "300 TFLOP/s" in svg and "cuBLAS GEMM peak 700 TFLOP/s" in svg and "GB/s" not in svg
-    assert "40 GB/s" in perf_chart({"figures": figures, "bytes": 1, "copy_gbps": 3000.0})
+    assert "40 GB/s" in perf_chart(PerformancePayload.from_json({"figures": figures, "bytes": 1, "copy_gbps": 3000.0}))
 
 
 def test_references_import_and_export_the_student_function():

@@ -61,9 +61,9 @@ def test_the_factor_on_torchs_error_is_applied_once():
     spec = synthetic(k=2.0, atol=0.0, rtol=0.0, torch_error=1e-2)  # allowed: 2 x 1e-2 = 0.02 everywhere
     assert judge(spec, off_by(0.0195)).outcome == "passed"
     verdict = judge(spec, off_by(0.0205))
-    assert verdict.outcome == "failed" and verdict.details["bad_elements"] == 1
-    assert verdict.details["torch_abs_error"] == pytest.approx(1e-2, rel=1e-12)
-    assert verdict.details["first_bad_index"] == [2]
+    assert verdict.outcome == "failed" and verdict.details.bad_elements == 1
+    assert verdict.details.torch_abs_error == pytest.approx(1e-2, rel=1e-12)
+    assert verdict.details.first_bad_index == [2]
 
 
 def test_the_absolute_floor_is_the_dtypes_atol():
@@ -93,7 +93,7 @@ def test_the_terms_add_up():
 def test_nan_is_wrong_unless_the_reference_is_nan_there():
     spec = synthetic(k=2.0, atol=1.0, rtol=1.0, torch_error=0.0)
     verdict = judge(spec, off_by(float("nan")))
-    assert verdict.outcome == "failed" and verdict.details["bad_elements"] == 1
+    assert verdict.outcome == "failed" and verdict.details.bad_elements == 1
     assert judge(spec, off_by(float("inf"))).outcome == "failed"
 
 
@@ -194,14 +194,15 @@ def test_each_part_of_a_tuple_is_judged_and_named():
     spec = tuple_spec()
     right = [X.double() + Y.double(), X.double() - Y.double()]
     verdict = judge_tuple(spec, right)
-    assert verdict.outcome == "passed" and set(verdict.details) == {"total", "difference"}
-    assert verdict.details["difference"]["max_abs_error"] == 0.0 and verdict.details["total"]["elements"] == 5
+    assert verdict.outcome == "passed" and set(verdict.details.parts) == {"total", "difference"}
+    assert verdict.details.parts["difference"].max_abs_error == 0.0 and verdict.details.parts["total"].elements == 5
+    assert set(verdict.details.to_json()) == {"total", "difference"}  # each part under its name, as results.json has it
     assert verdict.message.startswith("total: max abs error 0") and "; difference: max abs error 0" in verdict.message
     wrong = [right[0], right[1].clone()]
     wrong[1][3] += 2e-3  # over the 1e-3 floor, in the second part only
     verdict = judge_tuple(spec, wrong)
     assert verdict.outcome == "failed" and verdict.message.startswith("difference (result 2 of 2) is wrong: 1 of 5 elements wrong")
-    assert verdict.details["wrong_output"] == "difference" and verdict.details["first_bad_index"] == [3]
+    assert verdict.details.wrong_output == "difference" and verdict.details.first_bad_index == [3]
     wrong[1][3] -= 1.5e-3  # 5e-4 off: inside
     assert judge_tuple(spec, wrong).outcome == "passed"
 
@@ -224,7 +225,7 @@ def test_a_tuple_part_delivered_wrong_is_named():
 def test_parts_without_names_are_numbered():
     spec = tuple_spec(names=())
     right = [X.double() + Y.double(), X.double() - Y.double()]
-    assert set(judge_tuple(spec, right).details) == {"output 0", "output 1"}
+    assert set(judge_tuple(spec, right).details.parts) == {"output 0", "output 1"}
     wrong = [right[0] + 1, right[1]]
     assert judge_tuple(spec, wrong).message.startswith("output 0 (result 1 of 2) is wrong: ")
 
@@ -247,7 +248,7 @@ def test_several_calls_each_compared_and_the_wrong_one_named():
     spec, case = calls_spec(), Case("twice", {}, "x and y swapped")
     right = run_of(REF.clone())
     verdict = judge_runs(spec, case, "float32", [right, run_of(REF.clone(), Y, X)], "cpu")
-    assert verdict.outcome == "passed" and verdict.details["bad_elements"] == 0
+    assert verdict.outcome == "passed" and verdict.details.bad_elements == 0
     verdict = judge_runs(spec, case, "float32", [right, run_of(off_by(0.5), Y, X)], "cpu")
     assert verdict.outcome == "failed" and verdict.message.startswith("call 2 of 2: 1 of 5 elements wrong")
     assert verdict.message.endswith("(this case: x and y swapped)")
@@ -289,15 +290,16 @@ def test_a_property_check_gets_every_call_and_its_verdict_names_the_case():
 def test_a_failure_reports_every_figure():
     spec = synthetic(k=2.0, atol=1e-3, rtol=0.0, torch_error=1e-2)
     verdict = judge(spec, off_by(0.5, at=3))
-    where = verdict.details.pop("wrong_map")  # the report's picture of where it is wrong: only element 3 of 5
+    stored = verdict.details.to_json()
+    where = stored.pop("wrong_map")  # the report's picture of where it is wrong: only element 3 of 5
     assert (where["shape"], where["rows"], where["cols"]) == ([5], 1, 5)
-    assert verdict.details == {
+    assert stored == {
         "max_abs_error": 0.5, "max_rel_error": pytest.approx(0.5 / 20), "torch_abs_error": pytest.approx(1e-2),
         "allowed_abs_error": "2 x torch's error + 0.001 + 0 x |ref|", "bad_elements": 1, "elements": 5,
         "first_bad_index": [3], "first_bad_value": "got 20.5, expected 20",
         "pattern": "1 elements wrong, scattered between index 3 and 3"}
     assert verdict.message == "1 of 5 elements wrong; 1 elements wrong, scattered between index 3 and 3"
-    assert judge(spec, REF.clone()).details["max_rel_error"] == 0.0
+    assert judge(spec, REF.clone()).details.max_rel_error == 0.0
 
 
 def test_the_assignments_own_words_come_first_and_a_broken_explanation_costs_nothing():
@@ -332,7 +334,7 @@ def test_an_empty_result_passes_with_zero_errors():
     spec = synthetic(k=2.0, atol=1e-3, rtol=0.0, torch_error=0.0)
     spec = replace(spec, baseline=lambda x, y: x.double() + y.double())
     verdict = judge(spec, empty.double(), x=empty, y=empty)
-    assert verdict.outcome == "passed" and verdict.details["max_abs_error"] == 0.0 and verdict.details["torch_abs_error"] == 0.0
+    assert verdict.outcome == "passed" and verdict.details.max_abs_error == 0.0 and verdict.details.torch_abs_error == 0.0
 
 
 def test_inputs_are_checked_whatever_comes_first_and_a_missing_copy_counts_as_modified():

@@ -87,9 +87,9 @@ def test_reading_an_input_as_contiguous_is_named_as_a_stride_bug(assignment, cas
 
     verdict = _judge(assignment, case, "float32", buggy)
     assert verdict.outcome == "failed"
-    assert "stride" in verdict.details["pattern"] and name in verdict.details["pattern"], verdict.message
+    assert "stride" in verdict.details.pattern and name in verdict.details.pattern, verdict.message
     for wrong_cause in ("mask (offsets < n)", "partial block", "grid size", "row offset is off"):
-        assert wrong_cause not in verdict.details["pattern"], verdict.message
+        assert wrong_cause not in verdict.details.pattern, verdict.message
 
 
 def test_vector_add_strided_read_is_not_blamed_on_the_mask():
@@ -121,7 +121,7 @@ def test_an_all_nan_output_says_how_many_elements_are_nan():
     spec = specs.get("vector_add")
     case = next(c for c in spec.cases if c.name == "n=127")
     verdict = _judge("vector_add", case, "float32", lambda s, i: torch.full_like(i["x"], float("nan")))
-    assert verdict.details["nan_elements"] == 127 and verdict.details["bad_elements"] == 127
+    assert verdict.details.nan_elements == 127 and verdict.details.bad_elements == 127
     assert "127 elements are NaN" in verdict.message
 
 
@@ -136,11 +136,11 @@ def test_a_few_nan_and_inf_elements_are_counted_apart():
         return out
 
     verdict = _judge("vector_add", case, "float32", some_bad)
-    assert verdict.details["nan_elements"] == 3 and verdict.details["inf_elements"] == 1
+    assert verdict.details.nan_elements == 3 and verdict.details.inf_elements == 1
     assert "3 elements are NaN, 1 is infinite" in verdict.message
     # right elements elsewhere: no NaN words for an honest result
     honest = _judge("vector_add", case, "float32", lambda s, i: i["x"] + i["y"])
-    assert honest.outcome == "passed" and "nan_elements" not in honest.details
+    assert honest.outcome == "passed" and honest.details.nan_elements is None
 
 
 # -- the integrity check does not vouch for nothing -----------------------------------------

@@ -47,7 +47,7 @@ def test_a_missing_function_over_a_whole_run_is_worth_every_point(submission, tm
     result = open_session(GradingContext("cpu", 1)).grade(sub, [spec]).assignments[0]
     bad = [t for t in result.tests if t.outcome != "skipped"]
     assert [t.name for t in bad] == ["not submitted"]  # not 24 errors, one per case
-    assert bad[0].details["missing_function"] == "layer_norm_backward"
+    assert bad[0].details.missing_function == "layer_norm_backward"
     assert result.max_score == spec.max_points and result.score == 0
 
 
@@ -86,11 +86,11 @@ def test_the_poison_is_never_written_and_a_computed_nan_is_computed(dtype):
     from grader.codec import poison_
 
     never = _judge("vector_add", "n=127", dtype, lambda i: poison_(torch.empty_like(i["y"])))
-    assert "the output was never written" in never.message and never.details["unwritten_elements"] == 127
+    assert "the output was never written" in never.message and never.details.unwritten_elements == 127
     computed = _judge("vector_add", "n=127", dtype, lambda i: (i["x"] - i["x"]) / (i["x"] - i["x"]))  # 0/0, as a CPU computes it
     assert "was never written" not in computed.message and "fully masked" not in computed.message, computed.message
-    assert "computed by your kernel" in computed.message and "unwritten_elements" not in computed.details
-    assert computed.details["computed_nonfinite"]["nan"] == 127
+    assert "computed by your kernel" in computed.message and computed.details.unwritten_elements is None
+    assert computed.details.computed_nonfinite["nan"] == 127
     assert "the first computed NaN is at index (0,)" in computed.message and "x = " in computed.message
     # torch's own NaN (float("nan"), torch.full): not our payload either, so computed too
     constant = _judge("vector_add", "n=127", dtype, lambda i: torch.full_like(i["y"], float("nan")))
@@ -120,7 +120,7 @@ def test_a_partly_computed_nan_names_the_kernels_operations():
     verdict = _judge("vector_add", "n=127", "float32", some_nan, source)
     assert "only elements from index 100 on are wrong" in verdict.message
     assert "hold NaN computed by your kernel" in verdict.message
-    assert "the division at line 16 (0/0 or inf/inf)" in verdict.details["pattern"]
+    assert "the division at line 16 (0/0 or inf/inf)" in verdict.details.pattern
     assert "the first computed NaN is at index (100,)" in verdict.message
 
 

@@ -100,14 +100,14 @@ def test_a_kernel_that_did_the_work_passes():
                             ("4x8191", {"softmax_kernel": 2, "max_kernel": 1}, ["aten::empty_like"], False)])
     assert (result.kind, result.outcome, result.severity) == ("integrity", "passed", "")
     assert result.message == "Triton kernels launched: softmax_kernel, max_kernel"
-    assert result.details == {"kernels_launched": {"softmax_kernel": 3, "max_kernel": 1}, "evidence": []}
+    assert result.details.to_json() == {"kernels_launched": {"softmax_kernel": 3, "max_kernel": 1}, "evidence": []}
 
 
 def test_a_right_answer_without_a_kernel_is_for_review_and_costs_only_its_case():
     result = _kernel_check([("1x1", {"softmax_kernel": 1}, [], True), ("n=2", {}, [], True)])
     assert (result.outcome, result.severity) == ("flagged", "review")
     assert result.message == "no Triton kernel was launched in n=2/float32, yet the result was right"
-    assert result.details["concerns"] == ["n=2 [float32]"]
+    assert result.details.concerns == ["n=2 [float32]"]
 
 
 def test_a_wrong_answer_without_a_kernel_is_only_wrong():
@@ -121,7 +121,7 @@ def test_torch_computing_the_result_is_conclusive_even_beside_a_kernel():
     assert (result.outcome, result.severity) == ("flagged", "conclusive")
     assert result.message == ("torch computed the result: aten::_softmax ran inside softmax() in c0/float32, c1/float32, "
                               "c2/float32 and 2 more")
-    assert result.details["kernels_launched"] == {"copy_kernel": 5}
+    assert result.details.kernels_launched == {"copy_kernel": 5}
 
 
 def test_nothing_observed_is_skipped_not_passed():
@@ -137,7 +137,7 @@ def test_evidence_lists_at_most_three_calls():
     # torch's own op is the conclusive evidence: it stands alone
     result = _kernel_check([("a", {}, ["aten::_softmax"], True), ("b", {}, ["aten::_softmax"], True)])
     assert result.message == "torch computed the result: aten::_softmax ran inside softmax() in a/float32, b/float32"
-    assert result.details == {"kernels_launched": {}, "evidence": [result.message]}
+    assert result.details.to_json() == {"kernels_launched": {}, "evidence": [result.message]}
 
 
 def test_no_kernel_at_all_fails_the_check_without_accusing():

@@ -36,7 +36,7 @@ def test_a_shortcut_without_a_launch_on_a_trivial_case_is_no_finding():
     integrity.observe(_call("p=1-n=4099"), {"launches": {}, "ops": ["aten::zeros_like"]}, passed=True, trivial=True)
     integrity.observe(_call("n=1025-p=0.3"), {"launches": {"dropout_kernel": 1}, "ops": []}, passed=True)
     t = integrity.test()
-    assert t.outcome == "passed" and t.details["evidence"] == []
+    assert t.outcome == "passed" and t.details.evidence == []
 
 
 def test_a_right_result_without_a_launch_is_for_review_and_names_its_cases():
@@ -46,7 +46,7 @@ def test_a_right_result_without_a_launch_is_for_review_and_names_its_cases():
     t = integrity.test()
     assert t.outcome == "flagged" and t.severity == "review"
     assert "no Triton kernel was launched in n=127" in t.message
-    assert t.details["concerns"] == ["n=127 [float32]"]
+    assert t.details.concerns == ["n=127 [float32]"]
 
 
 def test_a_wrong_result_without_a_launch_is_just_wrong():

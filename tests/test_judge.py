@@ -38,7 +38,7 @@ def test_low_precision_accumulation_fails_an_fp32_problem():
     # computing an fp32 softmax in bf16 is far outside 2x torch's own error
     verdict, _ = _judge("softmax", "4x8191", "float32", lambda i: torch.softmax(i["x"].bfloat16(), -1).float())
     assert verdict.outcome == "failed"
-    assert verdict.details["max_abs_error"] > 10 * verdict.details["torch_abs_error"]
+    assert verdict.details.max_abs_error > 10 * verdict.details.torch_abs_error
 
 
 def test_modified_input_fails():

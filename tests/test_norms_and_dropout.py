@@ -141,7 +141,7 @@ def _backward_in_float32(dy, x, weight, eps):
 def test_backward_by_its_formula_passes(dtype):
     verdict = _judge("layernorm_backward", "many-rows-300x64", dtype, _backward_in_float32)
     assert verdict.outcome == "passed", verdict.message
-    assert set(verdict.details) == {"dx", "dweight", "dbias"}
+    assert set(verdict.details.parts) == {"dx", "dweight", "dbias"}
 
 
 def test_wrong_part_of_a_tuple_is_named():
@@ -151,7 +151,7 @@ def test_wrong_part_of_a_tuple_is_named():
 
     verdict = _judge("layernorm_backward", "hidden=213-64x213", "float32", wrong_dbias)
     assert verdict.outcome == "failed" and verdict.message.startswith("dbias (result 3 of 3) is wrong")
-    assert verdict.details["wrong_output"] == "dbias"
+    assert verdict.details.wrong_output == "dbias"
 
 
 def test_tuple_of_the_wrong_length_or_shape():

@@ -247,7 +247,7 @@ def test_host_overhead_is_reported_and_never_flagged():
     assert verdict.outcome == "passed" and verdict.severity == ""
     assert "2.700 ms per call by the host's clock" in verdict.message
     assert "GB/s (" in verdict.message and "TFLOP/s" not in verdict.message  # memory-bound: bandwidth is the figure
-    assert verdict.details["figures"]["student"]["host_median_ms"] == 2.7
+    assert verdict.details.figures["student"].host_median_ms == 2.7
 
 
 def test_a_spec_may_score_on_the_hosts_clock():
@@ -256,9 +256,9 @@ def test_a_spec_may_score_on_the_hosts_clock():
             score_on = "wall"
 
     slow_wrapper = _timings(1.12, host_ms=2.7)  # the kernel as fast as the reference, the wrapper slow
-    assert _verdict(_Spec, _Opts.roofline, slow_wrapper, 5, [], True, _test).details["score_fraction"] == 1.0
+    assert _verdict(_Spec, _Opts.roofline, slow_wrapper, 5, [], True, _test).details.score_fraction == 1.0
     on_wall = _verdict(WallSpec, _Opts.roofline, slow_wrapper, 5, [], True, _test)
-    assert on_wall.details["ratio_to_reference"] == pytest.approx(2.7 / 1.12, rel=1e-3)  # the reference's host time: 1.1 + 0.02 ms and on_wall.outcome == "failed"
+    assert on_wall.details.ratio_to_reference == pytest.approx(2.7 / 1.12, rel=1e-3)  # the reference's host time: 1.1 + 0.02 ms and on_wall.outcome == "failed"
 
 
 def test_the_worst_finding_sets_the_severity():
@@ -296,7 +296,7 @@ def test_a_call_that_did_no_gpu_work_is_impossible_not_a_crash():
     verdict = _verdict(_Spec, _Opts.roofline, _timings(0.0), 5, [], True, _test)
     assert verdict.outcome == "flagged" and verdict.severity == "review"
     assert "faster than this GPU can go: 0.0000 ms per call" in verdict.message
-    assert verdict.details["figures"]["student"]["gbps"] is None
+    assert verdict.details.figures["student"].gbps is None
 
 
 def test_the_report_shows_gpu_and_host_time_and_the_severity():
@@ -418,17 +418,17 @@ def test_a_spec_may_score_against_the_faster_of_the_reference_and_the_vendor():
     # reference, 1.3x the vendor's time
     t = _timings(1.3, reference_ms=1.3, torch_ms=1.0)
     on_reference = _verdict(_Spec, _Opts.roofline, t, 5, [], True, _test)
-    assert on_reference.details["ratio_to_reference"] == pytest.approx(1.0) and on_reference.details["score_fraction"] == 1.0
+    assert on_reference.details.ratio_to_reference == pytest.approx(1.0) and on_reference.details.score_fraction == 1.0
     on_faster = _verdict(_FasterSpec, _Opts.roofline, t, 5, [], True, _test)
-    assert on_faster.details["ratio_to_reference"] == pytest.approx(1.3)
-    assert 0 < on_faster.details["score_fraction"] < 1  # between full_at 1.1 and zero_at 3.0
-    assert on_faster.details["rounds_vendor_faster"] == 5
+    assert on_faster.details.ratio_to_reference == pytest.approx(1.3)
+    assert 0 < on_faster.details.score_fraction < 1  # between full_at 1.1 and zero_at 3.0
+    assert on_faster.details.rounds_vendor_faster == 5
     assert "the faster of the reference kernel's and torch's (torch in 5 of 5 rounds)" in on_faster.message
     # where the reference is the faster, scoring against the faster is scoring against the reference
     ahead = _timings(1.3, reference_ms=1.0, torch_ms=1.2)
     a, b = (_verdict(s, _Opts.roofline, ahead, 5, [], True, _test) for s in (_Spec, _FasterSpec))
-    assert a.details["ratio_to_reference"] == b.details["ratio_to_reference"] == pytest.approx(1.3)
-    assert b.details["rounds_vendor_faster"] == 0
+    assert a.details.ratio_to_reference == b.details.ratio_to_reference == pytest.approx(1.3)
+    assert b.details.rounds_vendor_faster == 0
 
 
 def test_the_faster_yardstick_is_chosen_round_by_round():

@@ -86,7 +86,7 @@ def test_a_scored_timing_reports_every_figure_rounded_as_documented(monkeypatch)
     assert v.message == ("2.000x the reference kernel's GPU time (95% interval 1.912-2.110, 7 rounds): 46% of the points "
                          "(full at <= 1.5x, none at >= 2.5x); 0.8000 ms per call on the GPU; 1.000 ms per call by the "
                          "host's clock; 1000 GB/s (53% of what the measured copy bandwidth allows); 2.67x torch's time")
-    assert v.details == {
+    assert v.details.to_json() == {
         "figures": {
             "student": {"median_ms": 0.80002, "q1_ms": 0.40002, "q3_ms": 1.20002, "event_median_ms": 0.81235,
                         "host_median_ms": 1.00001, "gbps": 1000.0, "roofline_pct": 52.6, "first_call_ms": 123.46,
@@ -114,7 +114,7 @@ def test_a_timing_scored_on_the_hosts_clock_takes_the_host_times():
     t = _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH})
     v = _verdict(WallSpec, _Opts.roofline, t, 7, [], True, _test)
     # host times: 1.0000123 against 0.25 in every round: 4.0000492, the same in every resample
-    assert v.details["ratio_to_reference"] == 4.0 and v.details["ratio_interval"] == [4.0, 4.0]
+    assert v.details.ratio_to_reference == 4.0 and v.details.ratio_interval == [4.0, 4.0]
     assert v.message.startswith("4.000x the reference kernel's time per call by the host's clock "
                                 "(95% interval 4.000-4.000, 7 rounds): 46% of the points")
 
@@ -132,7 +132,7 @@ def test_no_points_is_a_failure_and_a_sliver_of_points_a_pass():
 
     t = _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH})
     v = _verdict(CurveSpec, _Opts.roofline, t, 7, [], True, _test)
-    assert v.outcome == "failed" and v.details["score_fraction"] == 0.0 and "0% of the points" in v.message
+    assert v.outcome == "failed" and v.details.score_fraction == 0.0 and "0% of the points" in v.message
     Curve.fraction = 0.001
     assert _verdict(CurveSpec, _Opts.roofline, t, 7, [], True, _test).outcome == "passed"
 
@@ -148,8 +148,8 @@ def test_a_compute_bound_kernel_is_measured_against_the_gemm_peak():
 
     slow = [3 * x for x in STUDENT]  # median 2.4000738 ms: 833.31 TFLOP/s, the 1 ms floor 41.67% of it
     v = _verdict(HeavySpec, _Opts.roofline, _timings({"student": slow, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
-    assert v.details["roofline_kind"] == "cuBLAS GEMM peak" and v.details["floor_ms"] == 1.0
-    assert v.details["figures"]["student"]["tflops"] == 833.3 and v.details["figures"]["student"]["roofline_pct"] == 41.7
+    assert v.details.roofline_kind == "cuBLAS GEMM peak" and v.details.floor_ms == 1.0
+    assert v.details.figures["student"].tflops == 833.3 and v.details.figures["student"].roofline_pct == 41.7
     assert "; 833 TFLOP/s (42% of what the measured cuBLAS GEMM peak allows); 8.00x torch's time" in v.message
     fast = [x / 4 for x in STUDENT]  # median 0.20000615 ms: under 1 ms / 1.15
     v = _verdict(HeavySpec, _Opts.roofline, _timings({"student": fast, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
@@ -165,7 +165,7 @@ def test_an_impossible_memory_bound_time_names_the_bytes_and_the_bandwidth():
     text = ("faster than this GPU can go: 0.2000 ms per call, where 8e+08 bytes at the measured copy bandwidth "
             "(1900 GB/s) take at least 0.4211 ms (a 15% margin allowed): the timing missed work")
     assert v.outcome == "flagged" and v.severity == "review" and v.message == "no speed credit: " + text
-    assert v.details["evidence"] == [text] and v.details["findings"] == [{"severity": "review", "text": text}]
+    assert v.details.evidence == [text] and v.details.findings == [{"severity": "review", "text": text}]
     # just above the margin (0.36613 ms): not flagged
     ok = [x * 0.36614 / 0.8000246 for x in STUDENT]
     assert _verdict(_Spec, _Opts.roofline, _timings({"student": ok, "reference": REFERENCE, "torch": TORCH}), 7, [], True,
@@ -177,10 +177,10 @@ def test_every_finding_is_listed_and_the_worst_sets_the_severity():
     review, conclusive = Finding(Severity.REVIEW, "late work"), Finding(Severity.CONCLUSIVE, "timers patched")
     v = _verdict(_Spec, _Opts.roofline, t, 7, [review, conclusive], True, _test)
     assert (v.outcome, v.severity, v.message) == ("flagged", "conclusive", "no speed credit: late work; timers patched")
-    assert v.details["evidence"] == ["late work", "timers patched"]
-    assert v.details["findings"] == [{"severity": "review", "text": "late work"},
+    assert v.details.evidence == ["late work", "timers patched"]
+    assert v.details.findings == [{"severity": "review", "text": "late work"},
                                      {"severity": "conclusive", "text": "timers patched"}]
-    assert "score_fraction" not in v.details  # a flagged timing is not scored
+    assert v.details.score_fraction is None  # a flagged timing is not scored
     assert _verdict(_Spec, _Opts.roofline, t, 7, [review], True, _test).severity == "review"
 
 
@@ -191,7 +191,7 @@ def test_without_the_reference_the_figures_are_shown_and_nothing_is_scored():
     assert v.outcome == "skipped"
     assert v.message == ("0.8000 ms per call on the GPU; 1000 GB/s (53% of what the measured copy bandwidth allows); "
                          "2.67x torch's time; the reference kernel is not part of this install, so no points are computed here")
-    assert v.details["figures"]["student"]["host_median_ms"] is None and "ratio_to_reference" not in v.details
+    assert v.details.figures["student"].host_median_ms is None and v.details.ratio_to_reference is None
 
 
 def test_a_launch_bound_scoring_size_is_not_scored():
@@ -199,7 +199,7 @@ def test_a_launch_bound_scoring_size_is_not_scored():
     t = _timings({"student": [0.5] * 7, "reference": tiny, "torch": TORCH})
     v = _verdict(_Spec, _Opts.roofline, t, 7, [], True, _test)
     assert (v.outcome, v.message) == ("infra_error", "the scoring size is launch-bound (0.040 ms): not scored")
-    assert v.details["figures"]["reference"]["median_ms"] == 0.04
+    assert v.details.figures["reference"].median_ms == 0.04
     t = _timings({"student": [0.5] * 7, "reference": [0.05] * 7, "torch": TORCH})  # at MIN_SCORED_MS: scored
     assert _verdict(_Spec, _Opts.roofline, t, 7, [], True, _test).outcome == "passed"
 
@@ -215,14 +215,15 @@ def test_without_flops_or_a_measured_peak_only_the_bandwidth_is_reported():
         roofline = {"gpu": "test GPU", "copy_gbps": 1900.0}  # no GEMM probe ran
 
     v = _verdict(Spec, Opts.roofline, _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
-    assert v.outcome == "passed" and "tflops" not in v.details["figures"]["student"]
-    assert "flops" not in v.details and "gemm_tflops" not in v.details and v.details["floor_ms"] == 0.42105
+    stored = v.details.to_json()
+    assert v.outcome == "passed" and "tflops" not in stored["figures"]["student"]
+    assert "flops" not in stored and "gemm_tflops" not in stored and v.details.floor_ms == 0.42105
 
     class Opts2:
         roofline = {"gpu": "test GPU", "copy_gbps": 1900.0}
 
     v = _verdict(_Spec, Opts2.roofline, _timings({"student": STUDENT, "reference": REFERENCE, "torch": TORCH}), 7, [], True, _test)
-    assert v.details["gemm_tflops"] is None and v.details["roofline_kind"] == "copy bandwidth"
+    assert v.details.to_json()["gemm_tflops"] is None and v.details.roofline_kind == "copy bandwidth"  # written: null
 
 
 def test_a_size_with_nothing_to_move_and_no_gpu_work_says_so():
@@ -238,18 +239,18 @@ def test_a_size_with_nothing_to_move_and_no_gpu_work_says_so():
 
     t = _timings({"student": [0.0] * 7, "torch": TORCH})
     v = _verdict(Spec, _Opts.roofline, t, 7, [], False, _test)
-    assert v.outcome == "skipped" and v.details["floor_ms"] == 0.0
+    assert v.outcome == "skipped" and v.details.floor_ms == 0.0
     assert v.message.startswith("0.0000 ms per call on the GPU; 1.000 ms per call by the host's clock; "
                                 "no GPU work recorded; 0.00x torch's time;")
-    student = v.details["figures"]["student"]
-    assert student["gbps"] is None and student["roofline_pct"] is None
+    student = v.details.figures["student"]
+    assert student.gbps is None and student.roofline_pct is None
 
 
 def test_a_student_median_below_one_ms_still_gets_its_rates():
     t = _timings({"student": [0.5] * 7, "reference": [0.5] * 7, "torch": [0.5] * 7})
-    student = _verdict(_Spec, _Opts.roofline, t, 7, [], True, _test).details["figures"]["student"]
+    student = _verdict(_Spec, _Opts.roofline, t, 7, [], True, _test).details.figures["student"]
     # 8e8 B in 0.5 ms: 1600 GB/s; 4e11 FLOPs: 800 TFLOP/s; the floor 0.42105 ms is 84.2% of it
-    assert (student["gbps"], student["tflops"], student["roofline_pct"]) == (1600.0, 800.0, 84.2)
+    assert (student.gbps, student.tflops, student.roofline_pct) == (1600.0, 800.0, 84.2)
 
 
 def test_rates_are_rounded_to_a_tenth_from_their_exact_value():
@@ -268,8 +269,8 @@ def test_rates_are_rounded_to_a_tenth_from_their_exact_value():
         performance = Odd
 
     t = _timings({"student": [1.0] * 7, "reference": [1.0] * 7, "torch": TORCH})
-    student = _verdict(Spec, _Opts.roofline, t, 7, [], True, _test).details["figures"]["student"]
-    assert (student["gbps"], student["tflops"]) == (1000.1, 1000.1)
+    student = _verdict(Spec, _Opts.roofline, t, 7, [], True, _test).details.figures["student"]
+    assert (student.gbps, student.tflops) == (1000.1, 1000.1)
 
     # 10000500000001 FLOPs in 10 ms: 1000.0500000001 TFLOP/s, a ten-billionth above the half-tenth
     class Finer(Odd):
@@ -281,7 +282,7 @@ def test_rates_are_rounded_to_a_tenth_from_their_exact_value():
         performance = Finer
 
     t = _timings({"student": [10.0] * 7, "reference": [10.0] * 7, "torch": TORCH})
-    assert _verdict(FinerSpec, _Opts.roofline, t, 7, [], True, _test).details["figures"]["student"]["tflops"] == 1000.1
+    assert _verdict(FinerSpec, _Opts.roofline, t, 7, [], True, _test).details.figures["student"].tflops == 1000.1
 
 
 # --- the timed loop's own findings ----------------------------------------------------------------

@@ -30,7 +30,7 @@ def _failing(assignment: str, case_name: str, out, blocks: dict) -> TestResult:
     verdict = judge_call(spec, case, "float32", inputs, reply, saved, "cpu")
     assert verdict.outcome == "failed"
     return TestResult(assignment, "correctness", f"{case_name} [float32]", "failed", verdict.message, max_score=1,
-                      case=case_name, dtype="float32", details=dict(verdict.details, blocks=blocks),
+                      case=case_name, dtype="float32", details=dict(verdict.details.to_json(), blocks=blocks),
                       reproducer=f"grader check . -a {assignment} --case '{case_name}' --dtype float32 --seed 0")
 
 

@@ -34,7 +34,7 @@ def test_an_assignment_is_out_of_its_specs_total_even_where_tests_are_skipped():
     score_assignment(specs.get("vector_add"), a)
     assert (a.score, a.max_score) == (4.0, 10.0)
     assert a.skipped_points == 2.0 + 4.0
-    assert a.tests[2].score == 0 and a.tests[2].details["points_if_run"] == 2.0
+    assert a.tests[2].score == 0 and a.tests[2].details.points_if_run == 2.0
 
 
 def test_a_third_of_sixteen_points_shows_as_sixteen_in_the_total():
@@ -213,6 +213,12 @@ SAMPLES = {
     "list[str]": lambda name: [f"<{name}> one", f"<{name}> two"],
     "list[dict]": lambda name: [{"file": "kernels/x.py", "line": 9, "code": "os._exit(3)", "what": "ends the worker process"}],
     "Outcome": lambda name: "flagged",  # a plain string is made an Outcome, and must come back as one
+    "Kind": lambda name: "performance",  # likewise a Kind; the payload below is that kind's
+    "Severity | str": lambda name: "review",  # likewise a Severity
+    # a dict is read as the kind's payload (grader.payloads), a key no field names kept as it came
+    "Payload": lambda name: {"figures": {"student": {"median_ms": 0.5, "host_median_ms": None, "gbps": None,
+                                                     "roofline_pct": None}},
+                             "ratio_interval": [0.9, 1.1], "flops": 3, "gemm_tflops": None, "later_key": {"n": 3}},
     "list[TestResult]": lambda name: [_sample(TestResult), _sample(TestResult)],
     "list[AssignmentResult]": lambda name: [_sample(AssignmentResult)],
 }

@@ -25,6 +25,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from grader.batch import reviews
 from grader.batch.course import LATEST, Course, Late, exact, when
 from grader.batch.store import LATE_NOTES, failed_path, read_json, read_records, rewrite_student, student_dir
+from grader.payloads import SubmissionPayload
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, cents, outcome_css, write_json_atomic, write_text_atomic
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
@@ -238,9 +239,10 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
                     verdict, _ = course.scale(a, exact(result.verdict_score), exact(result.max_score))
                     cell.review = dict(cell.review, verdict_score=round(float(verdict), 4))
             cell.outcomes = dict(Counter(t.outcome for t in result.tests))
-            if any(t.details.get("not_submitted") for t in result.tests):
+            why = [t.details for t in result.tests if isinstance(t.details, SubmissionPayload)]
+            if any(d.not_submitted for d in why):
                 cell.outcomes = {"not submitted": 1}  # one fact, not a count of failed checks
-            elif any(t.details.get("not_gradable") for t in result.tests):
+            elif any(d.not_gradable for d in why):
                 cell.outcomes = {"cannot be graded": 1}  # likewise: the student's set-up, said once
             cell.flagged = any(t.outcome == Outcome.FLAGGED for t in result.tests)
             _count_checks(rates, a, result)

@@ -27,6 +27,7 @@ from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 
+from grader.payloads import Figures, PerformancePayload
 from grader.results import Outcome
 from grader.sanitize import for_csv_cell
 
@@ -58,15 +59,17 @@ def speed_row(student: str, result: dict | None, link: str = "") -> SpeedRow:
     if not perf:
         return SpeedRow(student, "not timed", note="no performance check in this grade", link=link)
     t = perf[0]
-    d = t.get("details") or {}
-    me = (d.get("figures") or {}).get("student") or {}
-    row = SpeedRow(student, "not timed", roofline_pct=me.get("roofline_pct"), median_ms=me.get("median_ms"),
-                   roofline_kind=d.get("roofline_kind", ""), gpu=d.get("gpu", ""), link=link)
+    d = PerformancePayload.from_json(t.get("details"))
+    me = (d.figures or {}).get("student")
+    me = me if isinstance(me, Figures) else Figures()
+    row = SpeedRow(student, "not timed", roofline_pct=me.roofline_pct, median_ms=me.median_ms,
+                   roofline_kind=d.roofline_kind or "", gpu=d.gpu or "", link=link)
     if t["outcome"] == Outcome.FLAGGED:  # the row's status (ranked | flagged | not timed) is named after the outcome
         row.status, row.note = "flagged", t.get("message", "")
-    elif d.get("ratio_to_reference") is not None:
-        row.status, row.ratio = "ranked", d["ratio_to_reference"]
-        row.low, row.high = (d.get("ratio_interval") or [None, None])[:2]
+    elif d.ratio_to_reference is not None:
+        row.status, row.ratio = "ranked", d.ratio_to_reference
+        if d.ratio_interval:
+            row.low, row.high = d.ratio_interval[:2]
     else:
         row.note = f"{t['outcome']}: {t.get('message', '')}"
     return row

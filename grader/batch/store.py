@@ -15,6 +15,7 @@ import json
 from pathlib import Path
 
 from grader.batch import reviews
+from grader.payloads import Kind
 from grader.results import AssignmentResult, FileLock, Outcome, RunResult, TestResult, write_json_atomic
 
 MANIFEST = "batch.json"  # the class folder's seed, assignments, lock and runs
@@ -93,7 +94,7 @@ def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
             run.assignments.append(AssignmentResult.from_json(r["result"]))
         else:
             a = AssignmentResult(r["assignment"], r["assignment"], "")
-            a.tests.append(TestResult(r["assignment"], "correctness", "grading", Outcome.INFRA_ERROR,
+            a.tests.append(TestResult(r["assignment"], Kind.CORRECTNESS, "grading", Outcome.INFRA_ERROR,
                                       f"not graded: {r.get('error') or 'the grader failed'} (it is retried on the next --resume)"))
             run.assignments.append(a)
     return run

@@ -22,7 +22,8 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.judge.feedback import group_failures, points_line, run_total, smallest_words, traceback_tail
+from grader.judge.feedback import (group_failures, points_line, run_total, smallest_failing, smallest_words,
+                                   traceback_tail)
 from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
 from grader.sanitize import one_line
 from grader.submission import SubmissionError, open_submission
@@ -376,9 +377,9 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"[dim]{shown_lines(_last_lines(t.output, 8))}[/dim]")
             if t.reproducer:
                 console.print(f"  reproduce: [cyan]{shown(t.reproducer)}[/cyan]")
-            if small := smallest_words(t):  # the same failure at the least size the search found
-                console.print(f"  {shown(small)}")
-                console.print(f"  reproduce it: [cyan]{shown(t.details['smallest_failing']['reproducer'])}[/cyan]")
+            if (small := smallest_failing(t)) and (words := smallest_words(t)):  # the least failing size found
+                console.print(f"  {shown(words)}")
+                console.print(f"  reproduce it: [cyan]{shown(small.reproducer)}[/cyan]")
     partial = [a for a in run.assignments if a.partial]
     if partial:
         console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "

@@ -10,6 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from grader.payloads import CorrectnessPayload, SmallestFailing
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, TestResult, cents
 
 
@@ -44,7 +45,7 @@ class FailureGroup:
 def diagnosis(t: TestResult) -> str:
     """A failure's cause without what is particular to its case (the counts, the case's note):
     the judge's pattern where it has one, so that the same bug in ten cases is one diagnosis."""
-    return t.details.get("pattern") or t.message
+    return (t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message
 
 
 def group_failures(tests: list[TestResult]) -> list[FailureGroup]:
@@ -68,15 +69,20 @@ def traceback_tail(t: TestResult) -> str:
     return "\n".join(lines)
 
 
+def smallest_failing(t: TestResult) -> SmallestFailing | None:
+    """The least failing case the shrinking search found for `t` (None: not shrunk)."""
+    return t.details.smallest_failing if isinstance(t.details, CorrectnessPayload) else None
+
+
 def smallest_words(t: TestResult) -> str:
     """'the smallest failing case found: shape=1x17 (x[1x17]); shape=1x16 passes', or '' where the
     failure was not shrunk (grader.judge.grade._shrink_failures)."""
-    small = t.details.get("smallest_failing")
+    small = smallest_failing(t)
     if not small:
         return ""
-    words = f"the smallest failing case found: {small['case']}" + (f" ({small['shape']})" if small.get("shape") else "")
-    if passing := t.details.get("largest_passing"):
-        words += f"; {passing['case']} passes" + (f" ({passing['boundary']})" if passing.get("boundary") else "")
+    words = f"the smallest failing case found: {small.case}" + (f" ({small.shape})" if small.shape else "")
+    if isinstance(t.details, CorrectnessPayload) and (passing := t.details.largest_passing):
+        words += f"; {passing.case} passes" + (f" ({passing.boundary})" if passing.boundary else "")
     return words
 
 
@@ -85,8 +91,8 @@ def stores_nothing(t: TestResult) -> bool:
     uninitialized memory (its payload checked bit for bit: a NaN the kernel computed is not it):
     the kernel stored nothing (or was never launched)."""
     d = t.details
-    return (t.kind == "correctness" and t.outcome == Outcome.FAILED and d.get("elements", 0) > 0
-            and d.get("unwritten_elements") == d.get("elements"))
+    return (isinstance(d, CorrectnessPayload) and t.outcome == Outcome.FAILED and (d.elements or 0) > 0
+            and d.unwritten_elements == d.elements)
 
 
 def headline(result: AssignmentResult, module_file: Path | None) -> str:
@@ -95,7 +101,7 @@ def headline(result: AssignmentResult, module_file: Path | None) -> str:
     ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != Outcome.SKIPPED]
     if not ran or not all(stores_nothing(t) for t in ran):
         return ""
-    launched = any(t.details.get("kernels") for t in ran)
+    launched = any(isinstance(t.details, CorrectnessPayload) and t.details.kernels for t in ran)
     what = "the kernel stores nothing yet" + ("" if launched else " (no Triton kernel was launched)")
     file = result.module.split(":")[0]
     where = f"fill in the TODOs in {file}" if _has_todo(module_file) else f"write the kernel's tl.store in {file}"

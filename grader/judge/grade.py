@@ -38,6 +38,8 @@ from grader.judge.verdict import judge_call, judge_runs, truth_of
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.resources import Resources
 from grader.judge.workers import StudentWorker
+from grader.payloads import (CorrectnessPayload, Kind, LargestPassing, PerformancePayload, SmallestFailing,
+                             SubmissionPayload)
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResult, cents
 from grader.sandbox.files import output_path, shown_to_worker
 from grader.sandbox.process import WorkerFailure
@@ -77,7 +79,8 @@ Progress = Callable[[str], None]
 
 def measured_roofline(result: AssignmentResult) -> dict | None:
     """The GPU's measured ceilings, as the assignment's timing used them (None: nothing timed)."""
-    return next((t.details["roofline"] for t in result.tests if t.kind == "performance" and "roofline" in t.details), None)
+    timed = [t.details for t in result.tests if isinstance(t.details, PerformancePayload)]
+    return next((d.roofline for d in timed if d.roofline), None)
 
 
 def count_steps(specs: list[Assignment], ctx: GradingContext) -> int:
@@ -278,9 +281,9 @@ def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, resul
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
-    test = TestResult(spec.name, "submission", "not submitted", "failed",
+    test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", "failed",
                       f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
-                      details={"not_submitted": True})
+                      details=SubmissionPayload(not_submitted=True))
     calls = ctx.calls(spec)
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
 
@@ -290,8 +293,9 @@ def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult
     module that leads out of the repo or is not a file): the student's outcome, failed with the
     reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
     calls = ctx.calls(spec)
-    test = TestResult(spec.name, "submission", "cannot be graded", "failed", f"{why}: nothing of {spec.name} was checked",
-                      details={"not_gradable": True})
+    test = TestResult(spec.name, Kind.SUBMISSION, "cannot be graded", "failed",
+                      f"{why}: nothing of {spec.name} was checked",
+                      details=SubmissionPayload(not_gradable=True))
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
 
 
@@ -301,19 +305,20 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     as a missing module is) or its import failed (one error with the student's traceback). Either
     way no case could run, so one result says it, worth what the cases were worth."""
     if failure.kind == "missing":
-        test = TestResult(spec.name, "submission", "not submitted", "failed",
+        test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", "failed",
                           f"{module} defines no function {spec.function}(): nothing of {spec.name} was checked "
                           f"(write {spec.signature} in {module})",
-                          details={"not_submitted": True, "missing_function": spec.function, "module": module})
+                          details=SubmissionPayload(not_submitted=True, missing_function=spec.function, module=module))
     elif failure.kind == Outcome.INFRA_ERROR:  # ours (no worker could start): never said as the student's import
-        test = TestResult(spec.name, "submission", "worker", Outcome.INFRA_ERROR,
+        test = TestResult(spec.name, Kind.SUBMISSION, "worker", Outcome.INFRA_ERROR,
                           f"none of its {len(runnable)} checks ran: {failure.message}", output=failure.output,
-                          details={"infra_error": True})
+                          details=SubmissionPayload(infra_error=True))
     else:
         outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
-        test = TestResult(spec.name, "submission", "import", outcome,
+        test = TestResult(spec.name, Kind.SUBMISSION, "import", outcome,
                           f"importing {module} failed, so none of its {len(runnable)} checks ran: {failure.message}",
-                          traceback=failure.traceback, output=failure.output, details={"import_failed": True})
+                          traceback=failure.traceback, output=failure.output,
+                          details=SubmissionPayload(import_failed=True))
     first = runnable[0]  # any one case reproduces an import that fails
     test.reproducer = f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed {first.seed}"
     return _one_result(spec, ctx, result, calls, runnable, test)
@@ -331,12 +336,12 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
     if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
-        result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
-                                       "not submitted, and not runnable here" if test.details.get("not_submitted")
-                                       else "not graded, and not runnable here" if test.details.get("not_gradable")
-                                       or test.details.get("infra_error")
+        why = test.details if isinstance(test.details, SubmissionPayload) else SubmissionPayload()
+        result.tests.append(TestResult(spec.name, Kind.SUBMISSION, "checks that need a GPU", "skipped",
+                                       "not submitted, and not runnable here" if why.not_submitted
+                                       else "not graded, and not runnable here" if why.not_gradable or why.infra_error
                                        else "not runnable here, and the module did not import",
-                                       max_score=skipped / 100, details={"points_if_run": skipped / 100}))
+                                       max_score=skipped / 100, details=SubmissionPayload(points_if_run=skipped / 100)))
     result.tests.insert(0, test)
     if ctx.partial:
         result.partial = {"cases_run": len(calls), "cases": len(planned), "assignment_points": spec.max_points}
@@ -373,7 +378,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     try:
         failure = _start(worker, spec)
         if failure:
-            return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.message}")
+            return TestResult(spec.name, Kind.INTEGRITY, name, "skipped",
+                              f"the module does not import in the interpreter: {failure.message}")
         restarts = Restarts()
         for call in calls:
             if restarts.restarting():
@@ -391,7 +397,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 continue
             restarts.after(Outcome.PASSED)  # it answered: the worker lives
             if isinstance(reply, Failure) and reply.kind == "memory":
-                return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply.message}",
+                return TestResult(spec.name, Kind.INTEGRITY, name, "failed",
+                                  f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
                                   reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
             if isinstance(reply, Failure):
@@ -399,10 +406,11 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     finally:
         worker.close()
     if len(skipped) == len(calls):
-        return TestResult(spec.name, "integrity", name, "skipped", "the kernel could not run in the interpreter: " + "; ".join(skipped[:2]))
+        return TestResult(spec.name, Kind.INTEGRITY, name, "skipped",
+                          "the kernel could not run in the interpreter: " + "; ".join(skipped[:2]))
     checked = ", ".join(c.case.name for c in calls)
     note = f" (not run there: {'; '.join(skipped[:2])})" if skipped else ""
-    return TestResult(spec.name, "integrity", name, "passed", f"no access out of bounds in {checked}{note}")
+    return TestResult(spec.name, Kind.INTEGRITY, name, "passed", f"no access out of bounds in {checked}{note}")
 
 
 def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path, result: AssignmentResult,
@@ -452,12 +460,14 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
         if found.smallest is None or found.smallest.name not in seen:
             continue
         small = seen[found.smallest.name]
-        first = tests[0]  # the one a report shows for its group
-        first.details["smallest_failing"] = {"case": small.case, "shape": small.shape, "message": small.message,
-                                             "reproducer": small.reproducer, "from": start.case.name, "runs": found.runs}
+        first = tests[0].details  # the one a report shows for its group
+        if not isinstance(first, CorrectnessPayload):
+            continue
+        first.smallest_failing = SmallestFailing(case=small.case, shape=small.shape, message=small.message,
+                                                 reproducer=small.reproducer, start=start.case.name, runs=found.runs)
         if found.passing is not None:
-            first.details["largest_passing"] = {"case": found.passing.name,
-                                                "boundary": shrink.boundary(found.smallest, found.passing)}
+            first.largest_passing = LargestPassing(case=found.passing.name,
+                                                   boundary=shrink.boundary(found.smallest, found.passing))
 
 
 def _numel(case) -> int:
@@ -515,9 +525,9 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
         verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source, refs=refs)
     reply = _merged([r for _, r, _ in runs])
     integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
-    details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
-    if "wrong_map" in details:  # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
-        details["blocks"] = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
+    details = replace(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
+    if details.wrong_map is not None:  # the kernel's block sizes, for the picture (sizes only: the worker's word)
+        details.blocks = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
     return _test(spec, call, ctx, verdict.outcome, verdict.message, details=details)
 
 
@@ -557,6 +567,6 @@ def _contiguous_strides(size: list[int]) -> list[int]:
 
 def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: str, message: str, **kw) -> TestResult:
     reproducer = f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype {call.dtype} --seed {call.seed}"
-    return TestResult(spec.name, "correctness", call.test_name, outcome, message,
+    return TestResult(spec.name, Kind.CORRECTNESS, call.test_name, outcome, message,
                       case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer,
                       hidden=call.case.hidden, **kw)

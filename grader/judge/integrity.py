@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader import repofiles
+from grader.payloads import IntegrityPayload, Kind
 from grader.results import Severity, TestResult
 
 MODULE_WARNINGS = {
@@ -305,29 +306,32 @@ class OwnKernelCheck:
     def test(self) -> TestResult:
         name = "uses its own Triton kernel"
         if not self.observed:
-            return TestResult(self.spec.name, "integrity", name, "skipped", "no call completed, so nothing to inspect")
-        details = {"kernels_launched": dict(self.kernels)}
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped",
+                              "no call completed, so nothing to inspect")
+        launched = dict(self.kernels)
         if self.forbidden:
             evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {few(ids)}"
                         for op, ids in self.forbidden.items()]
-            return TestResult(self.spec.name, "integrity", name, "flagged", "; ".join(evidence),
-                              details=dict(details, evidence=evidence), severity=Severity.CONCLUSIVE.value)
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, "flagged", "; ".join(evidence),
+                              details=IntegrityPayload(kernels_launched=launched, evidence=evidence),
+                              severity=Severity.CONCLUSIVE)
         if self.no_kernel:
             evidence = [f"no Triton kernel was launched in {few([c.id for c in self.no_kernel])}, yet the result was right"]
             concerns = [c.test_name for c in self.no_kernel]
-            return TestResult(self.spec.name, "integrity", name, "flagged", evidence[0],
-                              details=dict(details, evidence=evidence, concerns=concerns), severity=Severity.REVIEW.value)
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, "flagged", evidence[0],
+                              details=IntegrityPayload(kernels_launched=launched, evidence=evidence, concerns=concerns),
+                              severity=Severity.REVIEW)
         if not self.kernels:  # nothing ran: there is nothing to vouch for
             if self.all_trivial:
-                return TestResult(self.spec.name, "integrity", name, "skipped",
+                return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped",
                                   "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",
-                                  details=dict(details, evidence=[]))
-            return TestResult(self.spec.name, "integrity", name, "failed",
+                                  details=IntegrityPayload(kernels_launched=launched, evidence=[]))
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, "failed",
                               f"no Triton kernel was launched in any call: {self.spec.function}() must launch your kernel "
-                              "(kernel[grid](...))", details=dict(details, evidence=[]))
+                              "(kernel[grid](...))", details=IntegrityPayload(kernels_launched=launched, evidence=[]))
         kernels = ", ".join(self.kernels)
-        return TestResult(self.spec.name, "integrity", name, "passed", f"Triton kernels launched: {kernels}",
-                          details=dict(details, evidence=[]))
+        return TestResult(self.spec.name, Kind.INTEGRITY, name, "passed", f"Triton kernels launched: {kernels}",
+                          details=IntegrityPayload(kernels_launched=launched, evidence=[]))
 
 
 def few(ids: list[str]) -> str:

@@ -41,6 +41,7 @@ from grader.judge import activity, replayed, replaying, slowness, witness
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
+from grader.payloads import Figures, Kind, PerformancePayload
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.judge.context import GradingContext
 from grader.judge.resources import Resources
@@ -159,7 +160,8 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
     name = f"performance {perf.case.name} [{perf.dtype}]"
 
     def test(outcome: str, message: str, **kw) -> TestResult:
-        return TestResult(spec.name, "performance", name, outcome, message, case=perf.case.name, dtype=perf.dtype, **kw)
+        return TestResult(spec.name, Kind.PERFORMANCE, name, outcome, message, case=perf.case.name, dtype=perf.dtype,
+                          **kw)
 
     if ctx.interpret:
         return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing; a GPU run also "
@@ -232,7 +234,7 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
             replayed_result, fallback = _by_replay(session, spec, student, trusted, timed_files, layout, workdir, timeout,
                                                    roofline, phase, test)
             if replayed_result is not None:
-                replayed_result.details["phase_seconds"] = phases
+                replayed_result.details.phase_seconds = phases
                 return replayed_result
         with session.alone_on_gpu():
             phase("waiting_for_gpu")
@@ -261,18 +263,20 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
     findings += _conduct(t, ctx.perf_reps * rounds)
     witnessed = _witnessed(t, findings)
     verdict = _verdict(spec, roofline, t, rounds, findings, has_reference, test)
+    details = verdict.details
+    assert isinstance(details, PerformancePayload)  # test() makes a performance result
     if witnessed:
-        verdict.details["witness"] = witnessed
+        details.witness = witnessed
         if witnessed.get("note") and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
             verdict.message += f"; {witnessed['note']}"
-    verdict.details["phase_seconds"] = phases
-    verdict.details["roofline"] = roofline
-    verdict.details["timed_by"] = "fallback" if fallback else "rounds"
+    details.phase_seconds = phases
+    details.roofline = roofline
+    details.timed_by = "fallback" if fallback else "rounds"
     if fallback:  # why the replay did not time it: the fallback's figure comes from the grader's clock and the worker
-        verdict.details["replay_refused"] = fallback
+        details.replay_refused = fallback
         if verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
             verdict.message += f"; timed in your worker, not by replay ({fallback})"
-    _why_slow(verdict, compiled, ctx)
+    _why_slow(verdict, details, compiled, ctx)
     return verdict
 
 
@@ -361,8 +365,10 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
         t.times[c] = run.placements
         t.event_ms[c] = list(run.ms)
     verdict = _verdict(spec, roofline, t, len(r.student.placements), [], True, test)
-    verdict.details.update(details, roofline=roofline)
-    _why_slow(verdict, prepared.compiled, ctx)
+    payload = verdict.details
+    assert isinstance(payload, PerformancePayload)  # test() makes a performance result
+    payload.timed_by, payload.replay, payload.roofline = "replay", details["replay"], roofline
+    _why_slow(verdict, payload, prepared.compiled, ctx)
     return verdict, ""
 
 
@@ -381,18 +387,18 @@ def _flagged(test, findings: list[Finding], details: dict) -> TestResult:
     return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details, severity=worst.value)
 
 
-def _why_slow(verdict: TestResult, compiled: dict, ctx: GradingContext) -> None:
+def _why_slow(verdict: TestResult, details: PerformancePayload, compiled: dict, ctx: GradingContext) -> None:
     """A correct but slow kernel is told why, in its own terms (grader.judge.slowness)."""
     if not compiled:
         return
-    verdict.details["compiled"] = {name: dataclasses.asdict(k) for name, k in compiled.items()}
-    pct = verdict.details.get("figures", {}).get("student", {}).get("roofline_pct")
+    details.compiled = {name: dataclasses.asdict(k) for name, k in compiled.items()}
+    student = (details.figures or {}).get("student")
+    pct = student.roofline_pct if student is not None else None
     if verdict.outcome not in (Outcome.PASSED, Outcome.FAILED) or pct is None:
         return
-    why = slowness.why_slow(verdict.details["compiled"], slowness.gpu_sms(ctx.gpu), verdict.details.get("roofline_kind", ""),
-                            pct / 100)
+    why = slowness.why_slow(details.compiled, slowness.gpu_sms(ctx.gpu), details.roofline_kind or "", pct / 100)
     if why:
-        verdict.details["why_slow"] = why
+        details.why_slow = why
         verdict.message += " " + slowness.words(why)
 
 
@@ -617,61 +623,64 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
     flops = perf.flops(perf.case.params, dt) if perf.flops else None
     peak = roofline.get("gemm_tflops", {}).get(perf.dtype)
     floor, bound = floor_ms(nbytes, flops, roofline["copy_gbps"], peak)
-    figures = {}
+    figures: dict[str, Figures] = {}
     for c in t.times:
         ts = t.all(c)
         median = statistics.median(ts)
         q = statistics.quantiles(ts, n=4)
         host = [h for r in t.host_ms[c] for h in r]
-        f = {"median_ms": round(median, 5), "q1_ms": round(q[0], 5), "q3_ms": round(q[2], 5),
-             "event_median_ms": round(statistics.median(t.event_ms[c]), 5),
-             "host_median_ms": round(statistics.median(host), 5) if host else None,
-             "gbps": round(nbytes / (median * 1e-3) / 1e9, 1) if median > 0 else None,  # 0: no GPU work at all
-             "roofline_pct": round(100 * floor / median, 1) if median > 0 else None,
-             "first_call_ms": round(t.first_call_ms[c], 2) if c in t.first_call_ms else None}
+        f = Figures(median_ms=round(median, 5), q1_ms=round(q[0], 5), q3_ms=round(q[2], 5),
+                    event_median_ms=round(statistics.median(t.event_ms[c]), 5),
+                    host_median_ms=round(statistics.median(host), 5) if host else None,
+                    gbps=round(nbytes / (median * 1e-3) / 1e9, 1) if median > 0 else None,  # 0: no GPU work at all
+                    roofline_pct=round(100 * floor / median, 1) if median > 0 else None,
+                    first_call_ms=round(t.first_call_ms[c], 2) if c in t.first_call_ms else None)
         if flops:
-            f["tflops"] = round(flops / (median * 1e-3) / 1e12, 1) if median > 0 else None
+            f.tflops = round(flops / (median * 1e-3) / 1e12, 1) if median > 0 else None
         figures[c] = f
     student = figures["student"]
-    if student["median_ms"] < floor / (1 + ROOFLINE_MARGIN):
+    if student.median_ms < floor / (1 + ROOFLINE_MARGIN):
         ceiling = (f"{flops:.3g} FLOPs at the measured {bound} ({peak} TFLOP/s)" if bound == "cuBLAS GEMM peak"
                    else f"{nbytes:.3g} bytes at the measured {bound} ({roofline['copy_gbps']:.0f} GB/s)")
-        findings.append(Finding(Severity.REVIEW, f"faster than this GPU can go: {student['median_ms']:.4f} ms per call, where "
-                                f"{ceiling} take at least {floor:.4f} ms (a {ROOFLINE_MARGIN:.0%} margin allowed): "
-                                "the timing missed work"))
-    details = {"figures": figures, "bytes": nbytes, "copy_gbps": roofline["copy_gbps"], "gpu": roofline["gpu"],
-               "rounds": rounds, "samples": len(t.all("student")), "score_on": perf.score_on,
-               "floor_ms": round(floor, 5), "roofline_kind": bound,
-               "evidence": [f.text for f in findings], "findings": [{"severity": f.severity.value, "text": f.text} for f in findings]}
+        findings.append(Finding(Severity.REVIEW, f"faster than this GPU can go: {student.median_ms:.4f} ms per call, "
+                                f"where {ceiling} take at least {floor:.4f} ms (a {ROOFLINE_MARGIN:.0%} margin "
+                                "allowed): the timing missed work"))
+    details = PerformancePayload(figures=figures, bytes=nbytes, copy_gbps=roofline["copy_gbps"], gpu=roofline["gpu"],
+                                 rounds=rounds, samples=len(t.all("student")), score_on=perf.score_on,
+                                 floor_ms=round(floor, 5), roofline_kind=bound, evidence=[f.text for f in findings],
+                                 findings=[{"severity": f.severity.value, "text": f.text} for f in findings])
     if flops:
-        details.update(flops=flops, gemm_tflops=peak)
-    vs_torch = student["median_ms"] / figures["torch"]["median_ms"]
-    details["ratio_to_torch"] = round(vs_torch, 3)
-    host = f"; {student['host_median_ms']:.3f} ms per call by the host's clock" if student["host_median_ms"] is not None else ""
-    if student["median_ms"] > 0:
+        details.flops, details.gemm_tflops = flops, peak
+    vs_torch = student.median_ms / figures["torch"].median_ms
+    details.ratio_to_torch = round(vs_torch, 3)
+    host = (f"; {student.host_median_ms:.3f} ms per call by the host's clock" if student.host_median_ms is not None
+            else "")
+    if student.median_ms > 0:
         compute_bound = bound == "cuBLAS GEMM peak"
-        rate = f"{student['tflops']:.0f} TFLOP/s" if compute_bound else f"{student['gbps']:.0f} GB/s"
-        rate += f" ({student['roofline_pct']:.0f}% of what the measured {bound} allows)"
+        rate = f"{student.tflops:.0f} TFLOP/s" if compute_bound else f"{student.gbps:.0f} GB/s"
+        rate += f" ({student.roofline_pct:.0f}% of what the measured {bound} allows)"
     else:
         rate = "no GPU work recorded"
-    summary = f"{student['median_ms']:.4f} ms per call on the GPU{host}; {rate}; {vs_torch:.2f}x torch's time"
+    summary = f"{student.median_ms:.4f} ms per call on the GPU{host}; {rate}; {vs_torch:.2f}x torch's time"
     if findings:
         worst = Severity.CONCLUSIVE if any(f.severity == Severity.CONCLUSIVE for f in findings) else Severity.REVIEW
         return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details, severity=worst.value)
     if not has_reference:
         return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
-    if figures["reference"]["median_ms"] < MIN_SCORED_MS:
-        return test("infra_error", f"the scoring size is launch-bound ({figures['reference']['median_ms']:.3f} ms): not scored", details=details)
+    if figures["reference"].median_ms < MIN_SCORED_MS:
+        return test("infra_error", f"the scoring size is launch-bound ({figures['reference'].median_ms:.3f} ms): "
+                    "not scored", details=details)
     scored = t.host_ms if perf.score_on == "wall" else t.times
     against = yardstick(perf, scored)
     ratio, lo, hi = ratio_estimate(scored["student"], against)
     fraction = perf.score_fraction(ratio)
-    details.update(ratio_to_reference=round(ratio, 4), ratio_interval=[round(lo, 4), round(hi, 4)], score_fraction=round(fraction, 3))
+    details.ratio_to_reference, details.ratio_interval = round(ratio, 4), [round(lo, 4), round(hi, 4)]
+    details.score_fraction = round(fraction, 3)
     clock = "time per call by the host's clock" if perf.score_on == "wall" else "GPU time"
     whose = "the reference kernel's"
     if getattr(perf, "against", "reference") == "faster":
         vendor_rounds = sum(a is v for a, v in zip(against, scored["torch"]))
-        details.update(scored_against="faster", rounds_vendor_faster=vendor_rounds)
+        details.scored_against, details.rounds_vendor_faster = "faster", vendor_rounds
         whose = ("the faster of the reference kernel's and torch's (torch in "
                  f"{vendor_rounds} of {len(against)} rounds)")
     message = (f"{ratio:.3f}x {whose} {clock} (95% interval {lo:.3f}-{hi:.3f}, {rounds} rounds): "

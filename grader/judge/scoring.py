@@ -15,6 +15,7 @@ Integrity findings cost what they taint (grader.results.Severity):
 
 from __future__ import annotations
 
+from grader.payloads import IntegrityPayload, PerformancePayload
 from grader.results import AssignmentResult, Outcome, Severity, TestResult, cents
 from grader.spec import Assignment
 
@@ -38,7 +39,7 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
         _assign(t, shares.get(t.name, 0), 1.0 if t.outcome == Outcome.PASSED else 0.0)
     for t in result.tests:
         if t.kind == "performance":
-            _assign(t, cents(spec.performance_points), t.details.get("score_fraction", 0.0) if t.outcome == Outcome.PASSED else 0.0)
+            _assign(t, cents(spec.performance_points), _fraction(t) if t.outcome == Outcome.PASSED else 0.0)
     flagged = [t for t in result.tests if t.outcome == Outcome.FLAGGED]
     conclusive = [t for t in flagged if t.severity != Severity.REVIEW]
     if conclusive:
@@ -48,7 +49,7 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
                             + "): no points for this assignment until a TA reviews it.")
         return
     for finding in flagged:
-        concerned = set(finding.details.get("concerns", ()))
+        concerned = set(finding.details.concerns or ()) if isinstance(finding.details, IntegrityPayload) else set()
         lost = 0
         for t in result.tests:
             if t is finding or t.name in concerned:
@@ -67,16 +68,22 @@ def points_without_findings(result: AssignmentResult) -> float:
         if t.outcome != Outcome.PASSED:
             total += cents(t.score)
         elif t.kind == "performance":
-            total += round(cents(t.max_score) * t.details.get("score_fraction", 0.0))
+            total += round(cents(t.max_score) * _fraction(t))
         else:
             total += cents(t.max_score)
     return total / 100
+
+
+def _fraction(test: TestResult) -> float:
+    """The share of a timing test's points its curve gave (none recorded: none)."""
+    d = test.details
+    return (d.score_fraction or 0.0) if isinstance(d, PerformancePayload) else 0.0
 
 
 def _assign(test: TestResult, share: int, fraction: float) -> None:
     test.max_score = share / 100
     if test.outcome == Outcome.SKIPPED:
         test.score = 0.0
-        test.details["points_if_run"] = share / 100
+        test.details.points_if_run = share / 100
     else:
         test.score = round(share * fraction) / 100

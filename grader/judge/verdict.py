@@ -17,6 +17,7 @@ from grader.judge.feedback import nonfinite_words
 from grader.judge.mismatch import Mismatch, contiguous_reading
 from grader.judge.picture import wrong_map
 from grader.codec import poisoned, storage_of
+from grader.payloads import CorrectnessPayload
 from grader.results import Outcome
 from grader.spec import DTYPES, Assignment, Case
 
@@ -25,10 +26,12 @@ from grader.spec import DTYPES, Assignment, Case
 class Verdict:
     outcome: Outcome  # PASSED or FAILED
     message: str
-    details: dict = field(default_factory=dict)
+    details: CorrectnessPayload = field(default_factory=CorrectnessPayload)  # a spec's check may give a dict: read so
 
     def __post_init__(self) -> None:
         self.outcome = Outcome(self.outcome)  # a spec's check may write the plain string ("failed")
+        if not isinstance(self.details, CorrectnessPayload):
+            self.details = CorrectnessPayload.from_json(self.details)
 
 
 def truth_of(spec: Assignment, inputs: dict):
@@ -154,7 +157,7 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs,
         return Verdict(Outcome.FAILED, f"the worker's reply describes {n} results, but the file it saved holds {parts} "
                                        f"(output.0 to output.{n - 1} expected): the reply is not what the call returned")
     bases = spec.baseline(*inputs.values())
-    details, summary = {}, []
+    details, summary = CorrectnessPayload(), []
     for i, (meta, ref, base) in enumerate(zip(metas, refs, bases)):
         what = f"{names[i]} (result {i + 1} of {n})"
         problem = _delivery(what, meta, saved[f"output.{i}"], ref.shape, dtype, expected_device)
@@ -164,9 +167,9 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs,
                            kernel_source=kernel_source)
         if verdict.outcome != Outcome.PASSED:
             verdict.message = f"{what} is wrong: {verdict.message}"
-            verdict.details["wrong_output"] = names[i]
+            verdict.details.wrong_output = names[i]
             return verdict
-        details[names[i]] = verdict.details
+        details.parts[names[i]] = verdict.details
         summary.append(f"{names[i]}: {verdict.message}")
     return Verdict(Outcome.PASSED, "; ".join(summary), details)
 
@@ -186,25 +189,25 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
     bad = ~(err <= allowed)  # NaN compares False: a NaN where the truth is finite is bad
     both_nan = got.isnan() & ref.isnan()
     bad &= ~both_nan
-    details = {
-        "max_abs_error": _finite_max(err),
-        "max_rel_error": _finite_max(err / ref.abs().clamp_min(torch.finfo(DTYPES[dtype]).tiny)),
-        "torch_abs_error": base_err,
-        "allowed_abs_error": f"{tol.k:g} x torch's error + {tol.atol[dtype]:g} + {tol.rtol[dtype]:g} x |ref|",
-        "bad_elements": int(bad.sum()),
-        "elements": bad.numel(),
-    }
+    details = CorrectnessPayload(
+        max_abs_error=_finite_max(err),
+        max_rel_error=_finite_max(err / ref.abs().clamp_min(torch.finfo(DTYPES[dtype]).tiny)),
+        torch_abs_error=base_err,
+        allowed_abs_error=f"{tol.k:g} x torch's error + {tol.atol[dtype]:g} + {tol.rtol[dtype]:g} x |ref|",
+        bad_elements=int(bad.sum()),
+        elements=bad.numel(),
+    )
     finite_ref = torch.isfinite(ref)
     nan, inf = int((got.isnan() & finite_ref).sum()), int((got.isinf() & finite_ref).sum())
     if nan or inf:  # the maxima above are over finite values only: say what they leave out
-        details["nan_elements"], details["inf_elements"] = nan, inf
+        details.nan_elements, details.inf_elements = nan, inf
     if never := int((unwritten & finite_ref).sum()):
-        details["unwritten_elements"] = never
+        details.unwritten_elements = never
     if not bad.any():
-        return Verdict(Outcome.PASSED, f"max abs error {details['max_abs_error']:.3g} (torch's: {base_err:.3g})", details)
+        return Verdict(Outcome.PASSED, f"max abs error {details.max_abs_error:.3g} (torch's: {base_err:.3g})", details)
     first = tuple(int(i) for i in bad.nonzero()[0])
-    details["first_bad_index"] = list(first)
-    details["first_bad_value"] = f"got {got[first].item():.6g}, expected {ref[first].item():.6g}"
+    details.first_bad_index = list(first)
+    details.first_bad_value = f"got {got[first].item():.6g}, expected {ref[first].item():.6g}"
     mismatch = Mismatch(bad, got, ref, inputs, allowed, base_err, dtype, unwritten)
     strides = strides_ignored(spec, mismatch, part)  # before any tail or block pattern, which a stride bug mimics
     own = _spec_explanation(spec, mismatch)
@@ -213,12 +216,12 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
     pattern = own or describe_mismatch(bad, got, inputs, unwritten)
     computed = nonfinite.first_computed(got, ref, unwritten, inputs)
     if computed:  # what of the kernel can compute it, as its source reads (the same words in every case)
-        details["computed_nonfinite"] = computed
+        details.computed_nonfinite = computed
         if hint := nonfinite.culprits(computed, nonfinite.kernel_operations(kernel_source)):
             pattern = f"{pattern.rstrip('.')}; {hint}"
-    details["pattern"] = pattern
-    details["wrong_map"] = wrong_map(bad, got, unwritten)
-    message = f"{details['bad_elements']} of {bad.numel()} elements wrong"
+    details.pattern = pattern
+    details.wrong_map = wrong_map(bad, got, unwritten)
+    message = f"{details.bad_elements} of {bad.numel()} elements wrong"
     if nan or inf:
         message += f" ({nonfinite_words(nan, inf)})"
     message += f"; {pattern}"

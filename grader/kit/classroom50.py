@@ -31,6 +31,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from grader.kit.github import failures_markdown
+from grader.payloads import Kind
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, TestResult, cents
 from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line
 
@@ -310,7 +311,7 @@ def ungraded(names: list[str], reason: str, seed: int = 0) -> RunResult:
     for name in names:
         spec = specs.get(name)
         a = AssignmentResult(name, spec.title, "(not found)", headline=one_line(reason, MESSAGE_LIMIT))
-        a.tests.append(TestResult(name, "correctness", "submission", Outcome.FAILED, one_line(reason, MESSAGE_LIMIT),
+        a.tests.append(TestResult(name, Kind.CORRECTNESS, "submission", Outcome.FAILED, one_line(reason, MESSAGE_LIMIT),
                                   max_score=spec.max_points))
         run.assignments.append(a)
     return run

@@ -26,6 +26,7 @@ import os
 import re
 from pathlib import Path
 
+from grader.payloads import CorrectnessPayload
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
 from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line, strict_json
 from grader.settings import current
@@ -76,7 +77,8 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
             "test_code": one_line(t.reproducer or ""),
             "filename": one_line(where[0]) if where else "",
             "line_no": where[1] if where else 0,
-            "duration": round(float(t.details.get("seconds", 0.0)) * 1000),
+            "duration": round(float((t.details.seconds or 0.0) if isinstance(t.details, CorrectnessPayload) else 0.0)
+                              * 1000),
         })
     statuses = {x["status"] for x in tests}
     status = "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
