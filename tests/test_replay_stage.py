@@ -199,7 +199,6 @@ def test_the_students_processes_on_the_gpu_twice_is_not_scored_and_other_jobs_wo
     stage.asked.clear()
     got = stage(FakeWorker(stage.truth), replays={"student": {"others": [4242]}})  # one of the stopped student's
     assert got.outcome == Outcome.INFRA_ERROR and "other processes held the GPU" in got.message
-    assert [a[0] for a in stage.asked] == ["student", "reference"] * 2  # tried again once
 
 
 def test_a_reference_whose_replay_is_wrong_is_ours_to_fix_not_a_grade(stage):

@@ -339,11 +339,13 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
                 reference = replayed.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
             elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
                 pending["reference"] = replaying.start(prepared, "reference", ctx, timeout)
-            r = replaying.finish(prepared, spec, ctx, timeout, pending, reference)
+            ref_run, student_run = replaying.go(pending, reference)
             phase("replays")
     finally:
         for c in pending.values():
             replayed.cancel(c)
+    r = replaying.judge(prepared, spec, ref_run, student_run, kept=reference is not None)
+    phase("replay_checks")
     if cache is not None and not r.reference_kept and r.reference.ms and not (r.reference.failed or r.reference.refused):
         cache.keep_timing(key, {"ms": r.reference.ms, "placements": r.reference.placements, "launches": r.reference.launches,
                                 "torch_ms": torch_ms})
@@ -351,7 +353,8 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
                                                  "inputs": {"seed": ctx.performance_seed, "set": 0, "case": spec.performance.case.name,
                                                             "dtype": spec.performance.dtype}}}
     decision = r.decision
-    if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now
+    if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now (and
+        # "retry", the student's processes on the GPU after they were found gone, should never be)
         return test("infra_error", f"not scored: {decision.message}", details=details), ""
     if decision.kind in ("review", "conclusive"):
         severity = Severity.CONCLUSIVE if decision.kind == "conclusive" and not prepared.torch_work else Severity.REVIEW

@@ -107,6 +107,7 @@ class Pending:
     proc: WorkerProcess
     job: Path
     timeout: float
+    done: bool = False  # told to go and waited for (or stopped)
 
 
 def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
@@ -153,6 +154,7 @@ def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Re
     if isinstance(pending, Replayed):
         return pending
     proc, result = pending.proc, pending.job / "result"
+    pending.done = True
     before = gpu_processes() or []
     (pending.job / GO).touch()
     try:
@@ -178,7 +180,8 @@ def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Re
 
 def cancel(pending: Pending | Replayed | None) -> None:
     """A started replay not needed after all: stopped, never told to go."""
-    if isinstance(pending, Pending):
+    if isinstance(pending, Pending) and not pending.done:
+        pending.done = True
         pending.proc.close()
 
 

@@ -15,10 +15,10 @@ worker still alive to be timed.
 the driver's list of GPU processes.
 
 `start`, before the worker is stopped: each replay process started (imports, record, inputs),
-waiting to be told to go. `finish`, with the GPU held alone: the reference's and the student's
-records replayed, each in its own process over several placements of their buffers, their
-results compared whole with the contender's own call and with the truth, and the decision made
-(`replayed.decide`). The reference's figure is kept for the run (`reference_key`): later jobs on
+waiting to be told to go. `go`, with the GPU held alone: the reference's and the student's
+records replayed, each in its own process over several placements of their buffers; nothing else
+happens in the hold. `judge`, after it: their results compared whole with the contender's own call
+and with the truth, and the decision made (`replayed.decide`). The reference's figure is kept for the run (`reference_key`): later jobs on
 the same GPU and input set reuse it while torch's time, measured in every job, stays within DRIFT
 of what it was when the figure was kept.
 """
@@ -263,7 +263,6 @@ class Replays:
     student: Replayed
     reference: Replayed
     wrong: str = ""
-    tries: int = 1
     reference_kept: bool = False  # the reference's figure came from the run's cache (`reference_key`)
 
 
@@ -293,32 +292,29 @@ def start(prepared: Prepared, c: str, ctx, timeout: float, attempt: int = 1) -> 
                           isolation=ctx.isolation, gpu=ctx.gpu, placements=PLACEMENTS)
 
 
-def finish(prepared: Prepared, spec: Assignment, ctx, timeout: float, pending: dict, kept: Replayed | None) -> Replays:
-    """With the GPU held alone by the caller: the reference's replay (or its kept figure) and the
-    student's, told to go one after the other, their results compared whole, the decision made;
-    once more, from new processes, where the student's own processes showed on the GPU."""
+def go(pending: dict, kept: Replayed | None) -> tuple[Replayed, Replayed]:
+    """With the GPU held alone by the caller: the reference's replay (unless its kept figure
+    stands) and the student's, told to go one after the other. Nothing else happens in the hold."""
+    reference = kept if kept is not None else replayed.go(pending["reference"])
+    return reference, replayed.go(pending["student"])
+
+
+def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool) -> Replays:
+    """After the hold: the replays' results compared whole with each contender's own call and
+    with the truth, and the decision made."""
     dtype = spec.performance.dtype
     tol = spec.tolerance
-    for attempt in (1, 2):
-        if attempt == 2:
-            pending = {"student": start(prepared, "student", ctx, timeout, 2),
-                       "reference": start(prepared, "reference", ctx, timeout, 2) if kept is None else None}
-        ref = kept if kept is not None else replayed.go(pending["reference"])
-        stu = replayed.go(pending["student"])
-        for run in (ref, stu):  # only the student's own processes make a replay's time suspect (stop_student)
-            run.others = [p for p in run.others if p in prepared.student_pids]
-        if kept is None and not (ref.refused or ref.failed):
-            ref_wrong = _compare(ref, prepared.reference_out, prepared.truth, prepared.reference_out, 0.0, 0.0, tol, dtype)
-            if ref_wrong:
-                ref.failed = f"the reference's replay is wrong: {ref_wrong}"
-        wrong = ""
-        if not (stu.refused or stu.failed or ref.refused or ref.failed):
-            wrong = _compare(stu, prepared.student_out, prepared.truth, prepared.reference_out, tol.atol[dtype], tol.rtol[dtype],
-                             tol, dtype)
-        decision = replayed.decide(stu, ref, wrong)
-        if decision.kind != "retry":
-            break
-    return Replays(decision, stu, ref, wrong, attempt, reference_kept=kept is not None)
+    for run in (reference, student):  # only the student's own processes make a replay's time suspect (stop_student)
+        run.others = [p for p in run.others if p in prepared.student_pids]
+    if not kept and not (reference.refused or reference.failed):
+        ref_wrong = _compare(reference, prepared.reference_out, prepared.truth, prepared.reference_out, 0.0, 0.0, tol, dtype)
+        if ref_wrong:
+            reference.failed = f"the reference's replay is wrong: {ref_wrong}"
+    wrong = ""
+    if not (student.refused or student.failed or reference.refused or reference.failed):
+        wrong = _compare(student, prepared.student_out, prepared.truth, prepared.reference_out, tol.atol[dtype], tol.rtol[dtype],
+                         tol, dtype)
+    return Replays(replayed.decide(student, reference, wrong), student, reference, wrong, reference_kept=kept)
 
 
 def _compare(run: Replayed, own: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float,
@@ -372,5 +368,4 @@ def describe(r: Replays) -> dict:
     def side(x: Replayed) -> dict:
         return {"median_ms": round(x.median_ms, 5) if x.median_ms else None, "reps": len(x.ms), "launches": x.launches,
                 "placements_ms": [round(sorted(p)[len(p) // 2], 5) for p in x.placements]}
-    return {"student": side(r.student), "reference": {**side(r.reference), "kept": r.reference_kept}, "tries": r.tries,
-            "placements": PLACEMENTS}
+    return {"student": side(r.student), "reference": {**side(r.reference), "kept": r.reference_kept}, "placements": PLACEMENTS}
