@@ -235,3 +235,23 @@ def test_what_the_replay_writes_back_is_read_bounded(tmp_path):
     os.mkfifo(out / "last.safetensors")
     with pytest.raises(replayed.ReplyError, match="is a FIFO"):
         replayed.results(done, expected)
+
+
+def test_a_replay_started_early_waits_for_its_record_and_a_cancelled_one_is_gone(tmp_path):
+    """Started before its record exists (its imports overlap the recorded calls), the replay waits:
+    it answers nothing until its record is placed and it is told to go; one not needed after all
+    is stopped and leaves no process."""
+    import time as clock
+
+    _, rec, inputs, layout = _call(tmp_path)
+    pending = replayed.spawn(tmp_path / "early", 5, 300)
+    clock.sleep(3)
+    assert pending.proc.proc.poll() is None and not (tmp_path / "early" / "result" / "replay.json").exists()
+    got = replayed.go(replayed.place(pending, rec, inputs, layout))
+    assert got.failed or got.ms, got  # on this machine's CPU: "no GPU is visible"; on a GPU its times
+    unused = replayed.spawn(tmp_path / "unused", 5, 300)
+    pid = unused.proc.proc.pid
+    replayed.cancel(unused)
+    clock.sleep(0.5)
+    assert unused.proc.proc.poll() is not None and not Path(f"/proc/{pid}/cmdline").exists() or \
+        Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"

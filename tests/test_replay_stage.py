@@ -114,7 +114,16 @@ def stage(tmp_path, monkeypatch):
             return replayed.Replayed(ms=[t for p in placements for t in p], folder=out, placements=placements,
                                      others=got.get("others", []))
 
-        monkeypatch.setattr(replayed, "start", fake_start)  # a Replayed passes through `go` as it is
+        def fake_spawn(job, reps, timeout, **kw):  # a process started before its record exists
+            return SimpleNamespace(job=job, kw=kw)
+
+        def fake_place(pending, record, inputs, layout_file):
+            if isinstance(pending, replayed.Replayed):
+                return pending
+            return fake_start(record, inputs, layout_file, pending.job, 0, 0, **pending.kw)
+
+        monkeypatch.setattr(replayed, "spawn", fake_spawn)
+        monkeypatch.setattr(replayed, "place", fake_place)  # a Replayed passes through `go` as it is
         ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
         session = SimpleNamespace(context=ctx, alone_on_gpu=contextlib.nullcontext, cache=cache)
 

@@ -296,8 +296,20 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
     """The speed scored by replay (grader.judge.replaying): the result, or (None, why) where the
     fallback times it instead (the student's worker then still alive)."""
     ctx = session.context
-    prep = replaying.prepare(spec, student, trusted, timed_files, layout, workdir, workdir.parent / f"{spec.name}.replay", timeout)
+    staging = workdir.parent / f"{spec.name}.replay"
+    # the replay processes start first: their imports overlap the recorded calls, and they touch
+    # the GPU only when told to go, inside the exclusive hold
+    pending = {c: replaying.spawn(staging, c, ctx, timeout) for c in ("student", "reference")}
+    try:
+        prep = replaying.prepare(spec, student, trusted, timed_files, layout, workdir, staging, timeout)
+    except BaseException:
+        for c in pending.values():
+            replayed.cancel(c)
+        raise
     phase("replay_record")
+    if prep.error or prep.findings or prep.fallback:
+        for c in pending.values():
+            replayed.cancel(c)
     if prep.error:
         return test("infra_error", f"not scored: {prep.error}"), ""
     if prep.findings:
@@ -308,9 +320,10 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
     cache = session.cache
     key = replaying.reference_key(prepared, spec, ctx)
     kept = cache.kept_timing(key) if cache is not None else None
-    # started now: their imports and reads cost nothing inside the exclusive hold; the GPU waits for their go
-    pending = {"student": replaying.start(prepared, "student", ctx, timeout),
-               "reference": replaying.start(prepared, "reference", ctx, timeout) if kept is None else None}
+    if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
+        replayed.cancel(pending["reference"])
+    pending = {"student": replaying.place(prepared, "student", pending["student"]),
+               "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
     stopped, prepared.student_pids = replaying.stop_student(student)
     if stopped:
         for c in pending.values():
@@ -338,7 +351,8 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
             if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:  # the GPU as it was: the kept figure stands
                 reference = replayed.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
             elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
-                pending["reference"] = replaying.start(prepared, "reference", ctx, timeout)
+                late = replaying.spawn(staging, "reference-again", ctx, timeout)
+                pending["reference"] = replaying.place(prepared, "reference", late)
             ref_run, student_run = replaying.go(pending, reference)
             phase("replays")
     finally:

@@ -77,7 +77,7 @@ def input_sizes(inputs: Path, layout: Path) -> dict[str, int]:
     return {k: v.untyped_storage().nbytes() for k, v in rebuilt.items() if isinstance(v, torch.Tensor)}
 
 
-def checked_copy(record: Path, dest: Path, sizes: dict[str, int]) -> records.Plan:
+def checked_copy(record: Path, dest: Path, sizes: dict[str, int], fresh: bool = True) -> records.Plan:
     """The record in `record` (a worker wrote it) copied to `dest`, only launches.json and the
     files its kernels name by hash, each read bounded and never through a link, then the copy
     checked whole (RecordError if refused). The replay's view holds this copy, nothing else of
@@ -87,7 +87,7 @@ def checked_copy(record: Path, dest: Path, sizes: dict[str, int]) -> records.Pla
         parsed = json.loads(raw)
     except ValueError as exc:
         raise RecordError(f"the record is not JSON ({str(exc)[:80]})") from None
-    dest.mkdir(parents=True)
+    dest.mkdir(parents=True, exist_ok=not fresh)
     (dest / "launches.json").write_bytes(raw)
     kernels = parsed.get("kernels") if isinstance(parsed, dict) else None
     for k in list(kernels.values() if isinstance(kernels, dict) else [])[:records.MAX_KERNELS]:
@@ -110,34 +110,22 @@ class Pending:
     done: bool = False  # told to go and waited for (or stopped)
 
 
-def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
-          isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-          placements: int = 1) -> Pending | Replayed:
-    """One contender's replay started: its record checked and copied into `job` (a new folder)
-    with the call's inputs, `python -m grader.replay` started there through the sandbox backend
-    (as a worker is: the same view rules, uid, limits, no network). A refused record starts
-    nothing (a Replayed that says why). `boot` replaces the entry point (a test's probe of the
-    view), given the same arguments. `placements`: the reps spread over that many fresh sets of
-    buffers at other addresses."""
+def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sandbox", gpu: str | None = None,
+          boot: str = BOOTSTRAP, placements: int = 1) -> Pending | Replayed:
+    """A replay process started in `job` (a new folder) through the sandbox backend (as a worker
+    is: the same view rules, uid, limits, no network) before its record exists: it imports torch
+    and Triton, then waits for `place` to put its checked record and inputs there (READY), and
+    touches the GPU only once told to go (GO). `boot` replaces the entry point (a test's probe
+    of the view), given the same arguments. `placements`: the reps spread over that many fresh
+    sets of buffers at other addresses."""
     job = Path(job)
-    job.mkdir(parents=True)
-    try:
-        checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
-    except RecordError as exc:
-        return Replayed(refused=str(exc)[:400])
-    try:  # the grader's own file, read-only in the replay's view: linked where it can be, else copied
-        os.link(inputs, job / "inputs.safetensors")
-    except OSError:
-        shutil.copyfile(inputs, job / "inputs.safetensors")
-    shutil.copyfile(layout, job / "layout.json")
-    for name in ("record", "inputs.safetensors", "layout.json"):  # readable by a worker's uid, read-only in its view
-        os.chmod(job / name, 0o755 if name == "record" else 0o644)
-    for f in (job / "record").iterdir():
-        os.chmod(f, 0o644)
+    job.mkdir(parents=True, exist_ok=True)
+    (job / "record").mkdir(exist_ok=True)
+    os.chmod(job / "record", 0o755)  # readable by a worker's uid, read-only in its view
     result, home = job / "result", job / "home"
     argv = isolated_python(boot, str(job / "record"), str(job / "inputs.safetensors"), str(job / "layout.json"),
                            str(result), "--reps", str(int(reps)), "--placements", str(int(placements)),
-                           "--go", str(job / GO), path=str(worker_code()))
+                           "--ready", str(job / READY), "--go", str(job / GO), path=str(worker_code()))
     try:
         proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job, command=argv)
     except (OSError, SandboxError) as exc:
@@ -145,6 +133,43 @@ def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeou
     return Pending(proc, job, timeout)
 
 
+def place(pending: Pending | Replayed, record: Path, inputs: Path, layout: Path) -> Pending | Replayed:
+    """The record checked and copied into the started replay's job folder with the call's inputs,
+    then READY: the process reads them. A refused record stops the process (a Replayed that says
+    why)."""
+    if isinstance(pending, Replayed):
+        return pending
+    job = pending.job
+    try:
+        checked_copy(Path(record), job / "record", input_sizes(inputs, layout), fresh=False)
+    except RecordError as exc:
+        cancel(pending)
+        return Replayed(refused=str(exc)[:400])
+    try:  # the grader's own file, read-only in the replay's view: linked where it can be, else copied
+        os.link(inputs, job / "inputs.safetensors")
+    except OSError:
+        shutil.copyfile(inputs, job / "inputs.safetensors")
+    shutil.copyfile(layout, job / "layout.json")
+    for f in [job / "inputs.safetensors", job / "layout.json", *(job / "record").iterdir()]:
+        os.chmod(f, 0o644)
+    (job / READY).touch()
+    return pending
+
+
+def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
+          isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
+          placements: int = 1) -> Pending | Replayed:
+    """`spawn` and `place` at once: a replay ready to go. A refused record starts nothing."""
+    job = Path(job)
+    job.mkdir(parents=True)
+    try:
+        checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
+    except RecordError as exc:
+        return Replayed(refused=str(exc)[:400])
+    return place(spawn(job, reps, timeout, isolation, gpu, boot, placements), record, inputs, layout)
+
+
+READY = "ready"  # the file whose appearance tells a started replay its record and inputs are in place
 GO = "go"  # the file whose appearance in the job folder lets a started replay use the GPU
 
 

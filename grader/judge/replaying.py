@@ -283,13 +283,18 @@ def reference_key(prepared: Prepared, spec: Assignment, ctx) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def start(prepared: Prepared, c: str, ctx, timeout: float, attempt: int = 1) -> replayed.Pending | Replayed:
-    """Contender `c`'s replay process started: it imports and reads its record and inputs now,
-    and touches the GPU only when told to go (`replayed.go`)."""
-    job = prepared.staging / f"run-{c}-{attempt}"
+def spawn(staging: Path, c: str, ctx, timeout: float) -> replayed.Pending | Replayed:
+    """Contender `c`'s replay process started before its record exists: its imports overlap the
+    recorded calls, and it touches the GPU only when told to go (`replayed.go`)."""
+    job = staging / f"run-{c}"
     shutil.rmtree(job, ignore_errors=True)
-    return replayed.start(prepared.staging / c, prepared.inputs, prepared.layout, job, REPS, timeout * 4,
-                          isolation=ctx.isolation, gpu=ctx.gpu, placements=PLACEMENTS)
+    staging.mkdir(parents=True, exist_ok=True)
+    return replayed.spawn(job, REPS, timeout * 4, isolation=ctx.isolation, gpu=ctx.gpu, placements=PLACEMENTS)
+
+
+def place(prepared: Prepared, c: str, pending: replayed.Pending | Replayed) -> replayed.Pending | Replayed:
+    """Contender `c`'s checked record and the input set handed to its started replay."""
+    return replayed.place(pending, prepared.staging / c, prepared.inputs, prepared.layout)
 
 
 def go(pending: dict, kept: Replayed | None) -> tuple[Replayed, Replayed]:

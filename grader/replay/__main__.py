@@ -23,6 +23,7 @@ def main(argv: list[str]) -> int:
     parser.add_argument("out")
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--placements", type=int, default=1)
+    parser.add_argument("--ready", default="", help="wait for this file before reading the record and the inputs")
     parser.add_argument("--go", default="", help="wait for this file to appear before touching the GPU")
     args = parser.parse_args(argv)
     out = Path(args.out)
@@ -34,6 +35,7 @@ def main(argv: list[str]) -> int:
     from grader.codec import rebuild
     from grader.replay import record, runner
 
+    _wait_for(args.ready, 0.01)
     layout = json.loads(Path(args.layout).read_text())
     storages = load_file(args.inputs)  # read before the go: the file's bytes, on the host
     host = {k: v for k, v in rebuild(storages, layout, "cpu").items() if isinstance(v, torch.Tensor)}
