@@ -184,6 +184,17 @@ class CallReply:
 
 
 @dataclass
+class CompareReply:
+    ok: ClassVar[bool] = True
+    numel: int  # elements in the file's tensor
+    same: bool  # the same bytes as the kept tensor `own`
+    wrong: int  # elements outside the error model (0: right, or not checked because `same`)
+    first: int = -1  # the first wrong element's flat index
+    got: float = 0.0
+    want: float = 0.0
+
+
+@dataclass
 class RooflineReply:
     ok: ClassVar[bool] = True
     gpu: str
@@ -300,6 +311,27 @@ class Roofline:
 
 
 @dataclass
+class Compare:
+    """The trusted worker only: the tensor `name` of a result file written elsewhere (a
+    student's worker, a replay process: read as theirs, never through a link, at most `limit`
+    bytes) compared on the GPU, whole, with the results this worker keeps: first with `own`
+    (the same bytes?), then, unless the same, with `truth` by the error model (`atol`, `rtol`,
+    twice how far `reference` strays from `truth`, 1% of the value). `keep_as`: keep it too."""
+
+    op: ClassVar[str] = "compare"
+    reply: ClassVar[type] = CompareReply
+    file: str
+    name: str
+    limit: int
+    truth: str
+    reference: str
+    atol: float
+    rtol: float
+    own: str = ""
+    keep_as: str = ""
+
+
+@dataclass
 class Exit:
     """End the worker (no reply)."""
 
@@ -307,9 +339,10 @@ class Exit:
     reply: ClassVar[type | None] = None
 
 
-Request = Union[Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Exit]
-Reply = Union[Ok, RunReply, TimeReply, BurstReady, BurstReply, CallReply, RooflineReply]
-REQUESTS: dict[str, type] = {cls.op: cls for cls in (Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Exit)}
+Request = Union[Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Compare, Exit]
+Reply = Union[Ok, RunReply, TimeReply, BurstReady, BurstReply, CallReply, RooflineReply, CompareReply]
+REQUESTS: dict[str, type] = {cls.op: cls for cls in (Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Compare,
+                                                     Exit)}
 
 
 # -- the wire -------------------------------------------------------------------------------

@@ -22,8 +22,9 @@ from typing import Callable
 
 from grader import protocol
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
-from grader.protocol import (Burst, BurstReady, BurstReply, Call, CallReply, CompiledKernel, Description, Failure, Load, Ok, Ping,
-                             PrepareBurst, Roofline, RooflineReply, Run, RunReply, Sample, Time, TimeReply)
+from grader.protocol import (Burst, BurstReady, BurstReply, Call, CallReply, Compare, CompareReply, CompiledKernel, Description,
+                             Failure, Load, Ok, Ping, PrepareBurst, Roofline, RooflineReply, Run, RunReply, Sample, Time,
+                             TimeReply)
 
 
 def _setup_torch():
@@ -272,6 +273,54 @@ class Worker:
         save_file(samples, req.output)
         return Ok()
 
+    def compare(self, req: Compare) -> CompareReply | Failure:
+        """A result file written by another process compared whole on the GPU with what this
+        (trusted) worker keeps (grader.protocol.Compare): no byte of it reaches the judge."""
+        from safetensors.torch import load
+
+        from grader.sandbox.files import WorkerFileError, read_worker_file
+
+        torch = self.torch
+        truth = self._flat(req.truth)
+        limit = req.limit if req.limit > 0 else (truth.numel() * 8 if truth is not None else 0)  # 0: by the truth's size
+        try:
+            tensors = load(read_worker_file(Path(req.file), limit + (64 << 10)))
+        except (WorkerFileError, OSError) as exc:
+            return Failure("error", f"the result cannot be read ({str(exc)[:160]})")
+        except Exception as exc:  # noqa: BLE001 - safetensors' own error for a malformed header
+            return Failure("error", f"the result is not a safetensors file ({type(exc).__name__})")
+        got = tensors.get(req.name)
+        if not isinstance(got, torch.Tensor) or not got.is_floating_point():
+            return Failure("error", "the result is not one floating-point tensor")
+        got = got.reshape(-1).to("cuda")
+        if req.keep_as:
+            self.retained[("trusted", req.keep_as)] = got
+        own = self.retained.get(("trusted", req.own)) if req.own else None
+        if own is not None and own.dtype == got.dtype and own.numel() == got.numel() and torch.equal(own, got):
+            return CompareReply(numel=got.numel(), same=True, wrong=0)
+        reference = self._flat(req.reference)
+        if truth is None or reference is None:
+            return Failure("error", "the kept truth or reference result is missing")
+        if got.numel() != truth.numel():
+            return CompareReply(numel=got.numel(), same=False, wrong=max(got.numel(), truth.numel()))
+        t = truth.float()
+        d = (reference.float() - t).abs()
+        normal = float(d[~torch.isnan(d)].max()) if d.numel() and not torch.isnan(d).all() else 0.0
+        g = got.float()
+        bad = ~((g - t).abs() <= 2 * normal + req.atol + req.rtol * t.abs() + 1e-2 * t.abs()) & ~(torch.isnan(g) & torch.isnan(t))
+        count = int(bad.sum())
+        if not count:
+            return CompareReply(numel=got.numel(), same=False, wrong=0)
+        first = int(bad.nonzero()[0])
+        return CompareReply(numel=got.numel(), same=False, wrong=count, first=first, got=float(g[first]), want=float(t[first]))
+
+    def _flat(self, key: str):
+        """A kept result, flattened (a call's, under any contender, or one `compare` kept)."""
+        for (contender, k), out in self.retained.items():
+            if k == key and isinstance(out, self.torch.Tensor):
+                return out.detach().reshape(-1)
+        return None
+
     def _load_cuda(self, path: str, layout: dict, keep: bool = False) -> dict:
         """Inputs on the GPU; with keep, timing's input sets stay loaded between rounds (a
         fresh copy of the storages each time, so a kernel that wrote its input is not helped)."""
@@ -298,7 +347,7 @@ class Worker:
         """The requests a worker answers, each by its own method: nothing else is callable
         through the pipe (exit ends the loop in `serve`)."""
         return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, PrepareBurst: self.prepare_burst,
-                Burst: self.burst, Call: self.call, Sample: self.sample, Roofline: self.roofline}
+                Burst: self.burst, Call: self.call, Sample: self.sample, Roofline: self.roofline, Compare: self.compare}
 
 
 THREAD_GRACE_S = 2.0
