@@ -235,7 +235,7 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
                     if isinstance(reply, Failure):
                         raise WorkerFailure("infra_error", f"the roofline could not be measured: {reply.message}")
                     return dataclasses.asdict(reply)
-                roofline = cache.roofline(device_id(ctx.gpu), probe) if cache is not None else probe()
+                roofline = cache.roofline(device_id(ctx.gpu, session.settings), probe) if cache is not None else probe()
                 phase("roofline")
             try:
                 rounds, failed = _timed_rounds(ctx, spec, workers, order, t, timed_files, layout, timeout, has_reference)
