@@ -1,13 +1,14 @@
 """The grader's settings from its environment: `from_environment()` is the one place that reads
 the `GRADER_*` variables and decides whether we run in CI.
 
-Each command reads them once, where it starts (a `grader` command's entry point in grader.cli,
-a batch's job process in grader.batch.jobs, with `current()`), and passes them down: a grading
-session (grader.judge.session) holds them in its `Resources`, which hand each what it needs (the
+Each process reads them once, where it starts (a `grader` command in grader.cli, a batch's job
+process or job server, a Ray task, with `current()`), and passes them down: a grading session
+(grader.judge.session) holds them in its `Resources`, which hand each part what it needs (the
 device lock, the run cache, the workers and their sandbox, the warm starts), and a batch hands
 them to its executors. Nothing below an entry point asks the environment again (a test walks
-the package for `current()`), and nothing else in the package reads a `GRADER_*` variable. (The kit's CI adapters read the CI runner's own variables, such as
-`GITHUB_OUTPUT` or Classroom 50's `SUBMISSION_TAG`: they are the runner's contract, not ours.)
+the package for `current()`), and nothing else in the package reads a `GRADER_*` variable.
+(The kit's CI adapters read the CI runner's own variables, such as `GITHUB_OUTPUT` or
+Classroom 50's `SUBMISSION_TAG`: they are the runner's contract, not ours.)
 
 | variable | what it sets |
 | --- | --- |

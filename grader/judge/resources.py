@@ -1,6 +1,7 @@
-"""What one grading process works with, built once from its options and settings: the
-machine's description, the run cache, the kept kernels of a check, the device lock, the worker
-factories with warm starts as one policy. The stages (grader.judge.grade, grader.judge.perf)
+"""What one grading process works with, built once from its options, its command's settings and
+the course it grades: the machine's description, the run cache, the kept kernels of a check,
+the device lock, the worker factories with warm starts as one policy; each is handed the
+settings it needs from here (nothing below reads the environment). The stages (grader.judge.grade, grader.judge.perf)
 take them from here and build nothing themselves; a grading session (grader.judge.session) is
 these resources plus the one pipeline.
 """
