@@ -177,3 +177,43 @@ def test_the_scans_of_the_package_would_see_a_reader_and_a_global():
     assert _environment_reads(ast.parse(source)) == [(4, "f"), (5, "f"), (6, "f"), (9, "<module>")]
     assert _environment_reads(ast.parse("def g(current):\n    current()\n")) == []  # a name of its own
     assert [n.names for n in ast.walk(ast.parse("X = None\ndef f():\n    global X\n    X = 1\n")) if isinstance(n, ast.Global)]
+
+
+def test_a_session_hands_its_settings_to_its_workers_and_its_device_lock(tmp_path, monkeypatch):
+    """What a command read reaches what the session starts: every worker's launch carries the
+    session's settings (threads, warm starts, uid range, container command), and the GPU lock
+    lives in the session's lock folder. None of it is read from the environment again."""
+    from conftest import COURSE
+    from grader.judge.context import GradingContext
+    from grader.judge.session import open_session
+    from grader.sandbox import process
+    from grader.sandbox.isolation import Isolation
+
+    settings = from_environment({"GRADER_THREADS": "3", "GRADER_ZYGOTE": "0", "GRADER_SANDBOX_UIDS": "70000-70010",
+                                 "GRADER_LOCK_DIR": str(tmp_path / "locks")})
+    monkeypatch.setenv("GRADER_THREADS", "9")  # the environment now: not what the command read
+    launches = []
+
+    class Backend:  # records each launch instead of starting a process
+        @staticmethod
+        def detect(probe, settings):
+            return Isolation("none")
+
+        @staticmethod
+        def start(launch, isolation):
+            launches.append(launch)
+            raise OSError("not started")
+
+    monkeypatch.setattr(process, "backend_for", lambda isolation: Backend)
+    session = open_session(GradingContext("cpu", 1, isolation="none"), settings, COURSE)
+    with pytest.raises(OSError):
+        session.trusted_worker(tmp_path / "trusted")
+    worker = session.student_worker(COURSE.get("vector_add"), tmp_path / "job" / "repo", ("kernels/vector_add.py", "vector_add"),
+                                    tmp_path / "job" / "scratch")
+    with pytest.raises(process.WorkerFailure, match="not started"):
+        worker.start()
+    assert len(launches) == 2 and all(launch.settings == settings for launch in launches)
+    assert [launch.env.get("OMP_NUM_THREADS") for launch in launches] == ["3", "3"]
+    assert session.course is COURSE and session.settings == settings
+    with open_session(GradingContext("cuda", 1, gpu="2"), settings, COURSE).alone_on_gpu():
+        assert (tmp_path / "locks" / "gpu-2.lock").is_file()
