@@ -288,7 +288,7 @@ def _roofline(session: Resources, trusted) -> dict:
             raise WorkerFailure("infra_error", f"the roofline could not be measured: {reply.message}")
         return dataclasses.asdict(reply)
     cache = session.cache
-    return cache.roofline(device_id(session.context.gpu), probe) if cache is not None else probe()
+    return cache.roofline(device_id(session.context.gpu, session.settings), probe) if cache is not None else probe()
 
 
 def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_files: list[str], layout: dict, workdir: Path,
@@ -306,11 +306,11 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
         return None, prep.fallback
     prepared = prep.prepared
     cache = session.cache
-    key = replaying.reference_key(prepared, spec, ctx)
+    key = replaying.reference_key(prepared, spec, ctx, session.settings)
     kept = cache.kept_timing(key) if cache is not None else None
     # started now: their imports and reads cost nothing inside the exclusive hold; the GPU waits for their go
-    pending = {"student": replaying.start(prepared, "student", ctx, timeout),
-               "reference": replaying.start(prepared, "reference", ctx, timeout) if kept is None else None}
+    pending = {"student": replaying.start(prepared, "student", ctx, timeout, session.settings),
+               "reference": replaying.start(prepared, "reference", ctx, timeout, session.settings) if kept is None else None}
     stopped, prepared.student_pids = replaying.stop_student(student)
     if stopped:
         for c in pending.values():
@@ -338,7 +338,7 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
             if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:  # the GPU as it was: the kept figure stands
                 reference = replayed.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
             elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
-                pending["reference"] = replaying.start(prepared, "reference", ctx, timeout)
+                pending["reference"] = replaying.start(prepared, "reference", ctx, timeout, session.settings)
             ref_run, student_run = replaying.go(pending, reference)
             phase("replays")
     finally:

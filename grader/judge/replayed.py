@@ -31,6 +31,7 @@ from grader.sandbox.isolation import Isolation, SandboxError
 from grader.sandbox.launch import isolated_python, worker_code
 from grader.sandbox.process import WorkerProcess
 from grader.sanitize import one_line
+from grader.settings import Settings
 
 MAX_REPLY_BYTES = 1 << 20
 MAX_HEADER_BYTES = 64 << 10  # a result file's safetensors header, beside its tensors' bytes
@@ -112,13 +113,14 @@ class Pending:
 
 def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
           isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-          placements: int = 1) -> Pending | Replayed:
+          placements: int = 1, settings: Settings = Settings()) -> Pending | Replayed:
     """One contender's replay started: its record checked and copied into `job` (a new folder)
     with the call's inputs, `python -m grader.replay` started there through the sandbox backend
     (as a worker is: the same view rules, uid, limits, no network). A refused record starts
     nothing (a Replayed that says why). `boot` replaces the entry point (a test's probe of the
     view), given the same arguments. `placements`: the reps spread over that many fresh sets of
-    buffers at other addresses."""
+    buffers at other addresses. `settings`: the grading session's (its uids, threads, container
+    command), handed to the process as to a worker."""
     job = Path(job)
     job.mkdir(parents=True)
     try:
@@ -139,7 +141,8 @@ def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeou
                            str(result), "--reps", str(int(reps)), "--placements", str(int(placements)),
                            "--go", str(job / GO), path=str(worker_code()))
     try:
-        proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job, command=argv)
+        proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job,
+                             command=argv, settings=settings)
     except (OSError, SandboxError) as exc:
         return Replayed(failed=f"the replay process could not be started: {one_line(exc, 200)}")
     return Pending(proc, job, timeout)
@@ -187,9 +190,10 @@ def cancel(pending: Pending | Replayed | None) -> None:
 
 def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
         isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-        placements: int = 1, allowed: frozenset[int] = frozenset()) -> Replayed:
-    """`start` then `go` at once: one contender's replay, start to answer."""
-    return go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements), allowed)
+        placements: int = 1, allowed: frozenset[int] = frozenset(), settings: Settings = Settings()) -> Replayed:
+    """`start` then `go` at once: one contender's replay, start to answer (under `settings`, the
+    command's or the session's)."""
+    return go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings), allowed)
 
 
 def read(out: Path) -> Replayed:
