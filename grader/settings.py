@@ -1,12 +1,14 @@
 """The grader's settings from its environment: `from_environment()` is the one place that reads
 the `GRADER_*` variables and decides whether we run in CI.
 
-A grading session (grader.judge.session) takes one `Settings` when it opens and passes what each
-stage needs; code that runs outside a session (the CLI before it opens one, the sandbox's
-low-level helpers, a batch's executors) asks `current()`, which reads the environment afresh, so
-a variable set before a command starts is always the one used. Nothing else in the package
-reads a `GRADER_*` variable. (The kit's CI adapters read the CI runner's own variables, such as
-`GITHUB_OUTPUT` or Classroom 50's `SUBMISSION_TAG`: they are the runner's contract, not ours.)
+Each process reads them once, where it starts (a `grader` command in grader.cli, a batch's job
+process or job server, a Ray task, with `current()`), and passes them down: a grading session
+(grader.judge.session) holds them in its `Resources`, which hand each part what it needs (the
+device lock, the run cache, the workers and their sandbox, the warm starts), and a batch hands
+them to its executors. Nothing below an entry point asks the environment again (a test walks
+the package for `current()`), and nothing else in the package reads a `GRADER_*` variable.
+(The kit's CI adapters read the CI runner's own variables, such as `GITHUB_OUTPUT` or
+Classroom 50's `SUBMISSION_TAG`: they are the runner's contract, not ours.)
 
 | variable | what it sets |
 | --- | --- |
@@ -115,6 +117,6 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
 
 
 def current() -> Settings:
-    """The settings as the environment says now (read afresh: a test or a tool may set a variable
-    between two calls)."""
+    """The settings as the environment says now: for a command's entry point only (it reads them
+    once and passes them down)."""
     return from_environment()

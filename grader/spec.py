@@ -1,8 +1,13 @@
-"""The assignment spec model, and the catalogue that loads `assignments/<name>/spec.py`.
+"""The assignment spec model, and the course folder (`Course`) whose catalogue loads
+`assignments/<name>/spec.py`.
 
 A spec is plain trusted Python (GPU MODE style): an input generator, the float64 truth,
 the torch baseline in the working dtype, named edge cases, tolerances, points and the
 performance target. Only the grading process loads specs; the worker never sees them.
+
+A command finds its course once, from its settings (`Course.find`), and hands it down: a
+grading session owns it (grader.judge.session); nothing keeps a course in a module global, so
+two courses (a test's, a kit's) never see each other's specs.
 """
 
 from __future__ import annotations
@@ -11,9 +16,12 @@ import importlib.util
 import random
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 import torch
+
+if TYPE_CHECKING:
+    from grader.settings import Settings
 
 DTYPES: dict[str, torch.dtype] = {
     "float32": torch.float32,
@@ -25,15 +33,13 @@ KIT_MANIFEST = "grader-kit.toml"  # marks a student kit (grader release): public
 SECRET_FILE = "assignments/course-secret.txt"  # the course's secret (never released; out of the workers' sight)
 
 
-def _find_course() -> Path:
-    """$GRADER_COURSE; else the folder this package sits in when it holds assignments/ (a TA's
-    checkout); else the student kit around the working directory (the grader installed from a
-    wheel has no course of its own). A course found first always wins, so a kit's public specs
-    inside a submission never replace the TA's."""
-    from grader.settings import current
-
-    if current().course is not None:
-        return current().course
+def course_folder(settings: "Settings") -> Path:
+    """The course folder: $GRADER_COURSE (`settings.course`); else the folder this package sits in
+    when it holds assignments/ (a TA's checkout); else the student kit around the working
+    directory (the grader installed from a wheel has no course of its own). The TA's course is
+    found before any kit, so a kit's public specs inside a submission never replace the TA's."""
+    if settings.course is not None:
+        return settings.course
     home = Path(__file__).resolve().parent.parent
     if (home / "assignments").is_dir():
         return home
@@ -43,48 +49,70 @@ def _find_course() -> Path:
     return home
 
 
-# The course folder holds assignments/ and (for TAs only) reference/, hidden.py files and the secret.
-# Found when first needed, not at import (GRADER_COURSE may be set after); a test or a tool may set it.
-COURSE_ROOT: Path | None = None
-
-
-def course_root() -> Path:
-    global COURSE_ROOT
-    if COURSE_ROOT is None:
-        COURSE_ROOT = _find_course()
-    return COURSE_ROOT
-
-
-def course_secret() -> str | None:
-    """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or COURSE_ROOT/assignments/course-secret.txt.
-    None in a student kit: there the random shapes come from the run's (public, printed) seed alone."""
-    from grader.settings import current
-
-    value = current().course_secret
-    if value is None and (course_root() / SECRET_FILE).is_file():
-        try:
-            value = (course_root() / SECRET_FILE).read_text().strip()
-        except (OSError, UnicodeDecodeError) as exc:
-            raise CourseSecretError(f"the course secret {course_root() / SECRET_FILE} cannot be read "
-                                    f"({exc.strerror if isinstance(exc, OSError) else 'not text'}): run as a user "
-                                    "who can read it, or set GRADER_COURSE_SECRET") from None
-    return value or None
-
-
 class CourseSecretError(ValueError):
     """The course has a secret this user cannot read: said in one line before anything runs."""
 
 
-def kit_manifest() -> dict:
-    """COURSE_ROOT/grader-kit.toml where the course is a student kit, else {}."""
-    path = course_root() / KIT_MANIFEST
-    if not path.is_file():
-        return {}
-    try:
-        import tomllib
-    except ModuleNotFoundError:  # Python 3.10
-        import tomli as tomllib
-    return tomllib.loads(path.read_text())
+class Course:
+    """The course folder a command grades with: assignments/ (the catalogue, each spec.py loaded
+    once, on first use) and, for TAs only, reference/, the hidden.py files and the secret the
+    graded random shapes come from. Each assignment it loads knows its course (`Assignment.course`).
+    Not grader.batch.course.Course, a class's course.toml (deadlines, points, roster policy)."""
+
+    def __init__(self, root: Path, secret: str | None = None) -> None:
+        """`secret`: $GRADER_COURSE_SECRET, which replaces the course's own file."""
+        self.root = Path(root)
+        self._secret = secret
+        self._catalogue: dict[str, Assignment] | None = None
+
+    @classmethod
+    def find(cls, settings: "Settings") -> "Course":
+        """The course `settings` name or imply (`course_folder`), with their secret if they give one."""
+        return cls(course_folder(settings), settings.course_secret)
+
+    @property
+    def reference(self) -> Path:
+        """The instructor's reference kernels (a TA's course only)."""
+        return self.root / "reference"
+
+    def secret(self) -> str | None:
+        """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or assignments/course-secret.txt.
+        None in a student kit: there the random shapes come from the run's (public, printed) seed alone."""
+        value = self._secret
+        path = self.root / SECRET_FILE
+        if value is None and path.is_file():
+            try:
+                value = path.read_text().strip()
+            except (OSError, UnicodeDecodeError) as exc:
+                raise CourseSecretError(f"the course secret {path} cannot be read "
+                                        f"({exc.strerror if isinstance(exc, OSError) else 'not text'}): run as a user "
+                                        "who can read it, or set GRADER_COURSE_SECRET") from None
+        return value or None
+
+    def kit_manifest(self) -> dict:
+        """grader-kit.toml where the course is a student kit, else {}."""
+        path = self.root / KIT_MANIFEST
+        if not path.is_file():
+            return {}
+        try:
+            import tomllib
+        except ModuleNotFoundError:  # Python 3.10
+            import tomli as tomllib
+        return tomllib.loads(path.read_text())
+
+    def catalogue(self) -> dict[str, Assignment]:
+        """Every assignment under assignments/, by name, loaded once."""
+        if self._catalogue is None:
+            folders = sorted(p.parent for p in (self.root / "assignments").glob("*/spec.py"))
+            self._catalogue = _load_all(folders, self)
+        return self._catalogue
+
+    def get(self, name: str) -> Assignment:
+        try:
+            return self.catalogue()[name]
+        except KeyError:
+            known = ", ".join(self.catalogue()) or "none"
+            raise UnknownAssignment(f"unknown assignment {name!r} (known: {known})") from None
 
 
 def aten_ops(*names: str) -> frozenset[str]:
@@ -200,6 +228,7 @@ class Assignment:
     check: Callable[[list[dict], list, str], Any] | None = None
     output_names: tuple[str, ...] = ()  # names of a tuple result's parts (dx, dw, db), for messages
     withheld_cases: int = 0  # hidden cases this copy of the course lacks (a student kit): counted, run at grading
+    course: Course | None = field(default=None, repr=False, compare=False)  # the course that loaded it (its secret, reference/)
 
     @property
     def public_cases(self) -> tuple[Case, ...]:
@@ -214,19 +243,27 @@ class Assignment:
     def max_points(self) -> float:
         return self.correctness_points + self.performance_points
 
+    @property
+    def shapes_secret(self) -> str | None:
+        """The secret its graded random shapes come from: its course's (None in a student kit, or
+        for a spec no course loaded)."""
+        return self.course.secret() if self.course is not None else None
+
     def reference_module(self, folder: Path | None = None) -> Path:
         """<folder>/<name>.py: the reference kernel, in the course's reference/ unless the
         grading context names another folder (`grader grade --reference-dir`)."""
-        return Path(folder or course_root() / "reference") / f"{self.name}.py"
+        course = self.course.reference if self.course is not None else self.folder.parent.parent / "reference"
+        return Path(folder or course) / f"{self.name}.py"
 
 
 class UnknownAssignment(KeyError):
     pass
 
 
-def _load_spec(folder: Path) -> Assignment:
+def _load_spec(folder: Path, course: Course | None = None, withheld: int = 0) -> Assignment:
     """assignments/<name>/spec.py's SPEC with its hidden cases, checked (validate): a spec that
-    does not import or breaks a rule is a SpecError naming the file, never a half-loaded assignment."""
+    does not import or breaks a rule is a SpecError naming the file, never a half-loaded assignment.
+    `course`: the course loading it (its secret, reference/); `withheld`: the hidden cases a kit lacks."""
     module = _run_file(folder / "spec.py", f"grader_assignment_{folder.name}")
     assignment = getattr(module, "SPEC", None)
     if not isinstance(assignment, Assignment):
@@ -236,8 +273,8 @@ def _load_spec(folder: Path) -> Assignment:
         got = type(assignment.cases).__name__
         raise SpecError({folder / "spec.py": [f"SPEC.cases must be a tuple of Case(...), not a {got}"]})
     hidden = _load_hidden(folder) if (folder / "hidden.py").is_file() else ()
-    withheld = kit_manifest().get("assignments", {}).get(folder.name, {}).get("hidden_cases", 0)
-    loaded = replace(assignment, folder=folder, cases=assignment.cases + hidden, withheld_cases=int(withheld))
+    loaded = replace(assignment, folder=folder, cases=assignment.cases + hidden, withheld_cases=withheld,
+                     course=course)
     validate(loaded)
     return loaded
 
@@ -265,32 +302,15 @@ def _load_hidden(folder: Path) -> tuple[Case, ...]:
     return tuple(replace(c, hidden=True) for c in cases)
 
 
-_CATALOGUE: dict[str, Assignment] | None = None
-
-
-def catalogue() -> dict[str, Assignment]:
-    """Every assignment under COURSE_ROOT/assignments, by name, loaded once."""
-    global _CATALOGUE
-    if _CATALOGUE is None:
-        folders = sorted(p.parent for p in (course_root() / "assignments").glob("*/spec.py"))
-        _CATALOGUE = _load_all(folders)
-    return _CATALOGUE
-
-
-def get(name: str) -> Assignment:
-    try:
-        return catalogue()[name]
-    except KeyError:
-        known = ", ".join(catalogue()) or "none"
-        raise UnknownAssignment(f"unknown assignment {name!r} (known: {known})") from None
-
-
-def _load_all(folders: list[Path]) -> dict[str, Assignment]:
-    """Every folder's assignment; every broken spec said at once (one SpecError), none dropped."""
+def _load_all(folders: list[Path], course: Course | None = None) -> dict[str, Assignment]:
+    """Every folder's assignment, loaded for `course`; every broken spec said at once (one
+    SpecError), none dropped."""
+    withheld = course.kit_manifest().get("assignments", {}) if course is not None else {}
     loaded, broken = {}, {}
     for folder in folders:
         try:
-            loaded[folder.name] = _load_spec(folder)
+            hidden = int(withheld.get(folder.name, {}).get("hidden_cases", 0))
+            loaded[folder.name] = _load_spec(folder, course, hidden)
         except SpecError as exc:
             broken.update(exc.broken)
     if broken:

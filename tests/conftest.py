@@ -25,6 +25,11 @@ atexit.register(shutil.rmtree, _KEPT, True)
 os.environ.setdefault("GRADER_CACHE_DIR", _KEPT)
 os.environ.setdefault("GRADER_WARM_SECONDS", "0")
 
+from grader.settings import Settings  # noqa: E402 (after the environment above)
+from grader.spec import Course  # noqa: E402
+
+COURSE = Course.find(Settings())  # the repository's course, as a command run here finds it: loaded once for every test
+
 
 def has_gpu() -> bool:
     try:

@@ -103,13 +103,15 @@ def attack(job: Path, isolation, course: Path, roster: Path, beside: Path, forke
     from grader.protocol import Contender, Load
     from grader.sandbox.process import WorkerProcess
 
-    if forked is not None:
-        os.environ["GRADER_ZYGOTE"] = "1" if forked else "0"
+    from grader.settings import Settings, WarmStarts
+
     repo = job / "repo"
     repo.mkdir(parents=True)
     (repo / "attack.py").write_text(ATTACK.format(course=str(course), roster=str(roster), beside=str(beside),
                                                     outer=os.readlink("/proc/self/ns/mnt")))
-    worker = WorkerProcess(repo, job / "scratch", interpret=True, isolation=isolation, writable=[job / "outputs"], job=job)
+    settings = Settings(warm=WarmStarts(fork_server=forked is not False))
+    worker = WorkerProcess(repo, job / "scratch", interpret=True, isolation=isolation, writable=[job / "outputs"], job=job,
+                           settings=settings)
     try:
         reply = worker.request(Load({"s": Contender(str(repo), "attack.py", "f")}), 300)
     finally:
@@ -148,8 +150,8 @@ def grade(repo: Path, cases: tuple[str, ...], assignments: tuple[str, ...] = ("s
     from grader.submission import open_submission
 
     start = time.monotonic()
-    run = open_session(GradingContext("cpu", 424242, cases, ("float32",), 20)).grade(
-        open_submission(repo), [specs.get(a) for a in assignments])
+    session = open_session(GradingContext("cpu", 424242, cases, ("float32",), 20))
+    run = session.grade(open_submission(repo), [session.course.get(a) for a in assignments])
     results = run.to_gradescope()
     return {"seconds": time.monotonic() - start, "isolation": run.environment["isolation"],
             "tests": {t["name"]: [t["outcome"], t["output"][:600]] for t in results["tests"]}}

@@ -15,6 +15,7 @@ from grader.batch.store import store_record
 from grader.judge.context import GradingContext
 from grader.results import AssignmentResult, TestResult
 from grader.batch.workspace import Lock, Pinned
+from conftest import COURSE
 
 
 @pytest.fixture
@@ -37,7 +38,7 @@ def options(out: Path, seed: int | None = 3, cases=("n=1",), dtypes=("float32",)
     """The batch's options as `grader grade` makes them: the context fixed first (the seed as the CLI picks it)."""
     ctx = GradingContext(device, class_seed(out, seed), tuple(cases) if cases else None, tuple(dtypes) if dtypes else None,
                          timeout, isolation=isolation)
-    return replace(BatchOptions(out, ["vector_add"], ctx, [None], "cpu-interpreter"), **kw)
+    return replace(BatchOptions(out, ["vector_add"], ctx, [None], "cpu-interpreter", catalogue=COURSE), **kw)
 
 
 def grade_everyone(lock, opts: BatchOptions, status: str = "graded") -> None:
@@ -114,7 +115,6 @@ def test_a_job_carries_what_it_is_graded_with_and_its_full_key(lock, tmp_path):
     import grader
     from grader import spec as specs
     from grader.batch.jobs import spec_fingerprint
-    from grader.spec import course_root
 
     out = tmp_path / "out"
     plan = plan_batch(lock, options(out, timeout=7.0))
@@ -123,8 +123,8 @@ def test_a_job_carries_what_it_is_graded_with_and_its_full_key(lock, tmp_path):
     ctx = job.grading_context()
     assert (job.out, job.seed, job.device, ctx.cases, ctx.dtypes, ctx.call_timeout) == (str(out.resolve()), 3, "cpu", ("n=1",), ("float32",), 7.0)
     assert job.notes == ["late by 2 commits"] and job.notes is not lock.students[0].notes
-    reference = course_root() / "reference" / "vector_add.py"
-    assert job.key == {"commit": "a1", "spec": spec_fingerprint(specs.get("vector_add"), reference), "grader": grader.__version__,
+    reference = COURSE.root / "reference" / "vector_add.py"
+    assert job.key == {"commit": "a1", "spec": spec_fingerprint(COURSE.get("vector_add"), reference), "grader": grader.__version__,
                        "gpu_model": "cpu-interpreter",
                        "options": {"device": "cpu", "cases": ["n=1"], "dtypes": ["float32"], "timeout": 7.0, "seed": 3,
                                    "isolation": "sandbox"}}

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import COURSE, REPO_ROOT
 from grader.batch.executors import LocalExecutor, Scheduler
 from grader.batch.jobs import Job, job_key, new_record, spec_fingerprint
 from grader.batch.store import failed_path, is_reusable, log_path, read_json, record_path, store_record
@@ -148,7 +148,7 @@ def test_resume_reuses_only_a_real_grade_with_the_same_key(tmp_path):
 def test_key_follows_the_spec_and_reference_files(tmp_path, monkeypatch):
     from grader import spec as specs
 
-    real = specs.get("vector_add")
+    real = COURSE.get("vector_add")
     folder = tmp_path / "vector_add"
     folder.mkdir()
     (folder / "spec.py").write_text((Path(real.folder) / "spec.py").read_text())
@@ -157,6 +157,7 @@ def test_key_follows_the_spec_and_reference_files(tmp_path, monkeypatch):
     class Spec:
         name = "vector_add"
         reference_module = real.reference_module
+        shapes_secret = None  # its course has no secret
 
     Spec.folder = folder
     spec = Spec()

@@ -7,12 +7,13 @@ from grader.judge.context import GradingContext
 from grader.judge.grade import _bounds_check
 from grader.judge.session import open_session
 from grader.submission import open_submission
+from conftest import COURSE
 
 
 def _check(submission, tmp_path, fixture):
     sub = open_submission(submission(fixture))
     sub.private_copy(tmp_path / "work" / "repo")
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     return _bounds_check(open_session(GradingContext("cuda", seed=4)), spec, sub.target(spec), tmp_path / "work", 60)
 
 
@@ -45,7 +46,7 @@ def test_the_replay_worker_sees_no_more_than_the_gpu_worker(submission, tmp_path
     monkeypatch.setattr(workers, "WorkerProcess", spy)
     sub = open_submission(submission("good"))
     sub.private_copy(tmp_path / "work" / "repo")
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     ctx = GradingContext("cuda", seed=4, hide=("/srv/course-references",))
     result = _bounds_check(open_session(ctx), spec, sub.target(spec), tmp_path / "work", 60, hide=[sub.root.parent])
     assert result.outcome == "skipped" and "not started in this test" in result.message

@@ -22,15 +22,16 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import FIXTURES, REPO_ROOT
+from conftest import COURSE, FIXTURES, REPO_ROOT
 from grader import spec as specs
+from grader.spec import Course
 from grader.codec import storage_of
 from grader.judge.plan import make_inputs
 from grader.judge.verdict import judge_call, judge_runs
 from grader.results import Outcome
 
 GOOD = FIXTURES / "good"
-NAMES = sorted(specs.catalogue())
+NAMES = sorted(COURSE.catalogue())
 
 
 def _where(path: Path, course: Path) -> str:
@@ -177,7 +178,7 @@ from grader import spec as specs
 verdicts = {{}}
 import random
 for folder, module, every in json.loads(sys.argv[1]):
-    spec = specs._load_spec(Path(folder))
+    spec = specs._load_spec(Path(folder), specs.Course(Path(folder).parent.parent))
     try:
         cases = [*spec.cases, *spec.random_cases(random.Random(0))] if every else [None]
         for one in cases:  # every case: the first that fails, else the last
@@ -207,45 +208,45 @@ def grade_in_interpreter(jobs: list[tuple[Path, Path]], every_case: bool = False
 
 @pytest.fixture(scope="module")
 def good_verdicts() -> dict[str, list[str]]:
-    jobs = [(specs.get(n).folder, GOOD / specs.get(n).module) for n in NAMES if (GOOD / specs.get(n).module).is_file()]
+    jobs = [(COURSE.get(n).folder, GOOD / COURSE.get(n).module) for n in NAMES if (GOOD / COURSE.get(n).module).is_file()]
     return grade_in_interpreter(jobs)
 
 
 # -- the catalogue ----------------------------------------------------------------------------------
 
 def test_the_catalogue_is_the_assignment_folders():
-    folders = sorted(p.parent.name for p in (specs.course_root() / "assignments").glob("*/spec.py"))
+    folders = sorted(p.parent.name for p in (COURSE.root / "assignments").glob("*/spec.py"))
     assert NAMES == folders and "vector_add" in NAMES
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_spec_is_complete(name):
-    problems = spec_problems(specs.get(name), specs.course_root())
+    problems = spec_problems(COURSE.get(name), COURSE.root)
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_handout(name):
-    problems = handout_problems(specs.get(name), specs.course_root())
+    problems = handout_problems(COURSE.get(name), COURSE.root)
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_starter(name):
-    problems = starter_problems(specs.get(name), specs.course_root())
+    problems = starter_problems(COURSE.get(name), COURSE.root)
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_reference_exports_the_function(name):
-    problems = reference_problems(specs.get(name), specs.course_root())
+    problems = reference_problems(COURSE.get(name), COURSE.root)
     assert not problems, "\n".join(problems)
 
 
 @pytest.mark.parametrize("name", NAMES)
 def test_good_fixture_passes_in_the_interpreter(name, good_verdicts):
-    spec = specs.get(name)
-    problems = fixture_problems(spec, specs.course_root(), GOOD)
+    spec = COURSE.get(name)
+    problems = fixture_problems(spec, COURSE.root, GOOD)
     assert not problems, "\n".join(problems)
     outcome, case, message = good_verdicts[name]
     assert outcome == Outcome.PASSED, f"tests/fixtures/good/{spec.module}: {spec.function}() is {outcome} on {case} [float32]: {message}"
@@ -253,9 +254,9 @@ def test_good_fixture_passes_in_the_interpreter(name, good_verdicts):
 
 @pytest.fixture(scope="module")
 def reference_verdicts() -> dict[str, list[str]]:
-    course = specs.course_root()
-    return grade_in_interpreter([(specs.get(n).folder, reference_file(specs.get(n), course)) for n in NAMES
-                                 if specs.get(n).performance and reference_file(specs.get(n), course).is_file()],
+    course = COURSE.root
+    return grade_in_interpreter([(COURSE.get(n).folder, reference_file(COURSE.get(n), course)) for n in NAMES
+                                 if COURSE.get(n).performance and reference_file(COURSE.get(n), course).is_file()],
                                every_case=True)
 
 
@@ -293,16 +294,15 @@ def _course_with_a_new_assignment(tmp_path: Path, monkeypatch) -> tuple[Path, Pa
             (course / "reference" / f"{NEW}.py", (REPO_ROOT / "reference" / "vector_add.py").read_text()),
             (fixtures / "kernels" / f"{NEW}.py", (GOOD / "kernels" / "vector_add.py").read_text())]:
         path.write_text(text.replace("vector_add", NEW))
-    monkeypatch.setattr(specs, "COURSE_ROOT", course)
-    monkeypatch.setattr(specs, "_CATALOGUE", None)
     monkeypatch.delenv("GRADER_REFERENCE_DIR", raising=False)
     return course, fixtures
 
 
 def test_adding_an_assignment_is_one_folder_plus_its_reference(tmp_path, monkeypatch):
     course, fixtures = _course_with_a_new_assignment(tmp_path, monkeypatch)
-    assert sorted(specs.catalogue()) == ["vector_add", NEW]
-    spec = specs.get(NEW)
+    catalogue = Course(course)
+    assert sorted(catalogue.catalogue()) == ["vector_add", NEW]
+    spec = catalogue.get(NEW)
     assert (spec.function, spec.module, spec.folder) == (NEW, f"kernels/{NEW}.py", course / "assignments" / NEW)
     assert spec.reference_module() == course / "reference" / f"{NEW}.py"  # where the grader times it from
     assert static_problems(spec, course, fixtures) == []
@@ -311,34 +311,36 @@ def test_adding_an_assignment_is_one_folder_plus_its_reference(tmp_path, monkeyp
 
 def test_each_missing_part_is_named_with_where_to_add_it(tmp_path, monkeypatch):
     course, fixtures = _course_with_a_new_assignment(tmp_path, monkeypatch)
+    catalogue = Course(course)
     folder = course / "assignments" / NEW
     (folder / "README.md").unlink()
     shutil.rmtree(folder / "starter")
     (course / "reference" / f"{NEW}.py").unlink()
     (fixtures / "kernels" / f"{NEW}.py").unlink()
-    spec = specs.get(NEW)
+    spec = catalogue.get(NEW)
     assert static_problems(spec, course, fixtures) == [
         f"assignments/{NEW}/README.md: the handout is missing (what to write, the signature, the points)",
         f"assignments/{NEW}/starter/kernels/{NEW}.py: the starter is missing (the module students start from, at the path SPEC.module names)",
         f"reference/{NEW}.py: the reference solution is missing (it must export {NEW}())",
         f"{fixtures / 'kernels' / f'{NEW}.py'}: the good fixture is missing (a correct kernels/{NEW}.py that defines {NEW}())",
     ]
-    assert static_problems(specs.get("vector_add"), course, fixtures) == []  # the others are untouched
+    assert static_problems(catalogue.get("vector_add"), course, fixtures) == []  # the others are untouched
 
 
 def test_a_wrong_part_is_named_too(tmp_path, monkeypatch):
     course, fixtures = _course_with_a_new_assignment(tmp_path, monkeypatch)
+    catalogue = Course(course)
     spec_file = course / "assignments" / NEW / "spec.py"
     intact = spec_file.read_text()
     spec_file.write_text(intact.replace("correctness_points=6", "correctness_points=0"))
     with pytest.raises(specs.SpecError) as refused:  # a spec that breaks the contract is refused at load
-        specs.get(NEW)
+        catalogue.get(NEW)
     assert refused.value.broken == {spec_file: ["SPEC.correctness_points must be above 0 (got 0)"]}
     spec_file.write_text(intact)
     (course / "reference" / f"{NEW}.py").write_text(f"def not_{NEW}(x, y):\n    return x + y\n")
     broken = fixtures / "kernels" / f"{NEW}.py"
     broken.write_text(broken.read_text().replace("x + y", "x - y"))
-    spec = specs.get(NEW)
+    spec = catalogue.get(NEW)
     assert static_problems(spec, course, fixtures) == [f"reference/{NEW}.py: the reference does not export {NEW}()"]
     outcome, case, message = grade_in_interpreter([(spec.folder, broken)])[NEW]  # failed, with the judge's reason
     assert (outcome, case) == (Outcome.FAILED, "n=1") and "1 of 1 elements wrong" in message, message

@@ -9,7 +9,7 @@ import threading
 
 import pytest
 
-from conftest import FIXTURES, build_submission, run_cli
+from conftest import COURSE, FIXTURES, build_submission, run_cli
 from test_check_batch_agree import differences
 
 from grader import spec as specs
@@ -29,7 +29,7 @@ def test_assignments_graded_at_once_give_the_same_results_as_one_after_another(t
     for fixture in ("torch_softmax", "dropout_no_scale"):
         shutil.copytree(FIXTURES / fixture, repo, dirs_exist_ok=True)
     sub = open_submission(repo)
-    chosen = [specs.get(a) for a in ASSIGNMENTS]
+    chosen = [COURSE.get(a) for a in ASSIGNMENTS]
     ctx = GradingContext("cpu", 5, dtypes=("float32",))
     threads: set[str] = set()
 

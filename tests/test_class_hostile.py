@@ -410,10 +410,14 @@ NOBODY_SCRIPT = textwrap.dedent("""
     sys.path.insert(0, sys.argv[1])
     from grader.batch.similarity import update_similarity
     from grader.batch.workspace import Lock, Pinned
+    from grader.settings import Settings
+    from grader.spec import Course
+
+    COURSE = Course.find(Settings())
 
     def compare(root, names):
         students = [Pinned(n, None, "fetched", path=f"repos/{n}", commit=n[0] * 40) for n in names]
-        view = SimpleNamespace(assignments=["vector_add"], course=None, similarity={}, similarity_meta={})
+        view = SimpleNamespace(assignments=["vector_add"], course=None, catalogue=COURSE, similarity={}, similarity_meta={})
         update_similarity(view, root / "out", Lock(students, "now", root=root))
         return view.similarity_meta["per_assignment"]["vector_add"]
 

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 
-from conftest import FIXTURES, has_gpu
+from conftest import COURSE, FIXTURES, has_gpu
 from grader import spec as specs
 
 pytestmark = [pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter"), pytest.mark.slow]
@@ -29,12 +29,12 @@ def test_good_submission_passes_every_check(submission, cli):
     # each assignment is still out of its spec's whole total (bf16 and speed need a GPU)
     graded = run.results["extra_data"]["assignments"]
     assert set(graded) == {"vector_add", "softmax"}
-    total = sum(specs.get(name).max_points for name in graded)
+    total = sum(COURSE.get(name).max_points for name in graded)
     assert run.results["max_score"] == total == 30
     expected = sum(t["max_score"] for t in run.results["tests"] if t["outcome"] == "passed")
     assert run.results["score"] == round(expected, 2)
     ran = sum(1 for t in run.results["tests"] if "correctness" in t["tags"])
-    assert abs(expected - sum(specs.get(n).correctness_points * 2 / 3 for n in graded)) <= 0.01 * ran  # shares differ by a cent at most
+    assert abs(expected - sum(COURSE.get(n).correctness_points * 2 / 3 for n in graded)) <= 0.01 * ran  # shares differ by a cent at most
     assert graded["softmax"]["skipped_points"] == round(graded["softmax"]["max_score"] - graded["softmax"]["score"], 2)
     assert abs(graded["softmax"]["skipped_points"] - 12) <= 0.1  # 8 speed points and a third of 12, to the cent
     env = run.results["extra_data"]["environment"]

@@ -14,12 +14,13 @@ from grader.judge.verdict import judge_call
 from grader.judge.mismatch import contiguous_reading
 from grader.codec import storage_of
 from grader.judge.plan import make_inputs
+from conftest import COURSE
 
 COMPUTE = ["matmul_relu", "flash_attention", "conv2d"]
 
 
 def _judge(name, case_name, dtype, out, seed=0):
-    spec = specs.get(name)
+    spec = COURSE.get(name)
     case = next(c for c in spec.cases if c.name == case_name)
     inputs = make_inputs(spec, case, dtype, seed)
     saved = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -84,7 +85,7 @@ IN_FLOAT32 = {
 
 @pytest.mark.parametrize("name", COMPUTE)
 def test_float32_accumulation_rounded_once_passes_in_every_dtype(name):
-    spec = specs.get(name)
+    spec = COURSE.get(name)
     for dtype in ("float32", "float16", "bfloat16"):
         verdict = _judge(name, spec.cases[2].name, dtype, IN_FLOAT32[name])
         assert verdict.outcome == "passed", (dtype, verdict.message)
@@ -95,7 +96,7 @@ def test_calling_torch_is_a_forbidden_op(name):
     """The vendor call (torch's own way to compute the answer) dispatches a flagged op."""
     from grader.worker.server import _OpRecorder
 
-    spec = specs.get(name)
+    spec = COURSE.get(name)
     inputs = make_inputs(spec, spec.cases[2], "float16", 0)
     ops: Counter = Counter()
     with _OpRecorder(ops):
@@ -230,7 +231,7 @@ def test_contiguous_reading_of_views():
 
 
 def test_flops_are_reported_for_the_compute_bound_assignments():
-    mm, attn, conv = (specs.get(n).performance for n in COMPUTE)
+    mm, attn, conv = (COURSE.get(n).performance for n in COMPUTE)
     assert mm.flops(mm.case.params, torch.float16) == 2 * 4096**3
     p = attn.case.params
     assert p["causal"] and attn.flops(p, torch.float16) == 4 * 4 * 32 * 4096 * 4096 * 64 // 2
@@ -239,7 +240,7 @@ def test_flops_are_reported_for_the_compute_bound_assignments():
     # 750 TFLOP/s) the memory-bound ones are held back by bandwidth, the compute-bound ones by the GEMM peak
     from grader.judge.perf import floor_ms
 
-    for name, s in specs.catalogue().items():
+    for name, s in COURSE.catalogue().items():
         perf = s.performance
         if perf is None:
             continue
@@ -265,7 +266,7 @@ def test_references_import_and_export_the_student_function():
     import importlib.util
 
     for name in COMPUTE:
-        spec = specs.get(name)
+        spec = COURSE.get(name)
         loader = importlib.util.spec_from_file_location(f"reference_{name}", spec.reference_module())
         module = importlib.util.module_from_spec(loader)
         loader.loader.exec_module(module)
@@ -281,7 +282,7 @@ def test_gpu_reference_is_correct_and_reported_in_tflops(tmp_path, cli, name, ca
     to see the figures (student = the reference here, so its ratio is about 1)."""
     import shutil
 
-    spec = specs.get(name)
+    spec = COURSE.get(name)
     repo = tmp_path / "ref"
     (repo / "kernels").mkdir(parents=True)
     shutil.copy(spec.reference_module(), repo / "kernels" / f"{name}.py")

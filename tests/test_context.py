@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, has_gpu
+from conftest import COURSE, REPO_ROOT, has_gpu
 from grader import spec as specs
 from grader.batch.jobs import Job
 from grader.judge.context import ContextError, GradingContext, resolve
@@ -48,14 +48,14 @@ def test_the_references_and_the_given_folders_are_hidden_from_workers(tmp_path):
     out = tmp_path / "out"
     ctx = resolve("cpu", hide=[out], reference_dir=refs)
     assert ctx.hide == (str(out.resolve()), str(refs.resolve()))
-    assert ctx.reference_module(specs.get("softmax")) == refs.resolve() / "softmax.py"
+    assert ctx.reference_module(COURSE.get("softmax")) == refs.resolve() / "softmax.py"
     default = resolve("cpu")  # the course's own reference/ when no folder is given
-    assert default.reference_module(specs.get("softmax")) == specs.course_root() / "reference" / "softmax.py"
+    assert default.reference_module(COURSE.get("softmax")) == COURSE.root / "reference" / "softmax.py"
     assert str((REPO_ROOT / "reference").resolve()) in default.hide
 
 
 def test_timeouts_and_plans_come_from_the_context_then_the_spec():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     plain = GradingContext("cpu", 5)
     assert plain.call_timeout_for(spec) == spec.call_timeout_s and plain.import_timeout_for(spec) == spec.import_timeout_s
     short = GradingContext("cpu", 5, call_timeout=3.0, import_timeout=4.0)

@@ -15,19 +15,23 @@ import pytest
 
 from conftest import REPO_ROOT
 from grader.judge.devicelock import device_id, gpu_phase, timing_lock
+from grader.settings import Settings, from_environment
 
 
-@pytest.fixture(autouse=True)
-def private_lock_dir(tmp_path, monkeypatch):
+@pytest.fixture
+def settings(tmp_path, monkeypatch) -> Settings:
+    """The settings the locks are given: the test's own lock folder (also in the environment, which
+    a second process reads its settings from)."""
     monkeypatch.setenv("GRADER_LOCK_DIR", str(tmp_path / "locks"))
+    return from_environment({"GRADER_LOCK_DIR": str(tmp_path / "locks")})
 
 
-def test_device_id_is_the_first_visible_gpu(monkeypatch):
-    monkeypatch.delenv("CUDA_VISIBLE_DEVICES", raising=False)
-    assert device_id(None) == "0" and device_id("3") == "3" and device_id("2,3") == "2"
-    monkeypatch.setenv("CUDA_VISIBLE_DEVICES", "5,6")
-    assert device_id(None) == "5"
-    assert device_id("GPU-1b2c/../x") == "GPU-1b2c____x"
+def test_device_id_is_the_first_visible_gpu():
+    unset = from_environment({})
+    assert device_id(None, unset) == "0" and device_id("3", unset) == "3" and device_id("2,3", unset) == "2"
+    visible = from_environment({"CUDA_VISIBLE_DEVICES": "5,6"})
+    assert device_id(None, visible) == "5" and device_id("3", visible) == "3"
+    assert device_id("GPU-1b2c/../x", unset) == "GPU-1b2c____x"
 
 
 def lock_file(gpu: str, part: str) -> Path:
@@ -49,26 +53,26 @@ def wait_until_blocked(path: Path, waiters: int = 1, pid: int | None = None) -> 
         time.sleep(0.01)
 
 
-def test_correctness_calls_share_a_gpu_and_timing_waits_for_them():
+def test_correctness_calls_share_a_gpu_and_timing_waits_for_them(settings):
     events = []
     in_call = threading.Event()
     release = threading.Event()
 
     def call(name):
-        with gpu_phase("0", exclusive=False):
+        with gpu_phase("0", False, settings):
             events.append(f"{name} in")
             in_call.set()
             release.wait()
             events.append(f"{name} out")
 
     def timing():
-        with timing_lock("0"):
+        with timing_lock("0", settings):
             events.append("timing")
 
     a = threading.Thread(target=call, args=("a",))
     a.start()
     assert in_call.wait(60)
-    with gpu_phase("0", exclusive=False):  # a second call gets in beside the first
+    with gpu_phase("0", False, settings):  # a second call gets in beside the first
         events.append("b in")
     t = threading.Thread(target=timing)
     t.start()
@@ -80,23 +84,23 @@ def test_correctness_calls_share_a_gpu_and_timing_waits_for_them():
     assert events == ["a in", "b in", "a out", "timing"]
 
 
-def test_waiting_timing_phase_holds_new_calls_back():
+def test_waiting_timing_phase_holds_new_calls_back(settings):
     order = []
     first_in = threading.Event()
     release = threading.Event()
 
     def long_call():
-        with gpu_phase("0", exclusive=False):
+        with gpu_phase("0", False, settings):
             first_in.set()
             release.wait()
         order.append("long call done")
 
     def timing():
-        with timing_lock("0"):
+        with timing_lock("0", settings):
             order.append("timing")
 
     def late_call():
-        with gpu_phase("0", exclusive=False):
+        with gpu_phase("0", False, settings):
             order.append("late call")
 
     threads = [threading.Thread(target=long_call)]
@@ -116,28 +120,29 @@ def test_waiting_timing_phase_holds_new_calls_back():
     assert order.index("timing") < order.index("late call")
 
 
-def test_other_gpus_and_the_interpreter_are_not_held():
+def test_other_gpus_and_the_interpreter_are_not_held(settings):
     done = []
 
     def other_gpu():
-        with timing_lock("1"):
+        with timing_lock("1", settings):
             done.append("gpu 1")
 
-    with timing_lock("0"):
+    with timing_lock("0", settings):
         t = threading.Thread(target=other_gpu)
         t.start()
         t.join(60)  # not held: it goes at once (a wrong lock would keep it waiting until the end)
         assert not t.is_alive()
-        with gpu_phase("0", exclusive=True, enabled=False):  # the CPU interpreter takes no lock
+        with gpu_phase("0", True, settings, enabled=False):  # the CPU interpreter takes no lock
             done.append("interpreter")
     assert done == ["gpu 1", "interpreter"]
 
 
-def test_a_timing_phase_in_another_process_excludes_this_one(tmp_path):
+def test_a_timing_phase_in_another_process_excludes_this_one(tmp_path, settings):
     script = textwrap.dedent("""
         import sys
         from grader.judge.devicelock import timing_lock
-        with timing_lock("0"):
+        from grader.settings import current
+        with timing_lock("0", current()):
             print("held", flush=True)
             sys.stdin.readline()  # held until told to let go
     """)
@@ -148,7 +153,7 @@ def test_a_timing_phase_in_another_process_excludes_this_one(tmp_path):
         got = threading.Event()
 
         def take():
-            with timing_lock("0"):
+            with timing_lock("0", settings):
                 got.set()
 
         t = threading.Thread(target=take)
@@ -164,26 +169,26 @@ def test_a_timing_phase_in_another_process_excludes_this_one(tmp_path):
         proc.wait(60)
 
 
-def test_a_call_says_how_long_it_waited_behind_a_timing_phase():
+def test_a_call_says_how_long_it_waited_behind_a_timing_phase(settings):
     """The job's record tells the calls' wait for the GPU apart from their own time."""
     waits: list[float] = []
-    with gpu_phase("0", exclusive=False, waited=waits.append):
+    with gpu_phase("0", False, settings, waited=waits.append):
         pass
     assert len(waits) == 1 and waits[0] < 0.5  # nobody else: no wait
     timing_in = threading.Event()
 
     def timing():
-        with timing_lock("0"):
+        with timing_lock("0", settings):
             timing_in.set()
             time.sleep(0.6)
 
     holder = threading.Thread(target=timing)
     holder.start()
     assert timing_in.wait(60)
-    with gpu_phase("0", exclusive=False, waited=waits.append):
+    with gpu_phase("0", False, settings, waited=waits.append):
         pass
     holder.join(60)
     assert waits[1] >= 0.4  # the call waited for the timing phase to end
-    with gpu_phase("0", exclusive=False, enabled=False, waited=waits.append):
+    with gpu_phase("0", False, settings, enabled=False, waited=waits.append):
         pass
     assert len(waits) == 2  # the interpreter holds nothing and waits for nothing

@@ -20,6 +20,7 @@ from grader.judge.verdict import judge_call, judge_runs
 from grader.codec import storage_of
 from grader.judge.plan import make_inputs
 from grader.spec import Case, Tolerance
+from conftest import COURSE
 
 CASE = Case("hand-made", {})
 X = torch.tensor([1.0, -2.0, 0.5, 10.0, 0.0])
@@ -36,7 +37,7 @@ def synthetic(k: float, atol: float, rtol: float, torch_error: float):
         return out
 
     tol = Tolerance(k=k, atol={"float32": atol}, rtol={"float32": rtol})
-    return replace(specs.get("vector_add"), truth=lambda x, y: x + y, baseline=baseline, tolerance=tol, explain=None)
+    return replace(COURSE.get("vector_add"), truth=lambda x, y: x + y, baseline=baseline, tolerance=tol, explain=None)
 
 
 def judge(spec, out: torch.Tensor, dtype: str = "float32", reply: dict | None = None, expected_device: str = "cpu",
@@ -101,8 +102,8 @@ def test_nan_is_wrong_unless_the_reference_is_nan_there():
 def test_every_assignment_uses_the_documented_floors(dtype, atol, rtol):
     """The real vector_add spec: torch's error computed here in float64, the bound from the
     documented k and floors; 1% inside passes, 1% outside fails."""
-    spec = specs.get("vector_add")
-    assert all(s.tolerance == Tolerance() for s in specs.catalogue().values())  # no assignment overrides the rule
+    spec = COURSE.get("vector_add")
+    assert all(s.tolerance == Tolerance() for s in COURSE.catalogue().values())  # no assignment overrides the rule
     case = next(c for c in spec.cases if c.name == "n=129")
     inputs = make_inputs(spec, case, dtype, 0)
     x, y = inputs["x"], inputs["y"]
@@ -118,7 +119,7 @@ def test_every_assignment_uses_the_documented_floors(dtype, atol, rtol):
 
 
 def test_a_result_that_is_not_a_tensor_fails():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     saved = {"input.x": storage_of(X), "input.y": storage_of(Y)}  # the worker saved no output
     reply = {"device": "cpu", "dtype": None, "result_type": "NoneType"}
     verdict = judge_call(spec, CASE, "float32", {"x": X, "y": Y}, reply, saved, "cpu")
@@ -126,7 +127,7 @@ def test_a_result_that_is_not_a_tensor_fails():
 
 
 def test_a_tuple_assignment_given_one_tensor_fails():
-    spec = specs.get("layernorm_backward")
+    spec = COURSE.get("layernorm_backward")
     case = spec.cases[0]
     inputs = make_inputs(spec, case, "float32", 0)
     saved = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -137,7 +138,7 @@ def test_a_tuple_assignment_given_one_tensor_fails():
 
 
 def test_a_property_checked_assignment_fails_a_call_that_returned_no_tensor():
-    spec = specs.get("dropout")
+    spec = COURSE.get("dropout")
     case = next(c for c in spec.cases if c.name == "n=1025-p=0.3")
     inputs = make_inputs(spec, case, "float32", 0)
     saved = {"input.x": storage_of(inputs["x"])}
@@ -176,7 +177,7 @@ def test_an_input_changed_in_place_fails_even_when_the_result_is_right():
 
 def tuple_spec(names=("total", "difference")):
     """A function returning (x + y, x - y): each part judged on its own, in its own error model."""
-    return replace(specs.get("vector_add"), truth=lambda x, y: (x + y, x - y),
+    return replace(COURSE.get("vector_add"), truth=lambda x, y: (x + y, x - y),
                    baseline=lambda x, y: (x.double() + y.double(), x.double() - y.double()),
                    tolerance=Tolerance(k=2.0, atol={"float32": 1e-3}, rtol={"float32": 0.0}), explain=None, output_names=names)
 

@@ -6,6 +6,7 @@ import csv
 import io
 from types import SimpleNamespace
 
+from conftest import COURSE
 from grader.batch.classview import Cell, Row
 from grader.batch.exporters import EXPORTS, canvas_csv
 
@@ -13,7 +14,7 @@ from grader.batch.exporters import EXPORTS, canvas_csv
 def test_canvas_csv_header_points_row_and_a_student():
     alice = Row("alice@uni.edu", "alice", "fetched", name="Alice Liddell",
                 cells={"vector_add": Cell("vector_add", "graded", 4.5, 10.0), "softmax": Cell("softmax", "infra_error")})
-    view = SimpleNamespace(assignments=["vector_add", "softmax"], rows=[alice])
+    view = SimpleNamespace(assignments=["vector_add", "softmax"], rows=[alice], catalogue=COURSE)
     rows = list(csv.reader(io.StringIO(canvas_csv(view))))
     # Canvas's import columns: Student, ID, SIS User ID, SIS Login ID, Section, then one per assignment
     assert rows[0] == ["Student", "ID", "SIS User ID", "SIS Login ID", "Section", "vector_add", "softmax"]

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from conftest import REPO_ROOT, has_gpu, run_cli
+from conftest import COURSE, REPO_ROOT, has_gpu, run_cli
 from grader import spec as specs
 from grader.judge.feedback import group_failures, headline, points_line, run_total
 from grader.judge.context import GradingContext
@@ -36,7 +36,7 @@ cpu_only = pytest.mark.skipif(has_gpu(), reason="these expectations are for the 
 
 def _judge(name: str, case, dtype: str, out):
     """The judge's verdict on `out(spec, inputs)`: a tensor, or a tuple for a function with several results."""
-    spec = specs.get(name)
+    spec = COURSE.get(name)
     inputs = make_inputs(spec, case, dtype, 0)
     saved = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
     result = out(spec, inputs)
@@ -55,7 +55,7 @@ def _strided_cases():
     """(assignment, case, input name) for every named case with a non-contiguous tensor input,
     in every assignment judged against a reference (not a property check)."""
     found = []
-    for spec in specs.catalogue().values():
+    for spec in COURSE.catalogue().values():
         if spec.check is not None or spec.calls is not None:
             continue
         for case in spec.cases:
@@ -93,7 +93,7 @@ def test_reading_an_input_as_contiguous_is_named_as_a_stride_bug(assignment, cas
 
 
 def test_vector_add_strided_read_is_not_blamed_on_the_mask():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     case = next(c for c in spec.cases if c.name == "strided-n=65537")
     verdict = _judge("vector_add", case, "float32", lambda s, i: contiguous_reading(i["x"]) + i["y"])
     assert "reading x as if it were contiguous" in verdict.message and "x.stride() == (2,)" in verdict.message
@@ -102,7 +102,7 @@ def test_vector_add_strided_read_is_not_blamed_on_the_mask():
 
 def test_a_real_tail_bug_on_a_strided_input_is_still_a_tail_bug():
     # the other direction: strides read right, the last element never stored; the hypothesis must not fire
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     case = next(c for c in spec.cases if c.name == "strided-n=65537")
 
     def tail_missing(s, i):
@@ -118,7 +118,7 @@ def test_a_real_tail_bug_on_a_strided_input_is_still_a_tail_bug():
 # -- NaN and inf are counted ---------------------------------------------------------------
 
 def test_an_all_nan_output_says_how_many_elements_are_nan():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     case = next(c for c in spec.cases if c.name == "n=127")
     verdict = _judge("vector_add", case, "float32", lambda s, i: torch.full_like(i["x"], float("nan")))
     assert verdict.details.nan_elements == 127 and verdict.details.bad_elements == 127
@@ -126,7 +126,7 @@ def test_an_all_nan_output_says_how_many_elements_are_nan():
 
 
 def test_a_few_nan_and_inf_elements_are_counted_apart():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     case = next(c for c in spec.cases if c.name == "n=129")
 
     def some_bad(s, i):
@@ -148,11 +148,11 @@ def test_a_few_nan_and_inf_elements_are_counted_apart():
 def _planned(name="vector_add"):
     from grader.judge.plan import plan_calls
 
-    return plan_calls(specs.get(name), 1, True)[0]
+    return plan_calls(COURSE.get(name), 1, True)[0]
 
 
 def test_no_kernel_launched_is_not_a_pass():
-    check = OwnKernelCheck(specs.get("vector_add"))
+    check = OwnKernelCheck(COURSE.get("vector_add"))
     check.observe(_planned(), {"launches": {}, "ops": []}, passed=False)
     result = check.test()
     assert result.outcome != "passed"
@@ -160,7 +160,7 @@ def test_no_kernel_launched_is_not_a_pass():
 
 
 def test_a_launched_kernel_still_passes():
-    check = OwnKernelCheck(specs.get("vector_add"))
+    check = OwnKernelCheck(COURSE.get("vector_add"))
     check.observe(_planned(), {"launches": {"add_kernel": 1}, "ops": []}, passed=True)
     assert check.test().outcome == "passed"
 
@@ -197,7 +197,7 @@ def test_no_headline_when_one_case_is_right(tmp_path):
 # -- a partial run's points ------------------------------------------------------------------
 
 def test_a_partial_run_shows_its_share_out_of_the_assignments_total():
-    spec = specs.get("vector_add")  # 6 correctness points, here over a full run of 39 tests
+    spec = COURSE.get("vector_add")  # 6 correctness points, here over a full run of 39 tests
     planned = ["n=127 [float16]"] + [f"other-{i} [float32]" for i in range(38)]
     result = AssignmentResult("vector_add", "Vector addition", "m",
                               [TestResult("vector_add", "correctness", "n=127 [float16]", "passed", "", case="n=127", dtype="float16")])
@@ -216,7 +216,7 @@ def test_a_missing_module_is_one_not_submitted_result(tmp_path):
     repo = tmp_path / "repo"
     (repo / "kernels").mkdir(parents=True)
     sub = open_submission(repo)
-    spec = specs.get("softmax")
+    spec = COURSE.get("softmax")
     result = grade_assignment(open_session(GradingContext("cpu", 1)), sub, spec, tmp_path / "work")
     assert [t.name for t in result.tests if t.outcome != "skipped"] == ["not submitted"]
     (test,) = [t for t in result.tests if t.outcome != "skipped"]
@@ -267,16 +267,16 @@ def test_list_piped_or_narrow_shows_full_names():
         run = _grader("list", env={"COLUMNS": columns})
         assert run.returncode == 0
         assert "…" not in run.stdout
-        for s in specs.catalogue().values():
+        for s in COURSE.catalogue().values():
             assert f"{s.name}: {s.title}" in run.stdout and s.module in run.stdout and s.signature in run.stdout
 
 
 def test_list_json():
     run = _grader("list", "--json")
     data = json.loads(run.stdout)
-    assert [d["name"] for d in data] == list(specs.catalogue())
+    assert [d["name"] for d in data] == list(COURSE.catalogue())
     first = data[0]
-    spec = specs.get(first["name"])
+    spec = COURSE.get(first["name"])
     assert first["module"] == spec.module and first["correctness_points"] == spec.correctness_points
     assert first["named_cases"] == [c.name for c in spec.cases]
 
@@ -333,7 +333,7 @@ def test_untouched_starter_says_so_first_and_leaves_the_repo_clean(tmp_path):
 @cpu_only
 @pytest.mark.slow
 def test_replaying_one_case_reports_a_partial_score(submission, cli):
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     planned = (len(spec.cases) + 3) * len(spec.dtypes)
     run = cli(submission("good"), "-a", "vector_add", "--case", "n=127", "--dtype", "float16", "--seed", "4")
     assert run.returncode == 0, run.stdout + run.stderr

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from conftest import REPO_ROOT, has_gpu
+from conftest import COURSE, REPO_ROOT, has_gpu
 from grader import spec as specs
 
 cpu_only = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
@@ -27,7 +27,7 @@ def test_a_missing_function_is_one_not_submitted_result_worth_its_points(submiss
     assert [t["name"] for t in shown] == ["layernorm_backward: not submitted"], shown
     (test,) = shown
     assert "kernels/layernorm.py defines no function layer_norm_backward()" in test["output"]
-    spec = specs.get("layernorm_backward")
+    spec = COURSE.get("layernorm_backward")
     planned = len(spec.dtypes) * (len(spec.cases) + 3)
     # the one case that ran (of the full run's), float32 and float16 here: its share of the points, nothing earned
     assert test["score"] == 0 and test["max_score"] > 0
@@ -42,7 +42,7 @@ def test_a_missing_function_over_a_whole_run_is_worth_every_point(submission, tm
     from grader.judge.session import open_session
     from grader.submission import open_submission
 
-    spec = specs.get("layernorm_backward")
+    spec = COURSE.get("layernorm_backward")
     sub = open_submission(submission("layernorm_no_backward"))
     result = open_session(GradingContext("cpu", 1)).grade(sub, [spec]).assignments[0]
     bad = [t for t in result.tests if t.outcome != "skipped"]
@@ -72,7 +72,7 @@ def _judge(name: str, case_name: str, dtype: str, out, source: str = ""):
     from grader.judge.plan import make_inputs
     from grader.judge.verdict import judge_call
 
-    spec = specs.get(name)
+    spec = COURSE.get(name)
     case = next(c for c in spec.cases if c.name == case_name)
     inputs = make_inputs(spec, case, dtype, 0)
     saved = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -174,15 +174,15 @@ def test_a_kernel_that_stores_nan_is_told_it_computed_it(submission, cli):
 def test_every_named_case_has_a_shape_name_that_rebuilds_it():
     from grader.judge.shrink import shape_case, shape_name
 
-    for spec in specs.catalogue().values():
+    for spec in COURSE.catalogue().values():
         for case in spec.cases:
             name = shape_name(spec, case.params)
             assert name and name.startswith("shape="), (spec.name, case.name)
             assert shape_case(spec, name).params == case.params, (spec.name, case.name, name)
-    softmax = specs.get("softmax")
+    softmax = COURSE.get("softmax")
     assert shape_case(softmax, "shape=1x17").params == {"rows": 1, "cols": 17}
     assert shape_case(softmax, "shape=3x5,layout=sliced").params == {"rows": 3, "cols": 5, "layout": "sliced"}
-    assert shape_case(specs.get("rmsnorm"), "shape=16x40,large_rows=[3,11]").params["large_rows"] == [3, 11]
+    assert shape_case(COURSE.get("rmsnorm"), "shape=16x40,large_rows=[3,11]").params["large_rows"] == [3, 11]
     for bad in ("shape=1x", "shape=0x5", "shape=1x2x3", "shape=axb", "shape=1x2,=3", "1x17"):
         assert shape_case(softmax, bad) is None, bad
 
@@ -192,7 +192,7 @@ def test_the_search_keeps_the_kind_and_finds_the_boundary():
 
     from grader.judge.shrink import INVALID, ladder, search
 
-    softmax = specs.get("softmax")
+    softmax = COURSE.get("softmax")
     big = next(c for c in softmax.cases if c.name == "2x20000")
     tried = []
 
@@ -350,6 +350,6 @@ def test_the_interpreter_says_these_come_on_a_gpu():
     from grader.judge.session import open_session
     from grader.results import AssignmentResult
 
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     test = measure(open_session(GradingContext("cpu", 1)), spec, AssignmentResult("vector_add", "t", "m"), None, None, 1.0)
     assert test.outcome == "skipped" and "registers, spills, shared memory" in test.message and "roofline" in test.message

@@ -13,8 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from conftest import FIXTURES
+from conftest import COURSE, FIXTURES
 from grader.kit.gradescope import build_autograder
+from grader.spec import Course
 from grader.kit.release import ReleaseError
 
 SECRET = "gs-test-secret-0b7d"
@@ -25,11 +26,7 @@ VISIBILITY = {"hidden", "after_due_date", "after_published", "visible"}
 @pytest.fixture(scope="module")
 def autograder(tmp_path_factory):
     out = tmp_path_factory.mktemp("gs") / "autograder.zip"
-    os.environ["GRADER_COURSE_SECRET"] = SECRET
-    try:
-        members = build_autograder(out, ["vector_add"])
-    finally:
-        del os.environ["GRADER_COURSE_SECRET"]
+    members = build_autograder(out, ["vector_add"], catalogue=Course(COURSE.root, secret=SECRET))  # GRADER_COURSE_SECRET
     return out, members
 
 
@@ -158,7 +155,7 @@ def test_a_flat_upload_is_found_by_name(tmp_path):
     from grader import spec as specs
 
     sub = open_submission(tmp_path)
-    assert sub.target(specs.get("vector_add")) == ("vector_add.py", "vector_add")
-    assert sub.target(specs.get("layernorm")) == ("src/ln.py", "layer_norm")  # the student's own entry kept
-    assert sub.target(specs.get("softmax"))[0] == "kernels/softmax.py"
+    assert sub.target(COURSE.get("vector_add")) == ("vector_add.py", "vector_add")
+    assert sub.target(COURSE.get("layernorm")) == ("src/ln.py", "layer_norm")  # the student's own entry kept
+    assert sub.target(COURSE.get("softmax"))[0] == "kernels/softmax.py"
     assert locate_modules(tmp_path, ["vector_add"]) == []  # already named: nothing more to do

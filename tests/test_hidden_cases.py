@@ -5,13 +5,15 @@ from __future__ import annotations
 import hashlib
 import random
 import shutil
+from dataclasses import replace
 
 import pytest
 
-from conftest import REPO_ROOT
+from conftest import COURSE, REPO_ROOT
 from grader import spec as specs
 from grader.judge.grade import hidden_note
 from grader.judge.plan import cases_for, plan_calls
+from grader.settings import from_environment
 
 
 def _shape_seed(*parts: str) -> int:
@@ -21,7 +23,7 @@ def _shape_seed(*parts: str) -> int:
 
 def test_hidden_py_cases_are_graded_and_marked(monkeypatch):
     monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     hidden = [c.name for c in spec.cases if c.hidden]
     assert hidden[:2] == ["n=4095", "strided-n=3001-stride=3"] and spec.hidden_count == len(hidden) == 6
     assert "n=4095" not in (spec.folder / "spec.py").read_text()  # they live in hidden.py alone
@@ -29,34 +31,32 @@ def test_hidden_py_cases_are_graded_and_marked(monkeypatch):
     calls = plan_calls(spec, 1, interpret=True)
     assert {c.case.name for c in calls if c.case.hidden} == set(hidden)  # the TA's runs include them
     assert "6 of these cases are hidden from students" in hidden_note(spec)
-    assert hidden_note(specs.get("matmul_relu")) == ""
+    assert hidden_note(COURSE.get("matmul_relu")) == ""
 
 
-def test_random_shapes_come_from_the_secret_where_there_is_one(monkeypatch, tmp_path):
-    spec = specs.get("softmax")
-    monkeypatch.setattr(specs, "COURSE_ROOT", tmp_path)  # no assignments/course-secret.txt there
-    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
-    public = [c.name for c in cases_for(spec, 9) if c.name.startswith("random")]
+def test_random_shapes_come_from_the_secret_where_there_is_one(tmp_path):
+    spec = COURSE.get("softmax")
+
+    def randoms(course: specs.Course) -> list[str]:  # softmax's random cases, as loaded by `course`
+        return [c.name for c in cases_for(specs._load_spec(spec.folder, course), 9) if c.name.startswith("random")]
+
+    public = randoms(specs.Course(tmp_path))  # no assignments/course-secret.txt there
     assert public == [c.name for c in spec.random_cases(random.Random(_shape_seed("9", "softmax", "shapes")))]
-    monkeypatch.setenv("GRADER_COURSE_SECRET", "s3")
-    graded = [c.name for c in cases_for(spec, 9) if c.name.startswith("random")]
+    graded = randoms(specs.Course(tmp_path, secret="s3"))  # GRADER_COURSE_SECRET=s3
     assert graded == [c.name for c in spec.random_cases(random.Random(_shape_seed("9", "softmax", "shapes", "s3")))]
     assert graded != public  # a kit (no secret) cannot draw the graded shapes, even knowing the seed
-    assert graded == [c.name for c in cases_for(spec, 9) if c.name.startswith("random")]  # but they are replayable
-    monkeypatch.delenv("GRADER_COURSE_SECRET")
+    assert graded == randoms(specs.Course(tmp_path, secret="s3"))  # but they are replayable
     (tmp_path / "assignments").mkdir()
     (tmp_path / "assignments" / "course-secret.txt").write_text("s3\n")
-    assert [c.name for c in cases_for(spec, 9) if c.name.startswith("random")] == graded  # the file, same secret
+    assert randoms(specs.Course(tmp_path)) == graded  # the file, same secret
 
 
-def test_a_kit_knows_how_many_hidden_cases_it_lacks(monkeypatch, tmp_path):
+def test_a_kit_knows_how_many_hidden_cases_it_lacks(tmp_path):
     kit = tmp_path / "kit"
     shutil.copytree(REPO_ROOT / "assignments" / "vector_add", kit / "assignments" / "vector_add",
                     ignore=shutil.ignore_patterns("hidden.py", "starter", "__pycache__"))
     (kit / "grader-kit.toml").write_text('grader = "0.1.0"\n\n[assignments.vector_add]\nhidden_cases = 6\n')
-    monkeypatch.setattr(specs, "COURSE_ROOT", kit)
-    monkeypatch.setattr(specs, "_CATALOGUE", None)
-    spec = specs.get("vector_add")
+    spec = specs.Course(kit).get("vector_add")
     assert not any(c.hidden for c in spec.cases) and spec.withheld_cases == spec.hidden_count == 6
     assert hidden_note(spec).startswith("6 hidden case(s) of vector_add are not in this kit: they run at grading time")
 
@@ -66,10 +66,8 @@ def test_the_tas_course_wins_over_a_kit_around_the_working_directory(monkeypatch
     must still use the course installed beside the grader, never the student's copy of the specs."""
     (tmp_path / "grader-kit.toml").write_text("")
     monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("GRADER_COURSE", raising=False)
-    assert specs._find_course() == REPO_ROOT
-    monkeypatch.setenv("GRADER_COURSE", str(tmp_path / "elsewhere"))
-    assert specs._find_course() == tmp_path / "elsewhere"
+    assert specs.course_folder(from_environment({})) == REPO_ROOT
+    assert specs.course_folder(from_environment({"GRADER_COURSE": str(tmp_path / "elsewhere")})) == tmp_path / "elsewhere"
 
 
 def test_a_hidden_py_of_the_wrong_shape_says_so(tmp_path):
@@ -82,14 +80,11 @@ def test_a_hidden_py_of_the_wrong_shape_says_so(tmp_path):
 def test_resumed_grades_are_keyed_on_hidden_cases_and_the_secret(monkeypatch, tmp_path):
     from grader.batch.jobs import spec_fingerprint
 
-    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
-    monkeypatch.setattr(specs, "COURSE_ROOT", tmp_path)
-    spec = specs.get("vector_add")
+    spec = specs._load_spec(COURSE.get("vector_add").folder, specs.Course(tmp_path))  # no secret there
     plain = spec_fingerprint(spec, spec.reference_module())
-    monkeypatch.setenv("GRADER_COURSE_SECRET", "one")
-    one = spec_fingerprint(spec, spec.reference_module())
-    monkeypatch.setenv("GRADER_COURSE_SECRET", "two")
-    assert len({plain, one, spec_fingerprint(spec, spec.reference_module())}) == 3  # other random shapes: not the same grade
+    one = spec_fingerprint(replace(spec, course=specs.Course(tmp_path, secret="one")), spec.reference_module())
+    two = spec_fingerprint(replace(spec, course=specs.Course(tmp_path, secret="two")), spec.reference_module())
+    assert len({plain, one, two}) == 3  # other random shapes: not the same grade
     folder = tmp_path / "vector_add"
     shutil.copytree(spec.folder, folder, ignore=shutil.ignore_patterns("__pycache__"))
     object.__setattr__(spec, "folder", folder)
@@ -109,6 +104,6 @@ def test_the_secret_never_reaches_a_worker(monkeypatch, tmp_path):
     env = worker_env(tmp_path, interpret=True, gpu=None)
     assert "do-not-pass" not in "".join(env.values()) and "GRADER_COURSE_SECRET" not in env
     bound = [path for path, _ in sandbox_view(tmp_path, [], [])["binds"]]
-    assignments = str((specs.course_root() / "assignments").resolve())
+    assignments = str((COURSE.root / "assignments").resolve())
     # hidden.py files and the secret file: no bound folder holds them (the view is an allowlist)
     assert bound and not [b for b in bound if assignments == b or assignments.startswith(b.rstrip("/") + "/")], bound

@@ -28,7 +28,7 @@ import pytest
 import torch
 from markupsafe import escape
 
-from conftest import REPO_ROOT, assert_nothing_left, build_submission, run_cli
+from conftest import COURSE, REPO_ROOT, assert_nothing_left, build_submission, run_cli
 from grader.sandbox.launch import worker_env
 from grader.sandbox.process import detect
 from grader import spec as specs
@@ -82,7 +82,7 @@ def grade(tmp_path: Path, fixture: str, cases: list[str], timeout: float = 10, i
     before = outside_state(repo)
     opts = GradingContext(device, 424242, tuple(cases) if cases else None, ("float32",), timeout, import_timeout=import_timeout)
     start = time.monotonic()
-    run = open_session(opts).grade(open_submission(repo), [specs.get("softmax"), specs.get("vector_add")])
+    run = open_session(opts).grade(open_submission(repo), [COURSE.get("softmax"), COURSE.get("vector_add")])
     seconds = time.monotonic() - start
     assert outside_state(repo) == before
     return Graded(run, run.to_gradescope(), render(run), seconds)

@@ -12,7 +12,7 @@ from grader.judge.integrity import OwnKernelCheck, trivial_result
 from grader.judge.plan import PlannedCall
 from grader.spec import Case
 
-from conftest import has_gpu
+from conftest import COURSE, has_gpu
 
 
 def _call(case: str, dtype: str = "float32") -> PlannedCall:
@@ -32,7 +32,7 @@ def test_trivial_results_are_empty_zero_or_a_copy_of_an_input():
 
 
 def test_a_shortcut_without_a_launch_on_a_trivial_case_is_no_finding():
-    integrity = OwnKernelCheck(specs.get("dropout"))
+    integrity = OwnKernelCheck(COURSE.get("dropout"))
     integrity.observe(_call("p=1-n=4099"), {"launches": {}, "ops": ["aten::zeros_like"]}, passed=True, trivial=True)
     integrity.observe(_call("n=1025-p=0.3"), {"launches": {"dropout_kernel": 1}, "ops": []}, passed=True)
     t = integrity.test()
@@ -40,7 +40,7 @@ def test_a_shortcut_without_a_launch_on_a_trivial_case_is_no_finding():
 
 
 def test_a_right_result_without_a_launch_is_for_review_and_names_its_cases():
-    integrity = OwnKernelCheck(specs.get("vector_add"))
+    integrity = OwnKernelCheck(COURSE.get("vector_add"))
     integrity.observe(_call("n=127"), {"launches": {}, "ops": ["aten::sub.Tensor"]}, passed=True)
     integrity.observe(_call("n=1"), {"launches": {"add_kernel": 1}, "ops": []}, passed=True)
     t = integrity.test()
@@ -50,7 +50,7 @@ def test_a_right_result_without_a_launch_is_for_review_and_names_its_cases():
 
 
 def test_a_wrong_result_without_a_launch_is_just_wrong():
-    integrity = OwnKernelCheck(specs.get("vector_add"))
+    integrity = OwnKernelCheck(COURSE.get("vector_add"))
     integrity.observe(_call("n=127"), {"launches": {}, "ops": []}, passed=False)
     t = integrity.test()
     assert t.outcome == "failed" and not t.severity  # nothing ran: a failed check, no accusation
@@ -58,14 +58,14 @@ def test_a_wrong_result_without_a_launch_is_just_wrong():
 
 
 def test_only_trivial_results_and_no_launch_is_nothing_to_inspect():
-    integrity = OwnKernelCheck(specs.get("dropout"))
+    integrity = OwnKernelCheck(COURSE.get("dropout"))
     integrity.observe(_call("p=1-n=4099"), {"launches": {}, "ops": []}, passed=True, trivial=True)
     t = integrity.test()
     assert t.outcome == "skipped" and "trivial" in t.message
 
 
 def test_a_forbidden_op_is_conclusive():
-    integrity = OwnKernelCheck(specs.get("vector_add"))
+    integrity = OwnKernelCheck(COURSE.get("vector_add"))
     integrity.observe(_call("n=127"), {"launches": {}, "ops": ["aten::add.Tensor"]}, passed=True)
     t = integrity.test()
     assert t.outcome == "flagged" and t.severity == "conclusive"
@@ -92,7 +92,7 @@ def test_each_integrity_verdict_reads_exactly():
     from grader.results import TestResult
 
     name = "uses its own Triton kernel"
-    integrity = OwnKernelCheck(specs.get("vector_add"))
+    integrity = OwnKernelCheck(COURSE.get("vector_add"))
     assert integrity.test() == TestResult("vector_add", "integrity", name, "skipped", "no call completed, so nothing to inspect")
     integrity.observe(_call("n=1"), {"launches": {"add_kernel": 2, "helper": 1}, "ops": []}, passed=True)
     integrity.observe(_call("n=2"), {"launches": {"add_kernel": 1}, "ops": []}, passed=True)
@@ -119,12 +119,12 @@ def test_no_launch_at_all_reads_exactly_as_a_failure_or_as_nothing_to_inspect():
     from grader.results import TestResult
 
     name = "uses its own Triton kernel"
-    wrong = OwnKernelCheck(specs.get("vector_add"))
+    wrong = OwnKernelCheck(COURSE.get("vector_add"))
     wrong.observe(_call("n=127"), {"launches": {}, "ops": []}, passed=False)
     assert wrong.test() == TestResult("vector_add", "integrity", name, "failed",
                                       "no Triton kernel was launched in any call: vector_add() must launch your kernel "
                                       "(kernel[grid](...))", details={"kernels_launched": {}, "evidence": []})
-    trivial = OwnKernelCheck(specs.get("dropout"))
+    trivial = OwnKernelCheck(COURSE.get("dropout"))
     trivial.observe(_call("p=1-n=4099"), {"launches": {}, "ops": []}, passed=True, trivial=True)
     assert trivial.test() == TestResult("dropout", "integrity", name, "skipped",
                                         "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",

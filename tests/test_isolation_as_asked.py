@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AS_NOBODY, REPO_ROOT, build_submission
+from conftest import AS_NOBODY, COURSE, REPO_ROOT, build_submission
 from classbuild import make_class
 
 
@@ -141,7 +141,7 @@ def test_no_command_line_a_worker_reads_names_the_course_or_the_cache(tmp_path, 
     monkeypatch.setenv("GRADER_ZYGOTE", "1" if warm else "0")
     repo = build_submission(tmp_path / "peek", "hostile/peek")
     ctx = GradingContext("cpu", 1, ("n=1",), ("float32",), 30)
-    run = open_session(ctx, from_environment()).grade(open_submission(repo), [specs.get("vector_add")])
+    run = open_session(ctx, from_environment()).grade(open_submission(repo), [COURSE.get("vector_add")])
     test = next(t for t in run.tests if t.name == "n=1 [float32]")
     assert test.outcome == "error" and "1: " in test.message, test.message
     # PID 1 is our init, or the zygote it was forked from: it read that command line, which names neither

@@ -102,18 +102,19 @@ def test_several_slots_share_out_the_cores_to_their_jobs_and_workers(monkeypatch
     left alone, each one's torch and OpenMP pools take them all, and slots oversubscribe."""
     from grader.batch.executors import LocalExecutor, thread_share
     from grader.sandbox.launch import worker_env
+    from grader.settings import from_environment
 
-    for var in ("GRADER_THREADS", "OMP_NUM_THREADS"):
-        monkeypatch.delenv(var, raising=False)
+    monkeypatch.delenv("OMP_NUM_THREADS", raising=False)
     monkeypatch.setattr(os, "cpu_count", lambda: 16)
-    assert thread_share(1) == {}  # one slot: every core, as before
-    assert thread_share(4) == {"GRADER_THREADS": "4", "OMP_NUM_THREADS": "4"}
-    assert thread_share(32)["GRADER_THREADS"] == "1"  # never none
+    unset = from_environment({})
+    assert thread_share(1, unset) == {}  # one slot: every core, as before
+    assert thread_share(4, unset) == {"GRADER_THREADS": "4", "OMP_NUM_THREADS": "4"}
+    assert thread_share(32, unset)["GRADER_THREADS"] == "1"  # never none
     job = SimpleNamespace(device="cuda", gpu="0")
-    assert LocalExecutor(["0", "0", "0", "0"])._env(job)["GRADER_THREADS"] == "4"
-    assert "GRADER_THREADS" not in LocalExecutor(["0"])._env(job)
-    assert "OMP_NUM_THREADS" not in worker_env(tmp_path, True, None)
-    monkeypatch.setenv("GRADER_THREADS", "4")  # in the job process, as its slot set it
-    env = worker_env(tmp_path, True, None)
+    assert LocalExecutor(["0", "0", "0", "0"], settings=unset)._env(job)["GRADER_THREADS"] == "4"
+    assert "GRADER_THREADS" not in LocalExecutor(["0"], settings=unset)._env(job)
+    assert "OMP_NUM_THREADS" not in worker_env(tmp_path, True, None, unset.threads)
+    in_job = from_environment({"GRADER_THREADS": "4"})  # in the job process, as its slot set it
+    env = worker_env(tmp_path, True, None, in_job.threads)
     assert env["OMP_NUM_THREADS"] == env["MKL_NUM_THREADS"] == "4" and "GRADER_THREADS" not in env
-    assert thread_share(4) == {}  # the user's own value is kept
+    assert thread_share(4, in_job) == {}  # the user's own value is kept

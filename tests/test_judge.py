@@ -6,10 +6,11 @@ from grader import spec as specs
 from grader.judge.verdict import describe_mismatch, judge_call
 from grader.codec import storage_of
 from grader.judge.plan import make_inputs
+from conftest import COURSE
 
 
 def _judge(name, case_name, dtype, out, mutate=None, seed=0):
-    spec = specs.get(name)
+    spec = COURSE.get(name)
     case = next(c for c in spec.cases if c.name == case_name)
     inputs = make_inputs(spec, case, dtype, seed)
     saved = {f"input.{k}": storage_of(v) for k, v in inputs.items()}

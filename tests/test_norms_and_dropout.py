@@ -10,7 +10,7 @@ import shutil
 import pytest
 import torch
 
-from conftest import REPO_ROOT, has_gpu
+from conftest import COURSE, REPO_ROOT, has_gpu
 from grader import spec as specs
 from grader.judge.verdict import judge_call, judge_runs
 from grader.codec import storage_of
@@ -71,7 +71,7 @@ def test_listed(cli):
 # -- the error model: precision, not luck --------------------------------------------------------
 
 def _judge(name, case_name, dtype, fn, seed=0):
-    spec = specs.get(name)
+    spec = COURSE.get(name)
     case = next(c for c in spec.cases if c.name == case_name)
     inputs = make_inputs(spec, case, dtype, seed)
     saved = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
@@ -164,7 +164,7 @@ def test_tuple_of_the_wrong_length_or_shape():
 
 # -- dropout: several calls per case, judged by properties ---------------------------------------
 
-DROPOUT = specs.get("dropout")
+DROPOUT = COURSE.get("dropout")
 binomial_bounds = DROPOUT.check.__globals__["binomial_bounds"]  # the spec module's own helper
 
 
@@ -272,7 +272,7 @@ def test_judge_checks_dtype_and_inputs_before_the_property():
 
 
 def test_several_calls_without_a_property_check_are_each_compared():
-    spec = specs.get("rmsnorm")
+    spec = COURSE.get("rmsnorm")
     case = next(c for c in spec.cases if c.name == "zero-row-8x512")
     inputs = make_inputs(spec, case, "float32", 0)
     saved_in = {"input.x": storage_of(inputs["x"]), "input.weight": storage_of(inputs["weight"])}

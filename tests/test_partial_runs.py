@@ -13,7 +13,7 @@ from types import SimpleNamespace
 import pytest
 
 from classbuild import make_class
-from conftest import run_cli
+from conftest import COURSE, run_cli
 from grader.batch.classview import Cell, Row
 from grader.batch.exporters import EXPORTS
 
@@ -24,7 +24,7 @@ def _view(partial: dict) -> SimpleNamespace:
     alice = Row("alice", "alice", "fetched", github_username="alice",
                 cells={"vector_add": Cell("vector_add", "graded", 0.3, 10.0, partial=partial),
                        "softmax": Cell("softmax", "graded", 12.0, 20.0)})
-    return SimpleNamespace(assignments=["vector_add", "softmax"], rows=[alice], course=None, late={})
+    return SimpleNamespace(assignments=["vector_add", "softmax"], rows=[alice], course=None, catalogue=COURSE, late={})
 
 
 @pytest.mark.parametrize("name", sorted(EXPORTS))
@@ -86,7 +86,8 @@ def test_a_dtype_no_assignment_takes_is_named():
     """A course's assignment of one dtype: --dtype float16 would choose none of its cases."""
     from grader.judge.context import GradingContext
 
-    spec = SimpleNamespace(name="scan", cases=[SimpleNamespace(name="n=8")], dtypes=("float32",), random_cases=lambda rng: [])
+    spec = SimpleNamespace(name="scan", cases=[SimpleNamespace(name="n=8")], dtypes=("float32",), random_cases=lambda rng: [],
+                           shapes_secret=None)
     assert GradingContext("cpu", 3, dtypes=("float32",)).unmatched([spec]) == []
     assert GradingContext("cpu", 3, cases=("n=8",)).unmatched([spec]) == []
     assert GradingContext("cpu", 3, cases=("n=9",), dtypes=("float16",)).unmatched([spec]) == [

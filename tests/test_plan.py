@@ -2,10 +2,11 @@
 
 from grader import spec as specs
 from grader.judge.plan import derive_seed, load_inputs, make_inputs, materialize, plan_calls
+from conftest import COURSE
 
 
 def test_views_survive_the_round_trip(tmp_path):
-    spec = specs.get("softmax")
+    spec = COURSE.get("softmax")
     calls = plan_calls(spec, 3, interpret=True, case_filter=["sliced-97x300", "transposed-300x129"], dtype_filter=["float16"])
     materialize(spec, calls, tmp_path)
     for call in calls:
@@ -16,7 +17,7 @@ def test_views_survive_the_round_trip(tmp_path):
 
 
 def test_bf16_is_skipped_only_in_the_interpreter():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     interp = plan_calls(spec, 1, interpret=True)
     gpu = plan_calls(spec, 1, interpret=False)
     assert {c.dtype for c in interp if c.skip} == {"bfloat16"}
@@ -25,7 +26,7 @@ def test_bf16_is_skipped_only_in_the_interpreter():
 
 
 def test_random_shapes_follow_the_seed():
-    spec = specs.get("softmax")
+    spec = COURSE.get("softmax")
     names = lambda seed: [c.case.name for c in plan_calls(spec, seed, True) if c.case.name.startswith("random")]
     assert names(5) == names(5)
     assert names(5) != names(6)

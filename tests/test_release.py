@@ -18,8 +18,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from conftest import FIXTURES, REPO_ROOT
+from conftest import COURSE, FIXTURES, REPO_ROOT
 from grader.kit import release
+from grader.spec import Course
 from grader import spec as specs
 
 SECRET = "kit-test-secret-5f1c0e9a"
@@ -27,12 +28,7 @@ SECRET = "kit-test-secret-5f1c0e9a"
 
 @pytest.fixture(scope="module")
 def kit(tmp_path_factory):
-    os.environ["GRADER_COURSE_SECRET"] = SECRET
-    try:
-        built = release.build_kit(tmp_path_factory.mktemp("kit") / "kit")
-    finally:
-        del os.environ["GRADER_COURSE_SECRET"]
-    return built
+    return release.build_kit(tmp_path_factory.mktemp("kit") / "kit", catalogue=Course(COURSE.root, secret=SECRET))
 
 
 def _hidden_names() -> dict[str, list[str]]:
@@ -85,10 +81,10 @@ def test_kit_holds_no_reference_hidden_case_or_secret(kit):
     assert not list(kit.root.rglob("hidden.py")) and not list(kit.root.rglob("reference"))
 
 
-def test_the_scan_finds_a_planted_reference_hidden_case_or_secret(kit, tmp_path, monkeypatch):
+def test_the_scan_finds_a_planted_reference_hidden_case_or_secret(kit, tmp_path):
     """Both directions: the kit as built is clean, and each kind of leak planted in a copy is found."""
-    monkeypatch.setenv("GRADER_COURSE_SECRET", SECRET)
-    assert release.find_leaks(kit.root) == []
+    course = Course(COURSE.root, secret=SECRET)  # GRADER_COURSE_SECRET=SECRET
+    assert release.find_leaks(kit.root, course) == []
     for planted, expected in [
         ((REPO_ROOT / "reference" / "softmax.py").read_text(), "reference/softmax.py"),
         (next(line for line in (REPO_ROOT / "reference" / "matmul_relu.py").read_text().splitlines()
@@ -99,13 +95,13 @@ def test_the_scan_finds_a_planted_reference_hidden_case_or_secret(kit, tmp_path,
         copy = tmp_path / f"copy{len(expected)}"
         shutil.copytree(kit.root, copy)
         (copy / "kernels" / "softmax.py").write_text(planted)
-        leaks = release.find_leaks(copy)
+        leaks = release.find_leaks(copy, course)
         assert any(expected in leak and leak.startswith("kernels/softmax.py") for leak in leaks), (expected, leaks)
 
 
 def test_kit_layout_starters_handouts_specs_and_manifest(kit):
     root = kit.root
-    for spec in specs.catalogue().values():
+    for spec in COURSE.catalogue().values():
         module = root / spec.module
         assert module.is_file(), spec.module
         assert f"def {spec.function}(" in module.read_text()
@@ -207,16 +203,14 @@ def _course(tmp_path: Path, monkeypatch, starter_extra: str | None = None, inlin
     if inline_hidden:
         spec = course / "assignments" / "vector_add" / "spec.py"
         spec.write_text(spec.read_text().replace('Case("n=1", {"n": 1},', 'Case("n=1", {"n": 1}, hidden=True, why='))
-    monkeypatch.setattr(specs, "COURSE_ROOT", course)
-    monkeypatch.setattr(specs, "_CATALOGUE", None)
     return course
 
 
 def test_release_refuses_a_kit_that_would_leak_and_leaves_nothing(tmp_path, monkeypatch):
-    _course(tmp_path, monkeypatch, starter_extra=(REPO_ROOT / "reference" / "vector_add.py").read_text())
+    course = Course(_course(tmp_path, monkeypatch, starter_extra=(REPO_ROOT / "reference" / "vector_add.py").read_text()))
     out = tmp_path / "kit"
     with pytest.raises(release.ReleaseError, match=r"kernels/helper\.py: the content of reference/vector_add\.py"):
-        release.build_kit(out, ["vector_add"], requirement="grader==0.1.0")
+        release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", catalogue=course)
     assert not out.exists() and not list(tmp_path.glob(".kit.partial-*"))
 
 
@@ -226,32 +220,32 @@ def test_force_rebuilds_into_a_clone_keeping_git_and_a_failure_keeps_what_was_th
     (out / ".git").mkdir(parents=True)
     (out / ".git" / "HEAD").write_text("ref: refs/heads/main\n")
     (out / "old.txt").write_text("from the last release")
-    release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", force=True)
+    release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", force=True, catalogue=Course(course))
     assert (out / ".git" / "HEAD").read_text() == "ref: refs/heads/main\n" and not (out / "old.txt").exists()
     assert (out / "kernels" / "vector_add.py").is_file()
     before = sorted(p.relative_to(out).as_posix() for p in out.rglob("*"))
     (course / "assignments" / "vector_add" / "starter" / "kernels" / "leak.py").write_text(
         (course / "reference" / "vector_add.py").read_text())
     with pytest.raises(release.ReleaseError, match="would leak"):
-        release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", force=True)
+        release.build_kit(out, ["vector_add"], requirement="grader==0.1.0", force=True, catalogue=Course(course))
     assert sorted(p.relative_to(out).as_posix() for p in out.rglob("*")) == before  # untouched
     assert not list(tmp_path.glob(".template.partial-*"))
 
 
 def test_release_refuses_hidden_cases_written_in_the_public_spec(tmp_path, monkeypatch):
-    _course(tmp_path, monkeypatch, inline_hidden=True)
+    course = Course(_course(tmp_path, monkeypatch, inline_hidden=True))
     with pytest.raises(release.ReleaseError, match=r"marks case\(s\) n=1 hidden in the public spec: move them to .*hidden\.py"):
-        release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0")
+        release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0", catalogue=course)
 
 
 def test_release_makes_a_secret_once_and_never_ships_it(tmp_path, monkeypatch):
     course = _course(tmp_path, monkeypatch)
     monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
-    made = release.ensure_secret()
-    assert made == str(course / "assignments" / "course-secret.txt") and release.ensure_secret() is None
+    made = release.ensure_secret(Course(course))
+    assert made == str(course / "assignments" / "course-secret.txt") and release.ensure_secret(Course(course)) is None
     secret = (course / "assignments" / "course-secret.txt").read_text().strip()
     assert len(secret) == 32 and oct((course / "assignments" / "course-secret.txt").stat().st_mode)[-3:] == "600"
-    kit = release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0")
+    kit = release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0", catalogue=Course(course))
     assert (kit.root / "requirements-grader.txt").read_text() == "grader==0.1.0\n"
     assert not any(secret in t for t in _kit_texts(kit.root).values())
 
@@ -279,7 +273,8 @@ def test_fresh_venv_installs_the_kits_grader_and_checks(kit, tmp_path):
     env["COLUMNS"] = "200"
     subprocess.run([str(venv / "bin" / "pip"), "install", "-q", "--no-deps", "-r", "requirements-grader.txt"],
                    cwd=repo, env=env, check=True)
-    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import grader, grader.spec as s; print(grader.__file__); print(s.course_root())"],
+    where = subprocess.run([str(venv / "bin" / "python"), "-c", "import grader, grader.spec as s, grader.settings as g; print(grader.__file__); "
+                            "print(s.Course.find(g.current()).root)"],
                            cwd=repo, env=env, capture_output=True, text=True, check=True).stdout.split()
     assert where[0].startswith(str(venv)) and Path(where[1]) == repo  # the kit's grader, the kit's course
 

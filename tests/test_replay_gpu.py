@@ -18,7 +18,7 @@ import torch
 from grader import spec as specs
 from grader.codec import write_inputs
 from grader.judge import replayed
-from conftest import build_submission
+from conftest import COURSE, build_submission
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -45,7 +45,7 @@ print(json.dumps({"event_ms": statistics.median(timed.event_ms)}))
 @pytest.fixture(scope="module")
 def case(tmp_path_factory):
     work = tmp_path_factory.mktemp("replay")
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     inputs = spec.make_inputs(spec.performance.case.params, getattr(torch, spec.performance.dtype), torch.Generator().manual_seed(0))
     layout = write_inputs(inputs, work / "inputs.safetensors")
     (work / "layout.json").write_text(json.dumps(layout))

@@ -17,17 +17,19 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from grader import spec as specs
 from grader.codec import write_inputs
 from grader.judge import perf, replayed, replaying
 from grader.judge.context import GradingContext
 from grader.protocol import Call, CallReply, Failure, Ok, Sample, Time
 from grader.results import Outcome
+from grader.settings import Settings
+from conftest import COURSE
 from test_replay_record import _record
 
 N = 4096
-SPEC = specs.get("vector_add")
+SPEC = COURSE.get("vector_add")
 ROOFLINE = {"copy_gbps": 1e9, "gpu": "fake", "gemm_tflops": {}}
+SETTINGS = Settings(threads=3, sandbox_uids="70000-70010")  # the session's: what its replay processes start with
 
 
 def _d(result) -> dict:
@@ -90,7 +92,7 @@ def stage(tmp_path, monkeypatch):
     monkeypatch.setattr(perf, "call_times", lambda reply: ([0.4] * 3, [0.4] * 3, None))
     monkeypatch.setattr(replaying, "stop_student", lambda student: (student.close() or "", {4242}))
     monkeypatch.setattr(replayed, "gpu_processes", lambda: [])
-    asked = []
+    asked, given = [], []
 
     def run(student, trusted=None, replays=None, store=None, cache=None):
         trusted = trusted or FakeWorker(truth)
@@ -99,6 +101,7 @@ def stage(tmp_path, monkeypatch):
         def fake_start(record, inputs, layout_file, job, reps, timeout, **kw):
             who = "reference" if Path(record).name == "reference" else "student"
             asked.append((who, kw.get("placements"), kw.get("allowed")))
+            given.append(kw.get("settings"))
             job.mkdir(parents=True)
             got = answers.get(who, {})
             if isinstance(got, Exception):
@@ -125,7 +128,7 @@ def stage(tmp_path, monkeypatch):
         monkeypatch.setattr(replayed, "spawn", fake_spawn)
         monkeypatch.setattr(replayed, "place", fake_place)  # a Replayed passes through `go` as it is
         ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
-        session = SimpleNamespace(context=ctx, alone_on_gpu=contextlib.nullcontext, cache=cache)
+        session = SimpleNamespace(context=ctx, alone_on_gpu=contextlib.nullcontext, cache=cache, settings=SETTINGS)
 
         def test(outcome, message, **kw):
             return perf.TestResult(SPEC.name, "performance", "p", outcome, message, **kw)
@@ -134,7 +137,7 @@ def stage(tmp_path, monkeypatch):
                                         lambda name: None, test)
         return got if got is not None else fallback
 
-    run.truth, run.asked = truth, asked
+    run.truth, run.asked, run.given = truth, asked, given
     return run
 
 
@@ -149,6 +152,7 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     assert _d(got)["figures"]["torch"]["median_ms"] == pytest.approx(0.4)
     assert student.closed, "the student's worker must be gone before anything is timed"
     assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replaying.PLACEMENTS
+    assert stage.given == [SETTINGS, SETTINGS], "each replay process starts with the session's settings"
     kept = _d(got)["replay"]["kept"]
     assert (tmp_path / "store" / kept["student"] / "launches.json").is_file()
     assert (tmp_path / "store" / kept["reference"] / "launches.json").is_file()

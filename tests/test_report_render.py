@@ -15,13 +15,14 @@ from grader.codec import storage_of
 from grader.judge.plan import make_inputs
 from grader.report import render
 from grader.results import AssignmentResult, RunResult, TestResult
+from conftest import COURSE
 
 BROWSER = shutil.which("chromium") or shutil.which("chromium-browser") or shutil.which("google-chrome")
 
 
 def _failing(assignment: str, case_name: str, out, blocks: dict) -> TestResult:
     """A correctness test as the grader records it, for a hand-made wrong output."""
-    spec = specs.get(assignment)
+    spec = COURSE.get(assignment)
     case = next(c for c in spec.cases if c.name == case_name)
     inputs = make_inputs(spec, case, "float32", 0)
     saved = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}

@@ -8,6 +8,7 @@ import pytest
 from grader import spec as specs
 from grader.results import AssignmentResult, Outcome, RunResult, TestResult
 from grader.judge.scoring import score_assignment, split_cents
+from conftest import COURSE
 
 
 def _result(outcomes, perf=None, name="vector_add"):
@@ -31,7 +32,7 @@ def test_shares_add_up_to_exactly_the_specs_points():
 def test_an_assignment_is_out_of_its_specs_total_even_where_tests_are_skipped():
     # vector_add: 6 correctness + 4 performance points; one case and the timing need a GPU
     a = _result(["passed", "passed", "skipped"], perf=("skipped", 0))
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     assert (a.score, a.max_score) == (4.0, 10.0)
     assert a.skipped_points == 2.0 + 4.0
     assert a.tests[2].score == 0 and a.tests[2].details.points_if_run == 2.0
@@ -40,7 +41,7 @@ def test_an_assignment_is_out_of_its_specs_total_even_where_tests_are_skipped():
 def test_a_third_of_sixteen_points_shows_as_sixteen_in_the_total():
     # dropout: 10 correctness points over 3 tests (3.34 + 3.33 + 3.33), 6 for speed
     a = _result(["passed", "passed", "passed"], perf=("passed", 1.0), name="dropout")
-    score_assignment(specs.get("dropout"), a)
+    score_assignment(COURSE.get("dropout"), a)
     assert a.max_score == 16 and a.score == 16
     assert [t.max_score for t in a.tests] == [3.34, 3.33, 3.33, 6.0]
     run = RunResult("repo", 1, {})
@@ -51,10 +52,10 @@ def test_a_third_of_sixteen_points_shows_as_sixteen_in_the_total():
 
 def test_performance_follows_the_curve_and_a_conclusive_flag_takes_everything():
     a = _result(["passed", "passed"], perf=("passed", 0.5))
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     assert a.score == 6 + 2
     a.tests.append(TestResult("vector_add", "integrity", "own kernel", "flagged", "torch did it", severity="conclusive"))
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     assert a.score == 0 and a.max_score == 10
     assert any("conclusive integrity finding" in n for n in a.notes)
 
@@ -62,7 +63,7 @@ def test_performance_follows_the_curve_and_a_conclusive_flag_takes_everything():
 def test_a_finding_without_a_severity_counts_as_conclusive():
     a = _result(["passed", "passed"], perf=("passed", 1.0))
     a.tests.append(TestResult("vector_add", "integrity", "own kernel", "flagged", "torch did it"))
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     assert a.score == 0
 
 
@@ -70,7 +71,7 @@ def test_a_review_finding_costs_only_what_it_concerns():
     a = _result(["passed", "passed", "passed"], perf=("passed", 1.0))
     a.tests.append(TestResult("vector_add", "integrity", "own kernel", "flagged", "no kernel in case1", severity="review",
                               details={"concerns": ["case1 [float32]"]}))
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     assert [t.score for t in a.tests] == [2.0, 0.0, 2.0, 4.0, 0.0]
     assert a.score == 8 and a.max_score == 10
     assert any("For a TA to review" in n and "The 2 points it concerns" in n for n in a.notes)
@@ -80,12 +81,12 @@ def test_a_flagged_timing_under_review_costs_the_speed_points_only():
     a = _result(["passed", "passed"])
     a.tests.append(TestResult("vector_add", "performance", "perf", "flagged", "returned early", severity="review",
                               details={"score_fraction": 1.0}))
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     assert a.score == 6 and a.max_score == 10
 
 
 def test_curve_endpoints():
-    perf = specs.get("softmax").performance
+    perf = COURSE.get("softmax").performance
     assert perf.score_fraction(1.0) == 1.0 and perf.score_fraction(3.5) == 0.0
     assert 0 < perf.score_fraction(1.8) < 1
 
@@ -93,7 +94,7 @@ def test_curve_endpoints():
 def test_gradescope_schema():
     run = RunResult("repo", 1, {"mode": "cpu-interpreter"})
     a = _result(["passed", "failed", "skipped"])
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     run.assignments.append(a)
     data = run.to_gradescope()
     assert set(data) >= {"score", "max_score", "tests", "extra_data", "output"}
@@ -135,18 +136,18 @@ def test_a_partial_run_keeps_each_tests_share_of_the_full_plan():
     a = AssignmentResult("vector_add", "title", "kernels/vector_add.py:vector_add()")
     a.tests.append(TestResult("vector_add", "correctness", "case6 [float32]", "passed", "msg", dtype="float32"))
     a.tests.append(TestResult("vector_add", "correctness", "extra [float32]", "passed", "msg", dtype="float32"))
-    score_assignment(specs.get("vector_add"), a, planned=planned)
+    score_assignment(COURSE.get("vector_add"), a, planned=planned)
     assert [(t.score, t.max_score) for t in a.tests] == [(0.85, 0.85), (0.0, 0.0)]  # a test outside the plan has no share
 
 
 def test_speed_points_only_for_a_passed_timing_and_only_its_fraction():
     for outcome in ("failed", "error", "infra_error"):
         a = _result(["passed", "passed"], perf=(outcome, 0.5))
-        score_assignment(specs.get("vector_add"), a)
+        score_assignment(COURSE.get("vector_add"), a)
         assert (a.tests[-1].score, a.tests[-1].max_score) == (0.0, 4.0), outcome
     a = _result(["passed", "passed"])
     a.tests.append(TestResult("vector_add", "performance", "perf", "passed", "msg"))  # no fraction stated: none earned
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     assert (a.tests[-1].score, a.tests[-1].max_score) == (0.0, 4.0)
 
 
@@ -154,7 +155,7 @@ def test_a_conclusive_finding_names_every_finding_in_its_note():
     a = _result(["passed"], perf=("passed", 1.0))
     a.tests.append(TestResult("vector_add", "integrity", "own kernel", "flagged", "torch did it", severity="conclusive"))
     a.tests.append(TestResult("vector_add", "performance", "timers", "flagged", "patched", severity="conclusive"))
-    score_assignment(specs.get("vector_add"), a)
+    score_assignment(COURSE.get("vector_add"), a)
     assert a.notes == ["A conclusive integrity finding (own kernel; timers): no points for this assignment until a TA reviews it."]
     assert [t.score for t in a.tests] == [0.0] * 4
 

@@ -13,10 +13,11 @@ from grader.judge import runcache
 from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs
 from grader.judge.runcache import RunCache
+from conftest import COURSE
 
 
 def test_a_cached_input_set_is_the_one_the_seed_makes_and_is_made_once(tmp_path, monkeypatch):
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     case = spec.cases[4]  # n=98432
     cache = RunCache(tmp_path / "cache")
     assert stat.S_IMODE(os.stat(cache.folder).st_mode) == 0o700  # no worker uid may read another student's fresh set
@@ -44,7 +45,7 @@ def test_a_cached_input_set_is_the_one_the_seed_makes_and_is_made_once(tmp_path,
 
 
 def test_another_seed_set_or_dtype_is_another_entry(tmp_path):
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     case = spec.cases[1]
     cache = RunCache(tmp_path / "cache")
     files = {}
@@ -71,7 +72,7 @@ def test_the_roofline_is_measured_once_per_gpu(tmp_path):
 
 
 def test_a_kept_cache_trims_the_least_recently_used_input_sets_to_its_limit(tmp_path):
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     case = spec.cases[4]  # n=98432: two float32 tensors, about 0.75 MiB a set
     one = tmp_path / "probe.safetensors"
     RunCache(tmp_path / "sizing").perf_inputs(spec, case, "float32", 1, 0, one)
@@ -109,20 +110,18 @@ def test_a_kept_cache_trims_the_least_recently_used_input_sets_to_its_limit(tmp_
     assert len(list(unlimited.folder.glob("inputs-*.safetensors"))) == 3 and unlimited.trim() == []
 
 
-def test_where_a_check_keeps_its_cache_and_how_to_turn_it_off(tmp_path, monkeypatch):
-    monkeypatch.delenv("GRADER_CACHE_DIR", raising=False)
-    monkeypatch.delenv("GRADER_CACHE_GB", raising=False)
-    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
-    assert runcache.check_cache_folder() == tmp_path / "xdg" / "grader"
-    assert runcache.check_cache_limit() == int(runcache.DEFAULT_CHECK_CACHE_GB * (1 << 30))
-    monkeypatch.setenv("GRADER_CACHE_DIR", str(tmp_path / "mine"))
-    monkeypatch.setenv("GRADER_CACHE_GB", "1.5")
-    assert runcache.check_cache_folder() == tmp_path / "mine" and runcache.check_cache_limit() == 3 << 29
-    monkeypatch.setenv("GRADER_CACHE_GB", "0")
-    assert runcache.check_cache_folder() is None
-    monkeypatch.setenv("GRADER_CACHE_GB", "lots")
+def test_where_a_check_keeps_its_cache_and_how_to_turn_it_off(tmp_path):
+    from grader.settings import from_environment
+
+    env = {"XDG_CACHE_HOME": str(tmp_path / "xdg")}
+    assert runcache.check_cache_folder(from_environment(env)) == tmp_path / "xdg" / "grader"
+    assert runcache.check_cache_limit(from_environment(env)) == int(runcache.DEFAULT_CHECK_CACHE_GB * (1 << 30))
+    env |= {"GRADER_CACHE_DIR": str(tmp_path / "mine"), "GRADER_CACHE_GB": "1.5"}
+    mine = from_environment(env)
+    assert runcache.check_cache_folder(mine) == tmp_path / "mine" and runcache.check_cache_limit(mine) == 3 << 29
+    assert runcache.check_cache_folder(from_environment(env | {"GRADER_CACHE_GB": "0"})) is None
     with pytest.raises(runcache.CacheSettingError, match="GRADER_CACHE_GB='lots' is not a number of GiB"):
-        runcache.check_cache_folder()
+        runcache.check_cache_folder(from_environment(env | {"GRADER_CACHE_GB": "lots"}))
 
 
 def _entry(folder: Path, name: str, files: dict[str, bytes]) -> Path:

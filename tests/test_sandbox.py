@@ -15,9 +15,9 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from conftest import FIXTURES, REPO_ROOT, assert_nothing_left, run_cli
+from conftest import COURSE, FIXTURES, REPO_ROOT, assert_nothing_left, run_cli
 from grader import spec as specs
-from grader.settings import current
+from grader.settings import Settings, from_environment
 from grader.protocol import Contender, Load, Run
 from grader.sandbox import docker, files, launch, namespaces, process, uids
 from grader.sandbox.isolation import Isolation
@@ -181,7 +181,7 @@ def test_worker_runs_as_an_unprivileged_uid_with_limits(tmp_path):
                 print("cannot read", path, exc.strerror)
         """)
     _, text, _ = _run_module(repo, tmp_path, limits=Limits(processes=20))
-    first, last = (int(x) for x in uids.uid_range().split("-"))
+    first, last = (int(x) for x in uids.uid_range(Settings().sandbox_uids).split("-"))
     uid, gid = (int(x) for x in text.split("uid ", 1)[1].split()[:2])
     assert first <= uid <= last and gid == uid and "[]" in text.split("uid ", 1)[1].splitlines()[0]
     assert "nproc 20" in text and "fork refused after" in text
@@ -281,7 +281,7 @@ def test_a_run_cache_file_linked_into_a_job_stays_the_graders(tmp_path):
     job folder to a worker's uid must not hand over the shared file (the next student's inputs)."""
     from grader.judge.runcache import RunCache
 
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     cache = RunCache(tmp_path / "cache")
     job = tmp_path / "job"
     (job / "perf").mkdir(parents=True)
@@ -336,7 +336,7 @@ def test_docker_command_contains_the_worker(tmp_path):
     assert str(REPO_ROOT.resolve()) not in text.replace(str(job), "")
     assert f"type=tmpfs,target={docker.IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" in argv  # the image's assignments/
     # the command replaces the image's entrypoint (the grader's CLI)
-    assert argv[-5:] == ["--entrypoint", "python", current().docker_image, "-c", "pass"]
+    assert argv[-5:] == ["--entrypoint", "python", Settings().docker_image, "-c", "pass"]
 
 
 FAKE_DOCKER = '''#!{python}
@@ -425,14 +425,14 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path
     monkeypatch.setattr(uids, "UID_RANGE", "0-0")  # root's: never lent to a worker
     repo = tmp_path / "good"
     shutil.copytree(FIXTURES / "good", repo)
-    run = open_session(GradingContext("cpu", 1, ("n=1",), ("float32",))).grade(open_submission(repo), [specs.get("vector_add")])
+    run = open_session(GradingContext("cpu", 1, ("n=1",), ("float32",))).grade(open_submission(repo), [COURSE.get("vector_add")])
     test = run.tests[0]  # one result for the whole assignment: no case could run
     assert test.outcome == "infra_error" and "no free worker uid in 0-0" in test.message, test
     assert test.name == "worker" and "importing kernels/vector_add.py failed" not in test.message  # ours, not the student's import
 
 
 def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch):
-    monkeypatch.setattr(process, "_probe", lambda isolation: "the init failed")
+    monkeypatch.setattr(process, "_probe", lambda isolation, settings: "the init failed")
     process.detect.cache_clear()
     try:
         fallback = process.detect("sandbox")
@@ -492,9 +492,9 @@ def test_the_trusted_sides_plain_worker_loads_an_assignments_spec_forked_or_fres
     started; a sandboxed worker gets only the worker's copy."""
     import subprocess
 
-    monkeypatch.setenv("GRADER_ZYGOTE", zygote_on)
-    spec = specs.get("vector_add")
-    worker = WorkerProcess(tmp_path / "trusted", tmp_path / "trusted" / "scratch", interpret=True, isolation="none")
+    spec = COURSE.get("vector_add")
+    worker = WorkerProcess(tmp_path / "trusted", tmp_path / "trusted" / "scratch", interpret=True, isolation="none",
+                           settings=from_environment({"GRADER_ZYGOTE": zygote_on}))
     try:
         reply = worker.request(Load({"torch": Contender(str(spec.folder), "spec.py", "baseline")}), 120)
         assert not hasattr(reply, "kind"), reply  # a Failure has a kind; Ok does not
@@ -505,8 +505,8 @@ def test_the_trusted_sides_plain_worker_loads_an_assignments_spec_forked_or_fres
     started: list[list[str]] = []
     real_popen = subprocess.Popen
     monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: started.append(argv) or real_popen(argv, **kw))
-    monkeypatch.setenv("GRADER_ZYGOTE", "0")
-    worker = WorkerProcess(tmp_path / "fresh", tmp_path / "fresh" / "scratch", interpret=True, isolation="none")
+    worker = WorkerProcess(tmp_path / "fresh", tmp_path / "fresh" / "scratch", interpret=True, isolation="none",
+                           settings=from_environment({"GRADER_ZYGOTE": "0"}))
     worker.close()
     boot = next(a for a in started if "-c" in a)
     code = boot[boot.index("-c") + 1].split("; from grader.worker")[0]

@@ -28,6 +28,7 @@ from grader.sandbox import files, namespaces
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import worker_code
 from grader.sandbox.process import WorkerProcess, detect
+from grader.settings import Settings
 
 ISOLATION = detect("sandbox")
 ROOT = os.geteuid() == 0
@@ -174,10 +175,9 @@ def test_a_link_to_the_courses_own_solution_is_the_students_error_not_points(tmp
 def test_the_view_binds_no_folder_that_holds_a_private_one(monkeypatch, tmp_path):
     """Wherever the course lies: a sys.path entry that holds it is not bound; a course inside
     a bound folder (/usr here) is covered; the worker's code is its own copy, not the course's."""
-    monkeypatch.setattr(specs, "COURSE_ROOT", Path("/usr/share/doc"))
     real = namespaces._worker_sys_path()
     monkeypatch.setattr(namespaces, "_worker_sys_path", lambda: (*real, str(REPO_ROOT.parent), str(REPO_ROOT)))
-    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [])
+    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [], Settings(course=Path("/usr/share/doc")))
     bound = [path for path, _ in view["binds"]]
     for private in (str(REPO_ROOT.resolve()), "/usr/share/doc", os.path.realpath(Path.home())):
         assert not [b for b in bound if namespaces._inside(private, b) and b not in ("/usr",)], (private, bound)
@@ -218,12 +218,12 @@ def test_a_private_folder_inside_an_allowed_one_is_blank(tmp_path, monkeypatch):
     inside = next((f for f in sorted(doc.glob("*/copyright")) if os.access(f, os.R_OK)), None)
     if inside is None:
         pytest.skip("no /usr/share/doc/*/copyright to hide here")
-    monkeypatch.setattr(specs, "COURSE_ROOT", doc)  # a course kept in /usr/share/doc
     repo = tmp_path / "job" / "repo"
     repo.mkdir(parents=True)
     (repo / "mod.py").write_text(f"import os\nprint('doc', os.listdir({str(doc)!r}))\nprint('usr', os.path.isdir('/usr/share'))\n"
                                  f"print('read', os.path.exists({str(inside)!r}))\n")
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"])
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"],
+                           settings=Settings(course=doc))  # a course kept in /usr/share/doc
     try:
         worker.proc.wait(timeout=120)
         text = worker.output.text()

@@ -94,3 +94,126 @@ def test_the_scan_of_the_package_would_see_a_reader():
               '"GITHUB_ACTIONS" in os.environ\nos.environ.get("PATH")\n')
     found = [n for n in map(_read_variable, ast.walk(ast.parse(source))) if n]
     assert sorted(found) == ["CI", "GITHUB_ACTIONS", "GRADER_X", "GRADER_Y", "PATH"]
+
+
+# Where a process starts, and so reads its settings once: the CLI's commands (grader.cli), `python
+# -m grader`, a batch's job process and job server, a Ray task, the Gradescope upload's fix-up run.
+# Everything below them is handed the settings (a grading session's Resources hand them on).
+ENTRY_POINTS = {
+    "grader/batch/jobs.py": {"_job_process_main", "_job_server_main"},
+    "grader/batch/executors.py": {"ray_task"},
+    "grader/kit/gradescope.py": {"<module>"},  # its `if __name__ == "__main__":` block
+}
+
+
+def _environment_reads(tree: ast.AST) -> list[tuple[int, str]]:
+    """(line, enclosing function or <module>) of every call that reads the settings from the
+    process's environment: grader.settings' `current()` (however imported, or as
+    `settings.current()`), or its `from_environment()` without an env of its own."""
+    readers = {"current": "current", "from_environment": "from_environment"}
+    imported = {a.asname or a.name: readers[a.name] for n in ast.walk(tree)
+                if isinstance(n, ast.ImportFrom) and n.module == "grader.settings" for a in n.names if a.name in readers}
+    found = []
+
+    def reads(call: ast.Call) -> bool:
+        f = call.func
+        if isinstance(f, ast.Attribute) and isinstance(f.value, ast.Name) and f.value.id == "settings":
+            name = readers.get(f.attr)
+        else:
+            name = imported.get(f.id) if isinstance(f, ast.Name) else None
+        return name == "current" or name == "from_environment" and not call.args and not call.keywords
+
+    def visit(node: ast.AST, where: str) -> None:
+        for child in ast.iter_child_nodes(node):
+            inner = child.name if isinstance(child, (ast.FunctionDef, ast.AsyncFunctionDef)) else where
+            if isinstance(child, ast.Call) and reads(child):
+                found.append((child.lineno, where))
+            visit(child, inner)
+
+    visit(tree, "<module>")
+    return found
+
+
+def test_settings_are_read_only_where_a_process_starts_and_passed_down_from_there():
+    """`current()` (the environment, read afresh) only in an entry point: a grading reads its
+    settings once, in the command, and the device lock, run cache, workers, sandbox, warm starts
+    and executors get them from there, never from the environment on their own."""
+    readers = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        if rel in ("grader/settings.py", "grader/__main__.py") or rel.startswith("grader/cli/"):
+            continue
+        for line, where in _environment_reads(ast.parse(path.read_text(), rel)):
+            if where not in ENTRY_POINTS.get(rel, ()):
+                readers.append(f"{rel}:{line} in {where} reads the settings from the environment")
+    assert readers == []
+
+
+def test_the_course_is_an_object_handed_down_not_a_module_global():
+    """No module of the package keeps state in a module global it rebinds (`global NAME`), the
+    course folder and its catalogue above all: a command finds its `Course` and hands it down,
+    and a grading session owns it. The worker-side and cache globals below are known, and why."""
+    allowed = {
+        ("grader/worker/memcheck.py", "LAST_VIOLATION"),  # the worker's own process: the last violation it saw
+        ("grader/batch/similarity.py", "_FPS"),  # a cache of fingerprints of files, keyed by their content
+    }
+    rebound = []
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        for node in ast.walk(ast.parse(path.read_text(), rel)):
+            if isinstance(node, ast.Global):
+                rebound += [f"{rel}:{node.lineno} rebinds the module global {n}" for n in node.names if (rel, n) not in allowed]
+    assert rebound == []
+    from grader import spec
+
+    assert not hasattr(spec, "COURSE_ROOT") and not hasattr(spec, "catalogue") and not hasattr(spec, "get")
+
+
+def test_the_scans_of_the_package_would_see_a_reader_and_a_global():
+    """The two checks above can fail: each form they look for is found where it is used."""
+    source = ("from grader.settings import current, from_environment as env\nfrom grader import settings\n"
+              "def f(now):\n    current()\n    settings.current()\n    env()\n    env({})\n    now()\n"
+              "x = current()\n")
+    assert _environment_reads(ast.parse(source)) == [(4, "f"), (5, "f"), (6, "f"), (9, "<module>")]
+    assert _environment_reads(ast.parse("def g(current):\n    current()\n")) == []  # a name of its own
+    assert [n.names for n in ast.walk(ast.parse("X = None\ndef f():\n    global X\n    X = 1\n")) if isinstance(n, ast.Global)]
+
+
+def test_a_session_hands_its_settings_to_its_workers_and_its_device_lock(tmp_path, monkeypatch):
+    """What a command read reaches what the session starts: every worker's launch carries the
+    session's settings (threads, warm starts, uid range, container command), and the GPU lock
+    lives in the session's lock folder. None of it is read from the environment again."""
+    from conftest import COURSE
+    from grader.judge.context import GradingContext
+    from grader.judge.session import open_session
+    from grader.sandbox import process
+    from grader.sandbox.isolation import Isolation
+
+    settings = from_environment({"GRADER_THREADS": "3", "GRADER_ZYGOTE": "0", "GRADER_SANDBOX_UIDS": "70000-70010",
+                                 "GRADER_LOCK_DIR": str(tmp_path / "locks")})
+    monkeypatch.setenv("GRADER_THREADS", "9")  # the environment now: not what the command read
+    launches = []
+
+    class Backend:  # records each launch instead of starting a process
+        @staticmethod
+        def detect(probe, settings):
+            return Isolation("none")
+
+        @staticmethod
+        def start(launch, isolation):
+            launches.append(launch)
+            raise OSError("not started")
+
+    monkeypatch.setattr(process, "backend_for", lambda isolation: Backend)
+    session = open_session(GradingContext("cpu", 1, isolation="none"), settings, COURSE)
+    with pytest.raises(OSError):
+        session.trusted_worker(tmp_path / "trusted")
+    worker = session.student_worker(COURSE.get("vector_add"), tmp_path / "job" / "repo", ("kernels/vector_add.py", "vector_add"),
+                                    tmp_path / "job" / "scratch")
+    with pytest.raises(process.WorkerFailure, match="not started"):
+        worker.start()
+    assert len(launches) == 2 and all(launch.settings == settings for launch in launches)
+    assert [launch.env.get("OMP_NUM_THREADS") for launch in launches] == ["3", "3"]
+    assert session.course is COURSE and session.settings == settings
+    with open_session(GradingContext("cuda", 1, gpu="2"), settings, COURSE).alone_on_gpu():
+        assert (tmp_path / "locks" / "gpu-2.lock").is_file()

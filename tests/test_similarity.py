@@ -11,6 +11,7 @@ import pytest
 
 from disguise import disguise
 from grader.batch.similarity import DEFAULT_THRESHOLD, Pair, compare_class, side_by_side
+from conftest import COURSE
 
 ROOT = Path(__file__).resolve().parent.parent
 FIXTURES = ROOT / "tests" / "fixtures"
@@ -123,7 +124,7 @@ def _class(tmp_path, modules: dict[str, str]):
         (tmp_path / "repos" / name / "kernels").mkdir(parents=True)
         (tmp_path / "repos" / name / "kernels" / "softmax.py").write_text(text)
         students.append(Pinned(name, None, "fetched", path=f"repos/{name}", commit=name[0] * 40))
-    view = SimpleNamespace(assignments=["softmax"], course=None, similarity={}, similarity_meta={})
+    view = SimpleNamespace(assignments=["softmax"], course=None, catalogue=COURSE, similarity={}, similarity_meta={})
     return view, Lock(students, "now", root=tmp_path)
 
 

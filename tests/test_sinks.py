@@ -20,7 +20,7 @@ from types import SimpleNamespace
 
 import pytest
 
-from conftest import build_submission, run_cli
+from conftest import COURSE, build_submission, run_cli
 from grader.kit import github as ci
 from grader.results import AssignmentResult, RunResult, TestResult
 
@@ -222,7 +222,7 @@ def _view(hostile_note: str):
         Row("alice", "alice", "fetched", name="Alice", commit="def",
             cells={"vector_add": Cell("vector_add", "graded", 10.0, 10.0), "softmax": Cell("softmax", "graded", 0.0, 20.0)}),
     ]
-    return SimpleNamespace(assignments=["vector_add", "softmax"], rows=rows, late={}, course=None)
+    return SimpleNamespace(assignments=["vector_add", "softmax"], rows=rows, late={}, course=None, catalogue=COURSE)
 
 
 def assert_safe_csv(text: str) -> list[list[str]]:

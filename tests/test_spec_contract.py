@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, build_submission
+from conftest import COURSE, REPO_ROOT, build_submission
 from grader import spec as specs
 
 
@@ -91,23 +91,22 @@ def test_a_broken_spec_is_refused_with_its_file_and_rule(tmp_path, what, file, o
     assert f"{blamed}: " in str(refused.value) and rule in str(refused.value)
 
 
-def test_every_broken_spec_is_said_at_once_and_none_is_dropped(tmp_path, monkeypatch):
+def test_every_broken_spec_is_said_at_once_and_none_is_dropped(tmp_path):
     course = _course(tmp_path, "vector_add", "softmax")
     _edit(course / "assignments" / "vector_add" / "spec.py", "correctness_points=6", "correctness_points=-1")
     _edit(course / "assignments" / "softmax" / "spec.py", "import torch\n", "import torch\nimport no_such_module\n")
-    monkeypatch.setattr(specs, "COURSE_ROOT", course)
-    monkeypatch.setattr(specs, "_CATALOGUE", None)
+    catalogue = specs.Course(course)
     with pytest.raises(specs.SpecError) as refused:
-        specs.catalogue()
+        catalogue.catalogue()
     assert sorted(refused.value.broken) == [course / "assignments" / n / "spec.py" for n in ("softmax", "vector_add")]
     with pytest.raises(specs.SpecError):
-        specs.get("vector_add")  # never a catalogue without the broken ones
+        catalogue.get("vector_add")  # never a catalogue without the broken ones
 
 
 def test_the_course_specs_keep_the_contract():
-    assert {name: specs.problems(spec) for name, spec in specs.catalogue().items()} == {
-        name: [] for name in specs.catalogue()}
-    assert len(specs.catalogue()) == 9
+    assert {name: specs.problems(spec) for name, spec in COURSE.catalogue().items()} == {
+        name: [] for name in COURSE.catalogue()}
+    assert len(COURSE.catalogue()) == 9
 
 
 def _grader(course: Path, cwd: Path, *args: str, **env_vars: str) -> subprocess.CompletedProcess:

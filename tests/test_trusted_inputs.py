@@ -24,7 +24,7 @@ from pathlib import Path
 import pytest
 
 from classbuild import make_class
-from conftest import FIXTURES, REPO_ROOT, as_nobody, build_submission, run_cli
+from conftest import COURSE, FIXTURES, REPO_ROOT, as_nobody, build_submission, run_cli
 from grader import repofiles, spec as specs
 from grader.judge.integrity import scan_submission
 from grader.submission import IGNORED, SubmissionError, open_submission
@@ -206,7 +206,7 @@ def test_a_wrong_grader_toml_entry_is_that_assignments_problem(tmp_path, name):
     root = repo(tmp_path)
     (root / "grader.toml").write_text(text)
     sub = open_submission(root)
-    va, sm = specs.get("vector_add"), specs.get("softmax")
+    va, sm = COURSE.get("vector_add"), COURSE.get("softmax")
     assert message in sub.problem(va), sub.problem(va)
     assert sub.problem(va).startswith("grader.toml: [assignments.vector_add]") and "\n" not in sub.problem(va)
     assert not sub.has(va)
@@ -242,7 +242,7 @@ def test_a_module_that_is_not_a_file_of_the_repo_is_a_clear_problem(tmp_path, se
     else:
         unix_socket(module)
     sub = open_submission(root)
-    va = specs.get("vector_add")
+    va = COURSE.get("vector_add")
     assert sub.problem(va) == f"the module kernels/vector_add.py {sub.problem(va).split('kernels/vector_add.py ', 1)[1]}"
     assert message in sub.problem(va) and not sub.has(va)
     assert_no_leak(sub.problem(va))
@@ -254,7 +254,7 @@ def test_a_module_linked_to_a_file_inside_the_repo_is_found(tmp_path):
     (root / "kernels" / "vector_add.py").rename(root / "src" / "add_impl.py")
     (root / "kernels" / "vector_add.py").symlink_to("../src/add_impl.py")
     sub = open_submission(root)
-    found, problem = sub.locate(specs.get("vector_add"))
+    found, problem = sub.locate(COURSE.get("vector_add"))
     assert found == (root / "src" / "add_impl.py").resolve() and problem == ""
 
 
@@ -719,7 +719,7 @@ def test_gradescopes_module_search_neither_follows_nor_writes_through_links(tmp_
     assert locate_modules(upload, ["vector_add", "softmax", "layernorm"]) == [
         "vector_add: kernels/vector_add.py not found; grading vector_add.py"]
     assert (secret.parent / "course.toml").read_text() == "" and not (upload / "grader.toml").is_symlink()
-    assert open_submission(upload).target(specs.get("vector_add"))[0] == "vector_add.py"
+    assert open_submission(upload).target(COURSE.get("vector_add"))[0] == "vector_add.py"
     assert_no_leak((upload / "grader.toml").read_text())
 
 
@@ -763,11 +763,10 @@ def test_a_course_secret_this_user_cannot_read_is_one_line_before_grading(tmp_pa
     course = tmp_path / "course"
     (course / "assignments").mkdir(parents=True)
     secret = course / specs_module.SECRET_FILE
-    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
-    monkeypatch.setattr(specs_module, "COURSE_ROOT", course)
+    graded = specs_module.Course(course)
     secret.write_bytes(b"\xff\xfe not text")
     with pytest.raises(ContextError, match="course-secret.txt cannot be read \\(not text\\).*GRADER_COURSE_SECRET"):
-        resolve("cpu", 1)
+        resolve("cpu", 1, course=graded)
     secret.write_text("s3cret\n")
     real_read = _Path.read_text
 
@@ -778,6 +777,6 @@ def test_a_course_secret_this_user_cannot_read_is_one_line_before_grading(tmp_pa
 
     monkeypatch.setattr(_Path, "read_text", refused)
     with pytest.raises(ContextError, match="cannot be read \\(Permission denied\\): run as a user who can read it"):
-        resolve("cpu", 1)
+        resolve("cpu", 1, course=graded)
     monkeypatch.setattr(_Path, "read_text", real_read)
-    assert resolve("cpu", 1).seed == 1 and specs_module.course_secret() == "s3cret"
+    assert resolve("cpu", 1, course=graded).seed == 1 and graded.secret() == "s3cret"

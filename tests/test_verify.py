@@ -7,7 +7,7 @@ import json
 
 import pytest
 
-from conftest import run_cli
+from conftest import COURSE, run_cli
 from grader.batch.store import RECORD_FORMAT
 
 
@@ -35,9 +35,7 @@ REPLAYED = {"timed_by": "replay", "ratio_to_reference": 1.0, "gpu": "H100",
      "scoring case changed"),
 ])
 def test_a_figure_that_cannot_be_verified_says_why_with_exit_2(tmp_path, make, words):
-    import grader.spec as specs
-
-    case = specs.get("vector_add").performance.case.name
+    case = COURSE.get("vector_add").performance.case.name
     REPLAYED["replay"]["inputs"]["case"] = case
     out = tmp_path / "out"
     out.mkdir()
@@ -48,11 +46,9 @@ def test_a_figure_that_cannot_be_verified_says_why_with_exit_2(tmp_path, make, w
 
 
 def test_missing_kept_records_are_named(tmp_path):
-    import grader.spec as specs
-
     out = tmp_path / "out"
     details = json.loads(json.dumps(REPLAYED))
-    details["replay"]["inputs"]["case"] = specs.get("vector_add").performance.case.name
+    details["replay"]["inputs"]["case"] = COURSE.get("vector_add").performance.case.name
     _job(out, details)
     run = run_cli(["verify", "out", "ann", "vector_add"], tmp_path)
     assert run.returncode == 2 and "the student's kept record is missing" in run.stdout + run.stderr

@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from classbuild import make_class
-from conftest import build_submission, run_cli
+from conftest import COURSE, build_submission, run_cli
 from grader import protocol as p
 from grader import spec as specs
 from grader.codec import storage_of
@@ -37,7 +37,7 @@ from grader.submission import open_submission
 
 X = torch.tensor([1.0, -2.0, 0.5, 10.0, 0.0])
 Y = torch.tensor([0.25, 4.0, -0.5, 10.0, 0.0])
-CASE = specs.get("vector_add").cases[0]
+CASE = COURSE.get("vector_add").cases[0]
 RUN = Run("student", "/i", {}, "cpu", "/o")
 
 
@@ -52,7 +52,7 @@ def saved(out, **more) -> dict:
 # -- 1. the judge reads evidence, never claims ------------------------------------------------------
 
 def test_a_result_in_another_dtype_fails_whatever_the_reply_claims():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     x16, y16 = X.half(), Y.half()
     out = (X + Y).float()  # right values, in float32 for a float16 case
     files = {"input.x": storage_of(x16), "input.y": storage_of(y16), "output": out}
@@ -65,7 +65,7 @@ def test_a_result_in_another_dtype_fails_whatever_the_reply_claims():
 
 
 def test_a_reply_that_misdescribes_the_saved_result_is_named():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     verdict = judge_call(spec, CASE, "float32", {"x": X, "y": Y}, reply(shape=[7]), saved(X + Y), "cpu")
     assert verdict.outcome == "failed"
     assert "the worker's reply describes the result as float32 of shape (7,)" in verdict.message
@@ -76,14 +76,14 @@ def test_a_reply_that_misdescribes_the_saved_result_is_named():
 # -- 2. odd tensors are a failure of the case, never an exception --------------------------------
 
 def test_an_input_copy_in_float8_fails_the_case_instead_of_raising():
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     files = saved(X + Y, **{"input.y": storage_of(Y).to(torch.float8_e4m3fn)})
     verdict = judge_call(spec, CASE, "float32", {"x": X, "y": Y}, reply(), files, "cpu")
     assert verdict.outcome == "failed" and "the input y was modified in place" in verdict.message
 
 
 def test_a_tuple_reply_without_its_parts_in_the_file_fails_the_case():
-    spec = specs.get("layernorm_backward")
+    spec = COURSE.get("layernorm_backward")
     from grader.judge.plan import make_inputs
 
     case = spec.cases[0]
@@ -231,7 +231,7 @@ def test_a_reply_nested_too_deep_is_a_protocol_error_not_a_recursion_error():
 def graded(tmp_path: Path, fixture: str, cases: tuple[str, ...], dtypes: tuple[str, ...]):
     repo = build_submission(tmp_path / fixture, f"hostile/{fixture}")
     ctx = GradingContext("cpu", 424242, cases, dtypes, 20)
-    run = open_session(ctx).grade(open_submission(repo), [specs.get("softmax"), specs.get("vector_add")])
+    run = open_session(ctx).grade(open_submission(repo), [COURSE.get("softmax"), COURSE.get("vector_add")])
     return run, run.to_gradescope(), render(run)
 
 

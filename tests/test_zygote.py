@@ -17,6 +17,7 @@ from grader.sandbox import zygote
 from grader.protocol import Contender, Load, Ok, Ping
 from grader.sandbox.launch import PACKAGE_PARENT
 from grader.sandbox.process import WorkerProcess
+from grader.settings import Settings, WarmStarts, from_environment
 
 ISOLATION = sandbox.detect("sandbox")
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
@@ -52,12 +53,12 @@ FACTS = textwrap.dedent("""
 
 
 def _facts(tmp_path: Path, name: str, monkeypatch, forked: bool, module: str = "student_facts") -> dict:
-    monkeypatch.setenv("GRADER_ZYGOTE", "1" if forked else "0")
     job = tmp_path / name
     repo = job / "repo"
     repo.mkdir(parents=True)
     (repo / f"{module}.py").write_text(FACTS)
-    worker = WorkerProcess(repo, job / "scratch", interpret=True, writable=[job / "outputs"], job=job)
+    worker = WorkerProcess(repo, job / "scratch", interpret=True, writable=[job / "outputs"], job=job,
+                           settings=Settings() if forked else Settings(warm=WarmStarts(fork_server=False)))
     try:
         assert isinstance(worker.proc, zygote.Forked) == forked
         reply = worker.request(Load({"s": Contender(str(repo), f"{module}.py", "f")}), 120)
@@ -94,7 +95,6 @@ def test_a_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monkeypat
 
 @needs_namespaces
 def test_nothing_of_one_forked_worker_reaches_the_next(tmp_path, monkeypatch):
-    monkeypatch.setenv("GRADER_ZYGOTE", "1")
     first = _facts(tmp_path, "jobQQfirst", monkeypatch, forked=True, module="student_first")
     second = _facts(tmp_path, "jobQQsecond", monkeypatch, forked=True, module="student_second")
     # the second is a fresh fork of the zygote: the first's module is not in it, nor its files
@@ -145,7 +145,7 @@ def test_a_zygote_that_cannot_start_costs_speed_not_the_worker(tmp_path, monkeyp
     try:
         assert isinstance(worker.proc, subprocess.Popen)  # a fresh interpreter, as before
         assert worker.request(Ping(), 120) == Ok()
-        assert not zygote.enabled()
+        assert not zygote.enabled(WarmStarts())
     finally:
         worker.close()
 
@@ -273,23 +273,20 @@ def test_the_warm_zygote_is_new_when_the_grader_or_its_environment_changes(tmp_p
     assert zygote.warm_name(env) != before  # a worker forked from the old code would speak the old protocol
 
 
-def test_how_long_a_warm_zygote_waits(monkeypatch):
-    for var in ("GRADER_WARM_SECONDS", "CI", "GITHUB_ACTIONS"):
-        monkeypatch.delenv(var, raising=False)
-    assert zygote.warm_seconds() == 600
-    monkeypatch.setenv("GITHUB_ACTIONS", "true")
-    assert zygote.warm_seconds() == 0  # a CI job is one command on a fresh machine: nothing lingers
-    monkeypatch.setenv("GRADER_WARM_SECONDS", "90")
-    assert zygote.warm_seconds() == 90
-    monkeypatch.setenv("GRADER_WARM_SECONDS", "soon")
-    assert zygote.warm_seconds() == 0
+def test_how_long_a_warm_zygote_waits():
+    def seconds(env: dict) -> float:
+        return from_environment(env).warm.keep_seconds
+
+    assert seconds({}) == 600
+    assert seconds({"GITHUB_ACTIONS": "true"}) == 0  # a CI job is one command on a fresh machine: nothing lingers
+    assert seconds({"GITHUB_ACTIONS": "true", "GRADER_WARM_SECONDS": "90"}) == 90
+    assert seconds({"GRADER_WARM_SECONDS": "soon"}) == 0
 
 
 def test_a_job_process_closing_its_zygote_ends_it_at_once(tmp_path, monkeypatch):
     """The zygote must see its socket close: closing the descriptor alone (our reader thread
     blocked in recv on it) kept the socket open, and every command waited 5 s for its zygote to
     end, then killed it."""
-    monkeypatch.setenv("GRADER_ZYGOTE", "1")
     monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
     monkeypatch.setattr(zygote.client, "_WARM", [])
     worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True)

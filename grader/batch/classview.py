@@ -131,6 +131,7 @@ class ClassView:
     flags: list[dict]
     environment: dict
     course: object = None  # grader.batch.course.Course
+    catalogue: object = None  # grader.spec.Course: the course folder's assignments (titles, points)
     late: dict = field(default_factory=dict)  # (student, assignment) -> grader.batch.course.Late
     similarity: dict = field(default_factory=dict)  # assignment -> grader.batch.similarity.Pair list above the threshold
     similarity_meta: dict = field(default_factory=dict)
@@ -159,13 +160,19 @@ class ClassView:
                 "flagged": len(self.flags)}
 
 
-def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None) -> ClassView:
+def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
+                     catalogue=None) -> ClassView:
+    """The class as its records say; `catalogue` (a grader.spec.Course; default: the one the default
+    settings imply) gives the assignments' titles and points."""
     from datetime import datetime, timezone
 
-    from grader import spec as specs
+    if catalogue is None:
+        from grader.settings import Settings
+        from grader.spec import Course
 
+        catalogue = Course.find(Settings())
     out = Path(out)
-    known = specs.catalogue()
+    known = catalogue.catalogue()
     titles = {a: known[a].title if a in known else a for a in assignments}
     rows, flags = [], []
     rates: dict[tuple[str, str], CheckRate] = {}
@@ -194,7 +201,7 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     checks = sorted(rates.values(), key=lambda c: (c.rate, c.assignment, c.check))
     manifest = manifest or {}
     view = ClassView(rows, assignments, titles, datetime.now(timezone.utc).isoformat(timespec="seconds"), lock.deadline,
-                     lock.warning, manifest.get("seed"), checks, flags, environment, course, reviews=done)
+                     lock.warning, manifest.get("seed"), checks, flags, environment, course, catalogue, reviews=done)
     view.errors.extend(log.problems)
     return view
 
@@ -340,7 +347,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
 
 
 def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
-                        similarity_threshold: float | None = None) -> ClassView:
+                        similarity_threshold: float | None = None, catalogue=None) -> ClassView:
     """index.html, summary.json and the gradebooks (grader.batch.exporters), each written atomically
     (a grade of a partial run, --case/--dtype, marked partial in each);
     with course.toml's late policy applied (grader.batch.course), the similar pairs
@@ -350,7 +357,7 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
     from grader.batch.similarity import update_similarity
 
     out = Path(out)
-    view = build_class_view(out, lock, assignments, manifest, course)
+    view = build_class_view(out, lock, assignments, manifest, course, catalogue)
     _guarded(view, "late penalties", lambda: apply_late(view, out))
     for a in assignments:
         view.speed[a] = []

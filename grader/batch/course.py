@@ -46,11 +46,15 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from fractions import Fraction
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 if sys.version_info >= (3, 11):
     import tomllib
 else:  # pragma: no cover
     import tomli as tomllib
+
+if TYPE_CHECKING:
+    from grader.spec import Course as Catalogue  # the course folder (its assignments), not this module's Course
 
 COURSE_FILE = "course.toml"
 DAY = timedelta(hours=24)
@@ -192,19 +196,25 @@ class Course:
         return score * points / max_score, points
 
 
-def find_course(path: Path | None = None) -> Course:
-    """`path`, or course.toml at the course root if there is one, else an empty course."""
-    from grader.spec import course_root
-
+def find_course(path: Path | None, catalogue: "Catalogue") -> Course:
+    """`path`, or course.toml in the course folder (`catalogue`, a grader.spec.Course: the
+    assignments it may name) if there is one, else an empty course."""
     if path is not None:
         if not Path(path).is_file():
             raise CourseError(f"{path}: no such course file")
-        return load_course(Path(path))
-    default = course_root() / COURSE_FILE
-    return load_course(default) if default.is_file() else Course()
+        return load_course(Path(path), catalogue)
+    default = catalogue.root / COURSE_FILE
+    return load_course(default, catalogue) if default.is_file() else Course()
 
 
-def load_course(path: Path) -> Course:
+def load_course(path: Path, catalogue: "Catalogue | None" = None) -> Course:
+    """course.toml at `path`, its assignments checked against `catalogue` (default: the course
+    folder the default settings imply)."""
+    if catalogue is None:
+        from grader.settings import Settings
+        from grader.spec import Course as Catalogue
+
+        catalogue = Catalogue.find(Settings())
     text = Path(path).read_text()
     try:
         data = tomllib.loads(text)
@@ -212,7 +222,7 @@ def load_course(path: Path) -> Course:
         m = re.search(r"\(at line (\d+), column (\d+)\)", str(exc))
         where = f", line {m.group(1)}" if m else ""
         raise CourseError(f"{path}{where}: not valid TOML: {exc}") from None
-    return _Reader(Path(path), text).course(data)
+    return _Reader(Path(path), text, catalogue).course(data)
 
 
 class _Reader:
@@ -220,8 +230,9 @@ class _Reader:
 
     TOP = {"course", "assignments", "late_policy", "extensions", "similarity", "leaderboard", "fetch"}
 
-    def __init__(self, path: Path, text: str) -> None:
+    def __init__(self, path: Path, text: str, catalogue: "Catalogue") -> None:
         self.path, self.lines = path, text.splitlines()
+        self.catalogue = catalogue  # the course folder's assignments, which the file may name
 
     def fail(self, message: str, table: str = "", key: str = "", nth: int = 0) -> None:
         raise CourseError(f"{self.path}, line {self.line_of(table, key, nth)}: {message}")
@@ -247,8 +258,6 @@ class _Reader:
         return header or 1
 
     def course(self, data: dict) -> Course:
-        from grader import spec as specs
-
         for key in data:
             if key not in self.TOP:
                 self.fail(f"unknown table [{key}] (known: {', '.join(sorted(self.TOP))})", key, key)
@@ -257,7 +266,7 @@ class _Reader:
         self.known_keys(meta, "course", {"name"})
         self.known_keys(self.table(data, "leaderboard"), "leaderboard", {"named"})
         c.name = str(meta.get("name", ""))
-        known = specs.catalogue()
+        known = self.catalogue.catalogue()
         for name, entry in self.table(data, "assignments").items():
             where = f"assignments.{name}"
             if name not in known:
@@ -363,9 +372,7 @@ class _Reader:
             self.fail(f"unknown key {sorted(unknown)[0]!r} in [[extensions]] (known: student, assignment, hours, days, until)",
                       "extensions", sorted(unknown)[0], nth)
         a = e.get("assignment")
-        from grader import spec as specs
-
-        if a is not None and a not in specs.catalogue():
+        if a is not None and a not in self.catalogue.catalogue():
             self.fail(f"extension for {e['student']}: unknown assignment {a!r}", "extensions", "assignment", nth)
         given = [k for k in ("hours", "days", "until") if k in e]
         if len(given) != 1:

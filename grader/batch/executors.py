@@ -33,7 +33,8 @@ from typing import Callable
 
 from grader.batch.jobs import Job, execute, new_record, now
 from grader.batch.store import failed_path, log_path, read_json, record_path, store_record
-from grader.settings import current
+from grader.settings import Settings, current
+from grader.spec import Course
 
 
 # -- scheduling ---------------------------------------------------------------------------------------
@@ -86,14 +87,17 @@ class Scheduler:
             self.cond.notify_all()
 
 
-def default_job_timeout(job: Job) -> float:
-    """Generous: every call may use its whole timeout, the worker may restart, timing may run."""
-    from grader import spec as specs
+def default_job_timeout(catalogue: Course) -> Callable[[Job], float]:
+    """A job's time limit, from its assignment in `catalogue` (the course graded). Generous:
+    every call may use its whole timeout, the worker may restart, timing may run."""
 
-    spec = specs.get(job.assignment)
-    ctx = job.grading_context()
-    perf = 900 if spec.performance is not None and ctx.device == "cuda" else 0
-    return 120 + 3 * ctx.import_timeout_for(spec) + len(ctx.calls(spec)) * ctx.call_timeout_for(spec) + perf
+    def limit(job: Job) -> float:
+        spec = catalogue.get(job.assignment)
+        ctx = job.grading_context()
+        perf = 900 if spec.performance is not None and ctx.device == "cuda" else 0
+        return 120 + 3 * ctx.import_timeout_for(spec) + len(ctx.calls(spec)) * ctx.call_timeout_for(spec) + perf
+
+    return limit
 
 
 try:  # loaded here, not in the forked child (the loader's locks may be held there)
@@ -114,13 +118,13 @@ def _die_with(parent: int) -> Callable[[], None]:
     return arm
 
 
-def thread_share(slots: int) -> dict[str, str]:
+def thread_share(slots: int, settings: Settings) -> dict[str, str]:
     """The CPU threads each of `slots` job processes at once may use, and their workers
     (sandbox.launch.worker_env passes GRADER_THREADS on as OMP_NUM_THREADS): the machine's cores
     shared out. Left alone, every process's torch and OpenMP pools take every core (a job
     process, its workers and the interpreter replay, in each slot), and several slots
-    oversubscribe the machine. One slot, or a value the user set, is left as it is."""
-    if slots <= 1 or current().threads is not None:
+    oversubscribe the machine. One slot, or a value the user set (`settings.threads`), is left as it is."""
+    if slots <= 1 or settings.threads is not None:
         return {}
     share = str(max(1, (os.cpu_count() or 1) // slots))
     return {"GRADER_THREADS": share, "OMP_NUM_THREADS": os.environ.get("OMP_NUM_THREADS", share)}
@@ -129,16 +133,19 @@ def thread_share(slots: int) -> dict[str, str]:
 class LocalExecutor:
     """`slots` job processes at once on this machine; slot i owns GPU slots[i] (None: CPU)."""
 
-    def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] = default_job_timeout,
-                 runner: list[str] | None = None, server: list[str] | None = None) -> None:
+    def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] | None = None,
+                 runner: list[str] | None = None, server: list[str] | None = None, settings: Settings = Settings()) -> None:
         """`server` (default: `python -m grader.batch.jobs --serve`, unless GRADER_JOB_SERVER=0 or a
-        one-shot `runner` is given) keeps one job process per slot for job after job."""
+        one-shot `runner` is given) keeps one job process per slot for job after job; `settings`
+        are the batch command's; `job_timeout` (default: `default_job_timeout` of the course the
+        settings name) a job's time limit."""
         from grader.sandbox.launch import PACKAGE_PARENT
 
         self.slots = slots
-        self.job_timeout = job_timeout
+        self.job_timeout = job_timeout or default_job_timeout(Course.find(settings))
         self.runner = runner or [sys.executable, "-m", "grader.batch.jobs"]
-        if server is None and runner is None and current().warm.job_server:
+        self.settings = settings
+        if server is None and runner is None and settings.warm.job_server:
             server = [sys.executable, "-m", "grader.batch.jobs", "--serve"]
         self.server = server
         self.pythonpath = PACKAGE_PARENT
@@ -177,7 +184,7 @@ class LocalExecutor:
         env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
         if job.device == "cuda" and job.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = job.gpu
-        env.update(thread_share(len(self.slots)))
+        env.update(thread_share(len(self.slots), self.settings))
         return env
 
     def _start_server(self, job: Job) -> subprocess.Popen:
@@ -368,14 +375,15 @@ def _unpack(code: bytes, dest: Path) -> None:
 
 
 def ray_task(job: dict, code: bytes) -> tuple[dict, str]:
-    """Runs on a Ray node: unpack the submission, grade it there, return the record and log."""
+    """Runs on a Ray node (the entry point of its work there: the node's settings are read here):
+    unpack the submission, grade it there, return the record and log."""
     lines: list[str] = []
     j = Job(**job)
     j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None  # the GPU Ray gave the task
     with tempfile.TemporaryDirectory(prefix="grader-ray-") as tmp:
         _unpack(code, Path(tmp) / "repo")
         j.repo = str(Path(tmp) / "repo")
-        record = execute(j, log=lines.append)
+        record = execute(j, log=lines.append, settings=current())
     record["node"] = os.uname().nodename
     return record, "\n".join(lines) + "\n"
 
@@ -385,11 +393,11 @@ class RayExecutor:
     overlap their correctness phases; the lock files serialize timing on each node)."""
 
     def __init__(self, address: str | None, max_in_flight: int, per_gpu: int = 2,
-                 job_timeout: Callable[[Job], float] = default_job_timeout, ray_module=None) -> None:
+                 job_timeout: Callable[[Job], float] | None = None, ray_module=None) -> None:
         self.address = address
         self.max_in_flight = max(1, max_in_flight)
         self.per_gpu = max(1, per_gpu)
-        self.job_timeout = job_timeout
+        self.job_timeout = job_timeout or default_job_timeout(Course.find(Settings()))
         self.ray = ray_module
         self.stopping = False
 

@@ -119,11 +119,11 @@ def canvas_csv(view) -> str:
 
 def _points_possible(view, assignment: str) -> float | None:
     """The assignment's full points (GPU-only points included): the spec's, else the most any row was graded on."""
-    from grader import spec as specs
+    from grader.spec import UnknownAssignment
 
     try:
-        return specs.get(assignment).max_points
-    except specs.UnknownAssignment:
+        return view.catalogue.get(assignment).max_points
+    except UnknownAssignment:
         maxes = [r.cells[assignment].max_score for r in view.rows if r.cells[assignment].max_score is not None]
         return max(maxes) if maxes else None
 

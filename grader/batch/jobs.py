@@ -37,7 +37,7 @@ from typing import Callable
 import grader
 from grader.batch.store import RECORD_FORMAT, log_path, store_record
 from grader.results import AssignmentResult, Outcome
-from grader.spec import course_secret
+from grader.settings import Settings, current
 
 
 @dataclass
@@ -84,7 +84,7 @@ def spec_fingerprint(spec, reference: Path) -> str:
     for part in (Path(spec.folder) / "spec.py", reference, *([hidden] if hidden.is_file() else [])):
         h.update(part.name.encode() + b"\0")
         h.update(part.read_bytes() if part.is_file() else b"<absent>")
-    secret = course_secret()
+    secret = spec.shapes_secret
     if secret:
         h.update(b"secret\0" + hashlib.sha256(secret.encode()).digest())
     return h.hexdigest()[:16]
@@ -123,12 +123,12 @@ def _shown(log: Callable[[str], None]) -> Callable[[str], None]:
     return lambda text: log(for_terminal(text))
 
 
-def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None = None) -> dict:
+def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None = None,
+            settings: Settings = Settings()) -> dict:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
     Student failures are outcomes inside the result; only our own failures are infra_error.
     `sessions`: the grading sessions this process has opened, reused by a later job on the
     same context (a job server's); without it the job opens its own."""
-    from grader import spec as specs
     from grader.submission import SubmissionError, open_submission
 
     started = time.time()
@@ -136,8 +136,8 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
     log(f"grading {job.label} at commit {job.commit or '-'} ({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, "
         f"seed {job.seed})")
     try:
-        spec = specs.get(job.assignment)
-        session = _session(job, sessions if sessions is not None else {})
+        session = _session(job, sessions if sessions is not None else {}, settings)
+        spec = session.course.get(job.assignment)
         graded_at = time.time()
         phases: dict[str, float] = {}
         try:
@@ -164,14 +164,14 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
     return record
 
 
-def _session(job: Job, sessions: dict):
+def _session(job: Job, sessions: dict, settings: Settings):
     """The grading session for this job's context (the batch's, on this job's slot), opened once
     per process and context: a job server's jobs share it, as a check's assignments do."""
     from grader.judge.session import open_session
 
     key = json.dumps([job.context, job.gpu, job.cache], sort_keys=True)
     if key not in sessions:
-        sessions[key] = open_session(job.grading_context())
+        sessions[key] = open_session(job.grading_context(), settings)
     return sessions[key]
 
 
@@ -184,7 +184,7 @@ def _job_process_main(argv: list[str]) -> int:
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
     job = Job(**json.loads(sys.stdin.read()))
-    record = execute(job, log=lambda line: print(line, flush=True))  # its own session: one job, one process
+    record = execute(job, log=lambda line: print(line, flush=True), settings=current())  # its own session: one job, one process
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and the reports, whole
     store_record(Path(job.out), record)
     return 0
@@ -207,6 +207,7 @@ def _job_server_main() -> int:
     own_out, own_err = os.dup(1), os.dup(2)
     os.dup2(own_err, 1)  # stray prints between jobs: the server's log, never the reply channel
     sessions: dict = {}  # opened once per context, kept for every later job
+    settings = current()  # this process's, read once: the executor set them (grader.batch.executors)
     for line in sys.stdin:
         if not line.strip():
             continue
@@ -218,7 +219,7 @@ def _job_server_main() -> int:
             os.dup2(log.fileno(), 1)
             os.dup2(log.fileno(), 2)
             try:
-                record = execute(job, log=lambda text: print(text, flush=True), sessions=sessions)
+                record = execute(job, log=lambda text: print(text, flush=True), sessions=sessions, settings=settings)
                 signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and reports, whole
                 store_record(Path(job.out), record)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})

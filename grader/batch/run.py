@@ -17,6 +17,8 @@ from grader.batch.jobs import Job, job_key, new_record, now
 from grader.judge.context import GradingContext
 from grader.batch.store import MANIFEST, is_reusable, read_json, record_path, repair_students, store_record
 from grader.results import write_json_atomic
+from grader.settings import Settings
+from grader.spec import Course
 
 
 @dataclass
@@ -37,6 +39,8 @@ class BatchOptions:
     job_timeout: float | None = None
     course: object = None  # grader.batch.course.Course: points, late policy (the class view applies them)
     similarity_threshold: float | None = None
+    settings: Settings = Settings()  # the command's (grader.settings): the executors' warm starts and threads
+    catalogue: Course | None = None  # grader.spec.Course: the course folder whose assignments are graded
 
 
 def class_seed(out: Path, given: int | None) -> int:
@@ -60,7 +64,6 @@ class Plan:
 
 def plan_batch(lock, opts: BatchOptions) -> Plan:
     """Every (fetched student, assignment) job; with --resume, those with a reusable grade apart."""
-    from grader import spec as specs
     from grader.batch.workspace import ensure_checkout
 
     out = Path(opts.out).resolve()
@@ -75,7 +78,7 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
             repo, why = "", f"the checkout of {p.student} in the workspace is missing or damaged ({exc}): run grader fetch again"
             plan.broken.append(why)
         for name in opts.assignments:
-            spec = specs.get(name)
+            spec = opts.catalogue.get(name)
             job = Job(p.student, p.folder, name, repo, p.repo, p.commit, job_key(p.commit, spec, opts.gpu_model, ctx),
                       str(out), ctx.to_json(), notes=list(p.notes))
             if not repo:
@@ -90,10 +93,10 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
 def make_executor(opts: BatchOptions, slots: list[str | None]):
     from grader.batch.executors import LocalExecutor, RayExecutor, default_job_timeout
 
-    timeout = (lambda job: opts.job_timeout) if opts.job_timeout else default_job_timeout
+    timeout = (lambda job: opts.job_timeout) if opts.job_timeout else default_job_timeout(opts.catalogue)
     if opts.executor == "ray":
         return RayExecutor(opts.address, max_in_flight=len(slots), per_gpu=opts.per_gpu, job_timeout=timeout)
-    return LocalExecutor(slots, job_timeout=timeout)
+    return LocalExecutor(slots, job_timeout=timeout, settings=opts.settings)
 
 
 def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job, dict | None], None],
@@ -138,7 +141,8 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
                      not_run=len(plan.jobs) - len(done))
         write_json_atomic(manifest, out / MANIFEST)
         repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
-        view = write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold)
+        view = write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold,
+                               opts.catalogue)
         entry["class_errors"] = view.errors  # what of the class view could not be written (the rest was)
         entry["partial"] = view.partial  # some grade is of --case/--dtype: the chosen cases' share, marked partial
         if cache:

@@ -277,15 +277,13 @@ def update_similarity(view, out: Path, lock, threshold: float | None = None) -> 
     """The view's similar pairs per assignment, with their pages under OUT/similarity/. A
     result is reused while the files, the starter and the settings are the same (a regrade of
     one student's other assignment costs nothing here)."""
-    from grader import spec as specs
-
     course = getattr(view, "course", None)
     threshold = threshold or (course.similarity_threshold if course is not None else None) or DEFAULT_THRESHOLD
     common = course.similarity_common_share if course is not None else COMMON_SHARE
     out = Path(out)
     view.similarity_meta = {"threshold": threshold, "k": K, "window": WINDOW, "score": "min of the two shares",
                             "common_share": common, "per_assignment": {}}
-    known = specs.catalogue()
+    known = view.catalogue.catalogue()
     for a in view.assignments:
         if a not in known:
             continue

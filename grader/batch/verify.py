@@ -17,9 +17,14 @@ import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader.batch.store import RECORD_FORMAT, read_json
 from grader.sanitize import one_line
+
+if TYPE_CHECKING:
+    from grader.settings import Settings
+    from grader.spec import Course
 
 TOLERANCE = 0.03  # a figure holds when the new ratio is within 3% of the stored one
 
@@ -67,18 +72,23 @@ def timing_of(record: dict) -> dict:
     return details
 
 
-def verify(out: Path, student: str, assignment: str, timeout: float = 600.0) -> Verified:
-    """Time the stored figure again here (a GPU is needed); VerifyError if it cannot be."""
+def verify(out: Path, student: str, assignment: str, course: "Course", settings: "Settings",
+           timeout: float = 600.0) -> Verified:
+    """Time the stored figure again here (a GPU is needed), with the assignment as `course` has it
+    and the replay processes started under `settings` (the command's); VerifyError if it cannot be."""
     import torch
 
-    from grader import spec as specs
     from grader.judge import replayed, replaying
     from grader.judge.runcache import write_perf_set
+    from grader.spec import UnknownAssignment
 
     record = find_record(out, student, assignment)
     details = timing_of(record)
     replay = details["replay"]
-    spec = specs.get(assignment)
+    try:
+        spec = course.get(assignment)
+    except UnknownAssignment as exc:
+        raise VerifyError(exc.args[0]) from None
     inputs = replay["inputs"]
     if spec.performance is None or spec.performance.case.name != inputs.get("case") or spec.performance.dtype != inputs.get("dtype"):
         raise VerifyError("the assignment's scoring case changed since this grade: its figure cannot be re-timed")
@@ -95,7 +105,8 @@ def verify(out: Path, student: str, assignment: str, timeout: float = 600.0) -> 
         (work / "layout.json").write_text(json.dumps(layout))
         truth = _truth(spec, work / "inputs.safetensors", layout)
         runs = {c: replayed.run(records[c], work / "inputs.safetensors", work / "layout.json", work / c, replaying.REPS, timeout,
-                                placements=replay.get("placements", replaying.PLACEMENTS)) for c in ("reference", "student")}
+                                placements=replay.get("placements", replaying.PLACEMENTS), settings=settings)
+                for c in ("reference", "student")}
         for c, r in runs.items():
             if r.refused or r.failed:
                 raise VerifyError(f"the {c}'s record could not be replayed here: {r.refused or r.failed}")

@@ -42,18 +42,18 @@ class BrokenSpec(UsageError):
     before anything runs as any unusable input is (exit 2; in CI, the check's error report)."""
 
 
-def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
+def select_assignments(sub, names: list[str] | None, course: specs.Course) -> list[specs.Assignment]:
     try:
-        catalogue = specs.catalogue()
+        catalogue = course.catalogue()
     except specs.SpecError as exc:
         raise BrokenSpec(str(exc)) from None
     if names:
         try:
-            return [specs.get(n) for n in names]
+            return [course.get(n) for n in names]
         except specs.UnknownAssignment as exc:
             raise UsageError(exc.args[0]) from None
     if not catalogue:
-        raise UsageError(f"no course found: no assignments/ in {specs.course_root()}. Run grader check inside your "
+        raise UsageError(f"no course found: no assignments/ in {course.root}. Run grader check inside your "
                          f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
     found = [s for s in catalogue.values() if sub.has(s) or sub.problem(s)]  # a problem is graded: the student's outcome
     problems = toml_problems(sub, catalogue)
@@ -114,6 +114,7 @@ def check(
     from grader.kit import classroom50
 
     settings = from_environment()  # read once: the session below grades with these
+    course = specs.Course.find(settings)  # and this course, found once
     json_file = json_file or OUTPUT_DIR / "results.json"
     html_dir = html_dir or OUTPUT_DIR
     ci_mode = classroom50.mode(ci if ci in ("github", "classroom50", "none") else None)
@@ -127,14 +128,14 @@ def check(
             classroom50.remove_stale(repo)
             classroom50.runner_fields()
         sub = open_submission(repo)
-        chosen = select_assignments(sub, assignment)
+        chosen = select_assignments(sub, assignment, course)
         # in CI the reproducer is what the student pastes in their own clone: no path of the runner's
         where = "." if ci_mode is not None else shlex.quote(str(repo))
         base = f"grader check {where}" + ("" if device == "auto" else f" --device {device}")
         keep = usable_cache(check_cache_folder(settings))  # what the next check on this machine reuses
         ctx = resolve(device, seed, case, dtype, timeout, isolation,
                       hide=[json_file.resolve().parent, html_dir.resolve(), *([keep] if keep else [])],
-                      reproducer=base, partial_points=True)
+                      reproducer=base, partial_points=True, course=course)
         unmatched = ctx.unmatched(chosen)  # never dropped in silence: a typo would pass as a check of nothing
         if unmatched:
             raise UsageError("\n".join(unmatched))
@@ -144,7 +145,7 @@ def check(
             zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
         # in CI nothing less than the isolation asked for will do; on a student's own machine it may
         # fall back, said first (below)
-        contained = as_asked(ctx.isolation) if ci_mode is not None else detect(ctx.isolation)
+        contained = as_asked(ctx.isolation, settings) if ci_mode is not None else detect(ctx.isolation, settings)
         if keep is not None and ctx.device == "cuda":  # input sets and kernels: the interpreter times and compiles nothing
             from grader.kit import github
 
@@ -159,10 +160,10 @@ def check(
 
         unreadable = isinstance(exc, NothingToGrade) or (isinstance(exc, SubmissionError) and Path(repo).is_dir())
         if ci_mode == "classroom50" and unreadable:  # the student's problem: a grade of 0 that says why, exit 0
-            names = assignment or list(specs.catalogue())
+            names = assignment or list(course.catalogue())
             reason = str(exc).replace(str(Path(repo).resolve()), ".")  # said of the student's clone, not the runner's path
-            raise typer.Exit(classroom50.report(classroom50.ungraded(names, reason), Path(repo), "cpu",
-                                                echo=lambda line: print(line, flush=True)))
+            raise typer.Exit(classroom50.report(classroom50.ungraded(names, reason, catalogue=course), Path(repo), "cpu",
+                                                echo=lambda line: print(line, flush=True), catalogue=course))
         if ci_mode == "classroom50":
             classroom50.report_error(str(exc), repo, echo=lambda line: print(line, flush=True))
         elif ci_mode == "github":
@@ -178,7 +179,7 @@ def check(
     mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
     console.print(f"Checking [bold]{shown(sub.root)}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {ctx.seed}")
     with _progress(count_steps(chosen, ctx)) as step:
-        run = open_session(ctx, settings).grade(sub, chosen, step, jobs=check_jobs(jobs, ctx.device, len(chosen)))
+        run = open_session(ctx, settings, course).grade(sub, chosen, step, jobs=check_jobs(jobs, ctx.device, len(chosen)))
     # what a batch stores and reads back: results.json, the report and the summary come from that
     # form here too, so a check shows whatever a batch would lose
     run = RunResult.from_json(run.to_json())
@@ -205,9 +206,10 @@ def check(
     from grader.kit import github
 
     if ci_mode == "classroom50":  # graded: exit 0 whatever failed (2 for an infra_error: no score released)
-        raise typer.Exit(classroom50.report(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True)))
+        raise typer.Exit(classroom50.report(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True),
+                                            catalogue=course))
     if ci_mode == "github":
-        github.report_github(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True))
+        github.report_github(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True), catalogue=course)
     if any(t.outcome == Outcome.INFRA_ERROR for t in run.tests):
         raise typer.Exit(2)
     raise typer.Exit(0 if run.all_passed else 1)
@@ -397,7 +399,9 @@ def list_assignments(
     as_json: bool = typer.Option(False, "--json", help="Print the assignments as JSON (for scripts)."),
 ) -> None:
     """Show the assignments, their interfaces and points."""
-    rows = [assignment_info(s) for s in specs.catalogue().values()]
+    from grader.settings import current
+
+    rows = [assignment_info(s) for s in specs.Course.find(current()).catalogue().values()]
     if as_json:
         print(json.dumps(rows, indent=2))
         return

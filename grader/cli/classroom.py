@@ -26,24 +26,25 @@ from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, f
 from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
 from grader.sandbox import docker
-from grader.settings import current
+from grader.settings import Settings, current
 
 DEFAULT_JOBS_PER_GPU = 2
 
 
-def load_course_or_fail(path: Optional[Path]):
-    """course.toml (--course, or the course root's), or an empty course; exit 2 if it is bad."""
+def load_course_or_fail(path: Optional[Path], catalogue: specs.Course):
+    """course.toml (--course, or the course root's), or an empty course; exit 2 if it is bad.
+    `catalogue`: the course folder (grader.spec.Course) whose assignments it may name."""
     from grader.batch.course import CourseError, find_course
 
     try:
-        return find_course(path)
+        return find_course(path, catalogue)
     except CourseError as exc:
         _fail(exc)
 
 
 def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[str], prefix: Optional[str],
                 branch: Optional[str], jobs: int, course=None, names: Optional[List[str]] = None,
-                classroom50: Optional[tuple[str, str]] = None, scores: Optional[Path] = None):
+                classroom50: Optional[tuple[str, str]] = None, scores: Optional[Path] = None, catalogue=None):
     """Roster -> WORKDIR/repos + WORKDIR/lock.json, one line per student. The deadline is
     --deadline, else course.toml's for the assignments fetched; its extensions and late policy
     decide each student's deadline and the last commit still graded."""
@@ -60,7 +61,7 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
             entries = load_roster(roster, org, prefix)
         collected = c50.load_scores(scores) if scores else None
         when = parse_deadline(deadline) if deadline else None
-        when, per_student = class_deadline(course, names or course.order or list(specs.catalogue()), when)
+        when, per_student = class_deadline(course, names or course.order or list(catalogue.catalogue()), when)
     except (RosterError, c50.ScoresError, ValueError) as exc:
         _fail(exc)
     console.print(f"Fetching {len(entries)} repos into {out}" + (f", pinned at the deadline {when.isoformat()}" if when else ""))
@@ -113,10 +114,11 @@ def fetch(
     scores: Optional[Path] = typer.Option(None, help="Classroom 50: a collected scores.json, shown beside the grades."),
 ) -> None:
     """Clone or update every student's repo and pin the commit to grade in WORKDIR/lock.json."""
-    course = load_course_or_fail(course_file)
+    catalogue = specs.Course.find(current())
+    course = load_course_or_fail(course_file, catalogue)
     try:
         for n in assignment or []:
-            specs.get(n)
+            catalogue.get(n)
         if (slug or scores) and not classroom50:
             raise UsageError("--slug and --scores go with --classroom50 CLASSROOM")
         if classroom50 and not slug:
@@ -130,11 +132,11 @@ def fetch(
     except UsageError as exc:
         _fail(exc)
     lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment,
-                       (classroom50, slug) if classroom50 else None, scores)
+                       (classroom50, slug) if classroom50 else None, scores, catalogue)
     raise typer.Exit(1 if any(p.status != "fetched" for p in lock.students) else 0)
 
 
-def resolve_slots(device: str, gpus: str, jobs: Optional[int]) -> tuple[list, str]:
+def resolve_slots(device: str, gpus: str, jobs: Optional[int], settings: Settings) -> tuple[list, str]:
     """One entry per pool slot: the CUDA_VISIBLE_DEVICES token of its GPU (None on the CPU), and
     the GPU model every result is keyed on (a class is graded on one model of GPU)."""
     if device == "cpu":
@@ -157,7 +159,7 @@ def resolve_slots(device: str, gpus: str, jobs: Optional[int]) -> tuple[list, st
     if len(models) > 1:
         raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): their timings do not compare; "
                          "grade a class on one model")
-    visible = current().visible_gpus
+    visible = settings.visible_gpus
     tokens = [t.strip() for t in visible.split(",")] if visible else [str(i) for i in range(count)]
     n = jobs or DEFAULT_JOBS_PER_GPU * len(chosen)
     return [tokens[chosen[i % len(chosen)]] for i in range(max(1, n))], models.pop()
@@ -197,7 +199,9 @@ def grade(
     from grader.batch.workspace import LockError, read_lock
     from grader.judge.context import ContextError, resolve
 
-    course = load_course_or_fail(course_file)
+    settings = current()  # read once: the batch's executors and sandbox work with these
+    catalogue = specs.Course.find(settings)
+    course = load_course_or_fail(course_file, catalogue)
     try:
         if (roster is None) == (lock_file is None):
             raise UsageError("give either --roster ROSTER or --lock LOCK")
@@ -207,9 +211,9 @@ def grade(
             raise UsageError(f"--executor must be local or ray, not {executor!r}")
         if jobs is not None and jobs < 1:
             raise UsageError("--jobs must be at least 1")
-        names = assignment or course.order or list(specs.catalogue())
+        names = assignment or course.order or list(catalogue.catalogue())
         for n in names:
-            specs.get(n)
+            catalogue.get(n)
         if executor == "ray":
             import importlib.util
 
@@ -218,26 +222,26 @@ def grade(
         remote = executor == "ray" and device == "cuda" and not has_gpu()  # the Ray cluster's GPUs; the driver has none
         ctx = resolve(device, class_seed(out, seed), case, dtype, timeout, isolation,
                       hide=[out.resolve()], reference_dir=reference_dir, remote_gpu=remote,
-                      reproducer="grader check .", partial_points=True)
-        unmatched = ctx.unmatched([specs.get(n) for n in names])  # a typo is said, never graded as nothing
+                      reproducer="grader check .", partial_points=True, course=catalogue)
+        unmatched = ctx.unmatched([catalogue.get(n) for n in names])  # a typo is said, never graded as nothing
         if unmatched:
             raise UsageError("\n".join(unmatched))
         if case or dtype:  # each assignment must have something to grade, else it would score 0 of nothing
-            missing_cases = [n for n in names if not ctx.calls(specs.get(n))]
+            missing_cases = [n for n in names if not ctx.calls(catalogue.get(n))]
             if missing_cases:
                 raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: choose the assignments with -a")
         if remote:
             slots, gpu_model = [None] * (jobs or 2), "GPUs of the Ray cluster"
         else:
-            slots, gpu_model = resolve_slots(ctx.device, gpus, jobs)
-        if ctx.isolation == "docker" and (problem := docker.missing()) is not None:  # said now, not by every job
+            slots, gpu_model = resolve_slots(ctx.device, gpus, jobs, settings)
+        if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:  # said now, not by every job
             raise UsageError(problem)
         if not remote:  # a class is graded unattended: no weaker sandbox than asked (Ray's nodes detect their own)
             from grader.sandbox.isolation import SandboxError
             from grader.sandbox.process import as_asked
 
             try:
-                as_asked(ctx.isolation)
+                as_asked(ctx.isolation, settings)
             except SandboxError as exc:
                 raise UsageError(str(exc)) from None
         if roster is None:
@@ -247,17 +251,18 @@ def grade(
     except (UsageError, ContextError, LockError) as exc:
         _fail(exc)
     if roster is not None:
-        lock = fetch_class(roster, out / "workspace", deadline, org, prefix, branch, 8, course, names)
+        lock = fetch_class(roster, out / "workspace", deadline, org, prefix, branch, 8, course, names, catalogue=catalogue)
     known = {p.student for p in lock.students}
     missing = [s for s in only or [] if s not in known]
     if missing:
         _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock (it has {len(known)} students)"))
     for n in names:
-        if not ctx.reference_module(specs.get(n)).is_file() and ctx.device == "cuda":
+        if not ctx.reference_module(catalogue.get(n)).is_file() and ctx.device == "cuda":
             console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not scored[/yellow]")
 
     opts = BatchOptions(out.resolve(), names, ctx, slots, gpu_model, resume, only or None, retries, executor, address,
-                        job_timeout=job_timeout, course=course, similarity_threshold=similarity_threshold)
+                        job_timeout=job_timeout, course=course, similarity_threshold=similarity_threshold, settings=settings,
+                        catalogue=catalogue)
     plan = plan_batch(lock, opts)
     where = "CPU interpreter (no timing, no bf16)" if ctx.device == "cpu" else f"{gpu_model} x{len(set(slots))}"
     console.print(f"Grading {len(plan.jobs)} jobs ({len(plan.reused)} already graded, kept) on {where}, "
@@ -373,11 +378,12 @@ def similarity(
 
     if compare.MISSING is not None:
         _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: pip install \"grader[ta]\""))
-    course = load_course_or_fail(course_file)
+    catalogue = specs.Course.find(current())
+    course = load_course_or_fail(course_file, catalogue)
     if threshold is not None and not 0 < threshold <= 1:
         _fail(UsageError("--threshold must be in (0, 1]"))
     lock, manifest = _class_lock(class_dir)
-    view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold)
+    view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold, catalogue)
     for a in view.assignments:
         pairs = view.similarity.get(a, [])
         console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"
@@ -400,7 +406,7 @@ def leaderboard(
     """Write a speed leaderboard of the graded class, as a page a TA can publish."""
     from grader.batch.leaderboard import PSEUDONYMS, LeaderboardError, write_leaderboard
 
-    course = load_course_or_fail(course_file)
+    course = load_course_or_fail(course_file, specs.Course.find(current()))
     try:
         page = write_leaderboard(class_dir, out, anonymize, course.named, course.name)
     except LeaderboardError as exc:

@@ -14,6 +14,7 @@ from rich.markup import escape
 
 from grader import spec as specs
 from grader.cli.common import console, err
+from grader.settings import current
 
 
 def _fail(message: str) -> None:
@@ -42,6 +43,7 @@ def release(
     """Build the student kit: starters, handouts, public specs, README, CI workflow; no reference, hidden case or secret."""
     from grader.kit.release import ReleaseError, build_kit, ensure_secret
 
+    catalogue = specs.Course.find(current())
     if (runs_on or course_file) and classroom50 is None:
         _fail(f"{'--runs-on' if runs_on else '--course'} goes with --classroom50 (the kit's own workflow takes --gpu-runner)")
     try:
@@ -51,23 +53,24 @@ def release(
 
             check_runs_on(runs_on)  # said before the kit is built
             try:  # course.toml's deadlines are the entries' `due`
-                deadlines = find_course(course_file).deadlines
+                deadlines = find_course(course_file, catalogue).deadlines
             except CourseError as exc:
                 _fail(f"{exc} (its deadlines become Classroom 50's `due`)")
-        made = ensure_secret()
+        made = ensure_secret(catalogue)
         if made:
             console.print(f"[yellow]made the course secret {made}: graded random shapes come from it. Keep it with the "
                           "course (never in a kit); every grader of this class needs the same one.[/yellow]")
-        kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner, title=title)
+        kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner, title=title,
+                        catalogue=catalogue)
         if classroom50 is not None:
             from grader.kit.classroom50_config import write_classroom
 
-            written = write_classroom(kit, classroom50, runs_on, deadlines)
+            written = write_classroom(kit, classroom50, runs_on, deadlines, catalogue)
     except specs.UnknownAssignment as exc:
         _fail(exc.args[0])
     except ReleaseError as exc:
         _fail(str(exc))
-    hidden = {n: specs.get(n).hidden_count for n in kit.assignments}
+    hidden = {n: catalogue.get(n).hidden_count for n in kit.assignments}
     console.print(f"Student kit in {kit.root}: {', '.join(kit.assignments)} ({len(kit.files)} files)")
     console.print(f"  students install the grader with: pip install -r requirements-grader.txt  ({kit.install})")
     kept = ", ".join(f"{n} {c}" for n, c in hidden.items() if c) or "none (no assignment has hidden.py)"
@@ -94,7 +97,9 @@ def gradescope(
     from grader.kit.release import ReleaseError
 
     try:
-        members = build_autograder(out, assignment or None, cuda=cuda, torch_index=torch_index)
+        settings = current()
+        members = build_autograder(out, assignment or None, cuda=cuda, torch_index=torch_index,
+                                   reference_dir=settings.reference_dir, catalogue=specs.Course.find(settings))
     except specs.UnknownAssignment as exc:
         _fail(exc.args[0])
     except ReleaseError as exc:

@@ -55,17 +55,20 @@ def review(
         fail(UsageError("give one decision: --clear, --uphold or --points P"))
     elif note is None:
         fail(UsageError("--note is required: say why (it is kept in the review log and shown in the report)"))
-    course = load_course_or_fail(course_file)
+    from grader.settings import current
+
+    catalogue = specs.Course.find(current())
+    course = load_course_or_fail(course_file, catalogue)
     lock, manifest = _class_lock(out)
     assignments = manifest.get("assignments") or []
     if list_:
-        _print_list(out, build_class_view(out, lock, assignments, manifest, course))
+        _print_list(out, build_class_view(out, lock, assignments, manifest, course, catalogue))
         return
     pinned = {p.student: p for p in lock.students}
     if student not in pinned:
         fail(UsageError(f"no student {student!r} in {out}'s class ({len(pinned)} students)"))
     if assignment not in assignments:
-        known = specs.catalogue()
+        known = catalogue.catalogue()
         why = "no such assignment" if assignment not in known else "not graded in this class folder"
         fail(UsageError(f"{assignment!r}: {why} (graded here: {', '.join(assignments) or 'none'})"))
     folder = pinned[student].folder
@@ -77,7 +80,7 @@ def review(
             fail(exc)
         log = reviews.append(out, made)
         rewrite_student(out, folder)
-        view = write_class_outputs(out, lock, assignments, manifest, course)
+        view = write_class_outputs(out, lock, assignments, manifest, course, catalogue=catalogue)
     console.print(f"{shown(student)}/{shown(assignment)}: {made.words} by {shown(made.by, 100)}: {made.points:g} / "
                   f"{made.verdict['max_score']:g} points (the grader's verdict: {made.verdict['score']:g}); logged in {log}")
     console.print(f"dashboard: {out / 'index.html'}   report: {out / 'students' / folder / 'report.html'}")

@@ -22,9 +22,12 @@ def verify(
 ) -> None:
     """Re-time a graded speed figure on this machine's GPU from the records the grade kept."""
     from grader.batch.verify import VerifyError, verify as run_verify
+    from grader.settings import current
+    from grader.spec import Course
 
+    settings = current()  # read once: the replay processes start with these
     try:
-        got = run_verify(out, student, assignment)
+        got = run_verify(out, student, assignment, Course.find(settings), settings)
     except VerifyError as exc:
         fail(exc)
         return

@@ -16,7 +16,8 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from grader import environment
-from grader.spec import DTYPES, Assignment, CourseSecretError, course_root, course_secret
+from grader.settings import Settings
+from grader.spec import DTYPES, Assignment, Course, CourseSecretError
 from grader.judge.plan import PlannedCall, plan_calls
 from grader.sandbox.backend import ISOLATION_MODES
 
@@ -139,11 +140,14 @@ def _listed(values: tuple[str, ...] | None) -> list[str] | None:
 
 def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | None = None,
             dtypes: list[str] | None = None, timeout: float | None = None, isolation: str = "sandbox",
-            hide: list[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False, **more) -> GradingContext:
+            hide: list[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False,
+            course: Course | None = None, **more) -> GradingContext:
     """Check the options and fix the context. `device` auto picks the GPU when one is visible;
     a missing GPU, an unknown dtype or isolation mode, or a reference folder that does not
     exist is a ContextError (the CLI prints it and exits 2). `remote_gpu`: the jobs run on
-    another machine's GPUs (a Ray cluster), so this one need not have one."""
+    another machine's GPUs (a Ray cluster), so this one need not have one. `course`: the
+    command's (default: the one the default settings imply)."""
+    course = course if course is not None else Course.find(Settings())
     if device not in ("auto", "cuda", "cpu"):
         raise ContextError(f"--device must be auto, cuda or cpu, not {device!r}")
     if device == "cuda" and not remote_gpu and not environment.has_gpu():
@@ -157,7 +161,7 @@ def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | No
     if timeout is not None and timeout <= 0:
         raise ContextError("--timeout must be a positive number of seconds")
     try:  # read now, so a secret this user cannot read is one line here, not a traceback mid-grade
-        course_secret()
+        course.secret()
     except CourseSecretError as exc:
         raise ContextError(str(exc)) from None
     private = [str(Path(h).resolve()) for h in hide]
@@ -166,8 +170,8 @@ def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | No
             raise ContextError(f"--reference-dir {reference_dir}: no such folder")
         reference_dir = Path(reference_dir).resolve()
         private.append(str(reference_dir))  # the solutions: out of every worker's sight, wherever they are
-    elif (course_root() / "reference").is_dir():
-        private.append(str((course_root() / "reference").resolve()))
+    elif course.reference.is_dir():
+        private.append(str(course.reference.resolve()))
     return GradingContext(resolved, seed if seed is not None else secrets.randbelow(2**31), tuple(cases) if cases else None,
                           tuple(dtypes) if dtypes else None, timeout, isolation=isolation, hide=tuple(dict.fromkeys(private)),
                           reference_dir=str(reference_dir) if reference_dir else None, **more)

@@ -10,7 +10,7 @@ killed holder releases it with its last file descriptor):
   calls pass through: once a timing phase waits, no new call starts on that GPU, the calls
   running finish, and the timing phase goes (a stream of calls cannot starve it).
 
-The lock folder is $GRADER_LOCK_DIR, else <tmp>/grader-locks.
+The lock folder is $GRADER_LOCK_DIR, else <tmp>/grader-locks, as the session's settings say.
 """
 
 from __future__ import annotations
@@ -22,11 +22,12 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
-from grader.settings import current
+
+from grader.settings import Settings
 
 
-def lock_dir() -> Path:
-    folder = current().lock_dir or Path(tempfile.gettempdir()) / "grader-locks"
+def lock_dir(settings: Settings) -> Path:
+    folder = settings.lock_dir or Path(tempfile.gettempdir()) / "grader-locks"
     if not folder.is_dir():
         folder.mkdir(parents=True, exist_ok=True)
         try:
@@ -36,9 +37,10 @@ def lock_dir() -> Path:
     return folder
 
 
-def device_id(gpu: str | None) -> str:
-    """The GPU a worker started with CUDA_VISIBLE_DEVICES=gpu computes on (its first one)."""
-    visible = gpu if gpu is not None else current().visible_gpus
+def device_id(gpu: str | None, settings: Settings) -> str:
+    """The GPU a worker started with CUDA_VISIBLE_DEVICES=gpu computes on (its first one; with
+    no `gpu`, the first this process may use)."""
+    visible = gpu if gpu is not None else settings.visible_gpus
     first = (visible or "0").split(",")[0].strip() or "0"
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in first)
 
@@ -51,7 +53,7 @@ def _open(path: Path) -> int:
 
 
 @contextmanager
-def gpu_phase(gpu: str | None, exclusive: bool, enabled: bool = True,
+def gpu_phase(gpu: str | None, exclusive: bool, settings: Settings, enabled: bool = True,
               waited: Callable[[float], None] | None = None) -> Iterator[None]:
     """Hold GPU `gpu` for a correctness call (shared) or a timing phase (exclusive).
     `enabled=False` (the CPU interpreter) holds nothing. `waited` is told the seconds it
@@ -59,7 +61,7 @@ def gpu_phase(gpu: str | None, exclusive: bool, enabled: bool = True,
     if not enabled:
         yield
         return
-    base = lock_dir() / f"gpu-{device_id(gpu)}"
+    base = lock_dir(settings) / f"gpu-{device_id(gpu, settings)}"
     turnstile, main = _open(base.with_suffix(".turnstile")), _open(base.with_suffix(".lock"))
     began = time.monotonic()
     try:
@@ -77,6 +79,6 @@ def gpu_phase(gpu: str | None, exclusive: bool, enabled: bool = True,
         os.close(turnstile)
 
 
-def timing_lock(gpu: str | None, enabled: bool = True):
+def timing_lock(gpu: str | None, settings: Settings, enabled: bool = True):
     """The GPU alone, for one timing phase."""
-    return gpu_phase(gpu, exclusive=True, enabled=enabled)
+    return gpu_phase(gpu, True, settings, enabled=enabled)

@@ -288,7 +288,7 @@ def _roofline(session: Resources, trusted) -> dict:
             raise WorkerFailure("infra_error", f"the roofline could not be measured: {reply.message}")
         return dataclasses.asdict(reply)
     cache = session.cache
-    return cache.roofline(device_id(session.context.gpu), probe) if cache is not None else probe()
+    return cache.roofline(device_id(session.context.gpu, session.settings), probe) if cache is not None else probe()
 
 
 def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_files: list[str], layout: dict, workdir: Path,
@@ -299,7 +299,7 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
     staging = workdir.parent / f"{spec.name}.replay"
     # the replay processes start first: their imports overlap the recorded calls, and they touch
     # the GPU only when told to go, inside the exclusive hold
-    pending = {c: replaying.spawn(staging, c, ctx, timeout) for c in ("student", "reference")}
+    pending = {c: replaying.spawn(staging, c, ctx, timeout, session.settings) for c in ("student", "reference")}
     try:
         prep = replaying.prepare(spec, student, trusted, timed_files, layout, workdir, staging, timeout)
     except BaseException:
@@ -318,7 +318,7 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
         return None, prep.fallback
     prepared = prep.prepared
     cache = session.cache
-    key = replaying.reference_key(prepared, spec, ctx)
+    key = replaying.reference_key(prepared, spec, ctx, session.settings)
     kept = cache.kept_timing(key) if cache is not None else None
     if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
         replayed.cancel(pending["reference"])
@@ -351,7 +351,7 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
             if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:  # the GPU as it was: the kept figure stands
                 reference = replayed.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
             elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
-                late = replaying.spawn(staging, "reference-again", ctx, timeout)
+                late = replaying.spawn(staging, "reference-again", ctx, timeout, session.settings)
                 pending["reference"] = replaying.place(prepared, "reference", late)
             ref_run, student_run = replaying.go(pending, reference)
             phase("replays")

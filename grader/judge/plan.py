@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from grader.codec import rebuild, write_inputs
 from grader.judge.shrink import PREFIX, shape_case
-from grader.spec import DTYPES, Assignment, Case, course_secret
+from grader.spec import DTYPES, Assignment, Case
 
 
 @dataclass
@@ -63,7 +63,7 @@ def cases_for(spec: Assignment, seed: int) -> list[Case]:
     """The named cases (hidden ones included where this course has them) and the random ones.
     Random shapes come from the run's seed and, in a TA's course, the course secret: a student
     kit (no secret) draws other shapes, so the graded ones cannot be known from the kit."""
-    secret = course_secret()
+    secret = spec.shapes_secret
     shapes = derive_seed(seed, spec.name, "shapes", secret) if secret else derive_seed(seed, spec.name, "shapes")
     return list(spec.cases) + spec.random_cases(random.Random(shapes))
 

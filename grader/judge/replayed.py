@@ -31,6 +31,7 @@ from grader.sandbox.isolation import Isolation, SandboxError
 from grader.sandbox.launch import isolated_python, worker_code
 from grader.sandbox.process import WorkerProcess
 from grader.sanitize import one_line
+from grader.settings import Settings
 
 MAX_REPLY_BYTES = 1 << 20
 MAX_HEADER_BYTES = 64 << 10  # a result file's safetensors header, beside its tensors' bytes
@@ -111,13 +112,14 @@ class Pending:
 
 
 def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sandbox", gpu: str | None = None,
-          boot: str = BOOTSTRAP, placements: int = 1) -> Pending | Replayed:
+          boot: str = BOOTSTRAP, placements: int = 1, settings: Settings = Settings()) -> Pending | Replayed:
     """A replay process started in `job` (a new folder) through the sandbox backend (as a worker
     is: the same view rules, uid, limits, no network) before its record exists: it imports torch
     and Triton, then waits for `place` to put its checked record and inputs there (READY), and
     touches the GPU only once told to go (GO). `boot` replaces the entry point (a test's probe
     of the view), given the same arguments. `placements`: the reps spread over that many fresh
-    sets of buffers at other addresses."""
+    sets of buffers at other addresses. `settings`: the grading session's (its uids, threads,
+    container command), handed to the process as to a worker."""
     job = Path(job)
     job.mkdir(parents=True, exist_ok=True)
     (job / "record").mkdir(exist_ok=True)
@@ -127,7 +129,8 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
                            str(result), "--reps", str(int(reps)), "--placements", str(int(placements)),
                            "--ready", str(job / READY), "--go", str(job / GO), path=str(worker_code()))
     try:
-        proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job, command=argv)
+        proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job,
+                             command=argv, settings=settings)
     except (OSError, SandboxError) as exc:
         return Replayed(failed=f"the replay process could not be started: {one_line(exc, 200)}")
     return Pending(proc, job, timeout)
@@ -158,7 +161,7 @@ def place(pending: Pending | Replayed, record: Path, inputs: Path, layout: Path)
 
 def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
           isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-          placements: int = 1) -> Pending | Replayed:
+          placements: int = 1, settings: Settings = Settings()) -> Pending | Replayed:
     """`spawn` and `place` at once: a replay ready to go. A refused record starts nothing."""
     job = Path(job)
     job.mkdir(parents=True)
@@ -166,7 +169,7 @@ def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeou
         checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
     except RecordError as exc:
         return Replayed(refused=str(exc)[:400])
-    return place(spawn(job, reps, timeout, isolation, gpu, boot, placements), record, inputs, layout)
+    return place(spawn(job, reps, timeout, isolation, gpu, boot, placements, settings), record, inputs, layout)
 
 
 READY = "ready"  # the file whose appearance tells a started replay its record and inputs are in place
@@ -212,9 +215,9 @@ def cancel(pending: Pending | Replayed | None) -> None:
 
 def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
         isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-        placements: int = 1, allowed: frozenset[int] = frozenset()) -> Replayed:
+        placements: int = 1, allowed: frozenset[int] = frozenset(), settings: Settings = Settings()) -> Replayed:
     """`start` then `go` at once: one contender's replay, start to answer."""
-    return go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements), allowed)
+    return go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings), allowed)
 
 
 def read(out: Path) -> Replayed:

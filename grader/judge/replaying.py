@@ -42,6 +42,7 @@ from grader.replay.record import RecordError
 from grader.results import Severity
 from grader.sandbox.files import output_path, read_worker_file
 from grader.sanitize import one_line
+from grader.settings import Settings
 from grader.spec import Assignment
 
 PLACEMENTS = 4  # fresh buffers at other addresses: a kernel's time varies with where its data lies (docs/performance.md)
@@ -269,27 +270,29 @@ class Replays:
 DRIFT = 0.03  # a kept reference figure stands while torch's time in this job is within 3% of torch's when it was kept
 
 
-def reference_key(prepared: Prepared, spec: Assignment, ctx) -> str:
-    """What a kept reference replay stands for: this GPU, the reference's record (its kernels'
-    binaries by hash, grids, arguments), the input set (spec, case, dtype, seed, index) and the
-    grader's version. Torch's time in each job anchors it (DRIFT)."""
+def reference_key(prepared: Prepared, spec: Assignment, ctx, settings: Settings) -> str:
+    """What a kept reference replay stands for: this GPU (as `settings` see it), the reference's
+    record (its kernels' binaries by hash, grids, arguments), the input set (spec, case, dtype,
+    seed, index) and the grader's version. Torch's time in each job anchors it (DRIFT)."""
     import grader
     from grader.judge.devicelock import device_id
 
     record = hashlib.sha256((prepared.staging / "reference" / "launches.json").read_bytes()).hexdigest()
     perf = spec.performance
-    parts = [device_id(ctx.gpu), record, spec.name, perf.case.name, perf.dtype, str(ctx.performance_seed), "0",
-             grader.__version__, str(PLACEMENTS), str(REPS)]
+    parts = [device_id(ctx.gpu, settings), record, spec.name, perf.case.name, perf.dtype, str(ctx.performance_seed),
+             "0", grader.__version__, str(PLACEMENTS), str(REPS)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def spawn(staging: Path, c: str, ctx, timeout: float) -> replayed.Pending | Replayed:
-    """Contender `c`'s replay process started before its record exists: its imports overlap the
-    recorded calls, and it touches the GPU only when told to go (`replayed.go`)."""
+def spawn(staging: Path, c: str, ctx, timeout: float, settings: Settings) -> replayed.Pending | Replayed:
+    """Contender `c`'s replay process started under the session's `settings` before its record
+    exists: its imports overlap the recorded calls, and it touches the GPU only when told to go
+    (`replayed.go`)."""
     job = staging / f"run-{c}"
     shutil.rmtree(job, ignore_errors=True)
     staging.mkdir(parents=True, exist_ok=True)
-    return replayed.spawn(job, REPS, timeout * 4, isolation=ctx.isolation, gpu=ctx.gpu, placements=PLACEMENTS)
+    return replayed.spawn(job, REPS, timeout * 4, isolation=ctx.isolation, gpu=ctx.gpu, placements=PLACEMENTS,
+                          settings=settings)
 
 
 def place(prepared: Prepared, c: str, pending: replayed.Pending | Replayed) -> replayed.Pending | Replayed:

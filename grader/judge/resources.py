@@ -1,6 +1,7 @@
-"""What one grading process works with, built once from its options and settings: the
-machine's description, the run cache, the kept kernels of a check, the device lock, the worker
-factories with warm starts as one policy. The stages (grader.judge.grade, grader.judge.perf)
+"""What one grading process works with, built once from its options, its command's settings and
+the course it grades: the machine's description, the run cache, the kept kernels of a check,
+the device lock, the worker factories with warm starts as one policy; each is handed the
+settings it needs from here (nothing below reads the environment). The stages (grader.judge.grade, grader.judge.perf)
 take them from here and build nothing themselves; a grading session (grader.judge.session) is
 these resources plus the one pipeline.
 """
@@ -20,16 +21,19 @@ from grader.sandbox.isolation import Isolation
 from grader.sandbox.process import WorkerProcess, detect
 from grader.sandbox.zygote import prewarm
 from grader.settings import Settings
-from grader.spec import Assignment
+from grader.spec import Assignment, Course
 
 
 class Resources:
     """Everything a grading needs besides the submission: built once, shared by every stage
     and every assignment graded in this process."""
 
-    def __init__(self, context: GradingContext, settings: Settings) -> None:
+    def __init__(self, context: GradingContext, settings: Settings, course: Course) -> None:
+        """`settings`: the command's, handed to everything below that needs one (the device lock,
+        the workers and their sandbox, the warm starts); `course`: the course being graded."""
         self.context = context
         self.settings = settings
+        self.course = course
         self.cache = RunCache(Path(context.cache), context.cache_limit) if context.cache else None
         # a check keeps the student's compiled kernels between runs (the interpreter compiles nothing)
         self.kept_kernels = TritonKeep(Path(context.kept_kernels)) if context.kept_kernels and not context.interpret else None
@@ -38,7 +42,7 @@ class Resources:
     @cached_property
     def isolation(self) -> Isolation:
         """How workers are contained here, tried for real once (grader.sandbox.process.detect)."""
-        return detect(self.context.isolation)
+        return detect(self.context.isolation, self.settings)
 
     @cached_property
     def environment(self) -> dict:
@@ -49,7 +53,7 @@ class Resources:
         """Start the fork servers this session's workers come from (once, and only once a worker
         is needed), so their imports overlap the copy and the inputs (grader.settings.WarmStarts)."""
         if not self._warm and self.settings.warm.fork_server:
-            prewarm(self.context.interpret, self.context.gpu, self.context.isolation)
+            prewarm(self.context.interpret, self.context.gpu, self.context.isolation, self.settings)
         self._warm = True
 
     def student_worker(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, hide: list[Path] = (),
@@ -58,17 +62,18 @@ class Resources:
         the session's device (a GPU run's bounds check replays in the interpreter)."""
         return StudentWorker(self.context, spec, repo, target, scratch, hide=hide,
                              interpret=self.context.interpret if interpret is None else interpret,
-                             kept=self.kept_kernels, sharing_gpu=self.sharing_gpu)
+                             kept=self.kept_kernels, sharing_gpu=self.sharing_gpu, settings=self.settings)
 
     def trusted_worker(self, folder: Path) -> WorkerProcess:
         """A worker for our own code (the reference, torch), outside every student's folder."""
         return WorkerProcess(folder, folder / "scratch", interpret=False, gpu=self.context.gpu, isolation="none",
-                             triton_cache=self.cache.trusted_triton_cache if self.cache is not None else None)
+                             triton_cache=self.cache.trusted_triton_cache if self.cache is not None else None,
+                             settings=self.settings)
 
     def sharing_gpu(self, waited: Callable[[float], None] | None = None) -> ContextManager:
         """Held while a correctness call or an import runs: waits while another job times."""
-        return gpu_phase(self.context.gpu, exclusive=False, enabled=not self.context.interpret, waited=waited)
+        return gpu_phase(self.context.gpu, False, self.settings, enabled=not self.context.interpret, waited=waited)
 
     def alone_on_gpu(self) -> ContextManager:
         """Held while timing: no other job's work runs on this GPU."""
-        return timing_lock(self.context.gpu, enabled=not self.context.interpret)
+        return timing_lock(self.context.gpu, self.settings, enabled=not self.context.interpret)

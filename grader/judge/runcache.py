@@ -42,7 +42,7 @@ from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs
 from grader.sandbox.files import open_worker_file, place, private_folder
 from grader.spec import Assignment, Case
-from grader.settings import Settings, current
+from grader.settings import Settings
 
 
 def write_perf_set(spec: Assignment, case: Case, dtype: str, seed: int, index: int, path: Path) -> dict:
@@ -57,9 +57,9 @@ class CacheSettingError(ValueError):
     """GRADER_CACHE_GB is not a number: said in one line before anything runs."""
 
 
-def check_cache_limit(settings: Settings | None = None) -> int:
+def check_cache_limit(settings: Settings) -> int:
     """Bytes of input sets `grader check` may keep between runs (GRADER_CACHE_GB; 0: none)."""
-    raw = (settings or current()).cache_gb
+    raw = settings.cache_gb
     try:
         gb = float(raw) if raw else DEFAULT_CHECK_CACHE_GB
     except ValueError:
@@ -67,10 +67,9 @@ def check_cache_limit(settings: Settings | None = None) -> int:
     return max(0, int(gb * (1 << 30)))
 
 
-def check_cache_folder(settings: Settings | None = None) -> Path | None:
+def check_cache_folder(settings: Settings) -> Path | None:
     """Where `grader check` keeps what the next check on this machine reuses: GRADER_CACHE_DIR,
     else $XDG_CACHE_HOME/grader, else ~/.cache/grader; None when GRADER_CACHE_GB is 0."""
-    settings = settings or current()
     if check_cache_limit(settings) == 0:
         return None
     return settings.check_cache_base

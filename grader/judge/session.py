@@ -5,8 +5,8 @@ job of its slot) and a Ray task; all of them grade through `GradingSession.grade
 
 Why one object: check and batch used to assemble a grading each their own way (their own run
 cache, environment, workers and warm starts), and drifted: a batch lost the static scan's
-warnings that a check kept. Now the settings are read once, when the session opens
-(grader.settings), and what differs between the drivers is only what they do with the result.
+warnings that a check kept. Now the settings are read once, by the command that opens the
+session (grader.settings), held by its resources and handed down from there, and what differs between the drivers is only what they do with the result.
 """
 
 from __future__ import annotations
@@ -21,8 +21,8 @@ from grader.judge import grade as pipeline
 from grader.judge.context import GradingContext
 from grader.judge.resources import Resources
 from grader.results import AssignmentResult, RunResult
-from grader.settings import Settings, from_environment
-from grader.spec import Assignment
+from grader.settings import Settings
+from grader.spec import Assignment, Course
 from grader.submission import Submission
 
 Progress = Callable[[str], None]
@@ -80,8 +80,9 @@ class GradingSession(Resources):
         return pipeline.not_gradable(spec, self.context, AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), why)
 
 
-def open_session(context: GradingContext, settings: Settings | None = None) -> GradingSession:
-    """The session for `context`; `settings` default to this process's environment, read here.
+def open_session(context: GradingContext, settings: Settings = Settings(), course: Course | None = None) -> GradingSession:
+    """The session for `context` with the command's `settings` (the defaults where a test gives none)
+    and its `course` (default: the one the settings name or imply, found here).
     It holds no process of its own (workers end with each assignment; a warm fork server ends
     with this process or when idle), so there is nothing to close."""
-    return GradingSession(context, settings if settings is not None else from_environment())
+    return GradingSession(context, settings, course if course is not None else Course.find(settings))

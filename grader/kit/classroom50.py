@@ -282,14 +282,15 @@ def _outputs(env: dict, status: str, summary: str) -> None:
             f.write(f"status={status}\nsummary={one_line(summary, SUMMARY_LIMIT)}\n")
 
 
-def report(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print) -> int:
+def report(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print, catalogue=None) -> int:
     """Write result.json, release-body.md and the outputs into the submission's folder; print
-    the annotations. Returns the exit code: 0 graded, 2 an infra_error (no score released)."""
-    from grader import spec as specs
-
+    the annotations. Returns the exit code: 0 graded, 2 an infra_error (no score released).
+    `catalogue`: the grader.spec.Course graded (its hidden cases are counted; default: the one
+    the default settings imply)."""
     env = os.environ if env is None else env
     fields = runner_fields(env)
-    hidden = {a.name: specs.get(a.name).hidden_count for a in run.assignments}
+    catalogue = catalogue if catalogue is not None else _default_course()
+    hidden = {a.name: catalogue.get(a.name).hidden_count for a in run.assignments}
     for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or repo)):
         echo(line)
     from grader.results import write_json_atomic, write_text_atomic
@@ -301,20 +302,28 @@ def report(run: RunResult, repo: Path, device: str, env: dict | None = None, ech
     return 2 if status == "error" else 0
 
 
-def ungraded(names: list[str], reason: str, seed: int = 0) -> RunResult:
+def ungraded(names: list[str], reason: str, seed: int = 0, catalogue=None) -> RunResult:
     """A submission that cannot be read at all (a malformed grader.toml, no kernel anywhere):
-    the student's problem, so a grade of 0 for each assignment asked for, the reason its one
-    failure, rather than no grade (the runner would replace an exit 2's explanation with its own)."""
-    from grader import spec as specs
-
+    the student's problem, so a grade of 0 for each assignment asked for (of `catalogue`, a
+    grader.spec.Course), the reason its one failure, rather than no grade (the runner would
+    replace an exit 2's explanation with its own)."""
+    catalogue = catalogue if catalogue is not None else _default_course()
     run = RunResult(submission="", seed=seed, environment={})
     for name in names:
-        spec = specs.get(name)
+        spec = catalogue.get(name)
         a = AssignmentResult(name, spec.title, "(not found)", headline=one_line(reason, MESSAGE_LIMIT))
         a.tests.append(TestResult(name, Kind.CORRECTNESS, "submission", Outcome.FAILED, one_line(reason, MESSAGE_LIMIT),
                                   max_score=spec.max_points))
         run.assignments.append(a)
     return run
+
+
+def _default_course():
+    """The course the default settings imply, where a caller gives none (a test)."""
+    from grader.settings import Settings
+    from grader.spec import Course
+
+    return Course.find(Settings())
 
 
 def report_error(message: str, repo: Path | None, env: dict | None = None, echo=print) -> None:

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from grader import __version__
 from grader import spec as specs
+from grader.settings import Settings
 from grader.kit.classroom50 import REPORT_ASSET, slug_of
 from grader.kit.release import Kit, ReleaseError, find_leaks
 
@@ -231,14 +232,16 @@ def due(deadline: datetime) -> tuple[str, dict]:
 
 
 def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
-                    deadlines: dict[str, datetime] | None = None) -> list[str]:
+                    deadlines: dict[str, datetime] | None = None, catalogue: specs.Course | None = None) -> list[str]:
     """Write CLASSROOM/autograders/<slug>/autograder.py and CLASSROOM/assignments.json for the
-    kit's assignments; scanned before anything is written. `deadlines` (course.toml's, by
-    assignment) become each entry's `due`. Returns the files written."""
+    kit's assignments (of `catalogue`, the course released; default: the one the default settings
+    imply); scanned before anything is written. `deadlines` (course.toml's, by assignment) become
+    each entry's `due`. Returns the files written."""
+    catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     classroom = Path(classroom).resolve()
     if not NAME.fullmatch(classroom.name):
         raise ReleaseError(f"--classroom50 {classroom}: the classroom's folder name must be letters, digits, '-', '_' or '.'")
-    course = specs.course_root().resolve()
+    course = catalogue.root.resolve()
     if classroom == course or classroom.is_relative_to(course) or course.is_relative_to(classroom):
         raise ReleaseError(f"--classroom50 {classroom} is inside the course (or holds it): use the classroom50 config repo")
     labels = check_runs_on(runs_on)
@@ -249,7 +252,7 @@ def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
     written = []
     try:
         for name in kit.assignments:
-            spec, slug = specs.get(name), slug_of(name)
+            spec, slug = catalogue.get(name), slug_of(name)
             target = staging / "autograders" / slug / "autograder.py"
             target.parent.mkdir(parents=True)
             target.write_text(autograder(kit, [name]))
@@ -267,7 +270,7 @@ def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
             if (deadlines or {}).get(name) is not None:
                 entry["due"], entry["due_meta"] = due(deadlines[name])
         (staging / "assignments.json").write_text(json.dumps(data, indent=2) + "\n")
-        leaks = find_leaks(staging)
+        leaks = find_leaks(staging, catalogue)
         if leaks:
             raise ReleaseError("the Classroom 50 autograders would publish private material:\n  " + "\n  ".join(leaks[:20]))
         for part in sorted(staging.rglob("*")):

@@ -25,11 +25,12 @@ import json
 import os
 import re
 from pathlib import Path
+from typing import Mapping
 
 from grader.payloads import CorrectnessPayload
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
 from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line, strict_json
-from grader.settings import current
+from grader.settings import from_environment
 
 # Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
 CLASSROOM_STATUS: dict[Outcome, str] = {
@@ -38,10 +39,9 @@ MESSAGE_LIMIT = 1000  # the reporter prints messages in the job log: keep each o
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
-def enabled(ci: str | None, env: dict | None = None) -> bool:
-    """--ci github, or --ci left unset inside GitHub Actions (GITHUB_ACTIONS=true)."""
-    in_actions = current().in_actions if env is None else env.get("GITHUB_ACTIONS") == "true"
-    return ci == "github" or (ci is None and in_actions)
+def enabled(ci: str | None, env: Mapping[str, str]) -> bool:
+    """--ci github, or --ci left unset inside GitHub Actions (GITHUB_ACTIONS=true in `env`)."""
+    return ci == "github" or (ci is None and from_environment(env).in_actions)
 
 
 def source_line(test: TestResult, repo: Path) -> tuple[str, int] | None:
@@ -157,12 +157,17 @@ def failures_markdown(run: RunResult, hidden: dict, message_limit: int, reproduc
     return out
 
 
-def report_github(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print) -> None:
-    """Write the summary and the Classroom output where Actions asks, and print the annotations."""
+def report_github(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print, catalogue=None) -> None:
+    """Write the summary and the Classroom output where Actions asks, and print the annotations.
+    `catalogue`: the grader.spec.Course graded (its hidden cases are counted; default: the one
+    the default settings imply)."""
     env = os.environ if env is None else env
-    from grader import spec as specs
+    if catalogue is None:
+        from grader.settings import Settings
+        from grader.spec import Course
 
-    hidden = {a.name: specs.get(a.name).hidden_count for a in run.assignments}
+        catalogue = Course.find(Settings())
+    hidden = {a.name: catalogue.get(a.name).hidden_count for a in run.assignments}
     for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or Path.cwd())):
         echo(line)
     if env.get("GITHUB_STEP_SUMMARY"):

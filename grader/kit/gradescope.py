@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 
 from grader import spec as specs
+from grader.settings import Settings
 from grader.kit.release import TORCH, TORCH_CPU_INDEX, ReleaseError, build_wheel
-from grader.settings import current
 
 CPU_TORCH = TORCH_CPU_INDEX
 CUDA_TORCH = "https://download.pytorch.org/whl/cu128"
@@ -70,10 +70,14 @@ exit 0
 """
 
 
-def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = False, torch_index: str | None = None) -> list[str]:
-    """Write the zip; returns its members."""
-    chosen = [specs.get(n) for n in names] if names else list(specs.catalogue().values())
-    course = specs.course_root()
+def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = False, torch_index: str | None = None,
+                     reference_dir: Path | None = None, catalogue: specs.Course | None = None) -> list[str]:
+    """Write the zip of `catalogue`'s assignments (default: the course the default settings imply);
+    returns its members. `reference_dir` (GRADER_REFERENCE_DIR): where the reference kernels
+    come from, else the course's reference/."""
+    catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
+    chosen = [catalogue.get(n) for n in names] if names else list(catalogue.catalogue().values())
+    course = catalogue.root
     out = Path(out)
     if out.suffix != ".zip":
         raise ReleaseError(f"--out {out}: Gradescope takes a .zip")
@@ -92,11 +96,11 @@ def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = 
                 rel = p.relative_to(spec.folder)
                 if p.is_file() and not SKIP & set(rel.parts):
                     files[f"course/assignments/{spec.folder.name}/{rel.as_posix()}"] = p.read_bytes()
-        reference = current().reference_dir or course / "reference"
+        reference = reference_dir or course / "reference"
         for p in sorted(reference.rglob("*.py")) if reference.is_dir() else []:
             if "__pycache__" not in p.parts:
                 files[f"course/reference/{p.relative_to(reference).as_posix()}"] = p.read_bytes()
-        secret = specs.course_secret()
+        secret = catalogue.secret()
         if secret:
             files[f"course/{specs.SECRET_FILE}"] = (secret + "\n").encode()
         out.parent.mkdir(parents=True, exist_ok=True)
@@ -112,10 +116,11 @@ def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = 
     return sorted(files)
 
 
-def locate_modules(submission: Path, names: list[str]) -> list[str]:
+def locate_modules(submission: Path, names: list[str], catalogue: specs.Course | None = None) -> list[str]:
     """Gradescope's upload keeps no folders when a student drags files in: where an assignment's
-    module (kernels/x.py) is missing but exactly one file of that name is in the submission, a
-    grader.toml entry points at it. A student's own grader.toml entries are kept. Returns what it did."""
+    module (kernels/x.py) of `catalogue` (default: the course the default settings imply) is
+    missing but exactly one file of that name is in the submission, a grader.toml entry points at
+    it. A student's own grader.toml entries are kept. Returns what it did."""
     from grader import repofiles
     from grader.results import write_text_atomic
     from grader.submission import CONFIG, SubmissionError, read_config
@@ -124,10 +129,11 @@ def locate_modules(submission: Path, names: list[str]) -> list[str]:
         entries = read_config(submission)
     except SubmissionError:
         return []  # grader check says what is wrong with it
+    catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     done = []
     for name in names:
         try:
-            spec = specs.get(name)
+            spec = catalogue.get(name)
         except specs.UnknownAssignment:
             continue
         try:
@@ -154,6 +160,7 @@ if __name__ == "__main__":  # run_autograder: python -m grader.kit.gradescope SU
 
     if len(sys.argv) >= 2 and Path(sys.argv[1]).is_dir():
         from grader.sanitize import one_line
+        from grader.settings import current
 
-        for line in locate_modules(Path(sys.argv[1]), sys.argv[2:]):
+        for line in locate_modules(Path(sys.argv[1]), sys.argv[2:], specs.Course.find(current())):
             print(one_line(line))  # it names a student's file

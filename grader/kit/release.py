@@ -26,6 +26,7 @@ from jinja2 import Environment, PackageLoader
 
 from grader import __version__
 from grader import spec as specs
+from grader.settings import Settings
 
 PYTHON = "3.11"
 TORCH = "2.13.0"  # the course's torch: the kit's install line, its workflow and the Gradescope setup pin it
@@ -63,13 +64,15 @@ class Kit:
 
 
 def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False, requirement: str | None = None,
-              gpu_runner: str | None = None, title: str = "Triton kernels") -> Kit:
-    """Write the kit to `out`: empty or absent, or with force, a folder whose contents are replaced
-    (all but .git: regenerate into a clone of the template repository and commit the difference).
-    It is built beside `out` and moved in only once scanned, so a failure leaves `out` as it was."""
-    chosen = [specs.get(n) for n in names] if names else list(specs.catalogue().values())
+              gpu_runner: str | None = None, title: str = "Triton kernels", catalogue: specs.Course | None = None) -> Kit:
+    """Write the kit of `catalogue`'s assignments (default: the course the default settings imply)
+    to `out`: empty or absent, or with force, a folder whose contents are replaced (all but .git:
+    regenerate into a clone of the template repository and commit the difference). It is built
+    beside `out` and moved in only once scanned, so a failure leaves `out` as it was."""
+    catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
+    chosen = [catalogue.get(n) for n in names] if names else list(catalogue.catalogue().values())
     out = Path(out).resolve()
-    course = specs.course_root().resolve()
+    course = catalogue.root.resolve()
     if out == course or course.is_relative_to(out) or out.is_relative_to(course / "assignments"):
         raise ReleaseError(f"{out} would hold or overwrite the course itself: choose a folder outside it")
     kept = [p for p in out.iterdir() if p.name != ".git"] if out.is_dir() else []
@@ -93,7 +96,7 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
             title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX))
         (build / WORKFLOW).parent.mkdir(parents=True)
         (build / WORKFLOW).write_text(workflow(gpu_runner))
-        leaks = find_leaks(build)
+        leaks = find_leaks(build, catalogue)
         if leaks:
             raise ReleaseError("the kit would leak private material:\n  " + "\n  ".join(leaks[:20]))
         _check_loads(build, [s.name for s in chosen])
@@ -115,12 +118,12 @@ def workflow(gpu_runner: str | None = None) -> str:
                                                               torch=TORCH, cpu_index=TORCH_CPU_INDEX)
 
 
-def ensure_secret() -> str | None:
+def ensure_secret(catalogue: specs.Course) -> str | None:
     """Make the course secret if the course has none (and none is given in the environment), so
     that graded random shapes differ from any a kit can draw. Returns the file made, if any."""
-    if specs.course_secret():
+    if catalogue.secret():
         return None
-    path = specs.course_root() / specs.SECRET_FILE
+    path = catalogue.root / specs.SECRET_FILE
     path.write_text(secrets.token_hex(16) + "\n")
     os.chmod(path, 0o600)
     return str(path)
@@ -209,7 +212,7 @@ def build_wheel(dest: Path) -> Path:
 
 def _check_loads(kit: Path, names: list[str]) -> None:
     """The kit's specs load on their own (a spec may lean on another assignment's) and hold no hidden case."""
-    code = ("import json; from grader import spec; c = spec.catalogue(); "
+    code = ("import json; from grader import spec, settings; c = spec.Course.find(settings.current()).catalogue(); "
             "print(json.dumps({n: sum(x.hidden for x in s.cases) for n, s in c.items()}))")
     env = {k: v for k, v in os.environ.items() if k not in ("GRADER_COURSE_SECRET",)}
     env.update(GRADER_COURSE=str(kit), PYTHONPATH=str(PACKAGE_HOME))
@@ -224,10 +227,12 @@ def _check_loads(kit: Path, names: list[str]) -> None:
 
 # -- the leak scan ---------------------------------------------------------------------------------
 
-def private_needles(course: Path | None = None) -> dict[str, str]:
-    """What must never appear in a kit, by what it is: every reference file whole and each of its
-    distinctive lines (long, and in no public file of the course), every hidden case's name, the secret."""
-    course = course or specs.course_root()
+def private_needles(catalogue: specs.Course | None = None) -> dict[str, str]:
+    """What must never appear in a kit of `catalogue` (default: the course the default settings
+    imply), by what it is: every reference file whole and each of its distinctive lines (long,
+    and in no public file of the course), every hidden case's name, the secret."""
+    catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
+    course = catalogue.root
     public = _public_corpus(course)
     needles: dict[str, str] = {}
     for ref in sorted((course / "reference").rglob("*")) if (course / "reference").is_dir() else []:
@@ -243,7 +248,7 @@ def private_needles(course: Path | None = None) -> dict[str, str]:
     for folder in sorted((course / "assignments").glob("*/hidden.py")):
         for case in specs._load_hidden(folder.parent):
             needles[case.name] = f"the name of hidden case {case.name!r} of {folder.parent.name}"
-    secret = specs.course_secret()
+    secret = catalogue.secret()
     if secret:
         needles[secret] = "the course secret"
     return needles
@@ -259,9 +264,10 @@ def _public_corpus(course: Path) -> str:
     return "\n".join(parts)
 
 
-def find_leaks(kit: Path, course: Path | None = None) -> list[str]:
-    """'FILE: what leaked' for every private needle found in a file of the kit (inside zips and wheels too)."""
-    needles = private_needles(course)
+def find_leaks(kit: Path, catalogue: specs.Course | None = None) -> list[str]:
+    """'FILE: what leaked' for every private needle of `catalogue` (the course released) found in a
+    file of the kit (inside zips and wheels too)."""
+    needles = private_needles(catalogue)
     hits = []
     for path, text in _kit_texts(kit):
         for needle, what in needles.items():

@@ -12,14 +12,15 @@ from typing import Protocol
 from grader.sandbox import docker, namespaces, plain
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import Launch, Started
+from grader.settings import Settings
 
 
 class Backend(Protocol):
     SUMMARY: str  # a few words for `--isolation`'s help
 
-    def detect(self, probe: Callable[[Isolation], str | None]) -> Isolation:
-        """What this backend can do on this machine (`probe` starts a test worker under a
-        candidate: None if it works, else why not); raises SandboxError if nothing can."""
+    def detect(self, probe: Callable[[Isolation], str | None], settings: Settings) -> Isolation:
+        """What this backend can do on this machine with `settings` (`probe` starts a test worker
+        under a candidate: None if it works, else why not); raises SandboxError if nothing can."""
 
     def start(self, launch: Launch, isolation: Isolation) -> Started:
         """Start one worker with its private channel; raises OSError or SandboxError if it

@@ -14,7 +14,7 @@ from pathlib import Path
 from grader.sandbox.isolation import Isolation, SandboxError
 from grader.sandbox.launch import BOOTSTRAP, Launch, Limits, Started, worker_code
 from grader.sandbox.uids import chown_tree
-from grader.settings import current
+from grader.settings import Settings
 
 IMAGE_COURSE = "/opt/grader"  # the course folder the Dockerfile copies into the image (GRADER_COURSE there)
 # the image's `student` user (see the Dockerfile); a grader that is not root cannot give it the
@@ -24,22 +24,18 @@ DOCKER_USER = "10001:10001" if os.geteuid() == 0 else f"{os.getuid()}:{os.getgid
 SUMMARY = "a container per worker"  # what `--isolation` help says of this mode
 
 
-def cli() -> str:
-    """The container command (GRADER_CONTAINER_CLI, default docker)."""
-    return current().container_cli
-
-
-def missing() -> str | None:
-    """Why `--isolation docker` cannot run here (its command is not on PATH), else None."""
-    if shutil.which(cli()) is None:
-        return (f"--isolation docker: no `{cli()}` command on this machine (GRADER_CONTAINER_CLI names another, "
+def missing(settings: Settings) -> str | None:
+    """Why `--isolation docker` cannot run here (its command, GRADER_CONTAINER_CLI, is not on
+    PATH), else None."""
+    if shutil.which(settings.container_cli) is None:
+        return (f"--isolation docker: no `{settings.container_cli}` command on this machine (GRADER_CONTAINER_CLI names another, "
                 "e.g. podman; or use the default, --isolation sandbox)")
     return None
 
 
-def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
+def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isolation:
     """The container command must be here; the image is found when the first worker starts."""
-    if (problem := missing()) is not None:
+    if (problem := missing(settings)) is not None:
         raise SandboxError(problem)
     return Isolation("docker")
 
@@ -61,7 +57,8 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     argv = docker_command(container, launch.cwd, launch.job, launch.writable, launch.env, launch.gpu, launch.limits,
                           launch.interpret, launch.command or ["python", "-I", "-u", "-B", "-c",
                                                               BOOTSTRAP.format(path="/opt/grader-host"),
-                                                              str(requests), str(replies)])
+                                                              str(requests), str(replies)],
+                          settings=launch.settings)
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -69,16 +66,16 @@ def start(launch: Launch, isolation: Isolation) -> Started:
         os.close(rx)
         os.close(tx)
         raise
-    return Started(proc, rx, tx, container=container)
+    return Started(proc, rx, tx, container=container, container_cli=launch.settings.container_cli)
 
 
 def kill(started: Started, isolation: Isolation) -> None:
     """The container, by name: `docker run` is only its client."""
-    subprocess.run([cli(), "kill", started.container], capture_output=True, timeout=60)
+    subprocess.run([started.container_cli, "kill", started.container], capture_output=True, timeout=60)
 
 
 def cleanup(started: Started) -> None:
-    subprocess.run([cli(), "rm", "-f", started.container], capture_output=True, timeout=60)
+    subprocess.run([started.container_cli, "rm", "-f", started.container], capture_output=True, timeout=60)
 
 
 def exit_code(code: int) -> int:
@@ -86,15 +83,16 @@ def exit_code(code: int) -> int:
 
 
 def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: dict[str, str], gpu: str | None,
-                   limits: Limits, interpret: bool, command: list[str], image: str | None = None) -> list[str]:
+                   limits: Limits, interpret: bool, command: list[str], image: str | None = None,
+                   settings: Settings = Settings()) -> list[str]:
     """`docker run` for one worker: no network, a read-only root with a private /tmp, the job
     folder mounted at its own path (read-only, its writable folders on top), the worker's copy
     of the grader's code mounted read-only (so the worker speaks this grader's protocol), the
     image's course folder blanked, a non-root user, no capabilities, no privilege gain, a pids
-    limit, memory without swap, and one GPU."""
+    limit, memory without swap, and one GPU. `settings` name the container command and image."""
     memory = f"{max(1, limits.memory >> 20)}m"
     argv = [
-        cli(), "run", "--rm", "--name", name, "--init",
+        settings.container_cli, "run", "--rm", "--name", name, "--init",
         "--network", "none", "--read-only", "--tmpfs", "/tmp:rw,nosuid,nodev,size=256m",
         "--user", DOCKER_USER, "--cap-drop", "ALL", "--security-opt", "no-new-privileges",
         "--pids-limit", str(limits.processes), "--memory", memory, "--memory-swap", memory,
@@ -125,5 +123,5 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
             continue  # the image's own
         argv += ["--env", f"{key}={value}"]
     # the image's entrypoint is the grader's CLI (its other use): the worker's command replaces it
-    return argv + ["--env", "PYTHONPATH=/opt/grader-host", "--entrypoint", command[0], image or current().docker_image,
+    return argv + ["--env", "PYTHONPATH=/opt/grader-host", "--entrypoint", command[0], image or settings.docker_image,
                    *command[1:]]

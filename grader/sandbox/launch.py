@@ -17,7 +17,7 @@ from pathlib import Path
 
 import grader
 from grader.sandbox.uids import JobLease
-from grader.settings import current
+from grader.settings import Settings
 
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
 # The worker's entry point: -I keeps the current folder (where a student could plant a
@@ -92,7 +92,7 @@ def _memory_default() -> int:
     return min(32 << 30, total * 3 // 4)
 
 
-def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str]:
+def worker_env(scratch: Path, interpret: bool, gpu: str | None, threads: int | None = None) -> dict[str, str]:
     """Only what a worker needs: no tokens, no seed, no grader settings."""
     env = {
         "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
@@ -116,7 +116,7 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None) -> dict[str, str
     for var in ("LD_LIBRARY_PATH", "CUDA_HOME", "OPENBLAS_CORETYPE", "OPENBLAS_L2_SIZE"):
         if var in os.environ:
             env[var] = os.environ[var]
-    if (threads := current().threads) is not None:  # this job's share of the cores (grader.batch.executors)
+    if threads is not None:  # this job's share of the cores (Settings.threads, set by grader.batch.executors)
         env["OMP_NUM_THREADS"] = env["MKL_NUM_THREADS"] = str(threads)
     return env
 
@@ -165,6 +165,7 @@ class Launch:
     gpu: str | None
     command: list[str] | None = None
     probe: str | None = None
+    settings: Settings = Settings()  # the session's: warm starts, the uid range, the container command
 
 
 @dataclass
@@ -180,6 +181,7 @@ class Started:
     lifeline: int = -1
     lease: JobLease | None = None
     container: str | None = None
+    container_cli: str = "docker"  # the command that started the container (and kills it)
 
 
 def pipe_pair() -> tuple[tuple[int, int], tuple[int, int]]:

@@ -26,11 +26,12 @@ from grader.sandbox.init import children_of
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import CHECKOUT_TAG, PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv, worker_code
 from grader.sandbox.uids import JobLease, chown_tree
+from grader.settings import Settings
 
 SUMMARY = "namespaces, no Docker"  # what `--isolation` help says of this mode
 
 
-def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
+def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isolation:
     """The strongest form that starts here: `probe` tries each for real (None if it works,
     else why not); what is missing is said in `warnings`."""
     root = os.geteuid() == 0
@@ -117,7 +118,7 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
     lease = None
     user = None
     if isolation.user_switch:
-        lease = JobLease(launch.job)
+        lease = JobLease(launch.job, launch.settings.sandbox_uids)
         user = [lease.uid, lease.uid]
         chown_tree(launch.job, *user)
     return {
@@ -126,7 +127,7 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
         "env": launch.env,
         "limits": launch.limits.for_worker(user is not None, launch.interpret),
         "user": user,
-        "view": sandbox_view(launch.job, launch.writable, launch.hide) if isolation.namespaces else None,
+        "view": sandbox_view(launch.job, launch.writable, launch.hide, launch.settings) if isolation.namespaces else None,
         "pass_fds": list(channel),
         "status_fd": status_tx,
         "lifeline_fd": lifeline_rx,
@@ -193,13 +194,13 @@ def _worker_sys_path() -> tuple[str, ...]:
         return tuple(sys.path)
 
 
-def private_folders(hide: list[Path]) -> list[str]:
-    """Folders no worker may see, wherever they lie: the course (its checkout, whatever it
-    holds), the grader's own code, the grader's home, and `hide` (the submissions, the output
-    folder, the references)."""
-    from grader.spec import course_root
+def private_folders(hide: list[Path], settings: Settings = Settings()) -> list[str]:
+    """Folders no worker may see, wherever they lie: the course `settings` name or imply (its
+    checkout, whatever it holds), the grader's own code, the grader's home, and `hide` (the
+    submissions, the output folder, the references)."""
+    from grader.spec import course_folder
 
-    folders = [course_root(), Path(PACKAGE_PARENT) if installed_package() is None else Path(installed_package()),
+    folders = [course_folder(settings), Path(PACKAGE_PARENT) if installed_package() is None else Path(installed_package()),
                Path.home(), *hide]
     return sorted({os.path.realpath(p) for p in folders})
 
@@ -212,7 +213,7 @@ def installed_package() -> str | None:
     return os.path.realpath(parent / "grader") if parent.name in ("site-packages", "dist-packages") else None
 
 
-def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
+def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings = Settings()) -> dict:
     """The worker's view (grader.sandbox.init.build_view): an allowlist, nothing else of the host.
     Read-only: the system folders, the Python install (prefixes, site-packages, the user site,
     what its .pth files add), CUDA's folders (LD_LIBRARY_PATH, CUDA_HOME), the worker's own copy
@@ -220,7 +221,7 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     namespace's own /proc; the worker's own folders writable; /tmp, /var/tmp, /dev/shm and the
     temp folder private and empty. No folder that holds a private one (the course, above all) is
     bound; a private folder inside a bound one is covered by an empty read-only tmpfs."""
-    private = private_folders(hide)
+    private = private_folders(hide, settings)
     site_dirs = {sys.prefix, sys.base_prefix, sys.exec_prefix, *site.getsitepackages(), *_worker_sys_path()}
     user_site = site.getusersitepackages()
     if user_site:

@@ -12,11 +12,12 @@ from grader.sandbox import zygote
 from grader.sandbox.init import apply_limits
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv
+from grader.settings import Settings
 
 SUMMARY = "a plain process with limits, for debugging"  # what `--isolation` help says of this mode
 
 
-def detect(probe: Callable[[Isolation], str | None]) -> Isolation:
+def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isolation:
     return Isolation("none", warnings=("--isolation none: the worker runs as you, on the network, and sees every file you can",))
 
 

@@ -34,6 +34,7 @@ from grader.protocol import Failure
 from grader.sandbox.backend import ISOLATION_MODES, backend_for
 from grader.sandbox.isolation import Isolation, SandboxError
 from grader.sandbox.launch import Launch, Limits, worker_code, worker_env
+from grader.settings import Settings
 
 MAX_REPLY_BYTES = 16 << 20
 
@@ -93,20 +94,21 @@ class CappedOutput:
 # -- what this machine allows ---------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def detect(mode: str = "sandbox") -> Isolation:
-    """What `mode` can do here, tried for real once (a worker start that imports nothing of
-    the student's); what is missing is said in `warnings`, to be shown once per run."""
+def detect(mode: str = "sandbox", settings: Settings = Settings()) -> Isolation:
+    """What `mode` can do here with `settings` (the uid range, the container command), tried for
+    real once (a worker start that imports nothing of the student's); what is missing is said in
+    `warnings`, to be shown once per run."""
     if mode not in ISOLATION_MODES:
         raise SandboxError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}, not {mode!r}")
-    return backend_for(mode).detect(_probe)
+    return backend_for(mode).detect(lambda isolation: _probe(isolation, settings), settings)
 
 
-def as_asked(mode: str = "sandbox") -> Isolation:
+def as_asked(mode: str = "sandbox", settings: Settings = Settings()) -> Isolation:
     """`detect(mode)`, where nothing less than `mode` will do: a batch and every CI run grade
     others' code unattended, so a sandbox that can only be built weaker here (no namespaces, no
     separate user, no sandbox at all) stops them with the reason and the fix, instead of a warning
     nobody reads. `--isolation none` is the one way to grade without it, asked for by name."""
-    isolation = detect(mode)
+    isolation = detect(mode, settings)
     if mode == "none" or not isolation.warnings:
         return isolation
     raise SandboxError(f"the {mode} isolation cannot be built as asked on this machine: {'; '.join(isolation.warnings)}. "
@@ -121,7 +123,7 @@ PROBE = ("import os, grader.worker.server, numpy, safetensors, torch, triton\n"
          "    torch.zeros(1, device='cuda')\n")
 
 
-def _probe(isolation: Isolation) -> str | None:
+def _probe(isolation: Isolation, settings: Settings) -> str | None:
     """None if a worker can start under `isolation`, else why not (one line)."""
     with tempfile.TemporaryDirectory(prefix="grader-probe-") as tmp:
         job = Path(tmp)
@@ -129,7 +131,7 @@ def _probe(isolation: Isolation) -> str | None:
         try:
             proc = WorkerProcess(job / "repo", job / "scratch", interpret=not has_gpu(), isolation=isolation,
                                  command=[sys.executable, "-I", "-B", "-c", f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
-                                 probe=PROBE)
+                                 probe=PROBE, settings=settings)
         except (OSError, SandboxError) as exc:
             return str(exc)
         try:
@@ -150,13 +152,14 @@ def _probe(isolation: Isolation) -> str | None:
 class WorkerProcess:
     """One worker: `cwd` is the private repo copy, `scratch` its home/temp/Triton cache, both
     writable, as is every folder in `writable` (where it saves outputs); `job` (default: the
-    folder holding cwd and scratch) is readable; `hide` names more private folders."""
+    folder holding cwd and scratch) is readable; `hide` names more private folders; `settings`
+    are the session's (its warm starts, uid range, container command and threads)."""
 
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
                  isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
                  job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
-                 probe: str | None = None, keep_autotuning: bool = False) -> None:
-        self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation)
+                 probe: str | None = None, keep_autotuning: bool = False, settings: Settings = Settings()) -> None:
+        self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation, settings)
         self.backend = backend_for(self.isolation)
         self._status = b""
         scratch.mkdir(parents=True, exist_ok=True)
@@ -165,7 +168,7 @@ class WorkerProcess:
         for w in writable:
             w.mkdir(parents=True, exist_ok=True)
         job = Path(job or os.path.commonpath([cwd, scratch]))
-        env = worker_env(scratch, interpret, gpu)
+        env = worker_env(scratch, interpret, gpu, settings.threads)
         if triton_cache is not None:  # the trusted worker's, shared by a run (never a student's)
             env["TRITON_CACHE_DIR"] = str(triton_cache)
         if triton_cache is not None or keep_autotuning:
@@ -173,7 +176,8 @@ class WorkerProcess:
             # tuned once per run (every student then times against the same configuration), and
             # a check's kept kernels are not tuned again on the next check
             env["TRITON_CACHE_AUTOTUNING"] = "1"
-        launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command, probe)
+        launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command, probe,
+                        settings)
         self.started = self.backend.start(launch, self.isolation)  # the one start, whatever the backend
         self.proc = self.started.proc
         self._rx, self._tx = self.started.rx, self.started.tx

@@ -12,22 +12,21 @@ import threading
 from pathlib import Path
 
 from grader.sandbox.isolation import SandboxError
-from grader.settings import current
 
 # uids for workers: above login.defs' UID_MAX (60000), below systemd's dynamic users (61184)
-UID_RANGE: str | None = None  # a test may pin it; else GRADER_SANDBOX_UIDS (grader.settings)
+UID_RANGE: str | None = None  # a test may pin it; else the session's GRADER_SANDBOX_UIDS (grader.settings)
 
 
-def uid_range() -> str:
-    return UID_RANGE or current().sandbox_uids
+def uid_range(configured: str) -> str:
+    return UID_RANGE or configured
 
 
 class UidLease:
     """A uid (and gid of the same number) from UID_RANGE that no account owns, no process
     runs as, and no other worker holds (an flock on a file per uid, across grader processes)."""
 
-    def __init__(self) -> None:
-        first, last = (int(x) for x in uid_range().split("-"))
+    def __init__(self, uids: str) -> None:
+        first, last = (int(x) for x in uid_range(uids).split("-"))
         folder = Path("/run/grader-sandbox") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir()) / "grader-sandbox-uids"
         folder.mkdir(mode=0o700, exist_ok=True)
         if folder.is_symlink() or folder.stat().st_uid != os.geteuid():
@@ -44,7 +43,7 @@ class UidLease:
                 continue
             self.uid, self.fd = uid, fd
             return
-        raise SandboxError(f"no free worker uid in {uid_range()} (set GRADER_SANDBOX_UIDS=first-last)")
+        raise SandboxError(f"no free worker uid in {uid_range(uids)} (set GRADER_SANDBOX_UIDS=first-last)")
 
     def release(self) -> None:
         if self.fd >= 0:
@@ -60,12 +59,13 @@ class JobLease:
     _held: dict[str, list] = {}  # job folder -> [UidLease, workers using it]
     _lock = threading.Lock()
 
-    def __init__(self, job: Path) -> None:
+    def __init__(self, job: Path, uids: str) -> None:
+        """`uids`: the range a new lease takes its uid from (Settings.sandbox_uids)."""
         self.key = str(Path(job).resolve())
         with self._lock:
             entry = self._held.get(self.key)
             if entry is None:
-                entry = self._held[self.key] = [UidLease(), 0]
+                entry = self._held[self.key] = [UidLease(uids), 0]
             entry[1] += 1
             self.uid = entry[0].uid
 

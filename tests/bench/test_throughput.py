@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import build_submission
+from conftest import COURSE, build_submission
 from grader import spec as specs
 from grader.judge.context import GradingContext
 from grader.judge.session import open_session
@@ -33,9 +33,9 @@ def good(tmp_path_factory):
     return open_submission(build_submission(tmp_path_factory.mktemp("bench") / "good", "good"))
 
 
-@pytest.mark.parametrize("assignment", sorted(specs.catalogue()))
+@pytest.mark.parametrize("assignment", sorted(COURSE.catalogue()))
 def test_interpreter_check_time_per_assignment(benchmark, good, assignment):
-    spec = specs.get(assignment)
+    spec = COURSE.get(assignment)
     opts = GradingContext("cpu", seed=1)
 
     def check():
@@ -47,7 +47,7 @@ def test_interpreter_check_time_per_assignment(benchmark, good, assignment):
 
 
 def test_one_call_graded_in_process(benchmark, good):
-    spec = specs.get("vector_add")
+    spec = COURSE.get("vector_add")
     opts = GradingContext("cpu", seed=1, cases=("n=1",), dtypes=("float32",))
 
     def check():

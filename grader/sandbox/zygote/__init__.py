@@ -45,23 +45,22 @@ from typing import TYPE_CHECKING
 
 from grader.sandbox.zygote.client import Forked, Zygote, ZygoteError, close_all, get, keep_warm
 from grader.sandbox.zygote.server import PRELOAD
-from grader.sandbox.zygote.warm import stop_warm, warm_name, warm_seconds
+from grader.sandbox.zygote.warm import stop_warm, warm_name
 
 if TYPE_CHECKING:
     from grader.sandbox.launch import Launch, Started
+    from grader.settings import Settings, WarmStarts
 
 __all__ = ["Forked", "PRELOAD", "Zygote", "ZygoteError", "close_all", "disable", "enabled", "get", "keep_warm", "prewarm",
-           "start", "stop_warm", "try_start", "usable", "warm_name", "warm_seconds", "zygote_key"]
+           "start", "stop_warm", "try_start", "usable", "warm_name", "zygote_key"]
 
 _DISABLED: list[str] = []
 
 
-def enabled() -> bool:
-    """GRADER_ZYGOTE=0 starts every worker as a fresh interpreter (the exec path), as before;
-    so does a process whose zygote failed once."""
-    from grader.settings import current
-
-    return current().warm.fork_server and sys.platform.startswith("linux") and not _DISABLED
+def enabled(warm: "WarmStarts") -> bool:
+    """GRADER_ZYGOTE=0 (`warm.fork_server` off) starts every worker as a fresh interpreter (the
+    exec path), as before; so does a process whose zygote failed once."""
+    return warm.fork_server and sys.platform.startswith("linux") and not _DISABLED
 
 
 def disable(why: str) -> None:
@@ -74,7 +73,7 @@ def disable(why: str) -> None:
 
 def usable(launch: "Launch") -> bool:
     """A worker (or the sandbox's probe) can be forked; a test's own command needs its exec."""
-    return enabled() and (launch.command is None or launch.probe is not None)
+    return enabled(launch.settings.warm) and (launch.command is None or launch.probe is not None)
 
 
 def zygote_key(env: dict[str, str]) -> tuple[tuple, dict[str, str]]:
@@ -126,15 +125,15 @@ def try_start(launch: "Launch", isolation, config: Callable[[tuple[int, int], in
         return None
 
 
-def prewarm(interpret: bool, gpu: str | None, isolation: str = "sandbox") -> None:
+def prewarm(interpret: bool, gpu: str | None, isolation: str, settings: "Settings") -> None:
     """Start the zygotes a grade will fork from (a GPU run also replays in the interpreter),
     so their imports overlap whatever comes first. Starting one does not wait for it."""
     from grader.sandbox.launch import worker_env
 
-    if isolation == "docker" or not enabled():
+    if isolation == "docker" or not enabled(settings.warm):
         return
     for interp in ({True} if interpret else {False, True}):
         try:
-            get(*zygote_key(worker_env(Path(tempfile.gettempdir()), interp, None if interp else gpu)))
+            get(*zygote_key(worker_env(Path(tempfile.gettempdir()), interp, None if interp else gpu, settings.threads)))
         except ZygoteError:
             return

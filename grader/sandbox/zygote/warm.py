@@ -1,6 +1,6 @@
 """The zygote a `grader check` leaves warm for the next check: its name (the code and the
-environment it was started from, so no worker is forked from stale code), how long it waits,
-and stopping it."""
+environment it was started from, so no worker is forked from stale code) and stopping it (how
+long it waits is the command's Settings.warm.keep_seconds)."""
 
 from __future__ import annotations
 
@@ -29,13 +29,6 @@ def warm_name(env: dict[str, str]) -> str:
         digest.update(f"{package}={origin}:{os.stat(origin).st_mtime_ns if origin else 0}".encode())
     return digest.hexdigest()[:16]
 
-
-
-def warm_seconds() -> float:
-    """How long a warm zygote waits for the next check (grader.settings.WarmStarts: 0 in CI)."""
-    from grader.settings import current
-
-    return current().warm.keep_seconds
 
 
 def stop_warm(folder: Path) -> int:
