@@ -20,7 +20,7 @@ from safetensors.torch import save_file
 from grader.codec import write_inputs
 from grader.judge import perf, replayed, replaying
 from grader.judge.context import GradingContext
-from grader.protocol import Call, CallReply, Failure, Ok, Sample, Time
+from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Ok, Sample, Time
 from grader.results import Outcome
 from grader.settings import Settings
 from conftest import COURSE
@@ -68,12 +68,25 @@ class FakeWorker:
         if isinstance(message, Sample):
             save_file({k: self.kept[k].reshape(-1).contiguous() for k in message.keys}, message.output)
             return Ok()
+        if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
+            return self.compare(message)
         if isinstance(message, Time):
             return SimpleNamespace(host_ms=[0.5] * 3, first_call_ms=1.0)
         raise AssertionError(message)
 
     def close(self):
         self.closed = True
+
+    def compare(self, req):
+        """The trusted worker's own comparison (grader.worker.server.Worker.compare), over what
+        this fake keeps."""
+        from grader.worker import server
+
+        worker = server.Worker.__new__(server.Worker)  # only its comparison: no torch set-up, no pipe
+        worker.torch, worker.retained = torch, {("kept", k): v for k, v in self.kept.items()}
+        reply = worker.compare(req)
+        self.kept.update({k: v for (_, k), v in worker.retained.items()})
+        return reply
 
 
 @pytest.fixture
@@ -227,7 +240,7 @@ def test_a_replay_that_breaks_goes_to_review(stage):
 def test_the_whole_result_is_bounded_by_the_truths_size(stage, monkeypatch):
     huge = torch.zeros(N * 9)  # more bytes than the truth's elements could take in float64
     got = stage(FakeWorker(huge))
-    assert got.outcome == Outcome.FLAGGED and "could not be read" in got.message and "larger than" in got.message
+    assert got.outcome == Outcome.FLAGGED and "cannot be read" in got.message and "larger than" in got.message
 
 
 def test_stopping_the_student_leaves_none_of_its_processes(tmp_path):
@@ -281,3 +294,32 @@ def test_the_references_figure_is_kept_for_the_run_while_torchs_time_holds(stage
     monkeypatch.setattr(perf, "call_times", lambda reply: ([0.45] * 3, [0.45] * 3, None))  # the GPU drifted by 12%
     drifted = stage(FakeWorker(stage.truth), cache=cache)
     assert sorted(a[0] for a in stage.asked) == ["reference", "student"] and _d(drifted)["replay"]["reference"]["kept"] is False
+
+
+def test_the_trusted_workers_comparison_reads_a_hostile_file_as_data(tmp_path):
+    """What the trusted worker is handed (a student's result, a replay's) is read bounded and never
+    through a link; anything but one floating-point tensor is refused in one line."""
+    from grader.worker import server
+
+    worker = server.Worker.__new__(server.Worker)
+    truth = torch.arange(8.0)
+    worker.torch, worker.retained = torch, {("torch", "truth"): truth, ("reference", "rec0"): truth.clone()}
+
+    def compare(tensors=None, link=None, **kw):
+        path = tmp_path / f"r{len(list(tmp_path.iterdir()))}.safetensors"
+        if link:
+            path.symlink_to(link)
+        else:
+            save_file(tensors, str(path))
+        return worker.compare(Compare(str(path), "output.0", kw.pop("limit", 0), "truth", "rec0", 1e-6, 1e-6, **kw))
+
+    assert compare({"output.0": truth.clone()}, own="truth").same
+    wrong = truth.clone()
+    wrong[5] = 99.0
+    got = compare({"output.0": wrong})
+    assert (got.wrong, got.first, got.got, got.want) == (1, 5, 99.0, 5.0)
+    assert "cannot be read" in compare(link="/etc/passwd").message
+    assert "larger than" in compare({"output.0": torch.zeros(20_000)}).message  # bounded by the truth's size (and a header)
+    assert "not one floating-point tensor" in compare({"output.0": torch.zeros(8, dtype=torch.int32)}).message
+    assert "not one floating-point tensor" in compare({"other": truth.clone()}).message
+    assert compare({"output.0": truth.clone()}, keep_as="student").wrong == 0 and ("trusted", "student") in worker.retained

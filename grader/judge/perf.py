@@ -344,8 +344,7 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
                 t.event_ms["torch"] += events
                 t.host_ms["torch"].append(reply.host_ms)
                 t.first_call_ms.setdefault("torch", reply.first_call_ms)
-            trusted.close()
-            phase("torch_rounds")
+            phase("torch_rounds")  # the trusted worker stays, idle: it holds the truth the replays are compared with
             torch_ms = statistics.median(t.all("torch"))
             reference = None
             if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:  # the GPU as it was: the kept figure stands
@@ -358,7 +357,7 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
     finally:
         for c in pending.values():
             replayed.cancel(c)
-    r = replaying.judge(prepared, spec, ref_run, student_run, kept=reference is not None)
+    r = replaying.judge(prepared, spec, ref_run, student_run, kept=reference is not None, timeout=timeout)
     phase("replay_checks")
     if cache is not None and not r.reference_kept and r.reference.ms and not (r.reference.failed or r.reference.refused):
         cache.keep_timing(key, {"ms": r.reference.ms, "placements": r.reference.placements, "launches": r.reference.launches,

@@ -37,17 +37,16 @@ import torch
 
 from grader.judge import replayed
 from grader.judge.replayed import Decision, Replayed
-from grader.protocol import Call, Failure, Sample
+from grader.protocol import Call, Compare, CompareReply, Failure, Sample
 from grader.replay.record import RecordError
 from grader.results import Severity
-from grader.sandbox.files import output_path, read_worker_file
+from grader.sandbox.files import output_path
 from grader.sanitize import one_line
 from grader.settings import Settings
 from grader.spec import Assignment
 
 PLACEMENTS = 4  # fresh buffers at other addresses: a kernel's time varies with where its data lies (docs/performance.md)
 REPS = 40  # per contender, spread over the placements
-HEADER_BYTES = 64 << 10
 
 
 @dataclass
@@ -57,9 +56,8 @@ class Prepared:
     staging: Path  # the checked copies: student/, reference/ (records), inputs.safetensors, layout.json
     inputs: Path
     layout: Path
-    truth: torch.Tensor  # torch's whole result on the replayed input set (flat)
-    reference_out: torch.Tensor  # the reference's (flat)
-    student_out: torch.Tensor  # the student's own call's (flat)
+    trusted: object  # the trusted worker: it keeps torch's result (the truth, "truth"), the reference's ("rec0")
+    # and the student's own call's ("student"), and compares every replayed result with them (protocol.Compare)
     torch_work: list[str] = field(default_factory=list)  # what the student's call did in torch (not replayed)
     compiled: dict = field(default_factory=dict)  # the student's compiled kernels (grader.judge.slowness)
     student_pids: set[int] = field(default_factory=set)
@@ -75,28 +73,11 @@ class Prepare:
     error: str = ""  # ours: the stage cannot go on (infra_error)
 
 
-def _flat_result(worker, contender: str, key: str, workdir: Path, name: str, limit: int | None, timeout: float) -> torch.Tensor | str:
-    """The whole result a worker kept under `key`, flattened, read back bounded (a worker's file)."""
-    from safetensors.torch import load
-
-    out = output_path(workdir, name)
-    reply = worker.request(Sample(contender, [key], "", str(out), whole=True), timeout)
-    if isinstance(reply, Failure):
-        return f"its result could not be taken back: {one_line(reply.message, 200)}"
-    try:  # the trusted side's own file (limit None) is read as it is
-        tensors = load(out.read_bytes() if limit is None else read_worker_file(out, limit + HEADER_BYTES))
-    except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a result
-        return f"its result could not be read ({one_line(exc, 160)})"
-    got = tensors.get(key)
-    if not isinstance(got, torch.Tensor) or got.dim() != 1 or not (got.is_floating_point() or got.dtype == torch.bool):
-        return "its result is not one floating-point tensor"
-    return got
-
-
 def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float) -> str:
     """'' when every element of `got` is as close to torch's as the error model allows (the
     spec's tolerance, twice how far the reference kernel strays from torch, 1% of the value:
-    as the sampled checks of the timed outputs), else the evidence in words."""
+    as the trusted worker's `Compare` on the GPU), else the evidence in words. On the host, for
+    `grader verify`, which holds the results itself."""
     if got.numel() != truth.numel():
         return f"{got.numel()} elements where {truth.numel()} are expected"
     step = 1 << 24
@@ -147,21 +128,32 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
         reply = trusted.request(Call(c, timed_files[0], layout, key, record_launches=launches), timeout * 2)
         if isinstance(reply, Failure):
             return Prepare(error=f"the {c} failed at the timing size: {one_line(reply.message, 200)}")
-    truth = _flat_result(trusted, "torch", "truth", workdir, "replay-truth.safetensors", None, timeout)
-    reference_out = _flat_result(trusted, "reference", "rec0", workdir, "replay-reference.safetensors", None, timeout)
-    if isinstance(truth, str) or isinstance(reference_out, str):
-        return Prepare(error=f"the trusted side's result at the timing size: {truth if isinstance(truth, str) else reference_out}")
-    student_out = _flat_result(student, "student", "rec0", workdir, "replay-student.safetensors", truth.numel() * 8, timeout)
-    if isinstance(student_out, str):
-        return Prepare(findings=[(Severity.CONCLUSIVE, f"your function's result at the timing size: {student_out}")])
+    sample = output_path(workdir, "replay-student.safetensors")
+    reply = student.request(Sample("student", ["rec0"], "", str(sample), whole=True), timeout)
+    if isinstance(reply, Failure):
+        return Prepare(findings=[(Severity.CONCLUSIVE, "your function's result at the timing size could not be taken back: "
+                                  f"{one_line(reply.message, 200)}")])
     tol = spec.tolerance
-    wrong = wrong_against_truth(student_out, truth, reference_out, tol.atol[dtype], tol.rtol[dtype])
-    if wrong:
-        return Prepare(findings=[(Severity.CONCLUSIVE, f"wrong results at the timing size: {wrong}")])
-    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, truth, reference_out, student_out, replies[0])
+    got = trusted.request(Compare(str(sample), "rec0", 0, TRUTH, REFERENCE, tol.atol[dtype], tol.rtol[dtype], keep_as=STUDENT),
+                          timeout * 2)
+    if isinstance(got, Failure):
+        return Prepare(findings=[(Severity.CONCLUSIVE, f"your function's result at the timing size: {one_line(got.message, 200)}")])
+    if got.wrong:
+        return Prepare(findings=[(Severity.CONCLUSIVE, f"wrong results at the timing size: {_words(got)}")])
+    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0])
 
 
-def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, truth, reference_out, student_out, first) -> Prepare:
+TRUTH, REFERENCE, STUDENT = "truth", "rec0", "student"  # what the trusted worker keeps, by key
+
+
+def _words(got: CompareReply) -> str:
+    if got.first < 0:
+        return f"{got.numel} elements where the truth has another number"
+    return (f"{got.wrong} of {got.numel} elements are wrong (the first at flat index {got.first}: {got.got:.6g} "
+            f"where {got.want:.6g} is expected)")
+
+
+def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, first) -> Prepare:
     """Both of the student's records and the reference's checked and copied into `staging`, the
     student's two compared; the input set copied beside them for the replay processes."""
     staging.mkdir(parents=True, exist_ok=True)
@@ -192,8 +184,7 @@ def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, truth
     student = staging / "student"
     shutil.rmtree(student, ignore_errors=True)
     (staging / "student-0").rename(student)
-    return Prepare(Prepared(staging, inputs, staging / "layout.json", truth, reference_out, student_out, torch_work,
-                            dict(first.kernels)))
+    return Prepare(Prepared(staging, inputs, staging / "layout.json", trusted, torch_work, dict(first.kernels)))
 
 
 def process_tree(pid: int) -> set[int]:
@@ -307,46 +298,36 @@ def go(pending: dict, kept: Replayed | None) -> tuple[Replayed, Replayed]:
     return reference, replayed.go(pending["student"])
 
 
-def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool) -> Replays:
-    """After the hold: the replays' results compared whole with each contender's own call and
-    with the truth, and the decision made."""
-    dtype = spec.performance.dtype
-    tol = spec.tolerance
+def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool,
+          timeout: float = 300) -> Replays:
+    """After the hold: the replays' results compared whole, by the trusted worker on the GPU,
+    with each contender's own call and with the truth, and the decision made."""
     for run in (reference, student):  # only the student's own processes make a replay's time suspect (stop_student)
         run.others = [p for p in run.others if p in prepared.student_pids]
     if not kept and not (reference.refused or reference.failed):
-        ref_wrong = _compare(reference, prepared.reference_out, prepared.truth, prepared.reference_out, 0.0, 0.0, tol, dtype)
+        ref_wrong = _compare(prepared.trusted, reference, REFERENCE, spec, timeout)
         if ref_wrong:
             reference.failed = f"the reference's replay is wrong: {ref_wrong}"
     wrong = ""
     if not (student.refused or student.failed or reference.refused or reference.failed):
-        wrong = _compare(student, prepared.student_out, prepared.truth, prepared.reference_out, tol.atol[dtype], tol.rtol[dtype],
-                         tol, dtype)
+        wrong = _compare(prepared.trusted, student, STUDENT, spec, timeout)
     return Replays(replayed.decide(student, reference, wrong), student, reference, wrong, reference_kept=kept)
 
 
-def _compare(run: Replayed, own: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float,
-             tol, dtype: str) -> str:
-    """'' when the replay's first and last results are the contender's own call's result and right
-    by the error model; else the evidence. The same bytes as the call's (the usual case) need no
-    more: that result was checked whole against the truth already. Otherwise (a kernel with
-    atomics sums in another order) each is checked within the spec's tolerance and by the error
-    model."""
+def _compare(trusted, run: Replayed, own: str, spec: Assignment, timeout: float) -> str:
+    """'' when the replay's first and last results are the contender's own call's (the same
+    bytes: that result was checked whole already) or right by the error model (a kernel with
+    atomics sums in another order); else the evidence."""
+    dtype = spec.performance.dtype
+    tol = spec.tolerance
     for which in ("first", "last"):
-        try:
-            got = replayed.results(run, [own], which)[0].reshape(-1)
-        except replayed.ReplyError as exc:
-            return str(exc)
-        if got.numel() != own.numel():
-            return f"the {which} rep's result has {got.numel()} elements where the call's had {own.numel()}"
-        if torch.equal(got, own):
-            continue
-        words = replayed.mismatch([got], [own], rtol=max(rtol, tol.rtol[dtype]), atol=max(atol, tol.atol[dtype]))
-        if words:
-            return f"the {which} rep: {words}"
-        words = wrong_against_truth(got, truth, reference, tol.atol[dtype], tol.rtol[dtype])
-        if words:
-            return f"the {which} rep: {words}"
+        assert run.folder is not None
+        got = trusted.request(Compare(str(run.folder / f"{which}.safetensors"), "output.0", 0, TRUTH, REFERENCE,
+                                      tol.atol[dtype], tol.rtol[dtype], own=own), timeout * 2)
+        if isinstance(got, Failure):
+            return f"the {which} rep's result: {one_line(got.message, 200)}"
+        if not got.same and got.wrong:
+            return f"the {which} rep: {_words(got)}"
     return ""
 
 
