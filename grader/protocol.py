@@ -286,6 +286,7 @@ class Call:
     record_ops: bool = False
     record_launches: str = ""  # a folder: write the call's launch record there (grader.worker.launches)
     warm: bool = True  # with record_launches: a first call before the recorded one (compiles, autotunes)
+    keep_inputs: bool = False  # the input set stays on the GPU for later calls (read from disk once)
 
 
 @dataclass

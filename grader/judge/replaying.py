@@ -114,7 +114,7 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
         folder = output_path(workdir, rec[i])  # a new folder in the worker's outputs/: the worker makes it
         with student.sharing_gpu():
             reply = student.request(Call("student", timed_files[i], layout, f"rec{i}", record_ops=i == 0,
-                                         record_launches=str(folder), warm=i == 0), timeout * 2)
+                                         record_launches=str(folder), warm=i == 0, keep_inputs=True), timeout * 2)
         if isinstance(reply, Failure):
             return Prepare(fallback=f"your function failed when its launches were recorded: {one_line(reply.message, 200)}")
         replies.append(reply)
@@ -125,7 +125,7 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
     ref_folder = workdir.parent / f"{spec.name}.trusted-record"
     shutil.rmtree(ref_folder, ignore_errors=True)
     for c, key, launches in (("torch", "truth", ""), ("reference", "rec0", str(ref_folder))):
-        reply = trusted.request(Call(c, timed_files[0], layout, key, record_launches=launches), timeout * 2)
+        reply = trusted.request(Call(c, timed_files[0], layout, key, record_launches=launches, keep_inputs=True), timeout * 2)
         if isinstance(reply, Failure):
             return Prepare(error=f"the {c} failed at the timing size: {one_line(reply.message, 200)}")
     sample = output_path(workdir, "replay-student.safetensors")

@@ -240,7 +240,7 @@ class Worker:
         with record_launches (a folder), the launch record of that call written there
         (grader.worker.launches), after a first call that compiles and autotunes."""
         fn = self.functions[req.contender]
-        keep = bool(req.record_launches)  # the replay's recorded calls: a timing set, read from disk once
+        keep = req.keep_inputs
         if req.record_launches and req.warm:
             _called(fn, self._load_cuda(req.inputs, req.layout, keep=keep), None)
             self.torch.cuda.synchronize()
