@@ -209,7 +209,7 @@ def test_what_the_replay_writes_back_is_read_bounded(tmp_path):
     assert "is a FIFO" in replayed.read(out).failed and time.monotonic() - start < 5
     (out / "replay.json").unlink()
     (out / "replay.json").symlink_to(tmp_path / "elsewhere.json")
-    (tmp_path / "elsewhere.json").write_text(json.dumps({"ms": [1.0]}))
+    (tmp_path / "elsewhere.json").write_text(json.dumps({"ms": [1.0], "sums": [[[1.0, 1.0, 0]]]}))
     assert "a symbolic link" in replayed.read(out).failed
     (out / "replay.json").unlink()
     (out / "replay.json").write_text(json.dumps({"ms": [1.0], "refused": "\x1b[2Jcleared"}))

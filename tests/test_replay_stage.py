@@ -124,11 +124,12 @@ def stage(tmp_path, monkeypatch):
             out = job / "result"
             out.mkdir()
             result = got.get("result", truth)
-            for which in ("first", "last"):
-                save_file({"output.0": result.clone()}, str(out / f"{which}.safetensors"))
+            save_file({"output.0": result.clone()}, str(out / "last.safetensors"))
             placements = got.get("placements", [[1.0] * 8] * 6)
-            return replayed.Replayed(ms=[t for p in placements for t in p], folder=out, placements=placements,
-                                     others=got.get("others", []))
+            ms = [t for p in placements for t in p]
+            finite = result[torch.isfinite(result)].double()
+            sums = got.get("sums", [[[float(finite.sum()), float(finite.abs().sum()), float((~torch.isfinite(result)).sum())]]] * len(ms))
+            return replayed.Replayed(ms=ms, folder=out, placements=placements, others=got.get("others", []), sums=sums)
 
         def fake_spawn(job, reps, timeout, **kw):  # a process started before its record exists
             return SimpleNamespace(job=job, kw=kw)
@@ -323,3 +324,12 @@ def test_the_trusted_workers_comparison_reads_a_hostile_file_as_data(tmp_path):
     assert "not one floating-point tensor" in compare({"output.0": torch.zeros(8, dtype=torch.int32)}).message
     assert "not one floating-point tensor" in compare({"other": truth.clone()}).message
     assert compare({"output.0": truth.clone()}, keep_as="student").wrong == 0 and ("trusted", "student") in worker.retained
+
+
+def test_a_rep_faster_and_wrong_beside_a_right_last_one_is_conclusive(stage):
+    """A kernel right only now and then (by the GPU's clock, say): the last rep is checked whole,
+    every other rep by its sums."""
+    sums = [[[1.0, 1.0, 0.0]]] * 40 + [[[float(stage.truth.double().sum()), float(stage.truth.double().abs().sum()), 0.0]]] * 8
+    got = stage(FakeWorker(stage.truth), replays={"student": {"sums": sums}})
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "rep 1 of 48 computed another result 0 than the last rep" in got.message

@@ -47,9 +47,10 @@ class Replayed:
     refused: str = ""  # the record was refused (the fallback times this contender)
     failed: str = ""  # the replay broke (a kernel faulted, the process died or ran out of time)
     others: list[int] = field(default_factory=list)  # other processes that held the GPU meanwhile
-    folder: Path | None = None  # first.safetensors and last.safetensors: the results of its first and last rep
+    folder: Path | None = None  # last.safetensors: the result of its last rep
     placements: list[list[float]] = field(default_factory=list)  # the times per placement of its buffers
     launches: int = 0  # kernel launches per rep, as the replay counted them
+    sums: list[list[list[float]]] = field(default_factory=list)  # per rep, per result: sum, sum of magnitudes, non-finite count
 
     @property
     def median_ms(self) -> float | None:
@@ -210,6 +211,7 @@ def cancel(pending: Pending | Replayed | None) -> None:
     """A started replay not needed after all: stopped, never told to go."""
     if isinstance(pending, Pending) and not pending.done:
         pending.done = True
+        pending.proc.kill()  # it reads no request: killed at once, not asked to exit and waited for
         pending.proc.close()
 
 
@@ -240,8 +242,29 @@ def read(out: Path) -> Replayed:
             and sorted(float(t) for p in placements for t in p if type(t) in (int, float)) == sorted(float(t) for t in ms)):
         placements = [ms]  # one placement, or none that add up to the times: the times as one
     launches = data.get("launches")
+    sums = data.get("sums")
+    if not (isinstance(sums, list) and len(sums) == len(ms) and all(
+            isinstance(rep, list) and 0 < len(rep) <= 8 and all(
+                isinstance(x, list) and len(x) == 3 and all(type(v) in (int, float) and math.isfinite(v) for v in x) for x in rep)
+            for rep in sums)):
+        return Replayed(failed="the replay's result sums are not one triple per result per rep")
     return Replayed(ms=[float(t) for t in ms], folder=Path(out), placements=[[float(t) for t in p] for p in placements],
-                    launches=launches if type(launches) is int and 0 <= launches <= 10_000 else 0)
+                    launches=launches if type(launches) is int and 0 <= launches <= 10_000 else 0,
+                    sums=[[[float(v) for v in x] for x in rep] for rep in sums])
+
+
+def reps_differ(replay: Replayed, rtol: float = 1e-5) -> str:
+    """'' when every rep's result sums are the last rep's (within `rtol` of the magnitudes: a
+    kernel with atomics sums in another order), else which rep computed something else."""
+    if not replay.sums:
+        return ""
+    last = replay.sums[-1]
+    for i, rep in enumerate(replay.sums):
+        for j, (x, y) in enumerate(zip(rep, last)):
+            if x[2] != y[2] or abs(x[0] - y[0]) > rtol * max(x[1], y[1]) + 1e-30 or abs(x[1] - y[1]) > rtol * max(x[1], y[1]) + 1e-30:
+                return (f"rep {i + 1} of {len(replay.sums)} computed another result {j} than the last rep, which was checked "
+                        f"whole (sums {x[0]:.6g} and {y[0]:.6g}, {int(x[2])} and {int(y[2])} non-finite)")
+    return ""
 
 
 class ReplyError(ValueError):
@@ -249,12 +272,12 @@ class ReplyError(ValueError):
 
 
 def results(replayed: Replayed, expected: list[torch.Tensor], which: str = "last") -> list[torch.Tensor]:
-    """The replay's results of its `which` rep (first or last), read as a worker's file is: never
+    """The replay's results of its last rep, read as a worker's file is: never
     through a link, never more than the expected results' bytes and a header, exactly the
     expected names, dtypes and shapes; ReplyError says what is wrong."""
     from safetensors.torch import load
 
-    assert which in ("first", "last") and replayed.folder is not None
+    assert which == "last" and replayed.folder is not None
     limit = sum(t.numel() * t.element_size() for t in expected) + MAX_HEADER_BYTES
     try:
         tensors = load(read_worker_file(replayed.folder / f"{which}.safetensors", limit))

@@ -3,8 +3,8 @@ process of its own that imports no student module. The judge starts it through t
 backend (grader.judge.replayed.run), with only the grader's own code, the checked record (RECORD,
 read-only) and the call's inputs as grader.codec wrote them (INPUTS, LAYOUT: the grader's own
 files) in its view. It writes OUT/replay.json (times, or why the record was refused or the replay
-failed) and the results of the first and last rep (first.safetensors, last.safetensors); the judge
-reads them back bounded and compares them with the truth itself: nothing here knows the answer.
+failed, and every rep's result sums) and the last rep's result (last.safetensors); the judge's
+side reads them back bounded and compares them with the truth itself: nothing here knows the answer.
 Which other processes held the GPU is the judge's own observation, not this process's word."""
 
 from __future__ import annotations
@@ -64,7 +64,6 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - a kernel that faults: the replay failed, and says how
         (out / "replay.json").write_text(json.dumps({"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}))
         return 0
-    save_file({f"output.{i}": t for i, t in enumerate(timed.pop("first"))}, str(out / "first.safetensors"))
     save_file({f"output.{i}": t for i, t in enumerate(timed.pop("last"))}, str(out / "last.safetensors"))
     (out / "replay.json").write_text(json.dumps({**timed, "gpu": torch.cuda.get_device_name(0),
                                                  "launches": sum(1 for s in plan.steps if isinstance(s, record.Launch))}))

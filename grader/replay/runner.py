@@ -5,9 +5,10 @@ own CUDA events.
 Each rep starts from the call's inputs restored from a pristine copy, the result and scratch
 poisoned (NaN or all ones: a kernel gets nothing from a previous rep), the L2 flushed, and the
 GPU kept busy with a short sleep while the host makes the launches: the events time the GPU's
-work of exactly the recorded fills and launches. The result of the first and the last rep are
-handed back whole, for the judge to compare with the reference: a kernel that computes only a
-sample, or leaves work to the wrapper's torch, is wrong here.
+work of exactly the recorded fills and launches. The last rep's result is handed back whole, for
+the judge's side to compare with the truth (a kernel that computes only a sample, or leaves work
+to the wrapper's torch, is wrong there), and every rep's result sums beside it (a rep that
+computed something else, fast, differs there).
 
 One process per contender: a compiled kernel runs in this process's CUDA context and can read
 or write anything in it, so nothing else is kept here (the reference is replayed alike, in its own
@@ -137,14 +138,27 @@ class Replay:
             result.append(view.to("cpu", copy=True).contiguous())
         return result
 
-    def time(self, reps: int, warmup: int = 3, first: bool = True, last: bool = True) -> dict:
-        """Per-rep GPU times (ms) by our own events, and the results of the first and last rep
-        (each only where asked: a result is copied to the host whole)."""
+    def sums(self) -> list[list[float]]:
+        """Per result: the sum of its finite elements, the sum of their magnitudes and its count
+        of non-finite ones (in float64, outside the timed events): a rep whose result differs
+        from the one handed back whole shows in them."""
+        sums = []
+        for i, o in enumerate(self.plan.outputs):
+            buf = self.storages["output"][i]
+            view = torch.empty(0, dtype=_TORCH_DTYPES[o.dtype], device="cuda").set_(
+                buf.untyped_storage(), o.offset // DTYPES[o.dtype], o.shape, o.stride).double()
+            finite = torch.isfinite(view)
+            sums.append([float(view[finite].sum()), float(view[finite].abs().sum()), float((~finite).sum())])
+        return sums
+
+    def time(self, reps: int, warmup: int = 3, last: bool = True) -> dict:
+        """Per-rep GPU times (ms) by our own events, each rep's result sums (`sums`), and the
+        last rep's result whole where asked (copied to the host)."""
         for _ in range(warmup):
             self.reset()
             self.once()
         torch.cuda.synchronize()
-        times, kept_first = [], None
+        times, sums = [], []
         for r in range(reps):
             self.reset()
             torch.cuda.synchronize()
@@ -157,9 +171,8 @@ class Replay:
             end.record()
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
-            if r == 0 and first:
-                kept_first = self.outputs()
-        return {"ms": times, "median_ms": statistics.median(times), "first": kept_first, "last": self.outputs() if last else None}
+            sums.append(self.sums())
+        return {"ms": times, "sums": sums, "median_ms": statistics.median(times), "last": self.outputs() if last else None}
 
 
 PLACEMENT_STEP = (2 << 20) + 4096  # a new 2 MiB page and a shifted offset within the allocator's blocks
@@ -168,16 +181,16 @@ PLACEMENT_STEP = (2 << 20) + 4096  # a new 2 MiB page and a shifted offset withi
 def time_placements(plan: Plan, inputs: dict[str, torch.Tensor], reps: int, placements: int) -> dict:
     """`reps` reps spread over `placements` fresh sets of buffers, each at other addresses: the
     per-placement times (the judge pairs them with the reference's, placement by placement),
-    the first placement's first result and the last one's last."""
+    every rep's result sums, and the last rep's result whole."""
     kernels = load_kernels(plan)
-    per, first, last = [], None, None
+    per, sums, last = [], [], None
     for p in range(placements):
         replay = Replay(plan, inputs, pad=p * PLACEMENT_STEP, kernels=kernels)
-        timed = replay.time(max(1, reps // placements), first=p == 0, last=p == placements - 1)
+        timed = replay.time(max(1, reps // placements), last=p == placements - 1)
         per.append(timed["ms"])
-        first = timed["first"] if p == 0 else first
+        sums += timed["sums"]
         last = timed["last"]
         del replay, timed
         torch.cuda.empty_cache()
     times = [t for ms in per for t in ms]
-    return {"ms": times, "placements": per, "median_ms": statistics.median(times), "first": first, "last": last}
+    return {"ms": times, "placements": per, "sums": sums, "median_ms": statistics.median(times), "last": last}
