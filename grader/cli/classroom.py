@@ -365,11 +365,11 @@ def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:
                     return
                 if kind == "retry":
                     counts["retried"] += 1
-                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record['error'], 500)} (trying again)")
+                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record.error, 500)} (trying again)")
                 elif kind == "done":
-                    isolation = (record.get("environment") or {}).get("isolation") or {}
+                    isolation = (record.environment or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
-                    counts[record["status"]] += 1
+                    counts[record.status] += 1
                     bar.console.print("  " + _job_line(job, record))
                     bar.advance(task)
                 bar.update(task, counts=", ".join(f"{v} {k}" for k, v in counts.items() if v))
@@ -406,20 +406,20 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _job_line(job, record: dict) -> str:
+def _job_line(job, record) -> str:
     from collections import Counter
 
     from grader.results import AssignmentResult, Outcome
 
-    if record["status"] != "graded":  # a job status, shown in the infra_error outcome's style
-        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {shown(job.label)}: {shown(record['error'], 500)}"
+    if record.status != "graded":  # a job status, shown in the infra_error outcome's style
+        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {shown(job.label)}: {shown(record.error, 500)}"
 
-    result = AssignmentResult.from_json(record["result"])
+    result = AssignmentResult.from_json(record.result)
     outcomes = Counter(t.outcome for t in result.tests)
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
     top = result.partial["assignment_points"] if result.partial else result.max_score  # a partial run: out of all its points
     partial = ", partial run" if result.partial else ""
-    return f"{shown(job.label)}: {result.score:g} / {top:g}{partial} ({words}) in {record['seconds']:.0f} s"
+    return f"{shown(job.label)}: {result.score:g} / {top:g}{partial} ({words}) in {record.seconds:.0f} s"
 
 
 def _print_summary(out: Path, lock, entry: dict) -> None:
