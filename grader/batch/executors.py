@@ -197,7 +197,7 @@ class LocalExecutor:
         if proc.stdout:
             proc.stdout.close()
 
-    def _run_served(self, job: Job, server: list) -> dict | None:
+    def _run_served(self, job: Job, server: list) -> JobRecord | None:
         """The job in this slot's job server: as _run_one, without a new process per job."""
         out = Path(job.out)
         log_file = log_path(out, job.folder, job.assignment)
@@ -243,7 +243,7 @@ class LocalExecutor:
             stopping = self.stopping
         return _job_record(job, stopping, hung, limit, proc.poll(), log_file, started)
 
-    def _run_one(self, job: Job) -> dict | None:
+    def _run_one(self, job: Job) -> JobRecord | None:
         out = Path(job.out)
         log_file = log_path(out, job.folder, job.assignment)
         log_file.parent.mkdir(parents=True, exist_ok=True)

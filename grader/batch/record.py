@@ -70,8 +70,8 @@ class JobRecord:
         if data["status"] not in STATUSES:
             raise RecordError(f"{where}: 'status' must be {' or '.join(STATUSES)}, not {str(data['status'])[:40]!r}")
         known = {"format", *_REQUIRED, *_OPTIONAL}
-        return cls(**{k: data.get(k) for k in (*_REQUIRED, *_OPTIONAL)},
-                   extra={k: v for k, v in data.items() if k not in known})
+        values: dict[str, Any] = {k: data.get(k) for k in (*_REQUIRED, *_OPTIONAL)}  # each of its type, checked above
+        return cls(**values, extra={k: v for k, v in data.items() if k not in known})
 
 
 _NONE = type(None)

@@ -1,5 +1,9 @@
 """`grader check` for students and CI, `grader list` for everyone.
 
+A check runs in stages: its options are read once (CheckOptions), `prepare` opens the submission
+and resolves the grading context, `run_check` grades and returns the RunResult, and the outputs
+are sinks (grader.cli.outputs) chosen by the CI mode: nothing in the grading writes an output.
+
 Exit codes: 0 every check that ran passed; 1 some check failed; 2 usage or infrastructure
 error, with a one-line message.
 """
@@ -30,7 +34,7 @@ from grader.submission import SubmissionError, open_submission
 
 from grader.cli.common import ISOLATION_HELP, UsageError, console, err, say, shown
 from grader.cli.outputs import (OUTPUT_DIR, CheckSetup, Classroom50Sink, GitHubSink, HtmlSink, JsonSink, Sink, TerminalSink,
-                                _is_default)
+                                is_default_folder)
 
 
 class NothingToGrade(UsageError):
@@ -153,7 +157,8 @@ def prepare(options: CheckOptions, settings: Settings, sinks: Sequence[Sink] = (
     from grader.sandbox.isolation import SandboxError
 
     try:
-        fresh_outputs(options.json_file, options.html_dir)  # before anything can fail: no earlier (or committed) result survives this check
+        # before anything can fail: no earlier (or committed) result survives this check
+        fresh_outputs(options.json_file, options.html_dir)
         options.validate()
         for sink in sinks:
             sink.begin()
@@ -161,7 +166,8 @@ def prepare(options: CheckOptions, settings: Settings, sinks: Sequence[Sink] = (
         return _setup(options, settings, sub, select_assignments(sub, options.assignments))
     except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError, OutputFolderError,
             Classroom50Error) as exc:
-        unreadable = isinstance(exc, NothingToGrade) or (isinstance(exc, SubmissionError) and Path(options.repo).is_dir())
+        unreadable = isinstance(exc, NothingToGrade) or (isinstance(exc, SubmissionError)
+                                                         and Path(options.repo).is_dir())
         raise CheckNotRun(exc, unreadable) from exc
 
 
@@ -190,7 +196,8 @@ def _setup(options: CheckOptions, settings: Settings, sub, chosen: list[specs.As
         # a CI runner may check every student's repository in turn: no student's kernels are kept there
         shared_runner = options.ci_mode is not None or settings.in_ci
         ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), options.seed is not None,
-                                      own_uid=not contained.user_switch, kernels_of=None if shared_runner else sub.identity())
+                                      own_uid=not contained.user_switch,
+                                      kernels_of=None if shared_runner else sub.identity())
     return CheckSetup(sub, chosen, ctx, contained, keep)
 
 
@@ -241,7 +248,8 @@ def check(
     from grader.settings import from_environment
 
     settings = from_environment()  # read once: the session grades with these
-    options = CheckOptions.parse(repo, assignment, json_file, html_dir, device, seed, case, dtype, timeout, isolation, jobs, ci)
+    options = CheckOptions.parse(repo, assignment, json_file, html_dir, device, seed, case, dtype, timeout, isolation,
+                                 jobs, ci)
     sinks = sinks_for(options, settings)
     try:
         run = run_check(options, settings, sinks, progress=_progress)
@@ -340,13 +348,13 @@ def fresh_outputs(json_file: Path, html_dir: Path) -> None:
     followed), so a check that stops half way leaves nothing that looks like its result."""
     try:
         for folder in {json_file.parent, html_dir}:
-            if _is_default(folder) and (folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir())):
+            if is_default_folder(folder) and (folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir())):
                 folder.unlink()
         for stale in (json_file, html_dir / "report.html"):
             # lstat alone: a link is never followed, not even to ask what it leads to (a link to
             # a file this user may not reach would raise here)
             if os.path.lexists(stale) and stat.S_ISDIR(os.lstat(stale).st_mode):
-                if not _is_default(stale.parent):
+                if not is_default_folder(stale.parent):
                     raise OutputFolderError(f"{stale} is a folder: it cannot be replaced by the results")
                 shutil.rmtree(stale)
             elif os.path.lexists(stale):

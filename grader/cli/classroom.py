@@ -235,7 +235,8 @@ def grade_setup(options: GradeOptions, course) -> GradeSetup:
 
             if importlib.util.find_spec("ray") is None:
                 raise UsageError("--executor ray needs Ray: pip install 'grader[ray]'")
-        remote = options.executor == "ray" and options.device == "cuda" and not has_gpu()  # the Ray cluster's GPUs; the driver has none
+        # the Ray cluster's GPUs; the driver has none
+        remote = options.executor == "ray" and options.device == "cuda" and not has_gpu()
         ctx = resolve_context(options, names, class_seed(options.out, options.seed), remote)
         if remote:
             slots, gpu_model = [None] * (options.jobs or 2), "GPUs of the Ray cluster"
@@ -245,7 +246,8 @@ def grade_setup(options: GradeOptions, course) -> GradeSetup:
             raise UsageError(problem)
         if not remote:  # a class is graded unattended: no weaker sandbox than asked (Ray's nodes detect their own)
             _isolation_as_asked(ctx.isolation)
-        return GradeSetup(names, ctx, slots, gpu_model, read_lock(options.lock_file) if options.roster is None else None)
+        lock = read_lock(options.lock_file) if options.lock_file is not None else None  # else fetched from the roster
+        return GradeSetup(names, ctx, slots, gpu_model, lock)
     except specs.UnknownAssignment as exc:
         _fail(UsageError(exc.args[0]))
     except (UsageError, ContextError, LockError) as exc:
@@ -266,7 +268,8 @@ def resolve_context(options: GradeOptions, names: list[str], seed: int, remote: 
     if options.case or options.dtype:  # each assignment must have something to grade, else it would score 0 of nothing
         missing_cases = [n for n in names if not ctx.calls(specs.get(n))]
         if missing_cases:
-            raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: choose the assignments with -a")
+            raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: "
+                             "choose the assignments with -a")
     return ctx
 
 
@@ -328,14 +331,16 @@ def run_grade(options: GradeOptions) -> int:
     known = {p.student for p in lock.students}
     missing = [s for s in options.only or [] if s not in known]
     if missing:
-        _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock (it has {len(known)} students)"))
+        _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock "
+                         f"(it has {len(known)} students)"))
     for n in names:
         if not ctx.reference_module(specs.get(n)).is_file() and ctx.device == "cuda":
-            console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not scored[/yellow]")
+            console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not "
+                          "scored[/yellow]")
 
-    opts = BatchOptions(options.out.resolve(), names, ctx, setup.slots, setup.gpu_model, options.resume, options.only or None,
-                        options.retries, options.executor, options.address, job_timeout=options.job_timeout, course=course,
-                        similarity_threshold=options.similarity_threshold)
+    opts = BatchOptions(options.out.resolve(), names, ctx, setup.slots, setup.gpu_model, options.resume,
+                        options.only or None, options.retries, options.executor, options.address,
+                        job_timeout=options.job_timeout, course=course, similarity_threshold=options.similarity_threshold)
     plan = plan_batch(lock, opts)
     slots = setup.slots
     where = "CPU interpreter (no timing, no bf16)" if ctx.device == "cpu" else f"{setup.gpu_model} x{len(set(slots))}"

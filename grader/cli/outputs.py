@@ -112,10 +112,11 @@ class TerminalSink(Sink):
         own = self.html.folder.resolve() == OUTPUT_DIR.resolve()
         kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if own else ""
         console.print(f"\nresults: {self.json_file}   report: {self.html.path}{kept}")
-        keep = self.setup.keep if self.setup else None
-        if keep is not None:
+        setup = self.setup
+        keep = setup.keep if setup is not None else None
+        if setup is not None and keep is not None:
             warm = self.settings.warm
-            what = ["the performance inputs and compiled kernels"] if self.setup.ctx.cache else []
+            what = ["the performance inputs and compiled kernels"] if setup.ctx.cache else []
             if warm.keep_seconds > 0 and warm.fork_server:
                 what.append(f"a warm worker start for {warm.keep_seconds:g} s")
             if what:
@@ -185,13 +186,15 @@ class Classroom50Sink(Sink):
 
         if unreadable:  # the student's problem: a grade of 0 that says why, exit 0
             names = self.names or list(specs.catalogue())
-            reason = str(error).replace(str(Path(self.repo).resolve()), ".")  # said of the student's clone, not the runner's path
+            # said of the student's clone, not the runner's path
+            reason = str(error).replace(str(Path(self.repo).resolve()), ".")
             return classroom50.report(classroom50.ungraded(names, reason), Path(self.repo), "cpu", echo=_echo)
         classroom50.report_error(str(error), self.repo, echo=_echo)
         return None
 
 
-def _is_default(folder: Path) -> bool:
+def is_default_folder(folder: Path) -> bool:
+    """`folder` is grader check's own output folder (OUTPUT_DIR), not one the user chose."""
     return os.path.abspath(folder) == os.path.abspath(OUTPUT_DIR)
 
 
@@ -199,7 +202,7 @@ def ignored_by_git(folder: Path) -> None:
     """The default output folder keeps itself out of the student's commits (its own .gitignore:
     `*`), so a check leaves no untracked files behind. A folder the user chose is theirs.
     Written through a temp file and a rename: a committed link there is replaced, not followed."""
-    if _is_default(folder):
+    if is_default_folder(folder):
         if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
             folder.unlink()  # made a link again since the check began: replaced, never followed
         folder.mkdir(parents=True, exist_ok=True)
