@@ -149,7 +149,7 @@ def test_a_damaged_checkout_is_not_graded_and_says_why(lock, tmp_path, monkeypat
     from grader.batch.store import read_records
 
     record = read_records(out, "bob")["vector_add"]
-    assert (record["status"], record["error"], record["student"]) == ("infra_error", plan.broken[0], "bob")
+    assert (record.status, record.error, record.student) == ("infra_error", plan.broken[0], "bob")
 
 
 def test_read_records_skips_kept_failures_and_foreign_files(lock, tmp_path):
@@ -163,5 +163,78 @@ def test_read_records_skips_kept_failures_and_foreign_files(lock, tmp_path):
     (jobs / "old.json").write_text('{"format": 0, "assignment": "old"}')
     (jobs / "junk.json").write_text("not json")
     records = read_records(out, "alice")
-    assert set(records) == {"softmax", "vector_add"} and records["vector_add"]["status"] == "graded"
+    assert set(records) == {"softmax", "vector_add"} and records["vector_add"].status == "graded"
     assert read_records(out, "nobody") == {}
+
+
+# --- the job record: the stored keys, checked on read ------------------------------------------
+
+RECORD_KEYS = ["format", "student", "folder", "assignment", "status", "error", "key", "attempt", "commit", "repo", "seed",
+               "gpu", "environment", "started", "finished", "seconds", "result"]  # as class folders have always held them
+
+
+def test_a_record_is_stored_with_the_keys_it_always_had_and_reads_back_the_same(lock, tmp_path):
+    import json
+
+    from grader.batch.record import JobRecord
+    from grader.batch.store import read_records, record_path
+
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out))
+    stored = json.loads(record_path(out, "alice", "vector_add").read_text())
+    assert list(stored) == RECORD_KEYS and stored["status"] == "graded" and stored["result"]["tests"][0]["score"] == 6.0
+    record = read_records(out, "alice")["vector_add"]
+    assert record.to_json() == stored and JobRecord.from_json(stored) == record
+    record.phase_seconds, record.node = {"correctness_calls": 1.5}, "node-7"  # a job's phases, a Ray node: added at the end
+    assert list(record.to_json()) == [*RECORD_KEYS, "phase_seconds", "node"]
+    assert JobRecord.from_json(record.to_json()) == record
+
+
+@pytest.mark.parametrize("change, words", [
+    ({"status": "done"}, "'status' must be graded or infra_error, not 'done'"),
+    ({"seed": "7"}, "'seed' must be int, not str"),
+    ({"seed": True}, "'seed' must be int, not bool"),
+    ({"key": None}, "'key' must be dict, not NoneType"),
+    ({"result": ["not", "a", "result"]}, "'result' must be dict or null, not list"),
+    ({"assignment": None}, "the record has no 'assignment'"),
+])
+def test_a_malformed_record_is_said_with_its_file_and_field_and_costs_only_its_student(lock, tmp_path, change, words):
+    import json
+
+    from grader.batch.classview import build_class_view
+    from grader.batch.record import RecordError
+    from grader.batch.store import read_records, record_path
+
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out))
+    path = record_path(out, "alice", "vector_add")
+    data = dict(json.loads(path.read_text()), **change)
+    if change.get("assignment", "") is None:
+        del data["assignment"]
+    path.write_text(json.dumps(data))
+    with pytest.raises(RecordError) as caught:
+        read_records(out, "alice")
+    assert str(caught.value) == f"{path}: {words}"
+    view = build_class_view(out, lock, ["vector_add"])
+    rows = {r.student: r for r in view.rows}
+    assert rows["alice"].problems == [f"records could not be read: RecordError: {path}: {words}"]
+    assert rows["bob"].cells["vector_add"].status == "graded" and rows["bob"].cells["vector_add"].score == 6.0
+    plan = plan_batch(lock, options(out, resume=True))
+    assert labels(plan.jobs) == ["alice/vector_add"] and labels(plan.reused) == ["bob/vector_add"]  # graded again
+
+
+def test_a_malformed_job_is_one_line_from_the_job_process_not_a_traceback(tmp_path):
+    import json
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    for job, words in [({"student": 1}, "the job's 'student' must be str, not int"), ({"bogus": 1}, "a job has no field 'bogus'"),
+                       ({"student": "a"}, "the job has no 'folder'"), ("[]", "a job is a JSON object, not list"),
+                       ("{", "Expecting property name")]:
+        text = job if isinstance(job, str) else json.dumps(job)
+        proc = subprocess.run([sys.executable, "-m", "grader.batch.jobs", "--job", "x", "--out", str(tmp_path)], input=text,
+                              capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
+        assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
+        assert proc.stderr.startswith("grader.batch.jobs: the job on stdin cannot be read: ") and words in proc.stderr, proc.stderr

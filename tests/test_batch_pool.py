@@ -8,6 +8,7 @@ import sys
 import textwrap
 import threading
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -15,7 +16,8 @@ import pytest
 from conftest import COURSE, REPO_ROOT
 from grader.batch.executors import LocalExecutor, Scheduler
 from grader.batch.jobs import Job, job_key, new_record, spec_fingerprint
-from grader.batch.store import failed_path, is_reusable, log_path, read_json, record_path, store_record
+from grader.batch.record import JobRecord
+from grader.batch.store import failed_path, is_reusable, log_path, read_json, read_record, record_path, store_record
 from grader.judge.context import GradingContext
 from grader.results import AssignmentResult, TestResult
 
@@ -52,7 +54,7 @@ def make_job(out: Path, student: str, assignment: str = "vector_add", commit: st
                str(out), GradingContext("cpu", 1).to_json())
 
 
-def graded(job: Job, score: float = 6.0) -> dict:
+def graded(job: Job, score: float = 6.0) -> JobRecord:
     test = TestResult(job.assignment, "correctness", "n=1 [float32]", "passed" if score else "failed", "", max_score=6.0, score=score)
     return new_record(job, "graded", result=AssignmentResult(job.assignment, "Vector addition", "m", [test]))
 
@@ -138,11 +140,11 @@ def test_resume_reuses_only_a_real_grade_with_the_same_key(tmp_path):
     job = make_job(out, "alice")
     assert not is_reusable(None, job.key)
     store_record(out, graded(job))
-    record = read_json(record_path(out, "alice", "vector_add"))
+    record = read_record(record_path(out, "alice", "vector_add"))
     assert is_reusable(record, job.key)
     for part, value in [("commit", "other"), ("spec", "changed"), ("grader", "0.2"), ("gpu_model", "NVIDIA H100")]:
         assert not is_reusable(record, dict(job.key, **{part: value})), part
-    assert not is_reusable(dict(record, status="infra_error"), job.key)
+    assert not is_reusable(replace(record, status="infra_error"), job.key)
 
 
 def test_key_follows_the_spec_and_reference_files(tmp_path, monkeypatch):

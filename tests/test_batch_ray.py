@@ -95,8 +95,8 @@ class FakeRay:
         j = Job(**job)
         test = TestResult(j.assignment, "correctness", "n=1 [float32]", "passed", "", max_score=6.0, score=6.0)
         record = new_record(j, "graded", result=AssignmentResult(j.assignment, "Vector addition", "m", [test]))
-        record["node"] = "node-7"
-        return record, "graded on node-7\n"
+        record.node = "node-7"
+        return record.to_json(), "graded on node-7\n"
 
     def cancel(self, ref, force=False):
         self.cancelled.append(ref.job["student"])

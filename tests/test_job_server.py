@@ -33,7 +33,7 @@ FAKE_SERVER = textwrap.dedent(f"""
         test = TestResult(job.assignment, "correctness", "n=1 [float32]", "passed", "", max_score=6.0, score=6.0)
         result = AssignmentResult(job.assignment, "Vector addition", "m", [test])
         record = new_record(job, "graded", result=result)
-        record["server_pid"] = os.getpid()
+        record.environment["server_pid"] = os.getpid()
         store_record(Path(job.out), record)
         print(json.dumps({{"done": job.attempt}}), flush=True)
 """)
@@ -65,7 +65,7 @@ def test_a_dying_or_hanging_job_costs_only_itself_and_the_next_gets_a_fresh_serv
     assert "the grading job process died (exit status 3)" in records["dies-1"]["error"]
     assert "ran over its time limit (5 s) and was killed" in records["hangs-1"]["error"]
     assert events.count(("retry", "dies-1")) == 1 and events.count(("retry", "hangs-1")) == 1
-    pids = [records[n]["server_pid"] for n in ("ok-1", "ok-2", "ok-3", "ok-4")]
+    pids = [records[n]["environment"]["server_pid"] for n in ("ok-1", "ok-2", "ok-3", "ok-4")]
     assert pids[0] == pids[1]  # one server took both jobs
     assert pids[1] != pids[2] != pids[3]  # a new one after each death and each hang
 

@@ -12,6 +12,7 @@ import json
 import os
 import subprocess
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -217,11 +218,19 @@ def test_two_reviews_at_once_both_land(shared):
     assert {(r["student"], r["decision"]) for r in summary["reviews"]["done"]} == {("carol", "uphold"), ("alice", "points")}
 
 
-def _record(tests, key=None) -> dict:
+def _job_record(**fields):
+    from grader.batch.record import JobRecord
+
+    return JobRecord(**{"student": "carol", "folder": "carol", "assignment": "softmax", "status": "graded", "error": "",
+                        "key": {}, "attempt": "a", "commit": "c1", "repo": None, "seed": 1, "gpu": None, "environment": {},
+                        "started": "t", "finished": "t", "seconds": 1.0, **fields})
+
+
+def _record(tests, key=None):
     from grader.results import AssignmentResult
 
-    return {"status": "graded", "commit": "c1", "key": key or {"commit": "c1", "spec": "s"}, "finished": "t",
-            "result": AssignmentResult("softmax", "Softmax", "kernels/softmax.py", tests).to_json()}
+    return _job_record(key=key or {"commit": "c1", "spec": "s"},
+                       result=AssignmentResult("softmax", "Softmax", "kernels/softmax.py", tests).to_json())
 
 
 def _tests(severity: str = "conclusive"):
@@ -248,15 +257,15 @@ def test_clearing_restores_what_the_finding_took_and_upholding_keeps_the_verdict
     result = AssignmentResult("softmax", "Softmax", "kernels/softmax.py", _tests(severity))
     score_assignment(Spec(), result)
     assert result.score == verdict
-    record = {"status": "graded", "commit": "c1", "key": {"commit": "c1"}, "finished": "t", "result": result.to_json()}
+    record = _job_record(key={"commit": "c1"}, result=result.to_json())
     cleared = reviews.make("carol", "carol", "softmax", record, "clear", None, "why", "ta")
     upheld = reviews.make("carol", "carol", "softmax", record, "uphold", None, "why", "ta")
     assert (cleared.points, upheld.points) == (14, verdict)  # 4 + 4 + 0 + 6: what an honest kernel would have earned
-    applied = AssignmentResult.from_json(record["result"])
+    applied = AssignmentResult.from_json(record.result)
     assert reviews.apply(applied, cleared, record) == "applied"
     assert (applied.score, applied.verdict_score, applied.review["points"]) == (14, verdict, 14)
-    later = dict(record, key={"commit": "c2"})
-    stale = AssignmentResult.from_json(record["result"])
+    later = replace(record, key={"commit": "c2"})
+    stale = AssignmentResult.from_json(record.result)
     assert reviews.apply(stale, cleared, later) == "stale" and stale.score == verdict and not stale.review
     assert "no longer applies" in stale.notes[-1] and "commit" in reviews.what_changed(cleared, later)
 
@@ -274,7 +283,7 @@ def test_an_honest_grade_has_no_flag_to_clear_and_points_stay_in_range():
             reviews.make("alice", "alice", "softmax", honest, "points", points, "why", "ta")
     assert reviews.make("alice", "alice", "softmax", honest, "points", 12, "why", "ta").points == 12
     with pytest.raises(reviews.ReviewError, match="no graded record"):
-        reviews.make("alice", "alice", "softmax", dict(honest, status="infra_error"), "points", 1, "why", "ta")
+        reviews.make("alice", "alice", "softmax", replace(honest, status="infra_error"), "points", 1, "why", "ta")
 
 
 def test_a_partial_run_is_no_grade_to_review():
@@ -282,9 +291,9 @@ def test_a_partial_run_is_no_grade_to_review():
     from grader.results import AssignmentResult
 
     record = _record(_tests("conclusive"))
-    whole = AssignmentResult.from_json(record["result"])
+    whole = AssignmentResult.from_json(record.result)
     whole.partial = {"cases_run": 1, "cases": 40, "assignment_points": 20}
-    partial = dict(record, result=whole.to_json())
+    partial = replace(record, result=whole.to_json())
     for decision, points in (("clear", None), ("uphold", None), ("points", 1)):
         with pytest.raises(reviews.ReviewError, match="partial run .*1 of 40 cases.*grade the class without --case"):
             reviews.make("carol", "carol", "softmax", partial, decision, points, "why", "ta")
@@ -341,8 +350,8 @@ def test_a_review_logged_before_a_crash_reaches_the_students_files_on_the_next_r
     from grader.batch.store import repair_students, store_record
     from grader.results import TestResult
 
-    record = dict(_record([TestResult("softmax", "correctness", "a", "passed", max_score=12, score=12)]), format=1,
-                  student="alice", folder="alice", assignment="softmax", seed=3, environment={}, repo=None)
+    record = replace(_record([TestResult("softmax", "correctness", "a", "passed", max_score=12, score=12)]),
+                     student="alice", folder="alice", seed=3)
     store_record(tmp_path, record)
     results = tmp_path / "students/alice/results.json"
     assert json.loads(results.read_text())["score"] == 12

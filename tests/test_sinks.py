@@ -177,11 +177,11 @@ def test_the_classroom_payload_keeps_student_text_off_the_start_of_a_log_line(tm
 
 
 def test_the_terminal_summary_shows_student_text_without_escapes_or_markup(tmp_path):
-    from grader.cli import check
+    from grader.cli import outputs
     from grader.cli.common import console
 
     with console.capture() as captured:
-        check.print_summary(_hostile_run(tmp_path))
+        outputs.print_summary(_hostile_run(tmp_path))
     out = captured.get()
     no_controls(out)
     assert "\\x1b[2J\\x1b[8mhidden" in out  # shown, not run

@@ -24,7 +24,8 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.batch import reviews
 from grader.batch.course import LATEST, Course, Late, exact, when
-from grader.batch.store import LATE_NOTES, failed_path, read_json, read_records, rewrite_student, student_dir
+from grader.batch.record import RecordError
+from grader.batch.store import LATE_NOTES, failed_path, read_record, read_records, rewrite_student, student_dir
 from grader.payloads import SubmissionPayload
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, cents, outcome_css, write_json_atomic, write_text_atomic
 
@@ -206,6 +207,15 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     return view
 
 
+def _kept_error(path: Path) -> str:
+    """Why the kept infra_error attempt beside a grade failed (its record's error)."""
+    try:
+        kept = read_record(path)
+    except RecordError as exc:
+        return str(exc)
+    return kept.error if kept is not None else "infra_error"
+
+
 def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dict, flags: list, log: reviews.Log,
               done: dict) -> dict:
     """One student's cells from their records, a TA's standing review applied; the environment of
@@ -222,9 +232,9 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
         if record is None:
             row.cells[a] = Cell(a, "not graded")
             continue
-        cell = Cell(a, record["status"], link=f"{row.report}#{a}" if row.report else "")
-        if record.get("result"):
-            result = AssignmentResult.from_json(record["result"])
+        cell = Cell(a, record.status, link=f"{row.report}#{a}" if row.report else "")
+        if record.result:
+            result = AssignmentResult.from_json(record.result)
             review = log.latest(p.folder, a)
             state = reviews.apply(result, review, record)
             cell.review = result.review
@@ -257,14 +267,13 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
                 if t.outcome == Outcome.FLAGGED:
                     flags.append({"student": p.student, "assignment": a, "check": t.name, "message": t.message,
                                   "severity": t.severity or "conclusive", "link": cell.link, "review": state})
-            environment = environment or record.get("environment") or {}
+            environment = environment or record.environment or {}
         else:
-            cell.note = record.get("error", "")
-        if record["status"] == "graded" and failed_path(out, p.folder, a).is_file():
-            kept = read_json(failed_path(out, p.folder, a)) or {}
-            cell.note = f"a later attempt failed ({kept.get('error', 'infra_error')}): this earlier grade is kept"
-        if record.get("commit") != p.commit:
-            cell.note = f"graded at commit {str(record.get('commit'))[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
+            cell.note = record.error
+        if record.status == "graded" and failed_path(out, p.folder, a).is_file():
+            cell.note = f"a later attempt failed ({_kept_error(failed_path(out, p.folder, a))}): this earlier grade is kept"
+        if record.commit != p.commit:
+            cell.note = f"graded at commit {str(record.commit)[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
         if cell.review:
             cell.note = "; ".join(filter(None, [cell.note, f"{reviews.WORDS[cell.review['decision']]} by {cell.review['by']} "
                                                            f"(the grader's verdict: {cell.review['verdict_score']:g})"]))

@@ -27,12 +27,12 @@ import threading
 import time
 import traceback
 import uuid
-from dataclasses import asdict
 from pathlib import Path
 from typing import Callable
 
 from grader.batch.jobs import Job, execute, new_record, now
-from grader.batch.store import failed_path, log_path, read_json, record_path, store_record
+from grader.batch.record import JobRecord, RecordError
+from grader.batch.store import failed_path, log_path, read_record, record_path, store_record
 from grader.settings import Settings, current
 from grader.spec import Course
 
@@ -43,14 +43,14 @@ class Scheduler:
     """The queue of jobs: slots take jobs, an infra_error goes back in line until its retries
     are spent, and stop() (Ctrl-C) lets no new job start."""
 
-    def __init__(self, jobs: list[Job], retries: int, on_event: Callable[[str, Job, dict | None], None]) -> None:
+    def __init__(self, jobs: list[Job], retries: int, on_event: Callable[[str, Job, JobRecord | None], None]) -> None:
         self.queue = collections.deque(jobs)
         self.retries = retries
         self.on_event = on_event
         self.cond = threading.Condition()
         self.in_flight = 0
         self.stopped = False
-        self.finished: list[tuple[Job, dict | None]] = []
+        self.finished: list[tuple[Job, JobRecord | None]] = []
 
     def take(self, block: bool = True) -> Job | None:
         with self.cond:
@@ -65,10 +65,10 @@ class Scheduler:
         self.on_event("start", job, None)
         return job
 
-    def finish(self, job: Job, record: dict | None) -> None:
+    def finish(self, job: Job, record: JobRecord | None) -> None:
         with self.cond:
             self.in_flight -= 1
-            retry = record is not None and record["status"] == "infra_error" and job.tries <= self.retries and not self.stopped
+            retry = record is not None and record.status == "infra_error" and job.tries <= self.retries and not self.stopped
             if retry:
                 self.queue.append(job)
             else:
@@ -204,7 +204,7 @@ class LocalExecutor:
         if proc.stdout:
             proc.stdout.close()
 
-    def _run_served(self, job: Job, server: list) -> dict | None:
+    def _run_served(self, job: Job, server: list) -> JobRecord | None:
         """The job in this slot's job server: as _run_one, without a new process per job."""
         out = Path(job.out)
         log_file = log_path(out, job.folder, job.assignment)
@@ -223,7 +223,7 @@ class LocalExecutor:
             self._terminate(proc)
         hung = died = False
         try:
-            proc.stdin.write((json.dumps(asdict(job)) + "\n").encode())
+            proc.stdin.write((json.dumps(job.to_json()) + "\n").encode())
             proc.stdin.flush()
         except (BrokenPipeError, OSError):
             pass
@@ -250,7 +250,7 @@ class LocalExecutor:
             stopping = self.stopping
         return _job_record(job, stopping, hung, limit, proc.poll(), log_file, started)
 
-    def _run_one(self, job: Job) -> dict | None:
+    def _run_one(self, job: Job) -> JobRecord | None:
         out = Path(job.out)
         log_file = log_path(out, job.folder, job.assignment)
         log_file.parent.mkdir(parents=True, exist_ok=True)
@@ -269,7 +269,7 @@ class LocalExecutor:
             if stopping:
                 self._terminate(proc)
             try:
-                proc.stdin.write(json.dumps(asdict(job)).encode())
+                proc.stdin.write(json.dumps(job.to_json()).encode())
                 proc.stdin.close()
             except BrokenPipeError:
                 pass
@@ -316,13 +316,16 @@ def _attempt_header(job: Job) -> str:
 
 
 def _job_record(job: Job, stopping: bool, hung: bool, limit: float, code: int | None, log_file: Path,
-                started: float) -> dict | None:
+                started: float) -> JobRecord | None:
     """What a job process left for this attempt; else why it left nothing, as an infra_error of
     this job alone (None when the pool was stopped: the job runs again on --resume)."""
     out = Path(job.out)
     for path in (record_path(out, job.folder, job.assignment), failed_path(out, job.folder, job.assignment)):
-        record = read_json(path)
-        if record and record.get("attempt") == job.attempt:
+        try:
+            record = read_record(path)
+        except RecordError:  # not this attempt's: a job process writes whole records (said below if none is)
+            continue
+        if record is not None and record.attempt == job.attempt:
             return record
     if stopping:
         return None
@@ -376,16 +379,17 @@ def _unpack(code: bytes, dest: Path) -> None:
 
 def ray_task(job: dict, code: bytes) -> tuple[dict, str]:
     """Runs on a Ray node (the entry point of its work there: the node's settings are read here):
-    unpack the submission, grade it there, return the record and log."""
+    unpack the submission, grade it there, return the record (as JSON, read back and checked by
+    the driver) and log."""
     lines: list[str] = []
-    j = Job(**job)
+    j = Job.from_json(job)
     j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None  # the GPU Ray gave the task
     with tempfile.TemporaryDirectory(prefix="grader-ray-") as tmp:
         _unpack(code, Path(tmp) / "repo")
         j.repo = str(Path(tmp) / "repo")
         record = execute(j, log=lines.append, settings=current())
-    record["node"] = os.uname().nodename
-    return record, "\n".join(lines) + "\n"
+    record.node = os.uname().nodename
+    return record.to_json(), "\n".join(lines) + "\n"
 
 
 class RayExecutor:
@@ -431,7 +435,7 @@ class RayExecutor:
                     if job is None:
                         break
                     resources = {"num_gpus": 1 / self.per_gpu} if job.device == "cuda" else {"num_cpus": 1}
-                    ref = task.options(max_retries=0, **resources).remote(asdict(job), pack_repo(Path(job.repo)))
+                    ref = task.options(max_retries=0, **resources).remote(job.to_json(), pack_repo(Path(job.repo)))
                     in_flight[ref] = (job, time.time(), self.job_timeout(job))
                 if not in_flight:
                     if sched.idle or sched.stopped:
@@ -442,7 +446,8 @@ class RayExecutor:
                 for ref in ready:
                     job, started, _ = in_flight.pop(ref)
                     try:
-                        record, log_text = ray.get(ref)
+                        data, log_text = ray.get(ref)
+                        record = JobRecord.from_json(data, where=f"the Ray task's record of {job.label}")
                     except Exception as exc:  # the task or its node died: ours, not the student's
                         record, log_text = new_record(job, "infra_error", f"the Ray task failed: {type(exc).__name__}: {exc}",
                                                       started=started), traceback.format_exc()
@@ -459,12 +464,12 @@ class RayExecutor:
                 ray.cancel(ref, force=True)
                 sched.finish(job, None)
 
-    def _finish(self, sched: Scheduler, job: Job, record: dict, log_text: str) -> None:
+    def _finish(self, sched: Scheduler, job: Job, record: JobRecord, log_text: str) -> None:
         out = Path(job.out)
         log_file = log_path(out, job.folder, job.assignment)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "a") as log:
-            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.get('node', '?')} ===\n{log_text}")
+            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.node or '?'} ===\n{log_text}")
         store_record(out, record)
         sched.finish(job, record)
 

@@ -29,15 +29,20 @@ import signal
 import sys
 import time
 import traceback
-from dataclasses import dataclass, field
+from dataclasses import MISSING, asdict, dataclass, field, fields
 from datetime import datetime, timezone
 from pathlib import Path
 from typing import Callable
 
 import grader
-from grader.batch.store import RECORD_FORMAT, log_path, store_record
+from grader.batch.record import JobRecord
+from grader.batch.store import log_path, store_record
 from grader.results import AssignmentResult, Outcome
 from grader.settings import Settings, current
+
+
+class JobError(ValueError):
+    """A job sent to a job process that is not one (one line)."""
 
 
 @dataclass
@@ -69,11 +74,38 @@ class Job:
     def seed(self) -> int:
         return self.context["seed"]
 
+    def to_json(self) -> dict:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, data: object) -> "Job":
+        """The job a pool or a Ray driver sent; JobError naming the field where `data` holds none."""
+        if not isinstance(data, dict):
+            raise JobError(f"a job is a JSON object, not {type(data).__name__}")
+        names = {f.name: f for f in fields(cls)}
+        unknown = sorted(set(data) - set(names))
+        if unknown:
+            raise JobError(f"a job has no field {unknown[0]!r}")
+        for name, spec in names.items():
+            if name not in data and spec.default is MISSING and spec.default_factory is MISSING:
+                raise JobError(f"the job has no {name!r}")
+            if name in data and not isinstance(data[name], _JOB_TYPES[name]):
+                wanted = " or ".join("null" if k is _NONE else k.__name__ for k in _JOB_TYPES[name])
+                raise JobError(f"the job's {name!r} must be {wanted}, not {type(data[name]).__name__}")
+        return cls(**data)
+
     def grading_context(self):
         """The batch's context on this job's slot: its GPU and the run's cache."""
         from grader.judge.context import GradingContext
 
         return GradingContext.from_json(self.context).for_slot(self.gpu, self.cache)
+
+
+_NONE = type(None)
+_JOB_TYPES: dict[str, tuple[type, ...]] = {
+    "student": (str,), "folder": (str,), "assignment": (str,), "repo": (str,), "repo_url": (str, _NONE),
+    "commit": (str, _NONE), "key": (dict,), "out": (str,), "context": (dict,), "gpu": (str, _NONE), "notes": (list,),
+    "attempt": (str,), "tries": (int,), "cache": (str, _NONE)}
 
 
 def spec_fingerprint(spec, reference: Path) -> str:
@@ -102,17 +134,17 @@ def now() -> str:
 
 
 def new_record(job: Job, status: str, error: str = "", result: AssignmentResult | None = None,
-               environment: dict | None = None, started: float | None = None) -> dict:
+               environment: dict | None = None, started: float | None = None) -> JobRecord:
     finished = time.time()
-    return {
-        "format": RECORD_FORMAT, "student": job.student, "folder": job.folder, "assignment": job.assignment,
-        "status": status, "error": error, "key": job.key, "attempt": job.attempt, "commit": job.commit,
-        "repo": job.repo_url, "seed": job.seed, "gpu": job.gpu, "environment": environment or {},
-        "started": datetime.fromtimestamp(started or finished, timezone.utc).isoformat(timespec="seconds"),
-        "finished": datetime.fromtimestamp(finished, timezone.utc).isoformat(timespec="seconds"),
-        "seconds": round(finished - (started or finished), 2),
-        "result": result.to_json() if result is not None else None,  # read back by AssignmentResult.from_json
-    }
+    return JobRecord(
+        student=job.student, folder=job.folder, assignment=job.assignment, status=status, error=error, key=job.key,
+        attempt=job.attempt, commit=job.commit, repo=job.repo_url, seed=job.seed, gpu=job.gpu,
+        environment=environment or {},
+        started=datetime.fromtimestamp(started or finished, timezone.utc).isoformat(timespec="seconds"),
+        finished=datetime.fromtimestamp(finished, timezone.utc).isoformat(timespec="seconds"),
+        seconds=round(finished - (started or finished), 2),
+        result=result.to_json() if result is not None else None,  # read back by AssignmentResult.from_json
+    )
 
 
 def _shown(log: Callable[[str], None]) -> Callable[[str], None]:
@@ -124,7 +156,7 @@ def _shown(log: Callable[[str], None]) -> Callable[[str], None]:
 
 
 def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None = None,
-            settings: Settings = Settings()) -> dict:
+            settings: Settings = Settings()) -> JobRecord:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
     Student failures are outcomes inside the result; only our own failures are infra_error.
     `sessions`: the grading sessions this process has opened, reused by a later job on the
@@ -160,7 +192,7 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
             log(f"  {t.outcome}: {t.name}: {t.message}")
     log(f"{job.label}: {result.score:g} / {result.max_score:g} points, {status}")
     record = new_record(job, status, infra[0].message if infra else "", result, env, started)
-    record["phase_seconds"] = dict(phases, before_grading=round(graded_at - started, 3))  # where the job's time went
+    record.phase_seconds = dict(phases, before_grading=round(graded_at - started, 3))  # where the job's time went
     return record
 
 
@@ -183,7 +215,11 @@ def _job_process_main(argv: list[str]) -> int:
 
     signal.signal(signal.SIGTERM, terminate)
     signal.signal(signal.SIGINT, terminate)
-    job = Job(**json.loads(sys.stdin.read()))
+    try:
+        job = Job.from_json(json.loads(sys.stdin.read()))
+    except (ValueError, JobError) as exc:  # never a traceback for the pool's log: what is wrong, in one line
+        print(f"grader.batch.jobs: the job on stdin cannot be read: {exc}", file=sys.stderr, flush=True)
+        return 2
     record = execute(job, log=lambda line: print(line, flush=True), settings=current())  # its own session: one job, one process
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and the reports, whole
     store_record(Path(job.out), record)
@@ -211,7 +247,11 @@ def _job_server_main() -> int:
     for line in sys.stdin:
         if not line.strip():
             continue
-        job = Job(**json.loads(line))
+        try:
+            job = Job.from_json(json.loads(line))
+        except (ValueError, JobError) as exc:  # the pool sees this server end and the job as infra_error
+            print(f"grader.batch.jobs --serve: a job cannot be read: {exc}", file=sys.stderr, flush=True)
+            return 2
         log_file = log_path(Path(job.out), job.folder, job.assignment)
         with open(log_file, "a") as log:
             sys.stdout.flush()

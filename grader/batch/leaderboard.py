@@ -95,8 +95,8 @@ def speed_rows(view, out: Path, assignment: str) -> list[SpeedRow]:
     for r in view.rows:
         if r.status != "fetched" or assignment not in r.cells or r.cells[assignment].status != "graded":
             continue
-        record = read_records(out, r.folder).get(assignment) or {}
-        rows.append(speed_row(r.student, record.get("result"), r.cells[assignment].link))
+        record = read_records(out, r.folder).get(assignment)
+        rows.append(speed_row(r.student, record.result if record is not None else None, r.cells[assignment].link))
     return rank(rows)
 
 

@@ -29,6 +29,7 @@ from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
 from pathlib import Path
 
+from grader.batch.record import JobRecord
 from grader.results import AssignmentResult, FileLock, Outcome, write_text_atomic
 
 LOG = "reviews.jsonl"
@@ -76,7 +77,7 @@ def flags(result: AssignmentResult) -> list[str]:
     return [t.name for t in result.tests if t.outcome == Outcome.FLAGGED]
 
 
-def make(student: str, folder: str, assignment: str, record: dict, decision: str, points: float | None,
+def make(student: str, folder: str, assignment: str, record: JobRecord | None, decision: str, points: float | None,
          note: str, by: str) -> Review:
     """A review of a graded record, checked: ReviewError says why it cannot be made."""
     from grader.judge.scoring import points_without_findings
@@ -91,10 +92,10 @@ def make(student: str, folder: str, assignment: str, record: dict, decision: str
         raise ReviewError("--by: the reviewer's name is empty")
     if len(by) > BY_LIMIT:
         raise ReviewError(f"--by is {len(by)} characters: at most {BY_LIMIT}")
-    if not record or record.get("status") != "graded" or not record.get("result"):
-        why = "no record" if not record else f"its last job ended in {record.get('status')}"
+    if record is None or record.status != "graded" or not record.result:
+        why = "no record" if record is None else f"its last job ended in {record.status}"
         raise ReviewError(f"{student} has no graded record of {assignment} ({why}): grade it first")
-    result = AssignmentResult.from_json(record["result"])
+    result = AssignmentResult.from_json(record.result)
     if result.partial:
         raise ReviewError(f"{student}'s {assignment} was graded as a partial run (--case/--dtype: "
                           f"{result.partial.get('cases_run')} of {result.partial.get('cases')} cases), which is no grade: "
@@ -113,7 +114,7 @@ def make(student: str, folder: str, assignment: str, record: dict, decision: str
         points = result.verdict_score
     return Review(student, folder, assignment, decision, points, note, by.strip(),
                   datetime.now(timezone.utc).isoformat(timespec="seconds"),
-                  record={"commit": record.get("commit"), "key": record.get("key"), "finished": record.get("finished")},
+                  record={"commit": record.commit, "key": record.key, "finished": record.finished},
                   verdict={"score": result.verdict_score, "max_score": result.max_score, "flags": found})
 
 
@@ -170,17 +171,17 @@ def read(out: Path) -> Log:
     return Log(reviews, problems)
 
 
-def standing(review: Review | None, record: dict | None) -> str:
+def standing(review: Review | None, record: JobRecord | None) -> str:
     """'applied' where the review was made on this record's grade; 'stale' where the record was
     graded again at another commit, spec, grader version or options; '' without a review."""
-    if review is None or not record or record.get("status") != "graded":
+    if review is None or record is None or record.status != "graded":
         return "" if review is None else "stale"
-    return "applied" if review.record.get("key") == record.get("key") else "stale"
+    return "applied" if review.record.get("key") == record.key else "stale"
 
 
-def what_changed(review: Review, record: dict) -> str:
+def what_changed(review: Review, record: JobRecord | None) -> str:
     """Why a review is stale, in words: what of the grade it was made on differs now."""
-    old, new = review.record.get("key") or {}, (record or {}).get("key") or {}
+    old, new = review.record.get("key") or {}, (record.key if record is not None else None) or {}
     parts = []
     if old.get("commit") != new.get("commit"):
         parts.append(f"commit {str(old.get('commit'))[:12]} -> {str(new.get('commit'))[:12]}")
@@ -193,7 +194,7 @@ def what_changed(review: Review, record: dict) -> str:
     return ", ".join(parts) or "graded again"
 
 
-def apply(result: AssignmentResult, review: Review | None, record: dict | None) -> str:
+def apply(result: AssignmentResult, review: Review | None, record: JobRecord | None) -> str:
     """Put a standing review's decision on the result (result.review: its points, who, why, and
     the verdict it overrode: the report and results.json's output say it), or a stale one's note;
     returns standing()."""

@@ -15,7 +15,8 @@ from typing import Callable
 
 from grader.batch.jobs import Job, job_key, new_record, now
 from grader.judge.context import GradingContext
-from grader.batch.store import MANIFEST, is_reusable, read_json, record_path, repair_students, store_record
+from grader.batch.record import JobRecord, RecordError
+from grader.batch.store import MANIFEST, is_reusable, read_json, read_record, record_path, repair_students, store_record
 from grader.results import write_json_atomic
 from grader.settings import Settings
 from grader.spec import Course
@@ -83,11 +84,20 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
                       str(out), ctx.to_json(), notes=list(p.notes))
             if not repo:
                 store_record(out, new_record(job, "infra_error", plan.broken[-1]))
-            elif opts.resume and is_reusable(read_json(record_path(out, p.folder, name)), job.key):
+            elif opts.resume and _reusable(record_path(out, p.folder, name), job.key):
                 plan.reused.append(job)
             else:
                 plan.jobs.append(job)
     return plan
+
+
+def _reusable(path: Path, key: dict) -> bool:
+    """A stored real grade with this key; a malformed record is graded again (its job's new
+    record replaces it)."""
+    try:
+        return is_reusable(read_record(path), key)
+    except RecordError:
+        return False
 
 
 def make_executor(opts: BatchOptions, slots: list[str | None]):
@@ -99,7 +109,7 @@ def make_executor(opts: BatchOptions, slots: list[str | None]):
     return LocalExecutor(slots, job_timeout=timeout, settings=opts.settings)
 
 
-def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job, dict | None], None],
+def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job, JobRecord | None], None],
               executor=None) -> dict:
     """Run the plan, then write the class view. Ctrl-C (KeyboardInterrupt) stops the jobs in
     flight, keeps every finished one and still writes the class view; returns this run's entry
@@ -136,8 +146,8 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
         executor.join()
     finally:
         done = [r for _, r in sched.finished if r is not None]
-        entry.update(finished=now(), wall_s=round(time.time() - started, 1), graded=sum(r["status"] == "graded" for r in done),
-                     infra_error=sum(r["status"] == "infra_error" for r in done),
+        entry.update(finished=now(), wall_s=round(time.time() - started, 1), graded=sum(r.status == "graded" for r in done),
+                     infra_error=sum(r.status == "infra_error" for r in done),
                      not_run=len(plan.jobs) - len(done))
         write_json_atomic(manifest, out / MANIFEST)
         repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])

@@ -15,14 +15,12 @@ import json
 from pathlib import Path
 
 from grader.batch import reviews
+from grader.batch.record import RECORD_FORMAT, JobRecord
 from grader.payloads import Kind
 from grader.results import AssignmentResult, FileLock, Outcome, RunResult, TestResult, write_json_atomic
 
 MANIFEST = "batch.json"  # the class folder's seed, assignments, lock and runs
 LATE_NOTES = "late.json"  # a student's lateness explanations (grader.batch.classview writes them)
-
-
-RECORD_FORMAT = 1
 
 
 def student_dir(out: Path, folder: str) -> Path:
@@ -48,54 +46,64 @@ def read_json(path: Path) -> dict | None:
         return None
 
 
-def read_records(out: Path, folder: str) -> dict[str, dict]:
-    """A student's stored records by assignment (the kept infra_error attempts aside)."""
+def read_record(path: Path) -> JobRecord | None:
+    """The record stored at `path`; None where there is none (no file, not JSON, not a record
+    of ours: another format); RecordError where it is one but malformed."""
+    data = read_json(path)
+    if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
+        return None
+    return JobRecord.from_json(data, where=str(path))
+
+
+def read_records(out: Path, folder: str) -> dict[str, JobRecord]:
+    """A student's stored records by assignment (the kept infra_error attempts aside); a
+    malformed one is a RecordError that names its file."""
     jobs = student_dir(out, folder) / "jobs"
     records = {}
     for path in sorted(jobs.glob("*.json")) if jobs.is_dir() else []:
         if path.name.startswith(".") or path.name.endswith(".infra_error.json"):
             continue
-        record = read_json(path)
-        if record and record.get("format") == RECORD_FORMAT:
-            records[record["assignment"]] = record
+        record = read_record(path)
+        if record is not None:
+            records[record.assignment] = record
     return records
 
 
-def is_reusable(record: dict | None, key: dict) -> bool:
-    return bool(record) and record.get("status") == "graded" and record.get("key") == key
+def is_reusable(record: JobRecord | None, key: dict) -> bool:
+    return record is not None and record.status == "graded" and record.key == key
 
 
-def store_record(out: Path, record: dict) -> Path:
+def store_record(out: Path, record: JobRecord) -> Path:
     """Write a job's record, unless it is an infra_error and a real grade is already there:
     then it is kept beside it. Then rebuild the student's results.json and report.html."""
     out = Path(out)
-    folder, assignment = record["folder"], record["assignment"]
+    folder, assignment = record.folder, record.assignment
     with FileLock(student_dir(out, folder) / ".lock"):
         path = record_path(out, folder, assignment)
         existing = read_json(path)
-        if record["status"] == "infra_error" and existing and existing.get("status") == "graded":
+        if record.status == "infra_error" and isinstance(existing, dict) and existing.get("status") == "graded":
             path = failed_path(out, folder, assignment)
-        elif record["status"] == "graded":
+        elif record.status == "graded":
             failed_path(out, folder, assignment).unlink(missing_ok=True)
-        write_json_atomic(record, path)
+        write_json_atomic(record.to_json(), path)
         write_student(out, folder)
     return path
 
 
-def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
+def student_run(records: dict[str, JobRecord], order: list[str]) -> RunResult | None:
     """The student's assignments as one RunResult (what `grader check` would have written)."""
     if not records:
         return None
-    ranked = sorted(records.values(), key=lambda r: (order.index(r["assignment"]) if r["assignment"] in order else len(order), r["assignment"]))
+    ranked = sorted(records.values(), key=lambda r: (order.index(r.assignment) if r.assignment in order else len(order), r.assignment))
     first = ranked[0]
-    run = RunResult(first.get("repo") or first["student"], first["seed"], first.get("environment") or {}, commit=first.get("commit"))
+    run = RunResult(first.repo or first.student, first.seed, first.environment or {}, commit=first.commit)
     for r in ranked:
-        if r.get("result"):
-            run.assignments.append(AssignmentResult.from_json(r["result"]))
+        if r.result:
+            run.assignments.append(AssignmentResult.from_json(r.result))
         else:
-            a = AssignmentResult(r["assignment"], r["assignment"], "")
-            a.tests.append(TestResult(r["assignment"], Kind.CORRECTNESS, "grading", Outcome.INFRA_ERROR,
-                                      f"not graded: {r.get('error') or 'the grader failed'} (it is retried on the next --resume)"))
+            a = AssignmentResult(r.assignment, r.assignment, "")
+            a.tests.append(TestResult(r.assignment, Kind.CORRECTNESS, "grading", Outcome.INFRA_ERROR,
+                                      f"not graded: {r.error or 'the grader failed'} (it is retried on the next --resume)"))
             run.assignments.append(a)
     return run
 

@@ -1,5 +1,9 @@
 """`grader check` for students and CI, `grader list` for everyone.
 
+A check runs in stages: its options are read once (CheckOptions), `prepare` opens the submission
+and resolves the grading context, `run_check` grades and returns the RunResult, and the outputs
+are sinks (grader.cli.outputs) chosen by the CI mode: nothing in the grading writes an output.
+
 Exit codes: 0 every check that ran passed; 1 some check failed; 2 usage or infrastructure
 error, with a one-line message.
 """
@@ -13,8 +17,9 @@ import stat
 import shutil
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import List, Optional, Sequence
 
 import typer
 from rich.markup import escape
@@ -22,15 +27,14 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.judge.feedback import (group_failures, points_line, run_total, smallest_failing, smallest_words,
-                                   traceback_tail)
-from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
+from grader.results import Outcome, RunResult
 from grader.sanitize import one_line
+from grader.settings import Settings
 from grader.submission import SubmissionError, open_submission
 
-from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, commands_stopped, console, err, in_actions, say, shown, shown_lines
-
-OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
+from grader.cli.common import ISOLATION_HELP, UsageError, console, err, say, shown
+from grader.cli.outputs import (OUTPUT_DIR, CheckSetup, Classroom50Sink, GitHubSink, HtmlSink, JsonSink, Sink, TerminalSink,
+                                is_default_folder)
 
 
 class NothingToGrade(UsageError):
@@ -83,6 +87,155 @@ def toml_problems(sub, catalogue: dict) -> list[str]:
     return problems
 
 
+CI_MODES = ("classroom50", "github", "none")
+
+
+@dataclass(frozen=True)
+class CheckOptions:
+    """`grader check`'s command line, read once: what preparing, grading and every output are given."""
+
+    repo: Path = Path(".")
+    assignments: list[str] | None = None
+    json_file: Path = OUTPUT_DIR / "results.json"
+    html_dir: Path = OUTPUT_DIR
+    device: str = "auto"
+    seed: int | None = None
+    cases: list[str] | None = None
+    dtypes: list[str] | None = None
+    timeout: float | None = None
+    isolation: str = "sandbox"
+    jobs: int | None = None
+    ci: str | None = None  # --ci as given
+    ci_mode: str | None = None  # the CI output written: classroom50, github or None (grader.kit.classroom50.mode)
+
+    @classmethod
+    def parse(cls, repo: Path, assignment: list[str] | None, json_file: Path | None, html_dir: Path | None, device: str,
+              seed: int | None, case: list[str] | None, dtype: list[str] | None, timeout: float | None, isolation: str,
+              jobs: int | None, ci: str | None) -> "CheckOptions":
+        """The options with their defaults; an option that cannot work is said by `validate`, once
+        the outputs of an earlier check are cleared."""
+        from grader.kit import classroom50
+
+        return cls(repo, assignment, json_file or OUTPUT_DIR / "results.json", html_dir or OUTPUT_DIR, device, seed,
+                   case, dtype, timeout, isolation, jobs, ci, classroom50.mode(ci if ci in CI_MODES else None))
+
+    def validate(self) -> None:
+        if self.ci not in (None, *CI_MODES):
+            raise UsageError(f"--ci must be classroom50, github or none, not {self.ci!r}")
+        if self.jobs is not None and self.jobs < 1:
+            raise UsageError(f"--jobs must be 1 or more, not {self.jobs}")
+
+    @property
+    def reproducer(self) -> str:
+        """The start of every reproducer: in CI the one the student pastes in their own clone (no
+        path of the runner's)."""
+        where = "." if self.ci_mode is not None else shlex.quote(str(self.repo))
+        return f"grader check {where}" + ("" if self.device == "auto" else f" --device {self.device}")
+
+
+class CheckNotRun(Exception):
+    """The check stopped before grading: `error` says why (one line, exit 2 unless a sink says
+    otherwise); `unreadable` when it is the submission's own fault, which CI grades 0."""
+
+    def __init__(self, error: Exception, unreadable: bool) -> None:
+        super().__init__(str(error))
+        self.error, self.unreadable = error, unreadable
+
+
+def sinks_for(options: CheckOptions, settings: Settings, course: specs.Course) -> list[Sink]:
+    """The outputs of a check of `course`: results.json, report.html and the terminal always, and
+    the CI mode's; in this order, so the files exist before anything points at them."""
+    html = HtmlSink(options.html_dir)
+    sinks: list[Sink] = [JsonSink(options.json_file), html,
+                         TerminalSink(settings, options.ci_mode is not None, options.json_file, html)]
+    if options.ci_mode == "classroom50":
+        sinks.append(Classroom50Sink(options.repo, options.assignments, course))
+    elif options.ci_mode == "github":
+        sinks.append(GitHubSink(options.repo, course))
+    return sinks
+
+
+def prepare(options: CheckOptions, settings: Settings, course: specs.Course, sinks: Sequence[Sink] = ()) -> CheckSetup:
+    """Everything before grading: the outputs of an earlier check cleared, the options checked,
+    the submission opened, the assignments chosen, the grading context resolved, the cache and
+    the sandbox made ready. CheckNotRun where any of it cannot be."""
+    from grader.judge.context import ContextError
+    from grader.judge.runcache import CacheSettingError
+    from grader.kit.classroom50 import Classroom50Error
+    from grader.sandbox.isolation import SandboxError
+
+    try:
+        # before anything can fail: no earlier (or committed) result survives this check
+        fresh_outputs(options.json_file, options.html_dir)
+        options.validate()
+        for sink in sinks:
+            sink.begin()
+        sub = open_submission(options.repo)
+        return _setup(options, settings, course, sub, select_assignments(sub, options.assignments, course))
+    except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError, OutputFolderError,
+            Classroom50Error) as exc:
+        unreadable = isinstance(exc, NothingToGrade) or (isinstance(exc, SubmissionError)
+                                                         and Path(options.repo).is_dir())
+        raise CheckNotRun(exc, unreadable) from exc
+
+
+def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
+           chosen: list[specs.Assignment]) -> CheckSetup:
+    """The grading context of the chosen assignments, the kept cache and warm zygote, the sandbox."""
+    from grader.judge.context import resolve
+    from grader.judge.runcache import check_cache_folder, check_cache_limit
+    from grader.sandbox import zygote
+    from grader.sandbox.process import as_asked, detect
+
+    keep = usable_cache(check_cache_folder(settings))  # what the next check on this machine reuses
+    ctx = resolve(options.device, options.seed, options.cases, options.dtypes, options.timeout, options.isolation,
+                  hide=[options.json_file.resolve().parent, options.html_dir.resolve(), *([keep] if keep else [])],
+                  reproducer=options.reproducer, partial_points=True, course=course)
+    unmatched = ctx.unmatched(chosen)  # never dropped in silence: a typo would pass as a check of nothing
+    if unmatched:
+        raise UsageError("\n".join(unmatched))
+    if (options.cases or options.dtypes) and not any(ctx.calls(s) for s in chosen):
+        raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
+    if keep is not None:  # workers forked at once by a zygote that outlives this command
+        zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
+    # in CI nothing less than the isolation asked for will do; on a student's own machine it may
+    # fall back, said first (by the terminal's sink)
+    contained = as_asked(ctx.isolation, settings) if options.ci_mode is not None else detect(ctx.isolation, settings)
+    if keep is not None and ctx.device == "cuda":  # input sets and kernels: the interpreter times and compiles nothing
+        # a CI runner may check every student's repository in turn: no student's kernels are kept there
+        shared_runner = options.ci_mode is not None or settings.in_ci
+        ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), options.seed is not None,
+                                      own_uid=not contained.user_switch,
+                                      kernels_of=None if shared_runner else sub.identity())
+    return CheckSetup(sub, chosen, ctx, contained, keep)
+
+
+def run_check(options: CheckOptions, settings: Settings, course: specs.Course, sinks: Sequence[Sink] = (),
+              progress=None) -> RunResult:
+    """Grade a submission as `options` ask and return the run as a batch would store and read it
+    back (results.json, the report and the summary come from that form, so a check shows whatever
+    a batch would lose). Each sink is told when the check begins and starts; the outcome is theirs
+    to write (`finished`). `progress(total)`: a context giving the step callback. CheckNotRun:
+    nothing was graded."""
+    from grader.judge.grade import count_steps
+    from grader.judge.session import open_session
+
+    setup = prepare(options, settings, course, sinks)
+    for sink in sinks:
+        sink.started(setup)
+    jobs = check_jobs(options.jobs, setup.ctx.device, len(setup.chosen))
+    with (progress or _no_progress)(count_steps(setup.chosen, setup.ctx)) as step:
+        run = open_session(setup.ctx, settings, course).grade(setup.sub, setup.chosen, step, jobs=jobs)
+    return RunResult.from_json(run.to_json())
+
+
+def exit_code(run: RunResult) -> int:
+    """0 every check that ran passed, 1 some failed, 2 an infra_error."""
+    if any(t.outcome == Outcome.INFRA_ERROR for t in run.tests):
+        return 2
+    return 0 if run.all_passed else 1
+
+
 def check(
     repo: Path = typer.Argument(Path("."), help="The submission's folder (your repo)."),
     assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (repeatable)."),
@@ -102,117 +255,20 @@ def check(
                                      "Classmoji reads (default otherwise in GitHub Actions); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
-    from grader.judge.context import ContextError, resolve
-    from grader.judge.grade import count_steps
-    from grader.judge.runcache import CacheSettingError, check_cache_folder, check_cache_limit
-    from grader.judge.session import open_session
-    from grader.sandbox.isolation import SandboxError
-    from grader.sandbox import zygote
-    from grader.sandbox.process import as_asked, detect
     from grader.settings import from_environment
 
-    from grader.kit import classroom50
-
-    settings = from_environment()  # read once: the session below grades with these
+    settings = from_environment()  # read once: the session grades with these
     course = specs.Course.find(settings)  # and this course, found once
-    json_file = json_file or OUTPUT_DIR / "results.json"
-    html_dir = html_dir or OUTPUT_DIR
-    ci_mode = classroom50.mode(ci if ci in ("github", "classroom50", "none") else None)
+    options = CheckOptions.parse(repo, assignment, json_file, html_dir, device, seed, case, dtype, timeout, isolation,
+                                 jobs, ci)
+    sinks = sinks_for(options, settings, course)
     try:
-        fresh_outputs(json_file, html_dir)  # before anything can fail: no earlier (or committed) result survives this check
-        if ci not in (None, "github", "classroom50", "none"):
-            raise UsageError(f"--ci must be classroom50, github or none, not {ci!r}")
-        if jobs is not None and jobs < 1:
-            raise UsageError(f"--jobs must be 1 or more, not {jobs}")
-        if ci_mode == "classroom50":  # a result.json of an earlier run is never taken for this one's
-            classroom50.remove_stale(repo)
-            classroom50.runner_fields()
-        sub = open_submission(repo)
-        chosen = select_assignments(sub, assignment, course)
-        # in CI the reproducer is what the student pastes in their own clone: no path of the runner's
-        where = "." if ci_mode is not None else shlex.quote(str(repo))
-        base = f"grader check {where}" + ("" if device == "auto" else f" --device {device}")
-        keep = usable_cache(check_cache_folder(settings))  # what the next check on this machine reuses
-        ctx = resolve(device, seed, case, dtype, timeout, isolation,
-                      hide=[json_file.resolve().parent, html_dir.resolve(), *([keep] if keep else [])],
-                      reproducer=base, partial_points=True, course=course)
-        unmatched = ctx.unmatched(chosen)  # never dropped in silence: a typo would pass as a check of nothing
-        if unmatched:
-            raise UsageError("\n".join(unmatched))
-        if (case or dtype) and not any(ctx.calls(s) for s in chosen):
-            raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
-        if keep is not None:  # workers forked at once by a zygote that outlives this command
-            zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
-        # in CI nothing less than the isolation asked for will do; on a student's own machine it may
-        # fall back, said first (below)
-        contained = as_asked(ctx.isolation, settings) if ci_mode is not None else detect(ctx.isolation, settings)
-        if keep is not None and ctx.device == "cuda":  # input sets and kernels: the interpreter times and compiles nothing
-            from grader.kit import github
-
-            # a CI runner may check every student's repository in turn: no student's kernels are kept there
-            shared_runner = ci_mode is not None or settings.in_ci
-            ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), seed is not None, own_uid=not contained.user_switch,
-                                          kernels_of=None if shared_runner else sub.identity())
-    except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError, OutputFolderError,
-            classroom50.Classroom50Error) as exc:
-        say(err, f"[red]error:[/red] {shown_lines(exc)}")
-        from grader.kit import github
-
-        unreadable = isinstance(exc, NothingToGrade) or (isinstance(exc, SubmissionError) and Path(repo).is_dir())
-        if ci_mode == "classroom50" and unreadable:  # the student's problem: a grade of 0 that says why, exit 0
-            names = assignment or list(course.catalogue())
-            reason = str(exc).replace(str(Path(repo).resolve()), ".")  # said of the student's clone, not the runner's path
-            raise typer.Exit(classroom50.report(classroom50.ungraded(names, reason, catalogue=course), Path(repo), "cpu",
-                                                echo=lambda line: print(line, flush=True), catalogue=course))
-        if ci_mode == "classroom50":
-            classroom50.report_error(str(exc), repo, echo=lambda line: print(line, flush=True))
-        elif ci_mode == "github":
-            github.report_error(str(exc))
-        raise typer.Exit(2)
-    for warning in contained.warnings:  # once per run, before any worker starts
-        err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-        if ci_mode is not None or in_actions():  # a CI run that lost a layer says so where its log is read, not only on stderr
-            from grader.sanitize import for_annotation
-
-            print(f"::warning title=Weaker sandbox::{for_annotation(warning)}", flush=True)
-
-    mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
-    console.print(f"Checking [bold]{shown(sub.root)}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {ctx.seed}")
-    with _progress(count_steps(chosen, ctx)) as step:
-        run = open_session(ctx, settings, course).grade(sub, chosen, step, jobs=check_jobs(jobs, ctx.device, len(chosen)))
-    # what a batch stores and reads back: results.json, the report and the summary come from that
-    # form here too, so a check shows whatever a batch would lose
-    run = RunResult.from_json(run.to_json())
-
-    for folder in {json_file.parent, html_dir}:
-        ignored_by_git(folder)
-    write_json_atomic(run.to_gradescope(), json_file)
-    from grader.report import write_report
-
-    html = write_report(run, html_dir)
-    from grader.kit import github
-
-    with commands_stopped(console, ci_mode is not None or in_actions()):  # messages, tracebacks, output: the student's
-        print_summary(run)
-    kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if html_dir.resolve() == OUTPUT_DIR.resolve() else ""
-    console.print(f"\nresults: {json_file}   report: {html}{kept}")
-    if keep is not None:
-        kept = ["the performance inputs and compiled kernels"] if ctx.cache else []
-        if settings.warm.keep_seconds > 0 and settings.warm.fork_server:
-            kept.append(f"a warm worker start for {settings.warm.keep_seconds:g} s")
-        if kept:
-            console.print(f"[dim]kept for the next check: {' and '.join(kept)}, in {keep} "
-                          f"(GRADER_CACHE_GB=0 keeps nothing)[/dim]")
-    from grader.kit import github
-
-    if ci_mode == "classroom50":  # graded: exit 0 whatever failed (2 for an infra_error: no score released)
-        raise typer.Exit(classroom50.report(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True),
-                                            catalogue=course))
-    if ci_mode == "github":
-        github.report_github(run, sub.root, ctx.device, echo=lambda line: print(line, flush=True), catalogue=course)
-    if any(t.outcome == Outcome.INFRA_ERROR for t in run.tests):
-        raise typer.Exit(2)
-    raise typer.Exit(0 if run.all_passed else 1)
+        run = run_check(options, settings, course, sinks, progress=_progress)
+    except CheckNotRun as stop:
+        codes = [sink.not_run(stop.error, stop.unreadable) for sink in sinks]
+        raise typer.Exit(next((c for c in codes if c is not None), 2))
+    codes = [sink.finished(run) for sink in sinks]
+    raise typer.Exit(next((c for c in codes if c is not None), exit_code(run)))
 
 
 PIPED_PROGRESS_EVERY = 10.0  # seconds between two progress lines where no live bar can be drawn
@@ -241,6 +297,11 @@ def _progress(total: int):
             console.print(f"  [{state['done']}/{total}, {now - started:.0f} s] {one_line(text, 200)}", soft_wrap=True, markup=False)
 
     yield step
+
+
+@contextmanager
+def _no_progress(total: int):
+    yield lambda text: None
 
 
 WORKER_MEMORY = 2 << 30  # what one interpreter worker may take (torch, Triton, the interpreted case's tensors)
@@ -298,101 +359,19 @@ def fresh_outputs(json_file: Path, html_dir: Path) -> None:
     followed), so a check that stops half way leaves nothing that looks like its result."""
     try:
         for folder in {json_file.parent, html_dir}:
-            if _is_default(folder) and (folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir())):
+            if is_default_folder(folder) and (folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir())):
                 folder.unlink()
         for stale in (json_file, html_dir / "report.html"):
             # lstat alone: a link is never followed, not even to ask what it leads to (a link to
             # a file this user may not reach would raise here)
             if os.path.lexists(stale) and stat.S_ISDIR(os.lstat(stale).st_mode):
-                if not _is_default(stale.parent):
+                if not is_default_folder(stale.parent):
                     raise OutputFolderError(f"{stale} is a folder: it cannot be replaced by the results")
                 shutil.rmtree(stale)
             elif os.path.lexists(stale):
                 stale.unlink()
     except OSError as exc:
         raise OutputFolderError(f"cannot clear the output folder: {exc}") from None
-
-
-def _is_default(folder: Path) -> bool:
-    return os.path.abspath(folder) == os.path.abspath(OUTPUT_DIR)
-
-
-def ignored_by_git(folder: Path) -> None:
-    """The default output folder keeps itself out of the student's commits (its own .gitignore:
-    `*`), so a check leaves no untracked files behind. A folder the user chose is theirs.
-    Written through a temp file and a rename: a committed link there is replaced, not followed."""
-    if _is_default(folder):
-        if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
-            folder.unlink()  # made a link again since the check began: replaced, never followed
-        folder.mkdir(parents=True, exist_ok=True)
-        marker = folder / ".gitignore"
-        if marker.is_symlink() or not marker.is_file():
-            write_text_atomic("# written by grader check: its results, never committed\n*\n", marker)
-
-
-def print_summary(run: RunResult) -> None:
-    """One compact table per assignment (cases x dtypes), then every distinct failure in full."""
-    for a in run.assignments:
-        if a.headline:  # one cause explains everything: say it first
-            console.print(f"[bold red]{shown(a.name)}:[/bold red] [bold]{shown(a.headline)}[/bold]")
-        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}")  # a line, not a title wrapped to the table
-        table = Table()
-        dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
-        table.add_column("case")
-        table.add_column("shape")
-        for d in dtypes:
-            table.add_column(d)
-        rows: dict[str, dict] = {}
-        for t in a.tests:
-            if t.kind == "correctness":
-                row = rows.setdefault(t.case, {"shape": t.shape or ""})
-                row[t.dtype] = t.outcome
-                row["shape"] = row["shape"] or t.shape or ""
-        for case, row in rows.items():
-            cells = [f"[{STYLE[row[d]]}]{row[d]}[/]" if d in row else "" for d in dtypes]
-            table.add_row(shown(case), shown(row["shape"]), *cells)
-        if rows:  # no case ran (not submitted, no import): the one result below says why
-            console.print(table)
-        for t in a.tests:
-            if t.kind != "correctness":
-                points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != Outcome.SKIPPED else ""
-                outcome = f"{t.outcome} ({t.severity})" if t.outcome == Outcome.FLAGGED and t.severity else t.outcome
-                console.print(f"  {t.kind} - {shown(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: {shown(t.message, 300)}")
-        if a.skipped_points:
-            console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded there).[/dim]")
-        for note in a.notes:
-            console.print(f"  [yellow]{shown(note)}[/yellow]")
-    groups = group_failures(run.tests)
-    if groups:
-        console.print("\n[bold]What went wrong[/bold]")
-        for g in groups:  # each diagnosis once, with the cases it concerns
-            t = g.first
-            if len(g.tests) == 1:
-                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)} {shown(t.name)}: {shown(t.message)}")
-            else:
-                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)}, {len(g.tests)} checks "
-                              f"({shown(g.cases)}): {shown(g.diagnosis)}")
-            if t.traceback:
-                if tail := traceback_tail(t):
-                    console.print(f"[dim]{shown_lines(_last_lines(tail, 8))}[/dim]")
-            elif t.output and t.outcome in (Outcome.CRASHED, Outcome.TIMEOUT):
-                console.print(f"[dim]{shown_lines(_last_lines(t.output, 8))}[/dim]")
-            if t.reproducer:
-                console.print(f"  reproduce: [cyan]{shown(t.reproducer)}[/cyan]")
-            if (small := smallest_failing(t)) and (words := smallest_words(t)):  # the least failing size found
-                console.print(f"  {shown(words)}")
-                console.print(f"  reproduce it: [cyan]{shown(small.reproducer)}[/cyan]")
-    partial = [a for a in run.assignments if a.partial]
-    if partial:
-        console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "
-                      "with --case/--dtype ran; the others earn nothing here)")
-    else:
-        gpu_only = f" ({run.skipped_points:g} of them can only be earned on a GPU)" if run.skipped_points else ""
-        console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]{gpu_only}")
-
-
-def _last_lines(text: str, n: int) -> str:
-    return "\n".join("  " + line for line in text.strip().splitlines()[-n:])
 
 
 def list_assignments(

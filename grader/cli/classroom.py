@@ -15,8 +15,9 @@ from __future__ import annotations
 import os
 import signal
 import threading
+from dataclasses import dataclass
 from pathlib import Path
-from typing import List, Optional
+from typing import Any, List, Optional
 
 import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
@@ -165,6 +166,125 @@ def resolve_slots(device: str, gpus: str, jobs: Optional[int], settings: Setting
     return [tokens[chosen[i % len(chosen)]] for i in range(max(1, n))], models.pop()
 
 
+@dataclass(frozen=True)
+class GradeOptions:
+    """`grader grade`'s command line, read once (the fields are named as the options are)."""
+
+    roster: Path | None = None
+    lock_file: Path | None = None
+    assignment: list[str] | None = None
+    out: Path = Path("reports")
+    device: str = "auto"
+    gpus: str = "all"
+    jobs: int | None = None
+    resume: bool = False
+    only: list[str] | None = None
+    reference_dir: Path | None = None
+    seed: int | None = None
+    case: list[str] | None = None
+    dtype: list[str] | None = None
+    timeout: float | None = None
+    isolation: str = "sandbox"
+    job_timeout: float | None = None
+    retries: int = 1
+    executor: str = "local"
+    address: str | None = None
+    org: str | None = None
+    prefix: str | None = None
+    branch: str | None = None
+    deadline: str | None = None
+    course_file: Path | None = None
+    similarity_threshold: float | None = None
+
+    def validate(self) -> None:
+        """The options that cannot work together, said before anything is read."""
+        if (self.roster is None) == (self.lock_file is None):
+            raise UsageError("give either --roster ROSTER or --lock LOCK")
+        if self.similarity_threshold is not None and not 0 < self.similarity_threshold <= 1:
+            raise UsageError("--similarity-threshold must be in (0, 1]")
+        if self.executor not in ("local", "ray"):
+            raise UsageError(f"--executor must be local or ray, not {self.executor!r}")
+        if self.jobs is not None and self.jobs < 1:
+            raise UsageError("--jobs must be at least 1")
+
+
+@dataclass
+class GradeSetup:
+    """What a class is graded with: the assignments, the grading context, the pool's slots and
+    the GPU model every result is keyed on, and the lock (None until a roster is fetched)."""
+
+    names: list[str]
+    ctx: Any  # grader.judge.context.GradingContext
+    slots: list
+    gpu_model: str
+    lock: Any = None  # grader.batch.workspace.Lock
+
+
+def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings: Settings) -> GradeSetup:
+    """The options checked and resolved into a context, the pool's slots and the lock; a usage
+    error (exit 2) where they cannot be. `course`: course.toml's; `catalogue`: the course folder."""
+    from grader.batch.run import class_seed
+    from grader.batch.workspace import LockError, read_lock
+    from grader.judge.context import ContextError
+
+    try:
+        options.validate()
+        names = options.assignment or course.order or list(catalogue.catalogue())
+        for n in names:
+            catalogue.get(n)
+        if options.executor == "ray":
+            import importlib.util
+
+            if importlib.util.find_spec("ray") is None:
+                raise UsageError("--executor ray needs Ray: pip install 'grader[ray]'")
+        # the Ray cluster's GPUs; the driver has none
+        remote = options.executor == "ray" and options.device == "cuda" and not has_gpu()
+        ctx = resolve_context(options, names, class_seed(options.out, options.seed), remote, catalogue)
+        if remote:
+            slots, gpu_model = [None] * (options.jobs or 2), "GPUs of the Ray cluster"
+        else:
+            slots, gpu_model = resolve_slots(ctx.device, options.gpus, options.jobs, settings)
+        if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:  # said now, not by every job
+            raise UsageError(problem)
+        if not remote:  # a class is graded unattended: no weaker sandbox than asked (Ray's nodes detect their own)
+            _isolation_as_asked(ctx.isolation, settings)
+        lock = read_lock(options.lock_file) if options.lock_file is not None else None  # else fetched from the roster
+        return GradeSetup(names, ctx, slots, gpu_model, lock)
+    except specs.UnknownAssignment as exc:
+        _fail(UsageError(exc.args[0]))
+    except (UsageError, ContextError, LockError) as exc:
+        _fail(exc)
+    raise AssertionError("unreachable: _fail exits")
+
+
+def resolve_context(options: GradeOptions, names: list[str], seed: int, remote: bool, catalogue: specs.Course):
+    """The batch's grading context; a case or dtype that chooses nothing is a usage error."""
+    from grader.judge.context import resolve
+
+    ctx = resolve(options.device, seed, options.case, options.dtype, options.timeout, options.isolation,
+                  hide=[options.out.resolve()], reference_dir=options.reference_dir, remote_gpu=remote,
+                  reproducer="grader check .", partial_points=True, course=catalogue)
+    unmatched = ctx.unmatched([catalogue.get(n) for n in names])  # a typo is said, never graded as nothing
+    if unmatched:
+        raise UsageError("\n".join(unmatched))
+    if options.case or options.dtype:  # each assignment must have something to grade, else it would score 0 of nothing
+        missing_cases = [n for n in names if not ctx.calls(catalogue.get(n))]
+        if missing_cases:
+            raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: "
+                             "choose the assignments with -a")
+    return ctx
+
+
+def _isolation_as_asked(mode: str, settings: Settings) -> None:
+    from grader.sandbox.isolation import SandboxError
+    from grader.sandbox.process import as_asked
+
+    try:
+        as_asked(mode, settings)
+    except SandboxError as exc:
+        raise UsageError(str(exc)) from None
+
+
 def grade(
     roster: Optional[Path] = typer.Option(None, "--roster", help="Grade from a roster (fetched first into OUT/workspace)."),
     lock_file: Optional[Path] = typer.Option(None, "--lock", help="Grade the commits pinned by `grader fetch`."),
@@ -195,80 +315,54 @@ def grade(
                                                          "least this similar on the dashboard (default: course.toml's, else 0.6)."),
 ) -> None:
     """Grade a whole class: per-student reports, a dashboard, gradebooks; resumable."""
-    from grader.batch.run import BatchOptions, class_seed, plan_batch, run_batch
-    from grader.batch.workspace import LockError, read_lock
-    from grader.judge.context import ContextError, resolve
-
+    options = GradeOptions(**locals())  # every parameter, by its name
     settings = current()  # read once: the batch's executors and sandbox work with these
+    raise typer.Exit(run_grade(options, settings))
+
+
+
+def run_grade(options: GradeOptions, settings: Settings) -> int:
+    """Grade the class as `options` ask with the command's `settings`, say how it went, and
+    return the exit code."""
+    from grader.batch.run import BatchOptions, plan_batch
+
     catalogue = specs.Course.find(settings)
-    course = load_course_or_fail(course_file, catalogue)
-    try:
-        if (roster is None) == (lock_file is None):
-            raise UsageError("give either --roster ROSTER or --lock LOCK")
-        if similarity_threshold is not None and not 0 < similarity_threshold <= 1:
-            raise UsageError("--similarity-threshold must be in (0, 1]")
-        if executor not in ("local", "ray"):
-            raise UsageError(f"--executor must be local or ray, not {executor!r}")
-        if jobs is not None and jobs < 1:
-            raise UsageError("--jobs must be at least 1")
-        names = assignment or course.order or list(catalogue.catalogue())
-        for n in names:
-            catalogue.get(n)
-        if executor == "ray":
-            import importlib.util
-
-            if importlib.util.find_spec("ray") is None:
-                raise UsageError("--executor ray needs Ray: pip install 'grader[ray]'")
-        remote = executor == "ray" and device == "cuda" and not has_gpu()  # the Ray cluster's GPUs; the driver has none
-        ctx = resolve(device, class_seed(out, seed), case, dtype, timeout, isolation,
-                      hide=[out.resolve()], reference_dir=reference_dir, remote_gpu=remote,
-                      reproducer="grader check .", partial_points=True, course=catalogue)
-        unmatched = ctx.unmatched([catalogue.get(n) for n in names])  # a typo is said, never graded as nothing
-        if unmatched:
-            raise UsageError("\n".join(unmatched))
-        if case or dtype:  # each assignment must have something to grade, else it would score 0 of nothing
-            missing_cases = [n for n in names if not ctx.calls(catalogue.get(n))]
-            if missing_cases:
-                raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: choose the assignments with -a")
-        if remote:
-            slots, gpu_model = [None] * (jobs or 2), "GPUs of the Ray cluster"
-        else:
-            slots, gpu_model = resolve_slots(ctx.device, gpus, jobs, settings)
-        if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:  # said now, not by every job
-            raise UsageError(problem)
-        if not remote:  # a class is graded unattended: no weaker sandbox than asked (Ray's nodes detect their own)
-            from grader.sandbox.isolation import SandboxError
-            from grader.sandbox.process import as_asked
-
-            try:
-                as_asked(ctx.isolation, settings)
-            except SandboxError as exc:
-                raise UsageError(str(exc)) from None
-        if roster is None:
-            lock = read_lock(lock_file)
-    except specs.UnknownAssignment as exc:
-        _fail(UsageError(exc.args[0]))
-    except (UsageError, ContextError, LockError) as exc:
-        _fail(exc)
-    if roster is not None:
-        lock = fetch_class(roster, out / "workspace", deadline, org, prefix, branch, 8, course, names, catalogue=catalogue)
+    course = load_course_or_fail(options.course_file, catalogue)
+    setup = grade_setup(options, course, catalogue, settings)
+    names, ctx = setup.names, setup.ctx
+    lock = setup.lock
+    if options.roster is not None:
+        lock = fetch_class(options.roster, options.out / "workspace", options.deadline, options.org, options.prefix,
+                           options.branch, 8, course, names, catalogue=catalogue)
     known = {p.student for p in lock.students}
-    missing = [s for s in only or [] if s not in known]
+    missing = [s for s in options.only or [] if s not in known]
     if missing:
-        _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock (it has {len(known)} students)"))
+        _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock "
+                         f"(it has {len(known)} students)"))
     for n in names:
         if not ctx.reference_module(catalogue.get(n)).is_file() and ctx.device == "cuda":
-            console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not scored[/yellow]")
+            console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not "
+                          "scored[/yellow]")
 
-    opts = BatchOptions(out.resolve(), names, ctx, slots, gpu_model, resume, only or None, retries, executor, address,
-                        job_timeout=job_timeout, course=course, similarity_threshold=similarity_threshold, settings=settings,
-                        catalogue=catalogue)
+    opts = BatchOptions(options.out.resolve(), names, ctx, setup.slots, setup.gpu_model, options.resume,
+                        options.only or None, options.retries, options.executor, options.address,
+                        job_timeout=options.job_timeout, course=course, similarity_threshold=options.similarity_threshold,
+                        settings=settings, catalogue=catalogue)
     plan = plan_batch(lock, opts)
-    where = "CPU interpreter (no timing, no bf16)" if ctx.device == "cpu" else f"{gpu_model} x{len(set(slots))}"
+    slots = setup.slots
+    where = "CPU interpreter (no timing, no bf16)" if ctx.device == "cpu" else f"{setup.gpu_model} x{len(set(slots))}"
     console.print(f"Grading {len(plan.jobs)} jobs ({len(plan.reused)} already graded, kept) on {where}, "
-                  f"{len(slots)} at once ({executor}, isolation {ctx.isolation}), seed {plan.seed}")
+                  f"{len(slots)} at once ({options.executor}, isolation {ctx.isolation}), seed {plan.seed}")
     for line in plan.broken:
         console.print(f"[red]{shown(line, 500)}[/red]")
+    entry, warnings = _graded_with_progress(lock, opts, plan)
+    return _graded_exit(options.out, lock, plan, entry, warnings)
+
+
+def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:
+    """Run the plan under a progress bar, each job's line as it ends; the run's manifest entry
+    and the sandbox warnings the jobs' records carry, each once."""
+    from grader.batch.run import run_batch
 
     with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
                   TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False) as bar:
@@ -283,11 +377,11 @@ def grade(
                     return
                 if kind == "retry":
                     counts["retried"] += 1
-                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record['error'], 500)} (trying again)")
+                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record.error, 500)} (trying again)")
                 elif kind == "done":
-                    isolation = (record.get("environment") or {}).get("isolation") or {}
+                    isolation = (record.environment or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
-                    counts[record["status"]] += 1
+                    counts[record.status] += 1
                     bar.console.print("  " + _job_line(job, record))
                     bar.advance(task)
                 bar.update(task, counts=", ".join(f"{v} {k}" for k, v in counts.items() if v))
@@ -300,40 +394,44 @@ def grade(
         finally:
             for sig, handler in previous.items():
                 signal.signal(sig, handler)
+    return entry, warnings
 
+
+def _graded_exit(out: Path, lock, plan, entry: dict, warnings: dict[str, None]) -> int:
+    """The summary, the class's errors and the sandbox's warnings; the exit code."""
     _print_summary(out, lock, entry)
     for line in entry.get("class_errors") or []:
         err.print(f"[red]error:[/red] {shown(line, 600)}")
     for warning in warnings:  # from the jobs' own records: what contained them (each job's probe, not a guess here)
         err.print(f"[yellow]warning:[/yellow] {shown(warning)}")
     if entry.get("interrupted"):
-        raise typer.Exit(130)
+        return 130
     if not entry["graded"] and not entry["reused"]:  # a run that graded nothing is not a success
         fetched = sum(p.status == "fetched" for p in lock.students)
         why = "no student could be fetched" if not fetched else "no job was graded"
         err.print(f"[red]error:[/red] nothing was graded: {why} ({len(lock.students)} in the roster)")
-        raise typer.Exit(1)
-    raise typer.Exit(1 if entry["infra_error"] or entry["not_run"] or plan.broken or entry.get("class_errors") else 0)
+        return 1
+    return 1 if entry["infra_error"] or entry["not_run"] or plan.broken or entry.get("class_errors") else 0
 
 
 def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _job_line(job, record: dict) -> str:
+def _job_line(job, record) -> str:
     from collections import Counter
 
     from grader.results import AssignmentResult, Outcome
 
-    if record["status"] != "graded":  # a job status, shown in the infra_error outcome's style
-        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {shown(job.label)}: {shown(record['error'], 500)}"
+    if record.status != "graded":  # a job status, shown in the infra_error outcome's style
+        return f"[{STYLE[Outcome.INFRA_ERROR]}]infra_error[/] {shown(job.label)}: {shown(record.error, 500)}"
 
-    result = AssignmentResult.from_json(record["result"])
+    result = AssignmentResult.from_json(record.result)
     outcomes = Counter(t.outcome for t in result.tests)
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
     top = result.partial["assignment_points"] if result.partial else result.max_score  # a partial run: out of all its points
     partial = ", partial run" if result.partial else ""
-    return f"{shown(job.label)}: {result.score:g} / {top:g}{partial} ({words}) in {record['seconds']:.0f} s"
+    return f"{shown(job.label)}: {result.score:g} / {top:g}{partial} ({words}) in {record.seconds:.0f} s"
 
 
 def _print_summary(out: Path, lock, entry: dict) -> None:

@@ -42,7 +42,8 @@ def review(
     from grader import spec as specs
     from grader.batch import reviews
     from grader.batch.classview import build_class_view, write_class_outputs
-    from grader.batch.store import read_json, record_path, rewrite_student
+    from grader.batch.record import RecordError
+    from grader.batch.store import read_record, record_path, rewrite_student
     from grader.cli.classroom import _class_lock, load_course_or_fail
 
     decisions = [d for d, on in (("clear", clear), ("uphold", uphold), ("points", points is not None)) if on]
@@ -74,9 +75,9 @@ def review(
     folder = pinned[student].folder
     with reviews.locked(out):
         try:
-            made = reviews.make(student, folder, assignment, read_json(record_path(out, folder, assignment)), decisions[0],
+            made = reviews.make(student, folder, assignment, read_record(record_path(out, folder, assignment)), decisions[0],
                                 points, note, by if by is not None else _reviewer())
-        except reviews.ReviewError as exc:
+        except (reviews.ReviewError, RecordError) as exc:
             fail(exc)
         log = reviews.append(out, made)
         rewrite_student(out, folder)

@@ -1,0 +1,278 @@
+"""Where `grader check`'s outcome goes: one sink per output. results.json, report.html and the
+terminal always; a GitHub Actions job summary and Classmoji's output (`--ci github`) or Classroom
+50's result.json and release body (`--ci classroom50`) as the CI mode chooses
+(grader.cli.check.sinks_for). Each sink is told the same things in the same order: `begin`
+before the submission is opened, `started` once it is and the isolation is known, then either
+`finished` with the graded run (as a batch stores and reads it back) or `not_run` with the error
+that stopped the check. A hook that returns an exit code decides the command's.
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from grader.judge.feedback import (group_failures, points_line, run_total, smallest_failing, smallest_words,
+                                   traceback_tail)
+from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
+from grader.settings import Settings
+from grader.spec import Course
+
+from grader.cli.common import STYLE, commands_stopped, console, err, in_actions, say, shown, shown_lines
+
+OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
+
+
+@dataclass
+class CheckSetup:
+    """What a check grades, as its sinks are told once it is known: the submission, the
+    assignments chosen, the grading context, how workers are contained here, and the folder kept
+    for the next check (None: nothing is kept)."""
+
+    sub: Any  # grader.submission.Submission
+    chosen: list
+    ctx: Any  # grader.judge.context.GradingContext
+    contained: Any  # grader.sandbox.isolation.Isolation
+    keep: Path | None
+
+
+class Sink:
+    """One output of a check; every hook does nothing unless the sink says otherwise."""
+
+    def begin(self) -> None:
+        """Before the submission is opened; an exception here stops the check (not run)."""
+
+    def started(self, setup: CheckSetup) -> None:
+        """The submission is open and the isolation known; nothing is graded yet."""
+
+    def finished(self, run: RunResult) -> int | None:
+        """The graded run; an exit code where this output decides it."""
+        return None
+
+    def not_run(self, error: Exception, unreadable: bool) -> int | None:
+        """The check stopped before grading (`unreadable`: the submission's own fault, which
+        CI grades 0); an exit code where this output decides it."""
+        return None
+
+
+class JsonSink(Sink):
+    """results.json, in Gradescope's format with our extra_data."""
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    def finished(self, run: RunResult) -> int | None:
+        ignored_by_git(self.path.parent)
+        write_json_atomic(run.to_gradescope(), self.path)
+        return None
+
+
+class HtmlSink(Sink):
+    """report.html, standing alone (grader.report)."""
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.path = folder / "report.html"
+
+    def finished(self, run: RunResult) -> int | None:
+        from grader.report import write_report
+
+        ignored_by_git(self.folder)
+        self.path = write_report(run, self.folder)
+        return None
+
+
+class TerminalSink(Sink):
+    """What a student reads: the isolation's warnings, the line that says what is checked, the
+    summary, where the files are and what is kept for the next check; an error in one line."""
+
+    def __init__(self, settings: Settings, ci: bool, json_file: Path, html: HtmlSink) -> None:
+        self.settings, self.ci, self.json_file, self.html = settings, ci, json_file, html
+        self.setup: CheckSetup | None = None
+
+    def started(self, setup: CheckSetup) -> None:
+        self.setup = setup
+        for warning in setup.contained.warnings:  # once per run, before any worker starts
+            err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
+            if self.ci or in_actions():  # a CI run that lost a layer says so where its log is read, not only on stderr
+                from grader.sanitize import for_annotation
+
+                print(f"::warning title=Weaker sandbox::{for_annotation(warning)}", flush=True)
+        ctx = setup.ctx
+        mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
+        console.print(f"Checking [bold]{shown(setup.sub.root)}[/bold]: {', '.join(s.name for s in setup.chosen)} "
+                      f"on {mode}, seed {ctx.seed}")
+
+    def finished(self, run: RunResult) -> int | None:
+        with commands_stopped(console, self.ci or in_actions()):  # messages, tracebacks, output: the student's
+            print_summary(run)
+        own = self.html.folder.resolve() == OUTPUT_DIR.resolve()
+        kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if own else ""
+        console.print(f"\nresults: {self.json_file}   report: {self.html.path}{kept}")
+        setup = self.setup
+        keep = setup.keep if setup is not None else None
+        if setup is not None and keep is not None:
+            warm = self.settings.warm
+            what = ["the performance inputs and compiled kernels"] if setup.ctx.cache else []
+            if warm.keep_seconds > 0 and warm.fork_server:
+                what.append(f"a warm worker start for {warm.keep_seconds:g} s")
+            if what:
+                console.print(f"[dim]kept for the next check: {' and '.join(what)}, in {keep} "
+                              f"(GRADER_CACHE_GB=0 keeps nothing)[/dim]")
+        return None
+
+    def not_run(self, error: Exception, unreadable: bool) -> int | None:
+        say(err, f"[red]error:[/red] {shown_lines(error)}")
+        return None
+
+
+def _echo(line: str) -> None:
+    print(line, flush=True)
+
+
+class GitHubSink(Sink):
+    """`--ci github`: the job summary, annotations and the `result` output Classmoji reads."""
+
+    def __init__(self, repo: Path, course: Course) -> None:
+        self.repo, self.course = repo, course  # the grader.spec.Course checked (its hidden cases are counted)
+        self.setup: CheckSetup | None = None
+
+    def started(self, setup: CheckSetup) -> None:
+        self.setup = setup
+
+    def finished(self, run: RunResult) -> int | None:
+        from grader.kit import github
+
+        assert self.setup is not None, "finished before started"
+        github.report_github(run, self.setup.sub.root, self.setup.ctx.device, echo=_echo, catalogue=self.course)
+        return None
+
+    def not_run(self, error: Exception, unreadable: bool) -> int | None:
+        from grader.kit import github
+
+        github.report_error(str(error))
+        return None
+
+
+class Classroom50Sink(Sink):
+    """`--ci classroom50`: result.json, release-body.md and the outputs; graded, the exit is 0
+    whatever failed (2 for an infra_error: no score released)."""
+
+    def __init__(self, repo: Path, names: list[str] | None, course: Course) -> None:
+        self.repo, self.names, self.course = repo, names, course  # the grader.spec.Course checked
+        self.setup: CheckSetup | None = None
+
+    def begin(self) -> None:
+        from grader.kit import classroom50
+
+        classroom50.remove_stale(self.repo)  # a result.json of an earlier run is never taken for this one's
+        classroom50.runner_fields()
+
+    def started(self, setup: CheckSetup) -> None:
+        self.setup = setup
+
+    def finished(self, run: RunResult) -> int | None:
+        from grader.kit import classroom50
+
+        assert self.setup is not None, "finished before started"
+        return classroom50.report(run, self.setup.sub.root, self.setup.ctx.device, echo=_echo, catalogue=self.course)
+
+    def not_run(self, error: Exception, unreadable: bool) -> int | None:
+        from grader.kit import classroom50
+
+        if unreadable:  # the student's problem: a grade of 0 that says why, exit 0
+            names = self.names or list(self.course.catalogue())
+            # said of the student's clone, not the runner's path
+            reason = str(error).replace(str(Path(self.repo).resolve()), ".")
+            ungraded = classroom50.ungraded(names, reason, catalogue=self.course)
+            return classroom50.report(ungraded, Path(self.repo), "cpu", echo=_echo, catalogue=self.course)
+        classroom50.report_error(str(error), self.repo, echo=_echo)
+        return None
+
+
+def is_default_folder(folder: Path) -> bool:
+    """`folder` is grader check's own output folder (OUTPUT_DIR), not one the user chose."""
+    return os.path.abspath(folder) == os.path.abspath(OUTPUT_DIR)
+
+
+def ignored_by_git(folder: Path) -> None:
+    """The default output folder keeps itself out of the student's commits (its own .gitignore:
+    `*`), so a check leaves no untracked files behind. A folder the user chose is theirs.
+    Written through a temp file and a rename: a committed link there is replaced, not followed."""
+    if is_default_folder(folder):
+        if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
+            folder.unlink()  # made a link again since the check began: replaced, never followed
+        folder.mkdir(parents=True, exist_ok=True)
+        marker = folder / ".gitignore"
+        if marker.is_symlink() or not marker.is_file():
+            write_text_atomic("# written by grader check: its results, never committed\n*\n", marker)
+
+
+def print_summary(run: RunResult) -> None:
+    """One compact table per assignment (cases x dtypes), then every distinct failure in full."""
+    for a in run.assignments:
+        if a.headline:  # one cause explains everything: say it first
+            console.print(f"[bold red]{shown(a.name)}:[/bold red] [bold]{shown(a.headline)}[/bold]")
+        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}")  # a line, not a title wrapped to the table
+        table = Table()
+        dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
+        table.add_column("case")
+        table.add_column("shape")
+        for d in dtypes:
+            table.add_column(d)
+        rows: dict[str, dict] = {}
+        for t in a.tests:
+            if t.kind == "correctness":
+                row = rows.setdefault(t.case, {"shape": t.shape or ""})
+                row[t.dtype] = t.outcome
+                row["shape"] = row["shape"] or t.shape or ""
+        for case, row in rows.items():
+            cells = [f"[{STYLE[row[d]]}]{row[d]}[/]" if d in row else "" for d in dtypes]
+            table.add_row(shown(case), shown(row["shape"]), *cells)
+        if rows:  # no case ran (not submitted, no import): the one result below says why
+            console.print(table)
+        for t in a.tests:
+            if t.kind != "correctness":
+                points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != Outcome.SKIPPED else ""
+                outcome = f"{t.outcome} ({t.severity})" if t.outcome == Outcome.FLAGGED and t.severity else t.outcome
+                console.print(f"  {t.kind} - {shown(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: {shown(t.message, 300)}")
+        if a.skipped_points:
+            console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded there).[/dim]")
+        for note in a.notes:
+            console.print(f"  [yellow]{shown(note)}[/yellow]")
+    groups = group_failures(run.tests)
+    if groups:
+        console.print("\n[bold]What went wrong[/bold]")
+        for g in groups:  # each diagnosis once, with the cases it concerns
+            t = g.first
+            if len(g.tests) == 1:
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)} {shown(t.name)}: {shown(t.message)}")
+            else:
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)}, {len(g.tests)} checks "
+                              f"({shown(g.cases)}): {shown(g.diagnosis)}")
+            if t.traceback:
+                if tail := traceback_tail(t):
+                    console.print(f"[dim]{shown_lines(_last_lines(tail, 8))}[/dim]")
+            elif t.output and t.outcome in (Outcome.CRASHED, Outcome.TIMEOUT):
+                console.print(f"[dim]{shown_lines(_last_lines(t.output, 8))}[/dim]")
+            if t.reproducer:
+                console.print(f"  reproduce: [cyan]{shown(t.reproducer)}[/cyan]")
+            if (small := smallest_failing(t)) and (words := smallest_words(t)):  # the least failing size found
+                console.print(f"  {shown(words)}")
+                console.print(f"  reproduce it: [cyan]{shown(small.reproducer)}[/cyan]")
+    partial = [a for a in run.assignments if a.partial]
+    if partial:
+        console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "
+                      "with --case/--dtype ran; the others earn nothing here)")
+    else:
+        gpu_only = f" ({run.skipped_points:g} of them can only be earned on a GPU)" if run.skipped_points else ""
+        console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]{gpu_only}")
+
+
+def _last_lines(text: str, n: int) -> str:
+    return "\n".join("  " + line for line in text.strip().splitlines()[-n:])
