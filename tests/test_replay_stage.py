@@ -144,11 +144,8 @@ def stage(tmp_path, monkeypatch):
         ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
         session = SimpleNamespace(context=ctx, alone_on_gpu=contextlib.nullcontext, cache=cache, settings=SETTINGS)
 
-        def test(outcome, message, **kw):
-            return perf.TestResult(SPEC.name, "performance", "p", outcome, message, **kw)
-
-        got, fallback = perf._by_replay(session, SPEC, student, trusted, files, layout, workdir, 30, dict(ROOFLINE),
-                                        lambda name: None, test)
+        stage = perf.Stage(session, SPEC, student, workdir, 30, dict(ROOFLINE))
+        got, fallback = perf._by_replay(stage, trusted, files, layout)
         return got if got is not None else fallback
 
     run.truth, run.asked, run.given = truth, asked, given

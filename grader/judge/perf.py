@@ -32,6 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 import torch
 from safetensors.torch import load, save_file
@@ -147,130 +148,170 @@ def floor_ms(nbytes: int, flops: int | None, copy_gbps: float, gemm_tflops: floa
     return (compute, "cuBLAS GEMM peak") if compute > memory else (memory, "copy bandwidth")
 
 
+@dataclass
+class Stage:
+    """One timing of one assignment: what its steps share, the result they make (`test`) and the
+    seconds each phase took (`phase`, for the TA: what a job spends where)."""
+
+    session: Resources
+    spec: Assignment
+    student: Any  # the StudentWorker with the student's module loaded
+    workdir: Path
+    timeout: float
+    roofline: dict | None
+    phases: dict[str, float] = field(default_factory=dict)
+    clock: float = field(default_factory=time.monotonic)
+
+    @property
+    def ctx(self) -> GradingContext:
+        return self.session.context
+
+    @property
+    def perf(self):
+        perf = self.spec.performance
+        assert perf is not None  # measure() is called only for a spec with a performance part
+        return perf
+
+    def test(self, outcome: str, message: str, **kw) -> TestResult:
+        perf = self.perf
+        return TestResult(self.spec.name, Kind.PERFORMANCE, f"performance {perf.case.name} [{perf.dtype}]", outcome, message,
+                          case=perf.case.name, dtype=perf.dtype, **kw)
+
+    def phase(self, name: str) -> None:
+        now = time.monotonic()
+        self.phases[name] = round(now - self.clock, 2)
+        self.clock = now
+
+
 def measure(session: Resources, spec: Assignment, result: AssignmentResult, student, workdir: Path, timeout: float,
             roofline: dict | None = None) -> TestResult:
-    """`student` is the StudentWorker with the student's module loaded. The session holds the
-    GPU alone (`alone_on_gpu`, grader.judge.devicelock) only once the input sets are written and
-    the reference is loaded: for the roofline, the timed loops and the checks of their outputs.
-    `roofline`: the GPU's ceilings if the run has them, else measured here; the ones used are
-    in the result's details (its "roofline"), for the run to reuse and record."""
-    ctx = session.context
-    perf = spec.performance
-    assert perf is not None
-    name = f"performance {perf.case.name} [{perf.dtype}]"
+    """`student` is the StudentWorker with the student's module loaded. The speed is scored by
+    replay where the student's launches can be replayed (`_by_replay`), else by the fallback's
+    rounds (`_by_rounds`). The session holds the GPU alone (`alone_on_gpu`) only for what is
+    timed. `roofline`: the GPU's ceilings if the run has them, else measured here; the ones used
+    are in the result's details (its "roofline"), for the run to reuse and record."""
+    stage = Stage(session, spec, student, workdir, timeout, roofline)
+    early = _not_timed(stage, result)
+    if early is not None:
+        return early
+    # our own code (reference, torch) runs outside the student's job folder, so nothing the
+    # student's worker writes (a planted module, a poisoned Triton cache) reaches it; started
+    # first: it imports torch and Triton while the input sets are written
+    trusted = session.trusted_worker(workdir.parent / f"{spec.name}.trusted")
+    try:
+        return _timed(stage, trusted)
+    except WorkerFailure as f:
+        return stage.test(f.outcome, f"while timing: {f.message}", output=f.output)
+    finally:
+        trusted.close()
 
-    def test(outcome: str, message: str, **kw) -> TestResult:
-        return TestResult(spec.name, Kind.PERFORMANCE, name, outcome, message, case=perf.case.name, dtype=perf.dtype,
-                          **kw)
 
-    if ctx.interpret:
-        return test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing; a GPU run also "
-                    "tells what the compiled kernel is (registers, spills, shared memory, warps, stages, its grid against "
-                    "the GPU's SMs) and the share of the roofline it reaches")
+def _not_timed(stage: Stage, result: AssignmentResult) -> TestResult | None:
+    """Why this assignment is not timed at all, or None."""
+    if stage.ctx.interpret:
+        return stage.test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing; a GPU run "
+                          "also tells what the compiled kernel is (registers, spills, shared memory, warps, stages, its grid "
+                          "against the GPU's SMs) and the share of the roofline it reaches")
     ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != Outcome.SKIPPED]
     if not ran or any(t.outcome != Outcome.PASSED for t in result.tests if t.kind != "performance" and t.outcome != Outcome.SKIPPED):
-        return test("failed", "not timed: every correctness and integrity check must pass first (no performance points without correctness)")
-    if student.process is None:
-        return test("error", "not timed: the worker could not be restarted")
+        return stage.test("failed", "not timed: every correctness and integrity check must pass first (no performance points "
+                          "without correctness)")
+    if stage.student.process is None:
+        return stage.test("error", "not timed: the worker could not be restarted")
+    return None
 
-    phases: dict[str, float] = {}  # seconds per phase, for the TA (what a job spends where)
-    clock = time.monotonic()
 
-    def phase(name: str) -> None:
-        nonlocal clock
-        now = time.monotonic()
-        phases[name] = round(now - clock, 2)
-        clock = now
-
-    # our own code (reference, torch) runs outside the student's job folder, so nothing the
-    # student's worker writes (a planted module, a poisoned Triton cache) reaches it
-    trusted_dir = workdir.parent / f"{spec.name}.trusted"
-    # started first: it imports torch and Triton while the input sets are written
-    cache = session.cache
-    trusted = session.trusted_worker(trusted_dir)
+def _timed(stage: Stage, trusted) -> TestResult:
+    """Input sets made and the trusted side loaded (before the GPU is taken: another job's
+    correctness calls may run meanwhile), then the replay, or the fallback's rounds."""
+    spec, ctx = stage.spec, stage.ctx
     contenders = {"torch": Contender(str(spec.folder), "spec.py", "baseline")}
     ref = ctx.reference_module(spec)
     has_reference = ref.is_file()
     if has_reference:
         contenders["reference"] = Contender(str(ref.parent), ref.name, spec.function)
-    workers = {"student": student.process, "torch": trusted, "reference": trusted}
+    timed_files, fresh_file, layout = _input_sets(stage)
+    stage.phase("inputs")
+    loaded = trusted.request(Load(contenders), 120)
+    if isinstance(loaded, Failure):
+        return stage.test("infra_error", f"the reference side failed to load: {loaded.message}", traceback=loaded.traceback)
+    stage.phase("reference_load")
+    fallback = ""
+    if has_reference and stage.perf.score_on == "gpu":  # the scored path: the student's kernels replayed
+        replayed_result, fallback = _by_replay(stage, trusted, timed_files, layout)
+        if replayed_result is not None:
+            replayed_result.details.phase_seconds = stage.phases
+            return replayed_result
+    return _by_rounds(stage, trusted, contenders, timed_files, fresh_file, layout, fallback)
+
+
+def _input_sets(stage: Stage) -> tuple[list[str], Path, dict]:
+    """The timing's input sets (shown to the student's worker, read-only) and the fresh one
+    (outside its view until shown, after timing), from the run's cache where there is one:
+    the first set alone, then the others at once, as many as memory holds (random numbers and
+    writes of GBs, in threads: torch and the writes release the GIL)."""
+    spec, ctx, perf, cache = stage.spec, stage.ctx, stage.perf, stage.session.cache
+    folder = stage.workdir / "perf"
+    folder.mkdir(parents=True, exist_ok=True)
+    hidden = stage.workdir.parent / f"{spec.name}.perf"
+    hidden.mkdir(parents=True, exist_ok=True)
+    shareable = worker_cannot_write(stage.student.process.isolation)  # else each job gets its own copy
+
+    def make(i: int) -> tuple[Path, dict]:
+        path = (folder if i < ctx.perf_input_sets else hidden) / f"set{i}.safetensors"
+        if cache is not None:  # made once per run, for every student graded with this seed
+            layout = cache.perf_inputs(spec, perf.case, perf.dtype, ctx.performance_seed, i, path, link=shareable)
+        else:
+            layout = write_perf_set(spec, perf.case, perf.dtype, ctx.performance_seed, i, path)
+        os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
+        return path, layout
+
+    made = [make(0)]
+    with ThreadPoolExecutor(max_workers=parallel_sets(ctx.perf_input_sets, made[0][0].stat().st_size)) as pool:
+        made += pool.map(make, range(1, ctx.perf_input_sets + 1))
+    files = [p for p, _ in made]
+    return [str(f) for f in files[:-1]], files[-1], made[-1][1]
+
+
+def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], fresh_file: Path, layout: dict,
+               fallback: str) -> TestResult:
+    """The fallback: rounds of student, reference and torch in their workers, the student's
+    witnessed by the grader's own clock (grader.judge.witness), the timed outputs checked."""
+    spec, ctx = stage.spec, stage.ctx
+    workers = {"student": stage.student.process, "torch": trusted, "reference": trusted}
+    has_reference = "reference" in contenders
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
     t = Timings(**{k: {c: [] for c in order} for k in ("times", "event_ms", "host_ms")})
-    findings: list[Finding] = []
     compiled: dict = {}  # what the compiler made of the student's kernels (the untimed call after timing)
-    try:
-        folder = workdir / "perf"  # visible to the student's worker, read-only
-        folder.mkdir(parents=True, exist_ok=True)
-        hidden = workdir.parent / f"{spec.name}.perf"  # outside its view until shown
-        hidden.mkdir(parents=True, exist_ok=True)
-        shareable = worker_cannot_write(student.process.isolation)  # else each job gets its own copy
-
-        def make(i: int) -> tuple[Path, dict]:
-            path = (folder if i < ctx.perf_input_sets else hidden) / f"set{i}.safetensors"
-            if cache is not None:  # made once per run, for every student graded with this seed
-                layout = cache.perf_inputs(spec, perf.case, perf.dtype, ctx.performance_seed, i, path, link=shareable)
-            else:
-                layout = write_perf_set(spec, perf.case, perf.dtype, ctx.performance_seed, i, path)
-            os.chmod(path, 0o644)  # safetensors writes 0600: the worker's own uid must read it
-            return path, layout
-
-        # the first set alone, then the others at once, as many as memory holds: random numbers
-        # and writes of GBs, in threads (torch and the writes release the GIL); the last set is
-        # the fresh one, shown only after timing
-        made = [make(0)]
-        with ThreadPoolExecutor(max_workers=parallel_sets(ctx.perf_input_sets, made[0][0].stat().st_size)) as pool:
-            made += pool.map(make, range(1, ctx.perf_input_sets + 1))
-        files, layout = [p for p, _ in made], made[-1][1]
-        timed_files, fresh_file = [str(f) for f in files[:-1]], files[-1]
-        phase("inputs")
-        # inputs made and the trusted side loaded before the GPU is taken: another job's
-        # correctness calls may run meanwhile, but nothing runs beside the timed loops
-        loaded = trusted.request(Load(contenders), 120)
-        if isinstance(loaded, Failure):
-            return test("infra_error", f"the reference side failed to load: {loaded.message}", traceback=loaded.traceback)
-        phase("reference_load")
-        fallback = ""
-        if has_reference and perf.score_on == "gpu":  # the scored path: the student's kernels replayed (grader.judge.replaying)
-            replayed_result, fallback = _by_replay(session, spec, student, trusted, timed_files, layout, workdir, timeout,
-                                                   roofline, phase, test)
-            if replayed_result is not None:
-                replayed_result.details.phase_seconds = phases
-                return replayed_result
-        with session.alone_on_gpu():
-            phase("waiting_for_gpu")
-            roofline = roofline or _roofline(session, trusted)
-            phase("roofline")
-            try:
-                rounds, failed = _timed_rounds(ctx, spec, workers, order, t, timed_files, layout, timeout, has_reference)
-            except UntrustedRecords as exc:
-                return test("infra_error", f"not scored: {exc}")
-            except witness.WitnessRefused as exc:
-                return test("flagged", f"no speed credit: {exc}", severity=Severity.CONCLUSIVE.value)
-            if failed:
-                c, reply = failed
-                return test("error", f"{c} raised while timed: {reply.message}", traceback=reply.traceback)
-            phase("timed_rounds")
-            # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
-            # of GB at the scoring sizes), which must be freed before another job times
-            findings += _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, workdir, timeout, t.output_numel,
-                                       compiled)
-            phase("output_checks")
-    except WorkerFailure as f:
-        return test(f.outcome, f"while timing: {f.message}", output=f.output)
-    finally:
-        trusted.close()
-
+    with stage.session.alone_on_gpu():
+        stage.phase("waiting_for_gpu")
+        stage.roofline = stage.roofline or _roofline(stage.session, trusted)
+        stage.phase("roofline")
+        try:
+            rounds, failed = _timed_rounds(ctx, spec, workers, order, t, timed_files, layout, stage.timeout, has_reference)
+        except UntrustedRecords as exc:
+            return stage.test("infra_error", f"not scored: {exc}")
+        except witness.WitnessRefused as exc:
+            return stage.test("flagged", f"no speed credit: {exc}", severity=Severity.CONCLUSIVE.value)
+        if failed:
+            c, reply = failed
+            return stage.test("error", f"{c} raised while timed: {reply.message}", traceback=reply.traceback)
+        stage.phase("timed_rounds")
+        # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
+        # of GB at the scoring sizes), which must be freed before another job times
+        findings = _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, stage.workdir, stage.timeout,
+                                  t.output_numel, compiled)
+        stage.phase("output_checks")
     findings += _conduct(t, ctx.perf_reps * rounds)
     witnessed = _witnessed(t, findings)
-    verdict = _verdict(spec, roofline, t, rounds, findings, has_reference, test)
+    verdict = _verdict(spec, stage.roofline, t, rounds, findings, has_reference, stage.test)
     details = verdict.details
     assert isinstance(details, PerformancePayload)  # test() makes a performance result
     if witnessed:
         details.witness = witnessed
         if witnessed.get("note") and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
             verdict.message += f"; {witnessed['note']}"
-    details.phase_seconds = phases
-    details.roofline = roofline
+    details.phase_seconds, details.roofline = stage.phases, stage.roofline
     details.timed_by = "fallback" if fallback else "rounds"
     if fallback:  # why the replay did not time it: the fallback's figure comes from the grader's clock and the worker
         details.replay_refused = fallback
@@ -291,84 +332,104 @@ def _roofline(session: Resources, trusted) -> dict:
     return cache.roofline(device_id(session.context.gpu, session.settings), probe) if cache is not None else probe()
 
 
-def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_files: list[str], layout: dict, workdir: Path,
-               timeout: float, roofline: dict | None, phase, test) -> tuple[TestResult | None, str]:
+def _cancel(pending: dict) -> None:
+    for c in pending.values():
+        replayed.cancel(c)
+
+
+def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> tuple[TestResult | None, str]:
     """The speed scored by replay (grader.judge.replaying): the result, or (None, why) where the
-    fallback times it instead (the student's worker then still alive)."""
-    ctx = session.context
-    staging = workdir.parent / f"{spec.name}.replay"
-    # the replay processes start first: their imports overlap the recorded calls, and they touch
-    # the GPU only when told to go, inside the exclusive hold
-    pending = {c: replaying.spawn(staging, c, ctx, timeout, session.settings) for c in ("student", "reference")}
+    fallback times it instead (the student's worker then still alive). The replay processes
+    start first: their imports overlap the recorded calls, and they touch the GPU only when told
+    to go, inside the exclusive hold."""
+    ctx, settings = stage.ctx, stage.session.settings
+    staging = stage.workdir.parent / f"{stage.spec.name}.replay"
+    pending = {c: replaying.spawn(staging, c, ctx, stage.timeout, settings) for c in ("student", "reference")}
     try:
-        prep = replaying.prepare(spec, student, trusted, timed_files, layout, workdir, staging, timeout)
+        prep = replaying.prepare(stage.spec, stage.student, trusted, timed_files, layout, stage.workdir, staging, stage.timeout)
     except BaseException:
-        for c in pending.values():
-            replayed.cancel(c)
+        _cancel(pending)
         raise
-    phase("replay_record")
+    stage.phase("replay_record")
     if prep.error or prep.findings or prep.fallback:
-        for c in pending.values():
-            replayed.cancel(c)
+        _cancel(pending)
     if prep.error:
-        return test("infra_error", f"not scored: {prep.error}"), ""
+        return stage.test("infra_error", f"not scored: {prep.error}"), ""
     if prep.findings:
-        return _flagged(test, [Finding(sev, text) for sev, text in prep.findings], {"timed_by": "replay"}), ""
+        return _flagged(stage.test, [Finding(sev, text) for sev, text in prep.findings], {"timed_by": "replay"}), ""
     if prep.fallback:
         return None, prep.fallback
     prepared = prep.prepared
-    cache = session.cache
-    key = replaying.reference_key(prepared, spec, ctx, session.settings)
+    assert prepared is not None  # no error, finding or fallback: prepared
+    cache = stage.session.cache
+    key = replaying.reference_key(prepared, stage.spec, ctx, settings)
     kept = cache.kept_timing(key) if cache is not None else None
     if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
         replayed.cancel(pending["reference"])
     pending = {"student": replaying.place(prepared, "student", pending["student"]),
                "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
-    stopped, prepared.student_pids = replaying.stop_student(student)
+    stopped, prepared.student_pids = replaying.stop_student(stage.student)
     if stopped:
-        for c in pending.values():
-            replayed.cancel(c)
-        return test("infra_error", f"not scored: {stopped}"), ""
-    phase("replay_stop_worker")
-    t = Timings(**{k: {c: [] for c in ("student", "reference", "torch")} for k in ("times", "event_ms", "host_ms")})
+        _cancel(pending)
+        return stage.test("infra_error", f"not scored: {stopped}"), ""
+    stage.phase("replay_stop_worker")
     try:
-        with session.alone_on_gpu():
-            phase("waiting_for_gpu")
-            roofline = roofline or _roofline(session, trusted)
-            for _ in range(3):  # torch's baseline, in the trusted worker: nothing of the student's runs now
-                reply = trusted.request(Time("torch", timed_files, layout, ctx.perf_reps), timeout * 4)
-                if isinstance(reply, Failure):
-                    return test("infra_error", f"not scored: torch's baseline failed while timed: {reply.message}"), ""
-                times, events, _ = call_times(reply)
-                t.times["torch"].append(times)
-                t.event_ms["torch"] += events
-                t.host_ms["torch"].append(reply.host_ms)
-                t.first_call_ms.setdefault("torch", reply.first_call_ms)
-            phase("torch_rounds")  # the trusted worker stays, idle: it holds the truth the replays are compared with
-            torch_ms = statistics.median(t.all("torch"))
-            reference = None
-            if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:  # the GPU as it was: the kept figure stands
-                reference = replayed.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
-            elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
-                late = replaying.spawn(staging, "reference-again", ctx, timeout, session.settings)
-                pending["reference"] = replaying.place(prepared, "reference", late)
-            ref_run, student_run = replaying.go(pending, reference)
-            phase("replays")
+        timed = _replays_timed(stage, trusted, timed_files, layout, prepared, pending, kept)
     finally:
-        for c in pending.values():
-            replayed.cancel(c)
-    r = replaying.judge(prepared, spec, ref_run, student_run, kept=reference is not None, timeout=timeout)
-    phase("replay_checks")
+        _cancel(pending)
+    if isinstance(timed, TestResult):
+        return timed, ""
+    t, torch_ms, ref_run, student_run = timed
+    r = replaying.judge(prepared, stage.spec, ref_run, student_run, kept=kept is not None and ref_run.folder is None,
+                        timeout=stage.timeout)
+    stage.phase("replay_checks")
     if cache is not None and not r.reference_kept and r.reference.ms and not (r.reference.failed or r.reference.refused):
         cache.keep_timing(key, {"ms": r.reference.ms, "placements": r.reference.placements, "launches": r.reference.launches,
                                 "torch_ms": torch_ms})
+    return _replay_verdict(stage, prepared, r, t), ""
+
+
+def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, pending: dict, kept: dict | None):
+    """With the GPU held alone: torch's baseline in the trusted worker (which then stays, idle: it
+    holds the truth the replays are compared with), then the replays told to go. Returns the
+    timings, torch's median, and the reference's and the student's replays; or a TestResult."""
+    ctx = stage.ctx
+    t = Timings(**{k: {c: [] for c in ("student", "reference", "torch")} for k in ("times", "event_ms", "host_ms")})
+    with stage.session.alone_on_gpu():
+        stage.phase("waiting_for_gpu")
+        stage.roofline = stage.roofline or _roofline(stage.session, trusted)
+        for _ in range(3):  # nothing of the student's runs now
+            reply = trusted.request(Time("torch", timed_files, layout, ctx.perf_reps), stage.timeout * 4)
+            if isinstance(reply, Failure):
+                return stage.test("infra_error", f"not scored: torch's baseline failed while timed: {reply.message}")
+            times, events, _ = call_times(reply)
+            t.times["torch"].append(times)
+            t.event_ms["torch"] += events
+            t.host_ms["torch"].append(reply.host_ms)
+            t.first_call_ms.setdefault("torch", reply.first_call_ms)
+        stage.phase("torch_rounds")
+        torch_ms = statistics.median(t.all("torch"))
+        reference = None
+        if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:  # the GPU as it was: the kept figure stands
+            reference = replayed.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
+        elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
+            late = replaying.spawn(prepared.staging, "reference-again", ctx, stage.timeout, stage.session.settings)
+            pending["reference"] = replaying.place(prepared, "reference", late)
+        ref_run, student_run = replaying.go(pending, reference)
+        stage.phase("replays")
+    return t, torch_ms, ref_run, student_run
+
+
+def _replay_verdict(stage: Stage, prepared, r, t: Timings) -> TestResult:
+    """What the replay's decision makes of the speed (grader.judge.replayed.decide)."""
+    spec, ctx = stage.spec, stage.ctx
     details = {"timed_by": "replay", "replay": {**replaying.describe(r), "kept": replaying.keep(prepared, _store(ctx)),
-                                                 "inputs": {"seed": ctx.performance_seed, "set": 0, "case": spec.performance.case.name,
-                                                            "dtype": spec.performance.dtype}}}
+                                                 "inputs": {"seed": ctx.performance_seed, "set": 0, "case": stage.perf.case.name,
+                                                            "dtype": stage.perf.dtype}}}
     decision = r.decision
     if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now (and
         # "retry", the student's processes on the GPU after they were found gone, should never be)
-        return test("infra_error", f"not scored: {decision.message}", details=details), ""
+        return stage.test("infra_error", f"not scored: {decision.message}", details=details)
     if decision.kind in ("review", "conclusive"):
         severity = Severity.CONCLUSIVE if decision.kind == "conclusive" and not prepared.torch_work else Severity.REVIEW
         text = decision.message
@@ -376,16 +437,16 @@ def _by_replay(session: Resources, spec: Assignment, student, trusted, timed_fil
             text = ("your function did part of the work in torch, which is not your kernels' and is not replayed "
                     f"({'; '.join(prepared.torch_work[:3])}): launched again on the grader's own buffers, your Triton "
                     f"kernels alone give wrong results: {r.wrong}")
-        return _flagged(test, [Finding(severity, text)], details), ""
+        return _flagged(stage.test, [Finding(severity, text)], details)
     for c, run in (("student", r.student), ("reference", r.reference)):
         t.times[c] = run.placements
         t.event_ms[c] = list(run.ms)
-    verdict = _verdict(spec, roofline, t, len(r.student.placements), [], True, test)
+    verdict = _verdict(spec, stage.roofline, t, len(r.student.placements), [], True, stage.test)
     payload = verdict.details
     assert isinstance(payload, PerformancePayload)  # test() makes a performance result
-    payload.timed_by, payload.replay, payload.roofline = "replay", details["replay"], roofline
+    payload.timed_by, payload.replay, payload.roofline = "replay", details["replay"], stage.roofline
     _why_slow(verdict, payload, prepared.compiled, ctx)
-    return verdict, ""
+    return verdict
 
 
 def _store(ctx: GradingContext) -> Path | None:

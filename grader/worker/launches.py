@@ -201,21 +201,7 @@ class Recorder:
         for ptr in list(used):
             if ptr in self.allocated and ptr not in regions:
                 scratch_ids.setdefault(ptr, len(scratch_ids))
-        # what torch did to a buffer a launch reads or the result: not replayed (the replay
-        # poisons those bytes), so a result that needs it comes out wrong there; said here so the
-        # judge's finding can name it
-        for event in self.events:
-            if event[0] == "torch" and event[1] in used | {p for p, (r, _) in self.known.items() if r == "output"}:
-                what = self._name(event[1], regions, scratch_ids)
-                self._torch(f"torch wrote {what} ({event[2]})")
-        for ptr, (role, ref) in self.known.items():
-            if role == "output" and ptr in self.allocated and self.allocated[ptr]["init"] == "torch":
-                self._torch(f"result {ref} was computed by torch ({self.allocated[ptr]['op']})")
-            # a result no launch writes and torch did not compute (a result kept from an earlier
-            # call) is not noted: the replay leaves it poisoned, and wrong is the evidence
-        for ptr, i in scratch_ids.items():
-            if self.allocated[ptr]["init"] == "torch":
-                self._torch(f"scratch buffer {i} a launch reads was computed by torch ({self.allocated[ptr]['op']})")
+        self._note_torch_work(used, regions, scratch_ids)
         if len(self.streams) > 1:
             self._not(f"launches on {len(self.streams)} streams")
         for event in self.events:  # fills and launches, in the order the call made them
@@ -238,6 +224,23 @@ class Recorder:
         return {"kernels": kernels, "launches": launches, "sequence": sequence, "scratch": scratch,
                 "outputs": outputs_desc, "why_not": list(self.why_not),
                 "torch_work": list(self.torch_work)}
+
+    def _note_torch_work(self, used: set, regions: dict, scratch_ids: dict) -> None:
+        """What torch did to a buffer a launch reads or to the result: not replayed (the replay
+        poisons those bytes), so a result that needs it comes out wrong there; named here so the
+        judge's finding can say what it was."""
+        for event in self.events:
+            if event[0] == "torch" and event[1] in used | {p for p, (r, _) in self.known.items() if r == "output"}:
+                what = self._name(event[1], regions, scratch_ids)
+                self._torch(f"torch wrote {what} ({event[2]})")
+        for ptr, (role, ref) in self.known.items():
+            if role == "output" and ptr in self.allocated and self.allocated[ptr]["init"] == "torch":
+                self._torch(f"result {ref} was computed by torch ({self.allocated[ptr]['op']})")
+            # a result no launch writes and torch did not compute (a result kept from an earlier
+            # call) is not noted: the replay leaves it poisoned, and wrong is the evidence
+        for ptr, i in scratch_ids.items():
+            if self.allocated[ptr]["init"] == "torch":
+                self._torch(f"scratch buffer {i} a launch reads was computed by torch ({self.allocated[ptr]['op']})")
 
     def _target(self, ptr: int, regions: dict, scratch_ids: dict) -> dict | None:
         if ptr in scratch_ids:
