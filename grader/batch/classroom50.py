@@ -10,7 +10,8 @@ names the username column (`username`, `github_username`, `github` or `login`; o
 (`classroom50/scores/v1`: `{"schema", "assignments": {slug: {"type", "entries": [{"owner",
 "submissions": [result, ...], "override"}]}}}`, each submission a result.json less its
 `assignment`), or result.json objects (classroom50/result/v1) a TA gathered: a list, the same list
-under "results" or "scores", or an object that maps a username to one of them or to a list. The latest submission of each
+under "results" or "scores", or an object that maps a username to one of them or to a list. The latest submission of
+each
 (owner, assignment) is kept, normalized into WORKDIR/classroom50-scores.json, and the class view
 shows it beside our own grade.
 
@@ -62,7 +63,8 @@ def load_roster(path: Path, org: str, classroom: str, slug: str) -> list[RosterE
     """The students of a Classroom 50 assignment, each with ORG/<classroom>-<slug>-<user>."""
     path = Path(path)
     if not org:
-        raise RosterError("--classroom50 needs --org ORG (the organization of the students' repositories, or a base URL)")
+        raise RosterError("--classroom50 needs --org ORG (the organization of the students' repositories, or a base "
+                          "URL)")
     classroom, slug = classroom.strip().lower(), slug.strip().lower()
     for what, value in (("--classroom50", classroom), ("--slug", slug)):
         if not PART.fullmatch(value):
@@ -182,7 +184,8 @@ def load_scores(path: Path) -> list[dict]:
                         item = {**item, "owner": user}
                     items.append((f"{one_line(user, 60)!r}, entry {i + 1}", item))
         else:
-            raise ScoresError(f"scores {path}: expected Classroom 50's scores.json ({SCORES_SCHEMA}) or a list of results")
+            raise ScoresError(f"scores {path}: expected Classroom 50's scores.json ({SCORES_SCHEMA}) or a list of "
+                              f"results")
     records = [_record(item, f"scores {path}, {where}") for where, item in items]
     latest: dict[tuple[str, str], dict] = {}
     for r in records:

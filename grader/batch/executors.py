@@ -35,7 +35,6 @@ from grader.batch.jobs import Job, execute, new_record, now
 from grader.batch.store import failed_path, log_path, read_json, record_path, store_record
 from grader.settings import current
 
-
 # -- scheduling ---------------------------------------------------------------------------------------
 
 class Scheduler:
@@ -67,7 +66,8 @@ class Scheduler:
     def finish(self, job: Job, record: dict | None) -> None:
         with self.cond:
             self.in_flight -= 1
-            retry = record is not None and record["status"] == "infra_error" and job.tries <= self.retries and not self.stopped
+            retry = (record is not None and record["status"] == "infra_error" and job.tries <= self.retries
+                     and not self.stopped)
             if retry:
                 self.queue.append(job)
             else:
@@ -174,7 +174,8 @@ class LocalExecutor:
                 self._close_server(server[0])
 
     def _env(self, job: Job) -> dict[str, str]:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ,
+                   PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
         if job.device == "cuda" and job.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = job.gpu
         env.update(thread_share(len(self.slots)))
@@ -185,7 +186,8 @@ class LocalExecutor:
         folder.mkdir(parents=True, exist_ok=True)
         name = threading.current_thread().name
         with open(folder / f"job-server-{name}.log", "a") as log:
-            return subprocess.Popen(self.server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self._env(job),
+            return subprocess.Popen(self.server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    env=self._env(job),
                                     start_new_session=True, preexec_fn=_die_with(os.getpid()))
 
     def _close_server(self, proc: subprocess.Popen) -> None:
@@ -305,7 +307,8 @@ def _attempt_header(job: Job) -> str:
     """The line that opens an attempt in the job's log (the student's name in it shown as text)."""
     from grader.sanitize import one_line
 
-    return f"\n=== {now()} attempt {job.tries} of {one_line(job.label)}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n"
+    on_gpu = f" on GPU {job.gpu}" if job.gpu else ""
+    return f"\n=== {now()} attempt {job.tries} of {one_line(job.label)}{on_gpu} ===\n"
 
 
 def _job_record(job: Job, stopping: bool, hung: bool, limit: float, code: int | None, log_file: Path,
@@ -371,7 +374,8 @@ def ray_task(job: dict, code: bytes) -> tuple[dict, str]:
     """Runs on a Ray node: unpack the submission, grade it there, return the record and log."""
     lines: list[str] = []
     j = Job(**job)
-    j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None  # the GPU Ray gave the task
+    # the GPU Ray gave the task
+    j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None
     with tempfile.TemporaryDirectory(prefix="grader-ray-") as tmp:
         _unpack(code, Path(tmp) / "repo")
         j.repo = str(Path(tmp) / "repo")
@@ -436,7 +440,8 @@ class RayExecutor:
                     try:
                         record, log_text = ray.get(ref)
                     except Exception as exc:  # the task or its node died: ours, not the student's
-                        record, log_text = new_record(job, "infra_error", f"the Ray task failed: {type(exc).__name__}: {exc}",
+                        record, log_text = new_record(job, "infra_error",
+                                                      f"the Ray task failed: {type(exc).__name__}: {exc}",
                                                       started=started), traceback.format_exc()
                     self._finish(sched, job, record, log_text)
                 now = time.time()
@@ -456,7 +461,8 @@ class RayExecutor:
         log_file = log_path(out, job.folder, job.assignment)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "a") as log:
-            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.get('node', '?')} ===\n{log_text}")
+            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.get('node', '?')} "
+                      f"===\n{log_text}")
         store_record(out, record)
         sched.finish(job, record)
 

@@ -133,8 +133,8 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
 
     started = time.time()
     log = _shown(log)
-    log(f"grading {job.label} at commit {job.commit or '-'} ({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, "
-        f"seed {job.seed})")
+    log(f"grading {job.label} at commit {job.commit or '-'} "
+        f"({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, seed {job.seed})")
     try:
         spec = specs.get(job.assignment)
         session = _session(job, sessions if sessions is not None else {})
@@ -219,7 +219,8 @@ def _job_server_main() -> int:
             os.dup2(log.fileno(), 2)
             try:
                 record = execute(job, log=lambda text: print(text, flush=True), sessions=sessions)
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and reports, whole
+                # the record and reports, whole
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
                 store_record(Path(job.out), record)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
             finally:

@@ -97,15 +97,17 @@ def make(student: str, folder: str, assignment: str, record: dict, decision: str
     result = AssignmentResult.from_json(record["result"])
     if result.partial:
         raise ReviewError(f"{student}'s {assignment} was graded as a partial run (--case/--dtype: "
-                          f"{result.partial.get('cases_run')} of {result.partial.get('cases')} cases), which is no grade: "
-                          "grade the class without --case/--dtype, then review")
+                          f"{result.partial.get('cases_run')} of {result.partial.get('cases')} cases), which is no "
+                          "grade: grade the class without --case/--dtype, then review")
     found = flags(result)
     if decision in ("clear", "uphold") and not found:
         raise ReviewError(f"{student}'s {assignment} has no integrity flag to {decision} "
-                          f"(its grade is {result.verdict_score:g} / {result.max_score:g}): use --points to set its points")
+                          f"(its grade is {result.verdict_score:g} / {result.max_score:g}): use --points to set its "
+                          f"points")
     if decision == "points":
         if points is None or not 0 <= points <= result.max_score:
-            raise ReviewError(f"--points must be between 0 and {result.max_score:g} ({assignment}'s points), not {points}")
+            raise ReviewError(f"--points must be between 0 and {result.max_score:g} ({assignment}'s points), not "
+                              f"{points}")
         points = round(points, 2)
     elif decision == "clear":
         points = points_without_findings(result)
@@ -206,6 +208,6 @@ def apply(result: AssignmentResult, review: Review | None, record: dict | None) 
         result.review = {"decision": review.decision, "words": review.words, "points": points, "verdict_score": verdict,
                          "flags": flags(result), "note": review.note, "by": review.by, "at": review.at, "id": review.id}
     elif state == "stale":
-        result.notes.append(f"A review of an earlier grade ({review.words} by {review.by} on {review.at}) no longer applies: "
-                            f"{what_changed(review, record)}. This grade stands until a TA reviews it again.")
+        result.notes.append(f"A review of an earlier grade ({review.words} by {review.by} on {review.at}) no longer "
+                            f"applies: {what_changed(review, record)}. This grade stands until a TA reviews it again.")
     return state

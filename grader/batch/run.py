@@ -14,8 +14,8 @@ from pathlib import Path
 from typing import Callable
 
 from grader.batch.jobs import Job, job_key, new_record, now
-from grader.judge.context import GradingContext
 from grader.batch.store import MANIFEST, is_reusable, read_json, record_path, repair_students, store_record
+from grader.judge.context import GradingContext
 from grader.results import write_json_atomic
 
 
@@ -72,7 +72,8 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
         try:
             repo = str(ensure_checkout(lock, p))
         except Exception as exc:  # the cache was removed or damaged after fetch
-            repo, why = "", f"the checkout of {p.student} in the workspace is missing or damaged ({exc}): run grader fetch again"
+            repo, why = "", (f"the checkout of {p.student} in the workspace is missing or damaged ({exc}): run grader "
+                             f"fetch again")
             plan.broken.append(why)
         for name in opts.assignments:
             spec = specs.get(name)
@@ -133,7 +134,8 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
         executor.join()
     finally:
         done = [r for _, r in sched.finished if r is not None]
-        entry.update(finished=now(), wall_s=round(time.time() - started, 1), graded=sum(r["status"] == "graded" for r in done),
+        entry.update(finished=now(), wall_s=round(time.time() - started, 1),
+                     graded=sum(r["status"] == "graded" for r in done),
                      infra_error=sum(r["status"] == "infra_error" for r in done),
                      not_run=len(plan.jobs) - len(done))
         write_json_atomic(manifest, out / MANIFEST)

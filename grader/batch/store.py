@@ -85,16 +85,19 @@ def student_run(records: dict[str, dict], order: list[str]) -> RunResult | None:
     """The student's assignments as one RunResult (what `grader check` would have written)."""
     if not records:
         return None
-    ranked = sorted(records.values(), key=lambda r: (order.index(r["assignment"]) if r["assignment"] in order else len(order), r["assignment"]))
+    ranked = sorted(records.values(), key=lambda r: (order.index(r["assignment"]) if r["assignment"] in order
+                                                     else len(order), r["assignment"]))
     first = ranked[0]
-    run = RunResult(first.get("repo") or first["student"], first["seed"], first.get("environment") or {}, commit=first.get("commit"))
+    run = RunResult(first.get("repo") or first["student"], first["seed"], first.get("environment") or {},
+                    commit=first.get("commit"))
     for r in ranked:
         if r.get("result"):
             run.assignments.append(AssignmentResult.from_json(r["result"]))
         else:
             a = AssignmentResult(r["assignment"], r["assignment"], "")
             a.tests.append(TestResult(r["assignment"], "correctness", "grading", Outcome.INFRA_ERROR,
-                                      f"not graded: {r.get('error') or 'the grader failed'} (it is retried on the next --resume)"))
+                                      f"not graded: {r.get('error') or 'the grader failed'} (it is retried on the next "
+                                      f"--resume)"))
             run.assignments.append(a)
     return run
 
@@ -135,7 +138,8 @@ def write_student(out: Path, folder: str) -> None:
     late = late_notes(folder_path)
     log = reviews.read(out)
     for a in run.assignments:
-        reviews.apply(a, log.latest(folder, a.name), records.get(a.name))  # a TA's decision on this grade, or a stale one said
+        # a TA's decision on this grade, or a stale one said
+        reviews.apply(a, log.latest(folder, a.name), records.get(a.name))
         if a.name in late:
             a.notes.append(late[a.name])
     write_json_atomic(run.to_gradescope(), folder_path / "results.json")
