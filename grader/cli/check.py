@@ -9,8 +9,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import stat
 import shutil
+import stat
 import time
 from contextlib import contextmanager
 from pathlib import Path
@@ -22,12 +22,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
+from grader.cli.common import (
+    ISOLATION_HELP,
+    STYLE,
+    UsageError,
+    commands_stopped,
+    console,
+    err,
+    in_actions,
+    say,
+    shown,
+    shown_lines,
+)
 from grader.judge.feedback import group_failures, points_line, run_total, smallest_words, traceback_tail
 from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
 from grader.sanitize import one_line
 from grader.submission import SubmissionError, open_submission
-
-from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, commands_stopped, console, err, in_actions, say, shown, shown_lines
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
@@ -45,11 +55,14 @@ def select_assignments(sub, names: list[str] | None) -> list[specs.Assignment]:
     catalogue = specs.catalogue()
     if not catalogue:
         raise UsageError(f"no course found: no assignments/ in {specs.course_root()}. Run grader check inside your "
-                         f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
-    found = [s for s in catalogue.values() if sub.has(s) or sub.problem(s)]  # a problem is graded: the student's outcome
+                         f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course "
+                         f"folder")
+    # a problem is graded: the student's outcome
+    found = [s for s in catalogue.values() if sub.has(s) or sub.problem(s)]
     problems = toml_problems(sub, catalogue)
     if not found:
-        looked = ", ".join(one_line(sub.target(s)[0], 200) for s in catalogue.values())  # grader.toml's paths: one line each
+        # grader.toml's paths: one line each
+        looked = ", ".join(one_line(sub.target(s)[0], 200) for s in catalogue.values())
         raise NothingToGrade(f"no assignment found in {sub.root} (looked for {looked})"
                          + "".join(f"\n  {p}" for p in problems))
     for p in problems:  # the rest is checked; what grader.toml names in vain is said, not skipped in silence
@@ -67,7 +80,8 @@ def toml_problems(sub, catalogue: dict) -> list[str]:
         if name not in catalogue:
             problems.append(f"grader.toml names [assignments.{label}], which is not an assignment "
                             f"(known: {', '.join(catalogue)})")
-        elif "module" in sub.overrides.get(name, {}) and not sub.has(catalogue[name]) and not sub.problem(catalogue[name]):
+        elif "module" in sub.overrides.get(name,
+                                           {}) and not sub.has(catalogue[name]) and not sub.problem(catalogue[name]):
             module = sub.overrides[name]["module"]
             problems.append(f"grader.toml sets [assignments.{label}] module = \"{one_line(module, 120)}\", "
                             f"but {one_line(sub.root / module, 200)} does not exist")
@@ -76,8 +90,10 @@ def toml_problems(sub, catalogue: dict) -> list[str]:
 
 def check(
     repo: Path = typer.Argument(Path("."), help="The submission's folder (your repo)."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (repeatable)."),
-    json_file: Optional[Path] = typer.Option(None, "--json", help=f"Where to write results.json (default: {OUTPUT_DIR}/results.json)."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
+                                                   help="Only these assignments (repeatable)."),
+    json_file: Optional[Path] = typer.Option(None, "--json",
+                                             help=f"Where to write results.json (default: {OUTPUT_DIR}/results.json)."),
     html_dir: Optional[Path] = typer.Option(None, "--html", help=f"Folder for report.html (default: {OUTPUT_DIR}/)."),
     device: str = typer.Option("auto", help="auto (GPU if present), cuda, or cpu (Triton's interpreter)."),
     seed: Optional[int] = typer.Option(None, help="Seed for inputs and random shapes (default: a new one, printed)."),
@@ -85,31 +101,32 @@ def check(
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes: float32, float16, bfloat16."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
     isolation: str = typer.Option("sandbox", help=ISOLATION_HELP),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Assignments graded at once (default: one per CPU core "
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j",
+                                       help="Assignments graded at once (default: one per CPU core "
                                        "in the interpreter, one on a GPU)."),
     ci: Optional[str] = typer.Option(None, "--ci", help="classroom50: result.json, release-body.md and a commit status "
-                                     "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG are "
-                                     "set); github: a job summary, annotations and the classroom-resources result output "
-                                     "Classmoji reads (default otherwise in GitHub Actions); none: plain."),
+                                     "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG "
+                                     "are set); github: a job summary, annotations and the classroom-resources result "
+                                     "output Classmoji reads (default otherwise in GitHub Actions); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader.judge.context import ContextError, resolve
     from grader.judge.grade import count_steps
     from grader.judge.runcache import CacheSettingError, check_cache_folder, check_cache_limit
     from grader.judge.session import open_session
-    from grader.sandbox.isolation import SandboxError
+    from grader.kit import classroom50
     from grader.sandbox import zygote
+    from grader.sandbox.isolation import SandboxError
     from grader.sandbox.process import as_asked, detect
     from grader.settings import from_environment
-
-    from grader.kit import classroom50
 
     settings = from_environment()  # read once: the session below grades with these
     json_file = json_file or OUTPUT_DIR / "results.json"
     html_dir = html_dir or OUTPUT_DIR
     ci_mode = classroom50.mode(ci if ci in ("github", "classroom50", "none") else None)
     try:
-        fresh_outputs(json_file, html_dir)  # before anything can fail: no earlier (or committed) result survives this check
+        # before anything can fail: no earlier (or committed) result survives this check
+        fresh_outputs(json_file, html_dir)
         if ci not in (None, "github", "classroom50", "none"):
             raise UsageError(f"--ci must be classroom50, github or none, not {ci!r}")
         if jobs is not None and jobs < 1:
@@ -136,12 +153,14 @@ def check(
         # in CI nothing less than the isolation asked for will do; on a student's own machine it may
         # fall back, said first (below)
         contained = as_asked(ctx.isolation) if ci_mode is not None else detect(ctx.isolation)
-        if keep is not None and ctx.device == "cuda":  # input sets and kernels: the interpreter times and compiles nothing
+        # input sets and kernels: the interpreter times and compiles nothing
+        if keep is not None and ctx.device == "cuda":
             from grader.kit import github
 
             # a CI runner may check every student's repository in turn: no student's kernels are kept there
             shared_runner = ci_mode is not None or settings.in_ci
-            ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), seed is not None, own_uid=not contained.user_switch,
+            ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), seed is not None,
+                                          own_uid=not contained.user_switch,
                                           kernels_of=None if shared_runner else sub.identity())
     except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError, OutputFolderError,
             classroom50.Classroom50Error) as exc:
@@ -151,23 +170,26 @@ def check(
         unreadable = isinstance(exc, NothingToGrade) or (isinstance(exc, SubmissionError) and Path(repo).is_dir())
         if ci_mode == "classroom50" and unreadable:  # the student's problem: a grade of 0 that says why, exit 0
             names = assignment or list(specs.catalogue())
-            reason = str(exc).replace(str(Path(repo).resolve()), ".")  # said of the student's clone, not the runner's path
+            # said of the student's clone, not the runner's path
+            reason = str(exc).replace(str(Path(repo).resolve()), ".")
             raise typer.Exit(classroom50.report(classroom50.ungraded(names, reason), Path(repo), "cpu",
-                                                echo=lambda line: print(line, flush=True)))
+                                                echo=lambda line: print(line, flush=True))) from None
         if ci_mode == "classroom50":
             classroom50.report_error(str(exc), repo, echo=lambda line: print(line, flush=True))
         elif ci_mode == "github":
             github.report_error(str(exc))
-        raise typer.Exit(2)
+        raise typer.Exit(2) from None
     for warning in contained.warnings:  # once per run, before any worker starts
         err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
-        if ci_mode is not None or in_actions():  # a CI run that lost a layer says so where its log is read, not only on stderr
+        # a CI run that lost a layer says so where its log is read, not only on stderr
+        if ci_mode is not None or in_actions():
             from grader.sanitize import for_annotation
 
             print(f"::warning title=Weaker sandbox::{for_annotation(warning)}", flush=True)
 
     mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
-    console.print(f"Checking [bold]{shown(sub.root)}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed {ctx.seed}")
+    console.print(f"Checking [bold]{shown(sub.root)}[/bold]: {', '.join(s.name for s in chosen)} on {mode}, seed "
+                  f"{ctx.seed}")
     with _progress(count_steps(chosen, ctx)) as step:
         run = open_session(ctx, settings).grade(sub, chosen, step, jobs=check_jobs(jobs, ctx.device, len(chosen)))
     # what a batch stores and reads back: results.json, the report and the summary come from that
@@ -184,7 +206,8 @@ def check(
 
     with commands_stopped(console, ci_mode is not None or in_actions()):  # messages, tracebacks, output: the student's
         print_summary(run)
-    kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if html_dir.resolve() == OUTPUT_DIR.resolve() else ""
+    kept = (f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)"
+            if html_dir.resolve() == OUTPUT_DIR.resolve() else "")
     console.print(f"\nresults: {json_file}   report: {html}{kept}")
     if keep is not None:
         kept = ["the performance inputs and compiled kernels"] if ctx.cache else []
@@ -227,7 +250,8 @@ def _progress(total: int):
         now = time.monotonic()
         if now - state["said"] >= PIPED_PROGRESS_EVERY:
             state["said"] = now
-            console.print(f"  [{state['done']}/{total}, {now - started:.0f} s] {one_line(text, 200)}", soft_wrap=True, markup=False)
+            console.print(f"  [{state['done']}/{total}, {now - started:.0f} s] {one_line(text, 200)}", soft_wrap=True,
+                          markup=False)
 
     yield step
 
@@ -324,7 +348,8 @@ def print_summary(run: RunResult) -> None:
     for a in run.assignments:
         if a.headline:  # one cause explains everything: say it first
             console.print(f"[bold red]{shown(a.name)}:[/bold red] [bold]{shown(a.headline)}[/bold]")
-        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}")  # a line, not a title wrapped to the table
+        # a line, not a title wrapped to the table
+        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}")
         table = Table()
         dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
         table.add_column("case")
@@ -346,9 +371,11 @@ def print_summary(run: RunResult) -> None:
             if t.kind != "correctness":
                 points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != Outcome.SKIPPED else ""
                 outcome = f"{t.outcome} ({t.severity})" if t.outcome == Outcome.FLAGGED and t.severity else t.outcome
-                console.print(f"  {t.kind} - {shown(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: {shown(t.message, 300)}")
+                console.print(f"  {t.kind} - {shown(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: "
+                              f"{shown(t.message, 300)}")
         if a.skipped_points:
-            console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded there).[/dim]")
+            console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded "
+                          f"there).[/dim]")
         for note in a.notes:
             console.print(f"  [yellow]{shown(note)}[/yellow]")
     groups = group_failures(run.tests)
@@ -357,7 +384,8 @@ def print_summary(run: RunResult) -> None:
         for g in groups:  # each diagnosis once, with the cases it concerns
             t = g.first
             if len(g.tests) == 1:
-                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)} {shown(t.name)}: {shown(t.message)}")
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)} {shown(t.name)}: "
+                              f"{shown(t.message)}")
             else:
                 console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)}, {len(g.tests)} checks "
                               f"({shown(g.cases)}): {shown(g.diagnosis)}")
@@ -373,8 +401,8 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"  reproduce it: [cyan]{shown(t.details['smallest_failing']['reproducer'])}[/cyan]")
     partial = [a for a in run.assignments if a.partial]
     if partial:
-        console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "
-                      "with --case/--dtype ran; the others earn nothing here)")
+        console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the "
+                      "cases chosen with --case/--dtype ran; the others earn nothing here)")
     else:
         gpu_only = f" ({run.skipped_points:g} of them can only be earned on a GPU)" if run.skipped_points else ""
         console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]{gpu_only}")

@@ -22,9 +22,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
-from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail, shown
-from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
+from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, shown
+from grader.cli.common import fail as _fail
+from grader.environment import has_gpu
 from grader.sandbox import docker
 from grader.settings import current
 
@@ -63,7 +64,8 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
         when, per_student = class_deadline(course, names or course.order or list(specs.catalogue()), when)
     except (RosterError, c50.ScoresError, ValueError) as exc:
         _fail(exc)
-    console.print(f"Fetching {len(entries)} repos into {out}" + (f", pinned at the deadline {when.isoformat()}" if when else ""))
+    console.print(f"Fetching {len(entries)} repos into {out}"
+                  + (f", pinned at the deadline {when.isoformat()}" if when else ""))
     if course.policy and when:
         console.print(f"Late policy ({course.path}): {course.policy.describe()}; commits up to "
                       f"{course.cutoff(when).isoformat()} are graded, with the penalty")
@@ -95,19 +97,24 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
 
 
 def fetch(
-    roster: Path = typer.Option(..., "--roster", help="CSV: student,repo[,commit], or GitHub Classroom's roster export; "
+    roster: Path = typer.Option(..., "--roster",
+                                help="CSV: student,repo[,commit], or GitHub Classroom's roster export; "
                                 "with --classroom50, usernames one a line or a CSV with a username column."),
     out: Path = typer.Option(..., "--out", help="The workspace: repos/ and lock.json are written there."),
-    deadline: Optional[str] = typer.Option(None, help="ISO 8601 with a time zone: pin the last commit dated on or before it "
+    deadline: Optional[str] = typer.Option(None,
+                                           help="ISO 8601 with a time zone: pin the last commit dated on or before it "
                                            "(default: course.toml's deadline for the assignments)."),
     org: Optional[str] = typer.Option(None, help="GitHub Classroom: the organization (or a base URL)."),
     prefix: Optional[str] = typer.Option(None, help="GitHub Classroom: the assignment's repo prefix."),
     branch: Optional[str] = typer.Option(None, help="The branch to grade (default: each repo's default branch)."),
     jobs: int = typer.Option(8, help="Repos fetched at once."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="The assignments this fetch is for: "
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
+                                                   help="The assignments this fetch is for: "
                                                    "their deadline in course.toml applies (default: the course's)."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
-    classroom50: Optional[str] = typer.Option(None, "--classroom50", help="Classroom 50: the classroom's name; each repo "
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file (default: COURSE/course.toml if there is one)."),
+    classroom50: Optional[str] = typer.Option(None, "--classroom50",
+                                              help="Classroom 50: the classroom's name; each repo "
                                               "is ORG/<classroom>-<slug>-<username>, lower case (with --org)."),
     slug: Optional[str] = typer.Option(None, help="Classroom 50: the assignment's slug (default: that of the one -a)."),
     scores: Optional[Path] = typer.Option(None, help="Classroom 50: a collected scores.json, shown beside the grades."),
@@ -155,8 +162,8 @@ def resolve_slots(device: str, gpus: str, jobs: Optional[int]) -> tuple[list, st
             raise UsageError(f"--gpus {gpus}: this machine has GPUs 0..{count - 1}")
     models = {torch.cuda.get_device_name(i) for i in chosen}
     if len(models) > 1:
-        raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): their timings do not compare; "
-                         "grade a class on one model")
+        raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): their timings do not "
+                         "compare; grade a class on one model")
     visible = current().visible_gpus
     tokens = [t.strip() for t in visible.split(",")] if visible else [str(i) for i in range(count)]
     n = jobs or DEFAULT_JOBS_PER_GPU * len(chosen)
@@ -164,22 +171,30 @@ def resolve_slots(device: str, gpus: str, jobs: Optional[int]) -> tuple[list, st
 
 
 def grade(
-    roster: Optional[Path] = typer.Option(None, "--roster", help="Grade from a roster (fetched first into OUT/workspace)."),
+    roster: Optional[Path] = typer.Option(None, "--roster",
+                                          help="Grade from a roster (fetched first into OUT/workspace)."),
     lock_file: Optional[Path] = typer.Option(None, "--lock", help="Grade the commits pinned by `grader fetch`."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (default: all)."),
-    out: Path = typer.Option(Path("reports"), "--out", help="The class folder: students/, index.html, grades.csv, summary.json."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
+                                                   help="Only these assignments (default: all)."),
+    out: Path = typer.Option(Path("reports"), "--out",
+                             help="The class folder: students/, index.html, grades.csv, summary.json."),
     device: str = typer.Option("auto", help="auto (GPU if present), cuda, or cpu (Triton's interpreter)."),
     gpus: str = typer.Option("all", help="GPUs to spread jobs over: all, or indices like 0,1."),
     jobs: Optional[int] = typer.Option(None, help="Jobs at once (default: 2 per GPU, or one per CPU core)."),
-    resume: bool = typer.Option(False, help="Skip jobs already graded at the same commit, spec, grader version and GPU model."),
+    resume: bool = typer.Option(False, help="Skip jobs already graded at the same commit, spec, grader version and "
+                                            "GPU model."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Regrade only these students (repeatable)."),
-    reference_dir: Optional[Path] = typer.Option(None, "--reference-dir", help="The private reference kernels (default: COURSE/reference)."),
-    seed: Optional[int] = typer.Option(None, help="Seed for the class (default: the one stored in OUT, else a new one)."),
+    reference_dir: Optional[Path] = typer.Option(None, "--reference-dir",
+                                                 help="The private reference kernels (default: COURSE/reference)."),
+    seed: Optional[int] = typer.Option(None,
+                                       help="Seed for the class (default: the one stored in OUT, else a new one)."),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only the named case(s): for a quick dry run."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
     isolation: str = typer.Option("sandbox", help=ISOLATION_HELP + " Every record says which ran."),
-    job_timeout: Optional[float] = typer.Option(None, help="Seconds one job may take before it is killed (default: from the plan)."),
+    job_timeout: Optional[float] = typer.Option(None,
+                                                help="Seconds one job may take before it is killed (default: from the "
+                                                     "plan)."),
     retries: int = typer.Option(1, help="Times an infra_error job is tried again in this run."),
     executor: str = typer.Option("local", help="local (a pool on this machine) or ray (a Ray cluster)."),
     address: Optional[str] = typer.Option(None, help="Ray: the cluster's address (default: a local Ray instance)."),
@@ -187,10 +202,13 @@ def grade(
     prefix: Optional[str] = typer.Option(None, help="With a Classroom roster: the assignment's repo prefix."),
     branch: Optional[str] = typer.Option(None, help="With --roster: the branch to grade."),
     deadline: Optional[str] = typer.Option(None, help="With --roster: pin the last commit dated on or before this."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file: assignments, points, late policy "
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file: assignments, points, late policy "
                                                "(default: COURSE/course.toml if there is one)."),
-    similarity_threshold: Optional[float] = typer.Option(None, "--similarity-threshold", help="List pairs of submissions at "
-                                                         "least this similar on the dashboard (default: course.toml's, else 0.6)."),
+    similarity_threshold: Optional[float] = typer.Option(None, "--similarity-threshold",
+                                                         help="List pairs of submissions at "
+                                                         "least this similar on the dashboard (default: course.toml's, "
+                                                         "else 0.6)."),
 ) -> None:
     """Grade a whole class: per-student reports, a dashboard, gradebooks; resumable."""
     from grader.batch.run import BatchOptions, class_seed, plan_batch, run_batch
@@ -225,7 +243,8 @@ def grade(
         if case or dtype:  # each assignment must have something to grade, else it would score 0 of nothing
             missing_cases = [n for n in names if not ctx.calls(specs.get(n))]
             if missing_cases:
-                raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: choose the assignments with -a")
+                raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: choose the assignments "
+                                 f"with -a")
         if remote:
             slots, gpu_model = [None] * (jobs or 2), "GPUs of the Ray cluster"
         else:
@@ -251,10 +270,12 @@ def grade(
     known = {p.student for p in lock.students}
     missing = [s for s in only or [] if s not in known]
     if missing:
-        _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock (it has {len(known)} students)"))
+        _fail(UsageError(f"--only: no student {', '.join(map(repr, missing))} in the lock (it has {len(known)} "
+                         f"students)"))
     for n in names:
         if not ctx.reference_module(specs.get(n)).is_file() and ctx.device == "cuda":
-            console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not scored[/yellow]")
+            console.print(f"[yellow]no reference kernel for {n}: speed is reported against torch and not "
+                          f"scored[/yellow]")
 
     opts = BatchOptions(out.resolve(), names, ctx, slots, gpu_model, resume, only or None, retries, executor, address,
                         job_timeout=job_timeout, course=course, similarity_threshold=similarity_threshold)
@@ -265,8 +286,10 @@ def grade(
     for line in plan.broken:
         console.print(f"[red]{shown(line, 500)}[/red]")
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
-                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False) as bar:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[counts]}"),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                  transient=False) as bar:
         task = bar.add_task("grading", total=len(plan.jobs), counts="")
         counts = {"graded": 0, "infra_error": 0, "retried": 0}
         warnings: dict[str, None] = {}  # what each job's sandbox could not do here, said once at the end
@@ -278,7 +301,8 @@ def grade(
                     return
                 if kind == "retry":
                     counts["retried"] += 1
-                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record['error'], 500)} (trying again)")
+                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: "
+                                      f"{shown(record['error'], 500)} (trying again)")
                 elif kind == "done":
                     isolation = (record.get("environment") or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
@@ -326,7 +350,8 @@ def _job_line(job, record: dict) -> str:
     result = AssignmentResult.from_json(record["result"])
     outcomes = Counter(t.outcome for t in result.tests)
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
-    top = result.partial["assignment_points"] if result.partial else result.max_score  # a partial run: out of all its points
+    # a partial run: out of all its points
+    top = result.partial["assignment_points"] if result.partial else result.max_score
     partial = ", partial run" if result.partial else ""
     return f"{shown(job.label)}: {result.score:g} / {top:g}{partial} ({words}) in {record['seconds']:.0f} s"
 
@@ -344,7 +369,8 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
         console.print("[yellow]Partial run (--case/--dtype): each score is the chosen cases' share of the assignment's "
                       "points, as grader check counts it, and no grade: the gradebooks name those columns "
                       "'(partial run)'. Grade without --case/--dtype for the grades.[/yellow]")
-    console.print(f"dashboard: {out / 'index.html'}   gradebook: {out / 'grades.csv'}   summary: {out / 'summary.json'}")
+    console.print(f"dashboard: {out / 'index.html'}   gradebook: {out / 'grades.csv'}   "
+                  f"summary: {out / 'summary.json'}")
 
 
 def _class_lock(class_dir: Path):
@@ -363,16 +389,19 @@ def _class_lock(class_dir: Path):
 
 def similarity(
     class_dir: Path = typer.Option(Path("reports"), "--class", help="The graded class folder (grader grade --out)."),
-    threshold: Optional[float] = typer.Option(None, help="List pairs at least this similar (0-1; default: course.toml's, else 0.6)."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
+    threshold: Optional[float] = typer.Option(None,
+                                              help="List pairs at least this similar (0-1; default: course.toml's, "
+                                                   "else 0.6)."),
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Compare every pair of students' modules per assignment; rebuild the dashboard's list of similar pairs."""
+    from grader.batch import similarity as compare
     from grader.batch.classview import write_class_outputs
 
-    from grader.batch import similarity as compare
-
     if compare.MISSING is not None:
-        _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: pip install \"grader[ta]\""))
+        _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: pip install "
+                         "\"grader[ta]\""))
     course = load_course_or_fail(course_file)
     if threshold is not None and not 0 < threshold <= 1:
         _fail(UsageError("--threshold must be in (0, 1]"))
@@ -381,7 +410,8 @@ def similarity(
     for a in view.assignments:
         pairs = view.similarity.get(a, [])
         console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"
-                      + "".join(f"\n  {p.score:.0%}  {shown(p.a)} ~ {shown(p.b)}  {shown(class_dir / p.page)}" for p in pairs[:10]))
+                      + "".join(f"\n  {p.score:.0%}  {shown(p.a)} ~ {shown(p.b)}  {shown(class_dir / p.page)}"
+                                for p in pairs[:10]))
         for student, why in (view.similarity_meta["per_assignment"].get(a) or {}).get("not_compared", {}).items():
             console.print(f"  [yellow]not compared[/yellow] {shown(student)}: {shown(why, 300)}")
     console.print(f"dashboard: {class_dir / 'index.html'}")
@@ -394,8 +424,11 @@ def similarity(
 def leaderboard(
     out: Path = typer.Option(..., "--out", help="Where to write the page (index.html) to publish."),
     class_dir: Path = typer.Option(Path("reports"), "--class", help="The graded class folder (grader grade --out)."),
-    anonymize: bool = typer.Option(False, help="Pseudonyms for everyone but the students course.toml names under [leaderboard] named."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
+    anonymize: bool = typer.Option(False,
+                                   help="Pseudonyms for everyone but the students course.toml names under "
+                                        "[leaderboard] named."),
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Write a speed leaderboard of the graded class, as a page a TA can publish."""
     from grader.batch.leaderboard import PSEUDONYMS, LeaderboardError, write_leaderboard
