@@ -16,10 +16,9 @@ from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
 
 from grader import environment
-from grader.spec import DTYPES, Assignment, CourseSecretError, course_root, course_secret
 from grader.judge.plan import PlannedCall, plan_calls
 from grader.sandbox.backend import ISOLATION_MODES
-
+from grader.spec import DTYPES, Assignment, CourseSecretError, course_root, course_secret
 
 CHECK_PERF_SEED = 20260101  # a check's performance inputs without --seed: the same every run, so they are kept
 
@@ -63,7 +62,8 @@ class GradingContext:
 
     def calls(self, spec: Assignment) -> list[PlannedCall]:
         """This run's calls of `spec` (a fresh list: materializing fills them in)."""
-        return plan_calls(spec, self.seed, self.interpret, list(self.cases or []) or None, list(self.dtypes or []) or None)
+        return plan_calls(spec, self.seed, self.interpret, list(self.cases or []) or None, list(self.dtypes or [])
+                          or None)
 
     def unmatched(self, specs: list[Assignment]) -> list[str]:
         """What of --case and --dtype chooses no call of any of `specs`, each said with what it
@@ -78,7 +78,8 @@ class GradingContext:
         for d in self.dtypes or ():
             if not any(plan_calls(s, self.seed, self.interpret, None, [d]) for s in specs):
                 taken = list(dict.fromkeys(t for s in specs for t in s.dtypes))
-                missing.append(f"--dtype {d}: no case of {', '.join(s.name for s in specs)} is in it (their dtypes: {', '.join(taken)})")
+                missing.append(f"--dtype {d}: no case of {', '.join(s.name for s in specs)} is in it (their dtypes: "
+                               f"{', '.join(taken)})")
         return missing
 
     def full_plan(self, spec: Assignment) -> list[PlannedCall]:
@@ -108,7 +109,8 @@ class GradingContext:
         from every worker. `own_uid`: workers run as this user, so their job folders can live
         beside the cache and be linked into."""
         folder = Path(folder)
-        return replace(self, cache=str(folder / "run"), cache_limit=limit, perf_seed=self.seed if seed_given else CHECK_PERF_SEED,
+        return replace(self, cache=str(folder / "run"), cache_limit=limit, perf_seed=self.seed if seed_given
+                       else CHECK_PERF_SEED,
                        scratch_root=str(folder / "jobs") if own_uid else None,
                        kept_kernels=str(folder / "kernels" / kernels_of) if kernels_of else None,
                        hide=tuple(dict.fromkeys((*self.hide, str(folder.resolve())))))
@@ -138,7 +140,8 @@ def _listed(values: tuple[str, ...] | None) -> list[str] | None:
 
 def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | None = None,
             dtypes: list[str] | None = None, timeout: float | None = None, isolation: str = "sandbox",
-            hide: list[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False, **more) -> GradingContext:
+            hide: list[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False,
+            **more) -> GradingContext:
     """Check the options and fix the context. `device` auto picks the GPU when one is visible;
     a missing GPU, an unknown dtype or isolation mode, or a reference folder that does not
     exist is a ContextError (the CLI prints it and exits 2). `remote_gpu`: the jobs run on
@@ -167,7 +170,9 @@ def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | No
         private.append(str(reference_dir))  # the solutions: out of every worker's sight, wherever they are
     elif (course_root() / "reference").is_dir():
         private.append(str((course_root() / "reference").resolve()))
-    return GradingContext(resolved, seed if seed is not None else secrets.randbelow(2**31), tuple(cases) if cases else None,
-                          tuple(dtypes) if dtypes else None, timeout, isolation=isolation, hide=tuple(dict.fromkeys(private)),
+    return GradingContext(resolved, seed if seed is not None else secrets.randbelow(2**31), tuple(cases) if cases
+                          else None,
+                          tuple(dtypes) if dtypes else None, timeout, isolation=isolation,
+                          hide=tuple(dict.fromkeys(private)),
                           reference_dir=str(reference_dir) if reference_dir else None, **more)
 

@@ -22,6 +22,7 @@ import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, Iterator
+
 from grader.settings import current
 
 

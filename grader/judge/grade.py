@@ -26,22 +26,22 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
 
-from grader.judge import perf
-from grader.protocol import Failure, Run, RunReply
+from grader.judge import perf, shrink
 from grader.judge.context import GradingContext
-from grader.judge import shrink
-from grader.judge.feedback import diagnosis, headline
-from grader.judge.integrity import OwnKernelCheck, scan_submission, summary as scan_summary, trivial_result
-from grader.judge.nonfinite import read_source
 from grader.judge.evidence import EvidenceError, Expected, read_saved
-from grader.judge.verdict import judge_call, judge_runs, reference_of
+from grader.judge.feedback import diagnosis, headline
+from grader.judge.integrity import OwnKernelCheck, scan_submission, trivial_result
+from grader.judge.integrity import summary as scan_summary
+from grader.judge.nonfinite import read_source
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.resources import Resources
+from grader.judge.scoring import score_assignment, split_cents
+from grader.judge.verdict import judge_call, judge_runs, reference_of
 from grader.judge.workers import StudentWorker
+from grader.protocol import Failure, Run, RunReply
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResult, cents
 from grader.sandbox.files import output_path, shown_to_worker
 from grader.sandbox.process import WorkerFailure
-from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
 from grader.submission import Submission
 
@@ -77,7 +77,8 @@ Progress = Callable[[str], None]
 
 def measured_roofline(result: AssignmentResult) -> dict | None:
     """The GPU's measured ceilings, as the assignment's timing used them (None: nothing timed)."""
-    return next((t.details["roofline"] for t in result.tests if t.kind == "performance" and "roofline" in t.details), None)
+    return next((t.details["roofline"] for t in result.tests if t.kind == "performance" and "roofline" in t.details),
+                None)
 
 
 def count_steps(specs: list[Assignment], ctx: GradingContext) -> int:
@@ -159,7 +160,8 @@ def prepare(g: Grading) -> None:
     materialize(g.spec, g.runnable, g.workdir.parent / f"{g.spec.name}.inputs")
     left_out = g.sub.private_copy(g.workdir / "repo")
     if left_out:  # counts only: the names are the student's, and nothing of theirs is followed
-        g.result.notes.append("Not copied for grading: " + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
+        g.result.notes.append("Not copied for grading: "
+                              + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
     _scan(g.result, g.workdir / "repo", g.module)
 
 
@@ -213,7 +215,8 @@ def bounds_check(g: Grading) -> None:
 def performance(g: Grading) -> None:
     if g.spec.performance is not None:
         g.step(f"{g.spec.name}: performance")
-        g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout, g.roofline))
+        g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout,
+                                           g.roofline))
 
 
 def scoring(g: Grading) -> None:
@@ -274,7 +277,8 @@ def grade_assignment(session: Resources, sub: Submission, spec: Assignment, work
     return g.result
 
 
-def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str) -> AssignmentResult:
+def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult,
+                   module: str) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
@@ -290,7 +294,8 @@ def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult
     module that leads out of the repo or is not a file): the student's outcome, failed with the
     reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
     calls = ctx.calls(spec)
-    test = TestResult(spec.name, "submission", "cannot be graded", "failed", f"{why}: nothing of {spec.name} was checked",
+    test = TestResult(spec.name, "submission", "cannot be graded", "failed",
+                      f"{why}: nothing of {spec.name} was checked",
                       details={"not_gradable": True})
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
 
@@ -315,7 +320,8 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
                           f"importing {module} failed, so none of its {len(runnable)} checks ran: {failure.message}",
                           traceback=failure.traceback, output=failure.output, details={"import_failed": True})
     first = runnable[0]  # any one case reproduces an import that fails
-    test.reproducer = f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed {first.seed}"
+    test.reproducer = (f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed "
+                       f"{first.seed}")
     return _one_result(spec, ctx, result, calls, runnable, test)
 
 
@@ -330,7 +336,8 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     timed = spec.performance is not None and not ctx.interpret
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
-    if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+    # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+    if skipped:
         result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
                                        "not submitted, and not runnable here" if test.details.get("not_submitted")
                                        else "not graded, and not runnable here" if test.details.get("not_gradable")
@@ -365,15 +372,18 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     ctx = session.context
     cpu = replace(ctx, device="cpu", dtypes=("float32",), cases=None)
     calls = [c for c in cpu.calls(spec) if c.case in spec.cases
-             and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values() if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
+             and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values()
+                     if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
     materialize(spec, calls, workdir.parent / f"{spec.name}.bounds-inputs")
-    worker = session.student_worker(spec, workdir / "repo", target, workdir / "scratch-bounds", hide=hide,  # as the GPU worker's view
+    # as the GPU worker's view
+    worker = session.student_worker(spec, workdir / "repo", target, workdir / "scratch-bounds", hide=hide,
                                     interpret=True)
     skipped: list[str] = []
     try:
         failure = _start(worker, spec)
         if failure:
-            return TestResult(spec.name, "integrity", name, "skipped", f"the module does not import in the interpreter: {failure.message}")
+            return TestResult(spec.name, "integrity", name, "skipped",
+                              f"the module does not import in the interpreter: {failure.message}")
         restarts = Restarts()
         for call in calls:
             if restarts.restarting():
@@ -391,21 +401,25 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 continue
             restarts.after(Outcome.PASSED)  # it answered: the worker lives
             if isinstance(reply, Failure) and reply.kind == "memory":
-                return TestResult(spec.name, "integrity", name, "failed", f"{call.case.name} [float32]: {reply.message}",
+                return TestResult(spec.name, "integrity", name, "failed",
+                                  f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
-                                  reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
+                                  reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype "
+                                             f"float32 --seed {call.seed} --device cpu")
             if isinstance(reply, Failure):
                 skipped.append(f"{call.case.name}: {reply.message}")
     finally:
         worker.close()
     if len(skipped) == len(calls):
-        return TestResult(spec.name, "integrity", name, "skipped", "the kernel could not run in the interpreter: " + "; ".join(skipped[:2]))
+        return TestResult(spec.name, "integrity", name, "skipped", "the kernel could not run in the interpreter: "
+                          + "; ".join(skipped[:2]))
     checked = ", ".join(c.case.name for c in calls)
     note = f" (not run there: {'; '.join(skipped[:2])})" if skipped else ""
     return TestResult(spec.name, "integrity", name, "passed", f"no access out of bounds in {checked}{note}")
 
 
-def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path, result: AssignmentResult,
+def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path,
+                     result: AssignmentResult,
                      calls: list[PlannedCall], timeout: float) -> None:
     """For each distinct failure, the smallest case that still fails and the closest that passes
     (grader.judge.shrink), searched from its smallest failing case with the worker still loaded,
@@ -445,7 +459,7 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
                 return None
             if test.outcome != Outcome.FAILED:  # passed; or raised at that size: not this bug
                 return False if test.outcome == Outcome.PASSED else shrink.INVALID
-            seen[case.name] = test
+            seen[case.name] = test  # noqa: B023 - shrink.search below calls fails only in this iteration
             return True
 
         found = shrink.search(spec, start.case, fails, deadline)
@@ -454,7 +468,8 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
         small = seen[found.smallest.name]
         first = tests[0]  # the one a report shows for its group
         first.details["smallest_failing"] = {"case": small.case, "shape": small.shape, "message": small.message,
-                                             "reproducer": small.reproducer, "from": start.case.name, "runs": found.runs}
+                                             "reproducer": small.reproducer, "from": start.case.name,
+                                             "runs": found.runs}
         if found.passing is not None:
             first.details["largest_passing"] = {"case": found.passing.name,
                                                 "boundary": shrink.boundary(found.smallest, found.passing)}
@@ -485,14 +500,16 @@ def _start(worker: StudentWorker, spec: Assignment) -> Failure | None:
     return reply if isinstance(reply, Failure) else None
 
 
-def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
+def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float,
+              integrity) -> TestResult:
     runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
     refs: list = []  # the reference's result on each call's inputs
     for i, (input_file, layout) in enumerate(call.runs):
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
             with shown_to_worker(input_file, workdir) as shown, worker.sharing_gpu():  # waits while another job times
-                reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file), record_ops=True), timeout)
+                reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file),
+                                           record_ops=True), timeout)
         except WorkerFailure as f:
             return _test(spec, call, ctx, f.outcome, f.message, output=f.output)
         if isinstance(reply, Failure):
@@ -514,9 +531,11 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
     else:
         verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source, refs=refs)
     reply = _merged([r for _, r, _ in runs])
-    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
+    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED,
+                      trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
     details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
-    if "wrong_map" in details:  # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
+    # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
+    if "wrong_map" in details:
         details["blocks"] = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
     return _test(spec, call, ctx, verdict.outcome, verdict.message, details=details)
 
@@ -531,8 +550,10 @@ def _merged(replies: list[RunReply]) -> dict:
 
 
 def _from_failure(spec, call, ctx, failure: Failure, context: str) -> TestResult:
-    outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR  # a worker failure, or the student's own error
-    return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback, output=failure.output)
+    # a worker failure, or the student's own error
+    outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
+    return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback,
+                 output=failure.output)
 
 
 def _shape(call: PlannedCall) -> str:

@@ -77,7 +77,8 @@ def plan_calls(
 ) -> list[PlannedCall]:
     calls = []
     by_shape = [c for c in (shape_case(spec, n) for n in case_filter or () if n.startswith(PREFIX)) if c is not None]
-    for case in cases_for(spec, seed) + by_shape:  # a case by shape (`--case shape=1x17`): a shrunk failure's reproducer
+    # a case by shape (`--case shape=1x17`): a shrunk failure's reproducer
+    for case in cases_for(spec, seed) + by_shape:
         if case_filter and case.name not in case_filter:
             continue
         for dtype in spec.dtypes:

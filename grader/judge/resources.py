@@ -32,7 +32,8 @@ class Resources:
         self.settings = settings
         self.cache = RunCache(Path(context.cache), context.cache_limit) if context.cache else None
         # a check keeps the student's compiled kernels between runs (the interpreter compiles nothing)
-        self.kept_kernels = TritonKeep(Path(context.kept_kernels)) if context.kept_kernels and not context.interpret else None
+        self.kept_kernels = (TritonKeep(Path(context.kept_kernels))
+                             if context.kept_kernels and not context.interpret else None)
         self._warm = False
 
     @cached_property
@@ -52,7 +53,8 @@ class Resources:
             prewarm(self.context.interpret, self.context.gpu, self.context.isolation)
         self._warm = True
 
-    def student_worker(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, hide: list[Path] = (),
+    def student_worker(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path,
+                       hide: list[Path] = (),
                        interpret: bool | None = None) -> StudentWorker:
         """A worker for the student's module (started by its `start()`); `interpret` overrides
         the session's device (a GPU run's bounds check replays in the interpreter)."""

@@ -38,7 +38,8 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
         _assign(t, shares.get(t.name, 0), 1.0 if t.outcome == Outcome.PASSED else 0.0)
     for t in result.tests:
         if t.kind == "performance":
-            _assign(t, cents(spec.performance_points), t.details.get("score_fraction", 0.0) if t.outcome == Outcome.PASSED else 0.0)
+            _assign(t, cents(spec.performance_points), t.details.get("score_fraction", 0.0)
+                    if t.outcome == Outcome.PASSED else 0.0)
     flagged = [t for t in result.tests if t.outcome == Outcome.FLAGGED]
     conclusive = [t for t in flagged if t.severity != Severity.REVIEW]
     if conclusive:
@@ -55,7 +56,8 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
                 lost += cents(t.max_score)
                 t.score = 0.0
         result.notes.append(f"For a TA to review: {finding.name} ({finding.message}). "
-                            f"The {lost / 100:g} points it concerns are withheld until then; the rest of the assignment counts.")
+                            f"The {lost / 100:g} points it concerns are withheld until then; the rest of the "
+                            f"assignment counts.")
 
 
 def points_without_findings(result: AssignmentResult) -> float:

@@ -172,7 +172,8 @@ def search(spec: Assignment, case: Case, fails: Callable[[Case], bool | None], d
             if name is None:
                 lo = mid + 1
                 continue
-            cases[tuple(trial)] = smaller = Case(name, params, f"a smaller case of {case.name}, the same in all but its sizes")
+            cases[tuple(trial)] = smaller = Case(name, params,
+                                                 f"a smaller case of {case.name}, the same in all but its sizes")
             result.runs += 1
             failed = fails(smaller)
             if failed is None:
@@ -197,7 +198,8 @@ def search(spec: Assignment, case: Case, fails: Callable[[Case], bool | None], d
                 or result.runs >= max_runs + len(dims):
             break
         trial = dims[:j] + [dims[j] - 1] + dims[j + 1:]
-        if dims[j] <= 1 or tuple(trial) in result.tested or (name := shape_name(spec, with_dims(case.params, trial))) is None:
+        if (dims[j] <= 1 or tuple(trial) in result.tested
+                or (name := shape_name(spec, with_dims(case.params, trial))) is None):
             continue
         cases[tuple(trial)] = smaller = Case(name, with_dims(case.params, trial), f"a smaller case of {case.name}")
         result.runs += 1

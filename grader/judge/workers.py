@@ -53,7 +53,8 @@ class StudentWorker:
         except (OSError, SandboxError) as exc:
             raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None
         except WorkerFailure as f:
-            raise WorkerFailure(replace(f.failure, kind="infra_error", message=f"the worker did not start: {f.message}")) from None
+            raise WorkerFailure(replace(f.failure, kind="infra_error",
+                                        message=f"the worker did not start: {f.message}")) from None
         module, function = self.target
         # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
         with self.sharing_gpu():
