@@ -21,9 +21,28 @@ from pathlib import Path
 from typing import Callable
 
 from grader import protocol
+from grader.protocol import (
+    Burst,
+    BurstReady,
+    BurstReply,
+    Call,
+    CallReply,
+    CompiledKernel,
+    Description,
+    Failure,
+    Load,
+    Ok,
+    Ping,
+    PrepareBurst,
+    Roofline,
+    RooflineReply,
+    Run,
+    RunReply,
+    Sample,
+    Time,
+    TimeReply,
+)
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
-from grader.protocol import (Burst, BurstReady, BurstReply, Call, CallReply, CompiledKernel, Description, Failure, Load, Ok, Ping,
-                             PrepareBurst, Roofline, RooflineReply, Run, RunReply, Sample, Time, TimeReply)
 
 
 def _setup_torch():
@@ -38,7 +57,8 @@ def _setup_torch():
 
 LAUNCHES: Counter[str] = Counter()
 BLOCKS: dict[str, int] = {}  # the BLOCK* sizes a call's launches passed: where the report draws block boundaries
-COMPILED: dict[str, dict] = {}  # on a GPU, what the compiler made of each kernel a call launched (protocol.CompiledKernel)
+# on a GPU, what the compiler made of each kernel a call launched (protocol.CompiledKernel)
+COMPILED: dict[str, dict] = {}
 RECORDING: list = []  # the grader.worker.launches.Recorder of the call being recorded, if any
 
 
@@ -169,12 +189,14 @@ class Worker:
         if req.device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        reply = RunReply(seconds=seconds, launches=dict(LAUNCHES), blocks=dict(list(BLOCKS.items())[:8]), ops=sorted(ops),
+        reply = RunReply(seconds=seconds, launches=dict(LAUNCHES), blocks=dict(list(BLOCKS.items())[:8]),
+                         ops=sorted(ops),
                          result_type=type(out).__name__)
         tensors = {f"input.{k}": storage_of(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
         if isinstance(out, torch.Tensor):
             d = _describe(out, args)
-            reply.dtype, reply.shape, reply.stride, reply.device, reply.aliases = d.dtype, d.shape, d.stride, d.device, d.aliases
+            reply.dtype, reply.shape, reply.stride = d.dtype, d.shape, d.stride
+            reply.device, reply.aliases = d.device, d.aliases
             tensors["output"] = out.detach().to("cpu").contiguous()
         elif isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
             # several results (e.g. dx, dw, db): output.0, output.1, ..., each described in order

@@ -227,7 +227,8 @@ def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
         _run_init(config, request.get("probe"))
     except BaseException as exc:  # noqa: BLE001 - say why on the status pipe if we can, then go
         try:
-            os.write(status, (json.dumps({"setup_error": f"the zygote could not start a worker: {exc}"}) + "\n").encode())
+            os.write(status,
+                     (json.dumps({"setup_error": f"the zygote could not start a worker: {exc}"}) + "\n").encode())
         except Exception:  # noqa: BLE001
             pass
     os._exit(125)
@@ -236,7 +237,8 @@ def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
 def _run_init(config: dict, probe: str | None) -> None:
     from grader.sandbox.init import main
 
-    start = (lambda: _run_probe(probe, config.get("code"))) if probe else (lambda: run_worker(config["pass_fds"], config.get("code")))
+    start = ((lambda: _run_probe(probe, config.get("code"))) if probe
+             else (lambda: run_worker(config["pass_fds"], config.get("code"))))
     os._exit(main(config, start=start))
 
 
