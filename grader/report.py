@@ -14,6 +14,7 @@ from grader.judge.feedback import group_failures, nonfinite_words, points_line, 
 from grader.results import Outcome, RunResult, outcome_css, write_text_atomic
 from grader.sanitize import for_page
 
+
 def _shown(value):
     """Every value a template prints: text valid and with no control character left raw
     (grader.sanitize.for_page; markup we made ourselves, e.g. the SVG, is ours to keep)."""
@@ -31,9 +32,11 @@ def perf_chart(details: dict) -> str:
     if not figures:
         return ""
     if details.get("flops") and details.get("roofline_kind", "cuBLAS GEMM peak") == "cuBLAS GEMM peak":
-        key, unit, work, per, roof, roof_name = "tflops", "TFLOP/s", details["flops"], 1e12, details.get("gemm_tflops"), "cuBLAS GEMM peak"
+        key, unit, work, per = "tflops", "TFLOP/s", details["flops"], 1e12
+        roof, roof_name = details.get("gemm_tflops"), "cuBLAS GEMM peak"
     else:
-        key, unit, work, per, roof, roof_name = "gbps", "GB/s", details.get("bytes", 0), 1e9, details.get("copy_gbps"), "copy bandwidth"
+        key, unit, work, per = "gbps", "GB/s", details.get("bytes", 0), 1e9
+        roof, roof_name = details.get("copy_gbps"), "copy bandwidth"
     width, bar_h, gap, left = 420, 22, 8, 90
     if any(not f.get(key) or not f.get("q1_ms") for f in figures.values()):
         return ""  # a call with no GPU work recorded: nothing to draw (the message says why)
@@ -100,7 +103,8 @@ def _bounded(run: RunResult) -> RunResult:
 def render(run: RunResult) -> str:
     run = _bounded(run)
     return _ENV.get_template("report.html.j2").render(
-        run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments), perf_chart=perf_chart, matrix=matrix, points_line=points_line,
+        run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments),
+        perf_chart=perf_chart, matrix=matrix, points_line=points_line,
         groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words, traceback_tail=traceback_tail,
         Outcome=Outcome, outcome_css=outcome_css())
 

@@ -11,8 +11,8 @@ of the dataclasses below (every field, nothing chosen by hand): a batch's record
 
 from __future__ import annotations
 
-import json
 import fcntl
+import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields
@@ -68,7 +68,8 @@ HTML_STYLE: dict[Outcome, tuple[str, bool]] = {
 
 def outcome_css() -> str:
     """One CSS rule per outcome, from HTML_STYLE: the templates include it rather than list colours."""
-    return "\n".join(f".{o.value} {{ color: {colour};{' font-weight: bold;' if bold else ''} }}" for o, (colour, bold) in HTML_STYLE.items())
+    return "\n".join(f".{o.value} {{ color: {colour};{' font-weight: bold;' if bold else ''} }}" for o,
+                     (colour, bold) in HTML_STYLE.items())
 
 
 class Severity(str, Enum):
@@ -150,8 +151,10 @@ class AssignmentResult:
     notes: list[str] = field(default_factory=list)
     warnings: list[dict] = field(default_factory=list)  # the static scan's findings (grader.judge.integrity), for a TA
     headline: str = ""  # one line that explains every failure at once (grader.judge.feedback), shown first
-    partial: dict = field(default_factory=dict)  # only some cases ran (--case/--dtype): cases_run, cases, assignment_points
-    review: dict = field(default_factory=dict)  # a TA's decision that stands for this grade (grader.batch.reviews): its points, who, why
+    # only some cases ran (--case/--dtype): cases_run, cases, assignment_points
+    partial: dict = field(default_factory=dict)
+    # a TA's decision that stands for this grade (grader.batch.reviews): its points, who, why
+    review: dict = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -240,13 +243,16 @@ class RunResult:
                     "number": f"{ai}.{ti}",
                     "score": t.score,
                     "max_score": t.max_score,
-                    "status": "passed" if t.outcome == Outcome.PASSED else "failed",  # Gradescope's status, not an outcome
+                    # Gradescope's status, not an outcome
+                    "status": "passed" if t.outcome == Outcome.PASSED else "failed",
                     "visibility": "after_published" if t.hidden else "visible",
                     "output": output,
-                    "output_format": "text",  # a student's message or traceback is shown as it is: never Markdown, HTML or ANSI
+                    # a student's message or traceback is shown as it is: never Markdown, HTML or ANSI
+                    "output_format": "text",
                     "outcome": t.outcome.value,
                     "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
-                    "extra_data": {k: v for k, v in t.to_json().items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
+                    "extra_data": {k: v for k, v in t.to_json().items()
+                                   if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
                 })
         partial = [a for a in self.assignments if a.partial]
         whole = sum(cents(a.partial["assignment_points"] if a.partial else a.max_score) for a in self.assignments) / 100
@@ -293,17 +299,19 @@ class RunResult:
                 continue
             student = t.details.get("figures", {}).get("student", {})
             if "ratio_to_reference" in t.details:
-                board.append({"name": f"{t.assignment} time / reference", "value": t.details["ratio_to_reference"], "order": "asc"})
+                board.append({"name": f"{t.assignment} time / reference", "value": t.details["ratio_to_reference"],
+                              "order": "asc"})
             if "roofline_pct" in student:
-                board.append({"name": f"{t.assignment} % of roofline", "value": student["roofline_pct"], "order": "desc"})
+                board.append({"name": f"{t.assignment} % of roofline", "value": student["roofline_pct"],
+                              "order": "desc"})
         return board
 
 
 def _review_line(a: AssignmentResult) -> str:
     """A TA's decision on an assignment (grader.batch.reviews), as the student reads it."""
     r = a.review
-    return (f"{a.name}: reviewed by {r.get('by')} on {r.get('at')}: {r.get('words') or r.get('decision')}, {a.score:g} / "
-            f"{a.max_score:g} points (the grader's verdict: {a.verdict_score:g}). Note: {r.get('note')}")
+    return (f"{a.name}: reviewed by {r.get('by')} on {r.get('at')}: {r.get('words') or r.get('decision')}, {a.score:g} "
+            f"/ {a.max_score:g} points (the grader's verdict: {a.verdict_score:g}). Note: {r.get('note')}")
 
 
 def _test_output(t: TestResult) -> str:
@@ -320,7 +328,8 @@ def _output_text(t: TestResult) -> str:
         parts.append(f"Reproduce: {t.reproducer}")
     if small := t.details.get("smallest_failing"):  # grader.judge.grade._shrink_failures
         passing = t.details.get("largest_passing")
-        parts.append(f"Smallest failing case found: {small['case']}" + (f" ({passing['case']} passes)" if passing else "")
+        parts.append(f"Smallest failing case found: {small['case']}"
+                     + (f" ({passing['case']} passes)" if passing else "")
                      + f"; reproduce it: {small['reproducer']}")
     if t.traceback:
         parts.append(t.traceback)

@@ -56,7 +56,8 @@ def course_root() -> Path:
 
 
 def course_secret() -> str | None:
-    """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or COURSE_ROOT/assignments/course-secret.txt.
+    """The secret the graded random shapes come from: $GRADER_COURSE_SECRET or
+    COURSE_ROOT/assignments/course-secret.txt.
     None in a student kit: there the random shapes come from the run's (public, printed) seed alone."""
     from grader.settings import current
 
@@ -170,8 +171,10 @@ class Assignment:
     module: str  # default path of the student's module, relative to the repo root
     signature: str
     make_inputs: Callable[[dict, torch.dtype, torch.Generator], dict[str, torch.Tensor]]
-    reference: Callable[..., Any] | None  # float64 truth (a tensor, or a tuple of them), called on upcast inputs; None where `check` judges
-    baseline: Callable[..., torch.Tensor]  # torch in the working dtype: the error model's yardstick and the vendor timing
+    # float64 truth (a tensor, or a tuple of them), called on upcast inputs; None where `check` judges
+    reference: Callable[..., Any] | None
+    # torch in the working dtype: the error model's yardstick and the vendor timing
+    baseline: Callable[..., torch.Tensor]
     cases: tuple[Case, ...]
     random_cases: Callable[[random.Random], list[Case]]
     correctness_points: float
