@@ -92,7 +92,7 @@ def open_worker_file(path: Path, dir_fd: int | None = None) -> int:
         fd = os.open(path.name, flags, dir_fd=folder)
     except OSError as exc:
         why = {errno.ELOOP: "a symbolic link",
-               errno.EWOULDBLOCK: "held by a lease"}.get(exc.errno, os.strerror(exc.errno or 0))
+               errno.EWOULDBLOCK: "held by a lease"}.get(exc.errno or 0, os.strerror(exc.errno or 0))
         raise WorkerFileError(exc.errno, f"{path.name} cannot be read: {why}") from None
     finally:
         os.close(folder)

@@ -107,6 +107,7 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     finally:
         for fd in (*channel, status_tx, lifeline_rx):
             os.close(fd)
+    assert proc.stdin is not None  # started with stdin=PIPE
     try:
         proc.stdin.write((json.dumps(PACKAGE_PARENT) + "\n" + json.dumps(config)).encode())
         proc.stdin.close()
@@ -204,8 +205,8 @@ def private_folders(hide: list[Path]) -> list[str]:
     folder, the references)."""
     from grader.spec import course_root
 
-    folders = [course_root(), Path(PACKAGE_PARENT) if installed_package() is None else Path(installed_package()),
-               Path.home(), *hide]
+    installed = installed_package()
+    folders = [course_root(), Path(PACKAGE_PARENT) if installed is None else Path(installed), Path.home(), *hide]
     return sorted({os.path.realpath(p) for p in folders})
 
 
@@ -248,7 +249,8 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path]) -> dict:
     binds["/proc"] = True  # this PID namespace's own (mounted fresh by unshare --mount-proc, or the zygote)
     binds.update({os.path.realpath(p): True for p in writable})
     links = [(p, os.readlink(p)) for p in SYSTEM if os.path.islink(p)]  # /bin -> usr/bin
-    for p in (*wanted, job, *writable):  # a folder also known by another path (a link on the way)
+    known: list[str | Path] = [*wanted, job, *writable]
+    for p in known:  # a folder also known by another path (a link on the way)
         alias = os.path.abspath(p)
         real = os.path.realpath(p)
         if alias != real and any(_inside(real, b) for b in binds) and not any(_inside(alias, b) for b in binds):

@@ -26,6 +26,7 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
 from grader import protocol
@@ -155,7 +156,7 @@ class WorkerProcess:
     folder holding cwd and scratch) is readable; `hide` names more private folders."""
 
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
-                 isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
+                 isolation: Isolation | str = "sandbox", writable: Sequence[Path] = (), hide: Sequence[Path] = (),
                  job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
                  probe: str | None = None, keep_autotuning: bool = False) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation)

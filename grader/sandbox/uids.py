@@ -62,7 +62,7 @@ class JobLease:
     _lock = threading.Lock()
 
     def __init__(self, job: Path) -> None:
-        self.key = str(Path(job).resolve())
+        self.key: str | None = str(Path(job).resolve())
         with self._lock:
             entry = self._held.get(self.key)
             if entry is None:

@@ -18,7 +18,7 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from grader import protocol
 from grader.protocol import (
@@ -44,6 +44,9 @@ from grader.protocol import (
 )
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
 
+if TYPE_CHECKING:
+    from grader.worker import timing
+
 
 def _setup_torch():
     """Poison uninitialized memory (NaN for floats, max int for ints) so that an output
@@ -51,7 +54,8 @@ def _setup_torch():
     import torch
 
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    # a module flag torch reads at run time, absent from its type stubs
+    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
     return torch
 
 
@@ -110,7 +114,7 @@ def _compiled(kernel, kwargs: dict) -> dict:
     """Registers, spills, shared memory, warps and stages of a compiled kernel, and its launch's
     grid (evaluated again where it is a function of the launch's meta-parameters)."""
     meta = getattr(kernel, "metadata", None)
-    grid = kwargs.get("grid")
+    grid: Any = kwargs.get("grid")
     try:
         grid = grid(kwargs) if callable(grid) else grid
         grid = [int(g) for g in grid][:3]
@@ -144,11 +148,11 @@ def _index_one_element_arrays() -> None:
 
 class Worker:
     def __init__(self) -> None:
-        self.functions: dict[str, object] = {}
+        self.functions: dict[str, Callable[..., Any]] = {}
         self.roots: list[str] = []
         self.retained: dict[tuple[str, str], object] = {}  # outputs of timed calls, by (contender, input set)
         self.input_cache: dict[str, dict] = {}
-        self.bursts: dict[str, object] = {}  # grader.worker.timing.Burst, by contender
+        self.bursts: dict[str, timing.Burst] = {}  # by contender
         self.torch = _setup_torch()
 
     # -- requests ---------------------------------------------------------------------

@@ -49,6 +49,7 @@ from grader.sandbox.zygote.warm import stop_warm, warm_name, warm_seconds
 
 if TYPE_CHECKING:
     from grader.sandbox.launch import Launch, Started
+    from grader.sandbox.uids import JobLease
 
 __all__ = ["Forked", "PRELOAD", "Zygote", "ZygoteError", "close_all", "disable", "enabled", "get", "keep_warm",
            "prewarm",
@@ -85,7 +86,8 @@ def zygote_key(env: dict[str, str]) -> tuple[tuple, dict[str, str]]:
     return tuple(sorted(base.items())), base
 
 
-def start(launch: "Launch", isolation, config: Callable[[tuple[int, int], int, int], tuple[dict, object]]) -> "Started":
+def start(launch: "Launch", isolation,
+          config: Callable[[tuple[int, int], int, int], tuple[dict, "JobLease | None"]]) -> "Started":
     """The worker `launch` describes, forked by this process's zygote: `config(channel,
     status_fd, lifeline_fd)` is the backend's own configuration of its init (and the uid lease
     it took), the same one its exec path sends, so the view, uid and limits are the same."""
@@ -116,7 +118,7 @@ def start(launch: "Launch", isolation, config: Callable[[tuple[int, int], int, i
 
 
 def try_start(launch: "Launch", isolation,
-              config: Callable[[tuple[int, int], int, int], tuple[dict, object]]) -> "Started | None":
+              config: Callable[[tuple[int, int], int, int], tuple[dict, "JobLease | None"]]) -> "Started | None":
     """A backend's first choice: the worker forked by the zygote (see `start`); None where it
     cannot be (off, a test's own command) or the zygote failed, which turns it off for the rest
     of this process (ours, not the student's): the backend then starts a fresh interpreter."""
