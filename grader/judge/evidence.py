@@ -57,7 +57,7 @@ class Expected:
     def of(cls, inputs: dict, refs) -> Expected:
         """From the trusted inputs and the reference's result(s) (None: no reference)."""
         tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-        shapes = None
+        shapes: tuple[tuple[int, ...], ...] | None = None
         if isinstance(refs, torch.Tensor):
             shapes = (tuple(refs.shape),)
         elif isinstance(refs, (tuple, list)):
@@ -163,6 +163,7 @@ def _check_entries(entries: dict, expected: Expected, room: int) -> int:
 
 
 def _expected_shape(expected: Expected, name: str) -> str:
+    assert expected.outputs is not None  # asked only where the reference's shapes are known
     index = 0 if name == "output" else int(name.split(".", 1)[1])
     return str(expected.outputs[index]) if index < len(expected.outputs) else f"{len(expected.outputs)} results"
 

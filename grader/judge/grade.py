@@ -24,7 +24,7 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from grader.judge import perf, shrink
 from grader.judge.context import GradingContext
@@ -169,6 +169,7 @@ def load_module(g: Grading) -> None:
     """The worker imports the module; if it cannot, one result says why, not the same error once per case."""
     if not g.runnable:
         return
+    assert g.worker is not None  # prepare started it
     g.load_failure = _start(g.worker, g.spec)
     if g.load_failure:
         g.finish(_unloadable(g.spec, g.ctx, g.result, g.module, g.calls, g.runnable, g.load_failure))
@@ -184,6 +185,7 @@ def correctness(g: Grading) -> None:
         if call.skip:
             result.tests.append(_test(spec, call, ctx, "skipped", call.skip))
             continue
+        assert g.worker is not None  # prepare started it
         if restarts.restarting() and not g.load_failure:
             g.load_failure = _start(g.worker, spec)  # a fresh worker, once a call needs one
         if g.load_failure:
@@ -199,6 +201,7 @@ def correctness(g: Grading) -> None:
 
 def shrinking(g: Grading) -> None:
     if g.loaded:
+        assert g.worker is not None  # prepare started it
         _shrink_failures(g.spec, g.ctx, g.worker, g.workdir, g.result, g.calls, g.call_timeout)
 
 
@@ -282,7 +285,7 @@ def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, resul
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
-    test = TestResult(spec.name, "submission", "not submitted", "failed",
+    test = TestResult(spec.name, "submission", "not submitted", Outcome.FAILED,
                       f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
                       details={"not_submitted": True})
     calls = ctx.calls(spec)
@@ -294,7 +297,7 @@ def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult
     module that leads out of the repo or is not a file): the student's outcome, failed with the
     reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
     calls = ctx.calls(spec)
-    test = TestResult(spec.name, "submission", "cannot be graded", "failed",
+    test = TestResult(spec.name, "submission", "cannot be graded", Outcome.FAILED,
                       f"{why}: nothing of {spec.name} was checked",
                       details={"not_gradable": True})
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
@@ -306,7 +309,7 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     as a missing module is) or its import failed (one error with the student's traceback). Either
     way no case could run, so one result says it, worth what the cases were worth."""
     if failure.kind == "missing":
-        test = TestResult(spec.name, "submission", "not submitted", "failed",
+        test = TestResult(spec.name, "submission", "not submitted", Outcome.FAILED,
                           f"{module} defines no function {spec.function}(): nothing of {spec.name} was checked "
                           f"(write {spec.signature} in {module})",
                           details={"not_submitted": True, "missing_function": spec.function, "module": module})
@@ -315,7 +318,7 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
                           f"none of its {len(runnable)} checks ran: {failure.message}", output=failure.output,
                           details={"infra_error": True})
     else:
-        outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
+        outcome = Outcome(failure.kind) if failure.kind in WORKER_FAILURES else Outcome.ERROR
         test = TestResult(spec.name, "submission", "import", outcome,
                           f"importing {module} failed, so none of its {len(runnable)} checks ran: {failure.message}",
                           traceback=failure.traceback, output=failure.output, details={"import_failed": True})
@@ -338,7 +341,7 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
     # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
     if skipped:
-        result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", "skipped",
+        result.tests.append(TestResult(spec.name, "submission", "checks that need a GPU", Outcome.SKIPPED,
                                        "not submitted, and not runnable here" if test.details.get("not_submitted")
                                        else "not graded, and not runnable here" if test.details.get("not_gradable")
                                        or test.details.get("infra_error")
@@ -363,7 +366,7 @@ BOUNDS_CHECK_MAX_ELEMENTS = 1 << 18
 
 
 def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str], workdir: Path, timeout: float,
-                  hide: list[Path] = ()) -> TestResult:
+                  hide: Sequence[Path] = ()) -> TestResult:
     """On a GPU an out-of-bounds load or store often goes unseen: it reads a neighbour's
     memory and the values inside the tensor still come out right. So a GPU run replays the
     small named cases, in float32, in Triton's CPU interpreter, where grader.worker.memcheck checks
@@ -382,7 +385,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     try:
         failure = _start(worker, spec)
         if failure:
-            return TestResult(spec.name, "integrity", name, "skipped",
+            return TestResult(spec.name, "integrity", name, Outcome.SKIPPED,
                               f"the module does not import in the interpreter: {failure.message}")
         restarts = Restarts()
         for call in calls:
@@ -392,6 +395,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 skipped.append(f"{call.case.name}: not run, the calls before it timed out")
                 continue
             out = output_path(workdir, f"bounds-{call.slug}.safetensors")
+            assert call.input_file is not None  # materialize wrote every call's inputs
             try:
                 with shown_to_worker(call.input_file, workdir) as shown:
                     reply = worker.request(Run("student", str(shown), call.layout, "cpu", str(out)), timeout)
@@ -401,7 +405,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 continue
             restarts.after(Outcome.PASSED)  # it answered: the worker lives
             if isinstance(reply, Failure) and reply.kind == "memory":
-                return TestResult(spec.name, "integrity", name, "failed",
+                return TestResult(spec.name, "integrity", name, Outcome.FAILED,
                                   f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
                                   reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype "
@@ -411,11 +415,11 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     finally:
         worker.close()
     if len(skipped) == len(calls):
-        return TestResult(spec.name, "integrity", name, "skipped", "the kernel could not run in the interpreter: "
+        return TestResult(spec.name, "integrity", name, Outcome.SKIPPED, "the kernel could not run in the interpreter: "
                           + "; ".join(skipped[:2]))
     checked = ", ".join(c.case.name for c in calls)
     note = f" (not run there: {'; '.join(skipped[:2])})" if skipped else ""
-    return TestResult(spec.name, "integrity", name, "passed", f"no access out of bounds in {checked}{note}")
+    return TestResult(spec.name, "integrity", name, Outcome.PASSED, f"no access out of bounds in {checked}{note}")
 
 
 def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path,
@@ -505,6 +509,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
     runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
     refs: list = []  # the reference's result on each call's inputs
     for i, (input_file, layout) in enumerate(call.runs):
+        assert input_file is not None  # materialize wrote every call's inputs
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
             with shown_to_worker(input_file, workdir) as shown, worker.sharing_gpu():  # waits while another job times
@@ -516,6 +521,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
             if reply.kind == "memory":
                 return _test(spec, call, ctx, "failed", reply.message, traceback=reply.traceback)
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
+        assert isinstance(reply, RunReply)  # decode_reply answers a Run with a RunReply or a Failure
         inputs = load_inputs(call, index=i)
         ref = reference_of(spec, inputs) if spec.check is None else None
         try:  # its header checked against what this case can produce before a byte of data is read
@@ -530,10 +536,10 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
         verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device, kernel_source=source, ref=refs[0])
     else:
         verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source, refs=refs)
-    reply = _merged([r for _, r, _ in runs])
-    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED,
+    merged = _merged([r for _, r, _ in runs])
+    integrity.observe(call, merged, verdict.outcome == Outcome.PASSED,
                       trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
-    details = dict(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
+    details = dict(verdict.details, seconds=round(merged["seconds"], 4), kernels=merged["launches"])
     # the kernel's block sizes, for the picture's boundaries (sizes only: it is the worker's word)
     if "wrong_map" in details:
         details["blocks"] = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
@@ -578,6 +584,6 @@ def _contiguous_strides(size: list[int]) -> list[int]:
 
 def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: str, message: str, **kw) -> TestResult:
     reproducer = f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype {call.dtype} --seed {call.seed}"
-    return TestResult(spec.name, "correctness", call.test_name, outcome, message,
+    return TestResult(spec.name, "correctness", call.test_name, Outcome(outcome), message,
                       case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer,
                       hidden=call.case.hidden, **kw)

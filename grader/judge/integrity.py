@@ -29,7 +29,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from grader import repofiles
-from grader.results import Severity, TestResult
+from grader.results import Outcome, Severity, TestResult
 
 MODULE_WARNINGS = {
     "subprocess": "starts other programs",
@@ -104,7 +104,8 @@ def scan_submission(root: Path, module: str) -> list[Finding]:
                 kind = "folder" if (root / candidate).is_dir() and not (root / candidate).is_symlink() else "file"
                 findings.append(Finding(candidate, 0, f"the {kind} {candidate}",
                                         f"shadows the module {name} that the worker imports"))
-    todo, seen = [module], set()
+    todo = [module]
+    seen: set[Path] = set()
     while todo and len(seen) < MAX_FILES:
         try:
             path = repofiles.regular_file(root, todo.pop())
@@ -315,31 +316,32 @@ class OwnKernelCheck:
     def test(self) -> TestResult:
         name = "uses its own Triton kernel"
         if not self.observed:
-            return TestResult(self.spec.name, "integrity", name, "skipped", "no call completed, so nothing to inspect")
+            return TestResult(self.spec.name, "integrity", name, Outcome.SKIPPED,
+                              "no call completed, so nothing to inspect")
         details = {"kernels_launched": dict(self.kernels)}
         if self.forbidden:
             evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {few(ids)}"
                         for op, ids in self.forbidden.items()]
-            return TestResult(self.spec.name, "integrity", name, "flagged", "; ".join(evidence),
+            return TestResult(self.spec.name, "integrity", name, Outcome.FLAGGED, "; ".join(evidence),
                               details=dict(details, evidence=evidence), severity=Severity.CONCLUSIVE.value)
         if self.no_kernel:
             evidence = [f"no Triton kernel was launched in {few([c.id for c in self.no_kernel])}, yet the result was "
                         f"right"]
             concerns = [c.test_name for c in self.no_kernel]
-            return TestResult(self.spec.name, "integrity", name, "flagged", evidence[0],
+            return TestResult(self.spec.name, "integrity", name, Outcome.FLAGGED, evidence[0],
                               details=dict(details, evidence=evidence, concerns=concerns),
                               severity=Severity.REVIEW.value)
         if not self.kernels:  # nothing ran: there is nothing to vouch for
             if self.all_trivial:
-                return TestResult(self.spec.name, "integrity", name, "skipped",
+                return TestResult(self.spec.name, "integrity", name, Outcome.SKIPPED,
                                   "every result here was trivial (zeros, empty, or a copy of an input): nothing to "
                                   "inspect",
                                   details=dict(details, evidence=[]))
-            return TestResult(self.spec.name, "integrity", name, "failed",
+            return TestResult(self.spec.name, "integrity", name, Outcome.FAILED,
                               f"no Triton kernel was launched in any call: {self.spec.function}() must launch your "
                               "kernel (kernel[grid](...))", details=dict(details, evidence=[]))
         kernels = ", ".join(self.kernels)
-        return TestResult(self.spec.name, "integrity", name, "passed", f"Triton kernels launched: {kernels}",
+        return TestResult(self.spec.name, "integrity", name, Outcome.PASSED, f"Triton kernels launched: {kernels}",
                           details=dict(details, evidence=[]))
 
 

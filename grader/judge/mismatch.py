@@ -129,4 +129,5 @@ def low_precision_sum(parts, dtype: torch.dtype, round_each: bool) -> torch.Tens
             acc = acc + p.to(dtype)
         else:
             acc = (acc.float() + p).to(dtype)
+    assert acc is not None, "no partial sums to add"
     return acc

@@ -83,7 +83,7 @@ def block_sizes(params: dict, ndim: int) -> tuple[int | None, int | None]:
     return (row if ndim >= 2 else None), col
 
 
-def svg(m: dict, blocks: dict | None = None, width: int = 640) -> str:
+def svg(m: dict, blocks: dict | None = None, width: float = 640) -> str:
     """The map as inline SVG, with the kernel's block boundaries dashed."""
     if not m or not m.get("cells"):
         return ""

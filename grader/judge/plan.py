@@ -35,8 +35,9 @@ class PlannedCall:
     more: list[tuple[Path, dict]] = field(default_factory=list)  # further calls of this case (Assignment.calls)
 
     @property
-    def runs(self) -> list[tuple[Path, dict]]:
-        """(input file, layout) of every call of the student's function this case makes."""
+    def runs(self) -> list[tuple[Path | None, dict]]:
+        """(input file, layout) of every call of the student's function this case makes (the first
+        file None until materialize writes it)."""
         return [(self.input_file, self.layout), *self.more]
 
     @property

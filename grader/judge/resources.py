@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Sequence
 
 from grader import environment
 from grader.judge.context import GradingContext
@@ -54,7 +54,7 @@ class Resources:
         self._warm = True
 
     def student_worker(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path,
-                       hide: list[Path] = (),
+                       hide: Sequence[Path] = (),
                        interpret: bool | None = None) -> StudentWorker:
         """A worker for the student's module (started by its `start()`); `interpret` overrides
         the session's device (a GPU run's bounds check replays in the interpreter)."""

@@ -113,6 +113,7 @@ class RunCache:
         key = derive_seed(seed, "perf", str(index), case.name, json.dumps(case.params, sort_keys=True), dtype)
         name = f"inputs-{spec.name}-{key}"
         with self._entry(name) as path:
+            assert path is not None  # _entry waits for it
             data, layout_file = path.with_suffix(".safetensors"), path.with_suffix(".layout.json")
             made = not (data.is_file() and layout_file.is_file())
             if made:
@@ -163,6 +164,7 @@ class RunCache:
         caller's timing lock)."""
         safe = "".join(c if c.isalnum() else "_" for c in gpu)
         with self._entry(f"roofline-{safe}.json") as path:
+            assert path is not None  # _entry waits for it
             if path.is_file():
                 return json.loads(path.read_text())
             figures = measure()

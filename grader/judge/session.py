@@ -63,7 +63,8 @@ class GradingSession(Resources):
         """Each assignment in a thread of its own (the work is in its workers; this process
         mostly waits on their pipes), the longest planned first so that the last to start is short."""
         self.warm_up()  # once, before the threads: they fork from the same zygotes
-        own = {spec.name: {} for spec in specs}  # each assignment's phases, added up at the end
+        # each assignment's phases, added up at the end
+        own: dict[str, dict[str, float]] = {spec.name: {} for spec in specs}
         order = sorted(specs, key=lambda s: -len(self.context.calls(s)))
         with ThreadPoolExecutor(max_workers=min(jobs, len(specs)), thread_name_prefix="assignment") as pool:
             futures = {spec.name: pool.submit(pipeline.grade_assignment, self, sub, spec, tmp / spec.name, progress,

@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Sequence
 
 from grader.judge.context import GradingContext
 from grader.judge.runcache import TritonKeep
@@ -23,7 +23,7 @@ class StudentWorker:
     """The student's module loaded in a worker; restarted after a timeout or crash."""
 
     def __init__(self, context: GradingContext, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path,
-                 hide: list[Path] = (), interpret: bool = False, kept: TritonKeep | None = None,
+                 hide: Sequence[Path] = (), interpret: bool = False, kept: TritonKeep | None = None,
                  sharing_gpu: Callable[[Callable[[float], None]], ContextManager] | None = None) -> None:
         """`kept`: the student's compiled kernels a check keeps between runs; `sharing_gpu(waited)`:
         held while its import or a call runs (grader.judge.devicelock), None in the interpreter."""
@@ -58,10 +58,12 @@ class StudentWorker:
         module, function = self.target
         # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
         with self.sharing_gpu():
-            return self.process.request(
+            reply = self.process.request(
                 Load({"student": Contender(str(self.repo), module, function)}),
                 ctx.import_timeout_for(self.spec),
             )
+        assert isinstance(reply, (Ok, Failure))  # decode_reply answers a Load with one of these
+        return reply
 
     def sharing_gpu(self):
         """Held while this worker's import or call runs (none in the interpreter)."""
@@ -80,5 +82,5 @@ class StudentWorker:
         if self.process is not None:
             self.process.close()
             self.process = None
-            if self.kept is not None:
+            if self.kept is not None and self.worker_scratch is not None:
                 self.kept.keep(self.worker_scratch / "triton-cache")
