@@ -22,10 +22,9 @@ Markdown through `grader.sanitize.for_markdown`, the log's workflow commands thr
 `for_annotation`, and the commit status through `one_line`.
 """
 
-from __future__ import annotations
-
 import os
 import re
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
@@ -58,7 +57,7 @@ class Classroom50Error(Exception):
     """The runner's environment is not Classroom 50's: nothing can be graded for it."""
 
 
-def mode(ci: str | None, env: dict | None = None) -> str | None:
+def mode(ci: str | None, env: Mapping[str, str] | None = None) -> str | None:
     """Which CI output `grader check` writes: `--ci` as given, or inside GitHub Actions
     (GITHUB_ACTIONS=true, no --ci) classroom50 where the runner set CLASSROOM and
     SUBMISSION_TAG, else github (the job summary and classroom-resources' `result`, which
@@ -71,7 +70,7 @@ def mode(ci: str | None, env: dict | None = None) -> str | None:
     return None
 
 
-def runner_fields(env: dict | None = None) -> dict[str, str]:
+def runner_fields(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """result.json's echo of the runner's environment; a Classroom50Error naming what is missing."""
     env = os.environ if env is None else env
     missing = [k for k in REQUIRED_ENV if not env.get(k)]
@@ -279,13 +278,14 @@ def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
     return lines
 
 
-def _outputs(env: dict, status: str, summary: str) -> None:
+def _outputs(env: Mapping[str, str], status: str, summary: str) -> None:
     if env.get("GITHUB_OUTPUT"):
         with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
             f.write(f"status={status}\nsummary={one_line(summary, SUMMARY_LIMIT)}\n")
 
 
-def report(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print) -> int:
+def report(run: RunResult, repo: Path, device: str, env: Mapping[str, str] | None = None,
+           echo=print) -> int:
     """Write result.json, release-body.md and the outputs into the submission's folder; print
     the annotations. Returns the exit code: 0 graded, 2 an infra_error (no score released)."""
     from grader import spec as specs
@@ -320,7 +320,8 @@ def ungraded(names: list[str], reason: str, seed: int = 0) -> RunResult:
     return run
 
 
-def report_error(message: str, repo: Path | None, env: dict | None = None, echo=print) -> None:
+def report_error(message: str, repo: Path | None, env: Mapping[str, str] | None = None,
+                 echo=print) -> None:
     """Our own failure (no runner environment, the sandbox or an option that cannot work): no
     result.json, so no score is released and the exit is 2. The runner then writes its own
     result.json and release body ("autograder exited 2"), so what the student must know goes

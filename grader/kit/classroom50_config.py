@@ -271,8 +271,9 @@ def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
                           "autograder": entry.get("autograder") or "default",
                           "runtime": {**(entry.get("runtime") or {}), "runs-on": labels},
                           "release_assets": [REPORT_ASSET]})
-            if (deadlines or {}).get(name) is not None:
-                entry["due"], entry["due_meta"] = due(deadlines[name])
+            when = (deadlines or {}).get(name)
+            if when is not None:
+                entry["due"], entry["due_meta"] = due(when)
         (staging / "assignments.json").write_text(json.dumps(data, indent=2) + "\n")
         leaks = find_leaks(staging)
         if leaks:

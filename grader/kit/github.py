@@ -18,12 +18,11 @@ the runner's toolkit does in a command, and on one line in the payload (the repo
 names and messages in the job log, where a line of their own could run as a workflow command).
 """
 
-from __future__ import annotations
-
 import base64
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
@@ -37,7 +36,7 @@ MESSAGE_LIMIT = 1000  # the reporter prints messages in the job log: keep each o
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
-def enabled(ci: str | None, env: dict | None = None) -> bool:
+def enabled(ci: str | None, env: Mapping[str, str] | None = None) -> bool:
     """--ci github, or --ci left unset inside GitHub Actions (GITHUB_ACTIONS=true)."""
     in_actions = current().in_actions if env is None else env.get("GITHUB_ACTIONS") == "true"
     return ci == "github" or (ci is None and in_actions)
@@ -158,7 +157,8 @@ def failures_markdown(run: RunResult, hidden: dict, message_limit: int, reproduc
     return out
 
 
-def report_github(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print) -> None:
+def report_github(run: RunResult, repo: Path, device: str, env: Mapping[str, str] | None = None,
+                  echo=print) -> None:
     """Write the summary and the Classroom output where Actions asks, and print the annotations."""
     env = os.environ if env is None else env
     from grader import spec as specs
@@ -174,7 +174,7 @@ def report_github(run: RunResult, repo: Path, device: str, env: dict | None = No
             f.write(f"result={encode(classroom_payload(run, repo))}\n")
 
 
-def report_error(message: str, env: dict | None = None) -> None:
+def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
     """A check that could not run at all (no module found, a bad option): the summary says why,
     and Classroom gets an error payload instead of nothing."""
     env = os.environ if env is None else env

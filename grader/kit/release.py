@@ -171,6 +171,7 @@ def _inline_hidden(folder: Path) -> list[str]:
     import importlib.util
 
     module_spec = importlib.util.spec_from_file_location(f"grader_release_{folder.name}", folder / "spec.py")
+    assert module_spec is not None and module_spec.loader is not None  # a .py file always has both
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return [c.name for c in module.SPEC.cases if c.hidden]
