@@ -26,6 +26,7 @@ import csv
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from grader.batch.roster import RosterEntry, RosterError, _check_unique
 from grader.sanitize import one_line
@@ -118,7 +119,7 @@ def _check_int(value, what: str) -> int:
 def _record(item, where: str) -> dict:
     if not isinstance(item, dict):
         raise ScoresError(f"{where}: not an object")
-    out = {}
+    out: dict[str, Any] = {}
     for key in ("owner", "assignment", "submission", "datetime"):
         value = item.get(key)
         if not isinstance(value, str) or not value:
@@ -221,7 +222,7 @@ def score_cells(records: list[dict], users: dict[str, str], assignments: list[st
     from grader.kit.classroom50 import slug_of
 
     by_slug = {slug_of(a): a for a in assignments} | {a.lower(): a for a in assignments}
-    out = {}
+    out: dict[tuple[str, str], str] = {}
     for r in records:
         student, assignment = users.get(r["owner"].lower()), by_slug.get(r["assignment"].lower())
         if student is not None and assignment is not None:

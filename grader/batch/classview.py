@@ -139,7 +139,7 @@ class ClassView:
     checks: list[CheckRate]
     flags: list[dict]
     environment: dict
-    course: object = None  # grader.batch.course.Course
+    course: Course | None = None
     late: dict = field(default_factory=dict)  # (student, assignment) -> grader.batch.course.Late
     # assignment -> grader.batch.similarity.Pair list above the threshold
     similarity: dict = field(default_factory=dict)
@@ -179,7 +179,8 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     out = Path(out)
     known = specs.catalogue()
     titles = {a: known[a].title if a in known else a for a in assignments}
-    rows, flags = [], []
+    rows: list[Row] = []
+    flags: list[dict] = []
     rates: dict[tuple[str, str], CheckRate] = {}
     environment: dict = {}
     log = reviews.read(out)
@@ -235,6 +236,7 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             state = reviews.apply(result, review, record)
             cell.review = result.review
             if state:
+                assert review is not None  # standing() gives a state only to a review
                 entry = {"student": p.student, "assignment": a, "link": cell.link, **review.to_json(),
                          "decided": result.review.get("points"), "max_score": result.max_score}
                 if state == "stale":

@@ -96,6 +96,7 @@ def default_job_timeout(job: Job) -> float:
     return 120 + 3 * ctx.import_timeout_for(spec) + len(ctx.calls(spec)) * ctx.call_timeout_for(spec) + perf
 
 
+_PRCTL: Callable[..., int] | None
 try:  # loaded here, not in the forked child (the loader's locks may be held there)
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 except (AttributeError, OSError):  # not Linux
@@ -185,12 +186,14 @@ class LocalExecutor:
         folder = Path(job.out) / "logs"
         folder.mkdir(parents=True, exist_ok=True)
         name = threading.current_thread().name
+        assert self.server is not None  # only a pool with a job server starts one
         with open(folder / f"job-server-{name}.log", "a") as log:
             return subprocess.Popen(self.server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
                                     env=self._env(job),
                                     start_new_session=True, preexec_fn=_die_with(os.getpid()))
 
     def _close_server(self, proc: subprocess.Popen) -> None:
+        assert proc.stdin is not None  # started with stdin=PIPE
         try:
             proc.stdin.close()
             proc.wait(timeout=30)
@@ -263,6 +266,7 @@ class LocalExecutor:
                 stopping = self.stopping
             if stopping:
                 self._terminate(proc)
+            assert proc.stdin is not None  # started with stdin=PIPE
             try:
                 proc.stdin.write(json.dumps(asdict(job)).encode())
                 proc.stdin.close()

@@ -180,7 +180,7 @@ def standing(review: Review | None, record: dict | None) -> str:
     return "applied" if review.record.get("key") == record.get("key") else "stale"
 
 
-def what_changed(review: Review, record: dict) -> str:
+def what_changed(review: Review, record: dict | None) -> str:
     """Why a review is stale, in words: what of the grade it was made on differs now."""
     old, new = review.record.get("key") or {}, (record or {}).get("key") or {}
     parts = []
@@ -201,6 +201,7 @@ def apply(result: AssignmentResult, review: Review | None, record: dict | None) 
     returns standing()."""
     state = standing(review, record)
     if state == "applied":
+        assert review is not None  # standing() applies only a review
         from grader.judge.scoring import points_without_findings
 
         verdict = result.verdict_score
@@ -208,6 +209,7 @@ def apply(result: AssignmentResult, review: Review | None, record: dict | None) 
         result.review = {"decision": review.decision, "words": review.words, "points": points, "verdict_score": verdict,
                          "flags": flags(result), "note": review.note, "by": review.by, "at": review.at, "id": review.id}
     elif state == "stale":
+        assert review is not None  # standing() calls only a review stale
         result.notes.append(f"A review of an earlier grade ({review.words} by {review.by} on {review.at}) no longer "
                             f"applies: {what_changed(review, record)}. This grade stands until a TA reviews it again.")
     return state

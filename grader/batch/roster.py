@@ -58,8 +58,7 @@ def load_roster(path: Path, org: str | None = None, prefix: str | None = None) -
         text = path.read_text(encoding="utf-8-sig")  # Excel writes a byte-order mark
     except UnicodeDecodeError:
         raise RosterError(f"roster {path}: not UTF-8 text (save it as CSV UTF-8)") from None
-    rows = list(csv.reader(text.splitlines()))
-    rows = [(i + 1, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]
+    rows = [(i + 1, r) for i, r in enumerate(csv.reader(text.splitlines())) if any(cell.strip() for cell in r)]
     if not rows:
         raise RosterError(f"roster {path}: the file is empty")
     header = [h.strip().lower() for h in rows[0][1]]
@@ -67,8 +66,8 @@ def load_roster(path: Path, org: str | None = None, prefix: str | None = None) -
     for line, row in data:
         if len(row) > len(header):
             raise RosterError(f"roster {path}, line {line}: {len(row)} fields, but the header has {len(header)}")
-    records = [(line, {h: (row[i].strip() if i < len(row) else "") for i, h in enumerate(header)}) for line,
-               row in data]
+    records = [(line, {h: (row[i].strip() if i < len(row) else "") for i, h in enumerate(header)})
+               for line, row in data]
 
     if set(PLAIN) <= set(header):
         entries = [_plain(path, line, rec) for line, rec in records]

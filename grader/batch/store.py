@@ -61,7 +61,7 @@ def read_records(out: Path, folder: str) -> dict[str, dict]:
 
 
 def is_reusable(record: dict | None, key: dict) -> bool:
-    return bool(record) and record.get("status") == "graded" and record.get("key") == key
+    return record is not None and record.get("status") == "graded" and record.get("key") == key
 
 
 def store_record(out: Path, record: dict) -> Path:

@@ -225,7 +225,7 @@ def _branches(repo: git.Repo) -> list[str]:
 def _default_branch(repo: git.Repo, branches: list[str]) -> str:
     try:
         with repo.git.custom_environment(**_git_env()):
-            out = repo.git.ls_remote("--symref", "origin", "HEAD", kill_after_timeout=FETCH_TIMEOUT_S)
+            out = str(repo.git.ls_remote("--symref", "origin", "HEAD", kill_after_timeout=FETCH_TIMEOUT_S))
         m = re.search(r"^ref: refs/heads/(\S+)\s+HEAD", out, re.M)
         if m and m.group(1) in branches:
             return m.group(1)
@@ -270,7 +270,8 @@ def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: 
         if not on_time:
             raise FetchError(f"no commit on {branch!r} is dated on or before {what} {limit.isoformat()} "
                              f"(the first is dated {dates[history[-1]].shown})")
-        chosen = max(on_time, key=lambda c: dates[c].timestamp)  # ties: the first in git's order
+        # ties: the first in git's order (a commit on time has a date: an unreadable one counts as late)
+        chosen = max(on_time, key=lambda c: dates[c].timestamp or 0)
         p.late_commits = len(repo.git.rev_list(f"{chosen}..{head}", kill_after_timeout=FETCH_TIMEOUT_S).split())
         p.notes.append(f"Graded at commit {chosen[:12]} ({dates[chosen].shown}), the last one dated on or before "
                        f"{what} {limit.isoformat()}" + (f" (deadline {deadline.isoformat()})" if cutoff else "") + ". "
@@ -374,6 +375,7 @@ def commit_dates(repo: git.Repo, shas: list[str]) -> dict[str, CommitDate]:
     with subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo.working_dir, stdin=subprocess.PIPE,
                           stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, env=env) as proc:
+        assert proc.stdin is not None and proc.stdout is not None  # both pipes
         try:
             for sha in dict.fromkeys(shas):
                 proc.stdin.write(sha.encode() + b"\n")
@@ -411,11 +413,13 @@ def check_size(repo: git.Repo, commit: str | None, limits: FetchLimits) -> None:
         return
     proc = subprocess.Popen(["git", "ls-tree", "-r", "-l", "-z", "--full-tree", commit], cwd=repo.working_tree_dir,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ, **_git_env()))
+    assert proc.stdout is not None  # a pipe
+    stdout = proc.stdout
     files = total = 0
     over = None
     buffer = b""
     try:
-        for chunk in iter(lambda: proc.stdout.read(1 << 16), b""):
+        for chunk in iter(lambda: stdout.read(1 << 16), b""):
             buffer += chunk
             *entries, buffer = buffer.split(b"\0")
             for entry in entries:
