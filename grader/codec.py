@@ -55,7 +55,8 @@ def storage_of(t: torch.Tensor) -> torch.Tensor:
 def write_inputs(inputs: dict, path: Path) -> dict:
     """Save inputs (views kept as storage + strides); returns the layout the worker rebuilds
     from. Plain arguments (causal=True, eps=1e-5, a seed) travel in the layout as JSON values."""
-    tensors, layout = {}, {}
+    tensors: dict[str, torch.Tensor] = {}
+    layout: dict[str, dict] = {}
     for name, t in inputs.items():
         if isinstance(t, torch.Tensor):
             tensors[name] = storage_of(t)

@@ -18,9 +18,12 @@ import tempfile
 from dataclasses import asdict, dataclass, field, fields
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from grader.sanitize import cut, for_terminal, strict_json, writable
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # How much of the student's text one result keeps, whoever wrote it (the worker's message, its
 # traceback, its captured output): enough for any honest failure, and a flood costs nothing.
@@ -36,7 +39,9 @@ class Outcome(str, Enum):
     back and comparisons with plain strings are unchanged; str() and format() give the value."""
 
     __str__ = str.__str__  # "passed", not "Outcome.PASSED", in templates, f-strings and CSV
-    __format__ = str.__format__
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)
 
     PASSED = "passed"  # the check ran and the submission met it
     FAILED = "failed"  # the check ran and the submission fell short: a wrong answer, no module, no speed credit
@@ -85,7 +90,7 @@ def cents(points: float) -> int:
     return round(points * 100)
 
 
-_Result = TypeVar("_Result")
+_Result = TypeVar("_Result", bound="DataclassInstance")
 
 
 def _to_json(result: Any) -> dict:
@@ -95,7 +100,7 @@ def _to_json(result: Any) -> dict:
     return json.loads(json.dumps(strict_json(asdict(result)), default=str, allow_nan=False))
 
 
-def _from_json(cls: type[_Result], data: dict, nested: dict[str, type] | None = None) -> _Result:
+def _from_json(cls: type[_Result], data: dict, nested: dict[str, type[Any]] | None = None) -> _Result:
     """A result dataclass from what _to_json gave. A field the data lacks takes its default (a
     record written before the field existed still loads); a key that is no field (a newer
     grader's) is left out. `nested`: the fields that hold a list of another result dataclass."""

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Callable
@@ -32,8 +33,9 @@ def _find_course() -> Path:
     inside a submission never replace the TA's."""
     from grader.settings import current
 
-    if current().course is not None:
-        return current().course
+    course = current().course
+    if course is not None:
+        return course
     home = Path(__file__).resolve().parent.parent
     if (home / "assignments").is_dir():
         return home
@@ -81,9 +83,9 @@ def kit_manifest() -> dict:
     path = course_root() / KIT_MANIFEST
     if not path.is_file():
         return {}
-    try:
+    if sys.version_info >= (3, 11):
         import tomllib
-    except ModuleNotFoundError:  # Python 3.10
+    else:  # Python 3.10
         import tomli as tomllib
     return tomllib.loads(path.read_text())
 
