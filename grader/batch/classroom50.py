@@ -60,7 +60,7 @@ def _read_text(path: Path, what: str, error) -> str:
         raise error(f"{what} {path}: not UTF-8 text") from None
 
 
-def load_roster(path: Path, org: str, classroom: str, slug: str) -> list[RosterEntry]:
+def load_roster(path: Path, org: str | None, classroom: str, slug: str) -> list[RosterEntry]:
     """The students of a Classroom 50 assignment, each with ORG/<classroom>-<slug>-<user>."""
     path = Path(path)
     if not org:

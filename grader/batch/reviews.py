@@ -76,7 +76,7 @@ def flags(result: AssignmentResult) -> list[str]:
     return [t.name for t in result.tests if t.outcome == Outcome.FLAGGED]
 
 
-def make(student: str, folder: str, assignment: str, record: dict, decision: str, points: float | None,
+def make(student: str, folder: str, assignment: str, record: dict | None, decision: str, points: float | None,
          note: str, by: str) -> Review:
     """A review of a graded record, checked: ReviewError says why it cannot be made."""
     from grader.judge.scoring import points_without_findings

@@ -210,11 +210,11 @@ def check(
             if html_dir.resolve() == OUTPUT_DIR.resolve() else "")
     console.print(f"\nresults: {json_file}   report: {html}{kept}")
     if keep is not None:
-        kept = ["the performance inputs and compiled kernels"] if ctx.cache else []
+        kept_next = ["the performance inputs and compiled kernels"] if ctx.cache else []
         if settings.warm.keep_seconds > 0 and settings.warm.fork_server:
-            kept.append(f"a warm worker start for {settings.warm.keep_seconds:g} s")
-        if kept:
-            console.print(f"[dim]kept for the next check: {' and '.join(kept)}, in {keep} "
+            kept_next.append(f"a warm worker start for {settings.warm.keep_seconds:g} s")
+        if kept_next:
+            console.print(f"[dim]kept for the next check: {' and '.join(kept_next)}, in {keep} "
                           f"(GRADER_CACHE_GB=0 keeps nothing)[/dim]")
     from grader.kit import github
 
@@ -355,11 +355,11 @@ def print_summary(run: RunResult) -> None:
         table.add_column("case")
         table.add_column("shape")
         for d in dtypes:
-            table.add_column(d)
+            table.add_column(d or "")
         rows: dict[str, dict] = {}
         for t in a.tests:
             if t.kind == "correctness":
-                row = rows.setdefault(t.case, {"shape": t.shape or ""})
+                row = rows.setdefault(t.case or "", {"shape": t.shape or ""})
                 row[t.dtype] = t.outcome
                 row["shape"] = row["shape"] or t.shape or ""
         for case, row in rows.items():

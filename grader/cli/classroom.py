@@ -127,7 +127,7 @@ def fetch(
         if (slug or scores) and not classroom50:
             raise UsageError("--slug and --scores go with --classroom50 CLASSROOM")
         if classroom50 and not slug:
-            if len(assignment or []) != 1:
+            if not assignment or len(assignment) != 1:
                 raise UsageError("--classroom50: name the assignment's slug with --slug, or one assignment with -a")
             from grader.kit.classroom50 import slug_of
 
@@ -136,8 +136,11 @@ def fetch(
         _fail(UsageError(exc.args[0]))
     except UsageError as exc:
         _fail(exc)
-    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment,
-                       (classroom50, slug) if classroom50 else None, scores)
+    classroom_slug = None
+    if classroom50:
+        assert slug is not None  # given, or the one assignment's
+        classroom_slug = (classroom50, slug)
+    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment, classroom_slug, scores)
     raise typer.Exit(1 if any(p.status != "fetched" for p in lock.students) else 0)
 
 
@@ -246,7 +249,8 @@ def grade(
                 raise UsageError(f"--case/--dtype choose no case of {', '.join(missing_cases)}: choose the assignments "
                                  f"with -a")
         if remote:
-            slots, gpu_model = [None] * (jobs or 2), "GPUs of the Ray cluster"
+            slots: list[str | None] = [None] * (jobs or 2)
+            gpu_model = "GPUs of the Ray cluster"
         else:
             slots, gpu_model = resolve_slots(ctx.device, gpus, jobs)
         if ctx.isolation == "docker" and (problem := docker.missing()) is not None:  # said now, not by every job
@@ -260,6 +264,7 @@ def grade(
             except SandboxError as exc:
                 raise UsageError(str(exc)) from None
         if roster is None:
+            assert lock_file is not None  # one of --roster and --lock, checked above
             lock = read_lock(lock_file)
     except specs.UnknownAssignment as exc:
         _fail(UsageError(exc.args[0]))

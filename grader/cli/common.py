@@ -5,6 +5,7 @@ markup, no workflow command in GitHub Actions)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import NoReturn
 
 import typer
 from rich.console import Console
@@ -76,7 +77,7 @@ def say(on: Console, markup: str, active: bool | None = None) -> None:
         on.print(markup, soft_wrap=True)
 
 
-def fail(exc: Exception) -> None:
+def fail(exc: Exception) -> NoReturn:
     """A usage error or a malformed input file: one line, exit 2. Its message may quote a
     student's file (a roster, a grader.toml), so it is shown as text."""
     say(err, f"[red]error:[/red] {shown_lines(exc)}")

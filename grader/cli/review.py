@@ -71,6 +71,7 @@ def review(
         known = specs.catalogue()
         why = "no such assignment" if assignment not in known else "not graded in this class folder"
         fail(UsageError(f"{assignment!r}: {why} (graded here: {', '.join(assignments) or 'none'})"))
+    assert student and assignment and note is not None  # checked above, for a review that is not --list
     folder = pinned[student].folder
     with reviews.locked(out):
         try:
