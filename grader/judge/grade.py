@@ -378,7 +378,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
              and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values()
                      if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
     materialize(spec, calls, workdir.parent / f"{spec.name}.bounds-inputs")
-    # as the GPU worker's view
+    # hide: as the GPU worker's view
     worker = session.student_worker(spec, workdir / "repo", target, workdir / "scratch-bounds", hide=hide,
                                     interpret=True)
     skipped: list[str] = []
