@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -94,9 +95,9 @@ class Course:
         path = self.root / KIT_MANIFEST
         if not path.is_file():
             return {}
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
+        else:  # Python 3.10
             import tomli as tomllib
         return tomllib.loads(path.read_text())
 

@@ -36,7 +36,6 @@ from grader.batch.store import failed_path, log_path, read_record, record_path, 
 from grader.settings import Settings, current
 from grader.spec import Course
 
-
 # -- scheduling ---------------------------------------------------------------------------------------
 
 class Scheduler:
@@ -100,6 +99,7 @@ def default_job_timeout(catalogue: Course) -> Callable[[Job], float]:
     return limit
 
 
+_PRCTL: Callable[..., int] | None
 try:  # loaded here, not in the forked child (the loader's locks may be held there)
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 except (AttributeError, OSError):  # not Linux
@@ -181,7 +181,8 @@ class LocalExecutor:
                 self._close_server(server[0])
 
     def _env(self, job: Job) -> dict[str, str]:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ,
+                   PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
         if job.device == "cuda" and job.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = job.gpu
         env.update(thread_share(len(self.slots), self.settings))
@@ -191,11 +192,14 @@ class LocalExecutor:
         folder = Path(job.out) / "logs"
         folder.mkdir(parents=True, exist_ok=True)
         name = threading.current_thread().name
+        assert self.server is not None  # only a pool with a job server starts one
         with open(folder / f"job-server-{name}.log", "a") as log:
-            return subprocess.Popen(self.server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self._env(job),
+            return subprocess.Popen(self.server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    env=self._env(job),
                                     start_new_session=True, preexec_fn=_die_with(os.getpid()))
 
     def _close_server(self, proc: subprocess.Popen) -> None:
+        assert proc.stdin is not None  # started with stdin=PIPE
         try:
             proc.stdin.close()
             proc.wait(timeout=30)
@@ -268,6 +272,7 @@ class LocalExecutor:
                 stopping = self.stopping
             if stopping:
                 self._terminate(proc)
+            assert proc.stdin is not None  # started with stdin=PIPE
             try:
                 proc.stdin.write(json.dumps(job.to_json()).encode())
                 proc.stdin.close()
@@ -312,7 +317,8 @@ def _attempt_header(job: Job) -> str:
     """The line that opens an attempt in the job's log (the student's name in it shown as text)."""
     from grader.sanitize import one_line
 
-    return f"\n=== {now()} attempt {job.tries} of {one_line(job.label)}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n"
+    on_gpu = f" on GPU {job.gpu}" if job.gpu else ""
+    return f"\n=== {now()} attempt {job.tries} of {one_line(job.label)}{on_gpu} ===\n"
 
 
 def _job_record(job: Job, stopping: bool, hung: bool, limit: float, code: int | None, log_file: Path,
@@ -449,7 +455,8 @@ class RayExecutor:
                         data, log_text = ray.get(ref)
                         record = JobRecord.from_json(data, where=f"the Ray task's record of {job.label}")
                     except Exception as exc:  # the task or its node died: ours, not the student's
-                        record, log_text = new_record(job, "infra_error", f"the Ray task failed: {type(exc).__name__}: {exc}",
+                        record, log_text = new_record(job, "infra_error",
+                                                      f"the Ray task failed: {type(exc).__name__}: {exc}",
                                                       started=started), traceback.format_exc()
                     self._finish(sched, job, record, log_text)
                 now = time.time()

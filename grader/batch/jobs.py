@@ -165,8 +165,8 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
 
     started = time.time()
     log = _shown(log)
-    log(f"grading {job.label} at commit {job.commit or '-'} ({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, "
-        f"seed {job.seed})")
+    log(f"grading {job.label} at commit {job.commit or '-'} "
+        f"({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, seed {job.seed})")
     try:
         session = _session(job, sessions if sessions is not None else {}, settings)
         spec = session.course.get(job.assignment)

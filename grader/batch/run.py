@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from grader.batch.jobs import Job, job_key, new_record, now
-from grader.judge.context import GradingContext
 from grader.batch.record import JobRecord, RecordError
 from grader.batch.store import MANIFEST, is_reusable, read_json, read_record, record_path, repair_students, store_record
+from grader.judge.context import GradingContext
 from grader.results import write_json_atomic
 from grader.settings import Settings
 from grader.spec import Course
@@ -76,7 +76,8 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
         try:
             repo = str(ensure_checkout(lock, p))
         except Exception as exc:  # the cache was removed or damaged after fetch
-            repo, why = "", f"the checkout of {p.student} in the workspace is missing or damaged ({exc}): run grader fetch again"
+            repo, why = "", (f"the checkout of {p.student} in the workspace is missing or damaged ({exc}): run grader "
+                             f"fetch again")
             plan.broken.append(why)
         for name in opts.assignments:
             spec = opts.catalogue.get(name)

@@ -143,7 +143,8 @@ def write_student(out: Path, folder: str) -> None:
     late = late_notes(folder_path)
     log = reviews.read(out)
     for a in run.assignments:
-        reviews.apply(a, log.latest(folder, a.name), records.get(a.name))  # a TA's decision on this grade, or a stale one said
+        # a TA's decision on this grade, or a stale one said
+        reviews.apply(a, log.latest(folder, a.name), records.get(a.name))
         if a.name in late:
             a.notes.append(late[a.name])
     write_json_atomic(run.to_gradescope(), folder_path / "results.json")

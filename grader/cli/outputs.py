@@ -17,13 +17,18 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from grader.judge.feedback import (group_failures, points_line, run_total, smallest_failing, smallest_words,
-                                   traceback_tail)
+from grader.cli.common import STYLE, commands_stopped, console, err, in_actions, say, shown, shown_lines
+from grader.judge.feedback import (
+    group_failures,
+    points_line,
+    run_total,
+    smallest_failing,
+    smallest_words,
+    traceback_tail,
+)
 from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
 from grader.settings import Settings
 from grader.spec import Course
-
-from grader.cli.common import STYLE, commands_stopped, console, err, in_actions, say, shown, shown_lines
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 

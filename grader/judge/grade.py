@@ -24,26 +24,32 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from grader.judge import perf
-from grader.protocol import Failure, Run, RunReply
+from grader.judge import perf, shrink
 from grader.judge.context import GradingContext
-from grader.judge import shrink
-from grader.judge.feedback import diagnosis, headline
-from grader.judge.integrity import OwnKernelCheck, scan_submission, summary as scan_summary, trivial_result
-from grader.judge.nonfinite import read_source
 from grader.judge.evidence import EvidenceError, Expected, read_saved
-from grader.judge.verdict import judge_call, judge_runs, truth_of
+from grader.judge.feedback import diagnosis, headline
+from grader.judge.integrity import OwnKernelCheck, scan_submission, trivial_result
+from grader.judge.integrity import summary as scan_summary
+from grader.judge.nonfinite import read_source
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.resources import Resources
+from grader.judge.scoring import score_assignment, split_cents
+from grader.judge.verdict import judge_call, judge_runs, truth_of
 from grader.judge.workers import StudentWorker
-from grader.payloads import (CorrectnessPayload, Kind, LargestPassing, PerformancePayload, SmallestFailing,
-                             SubmissionPayload)
+from grader.payloads import (
+    CorrectnessPayload,
+    Kind,
+    LargestPassing,
+    PerformancePayload,
+    SmallestFailing,
+    SubmissionPayload,
+)
+from grader.protocol import Failure, Run, RunReply
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResult, cents
 from grader.sandbox.files import output_path, shown_to_worker
 from grader.sandbox.process import WorkerFailure
-from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
 from grader.submission import Submission
 
@@ -162,7 +168,8 @@ def prepare(g: Grading) -> None:
     materialize(g.spec, g.runnable, g.workdir.parent / f"{g.spec.name}.inputs")
     left_out = g.sub.private_copy(g.workdir / "repo")
     if left_out:  # counts only: the names are the student's, and nothing of theirs is followed
-        g.result.notes.append("Not copied for grading: " + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
+        g.result.notes.append("Not copied for grading: "
+                              + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
     _scan(g.result, g.workdir / "repo", g.module)
 
 
@@ -170,6 +177,7 @@ def load_module(g: Grading) -> None:
     """The worker imports the module; if it cannot, one result says why, not the same error once per case."""
     if not g.runnable:
         return
+    assert g.worker is not None  # prepare started it
     g.load_failure = _start(g.worker, g.spec)
     if g.load_failure:
         g.finish(_unloadable(g.spec, g.ctx, g.result, g.module, g.calls, g.runnable, g.load_failure))
@@ -185,6 +193,7 @@ def correctness(g: Grading) -> None:
         if call.skip:
             result.tests.append(_test(spec, call, ctx, "skipped", call.skip))
             continue
+        assert g.worker is not None  # prepare started it
         if restarts.restarting() and not g.load_failure:
             g.load_failure = _start(g.worker, spec)  # a fresh worker, once a call needs one
         if g.load_failure:
@@ -200,6 +209,7 @@ def correctness(g: Grading) -> None:
 
 def shrinking(g: Grading) -> None:
     if g.loaded:
+        assert g.worker is not None  # prepare started it
         _shrink_failures(g.spec, g.ctx, g.worker, g.workdir, g.result, g.calls, g.call_timeout)
 
 
@@ -216,7 +226,8 @@ def bounds_check(g: Grading) -> None:
 def performance(g: Grading) -> None:
     if g.spec.performance is not None:
         g.step(f"{g.spec.name}: performance")
-        g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout, g.roofline))
+        g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout,
+                                           g.roofline))
 
 
 def scoring(g: Grading) -> None:
@@ -277,7 +288,8 @@ def grade_assignment(session: Resources, sub: Submission, spec: Assignment, work
     return g.result
 
 
-def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str) -> AssignmentResult:
+def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult,
+                   module: str) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
@@ -320,7 +332,8 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
                           traceback=failure.traceback, output=failure.output,
                           details=SubmissionPayload(import_failed=True))
     first = runnable[0]  # any one case reproduces an import that fails
-    test.reproducer = f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed {first.seed}"
+    test.reproducer = (f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed "
+                       f"{first.seed}")
     return _one_result(spec, ctx, result, calls, runnable, test)
 
 
@@ -361,7 +374,7 @@ BOUNDS_CHECK_MAX_ELEMENTS = 1 << 18
 
 
 def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str], workdir: Path, timeout: float,
-                  hide: list[Path] = ()) -> TestResult:
+                  hide: Sequence[Path] = ()) -> TestResult:
     """On a GPU an out-of-bounds load or store often goes unseen: it reads a neighbour's
     memory and the values inside the tensor still come out right. So a GPU run replays the
     small named cases, in float32, in Triton's CPU interpreter, where grader.worker.memcheck checks
@@ -370,9 +383,11 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     ctx = session.context
     cpu = replace(ctx, device="cpu", dtypes=("float32",), cases=None)
     calls = [c for c in cpu.calls(spec) if c.case in spec.cases
-             and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values() if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
+             and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values()
+                     if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
     materialize(spec, calls, workdir.parent / f"{spec.name}.bounds-inputs")
-    worker = session.student_worker(spec, workdir / "repo", target, workdir / "scratch-bounds", hide=hide,  # as the GPU worker's view
+    # hide: as the GPU worker's view
+    worker = session.student_worker(spec, workdir / "repo", target, workdir / "scratch-bounds", hide=hide,
                                     interpret=True)
     skipped: list[str] = []
     try:
@@ -388,6 +403,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 skipped.append(f"{call.case.name}: not run, the calls before it timed out")
                 continue
             out = output_path(workdir, f"bounds-{call.slug}.safetensors")
+            assert call.input_file is not None  # materialize wrote every call's inputs
             try:
                 with shown_to_worker(call.input_file, workdir) as shown:
                     reply = worker.request(Run("student", str(shown), call.layout, "cpu", str(out)), timeout)
@@ -400,7 +416,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 return TestResult(spec.name, Kind.INTEGRITY, name, "failed",
                                   f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
-                                  reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
+                                  reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype "
+                                             f"float32 --seed {call.seed} --device cpu")
             if isinstance(reply, Failure):
                 skipped.append(f"{call.case.name}: {reply.message}")
     finally:
@@ -413,7 +430,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     return TestResult(spec.name, Kind.INTEGRITY, name, "passed", f"no access out of bounds in {checked}{note}")
 
 
-def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path, result: AssignmentResult,
+def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path,
+                     result: AssignmentResult,
                      calls: list[PlannedCall], timeout: float) -> None:
     """For each distinct failure, the smallest case that still fails and the closest that passes
     (grader.judge.shrink), searched from its smallest failing case with the worker still loaded,
@@ -453,7 +471,7 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
                 return None
             if test.outcome != Outcome.FAILED:  # passed; or raised at that size: not this bug
                 return False if test.outcome == Outcome.PASSED else shrink.INVALID
-            seen[case.name] = test
+            seen[case.name] = test  # noqa: B023 - shrink.search below calls fails only in this iteration
             return True
 
         found = shrink.search(spec, start.case, fails, deadline)
@@ -495,20 +513,24 @@ def _start(worker: StudentWorker, spec: Assignment) -> Failure | None:
     return reply if isinstance(reply, Failure) else None
 
 
-def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
+def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float,
+              integrity) -> TestResult:
     runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
     refs: list = []  # the float64 truth on each call's inputs
     for i, (input_file, layout) in enumerate(call.runs):
+        assert input_file is not None  # materialize wrote every call's inputs
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
             with shown_to_worker(input_file, workdir) as shown, worker.sharing_gpu():  # waits while another job times
-                reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file), record_ops=True), timeout)
+                reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file),
+                                           record_ops=True), timeout)
         except WorkerFailure as f:
             return _test(spec, call, ctx, f.outcome, f.message, output=f.output)
         if isinstance(reply, Failure):
             if reply.kind == "memory":
                 return _test(spec, call, ctx, "failed", reply.message, traceback=reply.traceback)
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
+        assert isinstance(reply, RunReply)  # decode_reply answers a Run with a RunReply or a Failure
         inputs = load_inputs(call, index=i)
         ref = truth_of(spec, inputs) if spec.check is None else None
         try:  # its header checked against what this case can produce before a byte of data is read
@@ -541,8 +563,10 @@ def _merged(replies: list[RunReply]) -> dict:
 
 
 def _from_failure(spec, call, ctx, failure: Failure, context: str) -> TestResult:
-    outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR  # a worker failure, or the student's own error
-    return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback, output=failure.output)
+    # a worker failure, or the student's own error
+    outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
+    return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback,
+                 output=failure.output)
 
 
 def _shape(call: PlannedCall) -> str:

@@ -58,14 +58,17 @@ class StudentWorker:
         except (OSError, SandboxError) as exc:
             raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None
         except WorkerFailure as f:
-            raise WorkerFailure(replace(f.failure, kind="infra_error", message=f"the worker did not start: {f.message}")) from None
+            raise WorkerFailure(replace(f.failure, kind="infra_error",
+                                        message=f"the worker did not start: {f.message}")) from None
         module, function = self.target
         # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
         with self.sharing_gpu():
-            return self.process.request(
+            reply = self.process.request(
                 Load({"student": Contender(str(self.repo), module, function)}),
                 ctx.import_timeout_for(self.spec),
             )
+        assert isinstance(reply, (Ok, Failure))  # decode_reply answers a Load with one of these
+        return reply
 
     def sharing_gpu(self):
         """Held while this worker's import or call runs (none in the interpreter)."""
@@ -84,5 +87,5 @@ class StudentWorker:
         if self.process is not None:
             self.process.close()
             self.process = None
-            if self.kept is not None:
+            if self.kept is not None and self.worker_scratch is not None:
                 self.kept.keep(self.worker_scratch / "triton-cache")

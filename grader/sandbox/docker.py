@@ -112,7 +112,8 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
         # refuses. It counts per uid, and every worker container shares one: a bound on all of
         # them together, where --pids-limit is each one's.
         argv += ["--ulimit", f"nproc={8 * limits.processes}"]
-    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" + (",notmpcopyup" if podman else "")]
+    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555"
+             + (",notmpcopyup" if podman else "")]
     if not interpret:  # podman names a GPU by its CDI spec (nvidia-ctk cdi generate)
         argv += ["--device", f"nvidia.com/gpu={gpu or 0}"] if podman else ["--gpus", f'"device={gpu or 0}"']
     argv += ["--workdir", str(cwd)]

@@ -26,10 +26,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from grader.environment import has_gpu
 from grader import protocol
+from grader.environment import has_gpu
 from grader.protocol import Failure
 from grader.sandbox.backend import ISOLATION_MODES, backend_for
 from grader.sandbox.isolation import Isolation, SandboxError
@@ -111,7 +112,8 @@ def as_asked(mode: str = "sandbox", settings: Settings = Settings()) -> Isolatio
     isolation = detect(mode, settings)
     if mode == "none" or not isolation.warnings:
         return isolation
-    raise SandboxError(f"the {mode} isolation cannot be built as asked on this machine: {'; '.join(isolation.warnings)}. "
+    raise SandboxError(f"the {mode} isolation cannot be built as asked on this machine: "
+                       f"{'; '.join(isolation.warnings)}. "
                        "Fix it (the unshare command from util-linux; namespaces the kernel allows: as root, or for "
                        "another user sysctl user.max_user_namespaces > 0 and, on Ubuntu 23.10 and later, "
                        "kernel.apparmor_restrict_unprivileged_userns=0), or pass --isolation none to grade without "
@@ -156,7 +158,7 @@ class WorkerProcess:
     are the session's (its warm starts, uid range, container command and threads)."""
 
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
-                 isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
+                 isolation: Isolation | str = "sandbox", writable: Sequence[Path] = (), hide: Sequence[Path] = (),
                  job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
                  probe: str | None = None, keep_autotuning: bool = False, settings: Settings = Settings()) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation, settings)
@@ -266,7 +268,8 @@ class WorkerProcess:
         self.kill()  # whatever it left behind
         status = self.status()
         if "setup_error" in status:
-            return WorkerFailure("infra_error", f"the sandbox failed (not the submission's fault): {status['setup_error']}",
+            return WorkerFailure("infra_error",
+                                 f"the sandbox failed (not the submission's fault): {status['setup_error']}",
                                  self.output.text())
         if "signal" in status:
             code = -status["signal"]
@@ -277,7 +280,8 @@ class WorkerProcess:
         if code < 0:
             name = signal.Signals(-code).name
             how = f"killed by signal {name}" + {"SIGSEGV": " (segmentation fault)", "SIGABRT": " (abort)",
-                                                "SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)"}.get(name, "")
+                                                "SIGXCPU": " (CPU time limit)",
+                                                "SIGXFSZ": " (file size limit)"}.get(name, "")
         else:
             how = f"exited with status {code} (sys.exit, os._exit or a fatal error)"
         return WorkerFailure("crashed", f"the worker process died: {how}", self.output.text())
