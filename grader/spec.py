@@ -202,7 +202,8 @@ class Assignment:
     # the float64 truth: the exact answer (a tensor, or a tuple of them), called on inputs upcast to
     # float64; None where `check` judges. ("reference" is the instructor's Triton kernel, reference/.)
     truth: Callable[..., Any] | None
-    baseline: Callable[..., torch.Tensor]  # torch in the working dtype: the error model's yardstick and the vendor timing
+    # torch in the working dtype: the error model's yardstick and the vendor timing
+    baseline: Callable[..., torch.Tensor]
     cases: tuple[Case, ...]
     random_cases: Callable[[random.Random], list[Case]]
     correctness_points: float
@@ -229,7 +230,8 @@ class Assignment:
     check: Callable[[list[dict], list, str], Any] | None = None
     output_names: tuple[str, ...] = ()  # names of a tuple result's parts (dx, dw, db), for messages
     withheld_cases: int = 0  # hidden cases this copy of the course lacks (a student kit): counted, run at grading
-    course: Course | None = field(default=None, repr=False, compare=False)  # the course that loaded it (its secret, reference/)
+    # the course that loaded it (its secret, reference/)
+    course: Course | None = field(default=None, repr=False, compare=False)
 
     @property
     def public_cases(self) -> tuple[Case, ...]:

@@ -288,9 +288,11 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
         else:
             cell.note = record.error
         if record.status == "graded" and failed_path(out, p.folder, a).is_file():
-            cell.note = f"a later attempt failed ({_kept_error(failed_path(out, p.folder, a))}): this earlier grade is kept"
+            cell.note = (f"a later attempt failed ({_kept_error(failed_path(out, p.folder, a))}): "
+                         "this earlier grade is kept")
         if record.commit != p.commit:
-            cell.note = f"graded at commit {str(record.commit)[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
+            cell.note = (f"graded at commit {str(record.commit)[:12]}, the lock now pins {str(p.commit)[:12]}: "
+                         "not regraded yet")
         if cell.review:
             cell.note = "; ".join(filter(None,
                                          [cell.note, f"{reviews.WORDS[cell.review['decision']]} by {cell.review['by']} "

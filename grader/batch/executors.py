@@ -67,7 +67,8 @@ class Scheduler:
     def finish(self, job: Job, record: JobRecord | None) -> None:
         with self.cond:
             self.in_flight -= 1
-            retry = record is not None and record.status == "infra_error" and job.tries <= self.retries and not self.stopped
+            retry = (record is not None and record.status == "infra_error" and job.tries <= self.retries
+                     and not self.stopped)
             if retry:
                 self.queue.append(job)
             else:
@@ -134,7 +135,8 @@ class LocalExecutor:
     """`slots` job processes at once on this machine; slot i owns GPU slots[i] (None: CPU)."""
 
     def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] | None = None,
-                 runner: list[str] | None = None, server: list[str] | None = None, settings: Settings = Settings()) -> None:
+                 runner: list[str] | None = None, server: list[str] | None = None,
+                 settings: Settings = Settings()) -> None:
         """`server` (default: `python -m grader.batch.jobs --serve`, unless GRADER_JOB_SERVER=0 or a
         one-shot `runner` is given) keeps one job process per slot for job after job; `settings`
         are the batch command's; `job_timeout` (default: `default_job_timeout` of the course the
@@ -389,7 +391,8 @@ def ray_task(job: dict, code: bytes) -> tuple[dict, str]:
     the driver) and log."""
     lines: list[str] = []
     j = Job.from_json(job)
-    j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None  # the GPU Ray gave the task
+    # the GPU Ray gave the task
+    j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None
     with tempfile.TemporaryDirectory(prefix="grader-ray-") as tmp:
         _unpack(code, Path(tmp) / "repo")
         j.repo = str(Path(tmp) / "repo")
@@ -476,7 +479,8 @@ class RayExecutor:
         log_file = log_path(out, job.folder, job.assignment)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "a") as log:
-            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.node or '?'} ===\n{log_text}")
+            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.node or '?'} ===\n"
+                      f"{log_text}")
         store_record(out, record)
         sched.finish(job, record)
 

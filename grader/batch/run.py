@@ -147,7 +147,8 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
         executor.join()
     finally:
         done = [r for _, r in sched.finished if r is not None]
-        entry.update(finished=now(), wall_s=round(time.time() - started, 1), graded=sum(r.status == "graded" for r in done),
+        entry.update(finished=now(), wall_s=round(time.time() - started, 1),
+                     graded=sum(r.status == "graded" for r in done),
                      infra_error=sum(r.status == "infra_error" for r in done),
                      not_run=len(plan.jobs) - len(done))
         write_json_atomic(manifest, out / MANIFEST)

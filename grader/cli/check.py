@@ -66,8 +66,10 @@ def select_assignments(sub, names: list[str] | None, course: specs.Course) -> li
             raise UsageError(exc.args[0]) from None
     if not catalogue:
         raise UsageError(f"no course found: no assignments/ in {course.root}. Run grader check inside your "
-                         f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
-    found = [s for s in catalogue.values() if sub.has(s) or sub.problem(s)]  # a problem is graded: the student's outcome
+                         f"repository (the folder with {specs.KIT_MANIFEST}), "
+                         "or set GRADER_COURSE to the course folder")
+    # a problem is graded: the student's outcome
+    found = [s for s in catalogue.values() if sub.has(s) or sub.problem(s)]
     problems = toml_problems(sub, catalogue)
     if not found:
         # grader.toml's paths: one line each

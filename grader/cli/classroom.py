@@ -165,8 +165,8 @@ def resolve_slots(device: str, gpus: str, jobs: Optional[int], settings: Setting
             raise UsageError(f"--gpus {gpus}: this machine has GPUs 0..{count - 1}")
     models = {torch.cuda.get_device_name(i) for i in chosen}
     if len(models) > 1:
-        raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): their timings do not compare; "
-                         "grade a class on one model")
+        raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): "
+                         "their timings do not compare; grade a class on one model")
     visible = settings.visible_gpus
     tokens = [t.strip() for t in visible.split(",")] if visible else [str(i) for i in range(count)]
     n = jobs or DEFAULT_JOBS_PER_GPU * len(chosen)
@@ -251,7 +251,8 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
             slots, gpu_model = [None] * (options.jobs or 2), "GPUs of the Ray cluster"
         else:
             slots, gpu_model = resolve_slots(ctx.device, options.gpus, options.jobs, settings)
-        if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:  # said now, not by every job
+        # said now, not by every job
+        if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:
             raise UsageError(problem)
         if not remote:  # a class is graded unattended: no weaker sandbox than asked (Ray's nodes detect their own)
             _isolation_as_asked(ctx.isolation, settings)
@@ -364,8 +365,8 @@ def run_grade(options: GradeOptions, settings: Settings) -> int:
 
     opts = BatchOptions(options.out.resolve(), names, ctx, setup.slots, setup.gpu_model, options.resume,
                         options.only or None, options.retries, options.executor, options.address,
-                        job_timeout=options.job_timeout, course=course, similarity_threshold=options.similarity_threshold,
-                        settings=settings, catalogue=catalogue)
+                        job_timeout=options.job_timeout, course=course,
+                        similarity_threshold=options.similarity_threshold, settings=settings, catalogue=catalogue)
     plan = plan_batch(lock, opts)
     slots = setup.slots
     where = "CPU interpreter (no timing, no bf16)" if ctx.device == "cpu" else f"{setup.gpu_model} x{len(set(slots))}"
@@ -397,7 +398,8 @@ def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:
                     return
                 if kind == "retry":
                     counts["retried"] += 1
-                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record.error, 500)} (trying again)")
+                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: "
+                                      f"{shown(record.error, 500)} (trying again)")
                 elif kind == "done":
                     isolation = (record.environment or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
@@ -499,13 +501,15 @@ def similarity(
     from grader.batch.classview import write_class_outputs
 
     if compare.MISSING is not None:
-        _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: pip install \"grader[ta]\""))
+        _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: "
+                         "pip install \"grader[ta]\""))
     catalogue = specs.Course.find(current())
     course = load_course_or_fail(course_file, catalogue)
     if threshold is not None and not 0 < threshold <= 1:
         _fail(UsageError("--threshold must be in (0, 1]"))
     lock, manifest = _class_lock(class_dir)
-    view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold, catalogue)
+    view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold,
+                               catalogue)
     for a in view.assignments:
         pairs = view.similarity.get(a, [])
         console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"

@@ -68,8 +68,8 @@ def release(
         if made:
             console.print(f"[yellow]made the course secret {made}: graded random shapes come from it. Keep it with the "
                           "course (never in a kit); every grader of this class needs the same one.[/yellow]")
-        kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner, title=title,
-                        catalogue=catalogue)
+        kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner,
+                        title=title, catalogue=catalogue)
         if classroom50 is not None:
             from grader.kit.classroom50_config import write_classroom
 

@@ -79,8 +79,8 @@ def review(
     folder = pinned[student].folder
     with reviews.locked(out):
         try:
-            made = reviews.make(student, folder, assignment, read_record(record_path(out, folder, assignment)), decisions[0],
-                                points, note, by if by is not None else _reviewer())
+            made = reviews.make(student, folder, assignment, read_record(record_path(out, folder, assignment)),
+                                decisions[0], points, note, by if by is not None else _reviewer())
         except (reviews.ReviewError, RecordError) as exc:
             fail(exc)
         log = reviews.append(out, made)

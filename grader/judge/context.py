@@ -175,7 +175,8 @@ def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | No
         private.append(str(reference_dir))  # the solutions: out of every worker's sight, wherever they are
     elif course.reference.is_dir():
         private.append(str(course.reference.resolve()))
-    return GradingContext(resolved, seed if seed is not None else secrets.randbelow(2**31), tuple(cases) if cases else None,
-                          tuple(dtypes) if dtypes else None, timeout, isolation=isolation, hide=tuple(dict.fromkeys(private)),
+    return GradingContext(resolved, seed if seed is not None else secrets.randbelow(2**31),
+                          tuple(cases) if cases else None, tuple(dtypes) if dtypes else None, timeout,
+                          isolation=isolation, hide=tuple(dict.fromkeys(private)),
                           reference_dir=str(reference_dir) if reference_dir else None, **more)
 

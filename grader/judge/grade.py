@@ -348,7 +348,8 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     timed = spec.performance is not None and not ctx.interpret
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
-    if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+    # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+    if skipped:
         why = test.details if isinstance(test.details, SubmissionPayload) else SubmissionPayload()
         result.tests.append(TestResult(spec.name, Kind.SUBMISSION, "checks that need a GPU", "skipped",
                                        "not submitted, and not runnable here" if why.not_submitted
@@ -546,7 +547,8 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
     else:
         verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source, refs=refs)
     reply = _merged([r for _, r, _ in runs])
-    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
+    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED,
+                      trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
     details = replace(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
     if details.wrong_map is not None:  # the kernel's block sizes, for the picture (sizes only: the worker's word)
         details.blocks = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}

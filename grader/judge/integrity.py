@@ -336,11 +336,13 @@ class OwnKernelCheck:
         if not self.kernels:  # nothing ran: there is nothing to vouch for
             if self.all_trivial:
                 return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped",
-                                  "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",
+                                  "every result here was trivial (zeros, empty, or a copy of an input): "
+                                  "nothing to inspect",
                                   details=IntegrityPayload(kernels_launched=launched, evidence=[]))
             return TestResult(self.spec.name, Kind.INTEGRITY, name, "failed",
-                              f"no Triton kernel was launched in any call: {self.spec.function}() must launch your kernel "
-                              "(kernel[grid](...))", details=IntegrityPayload(kernels_launched=launched, evidence=[]))
+                              f"no Triton kernel was launched in any call: {self.spec.function}() "
+                              "must launch your kernel (kernel[grid](...))",
+                              details=IntegrityPayload(kernels_launched=launched, evidence=[]))
         kernels = ", ".join(self.kernels)
         return TestResult(self.spec.name, Kind.INTEGRITY, name, "passed", f"Triton kernels launched: {kernels}",
                           details=IntegrityPayload(kernels_launched=launched, evidence=[]))

@@ -6,7 +6,8 @@ job of its slot) and a Ray task; all of them grade through `GradingSession.grade
 Why one object: check and batch used to assemble a grading each their own way (their own run
 cache, environment, workers and warm starts), and drifted: a batch lost the static scan's
 warnings that a check kept. Now the settings are read once, by the command that opens the
-session (grader.settings), held by its resources and handed down from there, and what differs between the drivers is only what they do with the result.
+session (grader.settings), held by its resources and handed down from there, and what differs
+between the drivers is only what they do with the result.
 """
 
 from __future__ import annotations
@@ -84,7 +85,8 @@ class GradingSession(Resources):
                                      AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), why)
 
 
-def open_session(context: GradingContext, settings: Settings = Settings(), course: Course | None = None) -> GradingSession:
+def open_session(context: GradingContext, settings: Settings = Settings(),
+                 course: Course | None = None) -> GradingSession:
     """The session for `context` with the command's `settings` (the defaults where a test gives none)
     and its `course` (default: the one the settings name or imply, found here).
     It holds no process of its own (workers end with each assignment; a warm fork server ends

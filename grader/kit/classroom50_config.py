@@ -245,7 +245,8 @@ def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
     catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     classroom = Path(classroom).resolve()
     if not NAME.fullmatch(classroom.name):
-        raise ReleaseError(f"--classroom50 {classroom}: the classroom's folder name must be letters, digits, '-', '_' or '.'")
+        raise ReleaseError(f"--classroom50 {classroom}: the classroom's folder name must be letters, digits, "
+                           "'-', '_' or '.'")
     course = catalogue.root.resolve()
     if classroom == course or classroom.is_relative_to(course) or course.is_relative_to(classroom):
         raise ReleaseError(f"--classroom50 {classroom} is inside the course (or holds it): use the classroom50 config "

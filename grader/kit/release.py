@@ -64,7 +64,8 @@ class Kit:
 
 
 def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False, requirement: str | None = None,
-              gpu_runner: str | None = None, title: str = "Triton kernels", catalogue: specs.Course | None = None) -> Kit:
+              gpu_runner: str | None = None, title: str = "Triton kernels",
+              catalogue: specs.Course | None = None) -> Kit:
     """Write the kit of `catalogue`'s assignments (default: the course the default settings imply)
     to `out`: empty or absent, or with force, a folder whose contents are replaced (all but .git:
     regenerate into a clone of the template repository and commit the difference). It is built

@@ -28,8 +28,8 @@ def missing(settings: Settings) -> str | None:
     """Why `--isolation docker` cannot run here (its command, GRADER_CONTAINER_CLI, is not on
     PATH), else None."""
     if shutil.which(settings.container_cli) is None:
-        return (f"--isolation docker: no `{settings.container_cli}` command on this machine (GRADER_CONTAINER_CLI names another, "
-                "e.g. podman; or use the default, --isolation sandbox)")
+        return (f"--isolation docker: no `{settings.container_cli}` command on this machine "
+                "(GRADER_CONTAINER_CLI names another, e.g. podman; or use the default, --isolation sandbox)")
     return None
 
 

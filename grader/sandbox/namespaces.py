@@ -132,7 +132,8 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
         "env": launch.env,
         "limits": launch.limits.for_worker(user is not None, launch.interpret),
         "user": user,
-        "view": sandbox_view(launch.job, launch.writable, launch.hide, launch.settings) if isolation.namespaces else None,
+        "view": (sandbox_view(launch.job, launch.writable, launch.hide, launch.settings)
+                 if isolation.namespaces else None),
         "pass_fds": list(channel),
         "status_fd": status_tx,
         "lifeline_fd": lifeline_rx,
@@ -206,7 +207,8 @@ def private_folders(hide: list[Path], settings: Settings = Settings()) -> list[s
     submissions, the output folder, the references)."""
     from grader.spec import course_folder
 
-    folders = [course_folder(settings), Path(PACKAGE_PARENT) if installed_package() is None else Path(installed_package()),
+    folders = [course_folder(settings),
+               Path(PACKAGE_PARENT) if installed_package() is None else Path(installed_package()),
                Path.home(), *hide]
     return sorted({os.path.realpath(p) for p in folders})
 

@@ -18,7 +18,8 @@ SUMMARY = "a plain process with limits, for debugging"  # what `--isolation` hel
 
 
 def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isolation:
-    return Isolation("none", warnings=("--isolation none: the worker runs as you, on the network, and sees every file you can",))
+    return Isolation("none", warnings=("--isolation none: the worker runs as you, on the network, "
+                                       "and sees every file you can",))
 
 
 def start(launch: Launch, isolation: Isolation) -> Started:

@@ -132,7 +132,8 @@ def _probe(isolation: Isolation, settings: Settings) -> str | None:
         (job / "repo").mkdir()
         try:
             proc = WorkerProcess(job / "repo", job / "scratch", interpret=not has_gpu(), isolation=isolation,
-                                 command=[sys.executable, "-I", "-B", "-c", f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
+                                 command=[sys.executable, "-I", "-B", "-c",
+                                          f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
                                  probe=PROBE, settings=settings)
         except (OSError, SandboxError) as exc:
             return str(exc)
@@ -178,8 +179,8 @@ class WorkerProcess:
             # tuned once per run (every student then times against the same configuration), and
             # a check's kept kernels are not tuned again on the next check
             env["TRITON_CACHE_AUTOTUNING"] = "1"
-        launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command, probe,
-                        settings)
+        launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command,
+                        probe, settings)
         self.started = self.backend.start(launch, self.isolation)  # the one start, whatever the backend
         self.proc = self.started.proc
         self._rx, self._tx = self.started.rx, self.started.tx

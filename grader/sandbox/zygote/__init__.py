@@ -52,8 +52,8 @@ if TYPE_CHECKING:
     from grader.sandbox.uids import JobLease
     from grader.settings import Settings, WarmStarts
 
-__all__ = ["Forked", "PRELOAD", "Zygote", "ZygoteError", "close_all", "disable", "enabled", "get", "keep_warm", "prewarm",
-           "start", "stop_warm", "try_start", "usable", "warm_name", "zygote_key"]
+__all__ = ["Forked", "PRELOAD", "Zygote", "ZygoteError", "close_all", "disable", "enabled", "get", "keep_warm",
+           "prewarm", "start", "stop_warm", "try_start", "usable", "warm_name", "zygote_key"]
 
 _DISABLED: list[str] = []
 
