@@ -265,7 +265,7 @@ def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = Non
             if wrong is None:
                 continue
             args = [(wrong if k == name else v) for k, v in mismatch.inputs.items()]
-            if spec.reference is None:  # no float64 truth to recompute with
+            if spec.truth is None:  # no float64 truth to recompute with
                 continue
             try:
                 guess = spec.truth(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
