@@ -14,7 +14,7 @@ from __future__ import annotations
 import secrets
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
-from typing import Any
+from typing import Any, Sequence
 
 from grader import environment
 from grader.judge.plan import PlannedCall, plan_calls
@@ -143,7 +143,7 @@ def _listed(values: tuple[str, ...] | None) -> list[str] | None:
 
 def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | None = None,
             dtypes: list[str] | None = None, timeout: float | None = None, isolation: str = "sandbox",
-            hide: list[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False,
+            hide: Sequence[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False,
             course: Course | None = None, **more) -> GradingContext:
     """Check the options and fix the context. `device` auto picks the GPU when one is visible;
     a missing GPU, an unknown dtype or isolation mode, or a reference folder that does not

@@ -191,7 +191,7 @@ def correctness(g: Grading) -> None:
     for call in g.calls:
         g.step(f"{spec.name}: {call.id}")
         if call.skip:
-            result.tests.append(_test(spec, call, ctx, "skipped", call.skip))
+            result.tests.append(_test(spec, call, ctx, Outcome.SKIPPED, call.skip))
             continue
         assert g.worker is not None  # prepare started it
         if restarts.restarting() and not g.load_failure:
@@ -200,7 +200,7 @@ def correctness(g: Grading) -> None:
             result.tests.append(_from_failure(spec, call, ctx, g.load_failure, f"importing {g.module} failed"))
             continue
         if restarts.given_up:
-            result.tests.append(_test(spec, call, ctx, "timeout", "not run: the calls before this one timed out"))
+            result.tests.append(_test(spec, call, ctx, Outcome.TIMEOUT, "not run: the calls before this one timed out"))
             continue
         test = _run_call(spec, call, ctx, g.worker, g.workdir, g.call_timeout, g.integrity)
         result.tests.append(test)
@@ -293,7 +293,7 @@ def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, resul
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
-    test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", "failed",
+    test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", Outcome.FAILED,
                       f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
                       details=SubmissionPayload(not_submitted=True))
     calls = ctx.calls(spec)
@@ -305,7 +305,7 @@ def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult
     module that leads out of the repo or is not a file): the student's outcome, failed with the
     reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
     calls = ctx.calls(spec)
-    test = TestResult(spec.name, Kind.SUBMISSION, "cannot be graded", "failed",
+    test = TestResult(spec.name, Kind.SUBMISSION, "cannot be graded", Outcome.FAILED,
                       f"{why}: nothing of {spec.name} was checked",
                       details=SubmissionPayload(not_gradable=True))
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
@@ -317,7 +317,7 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     as a missing module is) or its import failed (one error with the student's traceback). Either
     way no case could run, so one result says it, worth what the cases were worth."""
     if failure.kind == "missing":
-        test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", "failed",
+        test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", Outcome.FAILED,
                           f"{module} defines no function {spec.function}(): nothing of {spec.name} was checked "
                           f"(write {spec.signature} in {module})",
                           details=SubmissionPayload(not_submitted=True, missing_function=spec.function, module=module))
@@ -326,7 +326,7 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
                           f"none of its {len(runnable)} checks ran: {failure.message}", output=failure.output,
                           details=SubmissionPayload(infra_error=True))
     else:
-        outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
+        outcome = Outcome(failure.kind) if failure.kind in WORKER_FAILURES else Outcome.ERROR
         test = TestResult(spec.name, Kind.SUBMISSION, "import", outcome,
                           f"importing {module} failed, so none of its {len(runnable)} checks ran: {failure.message}",
                           traceback=failure.traceback, output=failure.output,
@@ -351,7 +351,7 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
     if skipped:
         why = test.details if isinstance(test.details, SubmissionPayload) else SubmissionPayload()
-        result.tests.append(TestResult(spec.name, Kind.SUBMISSION, "checks that need a GPU", "skipped",
+        result.tests.append(TestResult(spec.name, Kind.SUBMISSION, "checks that need a GPU", Outcome.SKIPPED,
                                        "not submitted, and not runnable here" if why.not_submitted
                                        else "not graded, and not runnable here" if why.not_gradable or why.infra_error
                                        else "not runnable here, and the module did not import",
@@ -394,7 +394,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     try:
         failure = _start(worker, spec)
         if failure:
-            return TestResult(spec.name, Kind.INTEGRITY, name, "skipped",
+            return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.SKIPPED,
                               f"the module does not import in the interpreter: {failure.message}")
         restarts = Restarts()
         for call in calls:
@@ -414,7 +414,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 continue
             restarts.after(Outcome.PASSED)  # it answered: the worker lives
             if isinstance(reply, Failure) and reply.kind == "memory":
-                return TestResult(spec.name, Kind.INTEGRITY, name, "failed",
+                return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.FAILED,
                                   f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
                                   reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype "
@@ -424,11 +424,11 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     finally:
         worker.close()
     if len(skipped) == len(calls):
-        return TestResult(spec.name, Kind.INTEGRITY, name, "skipped",
+        return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.SKIPPED,
                           "the kernel could not run in the interpreter: " + "; ".join(skipped[:2]))
     checked = ", ".join(c.case.name for c in calls)
     note = f" (not run there: {'; '.join(skipped[:2])})" if skipped else ""
-    return TestResult(spec.name, Kind.INTEGRITY, name, "passed", f"no access out of bounds in {checked}{note}")
+    return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.PASSED, f"no access out of bounds in {checked}{note}")
 
 
 def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path,
@@ -526,10 +526,10 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
                 reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file),
                                            record_ops=True), timeout)
         except WorkerFailure as f:
-            return _test(spec, call, ctx, f.outcome, f.message, output=f.output)
+            return _test(spec, call, ctx, Outcome(f.outcome), f.message, output=f.output)
         if isinstance(reply, Failure):
             if reply.kind == "memory":
-                return _test(spec, call, ctx, "failed", reply.message, traceback=reply.traceback)
+                return _test(spec, call, ctx, Outcome.FAILED, reply.message, traceback=reply.traceback)
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
         assert isinstance(reply, RunReply)  # decode_reply answers a Run with a RunReply or a Failure
         inputs = load_inputs(call, index=i)
@@ -537,7 +537,7 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
         try:  # its header checked against what this case can produce before a byte of data is read
             saved = read_saved(output_file, Expected.of(inputs, ref))
         except EvidenceError as exc:
-            return _test(spec, call, ctx, "failed", str(exc))
+            return _test(spec, call, ctx, Outcome.FAILED, str(exc))
         runs.append((inputs, reply, saved))
         refs.append(ref)
     judged = [(inputs, reply.meta(), saved) for inputs, reply, saved in runs]
@@ -546,10 +546,10 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
         verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device, kernel_source=source, ref=refs[0])
     else:
         verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source, refs=refs)
-    reply = _merged([r for _, r, _ in runs])
-    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED,
+    merged = _merged([r for _, r, _ in runs])
+    integrity.observe(call, merged, verdict.outcome == Outcome.PASSED,
                       trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
-    details = replace(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
+    details = replace(verdict.details, seconds=round(merged["seconds"], 4), kernels=merged["launches"])
     if details.wrong_map is not None:  # the kernel's block sizes, for the picture (sizes only: the worker's word)
         details.blocks = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
     return _test(spec, call, ctx, verdict.outcome, verdict.message, details=details)
@@ -566,7 +566,7 @@ def _merged(replies: list[RunReply]) -> dict:
 
 def _from_failure(spec, call, ctx, failure: Failure, context: str) -> TestResult:
     # a worker failure, or the student's own error
-    outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
+    outcome = Outcome(failure.kind) if failure.kind in WORKER_FAILURES else Outcome.ERROR
     return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback,
                  output=failure.output)
 
@@ -591,7 +591,7 @@ def _contiguous_strides(size: list[int]) -> list[int]:
     return list(reversed(strides))
 
 
-def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: str, message: str, **kw) -> TestResult:
+def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str, **kw) -> TestResult:
     reproducer = f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype {call.dtype} --seed {call.seed}"
     return TestResult(spec.name, Kind.CORRECTNESS, call.test_name, outcome, message,
                       case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer,

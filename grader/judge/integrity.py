@@ -30,7 +30,7 @@ from pathlib import Path
 
 from grader import repofiles
 from grader.payloads import IntegrityPayload, Kind
-from grader.results import Severity, TestResult
+from grader.results import Outcome, Severity, TestResult
 
 MODULE_WARNINGS = {
     "subprocess": "starts other programs",
@@ -317,34 +317,34 @@ class OwnKernelCheck:
     def test(self) -> TestResult:
         name = "uses its own Triton kernel"
         if not self.observed:
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped",
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.SKIPPED,
                               "no call completed, so nothing to inspect")
         launched = dict(self.kernels)
         if self.forbidden:
             evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {few(ids)}"
                         for op, ids in self.forbidden.items()]
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "flagged", "; ".join(evidence),
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.FLAGGED, "; ".join(evidence),
                               details=IntegrityPayload(kernels_launched=launched, evidence=evidence),
                               severity=Severity.CONCLUSIVE)
         if self.no_kernel:
             evidence = [f"no Triton kernel was launched in {few([c.id for c in self.no_kernel])}, yet the result was "
                         f"right"]
             concerns = [c.test_name for c in self.no_kernel]
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "flagged", evidence[0],
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.FLAGGED, evidence[0],
                               details=IntegrityPayload(kernels_launched=launched, evidence=evidence, concerns=concerns),
                               severity=Severity.REVIEW)
         if not self.kernels:  # nothing ran: there is nothing to vouch for
             if self.all_trivial:
-                return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped",
+                return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.SKIPPED,
                                   "every result here was trivial (zeros, empty, or a copy of an input): "
                                   "nothing to inspect",
                                   details=IntegrityPayload(kernels_launched=launched, evidence=[]))
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "failed",
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.FAILED,
                               f"no Triton kernel was launched in any call: {self.spec.function}() "
                               "must launch your kernel (kernel[grid](...))",
                               details=IntegrityPayload(kernels_launched=launched, evidence=[]))
         kernels = ", ".join(self.kernels)
-        return TestResult(self.spec.name, Kind.INTEGRITY, name, "passed", f"Triton kernels launched: {kernels}",
+        return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.PASSED, f"Triton kernels launched: {kernels}",
                           details=IntegrityPayload(kernels_launched=launched, evidence=[]))
 
 

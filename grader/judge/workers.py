@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Sequence
 
 from grader.judge.context import GradingContext
 from grader.judge.runcache import TritonKeep
@@ -24,7 +24,7 @@ class StudentWorker:
     """The student's module loaded in a worker; restarted after a timeout or crash."""
 
     def __init__(self, context: GradingContext, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path,
-                 hide: list[Path] = (), interpret: bool = False, kept: TritonKeep | None = None,
+                 hide: Sequence[Path] = (), interpret: bool = False, kept: TritonKeep | None = None,
                  sharing_gpu: Callable[[Callable[[float], None]], ContextManager] | None = None,
                  settings: Settings = Settings()) -> None:
         """`kept`: the student's compiled kernels a check keeps between runs; `sharing_gpu(waited)`:
