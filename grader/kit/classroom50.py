@@ -285,7 +285,8 @@ def _outputs(env: Mapping[str, str], status: str, summary: str) -> None:
             f.write(f"status={status}\nsummary={one_line(summary, SUMMARY_LIMIT)}\n")
 
 
-def report(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print, catalogue=None) -> int:
+def report(run: RunResult, repo: Path, device: str, env: Mapping[str, str] | None = None, echo=print,
+           catalogue=None) -> int:
     """Write result.json, release-body.md and the outputs into the submission's folder; print
     the annotations. Returns the exit code: 0 graded, 2 an infra_error (no score released).
     `catalogue`: the grader.spec.Course graded (its hidden cases are counted; default: the one
@@ -329,7 +330,8 @@ def _default_course():
     return Course.find(Settings())
 
 
-def report_error(message: str, repo: Path | None, env: dict | None = None, echo=print) -> None:
+def report_error(message: str, repo: Path | None, env: Mapping[str, str] | None = None,
+                 echo=print) -> None:
     """Our own failure (no runner environment, the sandbox or an option that cannot work): no
     result.json, so no score is released and the exit is 2. The runner then writes its own
     result.json and release body ("autograder exited 2"), so what the student must know goes

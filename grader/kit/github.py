@@ -158,7 +158,8 @@ def failures_markdown(run: RunResult, hidden: dict, message_limit: int, reproduc
     return out
 
 
-def report_github(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print, catalogue=None) -> None:
+def report_github(run: RunResult, repo: Path, device: str, env: Mapping[str, str] | None = None, echo=print,
+                  catalogue=None) -> None:
     """Write the summary and the Classroom output where Actions asks, and print the annotations.
     `catalogue`: the grader.spec.Course graded (its hidden cases are counted; default: the one
     the default settings imply)."""
