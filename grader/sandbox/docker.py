@@ -71,10 +71,12 @@ def start(launch: Launch, isolation: Isolation) -> Started:
 
 def kill(started: Started, isolation: Isolation) -> None:
     """The container, by name: `docker run` is only its client."""
+    assert started.container is not None  # docker's start names every container
     subprocess.run([started.container_cli, "kill", started.container], capture_output=True, timeout=60)
 
 
 def cleanup(started: Started) -> None:
+    assert started.container is not None  # docker's start names every container
     subprocess.run([started.container_cli, "rm", "-f", started.container], capture_output=True, timeout=60)
 
 

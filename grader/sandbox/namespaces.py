@@ -207,9 +207,9 @@ def private_folders(hide: list[Path], settings: Settings = Settings()) -> list[s
     submissions, the output folder, the references)."""
     from grader.spec import course_folder
 
-    folders = [course_folder(settings),
-               Path(PACKAGE_PARENT) if installed_package() is None else Path(installed_package()),
-               Path.home(), *hide]
+    installed = installed_package()
+    folders = [course_folder(settings), Path(PACKAGE_PARENT) if installed is None else Path(installed), Path.home(),
+               *hide]
     return sorted({os.path.realpath(p) for p in folders})
 
 

@@ -62,7 +62,7 @@ class JobLease:
 
     def __init__(self, job: Path, uids: str) -> None:
         """`uids`: the range a new lease takes its uid from (Settings.sandbox_uids)."""
-        self.key = str(Path(job).resolve())
+        self.key: str | None = str(Path(job).resolve())
         with self._lock:
             entry = self._held.get(self.key)
             if entry is None:
