@@ -141,7 +141,7 @@ class ClassView:
     checks: list[CheckRate]
     flags: list[dict]
     environment: dict
-    course: object = None  # grader.batch.course.Course
+    course: Course | None = None
     catalogue: object = None  # grader.spec.Course: the course folder's assignments (titles, points)
     late: dict = field(default_factory=dict)  # (student, assignment) -> grader.batch.course.Late
     # assignment -> grader.batch.similarity.Pair list above the threshold

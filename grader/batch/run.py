@@ -80,6 +80,7 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
                              f"fetch again")
             plan.broken.append(why)
         for name in opts.assignments:
+            assert opts.catalogue is not None  # the command gives the course folder it grades
             spec = opts.catalogue.get(name)
             job = Job(p.student, p.folder, name, repo, p.repo, p.commit, job_key(p.commit, spec, opts.gpu_model, ctx),
                       str(out), ctx.to_json(), notes=list(p.notes))
@@ -104,6 +105,7 @@ def _reusable(path: Path, key: dict) -> bool:
 def make_executor(opts: BatchOptions, slots: list[str | None]):
     from grader.batch.executors import LocalExecutor, RayExecutor, default_job_timeout
 
+    assert opts.catalogue is not None  # the command gives the course folder it grades
     timeout = (lambda job: opts.job_timeout) if opts.job_timeout else default_job_timeout(opts.catalogue)
     if opts.executor == "ray":
         return RayExecutor(opts.address, max_in_flight=len(slots), per_gpu=opts.per_gpu, job_timeout=timeout)

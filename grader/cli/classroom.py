@@ -139,8 +139,12 @@ def fetch(
         _fail(UsageError(exc.args[0]))
     except UsageError as exc:
         _fail(exc)
-    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment,
-                       (classroom50, slug) if classroom50 else None, scores, catalogue)
+    classroom_slug = None
+    if classroom50:
+        assert slug is not None  # given, or the one assignment's
+        classroom_slug = (classroom50, slug)
+    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment, classroom_slug, scores,
+                       catalogue)
     raise typer.Exit(1 if any(p.status != "fetched" for p in lock.students) else 0)
 
 

@@ -230,11 +230,11 @@ def print_summary(run: RunResult) -> None:
         table.add_column("case")
         table.add_column("shape")
         for d in dtypes:
-            table.add_column(d)
+            table.add_column(d or "")
         rows: dict[str, dict] = {}
         for t in a.tests:
             if t.kind == "correctness":
-                row = rows.setdefault(t.case, {"shape": t.shape or ""})
+                row = rows.setdefault(t.case or "", {"shape": t.shape or ""})
                 row[t.dtype] = t.outcome
                 row["shape"] = row["shape"] or t.shape or ""
         for case, row in rows.items():
