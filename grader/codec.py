@@ -14,7 +14,6 @@ from pathlib import Path
 import torch
 from safetensors.torch import save_file
 
-
 # The worker fills every tensor the student's call allocates uninitialized (torch.empty and its
 # kin) with a NaN of our own: a quiet NaN whose payload no arithmetic produces (a CPU computes
 # 0xFFC00000, an NVIDIA GPU the canonical 0x7FFFFFFF, torch's own fill and float("nan") give
@@ -56,7 +55,8 @@ def storage_of(t: torch.Tensor) -> torch.Tensor:
 def write_inputs(inputs: dict, path: Path) -> dict:
     """Save inputs (views kept as storage + strides); returns the layout the worker rebuilds
     from. Plain arguments (causal=True, eps=1e-5, a seed) travel in the layout as JSON values."""
-    tensors, layout = {}, {}
+    tensors: dict[str, torch.Tensor] = {}
+    layout: dict[str, dict] = {}
     for name, t in inputs.items():
         if isinstance(t, torch.Tensor):
             tensors[name] = storage_of(t)
@@ -72,6 +72,7 @@ def write_inputs(inputs: dict, path: Path) -> dict:
 def rebuild(storages: dict[str, torch.Tensor], layout: dict, device: str = "cpu") -> dict:
     """Inverse of write_inputs: the same views over the same storages, in argument order."""
     return {
-        name: spec["value"] if "value" in spec else storages[name].to(device).as_strided(spec["size"], spec["stride"], spec["offset"])
+        name: spec["value"] if "value" in spec
+        else storages[name].to(device).as_strided(spec["size"], spec["stride"], spec["offset"])
         for name, spec in layout.items()
     }

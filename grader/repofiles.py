@@ -145,7 +145,8 @@ def find(root: Path, name: str, skip: tuple[str, ...] = (".git",), max_depth: in
 
 
 def copy_tree(src: Path, dest: Path, ignore: Callable[[str, list[str]], set[str]] | None = None,
-              max_depth: int = COPY_MAX_DEPTH, max_files: int = COPY_MAX_FILES, max_bytes: int = COPY_MAX_BYTES) -> Counter:
+              max_depth: int = COPY_MAX_DEPTH, max_files: int = COPY_MAX_FILES,
+              max_bytes: int = COPY_MAX_BYTES) -> Counter:
     """Copy the repo `src` to the new folder `dest` for a worker, and count what was left out.
 
     Folders and regular files are copied (modes kept); a link is recreated, relative, only where
@@ -214,7 +215,8 @@ def _copy_file(src: str, dest: Path, limit: int) -> bool:
         st = os.fstat(fd)
         if not stat.S_ISREG(st.st_mode) or st.st_size > limit:
             return False
-        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, (st.st_mode & 0o777) | 0o600)
+        out = os.open(dest, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      (st.st_mode & 0o777) | 0o600)
         try:
             left = st.st_size
             while left > 0:  # the size seen at the stat, no more: a file that grows is cut there

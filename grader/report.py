@@ -15,6 +15,7 @@ from grader.payloads import PerformancePayload
 from grader.results import Outcome, RunResult, outcome_css, write_text_atomic
 from grader.sanitize import for_page
 
+
 def _shown(value):
     """Every value a template prints: text valid and with no control character left raw
     (grader.sanitize.for_page; markup we made ourselves, e.g. the SVG, is ours to keep)."""
@@ -107,7 +108,8 @@ def _bounded(run: RunResult) -> RunResult:
 def render(run: RunResult) -> str:
     run = _bounded(run)
     return _ENV.get_template("report.html.j2").render(
-        run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments), perf_chart=perf_chart, matrix=matrix, points_line=points_line,
+        run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments),
+        perf_chart=perf_chart, matrix=matrix, points_line=points_line,
         groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words, traceback_tail=traceback_tail,
         Outcome=Outcome, outcome_css=outcome_css())
 

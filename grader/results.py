@@ -11,17 +11,20 @@ of the dataclasses below (every field, nothing chosen by hand): a batch's record
 
 from __future__ import annotations
 
-import json
 import fcntl
+import json
 import os
 import tempfile
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import TYPE_CHECKING, Any, TypeVar
 
 from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, payload_for
 from grader.sanitize import cut, for_terminal, strict_json, writable
+
+if TYPE_CHECKING:
+    from _typeshed import DataclassInstance
 
 # How much of the student's text one result keeps, whoever wrote it (the worker's message, its
 # traceback, its captured output): enough for any honest failure, and a flood costs nothing.
@@ -37,7 +40,9 @@ class Outcome(str, Enum):
     back and comparisons with plain strings are unchanged; str() and format() give the value."""
 
     __str__ = str.__str__  # "passed", not "Outcome.PASSED", in templates, f-strings and CSV
-    __format__ = str.__format__
+
+    def __format__(self, spec: str) -> str:
+        return str.__format__(self, spec)
 
     PASSED = "passed"  # the check ran and the submission met it
     FAILED = "failed"  # the check ran and the submission fell short: a wrong answer, no module, no speed credit
@@ -69,7 +74,8 @@ HTML_STYLE: dict[Outcome, tuple[str, bool]] = {
 
 def outcome_css() -> str:
     """One CSS rule per outcome, from HTML_STYLE: the templates include it rather than list colours."""
-    return "\n".join(f".{o.value} {{ color: {colour};{' font-weight: bold;' if bold else ''} }}" for o, (colour, bold) in HTML_STYLE.items())
+    return "\n".join(f".{o.value} {{ color: {colour};{' font-weight: bold;' if bold else ''} }}" for o,
+                     (colour, bold) in HTML_STYLE.items())
 
 
 class Severity(str, Enum):
@@ -91,7 +97,7 @@ def cents(points: float) -> int:
     return round(points * 100)
 
 
-_Result = TypeVar("_Result")
+_Result = TypeVar("_Result", bound="DataclassInstance")
 
 
 def _to_json(result: Any, nested: tuple[str, ...] = ()) -> dict:
@@ -122,7 +128,7 @@ def _plain(value: Any) -> Any:
     return value
 
 
-def _from_json(cls: type[_Result], data: dict, nested: dict[str, type] | None = None) -> _Result:
+def _from_json(cls: type[_Result], data: dict, nested: dict[str, type[Any]] | None = None) -> _Result:
     """A result dataclass from what _to_json gave. A field the data lacks takes its default (a
     record written before the field existed still loads); a key that is no field (a newer
     grader's) is left out. `nested`: the fields that hold a list of another result dataclass."""
@@ -182,8 +188,10 @@ class AssignmentResult:
     notes: list[str] = field(default_factory=list)
     warnings: list[dict] = field(default_factory=list)  # the static scan's findings (grader.judge.integrity), for a TA
     headline: str = ""  # one line that explains every failure at once (grader.judge.feedback), shown first
-    partial: dict = field(default_factory=dict)  # only some cases ran (--case/--dtype): cases_run, cases, assignment_points
-    review: dict = field(default_factory=dict)  # a TA's decision that stands for this grade (grader.batch.reviews): its points, who, why
+    # only some cases ran (--case/--dtype): cases_run, cases, assignment_points
+    partial: dict = field(default_factory=dict)
+    # a TA's decision that stands for this grade (grader.batch.reviews): its points, who, why
+    review: dict = field(default_factory=dict)
 
     @property
     def score(self) -> float:
@@ -272,13 +280,16 @@ class RunResult:
                     "number": f"{ai}.{ti}",
                     "score": t.score,
                     "max_score": t.max_score,
-                    "status": "passed" if t.outcome == Outcome.PASSED else "failed",  # Gradescope's status, not an outcome
+                    # Gradescope's status, not an outcome
+                    "status": "passed" if t.outcome == Outcome.PASSED else "failed",
                     "visibility": "after_published" if t.hidden else "visible",
                     "output": output,
-                    "output_format": "text",  # a student's message or traceback is shown as it is: never Markdown, HTML or ANSI
+                    # a student's message or traceback is shown as it is: never Markdown, HTML or ANSI
+                    "output_format": "text",
                     "outcome": t.outcome.value,
                     "tags": [t.assignment, t.kind] + ([t.dtype] if t.dtype else []) + (["hidden"] if t.hidden else []),
-                    "extra_data": {k: v for k, v in t.to_json().items() if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
+                    "extra_data": {k: v for k, v in t.to_json().items()
+                                   if k in ("case", "dtype", "shape", "details", "reproducer", "severity")},
                 })
         partial = [a for a in self.assignments if a.partial]
         whole = sum(cents(a.partial["assignment_points"] if a.partial else a.max_score) for a in self.assignments) / 100
@@ -338,8 +349,8 @@ class RunResult:
 def _review_line(a: AssignmentResult) -> str:
     """A TA's decision on an assignment (grader.batch.reviews), as the student reads it."""
     r = a.review
-    return (f"{a.name}: reviewed by {r.get('by')} on {r.get('at')}: {r.get('words') or r.get('decision')}, {a.score:g} / "
-            f"{a.max_score:g} points (the grader's verdict: {a.verdict_score:g}). Note: {r.get('note')}")
+    return (f"{a.name}: reviewed by {r.get('by')} on {r.get('at')}: {r.get('words') or r.get('decision')}, {a.score:g} "
+            f"/ {a.max_score:g} points (the grader's verdict: {a.verdict_score:g}). Note: {r.get('note')}")
 
 
 def _test_output(t: TestResult) -> str:

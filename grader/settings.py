@@ -15,14 +15,17 @@ Classroom 50's `SUBMISSION_TAG`: they are the runner's contract, not ours.)
 | GRADER_COURSE | the course folder (assignments/, reference/); default: found from the package or a kit |
 | GRADER_COURSE_SECRET | the secret the graded random shapes come from (else the course's course-secret.txt) |
 | GRADER_REFERENCE_DIR | where a Gradescope autograder build takes the reference kernels from |
-| GRADER_CACHE_DIR, GRADER_CACHE_GB | where `grader check` keeps input sets and kernels between runs, and how many GiB (0: none) |
+| GRADER_CACHE_DIR, GRADER_CACHE_GB | where `grader check` keeps input sets and kernels between runs, and how many GiB
+(0: none) |
 | GRADER_LOCK_DIR | the folder of the GPU locks every grader on the host shares |
 | GRADER_SANDBOX_UIDS | the uid range sandboxed workers run as (root only) |
 | GRADER_THREADS | CPU threads per job process and its workers (a batch sets it per slot) |
 | GRADER_DOCKER_IMAGE | the image of `--isolation docker` |
-| GRADER_CONTAINER_CLI | the command `--isolation docker` runs containers with (default `docker`; `podman` speaks the same) |
+| GRADER_CONTAINER_CLI | the command `--isolation docker` runs containers with (default `docker`; `podman` speaks the
+same) |
 | GRADER_WARM | 0: no warm start anywhere (no fork server, no kept zygote, no job server) |
-| GRADER_ZYGOTE, GRADER_WARM_SECONDS, GRADER_JOB_SERVER | the three warm starts one by one (0 turns one off; seconds a kept zygote waits) |
+| GRADER_ZYGOTE, GRADER_WARM_SECONDS, GRADER_JOB_SERVER | the three warm starts one by one (0 turns one off; seconds a
+kept zygote waits) |
 | CUDA_VISIBLE_DEVICES | the GPUs a batch spreads its jobs over, and a worker's GPU |
 | CI, GITHUB_ACTIONS | we run in CI: nothing is kept warm, and no student's kernels are kept |
 """

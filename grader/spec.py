@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 import random
+import sys
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Callable
@@ -94,9 +95,9 @@ class Course:
         path = self.root / KIT_MANIFEST
         if not path.is_file():
             return {}
-        try:
+        if sys.version_info >= (3, 11):
             import tomllib
-        except ModuleNotFoundError:  # Python 3.10
+        else:  # Python 3.10
             import tomli as tomllib
         return tomllib.loads(path.read_text())
 
@@ -201,7 +202,8 @@ class Assignment:
     # the float64 truth: the exact answer (a tensor, or a tuple of them), called on inputs upcast to
     # float64; None where `check` judges. ("reference" is the instructor's Triton kernel, reference/.)
     truth: Callable[..., Any] | None
-    baseline: Callable[..., torch.Tensor]  # torch in the working dtype: the error model's yardstick and the vendor timing
+    # torch in the working dtype: the error model's yardstick and the vendor timing
+    baseline: Callable[..., torch.Tensor]
     cases: tuple[Case, ...]
     random_cases: Callable[[random.Random], list[Case]]
     correctness_points: float
@@ -228,7 +230,8 @@ class Assignment:
     check: Callable[[list[dict], list, str], Any] | None = None
     output_names: tuple[str, ...] = ()  # names of a tuple result's parts (dx, dw, db), for messages
     withheld_cases: int = 0  # hidden cases this copy of the course lacks (a student kit): counted, run at grading
-    course: Course | None = field(default=None, repr=False, compare=False)  # the course that loaded it (its secret, reference/)
+    # the course that loaded it (its secret, reference/)
+    course: Course | None = field(default=None, repr=False, compare=False)
 
     @property
     def public_cases(self) -> tuple[Case, ...]:

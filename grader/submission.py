@@ -29,7 +29,8 @@ from grader import repofiles
 from grader.sanitize import one_line
 from grader.spec import Assignment
 
-IGNORED = shutil.ignore_patterns(".git", "__pycache__", "reports", ".grader", "grader-report", "*.safetensors", ".venv", "node_modules")
+IGNORED = shutil.ignore_patterns(".git", "__pycache__", "reports", ".grader", "grader-report", "*.safetensors", ".venv",
+                                 "node_modules")
 
 
 CONFIG = "grader.toml"
@@ -90,7 +91,8 @@ class Submission:
         try:
             import git
 
-            origin = next((r.url for r in git.Repo(self.root, search_parent_directories=False).remotes if r.name == "origin"), "")
+            origin = next((r.url for r in git.Repo(self.root, search_parent_directories=False).remotes
+                           if r.name == "origin"), "")
         except Exception:  # not a git repository, or no origin: the folder alone
             pass
         return hashlib.sha256(f"{self.root.resolve()}\0{origin}".encode()).hexdigest()[:16]

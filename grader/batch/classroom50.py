@@ -10,7 +10,8 @@ names the username column (`username`, `github_username`, `github` or `login`; o
 (`classroom50/scores/v1`: `{"schema", "assignments": {slug: {"type", "entries": [{"owner",
 "submissions": [result, ...], "override"}]}}}`, each submission a result.json less its
 `assignment`), or result.json objects (classroom50/result/v1) a TA gathered: a list, the same list
-under "results" or "scores", or an object that maps a username to one of them or to a list. The latest submission of each
+under "results" or "scores", or an object that maps a username to one of them or to a list. The latest submission of
+each
 (owner, assignment) is kept, normalized into WORKDIR/classroom50-scores.json, and the class view
 shows it beside our own grade.
 
@@ -25,6 +26,7 @@ import csv
 import json
 import re
 from pathlib import Path
+from typing import Any
 
 from grader.batch.roster import RosterEntry, RosterError, _check_unique
 from grader.sanitize import one_line
@@ -58,11 +60,12 @@ def _read_text(path: Path, what: str, error) -> str:
         raise error(f"{what} {path}: not UTF-8 text") from None
 
 
-def load_roster(path: Path, org: str, classroom: str, slug: str) -> list[RosterEntry]:
+def load_roster(path: Path, org: str | None, classroom: str, slug: str) -> list[RosterEntry]:
     """The students of a Classroom 50 assignment, each with ORG/<classroom>-<slug>-<user>."""
     path = Path(path)
     if not org:
-        raise RosterError("--classroom50 needs --org ORG (the organization of the students' repositories, or a base URL)")
+        raise RosterError("--classroom50 needs --org ORG (the organization of the students' repositories, or a base "
+                          "URL)")
     classroom, slug = classroom.strip().lower(), slug.strip().lower()
     for what, value in (("--classroom50", classroom), ("--slug", slug)):
         if not PART.fullmatch(value):
@@ -116,7 +119,7 @@ def _check_int(value, what: str) -> int:
 def _record(item, where: str) -> dict:
     if not isinstance(item, dict):
         raise ScoresError(f"{where}: not an object")
-    out = {}
+    out: dict[str, Any] = {}
     for key in ("owner", "assignment", "submission", "datetime"):
         value = item.get(key)
         if not isinstance(value, str) or not value:
@@ -182,7 +185,8 @@ def load_scores(path: Path) -> list[dict]:
                         item = {**item, "owner": user}
                     items.append((f"{one_line(user, 60)!r}, entry {i + 1}", item))
         else:
-            raise ScoresError(f"scores {path}: expected Classroom 50's scores.json ({SCORES_SCHEMA}) or a list of results")
+            raise ScoresError(f"scores {path}: expected Classroom 50's scores.json ({SCORES_SCHEMA}) or a list of "
+                              f"results")
     records = [_record(item, f"scores {path}, {where}") for where, item in items]
     latest: dict[tuple[str, str], dict] = {}
     for r in records:
@@ -218,7 +222,7 @@ def score_cells(records: list[dict], users: dict[str, str], assignments: list[st
     from grader.kit.classroom50 import slug_of
 
     by_slug = {slug_of(a): a for a in assignments} | {a.lower(): a for a in assignments}
-    out = {}
+    out: dict[tuple[str, str], str] = {}
     for r in records:
         student, assignment = users.get(r["owner"].lower()), by_slug.get(r["assignment"].lower())
         if student is not None and assignment is not None:

@@ -27,7 +27,15 @@ from grader.batch.course import LATEST, Course, Late, exact, when
 from grader.batch.record import RecordError
 from grader.batch.store import LATE_NOTES, failed_path, read_record, read_records, rewrite_student, student_dir
 from grader.payloads import SubmissionPayload
-from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, cents, outcome_css, write_json_atomic, write_text_atomic
+from grader.results import (
+    BAD_OUTCOMES,
+    AssignmentResult,
+    Outcome,
+    cents,
+    outcome_css,
+    write_json_atomic,
+    write_text_atomic,
+)
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -44,9 +52,11 @@ class Cell:
     note: str = ""  # e.g. an infra_error kept beside the grade, or a grade of an older commit
     link: str = ""
     ci: str = ""  # the score Classroom 50's runner released, where the workspace holds one (grader.batch.classroom50)
-    review: dict = field(default_factory=dict)  # a TA's decision that stands (grader.batch.reviews): score is its points
+    # a TA's decision that stands (grader.batch.reviews): score is its points
+    review: dict = field(default_factory=dict)
     stale_review: str = ""  # a review of an earlier grade that no longer applies, and why
-    partial: dict = field(default_factory=dict)  # graded with --case/--dtype: cases_run, cases (AssignmentResult.partial)
+    # graded with --case/--dtype: cases_run, cases (AssignmentResult.partial)
+    partial: dict = field(default_factory=dict)
 
     @property
     def fraction(self) -> float | None:
@@ -131,13 +141,15 @@ class ClassView:
     checks: list[CheckRate]
     flags: list[dict]
     environment: dict
-    course: object = None  # grader.batch.course.Course
+    course: Course | None = None
     catalogue: object = None  # grader.spec.Course: the course folder's assignments (titles, points)
     late: dict = field(default_factory=dict)  # (student, assignment) -> grader.batch.course.Late
-    similarity: dict = field(default_factory=dict)  # assignment -> grader.batch.similarity.Pair list above the threshold
+    # assignment -> grader.batch.similarity.Pair list above the threshold
+    similarity: dict = field(default_factory=dict)
     similarity_meta: dict = field(default_factory=dict)
     speed: dict = field(default_factory=dict)  # assignment -> grader.batch.leaderboard.SpeedRow list
-    errors: list[str] = field(default_factory=list)  # a stage or an output that failed as a whole (the rest was written)
+    # a stage or an output that failed as a whole (the rest was written)
+    errors: list[str] = field(default_factory=list)
     reviews: dict = field(default_factory=lambda: {"done": [], "stale": []})  # TAs' reviews (grader.batch.reviews)
 
     @property
@@ -151,7 +163,8 @@ class ClassView:
         return any(c.partial for r in self.rows for c in r.cells.values())
 
     def graded(self, assignment: str) -> list[Cell]:
-        return [r.cells[assignment] for r in self.rows if assignment in r.cells and r.cells[assignment].score is not None]
+        return [r.cells[assignment] for r in self.rows if assignment in r.cells
+                and r.cells[assignment].score is not None]
 
     def counts(self) -> dict:
         cells = [c for r in self.rows if r.status == "fetched" for c in r.cells.values()]
@@ -175,7 +188,8 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     out = Path(out)
     known = catalogue.catalogue()
     titles = {a: known[a].title if a in known else a for a in assignments}
-    rows, flags = [], []
+    rows: list[Row] = []
+    flags: list[dict] = []
     rates: dict[tuple[str, str], CheckRate] = {}
     environment: dict = {}
     log = reviews.read(out)
@@ -194,7 +208,8 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
         rows.append(row)
     from grader.batch.classroom50 import read_saved, score_cells
 
-    ci = score_cells(read_saved(lock.root) if getattr(lock, "root", None) else [], {p.github_username.lower(): p.student for p in lock.students if p.github_username},
+    ci = score_cells(read_saved(lock.root) if getattr(lock, "root", None) else [],
+                     {p.github_username.lower(): p.student for p in lock.students if p.github_username},
                      assignments)
     for row in rows:
         for a, cell in row.cells.items():
@@ -239,6 +254,7 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             state = reviews.apply(result, review, record)
             cell.review = result.review
             if state:
+                assert review is not None  # standing() gives a state only to a review
                 entry = {"student": p.student, "assignment": a, "link": cell.link, **review.to_json(),
                          "decided": result.review.get("points"), "max_score": result.max_score}
                 if state == "stale":
@@ -248,7 +264,8 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             top = result.partial["assignment_points"] if result.partial else result.max_score
             cell.score, cell.max_score, cell.partial = result.score, top, dict(result.partial)
             if result.partial:
-                cell.note = f"partial run: {result.partial['cases_run']} of {result.partial['cases']} cases, --case/--dtype"
+                cell.note = (f"partial run: {result.partial['cases_run']} of {result.partial['cases']} cases, "
+                             f"--case/--dtype")
             if course is not None and a in course.points:  # course.toml: this assignment's points in this course
                 scaled, top = course.scale(a, exact(result.score), exact(top))
                 cell.score, cell.max_score = round(float(scaled), 4), float(top)
@@ -271,14 +288,18 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
         else:
             cell.note = record.error
         if record.status == "graded" and failed_path(out, p.folder, a).is_file():
-            cell.note = f"a later attempt failed ({_kept_error(failed_path(out, p.folder, a))}): this earlier grade is kept"
+            cell.note = (f"a later attempt failed ({_kept_error(failed_path(out, p.folder, a))}): "
+                         "this earlier grade is kept")
         if record.commit != p.commit:
-            cell.note = f"graded at commit {str(record.commit)[:12]}, the lock now pins {str(p.commit)[:12]}: not regraded yet"
+            cell.note = (f"graded at commit {str(record.commit)[:12]}, the lock now pins {str(p.commit)[:12]}: "
+                         "not regraded yet")
         if cell.review:
-            cell.note = "; ".join(filter(None, [cell.note, f"{reviews.WORDS[cell.review['decision']]} by {cell.review['by']} "
-                                                           f"(the grader's verdict: {cell.review['verdict_score']:g})"]))
+            cell.note = "; ".join(filter(None,
+                                         [cell.note, f"{reviews.WORDS[cell.review['decision']]} by {cell.review['by']} "
+                                                     f"(the grader's verdict: {cell.review['verdict_score']:g})"]))
         elif cell.stale_review:
-            cell.note = "; ".join(filter(None, [cell.note, f"a review of an earlier grade is stale ({cell.stale_review}): "
+            cell.note = "; ".join(filter(None,
+                                         [cell.note, f"a review of an earlier grade is stale ({cell.stale_review}): "
                                                            "this grade stands until reviewed again"]))
         row.cells[a] = cell
     return environment
@@ -309,19 +330,25 @@ def histogram_svg(fractions: list[float], bins: int = 10, width: int = 320, heig
         h = plot_h * n / top
         x, y = pad + i * bar_w, 14 + plot_h - h
         label = f"{i * 100 // bins}-{(i + 1) * 100 // bins}%: {n} student{'s' if n != 1 else ''}"
-        parts.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" fill="#2b6cb0"><title>{label}</title></rect>')
+        parts.append(f'<rect x="{x + 1:.1f}" y="{y:.1f}" width="{bar_w - 2:.1f}" height="{h:.1f}" '
+                     f'fill="#2b6cb0"><title>{label}</title></rect>')
         if n:
-            parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{y - 2:.1f}" font-size="10" text-anchor="middle">{n}</text>')
+            parts.append(f'<text x="{x + bar_w / 2:.1f}" y="{y - 2:.1f}" font-size="10" '
+                         f'text-anchor="middle">{n}</text>')
     for i in (0, bins // 2, bins):
-        parts.append(f'<text x="{pad + i * bar_w:.1f}" y="{height - 4}" font-size="10" text-anchor="middle">{i * 100 // bins}%</text>')
-    parts.append(f'<line x1="{pad}" x2="{width - pad}" y1="{14 + plot_h:.1f}" y2="{14 + plot_h:.1f}" stroke="#4a5568"/>')
+        parts.append(f'<text x="{pad + i * bar_w:.1f}" y="{height - 4}" font-size="10" '
+                     f'text-anchor="middle">{i * 100 // bins}%</text>')
+    parts.append(f'<line x1="{pad}" x2="{width - pad}" y1="{14 + plot_h:.1f}" y2="{14 + plot_h:.1f}" '
+                 f'stroke="#4a5568"/>')
     return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{width}" height="{height}" role="img" '
             f'aria-label="score histogram">{"".join(parts)}</svg>')
 
 
 def render_dashboard(view: ClassView) -> str:
-    histograms = {a: histogram_svg([c.fraction for c in view.graded(a) if c.fraction is not None]) for a in view.assignments}
-    return _ENV.get_template("class.html.j2").render(view=view, histograms=histograms, counts=view.counts(), bad=BAD_OUTCOMES,
+    histograms = {a: histogram_svg([c.fraction for c in view.graded(a) if c.fraction is not None])
+                  for a in view.assignments}
+    return _ENV.get_template("class.html.j2").render(view=view, histograms=histograms, counts=view.counts(),
+                                                     bad=BAD_OUTCOMES,
                                                      outcome_css=outcome_css())
 
 
@@ -334,7 +361,8 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
         "last_run": ((manifest or {}).get("runs") or [None])[-1],
         "students": [
             {"student": r.student, "status": r.status, "reason": r.reason, "repo": r.repo, "commit": r.commit,
-             "late": r.late, "late_commits": r.late_commits, "total": r.total, "max_total": r.max_total, "report": r.report,
+             "late": r.late, "late_commits": r.late_commits, "total": r.total, "max_total": r.max_total,
+             "report": r.report,
              "deadline": r.deadline, "hours_late": r.hours_late, "late_penalty": r.penalty, "final": r.final,
              "problems": r.problems,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
@@ -370,7 +398,8 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
     _guarded(view, "late penalties", lambda: apply_late(view, out))
     for a in assignments:
         view.speed[a] = []
-        _guarded(view, f"the speed view of {a}", lambda: view.speed.__setitem__(a, speed_rows(view, out, a)))
+        # _guarded calls the step at once, inside this iteration
+        _guarded(view, f"the speed view of {a}", lambda: view.speed.__setitem__(a, speed_rows(view, out, a)))  # noqa: B023
     _guarded(view, "similarity", lambda: update_similarity(view, out, lock, similarity_threshold))
     rows = {r.student: r for r in view.rows}
     for a, counts in view.similarity_meta.get("per_assignment", {}).items():
@@ -380,7 +409,7 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
     _guarded(view, "index.html", lambda: write_text_atomic(render_dashboard(view), out / "index.html"))
     _guarded(view, "summary.json", lambda: write_json_atomic(summary_json(view, manifest), out / "summary.json"))
     for name, export in exporters.EXPORTS.items():
-        _guarded(view, name, lambda: write_text_atomic(export(view), out / name))
+        _guarded(view, name, lambda: write_text_atomic(export(view), out / name))  # noqa: B023 - called at once
     return view
 
 
@@ -461,5 +490,5 @@ def apply_late(view, out: Path) -> None:
             rewrite_student(out, r.folder)
     if unpinned:
         view.warning = ((view.warning + " ") if view.warning else "") + (
-            "The lock was fetched without course.toml's deadlines: lateness is computed from them, but the commits graded "
-            "were not pinned by them (later ones may be graded). Fetch again with the course file to pin them.")
+            "The lock was fetched without course.toml's deadlines: lateness is computed from them, but the commits "
+            "graded were not pinned by them (later ones may be graded). Fetch again with the course file to pin them.")

@@ -58,7 +58,8 @@ if TYPE_CHECKING:
 
 COURSE_FILE = "course.toml"
 DAY = timedelta(hours=24)
-LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)  # the latest date a lock holds (grader.batch.workspace)
+# the latest date a lock holds (grader.batch.workspace)
+LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
 
 
 class CourseError(Exception):
@@ -125,12 +126,14 @@ class Late:
             head = (f"Your graded commit is dated {self.submitted.isoformat()}, {self.hours:.1f} h after your deadline "
                     f"{self.deadline.isoformat()}")
         else:
-            head = f"The date of your graded commit cannot be read: it counts as later than your deadline {self.deadline.isoformat()}"
+            head = (f"The date of your graded commit cannot be read: it counts as later than your deadline "
+                    f"{self.deadline.isoformat()}")
         if policy is None:
             return head + " (this course sets no late policy: no penalty)."
         if not self.days:
             return head + f", within the {_hours(policy.grace):g} h grace period: no penalty."
-        days = f"That is {self.days} started day(s) after the grace" if self.dated else "That is past every day the policy counts"
+        days = (f"That is {self.days} started day(s) after the grace" if self.dated
+                else "That is past every day the policy counts")
         return (head + f". Late policy: {policy.describe()}. {days}: "
                 f"{_pct(self.percent)}% of the points you earn on this assignment are deducted in the gradebook. "
                 "(Commit dates are set by your own machine; the pinned commit is what counts.)")
@@ -303,7 +306,8 @@ class _Reader:
             c.similarity_common_share = float(m)
         unknown = set(sim) - {"threshold", "common_share"}
         if unknown:
-            self.fail(f"unknown key {sorted(unknown)[0]!r} in [similarity] (known: threshold, common_share)", "similarity",
+            self.fail(f"unknown key {sorted(unknown)[0]!r} in [similarity] (known: threshold, common_share)",
+                      "similarity",
                       sorted(unknown)[0])
         named = self.table(data, "leaderboard").get("named", [])
         if not isinstance(named, list) or not all(isinstance(n, str) for n in named):
@@ -315,9 +319,11 @@ class _Reader:
     def fetch_limits(self, t: dict) -> FetchLimits:
         self.known_keys(t, "fetch", {"max_checkout_mb", "max_files", "max_file_mb"})
         d = FetchLimits()
-        return FetchLimits(checkout_bytes=int(self.number(t, "max_checkout_mb", d.checkout_bytes >> 20, "fetch", low=1) * (1 << 20)),
+        return FetchLimits(checkout_bytes=int(self.number(t, "max_checkout_mb", d.checkout_bytes >> 20, "fetch",
+                                                          low=1) * (1 << 20)),
                            files=int(self.number(t, "max_files", d.files, "fetch", low=1)),
-                           file_bytes=int(self.number(t, "max_file_mb", d.file_bytes >> 20, "fetch", low=1) * (1 << 20)))
+                           file_bytes=int(self.number(t, "max_file_mb", d.file_bytes >> 20, "fetch",
+                                                      low=1) * (1 << 20)))
 
     def known_keys(self, table: dict, name: str, known: set[str]) -> None:
         for key in table:
@@ -337,7 +343,8 @@ class _Reader:
             try:
                 when = datetime.fromisoformat(value.strip().replace("Z", "+00:00"))
             except ValueError:
-                self.fail(f"{key} {value!r} is not an ISO 8601 date and time, e.g. 2026-02-01T23:59:00-05:00", table, key, nth)
+                self.fail(f"{key} {value!r} is not an ISO 8601 date and time, e.g. 2026-02-01T23:59:00-05:00", table,
+                          key, nth)
         else:
             self.fail(f"{key} must be a date and time, not {value!r}", table, key, nth)
         if when.tzinfo is None:
@@ -347,7 +354,8 @@ class _Reader:
     def number(self, table: dict, key: str, default, where: str, low: float = 0, high: float | None = None,
                nth: int = 0) -> Fraction:
         value = table.get(key, default)
-        if isinstance(value, bool) or not isinstance(value, (int, float)) or value < low or (high is not None and value > high):
+        if (isinstance(value, bool) or not isinstance(value, (int, float)) or value < low
+                or (high is not None and value > high)):
             bound = f"between {low:g} and {high:g}" if high is not None else f"at least {low:g}"
             self.fail(f"{key} must be a number {bound}, not {value!r}", where, key, nth)
         return Fraction(str(value))
@@ -356,7 +364,8 @@ class _Reader:
         known = {"grace_hours", "penalty_per_day", "max_penalty", "accept_days"}
         for key in t:
             if key not in known:
-                self.fail(f"unknown key {key!r} in [late_policy] (known: {', '.join(sorted(known))})", "late_policy", key)
+                self.fail(f"unknown key {key!r} in [late_policy] (known: {', '.join(sorted(known))})", "late_policy",
+                          key)
         accept = t.get("accept_days")
         if accept is not None and (isinstance(accept, bool) or not isinstance(accept, int) or accept < 0):
             self.fail(f"accept_days must be a whole number of days, not {accept!r}", "late_policy", "accept_days")
@@ -369,14 +378,16 @@ class _Reader:
             self.fail("each [[extensions]] needs student = \"NAME\"", "extensions", "", nth)
         unknown = set(e) - {"student", "assignment", "hours", "days", "until"}
         if unknown:
-            self.fail(f"unknown key {sorted(unknown)[0]!r} in [[extensions]] (known: student, assignment, hours, days, until)",
+            self.fail(f"unknown key {sorted(unknown)[0]!r} in [[extensions]] (known: student, assignment, hours, days, "
+                      f"until)",
                       "extensions", sorted(unknown)[0], nth)
         a = e.get("assignment")
         if a is not None and a not in self.catalogue.catalogue():
             self.fail(f"extension for {e['student']}: unknown assignment {a!r}", "extensions", "assignment", nth)
         given = [k for k in ("hours", "days", "until") if k in e]
         if len(given) != 1:
-            self.fail(f"extension for {e['student']}: give exactly one of hours, days or until", "extensions", "student", nth)
+            self.fail(f"extension for {e['student']}: give exactly one of hours, days or until", "extensions",
+                      "student", nth)
         if "until" in e:
             return Extension(e["student"], a, until=self.date(e["until"], "extensions", "until", nth))
         k = given[0]
@@ -411,8 +422,9 @@ def class_deadline(course: Course, names: list[str], override: datetime | None):
         found = {n: course.deadlines.get(n) for n in names}
         if len(set(found.values())) > 1:
             listed = ", ".join(f"{n} {d.isoformat() if d else '(none)'}" for n, d in found.items())
-            raise ValueError(f"{course.path} gives these assignments different deadlines ({listed}): a lock pins one commit "
-                             "per student, so fetch each deadline into its own workspace (grader fetch -a NAME --out DIR)")
+            raise ValueError(f"{course.path} gives these assignments different deadlines ({listed}): a lock pins one "
+                             "commit per student, so fetch each deadline into its own workspace (grader fetch -a NAME "
+                             "--out DIR)")
         base = next(iter(found.values()), None)
     if base is None and not any(e.until for e in course.extensions):
         return None, None

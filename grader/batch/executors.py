@@ -36,7 +36,6 @@ from grader.batch.store import failed_path, log_path, read_record, record_path, 
 from grader.settings import Settings, current
 from grader.spec import Course
 
-
 # -- scheduling ---------------------------------------------------------------------------------------
 
 class Scheduler:
@@ -68,7 +67,8 @@ class Scheduler:
     def finish(self, job: Job, record: JobRecord | None) -> None:
         with self.cond:
             self.in_flight -= 1
-            retry = record is not None and record.status == "infra_error" and job.tries <= self.retries and not self.stopped
+            retry = (record is not None and record.status == "infra_error" and job.tries <= self.retries
+                     and not self.stopped)
             if retry:
                 self.queue.append(job)
             else:
@@ -100,6 +100,7 @@ def default_job_timeout(catalogue: Course) -> Callable[[Job], float]:
     return limit
 
 
+_PRCTL: Callable[..., int] | None
 try:  # loaded here, not in the forked child (the loader's locks may be held there)
     _PRCTL = ctypes.CDLL(None, use_errno=True).prctl
 except (AttributeError, OSError):  # not Linux
@@ -134,7 +135,8 @@ class LocalExecutor:
     """`slots` job processes at once on this machine; slot i owns GPU slots[i] (None: CPU)."""
 
     def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] | None = None,
-                 runner: list[str] | None = None, server: list[str] | None = None, settings: Settings = Settings()) -> None:
+                 runner: list[str] | None = None, server: list[str] | None = None,
+                 settings: Settings = Settings()) -> None:
         """`server` (default: `python -m grader.batch.jobs --serve`, unless GRADER_JOB_SERVER=0 or a
         one-shot `runner` is given) keeps one job process per slot for job after job; `settings`
         are the batch command's; `job_timeout` (default: `default_job_timeout` of the course the
@@ -181,7 +183,8 @@ class LocalExecutor:
                 self._close_server(server[0])
 
     def _env(self, job: Job) -> dict[str, str]:
-        env = dict(os.environ, PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
+        env = dict(os.environ,
+                   PYTHONPATH=os.pathsep.join(filter(None, [self.pythonpath, os.environ.get("PYTHONPATH")])))
         if job.device == "cuda" and job.gpu is not None:
             env["CUDA_VISIBLE_DEVICES"] = job.gpu
         env.update(thread_share(len(self.slots), self.settings))
@@ -191,11 +194,14 @@ class LocalExecutor:
         folder = Path(job.out) / "logs"
         folder.mkdir(parents=True, exist_ok=True)
         name = threading.current_thread().name
+        assert self.server is not None  # only a pool with a job server starts one
         with open(folder / f"job-server-{name}.log", "a") as log:
-            return subprocess.Popen(self.server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log, env=self._env(job),
+            return subprocess.Popen(self.server, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=log,
+                                    env=self._env(job),
                                     start_new_session=True, preexec_fn=_die_with(os.getpid()))
 
     def _close_server(self, proc: subprocess.Popen) -> None:
+        assert proc.stdin is not None  # started with stdin=PIPE
         try:
             proc.stdin.close()
             proc.wait(timeout=30)
@@ -268,6 +274,7 @@ class LocalExecutor:
                 stopping = self.stopping
             if stopping:
                 self._terminate(proc)
+            assert proc.stdin is not None  # started with stdin=PIPE
             try:
                 proc.stdin.write(json.dumps(job.to_json()).encode())
                 proc.stdin.close()
@@ -312,7 +319,8 @@ def _attempt_header(job: Job) -> str:
     """The line that opens an attempt in the job's log (the student's name in it shown as text)."""
     from grader.sanitize import one_line
 
-    return f"\n=== {now()} attempt {job.tries} of {one_line(job.label)}" + (f" on GPU {job.gpu}" if job.gpu else "") + " ===\n"
+    on_gpu = f" on GPU {job.gpu}" if job.gpu else ""
+    return f"\n=== {now()} attempt {job.tries} of {one_line(job.label)}{on_gpu} ===\n"
 
 
 def _job_record(job: Job, stopping: bool, hung: bool, limit: float, code: int | None, log_file: Path,
@@ -383,7 +391,8 @@ def ray_task(job: dict, code: bytes) -> tuple[dict, str]:
     the driver) and log."""
     lines: list[str] = []
     j = Job.from_json(job)
-    j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None  # the GPU Ray gave the task
+    # the GPU Ray gave the task
+    j.gpu = (os.environ.get("CUDA_VISIBLE_DEVICES") or None) if j.device == "cuda" else None
     with tempfile.TemporaryDirectory(prefix="grader-ray-") as tmp:
         _unpack(code, Path(tmp) / "repo")
         j.repo = str(Path(tmp) / "repo")
@@ -449,7 +458,8 @@ class RayExecutor:
                         data, log_text = ray.get(ref)
                         record = JobRecord.from_json(data, where=f"the Ray task's record of {job.label}")
                     except Exception as exc:  # the task or its node died: ours, not the student's
-                        record, log_text = new_record(job, "infra_error", f"the Ray task failed: {type(exc).__name__}: {exc}",
+                        record, log_text = new_record(job, "infra_error",
+                                                      f"the Ray task failed: {type(exc).__name__}: {exc}",
                                                       started=started), traceback.format_exc()
                     self._finish(sched, job, record, log_text)
                 now = time.time()
@@ -469,7 +479,8 @@ class RayExecutor:
         log_file = log_path(out, job.folder, job.assignment)
         log_file.parent.mkdir(parents=True, exist_ok=True)
         with open(log_file, "a") as log:
-            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.node or '?'} ===\n{log_text}")
+            log.write(f"\n=== {now()} attempt {job.tries} of {job.label} on Ray node {record.node or '?'} ===\n"
+                      f"{log_text}")
         store_record(out, record)
         sched.finish(job, record)
 

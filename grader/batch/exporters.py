@@ -28,7 +28,8 @@ an empty cell is not a zero, and the note says why.
 
 Late penalties (course.toml's late policy, grader.batch.course) are applied at the student's total:
 grades.csv keeps the raw scores and adds hours_late, late_penalty and final; gradescope.csv adds
-a Late Penalty column (where course.toml sets a late policy) and its Total Score is the final one; classroom.csv, one row per
+a Late Penalty column (where course.toml sets a late policy) and its Total Score is the final one; classroom.csv, one
+row per
 assignment, awards the points after that assignment's penalty and shows both.
 """
 
@@ -42,7 +43,8 @@ from pathlib import Path
 from grader.results import write_text_atomic
 from grader.sanitize import for_csv_cell
 
-_NUMBER = re.compile(r"-?\d+(\.\d+)?(e[+-]?\d+)?")  # as _score writes one: a spreadsheet reads it as a number, never a formula
+# as _score writes one: a spreadsheet reads it as a number, never a formula
+_NUMBER = re.compile(r"-?\d+(\.\d+)?(e[+-]?\d+)?")
 
 
 def _score(value: float | None) -> str:
@@ -69,7 +71,8 @@ def _penalty(view, r, a: str) -> float:
 
 def _columns(view) -> list[str]:
     """Each assignment's column name: its name, marked where a grade of it is of a partial run."""
-    return [f"{a} (partial run)" if any(r.cells[a].partial for r in view.rows if a in r.cells) else a for a in view.assignments]
+    return [f"{a} (partial run)" if any(r.cells[a].partial for r in view.rows if a in r.cells) else a
+            for a in view.assignments]
 
 
 def grades_csv(view) -> str:
@@ -78,7 +81,8 @@ def grades_csv(view) -> str:
     for r in view.rows:
         late = "" if r.late is None else ("yes" if r.late else "no")
         hours = "" if r.hours_late is None else f"{max(0.0, r.hours_late):g}"
-        rows.append([r.student, r.commit or "", *[_score(r.cells[a].score) for a in view.assignments], _score(r.total), late,
+        rows.append([r.student, r.commit or "", *[_score(r.cells[a].score) for a in view.assignments], _score(r.total),
+                     late,
                      hours, _score(r.penalty) if r.total is not None else "", _score(r.final), r.note])
     return _csv(rows)
 
@@ -91,7 +95,8 @@ def classroom_csv(view) -> str:
             c = r.cells[a]
             cut = _penalty(view, r, a)
             final = None if c.score is None else round(c.score - cut, 4)
-            rows.append([name, r.github_username, r.student, r.repo or "", r.commit or "", _score(final), _score(c.max_score),
+            rows.append([name, r.github_username, r.student, r.repo or "", r.commit or "", _score(final),
+                         _score(c.max_score),
                          _score(c.score), _score(cut) if c.score is not None else ""])
     return _csv(rows)
 
@@ -102,7 +107,8 @@ def gradescope_csv(view) -> str:
     for r in view.rows:
         email = r.student if "@" in r.student else ""
         penalty = [_score(r.penalty) if r.total is not None else ""] if policy else []
-        rows.append([r.name, r.student, email, *[_score(r.cells[a].score) for a in view.assignments], *penalty, _score(r.final)])
+        rows.append([r.name, r.student, email, *[_score(r.cells[a].score) for a in view.assignments], *penalty,
+                     _score(r.final)])
     return _csv(rows)
 
 
@@ -128,7 +134,8 @@ def _points_possible(view, assignment: str) -> float | None:
         return max(maxes) if maxes else None
 
 
-EXPORTS = {"grades.csv": grades_csv, "classroom.csv": classroom_csv, "gradescope.csv": gradescope_csv, "canvas.csv": canvas_csv}
+EXPORTS = {"grades.csv": grades_csv, "classroom.csv": classroom_csv, "gradescope.csv": gradescope_csv,
+           "canvas.csv": canvas_csv}
 
 
 def write_all(view, out: Path) -> list[Path]:

@@ -165,8 +165,8 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
 
     started = time.time()
     log = _shown(log)
-    log(f"grading {job.label} at commit {job.commit or '-'} ({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, "
-        f"seed {job.seed})")
+    log(f"grading {job.label} at commit {job.commit or '-'} "
+        f"({job.device}{'' if job.gpu is None else ' gpu ' + job.gpu}, seed {job.seed})")
     try:
         session = _session(job, sessions if sessions is not None else {}, settings)
         spec = session.course.get(job.assignment)
@@ -220,7 +220,8 @@ def _job_process_main(argv: list[str]) -> int:
     except (ValueError, JobError) as exc:  # never a traceback for the pool's log: what is wrong, in one line
         print(f"grader.batch.jobs: the job on stdin cannot be read: {exc}", file=sys.stderr, flush=True)
         return 2
-    record = execute(job, log=lambda line: print(line, flush=True), settings=current())  # its own session: one job, one process
+    # its own session: one job, one process
+    record = execute(job, log=lambda line: print(line, flush=True), settings=current())
     signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and the reports, whole
     store_record(Path(job.out), record)
     return 0
@@ -260,7 +261,8 @@ def _job_server_main() -> int:
             os.dup2(log.fileno(), 2)
             try:
                 record = execute(job, log=lambda text: print(text, flush=True), sessions=sessions, settings=settings)
-                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})  # the record and reports, whole
+                # the record and reports, whole
+                signal.pthread_sigmask(signal.SIG_BLOCK, {signal.SIGTERM, signal.SIGINT})
                 store_record(Path(job.out), record)
                 signal.pthread_sigmask(signal.SIG_UNBLOCK, {signal.SIGTERM, signal.SIGINT})
             finally:

@@ -102,8 +102,10 @@ def speed_rows(view, out: Path, assignment: str) -> list[SpeedRow]:
 
 # -- the published page -----------------------------------------------------------------------
 
-ADJECTIVES = ("amber", "bold", "brisk", "calm", "clever", "crisp", "daring", "eager", "fleet", "gentle", "golden", "keen",
-              "lively", "lucid", "mellow", "nimble", "quiet", "rapid", "serene", "silver", "steady", "swift", "vivid", "witty")
+ADJECTIVES = ("amber", "bold", "brisk", "calm", "clever", "crisp", "daring", "eager", "fleet", "gentle", "golden",
+              "keen",
+              "lively", "lucid", "mellow", "nimble", "quiet", "rapid", "serene", "silver", "steady", "swift", "vivid",
+              "witty")
 ANIMALS = ("otter", "falcon", "lynx", "heron", "panda", "gecko", "orca", "puffin", "ibex", "koala", "marten", "osprey",
            "quokka", "raven", "stoat", "tapir", "walrus", "wombat", "yak", "zebra", "badger", "bison", "crane", "dingo")
 
@@ -136,10 +138,12 @@ def write_leaderboard(class_dir: Path, dest: Path, anonymize: bool, named: froze
     try:
         summary = json.loads(summary_path.read_text())
     except (OSError, ValueError) as exc:
-        raise LeaderboardError(f"{summary_path}: no readable class summary ({exc}): grade the class first with grader grade") from None
+        raise LeaderboardError(f"{summary_path}: no readable class summary ({exc}): grade the class first with grader "
+                               f"grade") from None
     speed = summary.get("speed")
     if speed is None:
-        raise LeaderboardError(f"{summary_path} has no speed section: regrade or rebuild it with this grader (grader grade --resume)")
+        raise LeaderboardError(f"{summary_path} has no speed section: regrade or rebuild it with this grader (grader "
+                               f"grade --resume)")
     key = _key(class_dir) if anonymize else b""
     shown: dict[str, str] = {}
     boards = {}
@@ -151,7 +155,8 @@ def write_leaderboard(class_dir: Path, dest: Path, anonymize: bool, named: froze
     dest = Path(dest)
     dest.mkdir(parents=True, exist_ok=True)
     html = _ENV.get_template("leaderboard.html.j2").render(boards=boards, shown=shown, anonymize=anonymize, title=title,
-                                                          created=summary.get("created", ""), environment=summary.get("environment") or {})
+                                                          created=summary.get("created", ""),
+                                                           environment=summary.get("environment") or {})
     (dest / "index.html").write_text(html)
     if anonymize:
         buffer = io.StringIO()

@@ -98,15 +98,17 @@ def make(student: str, folder: str, assignment: str, record: JobRecord | None, d
     result = AssignmentResult.from_json(record.result)
     if result.partial:
         raise ReviewError(f"{student}'s {assignment} was graded as a partial run (--case/--dtype: "
-                          f"{result.partial.get('cases_run')} of {result.partial.get('cases')} cases), which is no grade: "
-                          "grade the class without --case/--dtype, then review")
+                          f"{result.partial.get('cases_run')} of {result.partial.get('cases')} cases), which is no "
+                          "grade: grade the class without --case/--dtype, then review")
     found = flags(result)
     if decision in ("clear", "uphold") and not found:
         raise ReviewError(f"{student}'s {assignment} has no integrity flag to {decision} "
-                          f"(its grade is {result.verdict_score:g} / {result.max_score:g}): use --points to set its points")
+                          f"(its grade is {result.verdict_score:g} / {result.max_score:g}): use --points to set its "
+                          f"points")
     if decision == "points":
         if points is None or not 0 <= points <= result.max_score:
-            raise ReviewError(f"--points must be between 0 and {result.max_score:g} ({assignment}'s points), not {points}")
+            raise ReviewError(f"--points must be between 0 and {result.max_score:g} ({assignment}'s points), not "
+                              f"{points}")
         points = round(points, 2)
     elif decision == "clear":
         points = points_without_findings(result)
@@ -200,6 +202,7 @@ def apply(result: AssignmentResult, review: Review | None, record: JobRecord | N
     returns standing()."""
     state = standing(review, record)
     if state == "applied":
+        assert review is not None  # standing() applies only a review
         from grader.judge.scoring import points_without_findings
 
         verdict = result.verdict_score
@@ -207,6 +210,7 @@ def apply(result: AssignmentResult, review: Review | None, record: JobRecord | N
         result.review = {"decision": review.decision, "words": review.words, "points": points, "verdict_score": verdict,
                          "flags": flags(result), "note": review.note, "by": review.by, "at": review.at, "id": review.id}
     elif state == "stale":
-        result.notes.append(f"A review of an earlier grade ({review.words} by {review.by} on {review.at}) no longer applies: "
-                            f"{what_changed(review, record)}. This grade stands until a TA reviews it again.")
+        assert review is not None  # standing() calls only a review stale
+        result.notes.append(f"A review of an earlier grade ({review.words} by {review.by} on {review.at}) no longer "
+                            f"applies: {what_changed(review, record)}. This grade stands until a TA reviews it again.")
     return state

@@ -58,8 +58,7 @@ def load_roster(path: Path, org: str | None = None, prefix: str | None = None) -
         text = path.read_text(encoding="utf-8-sig")  # Excel writes a byte-order mark
     except UnicodeDecodeError:
         raise RosterError(f"roster {path}: not UTF-8 text (save it as CSV UTF-8)") from None
-    rows = list(csv.reader(text.splitlines()))
-    rows = [(i + 1, r) for i, r in enumerate(rows) if any(cell.strip() for cell in r)]
+    rows = [(i + 1, r) for i, r in enumerate(csv.reader(text.splitlines())) if any(cell.strip() for cell in r)]
     if not rows:
         raise RosterError(f"roster {path}: the file is empty")
     header = [h.strip().lower() for h in rows[0][1]]
@@ -67,7 +66,8 @@ def load_roster(path: Path, org: str | None = None, prefix: str | None = None) -
     for line, row in data:
         if len(row) > len(header):
             raise RosterError(f"roster {path}, line {line}: {len(row)} fields, but the header has {len(header)}")
-    records = [(line, {h: (row[i].strip() if i < len(row) else "") for i, h in enumerate(header)}) for line, row in data]
+    records = [(line, {h: (row[i].strip() if i < len(row) else "") for i, h in enumerate(header)})
+               for line, row in data]
 
     if set(PLAIN) <= set(header):
         entries = [_plain(path, line, rec) for line, rec in records]
@@ -122,7 +122,8 @@ def _classroom_roster(line: int, rec: dict, org: str, prefix: str) -> RosterEntr
         raise RosterError(f"line {line}: neither an identifier nor a github_username")
     if not user:
         return RosterEntry(student, None, name=rec.get("name", ""),
-                           problem="no GitHub account is linked to this roster identifier in Classroom (assignment not accepted?)")
+                           problem="no GitHub account is linked to this roster identifier in Classroom (assignment not "
+                                   "accepted?)")
     base = org.rstrip("/") if "://" in org else f"https://github.com/{org.strip('/')}"
     return RosterEntry(student, f"{base}/{prefix.rstrip('-')}-{user}", name=rec.get("name", ""), github_username=user)
 
@@ -148,6 +149,7 @@ def _check_unique(path: Path, entries: list[RosterEntry]) -> None:
     seen: dict[str, str] = {}
     for e in entries:
         if e.folder in seen:
-            what = "appears twice" if seen[e.folder] == e.student else f"and {seen[e.folder]!r} map to the same folder {e.folder!r}"
+            what = ("appears twice" if seen[e.folder] == e.student
+                    else f"and {seen[e.folder]!r} map to the same folder {e.folder!r}")
             raise RosterError(f"roster {path}: student {e.student!r} {what}")
         seen[e.folder] = e.student

@@ -14,9 +14,9 @@ from pathlib import Path
 from typing import Callable
 
 from grader.batch.jobs import Job, job_key, new_record, now
-from grader.judge.context import GradingContext
 from grader.batch.record import JobRecord, RecordError
 from grader.batch.store import MANIFEST, is_reusable, read_json, read_record, record_path, repair_students, store_record
+from grader.judge.context import GradingContext
 from grader.results import write_json_atomic
 from grader.settings import Settings
 from grader.spec import Course
@@ -76,9 +76,11 @@ def plan_batch(lock, opts: BatchOptions) -> Plan:
         try:
             repo = str(ensure_checkout(lock, p))
         except Exception as exc:  # the cache was removed or damaged after fetch
-            repo, why = "", f"the checkout of {p.student} in the workspace is missing or damaged ({exc}): run grader fetch again"
+            repo, why = "", (f"the checkout of {p.student} in the workspace is missing or damaged ({exc}): run grader "
+                             f"fetch again")
             plan.broken.append(why)
         for name in opts.assignments:
+            assert opts.catalogue is not None  # the command gives the course folder it grades
             spec = opts.catalogue.get(name)
             job = Job(p.student, p.folder, name, repo, p.repo, p.commit, job_key(p.commit, spec, opts.gpu_model, ctx),
                       str(out), ctx.to_json(), notes=list(p.notes))
@@ -103,6 +105,7 @@ def _reusable(path: Path, key: dict) -> bool:
 def make_executor(opts: BatchOptions, slots: list[str | None]):
     from grader.batch.executors import LocalExecutor, RayExecutor, default_job_timeout
 
+    assert opts.catalogue is not None  # the command gives the course folder it grades
     timeout = (lambda job: opts.job_timeout) if opts.job_timeout else default_job_timeout(opts.catalogue)
     if opts.executor == "ray":
         return RayExecutor(opts.address, max_in_flight=len(slots), per_gpu=opts.per_gpu, job_timeout=timeout)
@@ -146,7 +149,8 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
         executor.join()
     finally:
         done = [r for _, r in sched.finished if r is not None]
-        entry.update(finished=now(), wall_s=round(time.time() - started, 1), graded=sum(r.status == "graded" for r in done),
+        entry.update(finished=now(), wall_s=round(time.time() - started, 1),
+                     graded=sum(r.status == "graded" for r in done),
                      infra_error=sum(r.status == "infra_error" for r in done),
                      not_run=len(plan.jobs) - len(done))
         write_json_atomic(manifest, out / MANIFEST)

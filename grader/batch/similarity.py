@@ -30,9 +30,9 @@ import os
 import shutil
 import stat
 import time
+from collections import defaultdict
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
-from collections import defaultdict
 from dataclasses import asdict, dataclass
 from itertools import combinations
 from pathlib import Path
@@ -84,7 +84,8 @@ def _tokenize(item: tuple[str, str]) -> tuple[str, str, np.ndarray]:
     return name, filtered, offsets
 
 
-def fingerprint_all(files: dict[str, str], boilerplate: np.ndarray, jobs: int | None = None) -> dict[str, CodeFingerprint]:
+def fingerprint_all(files: dict[str, str], boilerplate: np.ndarray,
+                    jobs: int | None = None) -> dict[str, CodeFingerprint]:
     """Every file's CodeFingerprint. Tokenizing (pygments) is most of the time, so for a class
     it runs on all cores; the k-gram hashes are taken here, in one process (Python's string
     hash differs between processes)."""
@@ -130,7 +131,8 @@ def _init_worker(fps: dict[str, CodeFingerprint]) -> None:
     _FPS = fps
 
 
-def _compare_chunk(chunk: list[tuple[str, str]], fps: dict[str, CodeFingerprint] | None = None) -> list[tuple[str, str, float, float]]:
+def _compare_chunk(chunk: list[tuple[str, str]],
+                   fps: dict[str, CodeFingerprint] | None = None) -> list[tuple[str, str, float, float]]:
     fps = fps or _FPS
     shares = []
     for a, b in chunk:
@@ -160,7 +162,8 @@ def compare_class(files: dict[str, str], starter: str | None, assignment: str, t
     """All pairs of `files` (student -> source) at or above `threshold`, most similar first;
     with the fingerprints (for the side-by-side pages) and counts of what was done."""
     if MISSING is not None:
-        raise ImportError(f"copydetect is not installed here ({MISSING}): it comes with the TA's extra, pip install \"grader[ta]\"")
+        raise ImportError(f"copydetect is not installed here ({MISSING}): it comes with the TA's extra, pip install "
+                          f"\"grader[ta]\"")
     started = time.perf_counter()
     boilerplate = boilerplate_of(starter)
     fps = fingerprint_all(files, boilerplate)
@@ -183,8 +186,10 @@ def compare_class(files: dict[str, str], starter: str | None, assignment: str, t
              for a, b, sa, sb in _shares(fps, sorted(candidates)) if min(sa, sb) >= threshold]
     pairs.sort(key=lambda p: (-p.score, p.a, p.b))
     n = len(fps)
-    return pairs, fps, {"files": n, "pairs": n * (n - 1) // 2, "compared": len(candidates), "idioms_dropped": len(common),
-                        "fingerprint_s": round(fingerprinted - started, 2), "compare_s": round(time.perf_counter() - fingerprinted, 2)}
+    return pairs, fps, {"files": n, "pairs": n * (n - 1) // 2, "compared": len(candidates),
+                        "idioms_dropped": len(common),
+                        "fingerprint_s": round(fingerprinted - started, 2),
+                        "compare_s": round(time.perf_counter() - fingerprinted, 2)}
 
 
 def side_by_side(pair: Pair, fps: dict[str, CodeFingerprint], context: dict) -> str:
@@ -231,7 +236,8 @@ def read_in_repo(root: Path, rel: str, limit: int = MAX_BYTES) -> str | None:
                 inner = os.open(part, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=fd)
                 os.close(fd)
                 fd = inner
-            file = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC, dir_fd=fd)
+            file = os.open(parts[-1], os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC,
+                           dir_fd=fd)
         finally:
             os.close(fd)
         with os.fdopen(file, "rb") as f:
@@ -262,7 +268,8 @@ def _module_text(lock, p, spec) -> str | None:
         problem = sub.problem(spec)  # an entry that names no module the grader may read (grader.submission)
     except Exception as exc:  # a grader.toml that names no readable module: this student's reason alone
         text = " ".join(str(exc).split())
-        raise Unreadable(text if text.startswith("grader.toml") else f"grader.toml: {type(exc).__name__}: {text}") from None
+        raise Unreadable(text if text.startswith("grader.toml")
+                         else f"grader.toml: {type(exc).__name__}: {text}") from None
     if problem:
         raise Unreadable(" ".join(problem.split()))
     return read_in_repo(root, str(module))
@@ -297,12 +304,14 @@ def update_similarity(view, out: Path, lock, threshold: float | None = None) -> 
                     not_compared[p.student] = f"could not be read: {' '.join(str(exc).split())[:300]}"
                     continue
                 except Exception as exc:  # one student's repo never costs the class its comparison
-                    not_compared[p.student] = f"could not be read: {type(exc).__name__}: {' '.join(str(exc).split())[:300]}"
+                    not_compared[p.student] = (f"could not be read: {type(exc).__name__}: "
+                                               f"{' '.join(str(exc).split())[:300]}")
                     continue
                 if text is not None and text.strip():
                     files[p.student] = text
         starter = _starter_text(spec)
-        key = hashlib.sha256(json.dumps([sorted(files.items()), starter, threshold, K, WINDOW, common, MAX_PAIRS]).encode()).hexdigest()
+        key = hashlib.sha256(json.dumps([sorted(files.items()), starter, threshold, K, WINDOW, common,
+                                         MAX_PAIRS]).encode()).hexdigest()
         folder = out / FOLDER / a
         stored = _read(folder / "pairs.json")
         if stored and stored.get("key") == key:
@@ -325,12 +334,14 @@ def update_similarity(view, out: Path, lock, threshold: float | None = None) -> 
         for pair in pairs:
             name = f"{_safe(pair.a)}--{_safe(pair.b)}.html"
             try:
-                (folder / name).write_text(side_by_side(pair, fps, {"commits": commits, "module": spec.module, "title": spec.title,
+                (folder / name).write_text(side_by_side(pair, fps,
+                                                        {"commits": commits, "module": spec.module, "title": spec.title,
                                                                      "threshold": threshold}))
                 pair.page = f"{FOLDER}/{a}/{name}"
             except Exception:  # the pair stays listed, without its page
                 pair.page = ""
-        (folder / "pairs.json").write_text(json.dumps({"key": key, "counts": counts, "pairs": [p.to_json() for p in pairs]}, indent=1))
+        (folder / "pairs.json").write_text(json.dumps({"key": key, "counts": counts,
+                                                       "pairs": [p.to_json() for p in pairs]}, indent=1))
         view.similarity[a] = pairs
         view.similarity_meta["per_assignment"][a] = dict(counts, not_compared=not_compared)
 

@@ -94,7 +94,8 @@ def student_run(records: dict[str, JobRecord], order: list[str]) -> RunResult | 
     """The student's assignments as one RunResult (what `grader check` would have written)."""
     if not records:
         return None
-    ranked = sorted(records.values(), key=lambda r: (order.index(r.assignment) if r.assignment in order else len(order), r.assignment))
+    ranked = sorted(records.values(),
+                    key=lambda r: (order.index(r.assignment) if r.assignment in order else len(order), r.assignment))
     first = ranked[0]
     run = RunResult(first.repo or first.student, first.seed, first.environment or {}, commit=first.commit)
     for r in ranked:
@@ -103,7 +104,8 @@ def student_run(records: dict[str, JobRecord], order: list[str]) -> RunResult | 
         else:
             a = AssignmentResult(r.assignment, r.assignment, "")
             a.tests.append(TestResult(r.assignment, Kind.CORRECTNESS, "grading", Outcome.INFRA_ERROR,
-                                      f"not graded: {r.error or 'the grader failed'} (it is retried on the next --resume)"))
+                                      f"not graded: {r.error or 'the grader failed'} "
+                                      "(it is retried on the next --resume)"))
             run.assignments.append(a)
     return run
 
@@ -143,7 +145,8 @@ def write_student(out: Path, folder: str) -> None:
     late = late_notes(folder_path)
     log = reviews.read(out)
     for a in run.assignments:
-        reviews.apply(a, log.latest(folder, a.name), records.get(a.name))  # a TA's decision on this grade, or a stale one said
+        # a TA's decision on this grade, or a stale one said
+        reviews.apply(a, log.latest(folder, a.name), records.get(a.name))
         if a.name in late:
             a.notes.append(late[a.name])
     write_json_atomic(run.to_gradescope(), folder_path / "results.json")

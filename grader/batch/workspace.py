@@ -34,13 +34,16 @@ from typing import Callable
 
 import git
 
-from grader.results import write_json_atomic
-from grader.batch.course import LATEST, FetchLimits  # LATEST: with EARLIEST, the dates a lock can hold: datetime's years 1-9999
+from grader.batch.course import (  # LATEST: with EARLIEST, the dates a lock can hold: datetime's years 1-9999
+    LATEST,
+    FetchLimits,
+)
 from grader.batch.roster import RosterEntry
+from grader.results import write_json_atomic
 
 LOCK_NAME = "lock.json"
-DATE_WARNING = ("Commit dates are set by the student's own machine and can be forged; the pinned commit is what is graded "
-                "(check push times on the forge where a deadline dispute matters).")
+DATE_WARNING = ("Commit dates are set by the student's own machine and can be forged; the pinned commit is what is "
+                "graded (check push times on the forge where a deadline dispute matters).")
 # git may only use these transports: no ext:: (runs a command), no fd::
 ALLOWED_PROTOCOLS = "file:https:http:ssh:git"
 FETCH_TIMEOUT_S = 300
@@ -102,7 +105,8 @@ def parse_deadline(text: str) -> datetime:
     try:
         when = datetime.fromisoformat(text.strip().replace("Z", "+00:00").replace("z", "+00:00"))
     except ValueError:
-        raise ValueError(f"--deadline {text!r} is not an ISO 8601 date and time, e.g. 2025-03-01T23:59:00-05:00") from None
+        raise ValueError(f"--deadline {text!r} is not an ISO 8601 date and time, "
+                         f"e.g. 2025-03-01T23:59:00-05:00") from None
     if when.tzinfo is None:
         raise ValueError(f"--deadline {text!r} has no time zone: add one, e.g. {text}-05:00 or {text}Z")
     return when
@@ -208,7 +212,8 @@ def _fetch(url: str, dest: Path) -> git.Repo:
         repo = git.Repo.init(dest)
         repo.create_remote("origin", url)
     with repo.git.custom_environment(**_git_env()):
-        repo.git.fetch("--prune", "--no-tags", "origin", "+refs/heads/*:refs/remotes/origin/*", kill_after_timeout=FETCH_TIMEOUT_S)
+        repo.git.fetch("--prune", "--no-tags", "origin", "+refs/heads/*:refs/remotes/origin/*",
+                       kill_after_timeout=FETCH_TIMEOUT_S)
     return repo
 
 
@@ -220,7 +225,7 @@ def _branches(repo: git.Repo) -> list[str]:
 def _default_branch(repo: git.Repo, branches: list[str]) -> str:
     try:
         with repo.git.custom_environment(**_git_env()):
-            out = repo.git.ls_remote("--symref", "origin", "HEAD", kill_after_timeout=FETCH_TIMEOUT_S)
+            out = str(repo.git.ls_remote("--symref", "origin", "HEAD", kill_after_timeout=FETCH_TIMEOUT_S))
         m = re.search(r"^ref: refs/heads/(\S+)\s+HEAD", out, re.M)
         if m and m.group(1) in branches:
             return m.group(1)
@@ -246,13 +251,14 @@ def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: 
         raise FetchError(f"branch {branch!r} not found (branches: {', '.join(map(_printable, branches))})")
     branch = branch or _default_branch(repo, branches)
     if _printable(branch) != branch:
-        raise FetchError(f"its branch {_printable(branch)!r} is not named in UTF-8 text: ask for a branch with a plain name")
+        raise FetchError(f"its branch {_printable(branch)!r} is not named in UTF-8 text: ask for a branch with a plain "
+                         f"name")
     head = _commit_of(repo, f"refs/remotes/origin/{branch}", f"the head of branch {branch!r} is not a commit")
     p = Pinned(entry.student, entry.repo, "fetched", branch=branch, head=head, name=entry.name,
                github_username=entry.github_username)
-    late_after = None
     if entry.commit:
-        chosen = _commit_of(repo, entry.commit, f"commit {entry.commit} (pinned by the roster) is not in the repository")
+        chosen = _commit_of(repo, entry.commit,
+                            f"commit {entry.commit} (pinned by the roster) is not in the repository")
         dates = commit_dates(repo, [head, chosen])
         p.notes.append(f"Graded at commit {chosen[:12]}, pinned by the roster.")
     elif deadline is not None:
@@ -264,10 +270,12 @@ def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: 
         if not on_time:
             raise FetchError(f"no commit on {branch!r} is dated on or before {what} {limit.isoformat()} "
                              f"(the first is dated {dates[history[-1]].shown})")
-        chosen = max(on_time, key=lambda c: dates[c].timestamp)  # ties: the first in git's order
+        # ties: the first in git's order (a commit on time has a date: an unreadable one counts as late)
+        chosen = max(on_time, key=lambda c: dates[c].timestamp or 0)
         p.late_commits = len(repo.git.rev_list(f"{chosen}..{head}", kill_after_timeout=FETCH_TIMEOUT_S).split())
-        p.notes.append(f"Graded at commit {chosen[:12]} ({dates[chosen].shown}), the last one dated on or before {what} "
-                       f"{limit.isoformat()}" + (f" (deadline {deadline.isoformat()})" if cutoff else "") + ". " + DATE_WARNING)
+        p.notes.append(f"Graded at commit {chosen[:12]} ({dates[chosen].shown}), the last one dated on or before "
+                       f"{what} {limit.isoformat()}" + (f" (deadline {deadline.isoformat()})" if cutoff else "") + ". "
+                       + DATE_WARNING)
         if p.late_commits:
             p.notes.append(f"{p.late_commits} commit(s) dated after {what} were not graded.")
     else:
@@ -364,8 +372,10 @@ def commit_dates(repo: git.Repo, shas: list[str]) -> dict[str, CommitDate]:
     UNREADABLE. The mapping answers UNREADABLE for a sha it does not hold."""
     dates: dict[str, CommitDate] = {}
     env = dict(os.environ, **_git_env())
-    with subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo.working_dir, stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+    with subprocess.Popen(["git", "cat-file", "--batch"], cwd=repo.working_dir, stdin=subprocess.PIPE,
+                          stdout=subprocess.PIPE,
                           stderr=subprocess.DEVNULL, env=env) as proc:
+        assert proc.stdin is not None and proc.stdout is not None  # both pipes
         try:
             for sha in dict.fromkeys(shas):
                 proc.stdin.write(sha.encode() + b"\n")
@@ -403,11 +413,13 @@ def check_size(repo: git.Repo, commit: str | None, limits: FetchLimits) -> None:
         return
     proc = subprocess.Popen(["git", "ls-tree", "-r", "-l", "-z", "--full-tree", commit], cwd=repo.working_tree_dir,
                             stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, env=dict(os.environ, **_git_env()))
+    assert proc.stdout is not None  # a pipe
+    stdout = proc.stdout
     files = total = 0
     over = None
     buffer = b""
     try:
-        for chunk in iter(lambda: proc.stdout.read(1 << 16), b""):
+        for chunk in iter(lambda: stdout.read(1 << 16), b""):
             buffer += chunk
             *entries, buffer = buffer.split(b"\0")
             for entry in entries:
@@ -460,7 +472,8 @@ def read_lock(path: Path) -> Lock:
     try:
         data = json.loads(path.read_text())
         students = [Pinned(**s) for s in data["students"]]
-        return Lock(students, data["created"], data.get("deadline"), data.get("roster"), data.get("warning"), path.parent.resolve())
+        return Lock(students, data["created"], data.get("deadline"), data.get("roster"), data.get("warning"),
+                    path.parent.resolve())
     except (ValueError, KeyError, TypeError) as exc:
         raise LockError(f"lock file {path} is malformed: {exc}") from None
 

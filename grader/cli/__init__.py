@@ -39,7 +39,8 @@ def _version(value: bool) -> None:
 
 @app.callback()
 def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
-                                       help="Print the grader's version, and torch's and Triton's, then exit.")) -> None:
+                                       help="Print the grader's version, and torch's and Triton's, then exit."),
+          ) -> None:
     """Grade Triton kernel assignments."""
 
 check.register(app)

@@ -13,8 +13,8 @@ from __future__ import annotations
 import json
 import os
 import shlex
-import stat
 import shutil
+import stat
 import time
 from contextlib import contextmanager
 from dataclasses import dataclass
@@ -27,14 +27,22 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
+from grader.cli.common import ISOLATION_HELP, UsageError, console, err, say, shown
+from grader.cli.outputs import (
+    OUTPUT_DIR,
+    CheckSetup,
+    Classroom50Sink,
+    GitHubSink,
+    HtmlSink,
+    JsonSink,
+    Sink,
+    TerminalSink,
+    is_default_folder,
+)
 from grader.results import Outcome, RunResult
 from grader.sanitize import one_line
 from grader.settings import Settings
 from grader.submission import SubmissionError, open_submission
-
-from grader.cli.common import ISOLATION_HELP, UsageError, console, err, say, shown
-from grader.cli.outputs import (OUTPUT_DIR, CheckSetup, Classroom50Sink, GitHubSink, HtmlSink, JsonSink, Sink, TerminalSink,
-                                is_default_folder)
 
 
 class NothingToGrade(UsageError):
@@ -58,11 +66,14 @@ def select_assignments(sub, names: list[str] | None, course: specs.Course) -> li
             raise UsageError(exc.args[0]) from None
     if not catalogue:
         raise UsageError(f"no course found: no assignments/ in {course.root}. Run grader check inside your "
-                         f"repository (the folder with {specs.KIT_MANIFEST}), or set GRADER_COURSE to the course folder")
-    found = [s for s in catalogue.values() if sub.has(s) or sub.problem(s)]  # a problem is graded: the student's outcome
+                         f"repository (the folder with {specs.KIT_MANIFEST}), "
+                         "or set GRADER_COURSE to the course folder")
+    # a problem is graded: the student's outcome
+    found = [s for s in catalogue.values() if sub.has(s) or sub.problem(s)]
     problems = toml_problems(sub, catalogue)
     if not found:
-        looked = ", ".join(one_line(sub.target(s)[0], 200) for s in catalogue.values())  # grader.toml's paths: one line each
+        # grader.toml's paths: one line each
+        looked = ", ".join(one_line(sub.target(s)[0], 200) for s in catalogue.values())
         raise NothingToGrade(f"no assignment found in {sub.root} (looked for {looked})"
                          + "".join(f"\n  {p}" for p in problems))
     for p in problems:  # the rest is checked; what grader.toml names in vain is said, not skipped in silence
@@ -80,7 +91,8 @@ def toml_problems(sub, catalogue: dict) -> list[str]:
         if name not in catalogue:
             problems.append(f"grader.toml names [assignments.{label}], which is not an assignment "
                             f"(known: {', '.join(catalogue)})")
-        elif "module" in sub.overrides.get(name, {}) and not sub.has(catalogue[name]) and not sub.problem(catalogue[name]):
+        elif "module" in sub.overrides.get(name,
+                                           {}) and not sub.has(catalogue[name]) and not sub.problem(catalogue[name]):
             module = sub.overrides[name]["module"]
             problems.append(f"grader.toml sets [assignments.{label}] module = \"{one_line(module, 120)}\", "
                             f"but {one_line(sub.root / module, 200)} does not exist")
@@ -238,8 +250,10 @@ def exit_code(run: RunResult) -> int:
 
 def check(
     repo: Path = typer.Argument(Path("."), help="The submission's folder (your repo)."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (repeatable)."),
-    json_file: Optional[Path] = typer.Option(None, "--json", help=f"Where to write results.json (default: {OUTPUT_DIR}/results.json)."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
+                                                   help="Only these assignments (repeatable)."),
+    json_file: Optional[Path] = typer.Option(None, "--json",
+                                             help=f"Where to write results.json (default: {OUTPUT_DIR}/results.json)."),
     html_dir: Optional[Path] = typer.Option(None, "--html", help=f"Folder for report.html (default: {OUTPUT_DIR}/)."),
     device: str = typer.Option("auto", help="auto (GPU if present), cuda, or cpu (Triton's interpreter)."),
     seed: Optional[int] = typer.Option(None, help="Seed for inputs and random shapes (default: a new one, printed)."),
@@ -247,12 +261,13 @@ def check(
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes: float32, float16, bfloat16."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
     isolation: str = typer.Option("sandbox", help=ISOLATION_HELP),
-    jobs: Optional[int] = typer.Option(None, "--jobs", "-j", help="Assignments graded at once (default: one per CPU core "
+    jobs: Optional[int] = typer.Option(None, "--jobs", "-j",
+                                       help="Assignments graded at once (default: one per CPU core "
                                        "in the interpreter, one on a GPU)."),
     ci: Optional[str] = typer.Option(None, "--ci", help="classroom50: result.json, release-body.md and a commit status "
-                                     "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG are "
-                                     "set); github: a job summary, annotations and the classroom-resources result output "
-                                     "Classmoji reads (default otherwise in GitHub Actions); none: plain."),
+                                     "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG "
+                                     "are set); github: a job summary, annotations and the classroom-resources result "
+                                     "output Classmoji reads (default otherwise in GitHub Actions); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader.settings import from_environment
@@ -266,7 +281,7 @@ def check(
         run = run_check(options, settings, course, sinks, progress=_progress)
     except CheckNotRun as stop:
         codes = [sink.not_run(stop.error, stop.unreadable) for sink in sinks]
-        raise typer.Exit(next((c for c in codes if c is not None), 2))
+        raise typer.Exit(next((c for c in codes if c is not None), 2)) from None
     codes = [sink.finished(run) for sink in sinks]
     raise typer.Exit(next((c for c in codes if c is not None), exit_code(run)))
 
@@ -294,7 +309,8 @@ def _progress(total: int):
         now = time.monotonic()
         if now - state["said"] >= PIPED_PROGRESS_EVERY:
             state["said"] = now
-            console.print(f"  [{state['done']}/{total}, {now - started:.0f} s] {one_line(text, 200)}", soft_wrap=True, markup=False)
+            console.print(f"  [{state['done']}/{total}, {now - started:.0f} s] {one_line(text, 200)}", soft_wrap=True,
+                          markup=False)
 
     yield step
 

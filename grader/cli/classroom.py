@@ -23,9 +23,10 @@ import typer
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
-from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, fail as _fail, shown
-from grader.environment import has_gpu
 from grader.batch.roster import RosterError, load_roster
+from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, shown
+from grader.cli.common import fail as _fail
+from grader.environment import has_gpu
 from grader.sandbox import docker
 from grader.settings import Settings, current
 
@@ -65,7 +66,8 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
         when, per_student = class_deadline(course, names or course.order or list(catalogue.catalogue()), when)
     except (RosterError, c50.ScoresError, ValueError) as exc:
         _fail(exc)
-    console.print(f"Fetching {len(entries)} repos into {out}" + (f", pinned at the deadline {when.isoformat()}" if when else ""))
+    console.print(f"Fetching {len(entries)} repos into {out}"
+                  + (f", pinned at the deadline {when.isoformat()}" if when else ""))
     if course.policy and when:
         console.print(f"Late policy ({course.path}): {course.policy.describe()}; commits up to "
                       f"{course.cutoff(when).isoformat()} are graded, with the penalty")
@@ -97,19 +99,24 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
 
 
 def fetch(
-    roster: Path = typer.Option(..., "--roster", help="CSV: student,repo[,commit], or GitHub Classroom's roster export; "
+    roster: Path = typer.Option(..., "--roster",
+                                help="CSV: student,repo[,commit], or GitHub Classroom's roster export; "
                                 "with --classroom50, usernames one a line or a CSV with a username column."),
     out: Path = typer.Option(..., "--out", help="The workspace: repos/ and lock.json are written there."),
-    deadline: Optional[str] = typer.Option(None, help="ISO 8601 with a time zone: pin the last commit dated on or before it "
+    deadline: Optional[str] = typer.Option(None,
+                                           help="ISO 8601 with a time zone: pin the last commit dated on or before it "
                                            "(default: course.toml's deadline for the assignments)."),
     org: Optional[str] = typer.Option(None, help="GitHub Classroom: the organization (or a base URL)."),
     prefix: Optional[str] = typer.Option(None, help="GitHub Classroom: the assignment's repo prefix."),
     branch: Optional[str] = typer.Option(None, help="The branch to grade (default: each repo's default branch)."),
     jobs: int = typer.Option(8, help="Repos fetched at once."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="The assignments this fetch is for: "
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
+                                                   help="The assignments this fetch is for: "
                                                    "their deadline in course.toml applies (default: the course's)."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
-    classroom50: Optional[str] = typer.Option(None, "--classroom50", help="Classroom 50: the classroom's name; each repo "
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file (default: COURSE/course.toml if there is one)."),
+    classroom50: Optional[str] = typer.Option(None, "--classroom50",
+                                              help="Classroom 50: the classroom's name; each repo "
                                               "is ORG/<classroom>-<slug>-<username>, lower case (with --org)."),
     slug: Optional[str] = typer.Option(None, help="Classroom 50: the assignment's slug (default: that of the one -a)."),
     scores: Optional[Path] = typer.Option(None, help="Classroom 50: a collected scores.json, shown beside the grades."),
@@ -123,7 +130,7 @@ def fetch(
         if (slug or scores) and not classroom50:
             raise UsageError("--slug and --scores go with --classroom50 CLASSROOM")
         if classroom50 and not slug:
-            if len(assignment or []) != 1:
+            if not assignment or len(assignment) != 1:
                 raise UsageError("--classroom50: name the assignment's slug with --slug, or one assignment with -a")
             from grader.kit.classroom50 import slug_of
 
@@ -132,8 +139,12 @@ def fetch(
         _fail(UsageError(exc.args[0]))
     except UsageError as exc:
         _fail(exc)
-    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment,
-                       (classroom50, slug) if classroom50 else None, scores, catalogue)
+    classroom_slug = None
+    if classroom50:
+        assert slug is not None  # given, or the one assignment's
+        classroom_slug = (classroom50, slug)
+    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment, classroom_slug, scores,
+                       catalogue)
     raise typer.Exit(1 if any(p.status != "fetched" for p in lock.students) else 0)
 
 
@@ -158,8 +169,8 @@ def resolve_slots(device: str, gpus: str, jobs: Optional[int], settings: Setting
             raise UsageError(f"--gpus {gpus}: this machine has GPUs 0..{count - 1}")
     models = {torch.cuda.get_device_name(i) for i in chosen}
     if len(models) > 1:
-        raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): their timings do not compare; "
-                         "grade a class on one model")
+        raise UsageError(f"--gpus selects GPUs of different models ({', '.join(sorted(models))}): "
+                         "their timings do not compare; grade a class on one model")
     visible = settings.visible_gpus
     tokens = [t.strip() for t in visible.split(",")] if visible else [str(i) for i in range(count)]
     n = jobs or DEFAULT_JOBS_PER_GPU * len(chosen)
@@ -244,7 +255,8 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
             slots, gpu_model = [None] * (options.jobs or 2), "GPUs of the Ray cluster"
         else:
             slots, gpu_model = resolve_slots(ctx.device, options.gpus, options.jobs, settings)
-        if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:  # said now, not by every job
+        # said now, not by every job
+        if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:
             raise UsageError(problem)
         if not remote:  # a class is graded unattended: no weaker sandbox than asked (Ray's nodes detect their own)
             _isolation_as_asked(ctx.isolation, settings)
@@ -286,22 +298,30 @@ def _isolation_as_asked(mode: str, settings: Settings) -> None:
 
 
 def grade(
-    roster: Optional[Path] = typer.Option(None, "--roster", help="Grade from a roster (fetched first into OUT/workspace)."),
+    roster: Optional[Path] = typer.Option(None, "--roster",
+                                          help="Grade from a roster (fetched first into OUT/workspace)."),
     lock_file: Optional[Path] = typer.Option(None, "--lock", help="Grade the commits pinned by `grader fetch`."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (default: all)."),
-    out: Path = typer.Option(Path("reports"), "--out", help="The class folder: students/, index.html, grades.csv, summary.json."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
+                                                   help="Only these assignments (default: all)."),
+    out: Path = typer.Option(Path("reports"), "--out",
+                             help="The class folder: students/, index.html, grades.csv, summary.json."),
     device: str = typer.Option("auto", help="auto (GPU if present), cuda, or cpu (Triton's interpreter)."),
     gpus: str = typer.Option("all", help="GPUs to spread jobs over: all, or indices like 0,1."),
     jobs: Optional[int] = typer.Option(None, help="Jobs at once (default: 2 per GPU, or one per CPU core)."),
-    resume: bool = typer.Option(False, help="Skip jobs already graded at the same commit, spec, grader version and GPU model."),
+    resume: bool = typer.Option(False, help="Skip jobs already graded at the same commit, spec, grader version and "
+                                            "GPU model."),
     only: Optional[List[str]] = typer.Option(None, "--only", help="Regrade only these students (repeatable)."),
-    reference_dir: Optional[Path] = typer.Option(None, "--reference-dir", help="The private reference kernels (default: COURSE/reference)."),
-    seed: Optional[int] = typer.Option(None, help="Seed for the class (default: the one stored in OUT, else a new one)."),
+    reference_dir: Optional[Path] = typer.Option(None, "--reference-dir",
+                                                 help="The private reference kernels (default: COURSE/reference)."),
+    seed: Optional[int] = typer.Option(None,
+                                       help="Seed for the class (default: the one stored in OUT, else a new one)."),
     case: Optional[List[str]] = typer.Option(None, "--case", help="Only the named case(s): for a quick dry run."),
     dtype: Optional[List[str]] = typer.Option(None, "--dtype", help="Only these dtypes."),
     timeout: Optional[float] = typer.Option(None, help="Seconds one call may take (default: the assignment's)."),
     isolation: str = typer.Option("sandbox", help=ISOLATION_HELP + " Every record says which ran."),
-    job_timeout: Optional[float] = typer.Option(None, help="Seconds one job may take before it is killed (default: from the plan)."),
+    job_timeout: Optional[float] = typer.Option(None,
+                                                help="Seconds one job may take before it is killed (default: from the "
+                                                     "plan)."),
     retries: int = typer.Option(1, help="Times an infra_error job is tried again in this run."),
     executor: str = typer.Option("local", help="local (a pool on this machine) or ray (a Ray cluster)."),
     address: Optional[str] = typer.Option(None, help="Ray: the cluster's address (default: a local Ray instance)."),
@@ -309,10 +329,13 @@ def grade(
     prefix: Optional[str] = typer.Option(None, help="With a Classroom roster: the assignment's repo prefix."),
     branch: Optional[str] = typer.Option(None, help="With --roster: the branch to grade."),
     deadline: Optional[str] = typer.Option(None, help="With --roster: pin the last commit dated on or before this."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file: assignments, points, late policy "
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file: assignments, points, late policy "
                                                "(default: COURSE/course.toml if there is one)."),
-    similarity_threshold: Optional[float] = typer.Option(None, "--similarity-threshold", help="List pairs of submissions at "
-                                                         "least this similar on the dashboard (default: course.toml's, else 0.6)."),
+    similarity_threshold: Optional[float] = typer.Option(None, "--similarity-threshold",
+                                                         help="List pairs of submissions at "
+                                                         "least this similar on the dashboard (default: course.toml's, "
+                                                         "else 0.6)."),
 ) -> None:
     """Grade a whole class: per-student reports, a dashboard, gradebooks; resumable."""
     options = GradeOptions(**locals())  # every parameter, by its name
@@ -346,8 +369,8 @@ def run_grade(options: GradeOptions, settings: Settings) -> int:
 
     opts = BatchOptions(options.out.resolve(), names, ctx, setup.slots, setup.gpu_model, options.resume,
                         options.only or None, options.retries, options.executor, options.address,
-                        job_timeout=options.job_timeout, course=course, similarity_threshold=options.similarity_threshold,
-                        settings=settings, catalogue=catalogue)
+                        job_timeout=options.job_timeout, course=course,
+                        similarity_threshold=options.similarity_threshold, settings=settings, catalogue=catalogue)
     plan = plan_batch(lock, opts)
     slots = setup.slots
     where = "CPU interpreter (no timing, no bf16)" if ctx.device == "cpu" else f"{setup.gpu_model} x{len(set(slots))}"
@@ -364,8 +387,10 @@ def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:
     and the sandbox warnings the jobs' records carry, each once."""
     from grader.batch.run import run_batch
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TextColumn("{task.fields[counts]}"),
-                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console, transient=False) as bar:
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TextColumn("{task.fields[counts]}"),
+                  TimeElapsedColumn(), TextColumn("ETA"), TimeRemainingColumn(), console=console,
+                  transient=False) as bar:
         task = bar.add_task("grading", total=len(plan.jobs), counts="")
         counts = {"graded": 0, "infra_error": 0, "retried": 0}
         warnings: dict[str, None] = {}  # what each job's sandbox could not do here, said once at the end
@@ -377,7 +402,8 @@ def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:
                     return
                 if kind == "retry":
                     counts["retried"] += 1
-                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: {shown(record.error, 500)} (trying again)")
+                    bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: "
+                                      f"{shown(record.error, 500)} (trying again)")
                 elif kind == "done":
                     isolation = (record.environment or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
@@ -429,7 +455,8 @@ def _job_line(job, record) -> str:
     result = AssignmentResult.from_json(record.result)
     outcomes = Counter(t.outcome for t in result.tests)
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
-    top = result.partial["assignment_points"] if result.partial else result.max_score  # a partial run: out of all its points
+    # a partial run: out of all its points
+    top = result.partial["assignment_points"] if result.partial else result.max_score
     partial = ", partial run" if result.partial else ""
     return f"{shown(job.label)}: {result.score:g} / {top:g}{partial} ({words}) in {record.seconds:.0f} s"
 
@@ -447,7 +474,8 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
         console.print("[yellow]Partial run (--case/--dtype): each score is the chosen cases' share of the assignment's "
                       "points, as grader check counts it, and no grade: the gradebooks name those columns "
                       "'(partial run)'. Grade without --case/--dtype for the grades.[/yellow]")
-    console.print(f"dashboard: {out / 'index.html'}   gradebook: {out / 'grades.csv'}   summary: {out / 'summary.json'}")
+    console.print(f"dashboard: {out / 'index.html'}   gradebook: {out / 'grades.csv'}   "
+                  f"summary: {out / 'summary.json'}")
 
 
 def _class_lock(class_dir: Path):
@@ -466,26 +494,31 @@ def _class_lock(class_dir: Path):
 
 def similarity(
     class_dir: Path = typer.Option(Path("reports"), "--class", help="The graded class folder (grader grade --out)."),
-    threshold: Optional[float] = typer.Option(None, help="List pairs at least this similar (0-1; default: course.toml's, else 0.6)."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
+    threshold: Optional[float] = typer.Option(None,
+                                              help="List pairs at least this similar (0-1; default: course.toml's, "
+                                                   "else 0.6)."),
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Compare every pair of students' modules per assignment; rebuild the dashboard's list of similar pairs."""
+    from grader.batch import similarity as compare
     from grader.batch.classview import write_class_outputs
 
-    from grader.batch import similarity as compare
-
     if compare.MISSING is not None:
-        _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: pip install \"grader[ta]\""))
+        _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: "
+                         "pip install \"grader[ta]\""))
     catalogue = specs.Course.find(current())
     course = load_course_or_fail(course_file, catalogue)
     if threshold is not None and not 0 < threshold <= 1:
         _fail(UsageError("--threshold must be in (0, 1]"))
     lock, manifest = _class_lock(class_dir)
-    view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold, catalogue)
+    view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold,
+                               catalogue)
     for a in view.assignments:
         pairs = view.similarity.get(a, [])
         console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"
-                      + "".join(f"\n  {p.score:.0%}  {shown(p.a)} ~ {shown(p.b)}  {shown(class_dir / p.page)}" for p in pairs[:10]))
+                      + "".join(f"\n  {p.score:.0%}  {shown(p.a)} ~ {shown(p.b)}  {shown(class_dir / p.page)}"
+                                for p in pairs[:10]))
         for student, why in (view.similarity_meta["per_assignment"].get(a) or {}).get("not_compared", {}).items():
             console.print(f"  [yellow]not compared[/yellow] {shown(student)}: {shown(why, 300)}")
     console.print(f"dashboard: {class_dir / 'index.html'}")
@@ -498,8 +531,11 @@ def similarity(
 def leaderboard(
     out: Path = typer.Option(..., "--out", help="Where to write the page (index.html) to publish."),
     class_dir: Path = typer.Option(Path("reports"), "--class", help="The graded class folder (grader grade --out)."),
-    anonymize: bool = typer.Option(False, help="Pseudonyms for everyone but the students course.toml names under [leaderboard] named."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
+    anonymize: bool = typer.Option(False,
+                                   help="Pseudonyms for everyone but the students course.toml names under "
+                                        "[leaderboard] named."),
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Write a speed leaderboard of the graded class, as a page a TA can publish."""
     from grader.batch.leaderboard import PSEUDONYMS, LeaderboardError, write_leaderboard

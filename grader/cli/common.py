@@ -5,14 +5,15 @@ markup, no workflow command in GitHub Actions)."""
 from __future__ import annotations
 
 from contextlib import contextmanager
+from typing import NoReturn
 
 import typer
 from rich.console import Console
 from rich.markup import escape
 
 from grader.results import Outcome
-from grader.sanitize import ActionsLog, for_terminal, one_line
 from grader.sandbox.backend import isolation_help
+from grader.sanitize import ActionsLog, for_terminal, one_line
 from grader.settings import current
 
 ISOLATION_HELP = isolation_help() + " See docs/security.md."
@@ -24,12 +25,14 @@ console = Console(highlight=False, emoji=False, soft_wrap=current().in_actions)
 # piped (a file, `| tee`, a CI log) nothing is wrapped at rich's default 80 columns either: a
 # reproducer (`--seed 835908367`) is pasted whole, and a log viewer wraps lines itself
 console.soft_wrap = console.soft_wrap or not console.is_terminal
-err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)  # a message is one line, even piped: a path is never cut
+# a message is one line, even piped: a path is never cut
+err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
 # rich's style of each outcome; keyed by Outcome, so a plain string read back from JSON finds its style too
 STYLE: dict[Outcome, str] = {
     Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.ERROR: "red", Outcome.TIMEOUT: "magenta",
-    Outcome.CRASHED: "magenta", Outcome.SKIPPED: "dim", Outcome.FLAGGED: "bold yellow", Outcome.INFRA_ERROR: "bold blue"}
+    Outcome.CRASHED: "magenta", Outcome.SKIPPED: "dim", Outcome.FLAGGED: "bold yellow",
+    Outcome.INFRA_ERROR: "bold blue"}
 
 
 class UsageError(Exception):
@@ -74,7 +77,7 @@ def say(on: Console, markup: str, active: bool | None = None) -> None:
         on.print(markup, soft_wrap=True)
 
 
-def fail(exc: Exception) -> None:
+def fail(exc: Exception) -> NoReturn:
     """A usage error or a malformed input file: one line, exit 2. Its message may quote a
     student's file (a roster, a grader.toml), so it is shown as text."""
     say(err, f"[red]error:[/red] {shown_lines(exc)}")

@@ -24,28 +24,36 @@ def _fail(message: str) -> None:
 
 def release(
     out: Path = typer.Option(..., "--out", help="The kit's folder (the student template repository); empty or new."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (default: all)."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
+                                                   help="Only these assignments (default: all)."),
     grader_requirement: Optional[str] = typer.Option(None, help="What students pip-install for the grader (e.g. "
                                                       "'grader==0.1.0'); default: a wheel of this grader, in the kit."),
     gpu_runner: Optional[str] = typer.Option(None, help="Run the kit's CI on a self-hosted runner with this label "
-                                             "(a CUDA GPU: speed and bf16 checked too) instead of GitHub's hosted CPU runner."),
+                                             "(a CUDA GPU: speed and bf16 checked too) instead of GitHub's hosted CPU "
+                                             "runner."),
     title: str = typer.Option("Triton kernels", help="The kit README's title."),
     force: bool = typer.Option(False, help="Replace --out if it is not empty."),
     classroom50: Optional[Path] = typer.Option(None, "--classroom50", help="Also write Classroom 50's side: "
-                                               "CLASSROOM/autograders/<slug>/autograder.py and CLASSROOM/assignments.json "
-                                               "(CLASSROOM: the classroom's folder in the classroom50 config repo)."),
-    runs_on: Optional[List[str]] = typer.Option(None, "--runs-on", help="With --classroom50: the grade job's runner labels "
+                                               "CLASSROOM/autograders/<slug>/autograder.py and "
+                                               "CLASSROOM/assignments.json (CLASSROOM: the classroom's folder in the "
+                                               "classroom50 config repo)."),
+    runs_on: Optional[List[str]] = typer.Option(None, "--runs-on",
+                                                help="With --classroom50: the grade job's runner labels "
                                                 "(repeatable, 1-10; default ubuntu-latest; e.g. --runs-on self-hosted "
                                                 "--runs-on gpu for a GPU runner)."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="With --classroom50: the course file whose deadlines "
-                                               "become each assignment's `due` (default: COURSE/course.toml if there is one)."),
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="With --classroom50: the course file whose deadlines "
+                                               "become each assignment's `due` (default: COURSE/course.toml if there "
+                                               "is one)."),
 ) -> None:
-    """Build the student kit: starters, handouts, public specs, README, CI workflow; no reference, hidden case or secret."""
+    """Build the student kit: starters, handouts, public specs, README, CI workflow; no reference, hidden case or
+    secret."""
     from grader.kit.release import ReleaseError, build_kit, ensure_secret
 
     catalogue = specs.Course.find(current())
     if (runs_on or course_file) and classroom50 is None:
-        _fail(f"{'--runs-on' if runs_on else '--course'} goes with --classroom50 (the kit's own workflow takes --gpu-runner)")
+        _fail(f"{'--runs-on' if runs_on else '--course'} goes with --classroom50 (the kit's own workflow takes "
+              f"--gpu-runner)")
     try:
         if classroom50 is not None:
             from grader.batch.course import CourseError, find_course
@@ -60,8 +68,8 @@ def release(
         if made:
             console.print(f"[yellow]made the course secret {made}: graded random shapes come from it. Keep it with the "
                           "course (never in a kit); every grader of this class needs the same one.[/yellow]")
-        kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner, title=title,
-                        catalogue=catalogue)
+        kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner,
+                        title=title, catalogue=catalogue)
         if classroom50 is not None:
             from grader.kit.classroom50_config import write_classroom
 
@@ -77,8 +85,8 @@ def release(
     console.print(f"  hidden cases kept back: {kept}")
     console.print("  scanned: no reference kernel, hidden case or course secret in it.")
     if classroom50 is not None:
-        console.print(f"Classroom 50 in {escape(str(classroom50))}: {', '.join(written)} (scanned: nothing private; the "
-                      "autograders folder is published)")
+        console.print(f"Classroom 50 in {escape(str(classroom50))}: {', '.join(written)} (scanned: nothing private; "
+                      "the autograders folder is published)")
         console.print("Next: push the kit as the assignments' template repository, and commit the classroom folder to "
                       "the classroom50 config repo.")
     else:
@@ -87,9 +95,12 @@ def release(
 
 
 def gradescope(
-    out: Path = typer.Option(Path("autograder.zip"), "--out", help="The zip to upload as a Gradescope programming assignment's autograder."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a", help="Only these assignments (default: all)."),
-    cuda: bool = typer.Option(False, help="Install torch's CUDA build (a Gradescope GPU image); default: the CPU build."),
+    out: Path = typer.Option(Path("autograder.zip"), "--out",
+                             help="The zip to upload as a Gradescope programming assignment's autograder."),
+    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
+                                                   help="Only these assignments (default: all)."),
+    cuda: bool = typer.Option(False,
+                              help="Install torch's CUDA build (a Gradescope GPU image); default: the CPU build."),
     torch_index: Optional[str] = typer.Option(None, help="The pip index torch comes from (overrides --cuda's choice)."),
 ) -> None:
     """Build a Gradescope autograder zip: setup.sh, run_autograder, the grader and the course (reference included)."""

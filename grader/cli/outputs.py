@@ -17,13 +17,18 @@ from typing import Any
 from rich.markup import escape
 from rich.table import Table
 
-from grader.judge.feedback import (group_failures, points_line, run_total, smallest_failing, smallest_words,
-                                   traceback_tail)
+from grader.cli.common import STYLE, commands_stopped, console, err, in_actions, say, shown, shown_lines
+from grader.judge.feedback import (
+    group_failures,
+    points_line,
+    run_total,
+    smallest_failing,
+    smallest_words,
+    traceback_tail,
+)
 from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
 from grader.settings import Settings
 from grader.spec import Course
-
-from grader.cli.common import STYLE, commands_stopped, console, err, in_actions, say, shown, shown_lines
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
@@ -218,17 +223,18 @@ def print_summary(run: RunResult) -> None:
     for a in run.assignments:
         if a.headline:  # one cause explains everything: say it first
             console.print(f"[bold red]{shown(a.name)}:[/bold red] [bold]{shown(a.headline)}[/bold]")
-        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}")  # a line, not a title wrapped to the table
+        # a line, not a title wrapped to the table
+        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}")
         table = Table()
         dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
         table.add_column("case")
         table.add_column("shape")
         for d in dtypes:
-            table.add_column(d)
+            table.add_column(d or "")
         rows: dict[str, dict] = {}
         for t in a.tests:
             if t.kind == "correctness":
-                row = rows.setdefault(t.case, {"shape": t.shape or ""})
+                row = rows.setdefault(t.case or "", {"shape": t.shape or ""})
                 row[t.dtype] = t.outcome
                 row["shape"] = row["shape"] or t.shape or ""
         for case, row in rows.items():
@@ -240,9 +246,11 @@ def print_summary(run: RunResult) -> None:
             if t.kind != "correctness":
                 points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != Outcome.SKIPPED else ""
                 outcome = f"{t.outcome} ({t.severity})" if t.outcome == Outcome.FLAGGED and t.severity else t.outcome
-                console.print(f"  {t.kind} - {shown(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: {shown(t.message, 300)}")
+                console.print(f"  {t.kind} - {shown(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: "
+                              f"{shown(t.message, 300)}")
         if a.skipped_points:
-            console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU (graded there).[/dim]")
+            console.print(f"  [dim]{a.skipped_points:g} of these points can only be earned on a GPU "
+                          "(graded there).[/dim]")
         for note in a.notes:
             console.print(f"  [yellow]{shown(note)}[/yellow]")
     groups = group_failures(run.tests)
@@ -251,7 +259,8 @@ def print_summary(run: RunResult) -> None:
         for g in groups:  # each diagnosis once, with the cases it concerns
             t = g.first
             if len(g.tests) == 1:
-                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)} {shown(t.name)}: {shown(t.message)}")
+                console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)} {shown(t.name)}: "
+                              f"{shown(t.message)}")
             else:
                 console.print(f"[{STYLE[t.outcome]}]{t.outcome}[/] {shown(t.assignment)}, {len(g.tests)} checks "
                               f"({shown(g.cases)}): {shown(g.diagnosis)}")
@@ -267,8 +276,8 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"  reproduce it: [cyan]{shown(small.reproducer)}[/cyan]")
     partial = [a for a in run.assignments if a.partial]
     if partial:
-        console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] (partial run: only the cases chosen "
-                      "with --case/--dtype ran; the others earn nothing here)")
+        console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] "
+                      "(partial run: only the cases chosen with --case/--dtype ran; the others earn nothing here)")
     else:
         gpu_only = f" ({run.skipped_points:g} of them can only be earned on a GPU)" if run.skipped_points else ""
         console.print(f"\n[bold]Score: {run.score:g} / {run.max_score:g}[/bold]{gpu_only}")

@@ -33,10 +33,13 @@ def review(
     uphold: bool = typer.Option(False, "--uphold", help="Uphold the flag: the grade stands, marked reviewed."),
     points: Optional[float] = typer.Option(None, "--points", help="Set the assignment's points (0 to its maximum, "
                                            "in the assignment's own points, before course.toml scales them)."),
-    note: Optional[str] = typer.Option(None, "--note", help="Why (required): kept in the log and shown in the student's report."),
+    note: Optional[str] = typer.Option(None, "--note",
+                                       help="Why (required): kept in the log and shown in the student's report."),
     by: Optional[str] = typer.Option(None, "--by", help="The reviewer (default: the user running the command)."),
-    list_: bool = typer.Option(False, "--list", help="List the flags awaiting review, the reviews done and stale ones."),
-    course_file: Optional[Path] = typer.Option(None, "--course", help="The course file (default: COURSE/course.toml if there is one)."),
+    list_: bool = typer.Option(False, "--list",
+                               help="List the flags awaiting review, the reviews done and stale ones."),
+    course_file: Optional[Path] = typer.Option(None, "--course",
+                                               help="The course file (default: COURSE/course.toml if there is one)."),
 ) -> None:
     """Record a TA's review of a graded assignment: clear or uphold its flag, or set its points."""
     from grader import spec as specs
@@ -72,18 +75,20 @@ def review(
         known = catalogue.catalogue()
         why = "no such assignment" if assignment not in known else "not graded in this class folder"
         fail(UsageError(f"{assignment!r}: {why} (graded here: {', '.join(assignments) or 'none'})"))
+    assert student and assignment and note is not None  # checked above, for a review that is not --list
     folder = pinned[student].folder
     with reviews.locked(out):
         try:
-            made = reviews.make(student, folder, assignment, read_record(record_path(out, folder, assignment)), decisions[0],
-                                points, note, by if by is not None else _reviewer())
+            made = reviews.make(student, folder, assignment, read_record(record_path(out, folder, assignment)),
+                                decisions[0], points, note, by if by is not None else _reviewer())
         except (reviews.ReviewError, RecordError) as exc:
             fail(exc)
         log = reviews.append(out, made)
         rewrite_student(out, folder)
         view = write_class_outputs(out, lock, assignments, manifest, course, catalogue=catalogue)
     console.print(f"{shown(student)}/{shown(assignment)}: {made.words} by {shown(made.by, 100)}: {made.points:g} / "
-                  f"{made.verdict['max_score']:g} points (the grader's verdict: {made.verdict['score']:g}); logged in {log}")
+                  f"{made.verdict['max_score']:g} points (the grader's verdict: {made.verdict['score']:g}); logged in "
+                  f"{log}")
     console.print(f"dashboard: {out / 'index.html'}   report: {out / 'students' / folder / 'report.html'}")
     for line in view.errors:
         err.print(f"[red]error:[/red] {shown(line, 600)}")
@@ -97,16 +102,19 @@ def _print_list(out: Path, view) -> None:
     for f in awaiting:
         stale = " (its review is stale)" if f.get("review") == "stale" else ""
         console.print(f"  {shown(f['student'])}/{shown(f['assignment'])}: [yellow]{f['severity']}[/yellow] "
-                      f"{shown(f['check'])}{stale}: {shown(f['message'], 300)}\n    evidence: {shown(out / f['link']) if f['link'] else '-'}")
+                      f"{shown(f['check'])}{stale}: {shown(f['message'], 300)}\n    evidence: "
+                      f"{shown(out / f['link']) if f['link'] else '-'}")
     console.print(f"[bold]Reviews done ({len(view.reviews['done'])})[/bold]")
     for r in view.reviews["done"]:
-        console.print(f"  {shown(r['student'])}/{shown(r['assignment'])}: {r['decision']}, {r['decided']:g} / {r['max_score']:g} "
-                      f"(verdict {r['verdict']['score']:g}) by {shown(r['by'], 100)} on {r['at']}: {shown(r['note'], 300)}")
+        console.print(f"  {shown(r['student'])}/{shown(r['assignment'])}: {r['decision']}, {r['decided']:g} / "
+                      f"{r['max_score']:g} (verdict {r['verdict']['score']:g}) by {shown(r['by'], 100)} on {r['at']}: "
+                      f"{shown(r['note'], 300)}")
     if view.reviews["stale"]:
-        console.print(f"[bold]Stale reviews ({len(view.reviews['stale'])})[/bold]: graded again since; the new verdict stands")
+        console.print(f"[bold]Stale reviews ({len(view.reviews['stale'])})[/bold]: graded again since; the new verdict "
+                      f"stands")
         for r in view.reviews["stale"]:
-            console.print(f"  {shown(r['student'])}/{shown(r['assignment'])}: {r['decision']} by {shown(r['by'], 100)} on "
-                          f"{r['at']} ({shown(r['why_stale'])}): {shown(r['note'], 300)}")
+            console.print(f"  {shown(r['student'])}/{shown(r['assignment'])}: {r['decision']} by {shown(r['by'], 100)} "
+                          f"on {r['at']} ({shown(r['why_stale'])}): {shown(r['note'], 300)}")
     for line in view.errors:
         err.print(f"[yellow]warning:[/yellow] {shown(line, 600)}")
 

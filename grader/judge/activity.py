@@ -7,7 +7,8 @@ done, GPU idle again) and the call's return. So each call owns a flush window [b
 which must hold our flush alone, and a call window [after, next before), which holds our sleep
 and whatever the call made the GPU do, on any stream or thread: a call's busy time is the span
 the GPU spent on its own activities (the union of their intervals: overlapping streams count
-once, and the host's gaps between launches, a slow wrapper's Python, not at all). An activity belongs to the window that holds
+once, and the host's gaps between launches, a slow wrapper's Python, not at all). An activity belongs to the window that
+holds
 its midpoint: the GPU's records and the host's marks share a clock only to within microseconds,
 and every activity starts and ends well inside its window (a synchronize separates windows).
 
@@ -38,7 +39,8 @@ class Activity:
 
 @dataclass
 class Reading:
-    busy_ms: list[float] = field(default_factory=list)  # per timed call: GPU time of its own work; 0.0 where it ran none
+    # per timed call: GPU time of its own work; 0.0 where it ran none
+    busy_ms: list[float] = field(default_factory=list)
     kernels: list[int] = field(default_factory=list)  # per timed call: its GPU activities
     unfinished: list[str] = field(default_factory=list)  # settle calls whose work outlived the return
     strays: list[str] = field(default_factory=list)  # GPU work while none of the calls ran
@@ -61,7 +63,7 @@ def read(records: list[list], marks: list[list[int]], settle_marks: list[list[in
             continue
         i = next(k for k in range(len(calls)) if a.mid < bounds[k + 1])
         (windows[i][0] if a.mid < calls[i][0][1] else windows[i][1]).append(a)
-    for i, ((m, settle), (flush, work)) in enumerate(zip(calls, windows)):
+    for i, ((_, settle), (flush, work)) in enumerate(zip(calls, windows)):
         label = f"settle call {i - len(marks) + 1}" if settle else f"timed call {i + 1}"
         if not flush:
             reading.problems.append(f"{label}: the L2 flush is missing from the records")
@@ -69,7 +71,8 @@ def read(records: list[list], marks: list[list[int]], settle_marks: list[list[in
             reading.strays.append(f"{a.name} ran while no call of yours was running (before {label})")
         shadows = [a for a in work if SHADOW in a.name]
         if not shadows:
-            reading.problems.append(f"{label}: the {'marker' if settle else 'launch shadow'} is missing from the records")
+            reading.problems.append(f"{label}: the {'marker' if settle else 'launch shadow'} is missing from the "
+                                    f"records")
             continue
         if settle:
             marker = shadows[-1]  # launched after the call returned: the last of ours
@@ -77,7 +80,8 @@ def read(records: list[list], marks: list[list[int]], settle_marks: list[list[in
             late = [a for a in own if a.end > marker.start + FINISH_TOLERANCE_NS]
             if late:
                 worst = max(late, key=lambda a: a.end)
-                reading.unfinished.append(f"{worst.name} ran {(worst.end - marker.start) / 1e6:.3f} ms past the return of {label}"
+                reading.unfinished.append(f"{worst.name} ran {(worst.end - marker.start) / 1e6:.3f} ms past the return "
+                                          f"of {label}"
                                           + (f" ({len(late)} activities)" if len(late) > 1 else ""))
         else:
             own = [a for a in work if a is not shadows[0]]  # the sleep was launched before the call began

@@ -14,13 +14,13 @@ from __future__ import annotations
 import secrets
 from dataclasses import asdict, dataclass, fields, replace
 from pathlib import Path
+from typing import Any, Sequence
 
 from grader import environment
-from grader.settings import Settings
-from grader.spec import DTYPES, Assignment, Course, CourseSecretError
 from grader.judge.plan import PlannedCall, plan_calls
 from grader.sandbox.backend import ISOLATION_MODES
-
+from grader.settings import Settings
+from grader.spec import DTYPES, Assignment, Course, CourseSecretError
 
 CHECK_PERF_SEED = 20260101  # a check's performance inputs without --seed: the same every run, so they are kept
 
@@ -65,7 +65,8 @@ class GradingContext:
 
     def calls(self, spec: Assignment) -> list[PlannedCall]:
         """This run's calls of `spec` (a fresh list: materializing fills them in)."""
-        return plan_calls(spec, self.seed, self.interpret, list(self.cases or []) or None, list(self.dtypes or []) or None)
+        return plan_calls(spec, self.seed, self.interpret, list(self.cases or []) or None, list(self.dtypes or [])
+                          or None)
 
     def unmatched(self, specs: list[Assignment]) -> list[str]:
         """What of --case and --dtype chooses no call of any of `specs`, each said with what it
@@ -80,7 +81,8 @@ class GradingContext:
         for d in self.dtypes or ():
             if not any(plan_calls(s, self.seed, self.interpret, None, [d]) for s in specs):
                 taken = list(dict.fromkeys(t for s in specs for t in s.dtypes))
-                missing.append(f"--dtype {d}: no case of {', '.join(s.name for s in specs)} is in it (their dtypes: {', '.join(taken)})")
+                missing.append(f"--dtype {d}: no case of {', '.join(s.name for s in specs)} is in it (their dtypes: "
+                               f"{', '.join(taken)})")
         return missing
 
     def full_plan(self, spec: Assignment) -> list[PlannedCall]:
@@ -110,7 +112,8 @@ class GradingContext:
         from every worker. `own_uid`: workers run as this user, so their job folders can live
         beside the cache and be linked into."""
         folder = Path(folder)
-        return replace(self, cache=str(folder / "run"), cache_limit=limit, perf_seed=self.seed if seed_given else CHECK_PERF_SEED,
+        return replace(self, cache=str(folder / "run"), cache_limit=limit, perf_seed=self.seed if seed_given
+                       else CHECK_PERF_SEED,
                        scratch_root=str(folder / "jobs") if own_uid else None,
                        kept_kernels=str(folder / "kernels" / kernels_of) if kernels_of else None,
                        hide=tuple(dict.fromkeys((*self.hide, str(folder.resolve())))))
@@ -130,7 +133,7 @@ class GradingContext:
     @classmethod
     def from_json(cls, data: dict) -> "GradingContext":
         known = {f.name for f in fields(cls)}
-        values = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
+        values: dict[str, Any] = {k: tuple(v) if isinstance(v, list) else v for k, v in data.items() if k in known}
         return cls(**values)
 
 
@@ -140,7 +143,7 @@ def _listed(values: tuple[str, ...] | None) -> list[str] | None:
 
 def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | None = None,
             dtypes: list[str] | None = None, timeout: float | None = None, isolation: str = "sandbox",
-            hide: list[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False,
+            hide: Sequence[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False,
             course: Course | None = None, **more) -> GradingContext:
     """Check the options and fix the context. `device` auto picks the GPU when one is visible;
     a missing GPU, an unknown dtype or isolation mode, or a reference folder that does not
@@ -172,7 +175,8 @@ def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | No
         private.append(str(reference_dir))  # the solutions: out of every worker's sight, wherever they are
     elif course.reference.is_dir():
         private.append(str(course.reference.resolve()))
-    return GradingContext(resolved, seed if seed is not None else secrets.randbelow(2**31), tuple(cases) if cases else None,
-                          tuple(dtypes) if dtypes else None, timeout, isolation=isolation, hide=tuple(dict.fromkeys(private)),
+    return GradingContext(resolved, seed if seed is not None else secrets.randbelow(2**31),
+                          tuple(cases) if cases else None, tuple(dtypes) if dtypes else None, timeout,
+                          isolation=isolation, hide=tuple(dict.fromkeys(private)),
                           reference_dir=str(reference_dir) if reference_dir else None, **more)
 

@@ -34,7 +34,8 @@ CODES = {dtype: code for code, dtype in READABLE.items()}
 NAMED = {"F8_E4M3": "float8_e4m3fn", "F8_E5M2": "float8_e5m2", "C64": "complex64", "U16": "uint16", "U32": "uint32",
          "U64": "uint64"}  # what torch calls the others, for the message
 HEADER_LIMIT = 1 << 20  # a header of the few tensors a call saves is well under a kilobyte
-SLACK, SLACK_ELEMENTS = 4, 1 << 12  # an output of up to 4x the expected elements (+4096) is read, to be named by its shape
+# an output of up to 4x the expected elements (+4096) is read, to be named by its shape
+SLACK, SLACK_ELEMENTS = 4, 1 << 12
 MAX_PARTS = 64  # output.0 .. output.63: more results than any assignment returns are not read
 
 
@@ -56,13 +57,14 @@ class Expected:
     def of(cls, inputs: dict, refs) -> Expected:
         """From the trusted inputs and the float64 truth (None: a property check, no truth)."""
         tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
-        shapes = None
+        shapes: tuple[tuple[int, ...], ...] | None = None
         if isinstance(refs, torch.Tensor):
             shapes = (tuple(refs.shape),)
         elif isinstance(refs, (tuple, list)):
             shapes = tuple(tuple(r.shape) for r in refs)
         most = max((t.numel() for t in tensors.values()), default=0)
-        storage = {k: t.untyped_storage().nbytes() // t.element_size() for k, t in tensors.items()}  # as codec.storage_of saves it
+        # as codec.storage_of saves it
+        storage = {k: t.untyped_storage().nbytes() // t.element_size() for k, t in tensors.items()}
         return cls(shapes, {k: (t.dtype, storage[k]) for k, t in tensors.items()}, most)
 
     def limit(self, name: str) -> int:
@@ -92,7 +94,8 @@ def read_saved(path: Path, expected: Expected) -> dict[str, torch.Tensor]:
             raise EvidenceError("the worker's output file is not a safetensors file (shorter than its header)")
         n = int.from_bytes(head, "little")
         if n > HEADER_LIMIT or 8 + n > size:
-            raise EvidenceError(f"the worker's output file has a header of {n} bytes (at most {HEADER_LIMIT} are read): not read")
+            raise EvidenceError(f"the worker's output file has a header of {n} bytes (at most {HEADER_LIMIT} are "
+                                f"read): not read")
         raw = f.read(n)
         end = _check_entries(_header(raw), expected, size - 8 - n)
         data = head + raw + f.read(end)
@@ -140,8 +143,8 @@ def _check_entries(entries: dict, expected: Expected, room: int) -> int:
             want, elements = expected.inputs[name[len("input."):]]
             if dtype is not want or shape != [elements]:
                 what = f"{_dtype_name(code)} of shape {tuple(shape)}"
-                raise EvidenceError(f"the input {_shown(name[len('input.'):])} came back as {what}, not as it was given "
-                                    f"({str(want).removeprefix('torch.')} of shape ({elements},)): "
+                raise EvidenceError(f"the input {_shown(name[len('input.'):])} came back as {what}, not as it was "
+                                    f"given ({str(want).removeprefix('torch.')} of shape ({elements},)): "
                                     "a kernel must only write its output")
         else:
             what = "the result" if name == "output" else f"result {int(match.group(1)) + 1}"
@@ -160,6 +163,7 @@ def _check_entries(entries: dict, expected: Expected, room: int) -> int:
 
 
 def _expected_shape(expected: Expected, name: str) -> str:
+    assert expected.outputs is not None  # asked only where the reference's shapes are known
     index = 0 if name == "output" else int(name.split(".", 1)[1])
     return str(expected.outputs[index]) if index < len(expected.outputs) else f"{len(expected.outputs)} results"
 

@@ -126,7 +126,8 @@ def nonfinite_words(nan: int, inf: int) -> str:
     if nan:
         words.append(f"{nan} element{'s are' if nan != 1 else ' is'} NaN")
     if inf:
-        words.append(f"{inf} {'are' if inf != 1 else 'is'} infinite" if nan else f"{inf} element{'s are' if inf != 1 else ' is'} infinite")
+        words.append(f"{inf} {'are' if inf != 1 else 'is'} infinite" if nan
+                     else f"{inf} element{'s are' if inf != 1 else ' is'} infinite")
     return ", ".join(words)
 
 

@@ -24,26 +24,32 @@ import time
 from collections import Counter
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
-from grader.judge import perf
-from grader.protocol import Failure, Run, RunReply
+from grader.judge import perf, shrink
 from grader.judge.context import GradingContext
-from grader.judge import shrink
-from grader.judge.feedback import diagnosis, headline
-from grader.judge.integrity import OwnKernelCheck, scan_submission, summary as scan_summary, trivial_result
-from grader.judge.nonfinite import read_source
 from grader.judge.evidence import EvidenceError, Expected, read_saved
-from grader.judge.verdict import judge_call, judge_runs, truth_of
+from grader.judge.feedback import diagnosis, headline
+from grader.judge.integrity import OwnKernelCheck, scan_submission, trivial_result
+from grader.judge.integrity import summary as scan_summary
+from grader.judge.nonfinite import read_source
 from grader.judge.plan import PlannedCall, load_inputs, make_inputs, materialize
 from grader.judge.resources import Resources
+from grader.judge.scoring import score_assignment, split_cents
+from grader.judge.verdict import judge_call, judge_runs, truth_of
 from grader.judge.workers import StudentWorker
-from grader.payloads import (CorrectnessPayload, Kind, LargestPassing, PerformancePayload, SmallestFailing,
-                             SubmissionPayload)
+from grader.payloads import (
+    CorrectnessPayload,
+    Kind,
+    LargestPassing,
+    PerformancePayload,
+    SmallestFailing,
+    SubmissionPayload,
+)
+from grader.protocol import Failure, Run, RunReply
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResult, cents
 from grader.sandbox.files import output_path, shown_to_worker
 from grader.sandbox.process import WorkerFailure
-from grader.judge.scoring import score_assignment, split_cents
 from grader.spec import Assignment
 from grader.submission import Submission
 
@@ -162,7 +168,8 @@ def prepare(g: Grading) -> None:
     materialize(g.spec, g.runnable, g.workdir.parent / f"{g.spec.name}.inputs")
     left_out = g.sub.private_copy(g.workdir / "repo")
     if left_out:  # counts only: the names are the student's, and nothing of theirs is followed
-        g.result.notes.append("Not copied for grading: " + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
+        g.result.notes.append("Not copied for grading: "
+                              + ", ".join(f"{n} {what}" for what, n in sorted(left_out.items())))
     _scan(g.result, g.workdir / "repo", g.module)
 
 
@@ -170,6 +177,7 @@ def load_module(g: Grading) -> None:
     """The worker imports the module; if it cannot, one result says why, not the same error once per case."""
     if not g.runnable:
         return
+    assert g.worker is not None  # prepare started it
     g.load_failure = _start(g.worker, g.spec)
     if g.load_failure:
         g.finish(_unloadable(g.spec, g.ctx, g.result, g.module, g.calls, g.runnable, g.load_failure))
@@ -183,15 +191,16 @@ def correctness(g: Grading) -> None:
     for call in g.calls:
         g.step(f"{spec.name}: {call.id}")
         if call.skip:
-            result.tests.append(_test(spec, call, ctx, "skipped", call.skip))
+            result.tests.append(_test(spec, call, ctx, Outcome.SKIPPED, call.skip))
             continue
+        assert g.worker is not None  # prepare started it
         if restarts.restarting() and not g.load_failure:
             g.load_failure = _start(g.worker, spec)  # a fresh worker, once a call needs one
         if g.load_failure:
             result.tests.append(_from_failure(spec, call, ctx, g.load_failure, f"importing {g.module} failed"))
             continue
         if restarts.given_up:
-            result.tests.append(_test(spec, call, ctx, "timeout", "not run: the calls before this one timed out"))
+            result.tests.append(_test(spec, call, ctx, Outcome.TIMEOUT, "not run: the calls before this one timed out"))
             continue
         test = _run_call(spec, call, ctx, g.worker, g.workdir, g.call_timeout, g.integrity)
         result.tests.append(test)
@@ -200,6 +209,7 @@ def correctness(g: Grading) -> None:
 
 def shrinking(g: Grading) -> None:
     if g.loaded:
+        assert g.worker is not None  # prepare started it
         _shrink_failures(g.spec, g.ctx, g.worker, g.workdir, g.result, g.calls, g.call_timeout)
 
 
@@ -216,7 +226,8 @@ def bounds_check(g: Grading) -> None:
 def performance(g: Grading) -> None:
     if g.spec.performance is not None:
         g.step(f"{g.spec.name}: performance")
-        g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout, g.roofline))
+        g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout,
+                                           g.roofline))
 
 
 def scoring(g: Grading) -> None:
@@ -277,11 +288,12 @@ def grade_assignment(session: Resources, sub: Submission, spec: Assignment, work
     return g.result
 
 
-def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult, module: str) -> AssignmentResult:
+def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult,
+                   module: str) -> AssignmentResult:
     """The assignment's module is not in the repo: one failed result worth every point this
     run could have earned (the cases that run here, speed on a GPU), and the rest noted."""
     named = " (the module grader.toml names)" if "module" in sub.overrides.get(spec.name, {}) else ""
-    test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", "failed",
+    test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", Outcome.FAILED,
                       f"{module}{named} is not in the submission: nothing of {spec.name} was checked",
                       details=SubmissionPayload(not_submitted=True))
     calls = ctx.calls(spec)
@@ -293,7 +305,7 @@ def not_gradable(spec: Assignment, ctx: GradingContext, result: AssignmentResult
     module that leads out of the repo or is not a file): the student's outcome, failed with the
     reason in one line, worth the points `_not_submitted` would be; never the grader's error."""
     calls = ctx.calls(spec)
-    test = TestResult(spec.name, Kind.SUBMISSION, "cannot be graded", "failed",
+    test = TestResult(spec.name, Kind.SUBMISSION, "cannot be graded", Outcome.FAILED,
                       f"{why}: nothing of {spec.name} was checked",
                       details=SubmissionPayload(not_gradable=True))
     return _one_result(spec, ctx, result, calls, [c for c in calls if not c.skip], test)
@@ -305,7 +317,7 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     as a missing module is) or its import failed (one error with the student's traceback). Either
     way no case could run, so one result says it, worth what the cases were worth."""
     if failure.kind == "missing":
-        test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", "failed",
+        test = TestResult(spec.name, Kind.SUBMISSION, "not submitted", Outcome.FAILED,
                           f"{module} defines no function {spec.function}(): nothing of {spec.name} was checked "
                           f"(write {spec.signature} in {module})",
                           details=SubmissionPayload(not_submitted=True, missing_function=spec.function, module=module))
@@ -314,13 +326,14 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
                           f"none of its {len(runnable)} checks ran: {failure.message}", output=failure.output,
                           details=SubmissionPayload(infra_error=True))
     else:
-        outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR
+        outcome = Outcome(failure.kind) if failure.kind in WORKER_FAILURES else Outcome.ERROR
         test = TestResult(spec.name, Kind.SUBMISSION, "import", outcome,
                           f"importing {module} failed, so none of its {len(runnable)} checks ran: {failure.message}",
                           traceback=failure.traceback, output=failure.output,
                           details=SubmissionPayload(import_failed=True))
     first = runnable[0]  # any one case reproduces an import that fails
-    test.reproducer = f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed {first.seed}"
+    test.reproducer = (f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed "
+                       f"{first.seed}")
     return _one_result(spec, ctx, result, calls, runnable, test)
 
 
@@ -335,9 +348,10 @@ def _one_result(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
     timed = spec.performance is not None and not ctx.interpret
     test.max_score = (sum(share[c.id] for c in runnable) + (perf if timed else 0)) / 100
     skipped = sum(share[c.id] for c in calls if c.skip) + (0 if timed else perf)
-    if skipped:  # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+    # what a GPU run would add: part of the total, earned nowhere here (as a graded submission's skipped tests)
+    if skipped:
         why = test.details if isinstance(test.details, SubmissionPayload) else SubmissionPayload()
-        result.tests.append(TestResult(spec.name, Kind.SUBMISSION, "checks that need a GPU", "skipped",
+        result.tests.append(TestResult(spec.name, Kind.SUBMISSION, "checks that need a GPU", Outcome.SKIPPED,
                                        "not submitted, and not runnable here" if why.not_submitted
                                        else "not graded, and not runnable here" if why.not_gradable or why.infra_error
                                        else "not runnable here, and the module did not import",
@@ -361,7 +375,7 @@ BOUNDS_CHECK_MAX_ELEMENTS = 1 << 18
 
 
 def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str], workdir: Path, timeout: float,
-                  hide: list[Path] = ()) -> TestResult:
+                  hide: Sequence[Path] = ()) -> TestResult:
     """On a GPU an out-of-bounds load or store often goes unseen: it reads a neighbour's
     memory and the values inside the tensor still come out right. So a GPU run replays the
     small named cases, in float32, in Triton's CPU interpreter, where grader.worker.memcheck checks
@@ -370,15 +384,17 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     ctx = session.context
     cpu = replace(ctx, device="cpu", dtypes=("float32",), cases=None)
     calls = [c for c in cpu.calls(spec) if c.case in spec.cases
-             and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values() if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
+             and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values()
+                     if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
     materialize(spec, calls, workdir.parent / f"{spec.name}.bounds-inputs")
-    worker = session.student_worker(spec, workdir / "repo", target, workdir / "scratch-bounds", hide=hide,  # as the GPU worker's view
+    # hide: as the GPU worker's view
+    worker = session.student_worker(spec, workdir / "repo", target, workdir / "scratch-bounds", hide=hide,
                                     interpret=True)
     skipped: list[str] = []
     try:
         failure = _start(worker, spec)
         if failure:
-            return TestResult(spec.name, Kind.INTEGRITY, name, "skipped",
+            return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.SKIPPED,
                               f"the module does not import in the interpreter: {failure.message}")
         restarts = Restarts()
         for call in calls:
@@ -388,6 +404,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 skipped.append(f"{call.case.name}: not run, the calls before it timed out")
                 continue
             out = output_path(workdir, f"bounds-{call.slug}.safetensors")
+            assert call.input_file is not None  # materialize wrote every call's inputs
             try:
                 with shown_to_worker(call.input_file, workdir) as shown:
                     reply = worker.request(Run("student", str(shown), call.layout, "cpu", str(out)), timeout)
@@ -397,23 +414,25 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 continue
             restarts.after(Outcome.PASSED)  # it answered: the worker lives
             if isinstance(reply, Failure) and reply.kind == "memory":
-                return TestResult(spec.name, Kind.INTEGRITY, name, "failed",
+                return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.FAILED,
                                   f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
-                                  reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype float32 --seed {call.seed} --device cpu")
+                                  reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype "
+                                             f"float32 --seed {call.seed} --device cpu")
             if isinstance(reply, Failure):
                 skipped.append(f"{call.case.name}: {reply.message}")
     finally:
         worker.close()
     if len(skipped) == len(calls):
-        return TestResult(spec.name, Kind.INTEGRITY, name, "skipped",
+        return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.SKIPPED,
                           "the kernel could not run in the interpreter: " + "; ".join(skipped[:2]))
     checked = ", ".join(c.case.name for c in calls)
     note = f" (not run there: {'; '.join(skipped[:2])})" if skipped else ""
-    return TestResult(spec.name, Kind.INTEGRITY, name, "passed", f"no access out of bounds in {checked}{note}")
+    return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.PASSED, f"no access out of bounds in {checked}{note}")
 
 
-def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path, result: AssignmentResult,
+def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorker, workdir: Path,
+                     result: AssignmentResult,
                      calls: list[PlannedCall], timeout: float) -> None:
     """For each distinct failure, the smallest case that still fails and the closest that passes
     (grader.judge.shrink), searched from its smallest failing case with the worker still loaded,
@@ -453,7 +472,7 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
                 return None
             if test.outcome != Outcome.FAILED:  # passed; or raised at that size: not this bug
                 return False if test.outcome == Outcome.PASSED else shrink.INVALID
-            seen[case.name] = test
+            seen[case.name] = test  # noqa: B023 - shrink.search below calls fails only in this iteration
             return True
 
         found = shrink.search(spec, start.case, fails, deadline)
@@ -495,26 +514,30 @@ def _start(worker: StudentWorker, spec: Assignment) -> Failure | None:
     return reply if isinstance(reply, Failure) else None
 
 
-def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float, integrity) -> TestResult:
+def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float,
+              integrity) -> TestResult:
     runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
     refs: list = []  # the float64 truth on each call's inputs
     for i, (input_file, layout) in enumerate(call.runs):
+        assert input_file is not None  # materialize wrote every call's inputs
         output_file = output_path(workdir, f"{call.slug}.safetensors" if i == 0 else f"{call.slug}.call{i}.safetensors")
         try:
             with shown_to_worker(input_file, workdir) as shown, worker.sharing_gpu():  # waits while another job times
-                reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file), record_ops=True), timeout)
+                reply = worker.request(Run("student", str(shown), layout, ctx.device, str(output_file),
+                                           record_ops=True), timeout)
         except WorkerFailure as f:
-            return _test(spec, call, ctx, f.outcome, f.message, output=f.output)
+            return _test(spec, call, ctx, Outcome(f.outcome), f.message, output=f.output)
         if isinstance(reply, Failure):
             if reply.kind == "memory":
-                return _test(spec, call, ctx, "failed", reply.message, traceback=reply.traceback)
+                return _test(spec, call, ctx, Outcome.FAILED, reply.message, traceback=reply.traceback)
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
+        assert isinstance(reply, RunReply)  # decode_reply answers a Run with a RunReply or a Failure
         inputs = load_inputs(call, index=i)
         ref = truth_of(spec, inputs) if spec.check is None else None
         try:  # its header checked against what this case can produce before a byte of data is read
             saved = read_saved(output_file, Expected.of(inputs, ref))
         except EvidenceError as exc:
-            return _test(spec, call, ctx, "failed", str(exc))
+            return _test(spec, call, ctx, Outcome.FAILED, str(exc))
         runs.append((inputs, reply, saved))
         refs.append(ref)
     judged = [(inputs, reply.meta(), saved) for inputs, reply, saved in runs]
@@ -523,9 +546,10 @@ def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorke
         verdict = judge_call(spec, call.case, call.dtype, *judged[0], ctx.device, kernel_source=source, ref=refs[0])
     else:
         verdict = judge_runs(spec, call.case, call.dtype, judged, ctx.device, kernel_source=source, refs=refs)
-    reply = _merged([r for _, r, _ in runs])
-    integrity.observe(call, reply, verdict.outcome == Outcome.PASSED, trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
-    details = replace(verdict.details, seconds=round(reply["seconds"], 4), kernels=reply["launches"])
+    merged = _merged([r for _, r, _ in runs])
+    integrity.observe(call, merged, verdict.outcome == Outcome.PASSED,
+                      trivial=all(trivial_result(saved, inputs) for inputs, _, saved in runs))
+    details = replace(verdict.details, seconds=round(merged["seconds"], 4), kernels=merged["launches"])
     if details.wrong_map is not None:  # the kernel's block sizes, for the picture (sizes only: the worker's word)
         details.blocks = {k[:40]: v for k, v in runs[0][1].blocks.items() if 0 < v <= 1 << 24}
     return _test(spec, call, ctx, verdict.outcome, verdict.message, details=details)
@@ -541,8 +565,10 @@ def _merged(replies: list[RunReply]) -> dict:
 
 
 def _from_failure(spec, call, ctx, failure: Failure, context: str) -> TestResult:
-    outcome = failure.kind if failure.kind in WORKER_FAILURES else Outcome.ERROR  # a worker failure, or the student's own error
-    return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback, output=failure.output)
+    # a worker failure, or the student's own error
+    outcome = Outcome(failure.kind) if failure.kind in WORKER_FAILURES else Outcome.ERROR
+    return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback,
+                 output=failure.output)
 
 
 def _shape(call: PlannedCall) -> str:
@@ -565,7 +591,7 @@ def _contiguous_strides(size: list[int]) -> list[int]:
     return list(reversed(strides))
 
 
-def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: str, message: str, **kw) -> TestResult:
+def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str, **kw) -> TestResult:
     reproducer = f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype {call.dtype} --seed {call.seed}"
     return TestResult(spec.name, Kind.CORRECTNESS, call.test_name, outcome, message,
                       case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer,

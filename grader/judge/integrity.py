@@ -30,7 +30,7 @@ from pathlib import Path
 
 from grader import repofiles
 from grader.payloads import IntegrityPayload, Kind
-from grader.results import Severity, TestResult
+from grader.results import Outcome, Severity, TestResult
 
 MODULE_WARNINGS = {
     "subprocess": "starts other programs",
@@ -52,7 +52,8 @@ MODULE_WARNINGS = {
     "gc": "walks the interpreter's objects (the worker's own included)",
 }
 CALL_WARNINGS = {
-    "os.system": "starts other programs", "os.popen": "starts other programs", "os.posix_spawn": "starts other programs",
+    "os.system": "starts other programs", "os.popen": "starts other programs",
+    "os.posix_spawn": "starts other programs",
     "os.posix_spawnp": "starts other programs", "os.fork": "starts processes", "os.forkpty": "starts processes",
     "os.kill": "sends signals to processes", "os.killpg": "sends signals to processes",
     "os.setsid": "detaches from its process group", "os.setpgrp": "detaches from its process group",
@@ -62,15 +63,18 @@ CALL_WARNINGS = {
     "sys.setprofile": "traces the interpreter", "importlib.reload": "reloads modules",
     "torch.ops.load_library": "loads native code", "torch.utils.cpp_extension.load": "compiles and loads native code",
     "torch.utils.cpp_extension.load_inline": "compiles and loads native code",
-    "exec": "runs code built at run time (the scan cannot see it)", "eval": "runs code built at run time (the scan cannot see it)",
+    "exec": "runs code built at run time (the scan cannot see it)",
+    "eval": "runs code built at run time (the scan cannot see it)",
     "compile": "builds code at run time (the scan cannot see it)", "__import__": "imports a module named at run time",
     "importlib.import_module": "imports a module named at run time", "setattr": "sets an attribute by name",
 }
 PREFIX_CALL_WARNINGS = {"os.exec": "replaces the process with another program", "os.spawn": "starts other programs"}
 ATTRIBUTE_WARNINGS = {"os.environ": "reads environment variables", "os.environb": "reads environment variables",
-                      "sys.modules": "reaches into loaded modules (the worker's own)", "sys.argv": "reads the worker's command line"}
+                      "sys.modules": "reaches into loaded modules (the worker's own)",
+                      "sys.argv": "reads the worker's command line"}
 PATCHED_MODULES = {"torch", "triton", "numpy", "safetensors", "grader", "builtins", "os", "sys", "math", "importlib"}
-STRING_WARNINGS = {"/proc": "reads /proc (other processes, the grader's command line)", "results.json": "names the results file",
+STRING_WARNINGS = {"/proc": "reads /proc (other processes, the grader's command line)",
+                   "results.json": "names the results file",
                    "reference/": "names the reference folder", "GRADER_": "names a grader setting"}
 MAX_FILES = 500  # modules of the repo scanned for one assignment
 MAX_FINDINGS = 200
@@ -101,7 +105,8 @@ def scan_submission(root: Path, module: str) -> list[Finding]:
                 kind = "folder" if (root / candidate).is_dir() and not (root / candidate).is_symlink() else "file"
                 findings.append(Finding(candidate, 0, f"the {kind} {candidate}",
                                         f"shadows the module {name} that the worker imports"))
-    todo, seen = [module], set()
+    todo = [module]
+    seen: set[Path] = set()
     while todo and len(seen) < MAX_FILES:
         try:
             path = repofiles.regular_file(root, todo.pop())
@@ -125,12 +130,14 @@ def scan_submission(root: Path, module: str) -> list[Finding]:
         todo += [str(p.relative_to(root)) for p in _local_modules(root, path, scanner.imports) if p not in seen]
     found = sorted(set(findings), key=lambda f: (f.file, f.line, f.what))
     if len(found) > MAX_FINDINGS:
-        found = found[:MAX_FINDINGS] + [Finding("", 0, "", f"and {len(found) - MAX_FINDINGS} more findings, not listed")]
+        found = found[:MAX_FINDINGS] + [Finding("", 0, "",
+                                                f"and {len(found) - MAX_FINDINGS} more findings, not listed")]
     return found
 
 
 def summary(findings: list[Finding], limit: int = 4) -> str:
-    shown = "; ".join(map(str, findings[:limit])) + (f"; and {len(findings) - limit} more" if len(findings) > limit else "")
+    shown = "; ".join(map(str, findings[:limit])) + (f"; and {len(findings) - limit} more" if len(findings) > limit
+                                                     else "")
     return f"Static scan, for a TA to review (not a verdict, the score is unchanged): {shown}"
 
 
@@ -192,7 +199,8 @@ class _Scanner(ast.NodeVisitor):
     def visit_Import(self, node: ast.Import) -> None:
         for alias in node.names:
             self._module(node, alias.name)
-            self.aliases[alias.asname or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
+            self.aliases[alias.asname
+                         or alias.name.split(".")[0]] = alias.name if alias.asname else alias.name.split(".")[0]
             self.imports.append((alias.name, 0, []))
 
     def visit_ImportFrom(self, node: ast.ImportFrom) -> None:
@@ -216,15 +224,18 @@ class _Scanner(ast.NodeVisitor):
     def visit_Call(self, node: ast.Call) -> None:
         name = self._dotted(node.func)
         if name:
-            what = CALL_WARNINGS.get(name) or next((w for p, w in PREFIX_CALL_WARNINGS.items() if name.startswith(p)), None)
-            if name in ("importlib.import_module", "__import__") and node.args and isinstance(node.args[0], ast.Constant):
+            what = CALL_WARNINGS.get(name) or next((w for p, w in PREFIX_CALL_WARNINGS.items() if name.startswith(p)),
+                                                   None)
+            if (name in ("importlib.import_module", "__import__") and node.args
+                    and isinstance(node.args[0], ast.Constant)):
                 target = str(node.args[0].value)
                 self._module(node, target)  # a name in plain sight: judged like an import
                 self.imports.append((target, 0, []))
                 what = None
             elif name == "setattr" and node.args:
                 base = self._dotted(node.args[0])
-                what = f"sets an attribute of {base} by name (patching it?)" if base and base.split(".")[0] in PATCHED_MODULES else None
+                what = (f"sets an attribute of {base} by name (patching it?)"
+                        if base and base.split(".")[0] in PATCHED_MODULES else None)
             if what:
                 self._add(node, what)
 
@@ -306,31 +317,34 @@ class OwnKernelCheck:
     def test(self) -> TestResult:
         name = "uses its own Triton kernel"
         if not self.observed:
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped",
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.SKIPPED,
                               "no call completed, so nothing to inspect")
         launched = dict(self.kernels)
         if self.forbidden:
             evidence = [f"torch computed the result: {op} ran inside {self.spec.function}() in {few(ids)}"
                         for op, ids in self.forbidden.items()]
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "flagged", "; ".join(evidence),
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.FLAGGED, "; ".join(evidence),
                               details=IntegrityPayload(kernels_launched=launched, evidence=evidence),
                               severity=Severity.CONCLUSIVE)
         if self.no_kernel:
-            evidence = [f"no Triton kernel was launched in {few([c.id for c in self.no_kernel])}, yet the result was right"]
+            evidence = [f"no Triton kernel was launched in {few([c.id for c in self.no_kernel])}, yet the result was "
+                        f"right"]
             concerns = [c.test_name for c in self.no_kernel]
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "flagged", evidence[0],
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.FLAGGED, evidence[0],
                               details=IntegrityPayload(kernels_launched=launched, evidence=evidence, concerns=concerns),
                               severity=Severity.REVIEW)
         if not self.kernels:  # nothing ran: there is nothing to vouch for
             if self.all_trivial:
-                return TestResult(self.spec.name, Kind.INTEGRITY, name, "skipped",
-                                  "every result here was trivial (zeros, empty, or a copy of an input): nothing to inspect",
+                return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.SKIPPED,
+                                  "every result here was trivial (zeros, empty, or a copy of an input): "
+                                  "nothing to inspect",
                                   details=IntegrityPayload(kernels_launched=launched, evidence=[]))
-            return TestResult(self.spec.name, Kind.INTEGRITY, name, "failed",
-                              f"no Triton kernel was launched in any call: {self.spec.function}() must launch your kernel "
-                              "(kernel[grid](...))", details=IntegrityPayload(kernels_launched=launched, evidence=[]))
+            return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.FAILED,
+                              f"no Triton kernel was launched in any call: {self.spec.function}() "
+                              "must launch your kernel (kernel[grid](...))",
+                              details=IntegrityPayload(kernels_launched=launched, evidence=[]))
         kernels = ", ".join(self.kernels)
-        return TestResult(self.spec.name, Kind.INTEGRITY, name, "passed", f"Triton kernels launched: {kernels}",
+        return TestResult(self.spec.name, Kind.INTEGRITY, name, Outcome.PASSED, f"Triton kernels launched: {kernels}",
                           details=IntegrityPayload(kernels_launched=launched, evidence=[]))
 
 

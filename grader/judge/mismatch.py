@@ -60,8 +60,8 @@ class Mismatch:
             return None
         times = f"{err / self.torch_error:.0f}x" if self.torch_error > 0 else "far above"
         return (f"the values are close but less precise than torch's in {self.dtype}: max error {err:.3g}, "
-                f"{times} torch's own error ({self.torch_error:.3g}). Accumulate in float32 (tl.zeros(..., dtype=tl.float32), "
-                f"tl.dot's default out_dtype) and round to {self.dtype} only when storing the result"
+                f"{times} torch's own error ({self.torch_error:.3g}). Accumulate in float32 (tl.zeros(..., "
+                f"dtype=tl.float32), tl.dot's default out_dtype) and round to {self.dtype} only when storing the result"
                 + ("; do not compute a float32 problem in float16 or bfloat16" if self.dtype == "float32" else ""))
 
     def first_wrong_along(self, dim: int) -> int | None:
@@ -129,4 +129,5 @@ def low_precision_sum(parts, dtype: torch.dtype, round_each: bool) -> torch.Tens
             acc = acc + p.to(dtype)
         else:
             acc = (acc.float() + p).to(dtype)
+    assert acc is not None, "no partial sums to add"
     return acc

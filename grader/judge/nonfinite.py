@@ -24,7 +24,8 @@ OPERATIONS: dict[str, tuple[str, str | None, str | None]] = {
     "log": ("the log", "log of a negative number", "log(0) = -inf"),
     "sqrt": ("the square root", "sqrt of a negative number", None),
     "rsqrt": ("the reciprocal square root", "rsqrt of a negative number", "rsqrt(0) = inf"),
-    "exp": ("the exp", "exp overflows to inf, then inf - inf or 0 * inf", "exp(x) overflows for x > 88.7 in float32, > 11.1 in float16"),
+    "exp": ("the exp", "exp overflows to inf, then inf - inf or 0 * inf",
+            "exp(x) overflows for x > 88.7 in float32, > 11.1 in float16"),
     "power": ("the power", "a negative number to a fractional power", "0 to a negative power"),
 }
 CALLS = {"log": "log", "log2": "log", "log1p": "log", "exp": "exp", "exp2": "exp", "sqrt": "sqrt", "sqrt_rn": "sqrt",
@@ -40,7 +41,8 @@ def first_computed(got: torch.Tensor, ref: torch.Tensor, unwritten: torch.Tensor
     index = tuple(int(i) for i in computed.nonzero()[0])
     value = got[index].item()
     kind = "NaN" if value != value else ("inf" if value > 0 else "-inf")
-    there = [f"{k} = {t[index].item():.6g}" for k, t in inputs.items() if isinstance(t, torch.Tensor) and t.shape == got.shape]
+    there = [f"{k} = {t[index].item():.6g}" for k, t in inputs.items() if isinstance(t, torch.Tensor)
+             and t.shape == got.shape]
     there += [f"{k} = {v:g}" for k, v in inputs.items() if isinstance(v, (int, float)) and not isinstance(v, bool)]
     return {"nan": int((computed & got.isnan()).sum()), "inf": int((computed & got.isinf()).sum()),
             "first_index": list(index), "first_value": kind, "expected": f"{ref[index].item():.6g}",
@@ -50,7 +52,8 @@ def first_computed(got: torch.Tensor, ref: torch.Tensor, unwritten: torch.Tensor
 def where_words(found: dict) -> str:
     """'the first computed NaN is at index (3,) (expected 0.52), where x = 0, y = 0'."""
     there = f", where {found['inputs_there']}" if found["inputs_there"] else ""
-    return f"the first computed {found['first_value']} is at index {tuple(found['first_index'])} (expected {found['expected']}){there}"
+    return (f"the first computed {found['first_value']} is at index {tuple(found['first_index'])} (expected "
+            f"{found['expected']}){there}")
 
 
 def kernel_operations(source: str) -> list[tuple[str, int]]:
@@ -62,7 +65,8 @@ def kernel_operations(source: str) -> list[tuple[str, int]]:
         return []
     found: set[tuple[str, int]] = set()
     for fn in ast.walk(tree):
-        if not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef)) or not any("jit" in _dotted(d) for d in fn.decorator_list):
+        if (not isinstance(fn, (ast.FunctionDef, ast.AsyncFunctionDef))
+                or not any("jit" in _dotted(d) for d in fn.decorator_list)):
             continue
         for node in ast.walk(fn):
             if isinstance(node, ast.BinOp) and isinstance(node.op, (ast.Div, ast.FloorDiv, ast.Mod)):

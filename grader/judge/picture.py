@@ -44,7 +44,8 @@ def wrong_map(bad: torch.Tensor, got: torch.Tensor, unwritten: torch.Tensor | No
         return m
     rows = math.prod(shape[:-1])
     flat_bad, flat_got = bad.reshape(rows, shape[-1]), got.reshape(rows, shape[-1])
-    return {"shape": shape, "rows": rows, "cols": shape[-1], "cells": _bin(flat_bad, flat_got, MAX_CELLS_2D, MAX_CELLS_2D)}
+    return {"shape": shape, "rows": rows, "cols": shape[-1],
+            "cells": _bin(flat_bad, flat_got, MAX_CELLS_2D, MAX_CELLS_2D)}
 
 
 def _bin(bad: torch.Tensor, got: torch.Tensor, max_rows: int, max_cols: int) -> list[str]:
@@ -71,16 +72,18 @@ def block_sizes(params: dict, ndim: int) -> tuple[int | None, int | None]:
     """(rows, columns) of one program's block, read from the constexpr sizes of the kernel's
     launch (BLOCK_M/BLOCK_N, or one BLOCK_SIZE along a row or a vector). A guess from names:
     it only places the dashed lines of the picture."""
-    sizes = {k.upper(): v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool) and 0 < v <= 1 << 24}
+    sizes = {k.upper(): v for k, v in params.items() if isinstance(v, int) and not isinstance(v, bool)
+             and 0 < v <= 1 << 24}
     row = next((sizes[k] for k in ("BLOCK_M", "BLOCK_ROWS", "BLOCK_R", "BLOCK_Q") if k in sizes), None)
-    col = next((sizes[k] for k in ("BLOCK_N", "BLOCK_COLS", "BLOCK_C", "BLOCK_SIZE", "BLOCK", "BLOCK_D") if k in sizes), None)
+    col = next((sizes[k] for k in ("BLOCK_N", "BLOCK_COLS", "BLOCK_C", "BLOCK_SIZE", "BLOCK", "BLOCK_D") if k in sizes),
+               None)
     if col is None:
         blocks = [v for k, v in sizes.items() if k.startswith("BLOCK") and k != "BLOCK_K"]
         col = blocks[0] if len(blocks) == 1 else None
     return (row if ndim >= 2 else None), col
 
 
-def svg(m: dict, blocks: dict | None = None, width: int = 640) -> str:
+def svg(m: dict, blocks: dict | None = None, width: float = 640) -> str:
     """The map as inline SVG, with the kernel's block boundaries dashed."""
     if not m or not m.get("cells"):
         return ""
@@ -99,8 +102,8 @@ def svg(m: dict, blocks: dict | None = None, width: int = 640) -> str:
     for i, line in enumerate(cells):
         for j, c in enumerate(line):
             fill, opacity = _colour(c)
-            parts.append(f'<rect x="{left + j * cw:.2f}" y="{top + i * ch:.2f}" width="{cw + 0.05:.2f}" height="{ch + 0.05:.2f}" '
-                         f'fill="{fill}" fill-opacity="{opacity:.2f}"/>')
+            parts.append(f'<rect x="{left + j * cw:.2f}" y="{top + i * ch:.2f}" width="{cw + 0.05:.2f}" '
+                         f'height="{ch + 0.05:.2f}" fill="{fill}" fill-opacity="{opacity:.2f}"/>')
     parts += _boundaries(col_block, cols, left, top, width, height, vertical=True)
     if not one_d:
         parts += _boundaries(row_block, rows, left, top, width, height, vertical=False)
@@ -111,7 +114,8 @@ def svg(m: dict, blocks: dict | None = None, width: int = 640) -> str:
     if not one_d:
         parts.append(f'<text x="{left - 4}" y="{top + 10}" font-size="11" text-anchor="end">row 0</text>')
         if height >= 28:  # room for both labels
-            parts.append(f'<text x="{left - 4}" y="{top + height:.2f}" font-size="11" text-anchor="end">{rows - 1}</text>')
+            parts.append(f'<text x="{left - 4}" y="{top + height:.2f}" font-size="11" '
+                         f'text-anchor="end">{rows - 1}</text>')
     if one_d and m.get("zoom"):  # the same strip, one element per cell, around the first wrong element
         start, zoom = m["zoom_start"], m["zoom"]
         ztop = top + height + 26
@@ -125,12 +129,13 @@ def svg(m: dict, blocks: dict | None = None, width: int = 640) -> str:
             for b in range(first_block, start + len(zoom), col_block):
                 x = left + (b - start) * zw
                 anchor = "end" if x > left + width - 40 else ("start" if x < left + 40 else "middle")
-                parts.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{ztop - 3:.2f}" y2="{ztop + ch + 3:.2f}" stroke="#000" '
-                             f'stroke-dasharray="5 3"/><text x="{x:.2f}" y="{ztop + ch + 14:.2f}" font-size="11" '
-                             f'text-anchor="{anchor}">{b}</text>')
+                parts.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{ztop - 3:.2f}" y2="{ztop + ch + 3:.2f}" '
+                             f'stroke="#000" stroke-dasharray="5 3"/><text x="{x:.2f}" y="{ztop + ch + 14:.2f}" '
+                             f'font-size="11" text-anchor="{anchor}">{b}</text>')
         parts.append(f'<text x="{left}" y="{ztop - 5:.2f}" font-size="11">zoom: elements {start} to '
                      f'{start + len(zoom) - 1}, one per cell</text>')
-        parts.append(f'<rect x="{left}" y="{ztop:.2f}" width="{width}" height="{ch:.2f}" fill="none" stroke="#4a5568"/>')
+        parts.append(f'<rect x="{left}" y="{ztop:.2f}" width="{width}" height="{ch:.2f}" fill="none" '
+                     f'stroke="#4a5568"/>')
         height += ch + 40
     legend = _legend(m, row_block, col_block, one_d)
     total_h = top + height + 34
@@ -142,8 +147,8 @@ def svg(m: dict, blocks: dict | None = None, width: int = 640) -> str:
                      f'<text x="{x + 14}" y="{top + height + 31:.2f}" font-size="11">{word}</text>')
         x += 24 + 7 * len(word)
     label = "where the result is wrong" + (f", {legend}" if legend else "")
-    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(left + width + 10, 600):.0f}" height="{total_h:.0f}" role="img" '
-            f'aria-label="{escape(label)}" class="wrongmap">{"".join(parts)}</svg>')
+    return (f'<svg xmlns="http://www.w3.org/2000/svg" width="{max(left + width + 10, 600):.0f}" height="{total_h:.0f}" '
+            f'role="img" aria-label="{escape(label)}" class="wrongmap">{"".join(parts)}</svg>')
 
 
 def _colour(c: str) -> tuple[str, float]:
@@ -155,7 +160,8 @@ def _colour(c: str) -> tuple[str, float]:
     return WRONG, 0.35 + 0.65 * int(c) / 9
 
 
-def _boundaries(block: int | None, extent: int, left: float, top: float, width: float, height: float, vertical: bool) -> list[str]:
+def _boundaries(block: int | None, extent: int, left: float, top: float, width: float, height: float,
+                vertical: bool) -> list[str]:
     """Dashed lines at the multiples of `block` (at most 64 of them; beyond that only the start
     of the last, partial block, the boundary a mask bug shows at)."""
     if not block or block >= extent:
@@ -169,10 +175,12 @@ def _boundaries(block: int | None, extent: int, left: float, top: float, width: 
         colour, dash = ("#000", "5 3") if last else ("#2d3748", "2 3")
         if vertical:
             x = left + width * s / extent
-            out.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{top}" y2="{top + height:.2f}" stroke="{colour}" stroke-dasharray="{dash}"/>')
+            out.append(f'<line x1="{x:.2f}" x2="{x:.2f}" y1="{top}" y2="{top + height:.2f}" stroke="{colour}" '
+                       f'stroke-dasharray="{dash}"/>')
         else:
             y = top + height * s / extent
-            out.append(f'<line x1="{left}" x2="{left + width}" y1="{y:.2f}" y2="{y:.2f}" stroke="{colour}" stroke-dasharray="{dash}"/>')
+            out.append(f'<line x1="{left}" x2="{left + width}" y1="{y:.2f}" y2="{y:.2f}" stroke="{colour}" '
+                       f'stroke-dasharray="{dash}"/>')
     return out
 
 
@@ -186,7 +194,8 @@ def _legend(m: dict, row_block: int | None, col_block: int | None, one_d: bool) 
         words.append(f"{per_cell} elements per cell along a row" if not one_d else f"{per_cell} elements per cell")
     if col_block and col_block < m["cols"]:
         words.append(f"dashed: blocks of {col_block}" + (" columns" if not one_d else "")
-                     + (f" (last block starts at {m['cols'] // col_block * col_block})" if m["cols"] % col_block else ""))
+                     + (f" (last block starts at {m['cols'] // col_block * col_block})" if m["cols"] % col_block
+                        else ""))
     if row_block and not one_d and row_block < m["rows"]:
         words.append(f"blocks of {row_block} rows")
     return "; ".join(words)

@@ -35,8 +35,9 @@ class PlannedCall:
     more: list[tuple[Path, dict]] = field(default_factory=list)  # further calls of this case (Assignment.calls)
 
     @property
-    def runs(self) -> list[tuple[Path, dict]]:
-        """(input file, layout) of every call of the student's function this case makes."""
+    def runs(self) -> list[tuple[Path | None, dict]]:
+        """(input file, layout) of every call of the student's function this case makes (the first
+        file None until materialize writes it)."""
         return [(self.input_file, self.layout), *self.more]
 
     @property
@@ -77,7 +78,8 @@ def plan_calls(
 ) -> list[PlannedCall]:
     calls = []
     by_shape = [c for c in (shape_case(spec, n) for n in case_filter or () if n.startswith(PREFIX)) if c is not None]
-    for case in cases_for(spec, seed) + by_shape:  # a case by shape (`--case shape=1x17`): a shrunk failure's reproducer
+    # a case by shape (`--case shape=1x17`): a shrunk failure's reproducer
+    for case in cases_for(spec, seed) + by_shape:
         if case_filter and case.name not in case_filter:
             continue
         for dtype in spec.dtypes:

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from functools import cached_property
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Sequence
 
 from grader import environment
 from grader.judge.context import GradingContext
@@ -36,7 +36,8 @@ class Resources:
         self.course = course
         self.cache = RunCache(Path(context.cache), context.cache_limit) if context.cache else None
         # a check keeps the student's compiled kernels between runs (the interpreter compiles nothing)
-        self.kept_kernels = TritonKeep(Path(context.kept_kernels)) if context.kept_kernels and not context.interpret else None
+        self.kept_kernels = (TritonKeep(Path(context.kept_kernels))
+                             if context.kept_kernels and not context.interpret else None)
         self._warm = False
 
     @cached_property
@@ -56,7 +57,8 @@ class Resources:
             prewarm(self.context.interpret, self.context.gpu, self.context.isolation, self.settings)
         self._warm = True
 
-    def student_worker(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path, hide: list[Path] = (),
+    def student_worker(self, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path,
+                       hide: Sequence[Path] = (),
                        interpret: bool | None = None) -> StudentWorker:
         """A worker for the student's module (started by its `start()`); `interpret` overrides
         the session's device (a GPU run's bounds check replays in the interpreter)."""

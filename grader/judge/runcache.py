@@ -41,8 +41,8 @@ from typing import Callable, Iterator
 from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs
 from grader.sandbox.files import open_worker_file, place, private_folder
-from grader.spec import Assignment, Case
 from grader.settings import Settings
+from grader.spec import Assignment, Case
 
 
 def write_perf_set(spec: Assignment, case: Case, dtype: str, seed: int, index: int, path: Path) -> dict:
@@ -63,7 +63,8 @@ def check_cache_limit(settings: Settings) -> int:
     try:
         gb = float(raw) if raw else DEFAULT_CHECK_CACHE_GB
     except ValueError:
-        raise CacheSettingError(f"GRADER_CACHE_GB={raw!r} is not a number of GiB (0 keeps nothing between checks)") from None
+        raise CacheSettingError(f"GRADER_CACHE_GB={raw!r} is not a number of GiB "
+                                f"(0 keeps nothing between checks)") from None
     return max(0, int(gb * (1 << 30)))
 
 
@@ -111,6 +112,7 @@ class RunCache:
         key = derive_seed(seed, "perf", str(index), case.name, json.dumps(case.params, sort_keys=True), dtype)
         name = f"inputs-{spec.name}-{key}"
         with self._entry(name) as path:
+            assert path is not None  # _entry waits for it
             data, layout_file = path.with_suffix(".safetensors"), path.with_suffix(".layout.json")
             made = not (data.is_file() and layout_file.is_file())
             if made:
@@ -161,6 +163,7 @@ class RunCache:
         caller's timing lock)."""
         safe = "".join(c if c.isalnum() else "_" for c in gpu)
         with self._entry(f"roofline-{safe}.json") as path:
+            assert path is not None  # _entry waits for it
             if path.is_file():
                 return json.loads(path.read_text())
             figures = measure()
@@ -211,7 +214,8 @@ class TritonKeep:
             return
         dest.mkdir(parents=True, exist_ok=True)
         for entry in self.folder.iterdir():
-            if entry.is_dir() and not entry.is_symlink() and not entry.name.startswith(".") and not (dest / entry.name).exists():
+            if (entry.is_dir() and not entry.is_symlink() and not entry.name.startswith(".")
+                    and not (dest / entry.name).exists()):
                 try:
                     shutil.copytree(entry, dest / entry.name, symlinks=True)
                 except (OSError, shutil.Error):  # trimmed by another check meanwhile: compiled anew

@@ -56,7 +56,8 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
                 lost += cents(t.max_score)
                 t.score = 0.0
         result.notes.append(f"For a TA to review: {finding.name} ({finding.message}). "
-                            f"The {lost / 100:g} points it concerns are withheld until then; the rest of the assignment counts.")
+                            f"The {lost / 100:g} points it concerns are withheld until then; the rest of the "
+                            f"assignment counts.")
 
 
 def points_without_findings(result: AssignmentResult) -> float:

@@ -6,7 +6,8 @@ job of its slot) and a Ray task; all of them grade through `GradingSession.grade
 Why one object: check and batch used to assemble a grading each their own way (their own run
 cache, environment, workers and warm starts), and drifted: a batch lost the static scan's
 warnings that a check kept. Now the settings are read once, by the command that opens the
-session (grader.settings), held by its resources and handed down from there, and what differs between the drivers is only what they do with the result.
+session (grader.settings), held by its resources and handed down from there, and what differs
+between the drivers is only what they do with the result.
 """
 
 from __future__ import annotations
@@ -49,7 +50,8 @@ class GradingSession(Resources):
             else:
                 roofline = None  # measured by the first timing of the run, then shared by the others
                 for spec in specs:
-                    result = pipeline.grade_assignment(self, sub, spec, Path(tmp) / spec.name, progress, roofline, phases)
+                    result = pipeline.grade_assignment(self, sub, spec, Path(tmp) / spec.name, progress, roofline,
+                                                       phases)
                     run.assignments.append(result)
                     roofline = roofline or pipeline.measured_roofline(result)
         if roofline := next(filter(None, map(pipeline.measured_roofline, run.assignments)), None):
@@ -62,10 +64,12 @@ class GradingSession(Resources):
         """Each assignment in a thread of its own (the work is in its workers; this process
         mostly waits on their pipes), the longest planned first so that the last to start is short."""
         self.warm_up()  # once, before the threads: they fork from the same zygotes
-        own = {spec.name: {} for spec in specs}  # each assignment's phases, added up at the end
+        # each assignment's phases, added up at the end
+        own: dict[str, dict[str, float]] = {spec.name: {} for spec in specs}
         order = sorted(specs, key=lambda s: -len(self.context.calls(s)))
         with ThreadPoolExecutor(max_workers=min(jobs, len(specs)), thread_name_prefix="assignment") as pool:
-            futures = {spec.name: pool.submit(pipeline.grade_assignment, self, sub, spec, tmp / spec.name, progress, None,
+            futures = {spec.name: pool.submit(pipeline.grade_assignment, self, sub, spec, tmp / spec.name, progress,
+                                              None,
                                               own[spec.name]) for spec in order}
             results = [futures[spec.name].result() for spec in specs]
         if phases is not None:
@@ -77,10 +81,12 @@ class GradingSession(Resources):
     def not_gradable(self, spec: Assignment, why: str) -> AssignmentResult:
         """What the student set up cannot be graded at all (their grader.toml): one failed result
         that says why, worth the assignment's points."""
-        return pipeline.not_gradable(spec, self.context, AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), why)
+        return pipeline.not_gradable(spec, self.context,
+                                     AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), why)
 
 
-def open_session(context: GradingContext, settings: Settings = Settings(), course: Course | None = None) -> GradingSession:
+def open_session(context: GradingContext, settings: Settings = Settings(),
+                 course: Course | None = None) -> GradingSession:
     """The session for `context` with the command's `settings` (the defaults where a test gives none)
     and its `course` (default: the one the settings name or imply, found here).
     It holds no process of its own (workers end with each assignment; a warm fork server ends

@@ -49,6 +49,7 @@ def dims_of(params: dict) -> list[int] | None:
 
 def with_dims(params: dict, dims: list[int]) -> dict:
     keys = _dim_keys(params)
+    assert keys is not None  # dims came from dims_of: the case has sizes
     out = dict(params)
     if keys == ["shape"]:
         out["shape"] = list(dims)
@@ -71,7 +72,7 @@ def shape_name(spec: Assignment, params: dict) -> str | None:
     """`shape=AxB[,key=value...]` for a case of these params: the sizes, then each other parameter
     that differs from the assignment's first case. None when the name could not rebuild them."""
     dims, keys, template = dims_of(params), _dim_keys(params), _template(spec)
-    if dims is None:
+    if dims is None or keys is None:  # both None together: no sizes
         return None
     extras = [f"{k}={_value(v)}" for k, v in params.items()
               if k not in keys and template.get(k, _MISSING) != v]
@@ -172,7 +173,8 @@ def search(spec: Assignment, case: Case, fails: Callable[[Case], bool | None], d
             if name is None:
                 lo = mid + 1
                 continue
-            cases[tuple(trial)] = smaller = Case(name, params, f"a smaller case of {case.name}, the same in all but its sizes")
+            cases[tuple(trial)] = smaller = Case(name, params,
+                                                 f"a smaller case of {case.name}, the same in all but its sizes")
             result.runs += 1
             failed = fails(smaller)
             if failed is None:
@@ -197,7 +199,8 @@ def search(spec: Assignment, case: Case, fails: Callable[[Case], bool | None], d
                 or result.runs >= max_runs + len(dims):
             break
         trial = dims[:j] + [dims[j] - 1] + dims[j + 1:]
-        if dims[j] <= 1 or tuple(trial) in result.tested or (name := shape_name(spec, with_dims(case.params, trial))) is None:
+        if (dims[j] <= 1 or tuple(trial) in result.tested
+                or (name := shape_name(spec, with_dims(case.params, trial))) is None):
             continue
         cases[tuple(trial)] = smaller = Case(name, with_dims(case.params, trial), f"a smaller case of {case.name}")
         result.runs += 1
@@ -232,6 +235,7 @@ def boundary(failing: Case, passing: Case) -> str:
         return ""
     i = differ[0]
     keys = _dim_keys(failing.params)
+    assert keys is not None  # a is not None: the case has sizes
     name = keys[i] if keys != ["shape"] else ("the last dimension" if i == len(a) - 1 else f"dimension {i}")
     words = f"{name} = {a[i]} fails, {name} = {b[i]} passes"
     power = b[i] & -b[i]

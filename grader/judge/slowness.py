@@ -18,11 +18,12 @@ LARGE_SHARED = 96 * 1024  # bytes per program above which at most two programs f
 SLOW_SHARE = 0.7  # below this share of the roofline (or of the full points) a kernel is told why
 
 TYPICAL = {
-    "memory": ("A memory-bound kernel like this one is usually limited by how much of the GPU's bandwidth it keeps busy: "
-               "enough programs in flight on every SM, wide contiguous (coalesced) loads and stores, each byte read once."),
-    "compute": ("A compute-bound kernel like this one is usually limited by how busy it keeps the tensor cores: tl.dot on "
-                "large tiles (64x64 or more), float32 accumulation, enough stages to overlap the next tile's loads with "
-                "this one's math, and a grid that fills every SM."),
+    "memory": ("A memory-bound kernel like this one is usually limited by how much of the GPU's bandwidth it keeps "
+               "busy: enough programs in flight on every SM, wide contiguous (coalesced) loads and stores, each byte "
+               "read once."),
+    "compute": ("A compute-bound kernel like this one is usually limited by how busy it keeps the tensor cores: tl.dot "
+                "on large tiles (64x64 or more), float32 accumulation, enough stages to overlap the next tile's loads "
+                "with this one's math, and a grid that fills every SM."),
 }
 
 
@@ -43,23 +44,26 @@ def findings(k: dict, sms: int | None, kind: str) -> list[str]:
     """What in these figures usually costs speed, one sentence each (none: nothing stands out)."""
     found = []
     if k["n_spills"]:
-        found.append(f"{k['n_spills']} registers spill to local memory, which is slow: use a smaller block, or keep fewer "
-                     "values live at once")
+        found.append(f"{k['n_spills']} registers spill to local memory, which is slow: use a smaller block, or keep "
+                     "fewer values live at once")
     programs = _programs(k.get("grid") or [])
     if sms and programs and programs < sms:
         found.append(f"the grid has {programs} program{'s' if programs != 1 else ''} for the GPU's {sms} SMs, so "
-                     f"{sms - programs} SMs have nothing to do: smaller blocks (or splitting the work) give more programs")
+                     f"{sms - programs} SMs have nothing to do: smaller blocks (or splitting the work) give more "
+                     f"programs")
     if k["n_regs"] and k["num_warps"]:
         warps = min(MAX_WARPS_PER_SM, REGISTERS_PER_SM // (k["n_regs"] * 32) // k["num_warps"] * k["num_warps"])
         if warps < FEW_WARPS:
-            found.append(f"{k['n_regs']} registers per thread leave room for {warps} warps per SM, too few to hide memory "
-                         "latency: a smaller block, or fewer values per thread")
+            found.append(f"{k['n_regs']} registers per thread leave room for {warps} warps per SM, too few to hide "
+                         "memory latency: a smaller block, or fewer values per thread")
     if k["shared"] > LARGE_SHARED:
-        found.append(f"{k['shared'] / 1024:.0f} KB of shared memory per program: at most {max(1, 228 * 1024 // k['shared'])} "
+        found.append(f"{k['shared'] / 1024:.0f} KB of shared memory per program: at most "
+                     f"{max(1, 228 * 1024 // k['shared'])} "
                      "programs fit on an SM at a time; smaller tiles or fewer stages use less")
     if kind == "compute" and 0 < k["num_stages"] < 3:
-        found.append(f"{k['num_stages']} pipeline stage{'s' if k['num_stages'] != 1 else ''}: the next tile's loads do not "
-                     "overlap this tile's tl.dot; num_stages=3 or 4 (in triton.Config, or at the launch) hides them")
+        found.append(f"{k['num_stages']} pipeline stage{'s' if k['num_stages'] != 1 else ''}: the next tile's loads do "
+                     "not overlap this tile's tl.dot; num_stages=3 or 4 (in triton.Config, or at the launch) hides "
+                     "them")
     return found
 
 
@@ -86,7 +90,8 @@ def why_slow(compiled: dict, sms: int | None, roofline_kind: str, share: float |
 def words(why: dict) -> str:
     """The report's sentences: what the kernel reached, what the compiler made of it, what stands
     out, and what usually limits such a kernel."""
-    text = f"Why it is slow: it reaches {why['share']:.0%} of the roofline. The compiled kernel: {'; '.join(why['facts'])}."
+    text = (f"Why it is slow: it reaches {why['share']:.0%} of the roofline. The compiled kernel: "
+            f"{'; '.join(why['facts'])}.")
     if why["findings"]:
         text += " What stands out: " + "; ".join(why["findings"]) + "."
     return text + " " + why["typical"]

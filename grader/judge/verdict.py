@@ -12,11 +12,11 @@ from dataclasses import dataclass, field
 
 import torch
 
+from grader.codec import poisoned, storage_of
 from grader.judge import nonfinite
 from grader.judge.feedback import nonfinite_words
 from grader.judge.mismatch import Mismatch, contiguous_reading
 from grader.judge.picture import wrong_map
-from grader.codec import poisoned, storage_of
 from grader.payloads import CorrectnessPayload
 from grader.results import Outcome
 from grader.spec import DTYPES, Assignment, Case
@@ -114,8 +114,10 @@ def _modified_input(inputs: dict, saved: dict) -> Verdict | None:
             continue
         after = saved.get(f"input.{name}")
         before = storage_of(original)
-        if after is None or after.dtype != before.dtype or after.shape != before.shape or not torch.equal(after, before):
-            return Verdict(Outcome.FAILED, f"the input {name} was modified in place: a kernel must only write its output")
+        if (after is None or after.dtype != before.dtype or after.shape != before.shape
+                or not torch.equal(after, before)):
+            return Verdict(Outcome.FAILED,
+                           f"the input {name} was modified in place: a kernel must only write its output")
     return None
 
 
@@ -132,9 +134,11 @@ def _delivery(what: str, meta: dict, out: torch.Tensor, shape, dtype: str, expec
     if actual != dtype:
         return f"{what}'s dtype is {actual}, expected {dtype} (the input's dtype)"
     claimed_dtype, claimed_shape = meta.get("dtype"), meta.get("shape")
-    if (claimed_dtype is not None and claimed_dtype != actual) or (claimed_shape is not None and list(claimed_shape) != list(out.shape)):
-        return (f"the worker's reply describes {what} as {str(meta.get('dtype'))[:30]} of shape {_claimed_shape(meta)}, but "
-                f"the tensor it saved is {actual} of shape {tuple(out.shape)}: the reply is not what the call returned")
+    if ((claimed_dtype is not None and claimed_dtype != actual)
+            or (claimed_shape is not None and list(claimed_shape) != list(out.shape))):
+        return (f"the worker's reply describes {what} as {str(meta.get('dtype'))[:30]} of shape "
+                f"{_claimed_shape(meta)}, but the tensor it saved is {actual} of shape {tuple(out.shape)}: the reply "
+                f"is not what the call returned")
     return None
 
 
@@ -152,10 +156,12 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs,
     parts = sum(1 for k in saved if k.startswith("output."))
     if metas is None or len(metas) != n:
         got = f"{len(metas)} tensors" if metas is not None else _type_name(reply)
-        return Verdict(Outcome.FAILED, f"{spec.function}() returned {got}, expected a tuple of {n} tensors ({', '.join(names)})")
+        return Verdict(Outcome.FAILED,
+                       f"{spec.function}() returned {got}, expected a tuple of {n} tensors ({', '.join(names)})")
     if parts != n or any(f"output.{i}" not in saved for i in range(n)):
         return Verdict(Outcome.FAILED, f"the worker's reply describes {n} results, but the file it saved holds {parts} "
-                                       f"(output.0 to output.{n - 1} expected): the reply is not what the call returned")
+                                       f"(output.0 to output.{n - 1} expected): the reply is not what the call "
+                                       f"returned")
     bases = spec.baseline(*inputs.values())
     details, summary = CorrectnessPayload(), []
     for i, (meta, ref, base) in enumerate(zip(metas, refs, bases)):
@@ -174,7 +180,8 @@ def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs,
     return Verdict(Outcome.PASSED, "; ".join(summary), details)
 
 
-def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor, base: torch.Tensor,
+def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor,
+             base: torch.Tensor,
              part: int | None = None, kernel_source: str = "") -> Verdict:
     """The error model: |out - ref| <= k x torch's max error + atol + rtol x |ref|, elementwise.
     `part`: which of the truth's results this is, for a function that returns several.
@@ -258,6 +265,8 @@ def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = Non
             if wrong is None:
                 continue
             args = [(wrong if k == name else v) for k, v in mismatch.inputs.items()]
+            if spec.truth is None:  # no float64 truth to recompute with
+                continue
             try:
                 guess = spec.truth(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
             except Exception:  # noqa: BLE001 - a truth that cannot take this reading proves nothing
@@ -267,9 +276,9 @@ def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = Non
             if mismatch.matches(guess):
                 strides = ", ".join(f"{name}.stride({d})" for d in range(t.dim()))
                 assumed = "with a step of 1 along its last dimension" if keep_row else "as if it were contiguous"
-                return (f"the result is exactly what reading {name} {assumed} gives, but {name} is a non-contiguous view here "
-                        f"({name}.stride() == {tuple(t.stride())}): the strides are the cause, not a mask or the grid; "
-                        f"pass {strides} to the kernel and address every element of {name} with them")
+                return (f"the result is exactly what reading {name} {assumed} gives, but {name} is a non-contiguous "
+                        f"view here ({name}.stride() == {tuple(t.stride())}): the strides are the cause, not a mask or "
+                        f"the grid; pass {strides} to the kernel and address every element of {name} with them")
     return None
 
 
@@ -286,8 +295,8 @@ def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, to
                 "the output was never written (is the store missing or fully masked?)")
     if got.isnan().all():
         if not never.any():
-            return ("every element is NaN, computed by your kernel: none of them is the poison of memory never written, "
-                    "so the store ran and stored NaN")
+            return ("every element is NaN, computed by your kernel: none of them is the poison of memory never "
+                    "written, so the store ran and stored NaN")
         return (f"every element is NaN: {int(never.sum())} were never written (the poison of uninitialized memory), "
                 f"the other {int((~never).sum())} your kernel computed")
     nan_note = _nan_note(bad, got, never)
@@ -339,13 +348,15 @@ def _describe_2d(bad: torch.Tensor, got: torch.Tensor, strided: bool = True, nev
     never = got.isnan() if never is None else never
     unwritten = _suffix_start((never & bad).all(dim=0))
     if unwritten is not None:
-        return (f"columns >= {unwritten} were never written (they hold the NaN poison of uninitialized memory){_block_note(unwritten)}, "
-                "and the rest of each row is off too: a row longer than your block is cut short; loop over the row in blocks, "
-                "or size the block with triton.next_power_of_2(n_cols)")
+        return (f"columns >= {unwritten} were never written (they hold the NaN poison of uninitialized "
+                f"memory){_block_note(unwritten)}, "
+                "and the rest of each row is off too: a row longer than your block is cut short; loop over the row in "
+                "blocks, or size the block with triton.next_power_of_2(n_cols)")
     col_start = _suffix_start(cols)
     if col_start is not None and rows.all():
         return (f"only columns >= {col_start} are wrong, in every row{_block_note(col_start)}: a row longer than "
-                "your block is cut short; loop over the row in blocks, or size the block with triton.next_power_of_2(n_cols)")
+                "your block is cut short; loop over the row in blocks, or size the block with "
+                "triton.next_power_of_2(n_cols)")
     row_start = _suffix_start(rows)
     if row_start is not None:
         right = "row 0 is right" if row_start == 1 else f"rows 0 to {row_start - 1} are right"

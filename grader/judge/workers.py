@@ -7,7 +7,7 @@ from __future__ import annotations
 from contextlib import nullcontext
 from dataclasses import replace
 from pathlib import Path
-from typing import Callable, ContextManager
+from typing import Callable, ContextManager, Sequence
 
 from grader.judge.context import GradingContext
 from grader.judge.runcache import TritonKeep
@@ -24,7 +24,7 @@ class StudentWorker:
     """The student's module loaded in a worker; restarted after a timeout or crash."""
 
     def __init__(self, context: GradingContext, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path,
-                 hide: list[Path] = (), interpret: bool = False, kept: TritonKeep | None = None,
+                 hide: Sequence[Path] = (), interpret: bool = False, kept: TritonKeep | None = None,
                  sharing_gpu: Callable[[Callable[[float], None]], ContextManager] | None = None,
                  settings: Settings = Settings()) -> None:
         """`kept`: the student's compiled kernels a check keeps between runs; `sharing_gpu(waited)`:
@@ -58,14 +58,17 @@ class StudentWorker:
         except (OSError, SandboxError) as exc:
             raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None
         except WorkerFailure as f:
-            raise WorkerFailure(replace(f.failure, kind="infra_error", message=f"the worker did not start: {f.message}")) from None
+            raise WorkerFailure(replace(f.failure, kind="infra_error",
+                                        message=f"the worker did not start: {f.message}")) from None
         module, function = self.target
         # an import may run GPU work (or try to disturb another job's timing): it waits, as a call does
         with self.sharing_gpu():
-            return self.process.request(
+            reply = self.process.request(
                 Load({"student": Contender(str(self.repo), module, function)}),
                 ctx.import_timeout_for(self.spec),
             )
+        assert isinstance(reply, (Ok, Failure))  # decode_reply answers a Load with one of these
+        return reply
 
     def sharing_gpu(self):
         """Held while this worker's import or call runs (none in the interpreter)."""
@@ -84,5 +87,5 @@ class StudentWorker:
         if self.process is not None:
             self.process.close()
             self.process = None
-            if self.kept is not None:
+            if self.kept is not None and self.worker_scratch is not None:
                 self.kept.keep(self.worker_scratch / "triton-cache")

@@ -22,10 +22,9 @@ Markdown through `grader.sanitize.for_markdown`, the log's workflow commands thr
 `for_annotation`, and the commit status through `one_line`.
 """
 
-from __future__ import annotations
-
 import os
 import re
+from collections.abc import Mapping
 from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
@@ -42,10 +41,12 @@ REPORT_ASSET = ".grader/report.html"
 SUMMARY_LIMIT = 140  # a commit status's description
 MESSAGE_LIMIT = 500
 # what the runner gives the autograder; the URL fields must come back non-empty
-ENV_FIELDS = {"classroom": "CLASSROOM", "assignment": "ASSIGNMENT", "owner": "OWNER", "assignment_type": "ASSIGNMENT_TYPE",
+ENV_FIELDS = {"classroom": "CLASSROOM", "assignment": "ASSIGNMENT", "owner": "OWNER",
+              "assignment_type": "ASSIGNMENT_TYPE",
               "submission": "SUBMISSION_TAG", "commit": "COMMIT_URL", "release": "RELEASE_URL", "review": "REVIEW_URL"}
 REQUIRED_ENV = ("CLASSROOM", "ASSIGNMENT", "SUBMISSION_TAG", "COMMIT_URL", "RELEASE_URL", "REVIEW_URL")
-_SAFE_URL = re.compile(r"https://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")  # a link target with nothing that ends a Markdown link
+# a link target with nothing that ends a Markdown link
+_SAFE_URL = re.compile(r"https://[A-Za-z0-9._~:/?#@!$&'*+,;=%-]+")
 
 
 def slug_of(name: str) -> str:
@@ -57,7 +58,7 @@ class Classroom50Error(Exception):
     """The runner's environment is not Classroom 50's: nothing can be graded for it."""
 
 
-def mode(ci: str | None, env: dict | None = None) -> str | None:
+def mode(ci: str | None, env: Mapping[str, str] | None = None) -> str | None:
     """Which CI output `grader check` writes: `--ci` as given, or inside GitHub Actions
     (GITHUB_ACTIONS=true, no --ci) classroom50 where the runner set CLASSROOM and
     SUBMISSION_TAG, else github (the job summary and classroom-resources' `result`, which
@@ -70,7 +71,7 @@ def mode(ci: str | None, env: dict | None = None) -> str | None:
     return None
 
 
-def runner_fields(env: dict | None = None) -> dict[str, str]:
+def runner_fields(env: Mapping[str, str] | None = None) -> dict[str, str]:
     """result.json's echo of the runner's environment; a Classroom50Error naming what is missing."""
     env = os.environ if env is None else env
     missing = [k for k in REQUIRED_ENV if not env.get(k)]
@@ -160,7 +161,8 @@ def status_of(run: RunResult) -> str:
 
 def _assignment_message(a: AssignmentResult, score: int, top: int) -> str:
     bad = [t for t in a.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
-    words = [f"{score} of {top} points ({a.score:g} of {a.max_score:g} exactly)", f"{a.count(Outcome.PASSED)} checks passed"]
+    words = [f"{score} of {top} points ({a.score:g} of {a.max_score:g} exactly)",
+             f"{a.count(Outcome.PASSED)} checks passed"]
     if bad:
         words.append(f"{len(bad)} failed, first {bad[0].name}: {bad[0].outcome}: {bad[0].message}")
     gpu, kinds = _gpu_points(a)
@@ -217,20 +219,21 @@ def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: di
            f"Exact points: {run.score:g} / {run.max_score:g} (whole points: the totals rounded half up, "
            "each assignment's share by largest remainder).", ""]
     if status == "error":
-        out += ["> **The grader failed on its own side** (infra_error): this is no grade. Push again, or tell the course "
-                "staff if it happens again.", ""]
+        out += ["> **The grader failed on its own side** (infra_error): this is no grade. Push again, or tell the "
+                "course staff if it happens again.", ""]
     gpu_total = run.skipped_points
     if gpu_total:
         what = sorted({k for a in run.assignments for k in _gpu_points(a)[1]})
         out += [f"> **{gpu_total:g} of these points need a GPU** ({', '.join(what)}): this runner has none, so they "
                 "earn nothing here. They are graded on a GPU runner, or by the course staff after the deadline.", ""]
-    out += ["| assignment | points | passed | failed | need a GPU | hidden cases |", "| --- | --- | --- | --- | --- | --- |"]
+    out += ["| assignment | points | passed | failed | need a GPU | hidden cases |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for a, (s, m) in zip(run.assignments, parts):
         bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
         gpu, kinds = _gpu_points(a)
         need = f"{gpu:g} pts ({', '.join(kinds)})" if gpu else "0"
-        out.append(f"| {for_markdown(a.name)} ({for_markdown(a.module, 120)}) | {s} / {m} | {a.count(Outcome.PASSED)} | "
-                   f"{bad} | {need} | {hidden.get(a.name, 0)} |")
+        out.append(f"| {for_markdown(a.name)} ({for_markdown(a.module, 120)}) | {s} / {m} | {a.count(Outcome.PASSED)} "
+                   f"| {bad} | {need} | {hidden.get(a.name, 0)} |")
     out += failures_markdown(run, hidden, MESSAGE_LIMIT, 400)
     asset = report_url(fields["release"])
     out += ["", f"The full report: {_link('report.html', asset) if asset else '`report.html`'}, an asset of "
@@ -276,13 +279,14 @@ def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
     return lines
 
 
-def _outputs(env: dict, status: str, summary: str) -> None:
+def _outputs(env: Mapping[str, str], status: str, summary: str) -> None:
     if env.get("GITHUB_OUTPUT"):
         with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
             f.write(f"status={status}\nsummary={one_line(summary, SUMMARY_LIMIT)}\n")
 
 
-def report(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print, catalogue=None) -> int:
+def report(run: RunResult, repo: Path, device: str, env: Mapping[str, str] | None = None, echo=print,
+           catalogue=None) -> int:
     """Write result.json, release-body.md and the outputs into the submission's folder; print
     the annotations. Returns the exit code: 0 graded, 2 an infra_error (no score released).
     `catalogue`: the grader.spec.Course graded (its hidden cases are counted; default: the one
@@ -326,7 +330,8 @@ def _default_course():
     return Course.find(Settings())
 
 
-def report_error(message: str, repo: Path | None, env: dict | None = None, echo=print) -> None:
+def report_error(message: str, repo: Path | None, env: Mapping[str, str] | None = None,
+                 echo=print) -> None:
     """Our own failure (no runner environment, the sandbox or an option that cannot work): no
     result.json, so no score is released and the exit is 2. The runner then writes its own
     result.json and release body ("autograder exited 2"), so what the student must know goes
@@ -335,7 +340,8 @@ def report_error(message: str, repo: Path | None, env: dict | None = None, echo=
     env = os.environ if env is None else env
     if repo is not None and repo.is_dir():
         remove_stale(repo)
-    echo(f"::error title={for_annotation('The grader could not run', True)}::{for_annotation(one_line(message, MESSAGE_LIMIT))}")
+    echo(f"::error title={for_annotation('The grader could not run', True)}::"
+         f"{for_annotation(one_line(message, MESSAGE_LIMIT))}")
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(f"## Triton kernels: the grader could not run\n\n{for_markdown(message, 2000)}\n\n"

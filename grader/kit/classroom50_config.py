@@ -29,9 +29,9 @@ from pathlib import Path
 
 from grader import __version__
 from grader import spec as specs
-from grader.settings import Settings
 from grader.kit.classroom50 import REPORT_ASSET, slug_of
 from grader.kit.release import Kit, ReleaseError, find_leaks
+from grader.settings import Settings
 
 ASSIGNMENTS_SCHEMA = "classroom50/assignments/v1"
 LABEL = re.compile(r"[A-Za-z0-9_.-]{1,100}")
@@ -80,9 +80,10 @@ def fail(message):
     print(f"autograder: {{line}}", file=sys.stderr)
     if os.environ.get("GITHUB_STEP_SUMMARY"):
         with open(os.environ["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
-            f.write("## Triton kernels: the grader could not run\\n\\n" + line.replace("<", "&lt;") + "\\n\\nThis is the "
-                    "grader's failure, not a grade of your work: nothing was scored. Push again (a new submission), and if "
-                    "it happens again tell the course staff, with a link to this page.\\n\\n")
+            f.write("## Triton kernels: the grader could not run\\n\\n" + line.replace("<", "&lt;")
+                    + "\\n\\nThis is the grader's failure, not a grade of your work: nothing was scored. Push again "
+                    "(a new submission), and if it happens again tell the course staff, with a link to this "
+                    "page.\\n\\n")
     if os.environ.get("GITHUB_OUTPUT"):
         with open(os.environ["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
             f.write(f"status=error\\nsummary=autograder: {{line[:120]}}\\n")
@@ -194,7 +195,8 @@ def autograder(kit: Kit, names: list[str]) -> str:
     for path in sorted((kit.root / "assignments").rglob("*.py")):
         if "__pycache__" not in path.parts:
             course[path.relative_to(kit.root).as_posix()] = path.read_text()
-    return AUTOGRADER.format(slug=", ".join(names), version=__version__, assignments=list(names), requirement=requirement,
+    return AUTOGRADER.format(slug=", ".join(names), version=__version__, assignments=list(names),
+                             requirement=requirement,
                              wheel_sha256=sha, time_limit=TIME_LIMIT_S, course=course)
 
 
@@ -211,9 +213,11 @@ def _read_entries(path: Path) -> dict:
     if isinstance(data, list):  # written by an earlier grader: the entries alone
         data = {"schema": ASSIGNMENTS_SCHEMA, "assignments": data}
     if not isinstance(data, dict):
-        raise ReleaseError(f"{path}: expected Classroom 50's {{\"schema\": \"{ASSIGNMENTS_SCHEMA}\", \"assignments\": [...]}}")
+        raise ReleaseError(f"{path}: expected Classroom 50's {{\"schema\": \"{ASSIGNMENTS_SCHEMA}\", \"assignments\": "
+                           f"[...]}}")
     if data.setdefault("schema", ASSIGNMENTS_SCHEMA) != ASSIGNMENTS_SCHEMA:
-        raise ReleaseError(f"{path}: schema {str(data['schema'])[:80]!r} is not {ASSIGNMENTS_SCHEMA!r}, the one this grader writes")
+        raise ReleaseError(f"{path}: schema {str(data['schema'])[:80]!r} is not {ASSIGNMENTS_SCHEMA!r}, the one this "
+                           f"grader writes")
     entries = data.setdefault("assignments", [])
     if not isinstance(entries, list) or not all(isinstance(e, dict) for e in entries):
         raise ReleaseError(f"{path}: expected a list of assignment objects under \"assignments\"")
@@ -227,8 +231,9 @@ def due(deadline: datetime) -> tuple[str, dict]:
     sign, rest = ("-", -offset) if offset < timedelta(0) else ("+", offset)
     hours, minutes = divmod(int(rest.total_seconds()) // 60, 60)
     instant = deadline.astimezone(timezone.utc).replace(microsecond=0)
-    return instant.strftime("%Y-%m-%dT%H:%M:%SZ"), {"input": deadline.isoformat(), "offset": f"{sign}{hours:02d}:{minutes:02d}",
-                                                      "source": "explicit-offset"}
+    return instant.strftime("%Y-%m-%dT%H:%M:%SZ"), {"input": deadline.isoformat(),
+                                                    "offset": f"{sign}{hours:02d}:{minutes:02d}",
+                                                    "source": "explicit-offset"}
 
 
 def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
@@ -240,10 +245,12 @@ def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
     catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     classroom = Path(classroom).resolve()
     if not NAME.fullmatch(classroom.name):
-        raise ReleaseError(f"--classroom50 {classroom}: the classroom's folder name must be letters, digits, '-', '_' or '.'")
+        raise ReleaseError(f"--classroom50 {classroom}: the classroom's folder name must be letters, digits, "
+                           "'-', '_' or '.'")
     course = catalogue.root.resolve()
     if classroom == course or classroom.is_relative_to(course) or course.is_relative_to(classroom):
-        raise ReleaseError(f"--classroom50 {classroom} is inside the course (or holds it): use the classroom50 config repo")
+        raise ReleaseError(f"--classroom50 {classroom} is inside the course (or holds it): use the classroom50 config "
+                           f"repo")
     labels = check_runs_on(runs_on)
     data = _read_entries(classroom / "assignments.json")
     entries = data["assignments"]
@@ -264,15 +271,17 @@ def write_classroom(kit: Kit, classroom: Path, runs_on: list[str] | None = None,
                 entry = {"slug": slug}
                 entries.append(entry)
             entry.update({"name": spec.title, "mode": entry.get("mode", "individual"),
-                          "autograder": entry.get("autograder") or "default", "runtime": {**(entry.get("runtime") or {}),
-                                                                                       "runs-on": labels},
+                          "autograder": entry.get("autograder") or "default",
+                          "runtime": {**(entry.get("runtime") or {}), "runs-on": labels},
                           "release_assets": [REPORT_ASSET]})
-            if (deadlines or {}).get(name) is not None:
-                entry["due"], entry["due_meta"] = due(deadlines[name])
+            when = (deadlines or {}).get(name)
+            if when is not None:
+                entry["due"], entry["due_meta"] = due(when)
         (staging / "assignments.json").write_text(json.dumps(data, indent=2) + "\n")
         leaks = find_leaks(staging, catalogue)
         if leaks:
-            raise ReleaseError("the Classroom 50 autograders would publish private material:\n  " + "\n  ".join(leaks[:20]))
+            raise ReleaseError("the Classroom 50 autograders would publish private material:\n  "
+                               + "\n  ".join(leaks[:20]))
         for part in sorted(staging.rglob("*")):
             if part.is_file():
                 rel = part.relative_to(staging)

@@ -18,14 +18,12 @@ the runner's toolkit does in a command, and on one line in the payload (the repo
 names and messages in the job log, where a line of their own could run as a workflow command).
 """
 
-from __future__ import annotations
-
 import base64
 import json
 import os
 import re
+from collections.abc import Mapping
 from pathlib import Path
-from typing import Mapping
 
 from grader.payloads import CorrectnessPayload
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
@@ -66,8 +64,9 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
             continue
         where = source_line(t, repo) if t.outcome != Outcome.PASSED else None
         # each line of the message starts with our words: the student's text is kept on its own line
-        message = one_line(t.message, MESSAGE_LIMIT) if t.outcome == Outcome.PASSED else f"[{t.outcome}] {one_line(t.message, MESSAGE_LIMIT)}" + (
-            f"\nReproduce: {one_line(t.reproducer)}" if t.reproducer else "")
+        message = (one_line(t.message, MESSAGE_LIMIT) if t.outcome == Outcome.PASSED
+                   else f"[{t.outcome}] {one_line(t.message, MESSAGE_LIMIT)}"
+                   + (f"\nReproduce: {one_line(t.reproducer)}" if t.reproducer else ""))
         tests.append({
             "name": one_line(f"{t.assignment}: {t.name}", 200),
             "status": CLASSROOM_STATUS[t.outcome],
@@ -108,7 +107,8 @@ def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
         seen.add(key)
         title = f"{t.assignment} {t.name}: {t.outcome}"
         lines.append(f"::error file={for_annotation(file, property=True)},line={where[1]},"
-                     f"title={for_annotation(title, property=True)}::{for_annotation(_short(t.message, MESSAGE_LIMIT))}")
+                     f"title={for_annotation(title, property=True)}::"
+                     f"{for_annotation(_short(t.message, MESSAGE_LIMIT))}")
     return lines
 
 
@@ -119,14 +119,15 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
            f"Checked on {where}, seed {run.seed}.", ""]
     gpu_points = sum(a.skipped_points for a in run.assignments)
     if gpu_points:
-        out += [f"> **{gpu_points:g} of these points need a GPU** (bfloat16 cases and speed) and cannot be earned here: "
-                "they are graded on the course's GPU after the deadline.", ""]
-    out += ["| assignment | points | passed | failed | not run here | hidden cases |", "| --- | --- | --- | --- | --- | --- |"]
+        out += [f"> **{gpu_points:g} of these points need a GPU** (bfloat16 cases and speed) and cannot be earned "
+                "here: they are graded on the course's GPU after the deadline.", ""]
+    out += ["| assignment | points | passed | failed | not run here | hidden cases |",
+            "| --- | --- | --- | --- | --- | --- |"]
     for a in run.assignments:
         bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
         gpu = f"{a.count(Outcome.SKIPPED)} ({a.skipped_points:g} pts, GPU)" if a.count(Outcome.SKIPPED) else "0"
-        out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200, table=True)}) | {a.score:g} / {a.max_score:g} | "
-                   f"{a.count(Outcome.PASSED)} | {bad} | {gpu} | "
+        out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200, table=True)}) | {a.score:g} / "
+                   f"{a.max_score:g} | {a.count(Outcome.PASSED)} | {bad} | {gpu} | "
                    f"{hidden.get(a.name, 0)} |")
     out += failures_markdown(run, hidden, 500, 500)
     out += ["", "The full report is the `grader-report` artifact of this run (report.html, results.json).", ""]
@@ -157,7 +158,8 @@ def failures_markdown(run: RunResult, hidden: dict, message_limit: int, reproduc
     return out
 
 
-def report_github(run: RunResult, repo: Path, device: str, env: dict | None = None, echo=print, catalogue=None) -> None:
+def report_github(run: RunResult, repo: Path, device: str, env: Mapping[str, str] | None = None, echo=print,
+                  catalogue=None) -> None:
     """Write the summary and the Classroom output where Actions asks, and print the annotations.
     `catalogue`: the grader.spec.Course graded (its hidden cases are counted; default: the one
     the default settings imply)."""
@@ -178,7 +180,7 @@ def report_github(run: RunResult, repo: Path, device: str, env: dict | None = No
             f.write(f"result={encode(classroom_payload(run, repo))}\n")
 
 
-def report_error(message: str, env: dict | None = None) -> None:
+def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
     """A check that could not run at all (no module found, a bad option): the summary says why,
     and Classroom gets an error payload instead of nothing."""
     env = os.environ if env is None else env
@@ -187,7 +189,8 @@ def report_error(message: str, env: dict | None = None) -> None:
             f.write(f"## Triton kernels: the check could not run\n\n{for_markdown(message, 2000)}\n")
     if env.get("GITHUB_OUTPUT"):
         payload = {"version": 1, "status": "error", "max_score": 0,
-                   "tests": [{"name": "grader check", "status": "error", "score": 0, "message": one_line(message, MESSAGE_LIMIT),
+                   "tests": [{"name": "grader check", "status": "error", "score": 0,
+                              "message": one_line(message, MESSAGE_LIMIT),
                               "test_code": "grader check", "filename": "", "line_no": 0, "duration": 0}]}
         with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
             f.write(f"result={encode(payload)}\n")

@@ -20,8 +20,8 @@ import zipfile
 from pathlib import Path
 
 from grader import spec as specs
-from grader.settings import Settings
 from grader.kit.release import TORCH, TORCH_CPU_INDEX, ReleaseError, build_wheel
+from grader.settings import Settings
 
 CPU_TORCH = TORCH_CPU_INDEX
 CUDA_TORCH = "https://download.pytorch.org/whl/cu128"
@@ -62,7 +62,8 @@ if [ ! -s "$ROOT/results/results.json" ]; then
 import json, sys
 why = open(sys.argv[3], errors="replace").read().strip().splitlines()[-5:]
 json.dump({{"score": 0.0, "stdout_visibility": "visible", "tests": [],
-           "output": "The autograder could not grade this submission (exit code " + sys.argv[2] + "):\\n" + "\\n".join(why)}},
+           "output": "The autograder could not grade this submission (exit code " + sys.argv[2] + "):\\n"
+                     + "\\n".join(why)}},
           open(sys.argv[1], "w"), indent=2)
 EOF
 fi
@@ -85,7 +86,8 @@ def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = 
         wheel = build_wheel(Path(tmp))
         index = torch_index or (CUDA_TORCH if cuda else CPU_TORCH)
         files: dict[str, bytes] = {
-            "setup.sh": SETUP_SH.format(torch=TORCH, torch_index=index, torch_kind="CUDA build" if cuda else "CPU build", wheel=wheel.name).encode(),
+            "setup.sh": SETUP_SH.format(torch=TORCH, torch_index=index, torch_kind="CUDA build" if cuda
+                                        else "CPU build", wheel=wheel.name).encode(),
             "run_autograder": RUN_AUTOGRADER.format(assignments=" ".join(f"-a {s.name}" for s in chosen),
                                                     names=" ".join(s.name for s in chosen),
                                                     device="auto" if cuda else "cpu").encode(),
@@ -150,7 +152,8 @@ def locate_modules(submission: Path, names: list[str], catalogue: specs.Course |
         lines = []
         for name, entry in entries.items():
             if isinstance(entry, dict):
-                lines += [f"[assignments.{json.dumps(str(name))}]", *[f"{k} = {json.dumps(str(v))}" for k, v in entry.items()], ""]
+                lines += [f"[assignments.{json.dumps(str(name))}]",
+                          *[f"{k} = {json.dumps(str(v))}" for k, v in entry.items()], ""]
         write_text_atomic("\n".join(lines), submission / CONFIG)  # a link there is replaced, never written through
     return done
 

@@ -64,7 +64,8 @@ class Kit:
 
 
 def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False, requirement: str | None = None,
-              gpu_runner: str | None = None, title: str = "Triton kernels", catalogue: specs.Course | None = None) -> Kit:
+              gpu_runner: str | None = None, title: str = "Triton kernels",
+              catalogue: specs.Course | None = None) -> Kit:
     """Write the kit of `catalogue`'s assignments (default: the course the default settings imply)
     to `out`: empty or absent, or with force, a folder whose contents are replaced (all but .git:
     regenerate into a clone of the template repository and commit the difference). It is built
@@ -77,7 +78,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
         raise ReleaseError(f"{out} would hold or overwrite the course itself: choose a folder outside it")
     kept = [p for p in out.iterdir() if p.name != ".git"] if out.is_dir() else []
     if kept and not force:
-        raise ReleaseError(f"{out} is not empty: choose a new folder, or --force to replace its contents (.git is kept)")
+        raise ReleaseError(f"{out} is not empty: choose a new folder, or --force to replace its contents "
+                           f"(.git is kept)")
     out.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
@@ -90,7 +92,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
         (build / specs.KIT_MANIFEST).write_text(_toml(manifest))
         (build / "requirements-grader.txt").write_text(install + "\n")
         (build / ".gitignore").write_text(GITIGNORE)
-        rows = [{"name": s.name, "title": s.title, "module": s.module, "function": s.function, "points": f"{s.max_points:g}",
+        rows = [{"name": s.name, "title": s.title, "module": s.module, "function": s.function,
+                 "points": f"{s.max_points:g}",
                  "hidden": s.hidden_count} for s in chosen]
         (build / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
             title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX))
@@ -107,7 +110,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
             shutil.move(str(part), str(out / part.name))
     finally:
         shutil.rmtree(build, ignore_errors=True)
-    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file() and ".git" not in p.relative_to(out).parts)
+    files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()
+                   and ".git" not in p.relative_to(out).parts)
     return Kit(out, [s.name for s in chosen], install, files)
 
 
@@ -138,7 +142,8 @@ def _add_assignment(out: Path, spec: specs.Assignment) -> None:
         raise ReleaseError(f"{folder / 'spec.py'} marks case(s) {', '.join(inline)} hidden in the public spec: "
                            f"move them to {folder / 'hidden.py'} (CASES = (...)), which is never released")
     dest = out / "assignments" / folder.name
-    shutil.copytree(folder, dest, ignore=lambda d, names: [n for n in names if n in PRIVATE_NAMES or n.endswith(".pyc")])
+    shutil.copytree(folder, dest, ignore=lambda d,
+                    names: [n for n in names if n in PRIVATE_NAMES or n.endswith(".pyc")])
     for handout in dest.glob("*.md"):  # the kit has the starters in place: point at them there
         handout.write_text(STARTER_PATH.sub(r"`\1`", handout.read_text()))
     starter = folder / "starter"
@@ -170,6 +175,7 @@ def _inline_hidden(folder: Path) -> list[str]:
     import importlib.util
 
     module_spec = importlib.util.spec_from_file_location(f"grader_release_{folder.name}", folder / "spec.py")
+    assert module_spec is not None and module_spec.loader is not None  # a .py file always has both
     module = importlib.util.module_from_spec(module_spec)
     module_spec.loader.exec_module(module)
     return [c.name for c in module.SPEC.cases if c.hidden]
@@ -198,7 +204,8 @@ def build_wheel(dest: Path) -> Path:
             shutil.copy2(PACKAGE_HOME / name, src / name)
         shutil.copytree(PACKAGE_HOME / "grader", src / "grader", ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
         pip_wheel = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(dest)]
-        proc = subprocess.run([*pip_wheel, "--no-build-isolation", "--no-index", str(src)], capture_output=True, text=True)
+        proc = subprocess.run([*pip_wheel, "--no-build-isolation", "--no-index", str(src)], capture_output=True,
+                              text=True)
         if proc.returncode != 0:  # this Python's setuptools cannot build wheels (older than 70.1 without `wheel`):
             # let pip fetch the build requirements pyproject.toml names, from the indexes it is configured with
             proc = subprocess.run([*pip_wheel, str(src)], capture_output=True, text=True)
@@ -260,7 +267,8 @@ def _public_corpus(course: Path) -> str:
         for p in folder.rglob("*"):
             if p.is_file() and p.name != "hidden.py" and p.suffix in (".py", ".md", ".txt"):
                 parts.append(p.read_text(errors="replace"))
-    parts += [p.read_text(errors="replace") for p in (PACKAGE_HOME / "grader").rglob("*") if p.is_file() and p.suffix in (".py", ".j2")]
+    parts += [p.read_text(errors="replace") for p in (PACKAGE_HOME / "grader").rglob("*") if p.is_file()
+              and p.suffix in (".py", ".j2")]
     return "\n".join(parts)
 
 

@@ -28,8 +28,8 @@ def missing(settings: Settings) -> str | None:
     """Why `--isolation docker` cannot run here (its command, GRADER_CONTAINER_CLI, is not on
     PATH), else None."""
     if shutil.which(settings.container_cli) is None:
-        return (f"--isolation docker: no `{settings.container_cli}` command on this machine (GRADER_CONTAINER_CLI names another, "
-                "e.g. podman; or use the default, --isolation sandbox)")
+        return (f"--isolation docker: no `{settings.container_cli}` command on this machine "
+                "(GRADER_CONTAINER_CLI names another, e.g. podman; or use the default, --isolation sandbox)")
     return None
 
 
@@ -71,10 +71,12 @@ def start(launch: Launch, isolation: Isolation) -> Started:
 
 def kill(started: Started, isolation: Isolation) -> None:
     """The container, by name: `docker run` is only its client."""
+    assert started.container is not None  # docker's start names every container
     subprocess.run([started.container_cli, "kill", started.container], capture_output=True, timeout=60)
 
 
 def cleanup(started: Started) -> None:
+    assert started.container is not None  # docker's start names every container
     subprocess.run([started.container_cli, "rm", "-f", started.container], capture_output=True, timeout=60)
 
 
@@ -112,7 +114,8 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
         # refuses. It counts per uid, and every worker container shares one: a bound on all of
         # them together, where --pids-limit is each one's.
         argv += ["--ulimit", f"nproc={8 * limits.processes}"]
-    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" + (",notmpcopyup" if podman else "")]
+    argv += ["--mount", f"type=tmpfs,target={IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555"
+             + (",notmpcopyup" if podman else "")]
     if not interpret:  # podman names a GPU by its CDI spec (nvidia-ctk cdi generate)
         argv += ["--device", f"nvidia.com/gpu={gpu or 0}"] if podman else ["--gpus", f'"device={gpu or 0}"']
     argv += ["--workdir", str(cwd)]

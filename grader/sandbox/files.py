@@ -86,11 +86,13 @@ def open_worker_file(path: Path, dir_fd: int | None = None) -> int:
     try:
         folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
     except OSError as exc:
-        raise WorkerFileError(exc.errno, f"{path.parent.name}/ is not a plain folder ({os.strerror(exc.errno or 0)})") from None
+        raise WorkerFileError(exc.errno,
+                              f"{path.parent.name}/ is not a plain folder ({os.strerror(exc.errno or 0)})") from None
     try:
         fd = os.open(path.name, flags, dir_fd=folder)
     except OSError as exc:
-        why = {errno.ELOOP: "a symbolic link", errno.EWOULDBLOCK: "held by a lease"}.get(exc.errno, os.strerror(exc.errno or 0))
+        why = {errno.ELOOP: "a symbolic link",
+               errno.EWOULDBLOCK: "held by a lease"}.get(exc.errno or 0, os.strerror(exc.errno or 0))
         raise WorkerFileError(exc.errno, f"{path.name} cannot be read: {why}") from None
     finally:
         os.close(folder)

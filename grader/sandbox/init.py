@@ -160,7 +160,8 @@ def build_view(view: dict) -> None:
             continue  # gone meanwhile (an optional library folder): not in the view
     base = build_base(sys.prefix, sys.base_prefix, os.path.dirname(os.__file__))
     mount("tmpfs", base, "tmpfs", MS_NOSUID | MS_NODEV, "mode=0755,size=4m")
-    umask = os.umask(0o022)  # the folders made on the way stay 0755, whatever the grader's umask: any worker uid enters them
+    # the folders made on the way stay 0755, whatever the grader's umask: any worker uid enters them
+    umask = os.umask(0o022)
     steps = ([(_depth(p), 0, p, target) for p, target in view.get("links", [])]
              + [(_depth(p), 1, p, None) for p in view.get("scratch", [])]
              + [(_depth(p), 2, p, writable) for p, writable in view["binds"] if p in sources]
@@ -230,7 +231,8 @@ def drop_bounding_set() -> bool:
 
 def drop_capabilities() -> None:
     """No ambient, effective, permitted or inheritable capability left (capset to nothing)."""
-    if _libc.prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0, 0) != 0 and ctypes.get_errno() != errno.EINVAL:
+    if _libc.prctl(PR_CAP_AMBIENT, ctypes.c_ulong(PR_CAP_AMBIENT_CLEAR_ALL), 0, 0,
+                   0) != 0 and ctypes.get_errno() != errno.EINVAL:
         _check(-1, "clearing the ambient capabilities")  # EINVAL: a kernel before ambient capabilities
     header = _CapHeader(CAPABILITY_VERSION_3, 0)
     data = (_CapData * 2)()
@@ -260,7 +262,8 @@ def contain(user: list[int] | None) -> None:
     drop_capabilities()
     prctl(PR_SET_NO_NEW_PRIVS, 1)  # no setuid binary (sudo, su, ping) can give privileges back
     held = held_capabilities()
-    left = [name for name in ("CapInh", "CapPrm", "CapEff", "CapAmb") + (("CapBnd",) if bounded else ()) if held.get(name)]
+    left = [name for name in ("CapInh", "CapPrm", "CapEff", "CapAmb") + (("CapBnd",) if bounded else ())
+            if held.get(name)]
     if left or held.get("NoNewPrivs") != 1:
         raise OSError(f"the worker would keep capabilities ({', '.join(left) or 'no no_new_privs'})")
 
@@ -328,7 +331,8 @@ def _drop_privileges(user: list[int]) -> None:
 
 
 def apply_limits(limits: dict) -> None:
-    names = {"cpu_seconds": resource.RLIMIT_CPU, "file_size": resource.RLIMIT_FSIZE, "open_files": resource.RLIMIT_NOFILE,
+    names = {"cpu_seconds": resource.RLIMIT_CPU, "file_size": resource.RLIMIT_FSIZE,
+             "open_files": resource.RLIMIT_NOFILE,
              "processes": resource.RLIMIT_NPROC, "address_space": resource.RLIMIT_AS, "core": resource.RLIMIT_CORE}
     for name, value in limits.items():
         if value is not None:

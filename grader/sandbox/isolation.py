@@ -27,10 +27,13 @@ class Isolation:
         return {
             "mode": self.mode,
             "network": "none (own network namespace)" if self.namespaces else "the host's",
-            "processes": "own PID namespace: all killed with the worker" if self.namespaces else "own session; children swept",
-            "files": "private view: only the system, Python and the job folder (writable), nothing of the course; no capabilities" if self.namespaces
+            "processes": "own PID namespace: all killed with the worker" if self.namespaces
+            else "own session; children swept",
+            "files": ("private view: only the system, Python and the job folder (writable), nothing of the course; "
+                      "no capabilities") if self.namespaces
             else "everything its user can reach",
             "user": "a dedicated unprivileged uid" if self.user_switch else ("the grader's own (in a user namespace)"
-                                                                            if self.user_namespace else "the grader's own"),
+                                                                            if self.user_namespace
+                                                                            else "the grader's own"),
             "warnings": list(self.warnings),
         }

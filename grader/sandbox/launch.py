@@ -14,10 +14,14 @@ import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import grader
 from grader.sandbox.uids import JobLease
 from grader.settings import Settings
+
+if TYPE_CHECKING:
+    from grader.sandbox.zygote.client import Forked
 
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
 # The worker's entry point: -I keeps the current folder (where a student could plant a
@@ -174,7 +178,7 @@ class Started:
     pipe), the grader's ends of the request (`tx`) and reply (`rx`) channel, and what only some
     backends have: the init's status pipe and lifeline, a lent uid, a container's name."""
 
-    proc: subprocess.Popen
+    proc: subprocess.Popen | Forked
     rx: int
     tx: int
     status_rx: int = -1

@@ -54,11 +54,13 @@ def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isol
         return Isolation("none", warnings=(f"no sandbox can start here ({'; '.join(reasons)}): workers run as plain "
                                            "processes, as with --isolation none",))
     if not candidate.namespaces:
-        warnings.append(f"sandbox without namespaces ({reasons[-1]}): a worker can use the network, read every file its user "
-                        "can, see other processes, and a process it starts could outlive it" + _container_hint())
+        warnings.append(f"sandbox without namespaces ({reasons[-1]}): a worker can use the network, read every file "
+                        "its user can, see other processes, and a process it starts could outlive it"
+                        + _container_hint())
     elif root and not candidate.user_switch:
         warnings.append(f"sandbox without a separate user ({reasons[0]}): workers run as root inside their namespaces")
-    return Isolation(candidate.mode, candidate.namespaces, candidate.user_namespace, candidate.user_switch, tuple(warnings))
+    return Isolation(candidate.mode, candidate.namespaces, candidate.user_namespace, candidate.user_switch,
+                     tuple(warnings))
 
 
 def _container_hint() -> str:
@@ -74,8 +76,10 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     """The init (under `unshare` where namespaces work), its configuration on stdin, the worker
     its child; the init reports the worker's end on a status pipe and dies with the grader
     (its lifeline)."""
-    forked = zygote.try_start(launch, isolation, lambda channel, status_tx, lifeline_rx:  # the same init, view, uid, limits
-                              _config(launch, isolation, worker_argv(*map(str, channel)), channel, status_tx, lifeline_rx))
+    # the same init, view, uid, limits
+    forked = zygote.try_start(launch, isolation, lambda channel, status_tx, lifeline_rx:
+                              _config(launch, isolation, worker_argv(*map(str, channel)), channel, status_tx,
+                                      lifeline_rx))
     if forked is not None:
         return forked
     (rx, tx), channel = pipe_pair()
@@ -104,6 +108,7 @@ def start(launch: Launch, isolation: Isolation) -> Started:
     finally:
         for fd in (*channel, status_tx, lifeline_rx):
             os.close(fd)
+    assert proc.stdin is not None  # started with stdin=PIPE
     try:
         proc.stdin.write((json.dumps(PACKAGE_PARENT) + "\n" + json.dumps(config)).encode())
         proc.stdin.close()
@@ -127,7 +132,8 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
         "env": launch.env,
         "limits": launch.limits.for_worker(user is not None, launch.interpret),
         "user": user,
-        "view": sandbox_view(launch.job, launch.writable, launch.hide, launch.settings) if isolation.namespaces else None,
+        "view": (sandbox_view(launch.job, launch.writable, launch.hide, launch.settings)
+                 if isolation.namespaces else None),
         "pass_fds": list(channel),
         "status_fd": status_tx,
         "lifeline_fd": lifeline_rx,
@@ -188,7 +194,8 @@ def _worker_sys_path() -> tuple[str, ...]:
     site-packages and what their .pth files add (an editable torch or Triton, say)."""
     try:
         out = subprocess.run([sys.executable, "-I", "-c", "import json, sys; print(json.dumps(sys.path))"], cwd="/",
-                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, capture_output=True, text=True, timeout=60)
+                             env={"PATH": os.environ.get("PATH", "/usr/bin:/bin")}, capture_output=True, text=True,
+                             timeout=60)
         return tuple(json.loads(out.stdout))
     except (OSError, ValueError, subprocess.SubprocessError):
         return tuple(sys.path)
@@ -200,8 +207,9 @@ def private_folders(hide: list[Path], settings: Settings = Settings()) -> list[s
     submissions, the output folder, the references)."""
     from grader.spec import course_folder
 
-    folders = [course_folder(settings), Path(PACKAGE_PARENT) if installed_package() is None else Path(installed_package()),
-               Path.home(), *hide]
+    installed = installed_package()
+    folders = [course_folder(settings), Path(PACKAGE_PARENT) if installed is None else Path(installed), Path.home(),
+               *hide]
     return sorted({os.path.realpath(p) for p in folders})
 
 
@@ -237,13 +245,15 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Se
     readable.add(os.path.realpath(job))
     # one bind for a folder and what it holds (the prefix and its site-packages), unless a private
     # folder lies between them (a course's own .venv: its prefix is bound, the course is not)
-    readable = {p for p in readable if not any(_inside(p, q) and p != q and not any(_inside(p, c) and _inside(c, q) for c in private)
+    readable = {p for p in readable
+                if not any(_inside(p, q) and p != q and not any(_inside(p, c) and _inside(c, q) for c in private)
                                                for q in readable)}
     binds = {p: False for p in readable}
     binds["/proc"] = True  # this PID namespace's own (mounted fresh by unshare --mount-proc, or the zygote)
     binds.update({os.path.realpath(p): True for p in writable})
     links = [(p, os.readlink(p)) for p in SYSTEM if os.path.islink(p)]  # /bin -> usr/bin
-    for p in (*wanted, job, *writable):  # a folder also known by another path (a link on the way)
+    known: list[str | Path] = [*wanted, job, *writable]
+    for p in known:  # a folder also known by another path (a link on the way)
         alias = os.path.abspath(p)
         real = os.path.realpath(p)
         if alias != real and any(_inside(real, b) for b in binds) and not any(_inside(alias, b) for b in binds):

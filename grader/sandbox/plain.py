@@ -18,11 +18,13 @@ SUMMARY = "a plain process with limits, for debugging"  # what `--isolation` hel
 
 
 def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isolation:
-    return Isolation("none", warnings=("--isolation none: the worker runs as you, on the network, and sees every file you can",))
+    return Isolation("none", warnings=("--isolation none: the worker runs as you, on the network, "
+                                       "and sees every file you can",))
 
 
 def start(launch: Launch, isolation: Isolation) -> Started:
-    forked = zygote.try_start(launch, isolation, lambda channel, status_tx, lifeline_rx: (  # the same limits and environment
+    # the same limits and environment
+    forked = zygote.try_start(launch, isolation, lambda channel, status_tx, lifeline_rx: (
         {"cwd": str(launch.cwd), "env": launch.env, "limits": launch.limits.for_worker(False, launch.interpret),
          "pass_fds": list(channel), "status_fd": status_tx, "lifeline_fd": lifeline_rx}, None))
     if forked is not None:

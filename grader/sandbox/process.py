@@ -26,10 +26,11 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Sequence
 from pathlib import Path
 
-from grader.environment import has_gpu
 from grader import protocol
+from grader.environment import has_gpu
 from grader.protocol import Failure
 from grader.sandbox.backend import ISOLATION_MODES, backend_for
 from grader.sandbox.isolation import Isolation, SandboxError
@@ -111,7 +112,8 @@ def as_asked(mode: str = "sandbox", settings: Settings = Settings()) -> Isolatio
     isolation = detect(mode, settings)
     if mode == "none" or not isolation.warnings:
         return isolation
-    raise SandboxError(f"the {mode} isolation cannot be built as asked on this machine: {'; '.join(isolation.warnings)}. "
+    raise SandboxError(f"the {mode} isolation cannot be built as asked on this machine: "
+                       f"{'; '.join(isolation.warnings)}. "
                        "Fix it (the unshare command from util-linux; namespaces the kernel allows: as root, or for "
                        "another user sysctl user.max_user_namespaces > 0 and, on Ubuntu 23.10 and later, "
                        "kernel.apparmor_restrict_unprivileged_userns=0), or pass --isolation none to grade without "
@@ -130,7 +132,8 @@ def _probe(isolation: Isolation, settings: Settings) -> str | None:
         (job / "repo").mkdir()
         try:
             proc = WorkerProcess(job / "repo", job / "scratch", interpret=not has_gpu(), isolation=isolation,
-                                 command=[sys.executable, "-I", "-B", "-c", f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
+                                 command=[sys.executable, "-I", "-B", "-c",
+                                          f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
                                  probe=PROBE, settings=settings)
         except (OSError, SandboxError) as exc:
             return str(exc)
@@ -156,7 +159,7 @@ class WorkerProcess:
     are the session's (its warm starts, uid range, container command and threads)."""
 
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
-                 isolation: Isolation | str = "sandbox", writable: list[Path] = (), hide: list[Path] = (),
+                 isolation: Isolation | str = "sandbox", writable: Sequence[Path] = (), hide: Sequence[Path] = (),
                  job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
                  probe: str | None = None, keep_autotuning: bool = False, settings: Settings = Settings()) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation, settings)
@@ -176,8 +179,8 @@ class WorkerProcess:
             # tuned once per run (every student then times against the same configuration), and
             # a check's kept kernels are not tuned again on the next check
             env["TRITON_CACHE_AUTOTUNING"] = "1"
-        launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command, probe,
-                        settings)
+        launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command,
+                        probe, settings)
         self.started = self.backend.start(launch, self.isolation)  # the one start, whatever the backend
         self.proc = self.started.proc
         self._rx, self._tx = self.started.rx, self.started.tx
@@ -266,7 +269,8 @@ class WorkerProcess:
         self.kill()  # whatever it left behind
         status = self.status()
         if "setup_error" in status:
-            return WorkerFailure("infra_error", f"the sandbox failed (not the submission's fault): {status['setup_error']}",
+            return WorkerFailure("infra_error",
+                                 f"the sandbox failed (not the submission's fault): {status['setup_error']}",
                                  self.output.text())
         if "signal" in status:
             code = -status["signal"]
@@ -277,7 +281,8 @@ class WorkerProcess:
         if code < 0:
             name = signal.Signals(-code).name
             how = f"killed by signal {name}" + {"SIGSEGV": " (segmentation fault)", "SIGABRT": " (abort)",
-                                                "SIGXCPU": " (CPU time limit)", "SIGXFSZ": " (file size limit)"}.get(name, "")
+                                                "SIGXCPU": " (CPU time limit)",
+                                                "SIGXFSZ": " (file size limit)"}.get(name, "")
         else:
             how = f"exited with status {code} (sys.exit, os._exit or a fatal error)"
         return WorkerFailure("crashed", f"the worker process died: {how}", self.output.text())

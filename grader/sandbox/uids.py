@@ -27,7 +27,8 @@ class UidLease:
 
     def __init__(self, uids: str) -> None:
         first, last = (int(x) for x in uid_range(uids).split("-"))
-        folder = Path("/run/grader-sandbox") if os.access("/run", os.W_OK) else Path(tempfile.gettempdir()) / "grader-sandbox-uids"
+        folder = (Path("/run/grader-sandbox") if os.access("/run", os.W_OK)
+                  else Path(tempfile.gettempdir()) / "grader-sandbox-uids")
         folder.mkdir(mode=0o700, exist_ok=True)
         if folder.is_symlink() or folder.stat().st_uid != os.geteuid():
             raise SandboxError(f"{folder} is not the grader's own folder")
@@ -61,7 +62,7 @@ class JobLease:
 
     def __init__(self, job: Path, uids: str) -> None:
         """`uids`: the range a new lease takes its uid from (Settings.sandbox_uids)."""
-        self.key = str(Path(job).resolve())
+        self.key: str | None = str(Path(job).resolve())
         with self._lock:
             entry = self._held.get(self.key)
             if entry is None:

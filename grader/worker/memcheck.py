@@ -28,7 +28,8 @@ def install() -> bool:
     except ImportError:
         return False
     executor, builder = interp.GridExecutor, interp.InterpreterBuilder
-    if not all(hasattr(executor, a) for a in ("_init_args_hst", "__call__")) or not hasattr(builder, "create_masked_store"):
+    if (not all(hasattr(executor, a) for a in ("_init_args_hst", "__call__"))
+            or not hasattr(builder, "create_masked_store")):
         return False
 
     original_init = executor._init_args_hst
@@ -95,7 +96,8 @@ def _owner(address: int) -> str | None:
 
 
 def _nearest(address: int, owner: str | None) -> tuple[str, int]:
-    """The pointer's own argument (else the closest), and the byte offset past its end (or before its start, negative)."""
+    """The pointer's own argument (else the closest), and the byte offset past its end (or before its start,
+    negative)."""
     best = None
     for name, lo, hi in _RANGES:
         if owner is not None and name != owner:

@@ -49,10 +49,11 @@ from grader.sandbox.zygote.warm import stop_warm, warm_name
 
 if TYPE_CHECKING:
     from grader.sandbox.launch import Launch, Started
+    from grader.sandbox.uids import JobLease
     from grader.settings import Settings, WarmStarts
 
-__all__ = ["Forked", "PRELOAD", "Zygote", "ZygoteError", "close_all", "disable", "enabled", "get", "keep_warm", "prewarm",
-           "start", "stop_warm", "try_start", "usable", "warm_name", "zygote_key"]
+__all__ = ["Forked", "PRELOAD", "Zygote", "ZygoteError", "close_all", "disable", "enabled", "get", "keep_warm",
+           "prewarm", "start", "stop_warm", "try_start", "usable", "warm_name", "zygote_key"]
 
 _DISABLED: list[str] = []
 
@@ -83,7 +84,8 @@ def zygote_key(env: dict[str, str]) -> tuple[tuple, dict[str, str]]:
     return tuple(sorted(base.items())), base
 
 
-def start(launch: "Launch", isolation, config: Callable[[tuple[int, int], int, int], tuple[dict, object]]) -> "Started":
+def start(launch: "Launch", isolation,
+          config: Callable[[tuple[int, int], int, int], tuple[dict, "JobLease | None"]]) -> "Started":
     """The worker `launch` describes, forked by this process's zygote: `config(channel,
     status_fd, lifeline_fd)` is the backend's own configuration of its init (and the uid lease
     it took), the same one its exec path sends, so the view, uid and limits are the same."""
@@ -97,7 +99,8 @@ def start(launch: "Launch", isolation, config: Callable[[tuple[int, int], int, i
     try:
         settings, lease = config(channel, status_tx, lifeline_rx)
         z = get(*zygote_key(launch.env))
-        pid = z.fork({"mode": isolation.mode, "namespaces": isolation.namespaces, "user_namespace": isolation.user_namespace,
+        pid = z.fork({"mode": isolation.mode, "namespaces": isolation.namespaces,
+                      "user_namespace": isolation.user_namespace,
                       "config": settings, "probe": launch.probe},
                      {"status_fd": status_tx, "lifeline_fd": lifeline_rx, "output": out_tx, "pass": list(channel)})
     except BaseException:
@@ -112,7 +115,8 @@ def start(launch: "Launch", isolation, config: Callable[[tuple[int, int], int, i
     return Started(Forked(z, pid, os.fdopen(out_rx, "rb")), rx, tx, status_rx, lifeline, lease)
 
 
-def try_start(launch: "Launch", isolation, config: Callable[[tuple[int, int], int, int], tuple[dict, object]]) -> "Started | None":
+def try_start(launch: "Launch", isolation,
+              config: Callable[[tuple[int, int], int, int], tuple[dict, "JobLease | None"]]) -> "Started | None":
     """A backend's first choice: the worker forked by the zygote (see `start`); None where it
     cannot be (off, a test's own command) or the zygote failed, which turns it off for the rest
     of this process (ours, not the student's): the backend then starts a fresh interpreter."""

@@ -27,6 +27,7 @@ WARM_BOOT = ("import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygo
 
 def _boot(proc: subprocess.Popen, code: str) -> None:
     """Give a zygote started with launch.unnamed_python its code (it waits on its stdin for it)."""
+    assert proc.stdin is not None  # started with stdin=PIPE
     try:
         proc.stdin.write((code + "\n").encode())
         proc.stdin.close()
@@ -80,6 +81,7 @@ class Zygote:
         self.reader.start()
 
     def _read(self) -> None:
+        assert self.sock is not None  # the reader starts once connected
         while True:
             try:
                 data = self.sock.recv(MAX_MESSAGE)
@@ -143,6 +145,7 @@ class Zygote:
         """Connect to the warm zygote this command started, once it has imported and answers."""
         if self.sock is not None:
             return
+        assert self._starting is not None and self.proc_starting is not None  # a warm zygote being started
         path, lock, deadline = self._starting
         try:
             while time.monotonic() < deadline:
@@ -170,7 +173,8 @@ class Zygote:
 
     def fork(self, request: dict, fds: dict[str, int | list[int]], timeout: float = 300) -> int:
         """Send a worker's configuration and its descriptors; the pid of its process A."""
-        flat, names = [], {}
+        flat: list[int] = []
+        names: dict[str, int | list[int]] = {}
         for name, value in fds.items():
             if isinstance(value, list):
                 names[name] = list(range(len(flat), len(flat) + len(value)))
@@ -180,6 +184,7 @@ class Zygote:
                 flat.append(value)
         with self.lock:
             self._ready()
+            assert self.sock is not None  # _ready connected it, or raised
             try:
                 socket.send_fds(self.sock, [json.dumps(dict(request, fds=names)).encode()], flat)
             except OSError as exc:
@@ -216,7 +221,8 @@ class Zygote:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
-        shutil.rmtree(self.home, ignore_errors=True)
+        if self.home is not None:
+            shutil.rmtree(self.home, ignore_errors=True)
 
 
 def _connect(path: Path) -> socket.socket | None:
@@ -255,12 +261,12 @@ class Forked:
 
     def wait(self, timeout: float | None = None) -> int:
         deadline = None if timeout is None else time.monotonic() + timeout
-        while self.poll() is None:
+        while (code := self.poll()) is None:
             left = None if deadline is None else deadline - time.monotonic()
             if left is not None and left <= 0:
-                raise subprocess.TimeoutExpired("worker", timeout)
+                raise subprocess.TimeoutExpired("worker", timeout or 0)
             self.zygote.wait_for(self.pid, 0.5 if left is None else min(left, 0.5))
-        return self.returncode
+        return code
 
 
 def _exists(pid: int) -> bool:

@@ -83,7 +83,7 @@ def _loop(clients: list[socket.socket], listener: socket.socket | None = None, i
     while True:
         if listener is None and not clients:
             os._exit(0)  # a private zygote's one client is gone
-        waiting = [wake_r, *clients] + ([listener] if listener is not None else [])
+        waiting: list[int | socket.socket] = [wake_r, *clients, *([listener] if listener is not None else [])]
         timeout = None
         if listener is not None and not clients and not owner:
             timeout = max(0.0, idle - (time.monotonic() - quiet_since))
@@ -181,7 +181,7 @@ def _send(sock: socket.socket, message: dict) -> bool:
 
 def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
     """Process A: what `unshare --fork --kill-child` and the init's exec did, without the exec."""
-    status = None
+    status: int | None = None
     try:
         names = request["fds"]  # name -> index in fds
         config = request["config"]
@@ -227,7 +227,9 @@ def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
         _run_init(config, request.get("probe"))
     except BaseException as exc:  # noqa: BLE001 - say why on the status pipe if we can, then go
         try:
-            os.write(status, (json.dumps({"setup_error": f"the zygote could not start a worker: {exc}"}) + "\n").encode())
+            if status is not None:
+                os.write(status,
+                         (json.dumps({"setup_error": f"the zygote could not start a worker: {exc}"}) + "\n").encode())
         except Exception:  # noqa: BLE001
             pass
     os._exit(125)
@@ -236,7 +238,8 @@ def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
 def _run_init(config: dict, probe: str | None) -> None:
     from grader.sandbox.init import main
 
-    start = (lambda: _run_probe(probe, config.get("code"))) if probe else (lambda: run_worker(config["pass_fds"], config.get("code")))
+    start = ((lambda: _run_probe(probe, config.get("code"))) if probe
+             else (lambda: run_worker(config["pass_fds"], config.get("code"))))
     os._exit(main(config, start=start))
 
 
@@ -261,8 +264,9 @@ def _use_worker_code(code: str | None) -> None:
     for name in [m for m in sys.modules if m == "grader" or m.startswith("grader.")]:
         module = sys.modules[name]
         if name.split(".")[1:2] in ([], ["codec"], ["protocol"], ["worker"]):
-            if getattr(module, "__file__", None):  # where an exec'd worker's import found it
-                module.__file__ = os.path.join(code, os.path.relpath(module.__file__, zygotes))
+            found = getattr(module, "__file__", None)
+            if found:  # where an exec'd worker's import found it
+                module.__file__ = os.path.join(code, os.path.relpath(found, zygotes))
         else:
             del sys.modules[name]  # grader.sandbox, imported by the zygote: not what a worker imports
 
@@ -280,7 +284,11 @@ def run_worker(channel: list[int], code: str | None = None) -> None:
 
 
 def _run_probe(code: str, worker_code: str | None = None) -> None:
-    _exit_after(lambda: (_use_worker_code(worker_code), exec(code, {"__name__": "__probe__"})))  # noqa: S102 - the sandbox's own probe (process.PROBE)
+    def probe() -> None:
+        _use_worker_code(worker_code)
+        exec(code, {"__name__": "__probe__"})  # noqa: S102 - the sandbox's own probe (process.PROBE)
+
+    _exit_after(probe)
 
 
 def _exit_after(body: Callable[[], None]) -> None:
