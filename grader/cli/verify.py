@@ -21,7 +21,8 @@ def verify(
     assignment: str = typer.Argument(..., help="The assignment whose speed figure is re-timed."),
 ) -> None:
     """Re-time a graded speed figure on this machine's GPU from the records the grade kept."""
-    from grader.batch.verify import VerifyError, verify as run_verify
+    from grader.batch.verify import VerifyError
+    from grader.batch.verify import verify as run_verify
     from grader.settings import current
     from grader.spec import Course
 

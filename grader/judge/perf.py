@@ -39,18 +39,17 @@ from safetensors.torch import load, save_file
 
 from grader import sanitize
 from grader.judge import activity, replayed, replaying, slowness, witness
+from grader.judge.context import GradingContext
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
-from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
-from grader.payloads import Figures, Kind, PerformancePayload
-from grader.results import AssignmentResult, Outcome, Severity, TestResult
-from grader.judge.context import GradingContext
 from grader.judge.resources import Resources
 from grader.judge.runcache import write_perf_set
+from grader.payloads import Figures, Kind, PerformancePayload
+from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
+from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.sandbox.process import WorkerFailure
 from grader.spec import DTYPES, Assignment
-
 
 SAMPLE_SIZE = 1 << 16
 MIN_ROUNDS, MAX_ROUNDS = 5, 25

@@ -50,7 +50,7 @@ def _const(value):
     """A scalar or constexpr value as JSON keeps it, or raises TypeError."""
     if value is None or type(value) in (bool, int, float, str):
         return value
-    if hasattr(value, "value") and type(getattr(value, "value")) in (bool, int, float, str):  # tl.constexpr
+    if hasattr(value, "value") and type(value.value) in (bool, int, float, str):  # tl.constexpr
         return value.value
     if type(value).__name__ == "dtype" and "triton" in type(value).__module__:
         return str(value)

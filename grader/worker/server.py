@@ -21,10 +21,30 @@ from pathlib import Path
 from typing import Callable
 
 from grader import protocol
+from grader.protocol import (
+    Burst,
+    BurstReady,
+    BurstReply,
+    Call,
+    CallReply,
+    Compare,
+    CompareReply,
+    CompiledKernel,
+    Description,
+    Failure,
+    Load,
+    Ok,
+    Ping,
+    PrepareBurst,
+    Roofline,
+    RooflineReply,
+    Run,
+    RunReply,
+    Sample,
+    Time,
+    TimeReply,
+)
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
-from grader.protocol import (Burst, BurstReady, BurstReply, Call, CallReply, Compare, CompareReply, CompiledKernel, Description,
-                             Failure, Load, Ok, Ping, PrepareBurst, Roofline, RooflineReply, Run, RunReply, Sample, Time,
-                             TimeReply)
 
 
 def _setup_torch():
