@@ -190,8 +190,8 @@ class CompareReply:
     same: bool  # the same bytes as the kept tensor `own`
     wrong: int  # elements outside the error model (0: right, or not checked because `same`)
     first: int = -1  # the first wrong element's flat index
-    got: float = 0.0
-    want: float = 0.0
+    got: str = ""  # its value and the truth's there, in words ("nan" where memory was never written)
+    want: str = ""
 
 
 @dataclass

@@ -20,6 +20,7 @@ from safetensors.torch import save_file
 from grader.codec import write_inputs
 from grader.judge import perf, replayed, replaying
 from grader.judge.context import GradingContext
+from grader import protocol as p
 from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Ok, Sample, Time
 from grader.results import Outcome
 from grader.settings import Settings
@@ -315,7 +316,12 @@ def test_the_trusted_workers_comparison_reads_a_hostile_file_as_data(tmp_path):
     wrong = truth.clone()
     wrong[5] = 99.0
     got = compare({"output.0": wrong})
-    assert (got.wrong, got.first, got.got, got.want) == (1, 5, 99.0, 5.0)
+    assert (got.wrong, got.first, got.got, got.want) == (1, 5, "99", "5")
+    never_written = truth.clone()
+    never_written[2] = float("nan")  # memory the kernel never wrote: a NaN in the words, not a broken reply
+    got = compare({"output.0": never_written})
+    assert (got.wrong, got.first, got.got) == (1, 2, "nan")
+    assert p.decode_reply(Compare("f", "o", 0, "t", "r", 0.0, 0.0), p.encode(got)) == got
     assert "cannot be read" in compare(link="/etc/passwd").message
     assert "larger than" in compare({"output.0": torch.zeros(20_000)}).message  # bounded by the truth's size (and a header)
     assert "not one floating-point tensor" in compare({"output.0": torch.zeros(8, dtype=torch.int32)}).message
@@ -330,3 +336,14 @@ def test_a_rep_faster_and_wrong_beside_a_right_last_one_is_conclusive(stage):
     got = stage(FakeWorker(stage.truth), replays={"student": {"sums": sums}})
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
     assert "rep 1 of 48 computed another result 0 than the last rep" in got.message
+
+
+def test_the_trusted_worker_breaking_is_ours_never_the_students(stage):
+    from grader.sandbox.process import WorkerFailure
+
+    class Broken(FakeWorker):
+        def compare(self, req):
+            raise WorkerFailure("crashed", "the worker sent a malformed reply", "")
+
+    got = stage(FakeWorker(stage.truth), trusted=Broken(stage.truth))
+    assert got.outcome == Outcome.INFRA_ERROR and "the trusted worker failed" in got.message and not got.severity

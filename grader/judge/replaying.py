@@ -41,6 +41,7 @@ from grader.protocol import Call, Compare, CompareReply, Failure, Sample
 from grader.replay.record import RecordError
 from grader.results import Severity
 from grader.sandbox.files import output_path
+from grader.sandbox.process import WorkerFailure
 from grader.sanitize import one_line
 from grader.settings import Settings
 from grader.spec import Assignment
@@ -125,7 +126,7 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
     ref_folder = workdir.parent / f"{spec.name}.trusted-record"
     shutil.rmtree(ref_folder, ignore_errors=True)
     for c, key, launches in (("torch", "truth", ""), ("reference", "rec0", str(ref_folder))):
-        reply = trusted.request(Call(c, timed_files[0], layout, key, record_launches=launches, keep_inputs=True), timeout * 2)
+        reply = _ask(trusted, Call(c, timed_files[0], layout, key, record_launches=launches, keep_inputs=True), timeout * 2)
         if isinstance(reply, Failure):
             return Prepare(error=f"the {c} failed at the timing size: {one_line(reply.message, 200)}")
     sample = output_path(workdir, "replay-student.safetensors")
@@ -134,8 +135,10 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
         return Prepare(findings=[(Severity.CONCLUSIVE, "your function's result at the timing size could not be taken back: "
                                   f"{one_line(reply.message, 200)}")])
     tol = spec.tolerance
-    got = trusted.request(Compare(str(sample), "rec0", 0, TRUTH, REFERENCE, tol.atol[dtype], tol.rtol[dtype], keep_as=STUDENT),
-                          timeout * 2)
+    got = _ask(trusted, Compare(str(sample), "rec0", 0, TRUTH, REFERENCE, tol.atol[dtype], tol.rtol[dtype], keep_as=STUDENT),
+               timeout * 2)
+    if isinstance(got, Failure) and got.kind == "infra_error":
+        return Prepare(error=got.message)
     if isinstance(got, Failure):
         return Prepare(findings=[(Severity.CONCLUSIVE, f"your function's result at the timing size: {one_line(got.message, 200)}")])
     if got.wrong:
@@ -146,11 +149,20 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
 TRUTH, REFERENCE, STUDENT = "truth", "rec0", "student"  # what the trusted worker keeps, by key
 
 
+def _ask(trusted, message, timeout: float):
+    """A request to the trusted worker: its reply, or its Failure; the worker itself breaking is
+    ours (an infra_error Failure), never the student's."""
+    try:
+        return trusted.request(message, timeout)
+    except WorkerFailure as f:
+        return Failure("infra_error", f"the trusted worker failed: {f.message}")
+
+
 def _words(got: CompareReply) -> str:
     if got.first < 0:
         return f"{got.numel} elements where the truth has another number"
-    return (f"{got.wrong} of {got.numel} elements are wrong (the first at flat index {got.first}: {got.got:.6g} "
-            f"where {got.want:.6g} is expected)")
+    return (f"{got.wrong} of {got.numel} elements are wrong (the first at flat index {got.first}: {one_line(got.got, 24)} "
+            f"where {one_line(got.want, 24)} is expected)")
 
 
 def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, first) -> Prepare:
@@ -321,8 +333,10 @@ def _compare(trusted, run: Replayed, own: str, spec: Assignment, timeout: float)
     dtype = spec.performance.dtype
     tol = spec.tolerance
     assert run.folder is not None
-    got = trusted.request(Compare(str(run.folder / "last.safetensors"), "output.0", 0, TRUTH, REFERENCE,
+    got = _ask(trusted, Compare(str(run.folder / "last.safetensors"), "output.0", 0, TRUTH, REFERENCE,
                                   tol.atol[dtype], tol.rtol[dtype], own=own), timeout * 2)
+    if isinstance(got, Failure) and got.kind == "infra_error":  # ours: the stage says so, nobody is accused
+        raise WorkerFailure("infra_error", got.message, "")
     if isinstance(got, Failure):
         return f"the last rep's result: {one_line(got.message, 200)}"
     if not got.same and got.wrong:

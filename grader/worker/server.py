@@ -330,7 +330,8 @@ class Worker:
         if not count:
             return CompareReply(numel=got.numel(), same=False, wrong=0)
         first = int(bad.nonzero()[0])
-        return CompareReply(numel=got.numel(), same=False, wrong=count, first=first, got=float(g[first]), want=float(t[first]))
+        return CompareReply(numel=got.numel(), same=False, wrong=count, first=first, got=f"{float(g[first]):.6g}",
+                            want=f"{float(t[first]):.6g}")
 
     def _flat(self, key: str):
         """A kept result, flattened (a call's, under any contender, or one `compare` kept)."""
