@@ -18,6 +18,7 @@ import math
 import os
 import shutil
 import subprocess
+import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -186,20 +187,24 @@ def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Re
     pending.done = True
     before = gpu_processes() or []
     (pending.job / GO).touch()
+    answer, deadline = result / "replay.json", time.monotonic() + pending.timeout
     try:
-        try:
-            code = proc.proc.wait(timeout=pending.timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            return Replayed(failed=f"the replay did not finish in {pending.timeout:.0f} s")
-        status = proc.status()
-        if "setup_error" in status:
-            return Replayed(failed=f"the replay's sandbox failed: {one_line(status['setup_error'], 200)}")
-        code = status.get("exit", status.get("signal") and -status["signal"] or proc.backend.exit_code(code))
-        if code != 0:
+        while not answer.exists():  # its answer, once in place, ends the wait: its teardown is not waited for
+            code = proc.proc.poll()
+            if code is not None:
+                break
+            if time.monotonic() > deadline:
+                return Replayed(failed=f"the replay did not finish in {pending.timeout:.0f} s")
+            time.sleep(0.002)
+        if not answer.exists():  # it ended without an answer
+            status = proc.status()
+            if "setup_error" in status:
+                return Replayed(failed=f"the replay's sandbox failed: {one_line(status['setup_error'], 200)}")
+            code = status.get("exit", status.get("signal") and -status["signal"] or proc.backend.exit_code(code))
             tail = ([line for line in proc.output.text().splitlines() if line.strip()] or ["no output"])[-1]
-            return Replayed(failed=f"the replay process exited with {code}: {one_line(tail, 200)}")
+            return Replayed(failed=f"the replay process ended without an answer (exit {code}: {one_line(tail, 200)})")
     finally:
+        proc.kill()  # reads no request: killed, not asked to exit and waited for
         proc.close()
     replay = read(result)
     others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid() and p not in allowed})
