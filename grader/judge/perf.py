@@ -173,8 +173,8 @@ class Stage:
 
     def test(self, outcome: str, message: str, **kw) -> TestResult:
         perf = self.perf
-        return TestResult(self.spec.name, Kind.PERFORMANCE, f"performance {perf.case.name} [{perf.dtype}]", outcome, message,
-                          case=perf.case.name, dtype=perf.dtype, **kw)
+        return TestResult(self.spec.name, Kind.PERFORMANCE, f"performance {perf.case.name} [{perf.dtype}]",
+                          Outcome(outcome), message, case=perf.case.name, dtype=perf.dtype, **kw)
 
     def phase(self, name: str) -> None:
         now = time.monotonic()
@@ -239,6 +239,7 @@ def _timed(stage: Stage, trusted) -> TestResult:
     if has_reference and stage.perf.score_on == "gpu":  # the scored path: the student's kernels replayed
         replayed_result, fallback = _by_replay(stage, trusted, timed_files, layout)
         if replayed_result is not None:
+            assert isinstance(replayed_result.details, PerformancePayload)  # test() makes a performance result
             replayed_result.details.phase_seconds = stage.phases
             return replayed_result
     return _by_rounds(stage, trusted, contenders, timed_files, fresh_file, layout, fallback)
@@ -280,7 +281,7 @@ def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], 
     workers = {"student": stage.student.process, "torch": trusted, "reference": trusted}
     has_reference = "reference" in contenders
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
-    t = Timings(**{k: {c: [] for c in order} for k in ("times", "event_ms", "host_ms")})
+    t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order})
     compiled: dict = {}  # what the compiler made of the student's kernels (the untimed call after timing)
     with stage.session.alone_on_gpu():
         stage.phase("waiting_for_gpu")
@@ -298,8 +299,10 @@ def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], 
         stage.phase("timed_rounds")
         # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
         # of GB at the scoring sizes), which must be freed before another job times
-        findings = _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, stage.workdir, stage.timeout,
-                                  t.output_numel, compiled)
+        # torch's timed result, a tensor, has its size (the samples are drawn below it)
+        assert t.output_numel is not None
+        findings = _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, stage.workdir,
+                                  stage.timeout, t.output_numel, compiled)
         stage.phase("output_checks")
     findings += _conduct(t, ctx.perf_reps * rounds)
     witnessed = _witnessed(t, findings)
@@ -365,17 +368,18 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
     kept = cache.kept_timing(key) if cache is not None else None
     if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
         replayed.cancel(pending["reference"])
-    pending = {"student": replaying.place(prepared, "student", pending["student"]),
-               "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
+    placed: dict[str, replayed.Pending | replayed.Replayed | None] = {
+        "student": replaying.place(prepared, "student", pending["student"]),
+        "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
     stopped, prepared.student_pids = replaying.stop_student(stage.student)
     if stopped:
-        _cancel(pending)
+        _cancel(placed)
         return stage.test("infra_error", f"not scored: {stopped}"), ""
     stage.phase("replay_stop_worker")
     try:
-        timed = _replays_timed(stage, trusted, timed_files, layout, prepared, pending, kept)
+        timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
     finally:
-        _cancel(pending)
+        _cancel(placed)
     if isinstance(timed, TestResult):
         return timed, ""
     t, torch_ms, ref_run, student_run = timed
@@ -393,7 +397,8 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
     holds the truth the replays are compared with), then the replays told to go. Returns the
     timings, torch's median, and the reference's and the student's replays; or a TestResult."""
     ctx = stage.ctx
-    t = Timings(**{k: {c: [] for c in ("student", "reference", "torch")} for k in ("times", "event_ms", "host_ms")})
+    order = ("student", "reference", "torch")
+    t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order})
     with stage.session.alone_on_gpu():
         stage.phase("waiting_for_gpu")
         stage.roofline = stage.roofline or _roofline(stage.session, trusted)
@@ -422,7 +427,7 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
 def _replay_verdict(stage: Stage, prepared, r, t: Timings) -> TestResult:
     """What the replay's decision makes of the speed (grader.judge.replayed.decide)."""
     spec, ctx = stage.spec, stage.ctx
-    details = {"timed_by": "replay", "replay": {**replaying.describe(r), "kept": replaying.keep(prepared, _store(ctx)),
+    details: dict[str, Any] = {"timed_by": "replay", "replay": {**replaying.describe(r), "kept": replaying.keep(prepared, _store(ctx)),
                                                  "inputs": {"seed": ctx.performance_seed, "set": 0, "case": stage.perf.case.name,
                                                             "dtype": stage.perf.dtype}}}
     decision = r.decision
@@ -440,6 +445,7 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings) -> TestResult:
     for c, run in (("student", r.student), ("reference", r.reference)):
         t.times[c] = run.placements
         t.event_ms[c] = list(run.ms)
+    assert stage.roofline is not None  # measured before the replays were timed
     verdict = _verdict(spec, stage.roofline, t, len(r.student.placements), [], True, stage.test)
     payload = verdict.details
     assert isinstance(payload, PerformancePayload)  # test() makes a performance result
@@ -715,6 +721,7 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
             f.tflops = round(flops / (median * 1e-3) / 1e12, 1) if median > 0 else None
         figures[c] = f
     student = figures["student"]
+    assert student.median_ms is not None  # every contender's figures have their median (above)
     if student.median_ms < floor / (1 + ROOFLINE_MARGIN):
         ceiling = (f"{flops:.3g} FLOPs at the measured {bound} ({peak} TFLOP/s)" if bound == "cuBLAS GEMM peak"
                    else f"{nbytes:.3g} bytes at the measured {bound} ({roofline['copy_gbps']:.0f} GB/s)")
@@ -727,27 +734,32 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
                                  findings=[{"severity": f.severity.value, "text": f.text} for f in findings])
     if flops:
         details.flops, details.gemm_tflops = flops, peak
-    vs_torch = student.median_ms / figures["torch"].median_ms
+    torch_ms = figures["torch"].median_ms
+    assert torch_ms is not None  # every contender's figures have their median (above)
+    vs_torch = student.median_ms / torch_ms
     details.ratio_to_torch = round(vs_torch, 3)
-    host = (f"; {student.host_median_ms:.3f} ms per call by the host's clock" if student.host_median_ms is not None
-            else "")
+    host_clock = (f"; {student.host_median_ms:.3f} ms per call by the host's clock"
+                  if student.host_median_ms is not None else "")
     if student.median_ms > 0:
         compute_bound = bound == "cuBLAS GEMM peak"
         rate = f"{student.tflops:.0f} TFLOP/s" if compute_bound else f"{student.gbps:.0f} GB/s"
         rate += f" ({student.roofline_pct:.0f}% of what the measured {bound} allows)"
     else:
         rate = "no GPU work recorded"
-    summary = f"{student.median_ms:.4f} ms per call on the GPU{host}; {rate}; {vs_torch:.2f}x torch's time"
+    summary = f"{student.median_ms:.4f} ms per call on the GPU{host_clock}; {rate}; {vs_torch:.2f}x torch's time"
     if findings:
         worst = Severity.CONCLUSIVE if any(f.severity == Severity.CONCLUSIVE for f in findings) else Severity.REVIEW
         return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details, severity=worst.value)
     if not has_reference:
         return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
-    if figures["reference"].median_ms < MIN_SCORED_MS:
-        return test("infra_error", f"the scoring size is launch-bound ({figures['reference'].median_ms:.3f} ms): "
+    reference_ms = figures["reference"].median_ms
+    assert reference_ms is not None  # every contender's figures have their median (above)
+    if reference_ms < MIN_SCORED_MS:
+        return test("infra_error", f"the scoring size is launch-bound ({reference_ms:.3f} ms): "
                     "not scored", details=details)
     scored = t.host_ms if perf.score_on == "wall" else t.times
     against = yardstick(perf, scored)
+    assert against is not None  # None only without a reference, which returned above
     ratio, lo, hi = ratio_estimate(scored["student"], against)
     fraction = perf.score_fraction(ratio)
     details.ratio_to_reference, details.ratio_interval = round(ratio, 4), [round(lo, 4), round(hi, 4)]
