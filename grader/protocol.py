@@ -19,7 +19,7 @@ import math
 import types
 import typing
 from dataclasses import dataclass, field
-from typing import Any, ClassVar, Union
+from typing import Any, ClassVar, Union, cast
 
 
 class ProtocolError(ValueError):
@@ -342,8 +342,8 @@ class Exit:
 
 Request = Union[Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Compare, Exit]
 Reply = Union[Ok, RunReply, TimeReply, BurstReady, BurstReply, CallReply, RooflineReply, CompareReply]
-REQUESTS: dict[str, type] = {cls.op: cls for cls in (Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Compare,
-                                                     Exit)}
+_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Compare, Exit)
+REQUESTS: dict[str, type] = {cls.op: cls for cls in _REQUEST_CLASSES}
 
 
 # -- the wire -------------------------------------------------------------------------------
@@ -354,7 +354,7 @@ def encode(message: Request | Reply | Failure) -> str:
     body = dataclasses.asdict(message)
     if isinstance(message, Failure):
         body.pop("output")
-    head = {"op": message.op} if hasattr(type(message), "op") else {"ok": message.ok}
+    head: dict[str, object] = {"op": message.op} if isinstance(message, _REQUEST_CLASSES) else {"ok": message.ok}
     return json.dumps({**head, **body}) + "\n"
 
 
@@ -374,13 +374,15 @@ def decode_reply(request: Request, line: str | bytes) -> Reply | Failure:
     data = _json_object(line)
     ok = data.pop("ok", None)
     if ok is True:
+        assert request.reply is not None  # only Exit has no reply, and it is never answered
         return _build(request.reply, data, f"the reply to {request.op}")
     if ok is False:
-        data.pop("output", None)  # the captured output is the grading process's to attach, not the worker's to claim
+        # the captured output is the grading process's to attach, not the worker's to claim
+        data.pop("output", None)
         failure = _build(Failure, data, f"the failure reply to {request.op}")
         if failure.kind not in WORKER_KINDS:
-            raise ProtocolError(f"the failure reply to {request.op}: kind {failure.kind!r} is not one a worker may report "
-                                f"({', '.join(WORKER_KINDS)})")
+            raise ProtocolError(f"the failure reply to {request.op}: kind {failure.kind!r} "
+                                f"is not one a worker may report ({', '.join(WORKER_KINDS)})")
         return failure
     raise ProtocolError(f"the reply to {request.op}: 'ok' must be true or false, not {ok!r}")
 
@@ -437,7 +439,7 @@ def _check(value, hint, where: str, nonfinite: bool = False):
     if dataclasses.is_dataclass(hint):
         if not isinstance(value, dict):
             raise ProtocolError(f"{where} must be an object, not {_kind(value)}")
-        return _build(hint, value, where)
+        return _build(cast(type, hint), value, where)  # is_dataclass also admits instances; a hint is a class
     if origin is list:
         if not isinstance(value, list):
             raise ProtocolError(f"{where} must be a list, not {_kind(value)}")

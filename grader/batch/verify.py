@@ -68,7 +68,8 @@ def timing_of(record: dict) -> dict:
     details = perf[0].get("details") or {}
     if details.get("timed_by") != "replay" or "ratio_to_reference" not in details:
         why = details.get("replay_refused") or perf[0].get("message") or "not timed by replay"
-        raise VerifyError(f"this speed figure was not timed by replay, so there is nothing to re-time: {one_line(why, 200)}")
+        raise VerifyError("this speed figure was not timed by replay, so there is nothing to re-time: "
+                          f"{one_line(why, 200)}")
     return details
 
 
@@ -90,7 +91,8 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
     except UnknownAssignment as exc:
         raise VerifyError(exc.args[0]) from None
     inputs = replay["inputs"]
-    if spec.performance is None or spec.performance.case.name != inputs.get("case") or spec.performance.dtype != inputs.get("dtype"):
+    if spec.performance is None or spec.performance.case.name != inputs.get("case") \
+            or spec.performance.dtype != inputs.get("dtype"):
         raise VerifyError("the assignment's scoring case changed since this grade: its figure cannot be re-timed")
     records = {c: Path(out) / "replay" / replay["kept"][c] for c in ("student", "reference")}
     for c, folder in records.items():
@@ -100,12 +102,12 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
         raise VerifyError("no CUDA GPU is visible here: a replay needs one")
     with tempfile.TemporaryDirectory(prefix="grader-verify-") as tmp:
         work = Path(tmp)
-        layout = write_perf_set(spec, spec.performance.case, inputs["dtype"], int(inputs["seed"]), int(inputs.get("set", 0)),
-                                work / "inputs.safetensors")
+        layout = write_perf_set(spec, spec.performance.case, inputs["dtype"], int(inputs["seed"]),
+                                int(inputs.get("set", 0)), work / "inputs.safetensors")
         (work / "layout.json").write_text(json.dumps(layout))
         truth = _truth(spec, work / "inputs.safetensors", layout)
-        runs = {c: replayed.run(records[c], work / "inputs.safetensors", work / "layout.json", work / c, replaying.REPS, timeout,
-                                placements=replay.get("placements", replaying.PLACEMENTS), settings=settings)
+        runs = {c: replayed.run(records[c], work / "inputs.safetensors", work / "layout.json", work / c, replaying.REPS,
+                                timeout, placements=replay.get("placements", replaying.PLACEMENTS), settings=settings)
                 for c in ("reference", "student")}
         for c, r in runs.items():
             if r.refused or r.failed:
@@ -116,9 +118,10 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
         student_out = replayed.results(runs["student"], [truth])[0].reshape(-1)
         wrong = replaying.wrong_against_truth(student_out, truth, reference, tol.atol[dtype], tol.rtol[dtype])
         ratio = statistics.median(_per_placement(runs["student"], runs["reference"]))
-    return Verified(float(details["ratio_to_reference"]), ratio, str(details.get("gpu", "?")), torch.cuda.get_device_name(0), wrong,
-                    [f"student {runs['student'].median_ms:.4f} ms, reference {runs['reference'].median_ms:.4f} ms per call "
-                     f"(stored: {replay['student']['median_ms']} and {replay['reference']['median_ms']})"])
+    return Verified(float(details["ratio_to_reference"]), ratio, str(details.get("gpu", "?")),
+                    torch.cuda.get_device_name(0), wrong,
+                    [f"student {runs['student'].median_ms:.4f} ms, reference {runs['reference'].median_ms:.4f} ms "
+                     f"per call (stored: {replay['student']['median_ms']} and {replay['reference']['median_ms']})"])
 
 
 def _per_placement(student, reference) -> list[float]:

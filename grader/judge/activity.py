@@ -19,6 +19,7 @@ stream was done: the function returned an unfinished result.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 SHADOW = "spin_kernel"  # torch.cuda._sleep's kernel: our launch shadow and the settle marker
@@ -47,7 +48,7 @@ class Reading:
     problems: list[str] = field(default_factory=list)  # the records do not fit the loop: the timing is not trusted
 
 
-def read(records: list[list], marks: list[list[int]], settle_marks: list[list[int]]) -> Reading:
+def read(records: Sequence[Sequence], marks: Sequence[Sequence[int]], settle_marks: Sequence[Sequence[int]]) -> Reading:
     """`records`: [name, stream, start_ns, end_ns]; `marks` and `settle_marks`: per call, the
     host's [before, after, returned] in the records' clock (grader.worker.timing.time_function)."""
     activities = sorted((Activity(str(n), int(s), int(a), int(b)) for n, s, a, b in records), key=lambda x: x.start)

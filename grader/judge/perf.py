@@ -6,8 +6,8 @@ contender in its own worker (the reference never shares a process with student c
 Rounds continue until the ratio's interval is tight and does not straddle a scoring
 threshold, or the time budget runs out. A call's time is the GPU time of its own work, read
 from the GPU's activity records on every stream (grader.judge.activity), so work moved to a side
-stream or a thread is timed where it ran, and a slow Python wrapper costs no GPU time. A timing earns points only if it is honest,
-and each finding says how sure it is (grader.results.Severity):
+stream or a thread is timed where it ran, and a slow Python wrapper costs no GPU time. A timing
+earns points only if it is honest, and each finding says how sure it is (grader.results.Severity):
 - conclusive: the timing functions were patched; a vendor op did the work at this size; the
   outputs of the timed calls, or of a fresh input set afterwards, are wrong (caching by pointer
   or shape, "correct for the first N calls", replay of an earlier result); the worker's figures
@@ -70,7 +70,8 @@ class Finding:
 @dataclass
 class Timings:
     times: dict[str, list[list[float]]] = field(default_factory=dict)  # contender -> rounds -> per-call GPU ms (scored)
-    event_ms: dict[str, list[float]] = field(default_factory=dict)  # per-call CUDA event times, all rounds (a cross-check)
+    # per-call CUDA event times, all rounds (a cross-check)
+    event_ms: dict[str, list[float]] = field(default_factory=dict)
     host_ms: dict[str, list[list[float]]] = field(default_factory=dict)  # rounds -> per settle call host wall ms
     first_call_ms: dict[str, float] = field(default_factory=dict)
     launches: dict[str, int] = field(default_factory=dict)
@@ -109,7 +110,8 @@ def round_ratios(student: list[list[float]], reference: list[list[float]]) -> li
     return [statistics.median(s) / statistics.median(r) for s, r in zip(student, reference)]
 
 
-def ratio_estimate(student: list[list[float]], reference: list[list[float]], draws: int = 2000, seed: int = 0) -> tuple[float, float, float]:
+def ratio_estimate(student: list[list[float]], reference: list[list[float]], draws: int = 2000,
+                   seed: int = 0) -> tuple[float, float, float]:
     """The median of the per-round ratios and its 95% bootstrap interval."""
     ratios = round_ratios(student, reference)
     rng = random.Random(seed)
@@ -173,8 +175,8 @@ class Stage:
 
     def test(self, outcome: str, message: str, **kw) -> TestResult:
         perf = self.perf
-        return TestResult(self.spec.name, Kind.PERFORMANCE, f"performance {perf.case.name} [{perf.dtype}]", outcome, message,
-                          case=perf.case.name, dtype=perf.dtype, **kw)
+        return TestResult(self.spec.name, Kind.PERFORMANCE, f"performance {perf.case.name} [{perf.dtype}]",
+                          Outcome(outcome), message, case=perf.case.name, dtype=perf.dtype, **kw)
 
     def phase(self, name: str) -> None:
         now = time.monotonic()
@@ -208,13 +210,14 @@ def measure(session: Resources, spec: Assignment, result: AssignmentResult, stud
 def _not_timed(stage: Stage, result: AssignmentResult) -> TestResult | None:
     """Why this assignment is not timed at all, or None."""
     if stage.ctx.interpret:
-        return stage.test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing; a GPU run "
-                          "also tells what the compiled kernel is (registers, spills, shared memory, warps, stages, its grid "
-                          "against the GPU's SMs) and the share of the roofline it reaches")
+        return stage.test("skipped", "speed is measured on a GPU only: the CPU interpreter's timings mean nothing; "
+                          "a GPU run also tells what the compiled kernel is (registers, spills, shared memory, warps, "
+                          "stages, its grid against the GPU's SMs) and the share of the roofline it reaches")
     ran = [t for t in result.tests if t.kind == "correctness" and t.outcome != Outcome.SKIPPED]
-    if not ran or any(t.outcome != Outcome.PASSED for t in result.tests if t.kind != "performance" and t.outcome != Outcome.SKIPPED):
-        return stage.test("failed", "not timed: every correctness and integrity check must pass first (no performance points "
-                          "without correctness)")
+    if not ran or any(t.outcome != Outcome.PASSED for t in result.tests
+                      if t.kind != "performance" and t.outcome != Outcome.SKIPPED):
+        return stage.test("failed", "not timed: every correctness and integrity check must pass first "
+                          "(no performance points without correctness)")
     if stage.student.process is None:
         return stage.test("error", "not timed: the worker could not be restarted")
     return None
@@ -233,12 +236,14 @@ def _timed(stage: Stage, trusted) -> TestResult:
     stage.phase("inputs")
     loaded = trusted.request(Load(contenders), 120)
     if isinstance(loaded, Failure):
-        return stage.test("infra_error", f"the reference side failed to load: {loaded.message}", traceback=loaded.traceback)
+        return stage.test("infra_error", f"the reference side failed to load: {loaded.message}",
+                          traceback=loaded.traceback)
     stage.phase("reference_load")
     fallback = ""
     if has_reference and stage.perf.score_on == "gpu":  # the scored path: the student's kernels replayed
         replayed_result, fallback = _by_replay(stage, trusted, timed_files, layout)
         if replayed_result is not None:
+            assert isinstance(replayed_result.details, PerformancePayload)  # test() makes a performance result
             replayed_result.details.phase_seconds = stage.phases
             return replayed_result
     return _by_rounds(stage, trusted, contenders, timed_files, fresh_file, layout, fallback)
@@ -280,14 +285,15 @@ def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], 
     workers = {"student": stage.student.process, "torch": trusted, "reference": trusted}
     has_reference = "reference" in contenders
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
-    t = Timings(**{k: {c: [] for c in order} for k in ("times", "event_ms", "host_ms")})
+    t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order})
     compiled: dict = {}  # what the compiler made of the student's kernels (the untimed call after timing)
     with stage.session.alone_on_gpu():
         stage.phase("waiting_for_gpu")
         stage.roofline = stage.roofline or _roofline(stage.session, trusted)
         stage.phase("roofline")
         try:
-            rounds, failed = _timed_rounds(ctx, spec, workers, order, t, timed_files, layout, stage.timeout, has_reference)
+            rounds, failed = _timed_rounds(ctx, spec, workers, order, t, timed_files, layout, stage.timeout,
+                                           has_reference)
         except UntrustedRecords as exc:
             return stage.test("infra_error", f"not scored: {exc}")
         except witness.WitnessRefused as exc:
@@ -298,8 +304,10 @@ def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], 
         stage.phase("timed_rounds")
         # still alone: both workers hold the timing's input sets and outputs on the GPU (tens
         # of GB at the scoring sizes), which must be freed before another job times
-        findings = _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, stage.workdir, stage.timeout,
-                                  t.output_numel, compiled)
+        # torch's timed result, a tensor, has its size (the samples are drawn below it)
+        assert t.output_numel is not None
+        findings = _check_outputs(spec, ctx, workers, contenders, layout, timed_files, fresh_file, stage.workdir,
+                                  stage.timeout, t.output_numel, compiled)
         stage.phase("output_checks")
     findings += _conduct(t, ctx.perf_reps * rounds)
     witnessed = _witnessed(t, findings)
@@ -345,7 +353,8 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
     staging = stage.workdir.parent / f"{stage.spec.name}.replay"
     pending = {c: replaying.spawn(staging, c, ctx, stage.timeout, settings) for c in ("student", "reference")}
     try:
-        prep = replaying.prepare(stage.spec, stage.student, trusted, timed_files, layout, stage.workdir, staging, stage.timeout)
+        prep = replaying.prepare(stage.spec, stage.student, trusted, timed_files, layout, stage.workdir, staging,
+                                 stage.timeout)
     except BaseException:
         _cancel(pending)
         raise
@@ -365,35 +374,39 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
     kept = cache.kept_timing(key) if cache is not None else None
     if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
         replayed.cancel(pending["reference"])
-    pending = {"student": replaying.place(prepared, "student", pending["student"]),
-               "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
+    placed: dict[str, replayed.Pending | replayed.Replayed | None] = {
+        "student": replaying.place(prepared, "student", pending["student"]),
+        "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
     stopped, prepared.student_pids = replaying.stop_student(stage.student)
     if stopped:
-        _cancel(pending)
+        _cancel(placed)
         return stage.test("infra_error", f"not scored: {stopped}"), ""
     stage.phase("replay_stop_worker")
     try:
-        timed = _replays_timed(stage, trusted, timed_files, layout, prepared, pending, kept)
+        timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
     finally:
-        _cancel(pending)
+        _cancel(placed)
     if isinstance(timed, TestResult):
         return timed, ""
     t, torch_ms, ref_run, student_run = timed
     r = replaying.judge(prepared, stage.spec, ref_run, student_run, kept=kept is not None and ref_run.folder is None,
                         timeout=stage.timeout)
     stage.phase("replay_checks")
-    if cache is not None and not r.reference_kept and r.reference.ms and not (r.reference.failed or r.reference.refused):
-        cache.keep_timing(key, {"ms": r.reference.ms, "placements": r.reference.placements, "launches": r.reference.launches,
-                                "torch_ms": torch_ms})
+    if cache is not None and not r.reference_kept and r.reference.ms \
+            and not (r.reference.failed or r.reference.refused):
+        cache.keep_timing(key, {"ms": r.reference.ms, "placements": r.reference.placements,
+                                "launches": r.reference.launches, "torch_ms": torch_ms})
     return _replay_verdict(stage, prepared, r, t), ""
 
 
-def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, pending: dict, kept: dict | None):
+def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, pending: dict,
+                   kept: dict | None):
     """With the GPU held alone: torch's baseline in the trusted worker (which then stays, idle: it
     holds the truth the replays are compared with), then the replays told to go. Returns the
     timings, torch's median, and the reference's and the student's replays; or a TestResult."""
     ctx = stage.ctx
-    t = Timings(**{k: {c: [] for c in ("student", "reference", "torch")} for k in ("times", "event_ms", "host_ms")})
+    order = ("student", "reference", "torch")
+    t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order})
     with stage.session.alone_on_gpu():
         stage.phase("waiting_for_gpu")
         stage.roofline = stage.roofline or _roofline(stage.session, trusted)
@@ -409,7 +422,8 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
         stage.phase("torch_rounds")
         torch_ms = statistics.median(t.all("torch"))
         reference = None
-        if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:  # the GPU as it was: the kept figure stands
+        # the GPU as it was: the kept figure stands
+        if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:
             reference = replayed.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
         elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
             late = replaying.spawn(prepared.staging, "reference-again", ctx, stage.timeout, stage.session.settings)
@@ -422,9 +436,11 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
 def _replay_verdict(stage: Stage, prepared, r, t: Timings) -> TestResult:
     """What the replay's decision makes of the speed (grader.judge.replayed.decide)."""
     spec, ctx = stage.spec, stage.ctx
-    details = {"timed_by": "replay", "replay": {**replaying.describe(r), "kept": replaying.keep(prepared, _store(ctx)),
-                                                 "inputs": {"seed": ctx.performance_seed, "set": 0, "case": stage.perf.case.name,
-                                                            "dtype": stage.perf.dtype}}}
+    details: dict[str, Any] = {
+        "timed_by": "replay",
+        "replay": {**replaying.describe(r), "kept": replaying.keep(prepared, _store(ctx)),
+                   "inputs": {"seed": ctx.performance_seed, "set": 0, "case": stage.perf.case.name,
+                              "dtype": stage.perf.dtype}}}
     decision = r.decision
     if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now (and
         # "retry", the student's processes on the GPU after they were found gone, should never be)
@@ -440,6 +456,7 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings) -> TestResult:
     for c, run in (("student", r.student), ("reference", r.reference)):
         t.times[c] = run.placements
         t.event_ms[c] = list(run.ms)
+    assert stage.roofline is not None  # measured before the replays were timed
     verdict = _verdict(spec, stage.roofline, t, len(r.student.placements), [], True, stage.test)
     payload = verdict.details
     assert isinstance(payload, PerformancePayload)  # test() makes a performance result
@@ -460,7 +477,8 @@ def _flagged(test, findings: list[Finding], details: dict) -> TestResult:
     worst = Severity.CONCLUSIVE if any(f.severity == Severity.CONCLUSIVE for f in findings) else Severity.REVIEW
     details = {**details, "evidence": [f.text for f in findings],
                "findings": [{"severity": f.severity.value, "text": f.text} for f in findings]}
-    return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details, severity=worst.value)
+    return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details,
+                severity=worst.value)
 
 
 def _why_slow(verdict: TestResult, details: PerformancePayload, compiled: dict, ctx: GradingContext) -> None:
@@ -492,18 +510,20 @@ def _conduct(t: Timings, timed_calls: int) -> list[Finding]:
     """What the timed loop itself shows about the student's calls."""
     findings = []
     if t.tampered:
-        findings.append(Finding(Severity.CONCLUSIVE, f"the timing functions were replaced during the run: {', '.join(sorted(t.tampered))}"))
+        findings.append(Finding(Severity.CONCLUSIVE,
+                                f"the timing functions were replaced during the run: {', '.join(sorted(t.tampered))}"))
     if t.unfinished:
         findings.append(Finding(Severity.REVIEW, "your function returned before its GPU work was done: "
-                                f"{t.unfinished[0]}{f' (and {len(t.unfinished) - 1} more calls)' if len(t.unfinished) > 1 else ''}; "
+                                f"{t.unfinished[0]}"
+                                f"{f' (and {len(t.unfinished) - 1} more calls)' if len(t.unfinished) > 1 else ''}; "
                                 "a caller would read an unfinished result (make the caller's stream wait for yours: "
                                 "torch.cuda.current_stream().wait_stream(s))"))
     if t.strays:
         findings.append(Finding(Severity.REVIEW, f"GPU work ran while none of your calls was running: {t.strays[0]}"
                                 + (f" (and {len(t.strays) - 1} more)" if len(t.strays) > 1 else "")))
     if t.launches["student"] < timed_calls:
-        findings.append(Finding(Severity.REVIEW, f"only {t.launches['student']} Triton kernel launches in {timed_calls} timed calls: "
-                                "the timed work did not run in your kernel"))
+        findings.append(Finding(Severity.REVIEW, f"only {t.launches['student']} Triton kernel launches "
+                                f"in {timed_calls} timed calls: the timed work did not run in your kernel"))
     return findings
 
 
@@ -609,11 +629,12 @@ def _witnessed(t: Timings, findings: list[Finding]) -> dict:
     if not w.calls or not w.student_s:
         return {}
     if w.wrong and t.unfinished:  # the same fault the timed loop saw: a caller reads results not yet computed
-        findings.append(Finding(Severity.REVIEW, "the results of the calls the grader timed by its own clock are wrong: "
-                                f"{w.wrong}, as a caller reads them when a call returns before its work is done"))
+        findings.append(Finding(Severity.REVIEW, "the results of the calls the grader timed by its own clock "
+                                f"are wrong: {w.wrong}, as a caller reads them when a call returns "
+                                "before its work is done"))
     elif w.wrong:
-        findings.append(Finding(Severity.CONCLUSIVE, "the results of the calls the grader timed by its own clock are wrong: "
-                                f"{w.wrong} (results reused, or not computed)"))
+        findings.append(Finding(Severity.CONCLUSIVE, "the results of the calls the grader timed by its own clock "
+                                f"are wrong: {w.wrong} (results reused, or not computed)"))
     worker_ms = [statistics.median(r) for r in t.times["student"]]
     host = [h for r in t.host_ms["student"] for h in r]
     c = witness.confirm(w, worker_ms, [statistics.median(r) for r in t.times["reference"]],
@@ -633,8 +654,8 @@ def _witnessed(t: Timings, findings: list[Finding]) -> dict:
     return details
 
 
-def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed_files, fresh_file: Path, workdir: Path, timeout, numel: int,
-                   compiled: dict | None = None) -> list[Finding]:
+def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed_files, fresh_file: Path,
+                   workdir: Path, timeout, numel: int, compiled: dict | None = None) -> list[Finding]:
     """Sample the outputs of the last timed call on each set, and of an untimed call on a
     fresh set, at indices drawn now; compare them with torch's. Also record the aten ops of
     that fresh call (a vendor op used only at large sizes shows here) and, in `compiled`, what
@@ -647,14 +668,17 @@ def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed
                 reply = w.request(Call(c, str(shown), layout, "fresh", record_ops=c == "student"), timeout * 2)
             if isinstance(reply, Failure):
                 if c != "student":
-                    raise WorkerFailure("infra_error", f"the {c} failed on a fresh input set after timing: {reply.message}", "")
-                return [Finding(Severity.REVIEW, f"your function failed on a fresh input set after timing: {reply.message}")]
+                    raise WorkerFailure("infra_error",
+                                        f"the {c} failed on a fresh input set after timing: {reply.message}", "")
+                return [Finding(Severity.REVIEW,
+                                f"your function failed on a fresh input set after timing: {reply.message}")]
             if c == "student":
                 if compiled is not None:
                     compiled.update(reply.kernels)
                 forbidden = sorted(set(reply.ops) & spec.forbidden_ops)
                 if forbidden:
-                    evidence.append(Finding(Severity.CONCLUSIVE, f"torch computed the result at the timing size: {', '.join(forbidden)} ran inside {spec.function}()"))
+                    evidence.append(Finding(Severity.CONCLUSIVE, "torch computed the result at the timing size: "
+                                            f"{', '.join(forbidden)} ran inside {spec.function}()"))
     idx_file = workdir / "perf" / "indices.safetensors"
     rng = torch.Generator().manual_seed(derive_seed(ctx.seed, "sample", str(time.time_ns())))
     save_file({"idx": torch.randint(0, numel, (min(SAMPLE_SIZE, numel),), generator=rng)}, str(idx_file))
@@ -668,31 +692,36 @@ def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed
         if isinstance(reply, Failure):
             if c != "student":
                 raise WorkerFailure("infra_error", f"the {c}'s timed outputs could not be sampled: {reply.message}", "")
-            return evidence + [Finding(Severity.CONCLUSIVE, f"the outputs of your timed calls could not be sampled: {reply.message}")]
+            return evidence + [Finding(Severity.CONCLUSIVE,
+                                       f"the outputs of your timed calls could not be sampled: {reply.message}")]
         try:
             samples[c] = load(read_worker_file(out))
         except Exception as exc:  # noqa: BLE001 - whatever the worker left there, it is not a sample
             if c != "student":
                 raise WorkerFailure("infra_error", f"the {c}'s sample file could not be read ({exc})", "") from None
-            return evidence + [Finding(Severity.CONCLUSIVE, f"the sample of your timed outputs could not be read ({exc})")]
+            return evidence + [Finding(Severity.CONCLUSIVE,
+                                       f"the sample of your timed outputs could not be read ({exc})")]
     base = samples["torch"]
     yardstick = samples.get("reference", base)
     tol = spec.tolerance
     dtype = spec.performance.dtype
     for key in keys:
         t_ = base[key].to(torch.float64)
-        normal = (yardstick[key].to(torch.float64) - t_).abs().max().item()  # how far a correct kernel strays from torch
+        # how far a correct kernel strays from torch
+        normal = (yardstick[key].to(torch.float64) - t_).abs().max().item()
         allowed = 2 * normal + tol.atol[dtype] + tol.rtol[dtype] * t_.abs() + 1e-2 * t_.abs()
         dev = (samples["student"][key].to(torch.float64) - t_).abs()
         wrong = ~(dev <= allowed)
         if wrong.any():
             what = "a fresh input set after the timing" if key == "fresh" else f"input set {key[3:]} in the timed loop"
-            evidence.append(Finding(Severity.CONCLUSIVE, f"wrong results on {what}: {int(wrong.sum())} of {wrong.numel()} sampled "
-                                    "elements (outputs cached or replayed, or right only for the first calls)"))
+            evidence.append(Finding(Severity.CONCLUSIVE, f"wrong results on {what}: {int(wrong.sum())} "
+                                    f"of {wrong.numel()} sampled elements "
+                                    "(outputs cached or replayed, or right only for the first calls)"))
     return evidence
 
 
-def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Finding], has_reference: bool, test) -> TestResult:
+def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Finding], has_reference: bool,
+             test) -> TestResult:
     perf = spec.performance
     dt = DTYPES[perf.dtype]
     nbytes = perf.bytes_moved(perf.case.params, dt)
@@ -715,6 +744,7 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
             f.tflops = round(flops / (median * 1e-3) / 1e12, 1) if median > 0 else None
         figures[c] = f
     student = figures["student"]
+    assert student.median_ms is not None  # every contender's figures have their median (above)
     if student.median_ms < floor / (1 + ROOFLINE_MARGIN):
         ceiling = (f"{flops:.3g} FLOPs at the measured {bound} ({peak} TFLOP/s)" if bound == "cuBLAS GEMM peak"
                    else f"{nbytes:.3g} bytes at the measured {bound} ({roofline['copy_gbps']:.0f} GB/s)")
@@ -727,27 +757,34 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
                                  findings=[{"severity": f.severity.value, "text": f.text} for f in findings])
     if flops:
         details.flops, details.gemm_tflops = flops, peak
-    vs_torch = student.median_ms / figures["torch"].median_ms
+    torch_ms = figures["torch"].median_ms
+    assert torch_ms is not None  # every contender's figures have their median (above)
+    vs_torch = student.median_ms / torch_ms
     details.ratio_to_torch = round(vs_torch, 3)
-    host = (f"; {student.host_median_ms:.3f} ms per call by the host's clock" if student.host_median_ms is not None
-            else "")
+    host_clock = (f"; {student.host_median_ms:.3f} ms per call by the host's clock"
+                  if student.host_median_ms is not None else "")
     if student.median_ms > 0:
         compute_bound = bound == "cuBLAS GEMM peak"
         rate = f"{student.tflops:.0f} TFLOP/s" if compute_bound else f"{student.gbps:.0f} GB/s"
         rate += f" ({student.roofline_pct:.0f}% of what the measured {bound} allows)"
     else:
         rate = "no GPU work recorded"
-    summary = f"{student.median_ms:.4f} ms per call on the GPU{host}; {rate}; {vs_torch:.2f}x torch's time"
+    summary = f"{student.median_ms:.4f} ms per call on the GPU{host_clock}; {rate}; {vs_torch:.2f}x torch's time"
     if findings:
         worst = Severity.CONCLUSIVE if any(f.severity == Severity.CONCLUSIVE for f in findings) else Severity.REVIEW
-        return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details, severity=worst.value)
+        return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details,
+                    severity=worst.value)
     if not has_reference:
-        return test("skipped", summary + "; the reference kernel is not part of this install, so no points are computed here", details=details)
-    if figures["reference"].median_ms < MIN_SCORED_MS:
-        return test("infra_error", f"the scoring size is launch-bound ({figures['reference'].median_ms:.3f} ms): "
+        return test("skipped", summary + "; the reference kernel is not part of this install, "
+                    "so no points are computed here", details=details)
+    reference_ms = figures["reference"].median_ms
+    assert reference_ms is not None  # every contender's figures have their median (above)
+    if reference_ms < MIN_SCORED_MS:
+        return test("infra_error", f"the scoring size is launch-bound ({reference_ms:.3f} ms): "
                     "not scored", details=details)
     scored = t.host_ms if perf.score_on == "wall" else t.times
     against = yardstick(perf, scored)
+    assert against is not None  # None only without a reference, which returned above
     ratio, lo, hi = ratio_estimate(scored["student"], against)
     fraction = perf.score_fraction(ratio)
     details.ratio_to_reference, details.ratio_interval = round(ratio, 4), [round(lo, 4), round(hi, 4)]

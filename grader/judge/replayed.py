@@ -37,7 +37,8 @@ from grader.settings import Settings
 MAX_REPLY_BYTES = 1 << 20
 MAX_HEADER_BYTES = 64 << 10  # a result file's safetensors header, beside its tensors' bytes
 # the replay's entry point, from the private copy of the grader's code its view holds
-BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.replay.__main__ import main; sys.exit(main(sys.argv[1:]))"
+BOOTSTRAP = ("import sys; sys.path.insert(0, {path!r}); "
+             "from grader.replay.__main__ import main; sys.exit(main(sys.argv[1:]))")
 
 
 @dataclass
@@ -51,7 +52,8 @@ class Replayed:
     folder: Path | None = None  # last.safetensors: the result of its last rep
     placements: list[list[float]] = field(default_factory=list)  # the times per placement of its buffers
     launches: int = 0  # kernel launches per rep, as the replay counted them
-    sums: list[list[list[float]]] = field(default_factory=list)  # per rep, per result: sum, sum of magnitudes, non-finite count
+    # per rep, per result: sum, sum of magnitudes, non-finite count
+    sums: list[list[list[float]]] = field(default_factory=list)
 
     @property
     def median_ms(self) -> float | None:
@@ -96,7 +98,8 @@ def checked_copy(record: Path, dest: Path, sizes: dict[str, int], fresh: bool = 
     for k in list(kernels.values() if isinstance(kernels, dict) else [])[:records.MAX_KERNELS]:
         files = k.get("files") if isinstance(k, dict) else None
         for digest in list(files.values() if isinstance(files, dict) else [])[:8]:
-            if type(digest) is str and records.SHA.match(digest) and not (dest / digest).exists():  # else the check says why
+            # else the check says why
+            if type(digest) is str and records.SHA.match(digest) and not (dest / digest).exists():
                 (dest / digest).write_bytes(records.read_file(Path(record) / digest, records.MAX_FILE_BYTES))
     return records.load(dest, sizes)
 
@@ -197,6 +200,7 @@ def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Re
                 return Replayed(failed=f"the replay did not finish in {pending.timeout:.0f} s")
             time.sleep(0.002)
         if not answer.exists():  # it ended without an answer
+            code = proc.proc.wait()  # ended already: its code, not None
             status = proc.status()
             if "setup_error" in status:
                 return Replayed(failed=f"the replay's sandbox failed: {one_line(status['setup_error'], 200)}")
@@ -236,24 +240,30 @@ def read(out: Path) -> Replayed:
         return Replayed(failed=f"the replay's answer cannot be read ({str(exc)[:120]})")
     if not isinstance(data, dict):
         return Replayed(failed="the replay's answer is not an object")
-    for key in ("refused", "failed"):
-        if key in data:
-            return Replayed(**{key: one_line(data[key], 400)})
+    if "refused" in data:
+        return Replayed(refused=one_line(data["refused"], 400))
+    if "failed" in data:
+        return Replayed(failed=one_line(data["failed"], 400))
     ms = data.get("ms")
-    if not (isinstance(ms, list) and 0 < len(ms) <= 10_000 and all(type(t) in (int, float) and math.isfinite(t) and t > 0 for t in ms)):
+    if not (isinstance(ms, list) and 0 < len(ms) <= 10_000
+            and all(type(t) in (int, float) and math.isfinite(t) and t > 0 for t in ms)):
         return Replayed(failed="the replay's times are not positive numbers")
     placements = data.get("placements")
-    if not (isinstance(placements, list) and 0 < len(placements) <= 16 and all(isinstance(p, list) and p for p in placements)
-            and sorted(float(t) for p in placements for t in p if type(t) in (int, float)) == sorted(float(t) for t in ms)):
+    if not (isinstance(placements, list) and 0 < len(placements) <= 16
+            and all(isinstance(p, list) and p for p in placements)
+            and sorted(float(t) for p in placements for t in p if type(t) in (int, float))
+            == sorted(float(t) for t in ms)):
         placements = [ms]  # one placement, or none that add up to the times: the times as one
     launches = data.get("launches")
     sums = data.get("sums")
     if not (isinstance(sums, list) and len(sums) == len(ms) and all(
             isinstance(rep, list) and 0 < len(rep) <= 8 and all(
-                isinstance(x, list) and len(x) == 3 and all(type(v) in (int, float) and math.isfinite(v) for v in x) for x in rep)
+                isinstance(x, list) and len(x) == 3 and all(type(v) in (int, float) and math.isfinite(v) for v in x)
+                for x in rep)
             for rep in sums)):
         return Replayed(failed="the replay's result sums are not one triple per result per rep")
-    return Replayed(ms=[float(t) for t in ms], folder=Path(out), placements=[[float(t) for t in p] for p in placements],
+    return Replayed(ms=[float(t) for t in ms], folder=Path(out),
+                    placements=[[float(t) for t in p] for p in placements],
                     launches=launches if type(launches) is int and 0 <= launches <= 10_000 else 0,
                     sums=[[[float(v) for v in x] for x in rep] for rep in sums])
 
@@ -266,9 +276,11 @@ def reps_differ(replay: Replayed, rtol: float = 1e-5) -> str:
     last = replay.sums[-1]
     for i, rep in enumerate(replay.sums):
         for j, (x, y) in enumerate(zip(rep, last)):
-            if x[2] != y[2] or abs(x[0] - y[0]) > rtol * max(x[1], y[1]) + 1e-30 or abs(x[1] - y[1]) > rtol * max(x[1], y[1]) + 1e-30:
-                return (f"rep {i + 1} of {len(replay.sums)} computed another result {j} than the last rep, which was checked "
-                        f"whole (sums {x[0]:.6g} and {y[0]:.6g}, {int(x[2])} and {int(y[2])} non-finite)")
+            if x[2] != y[2] or abs(x[0] - y[0]) > rtol * max(x[1], y[1]) + 1e-30 \
+                    or abs(x[1] - y[1]) > rtol * max(x[1], y[1]) + 1e-30:
+                return (f"rep {i + 1} of {len(replay.sums)} computed another result {j} than the last rep, "
+                        f"which was checked whole (sums {x[0]:.6g} and {y[0]:.6g}, "
+                        f"{int(x[2])} and {int(y[2])} non-finite)")
     return ""
 
 
@@ -312,7 +324,8 @@ def mismatch(replayed: list[torch.Tensor], expected: list[torch.Tensor], rtol: f
         if count:
             where = int(bad.reshape(-1).nonzero()[0])
             return (f"{count} of {g.numel()} elements of result {i} are wrong "
-                    f"(the first at flat index {where}: {float(g.reshape(-1)[where]):.6g} where {float(w.reshape(-1)[where]):.6g} is expected)")
+                    f"(the first at flat index {where}: {float(g.reshape(-1)[where]):.6g} "
+                    f"where {float(w.reshape(-1)[where]):.6g} is expected)")
     return ""
 
 
@@ -321,7 +334,8 @@ def launches_differ(a: dict, b: dict) -> str:
     launches (kernels, grids, argument roles), else how they differ: then no one record stands
     for the function, and it is timed the fallback way."""
     def shape(record: dict) -> list:
-        return [(x.get("kernel"), x.get("grid"), [(y.get("kind"), y.get("role"), y.get("ref")) for y in x.get("args", [])])
+        return [(x.get("kernel"), x.get("grid"),
+                 [(y.get("kind"), y.get("role"), y.get("ref")) for y in x.get("args", [])])
                 for x in record.get("launches", []) if isinstance(x, dict)]
 
     sa, sb = shape(a), shape(b)
@@ -346,14 +360,18 @@ def decide(student: Replayed, reference: Replayed, wrong: str, differ: str = "")
     if reference.refused or reference.failed:
         return Decision("fallback", f"the reference could not be replayed ({reference.refused or reference.failed})")
     if student.others or reference.others:
-        return Decision("retry", f"other processes held the GPU while the replay was timed: {student.others + reference.others}")
+        return Decision("retry", "other processes held the GPU while the replay was timed: "
+                        f"{student.others + reference.others}")
     if student.refused:
         return Decision("fallback", f"your kernels could not be replayed: {student.refused}")
     if differ:
         return Decision("fallback", f"your function's launches change from call to call: {differ}")
     if student.failed:  # a clean record whose replay breaks: evidence for a TA, not a verdict
-        return Decision("review", f"your recorded kernels failed when launched again on the grader's own buffers: {student.failed}")
+        return Decision("review", "your recorded kernels failed when launched again on the grader's own buffers: "
+                        f"{student.failed}")
     if wrong:
-        return Decision("conclusive", "the Triton kernels your function launched do not compute the result on their own: "
-                        f"launched again on the grader's own buffers, {wrong}")
-    return Decision("scored", "timed by replay", student.median_ms / reference.median_ms)
+        return Decision("conclusive", "the Triton kernels your function launched do not compute the result "
+                        f"on their own: launched again on the grader's own buffers, {wrong}")
+    student_ms, reference_ms = student.median_ms, reference.median_ms
+    assert student_ms is not None and reference_ms is not None  # a replay neither refused nor failed has its times
+    return Decision("scored", "timed by replay", student_ms / reference_ms)

@@ -18,9 +18,9 @@ the driver's list of GPU processes.
 waiting to be told to go. `go`, with the GPU held alone: the reference's and the student's
 records replayed, each in its own process over several placements of their buffers; nothing else
 happens in the hold. `judge`, after it: their results compared whole with the contender's own call
-and with the truth, and the decision made (`replayed.decide`). The reference's figure is kept for the run (`reference_key`): later jobs on
-the same GPU and input set reuse it while torch's time, measured in every job, stays within DRIFT
-of what it was when the figure was kept.
+and with the truth, and the decision made (`replayed.decide`). The reference's figure is kept for
+the run (`reference_key`): later jobs on the same GPU and input set reuse it while torch's time,
+measured in every job, stays within DRIFT of what it was when the figure was kept.
 """
 
 from __future__ import annotations
@@ -46,7 +46,8 @@ from grader.sanitize import one_line
 from grader.settings import Settings
 from grader.spec import Assignment
 
-PLACEMENTS = 4  # fresh buffers at other addresses: a kernel's time varies with where its data lies (docs/performance.md)
+# fresh buffers at other addresses: a kernel's time varies with where its data lies (docs/performance.md)
+PLACEMENTS = 4
 REPS = 40  # per contender, spread over the placements
 
 
@@ -74,7 +75,8 @@ class Prepare:
     error: str = ""  # ours: the stage cannot go on (infra_error)
 
 
-def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float, rtol: float) -> str:
+def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float,
+                        rtol: float) -> str:
     """'' when every element of `got` is as close to torch's as the error model allows (the
     spec's tolerance, twice how far the reference kernel strays from torch, 1% of the value:
     as the trusted worker's `Compare` on the GPU), else the evidence in words. On the host, for
@@ -88,7 +90,8 @@ def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch
         d = (r - t).abs()
         d = d[~torch.isnan(d)]
         normal = max(normal, float(d.max()) if d.numel() else 0.0)
-    count, first = 0, None
+    count = 0
+    first: tuple[int, float, float] | None = None
     for i in range(0, truth.numel(), step):
         t, g = truth[i:i + step].float(), got[i:i + step].float()
         allowed = 2 * normal + atol + rtol * t.abs() + 1e-2 * t.abs()
@@ -100,6 +103,7 @@ def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch
         count += n
     if not count:
         return ""
+    assert first is not None  # set at the first wrong element
     return (f"{count} of {truth.numel()} elements are wrong (the first at flat index {first[0]}: {first[1]:.6g} "
             f"where {first[2]:.6g} is expected)")
 
@@ -108,6 +112,7 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
             timeout: float) -> Prepare:
     """Record, take back and check, with the student's worker alive (see the module's docstring)."""
     perf = spec.performance
+    assert perf is not None  # the replay runs only for an assignment with a performance case
     dtype = perf.dtype
     rec = [f"replay-record-{i}" for i in range(2)]
     replies = []
@@ -117,30 +122,34 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
             reply = student.request(Call("student", timed_files[i], layout, f"rec{i}", record_ops=i == 0,
                                          record_launches=str(folder), warm=i == 0, keep_inputs=True), timeout * 2)
         if isinstance(reply, Failure):
-            return Prepare(fallback=f"your function failed when its launches were recorded: {one_line(reply.message, 200)}")
+            return Prepare(fallback="your function failed when its launches were recorded: "
+                                    f"{one_line(reply.message, 200)}")
         replies.append(reply)
     forbidden = sorted(set(replies[0].ops) & spec.forbidden_ops)
     if forbidden:
-        return Prepare(findings=[(Severity.CONCLUSIVE, f"torch computed the result at the timing size: {', '.join(forbidden)} "
-                                  f"ran inside {spec.function}()")])
+        return Prepare(findings=[(Severity.CONCLUSIVE, "torch computed the result at the timing size: "
+                                  f"{', '.join(forbidden)} ran inside {spec.function}()")])
     ref_folder = workdir.parent / f"{spec.name}.trusted-record"
     shutil.rmtree(ref_folder, ignore_errors=True)
     for c, key, launches in (("torch", "truth", ""), ("reference", "rec0", str(ref_folder))):
-        reply = _ask(trusted, Call(c, timed_files[0], layout, key, record_launches=launches, keep_inputs=True), timeout * 2)
+        reply = _ask(trusted, Call(c, timed_files[0], layout, key, record_launches=launches, keep_inputs=True),
+                     timeout * 2)
         if isinstance(reply, Failure):
             return Prepare(error=f"the {c} failed at the timing size: {one_line(reply.message, 200)}")
     sample = output_path(workdir, "replay-student.safetensors")
     reply = student.request(Sample("student", ["rec0"], "", str(sample), whole=True), timeout)
     if isinstance(reply, Failure):
-        return Prepare(findings=[(Severity.CONCLUSIVE, "your function's result at the timing size could not be taken back: "
+        return Prepare(findings=[(Severity.CONCLUSIVE,
+                                  "your function's result at the timing size could not be taken back: "
                                   f"{one_line(reply.message, 200)}")])
     tol = spec.tolerance
-    got = _ask(trusted, Compare(str(sample), "rec0", 0, TRUTH, REFERENCE, tol.atol[dtype], tol.rtol[dtype], keep_as=STUDENT),
-               timeout * 2)
+    got = _ask(trusted, Compare(str(sample), "rec0", 0, TRUTH, REFERENCE, tol.atol[dtype], tol.rtol[dtype],
+                               keep_as=STUDENT), timeout * 2)
     if isinstance(got, Failure) and got.kind == "infra_error":
         return Prepare(error=got.message)
     if isinstance(got, Failure):
-        return Prepare(findings=[(Severity.CONCLUSIVE, f"your function's result at the timing size: {one_line(got.message, 200)}")])
+        return Prepare(findings=[(Severity.CONCLUSIVE,
+                                  f"your function's result at the timing size: {one_line(got.message, 200)}")])
     if got.wrong:
         return Prepare(findings=[(Severity.CONCLUSIVE, f"wrong results at the timing size: {_words(got)}")])
     return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0])
@@ -161,8 +170,8 @@ def _ask(trusted, message, timeout: float):
 def _words(got: CompareReply) -> str:
     if got.first < 0:
         return f"{got.numel} elements where the truth has another number"
-    return (f"{got.wrong} of {got.numel} elements are wrong (the first at flat index {got.first}: {one_line(got.got, 24)} "
-            f"where {one_line(got.want, 24)} is expected)")
+    return (f"{got.wrong} of {got.numel} elements are wrong (the first at flat index {got.first}: "
+            f"{one_line(got.got, 24)} where {one_line(got.want, 24)} is expected)")
 
 
 def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, first) -> Prepare:
@@ -240,15 +249,16 @@ def stop_student(student, grace_s: float = 10.0) -> tuple[str, set[int]]:
     """The student's worker and all it started gone: '' when the process table and the driver's
     list of GPU processes hold none of them, else why not; and their pids (one of them seen on the
     GPU during the replay means it was not gone after all; other jobs' workers may hold a context
-    there too, but take the GPU only through its lock, which the replay holds). "All it started" is the worker's
-    process tree and, where it ran as a lent uid, every process of that uid (a process that left
+    there too, but take the GPU only through its lock, which the replay holds). "All it started" is
+    the worker's process tree and, where it ran as a lent uid, every process of that uid (a process that left
     the tree by forking twice is still the student's)."""
     pids: set[int] = set()
     if student.process is not None:
         pids = process_tree(student.process.proc.pid)
         lease = getattr(getattr(student.process, "started", None), "lease", None)
-        if getattr(lease, "uid", None) is not None:
-            pids |= processes_of(lease.uid)
+        uid = getattr(lease, "uid", None)
+        if uid is not None:
+            pids |= processes_of(uid)
     student.close()
     deadline = time.monotonic() + grace_s
     while True:
@@ -257,7 +267,8 @@ def stop_student(student, grace_s: float = 10.0) -> tuple[str, set[int]]:
         if not alive and not on_gpu:
             return "", pids
         if time.monotonic() > deadline:
-            return f"your worker's processes are still running after it was stopped ({len(alive | on_gpu)} of them)", pids
+            return (f"your worker's processes are still running after it was stopped ({len(alive | on_gpu)} of them)",
+                    pids)
         time.sleep(0.1)
 
 
@@ -282,6 +293,7 @@ def reference_key(prepared: Prepared, spec: Assignment, ctx, settings: Settings)
 
     record = hashlib.sha256((prepared.staging / "reference" / "launches.json").read_bytes()).hexdigest()
     perf = spec.performance
+    assert perf is not None  # the replay runs only for an assignment with a performance case
     parts = [device_id(ctx.gpu, settings), record, spec.name, perf.case.name, perf.dtype, str(ctx.performance_seed),
              "0", grader.__version__, str(PLACEMENTS), str(REPS)]
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
@@ -330,6 +342,7 @@ def _compare(trusted, run: Replayed, own: str, spec: Assignment, timeout: float)
     """'' when the replay's last result is the contender's own call's (the same bytes: that
     result was checked whole already) or right by the error model (a kernel with atomics sums in
     another order), and every other rep's result sums are the last's; else the evidence."""
+    assert spec.performance is not None  # the replay runs only for an assignment with a performance case
     dtype = spec.performance.dtype
     tol = spec.tolerance
     assert run.folder is not None
@@ -368,6 +381,7 @@ def keep(prepared: Prepared, store: Path | None) -> dict:
 def describe(r: Replays) -> dict:
     """The replay's figures as the job's result records them."""
     def side(x: Replayed) -> dict:
-        return {"median_ms": round(x.median_ms, 5) if x.median_ms else None, "reps": len(x.ms), "launches": x.launches,
-                "placements_ms": [round(sorted(p)[len(p) // 2], 5) for p in x.placements]}
-    return {"student": side(r.student), "reference": {**side(r.reference), "kept": r.reference_kept}, "placements": PLACEMENTS}
+        return {"median_ms": round(x.median_ms, 5) if x.median_ms else None, "reps": len(x.ms),
+                "launches": x.launches, "placements_ms": [round(sorted(p)[len(p) // 2], 5) for p in x.placements]}
+    return {"student": side(r.student), "reference": {**side(r.reference), "kept": r.reference_kept},
+            "placements": PLACEMENTS}

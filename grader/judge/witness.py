@@ -76,7 +76,8 @@ def new_seed() -> int:
     return secrets.randbits(62)
 
 
-def bracketed(worker, contender: str, seed: int, timeout: float, last: bool = False) -> tuple[BurstReply | Failure, float]:
+def bracketed(worker, contender: str, seed: int, timeout: float,
+              last: bool = False) -> tuple[BurstReply | Failure, float]:
     """The burst's reply and its seconds by the grading process's clock, request to reply."""
     if worker.unasked():
         raise WitnessRefused("the worker wrote a reply before it was asked")
@@ -94,7 +95,7 @@ def disagreement(student: list[list[float]], reference: list[list[float]], atol:
         return "the samples do not have the expected shape"
     scale = max((abs(v) for row in reference for v in row if math.isfinite(v)), default=0.0)
     wrong = compared = 0
-    first = None
+    first: tuple[int, float, float] | None = None
     for call, (s_row, r_row) in enumerate(zip(student, reference)):
         for s, r in zip(s_row, r_row):
             if not oracle and (s == 0 or r == 0):
@@ -107,6 +108,7 @@ def disagreement(student: list[list[float]], reference: list[list[float]], atol:
                     first = (call, s, r)
     if not wrong:
         return ""
+    assert first is not None  # set at the first wrong element
     call, s, r = first
     return (f"{wrong} of {compared} sampled elements wrong (call {call + 1} of {len(student)}: {s:.6g} where the "
             f"reference has {r:.6g})")
@@ -144,7 +146,8 @@ class Confirmation:
     note: str  # for the student, when the score moved to the grader's clock
 
 
-def confirm(witness: Witness, student_ms: list[float], reference_ms: list[float], host_ms: float | None) -> Confirmation:
+def confirm(witness: Witness, student_ms: list[float], reference_ms: list[float],
+            host_ms: float | None) -> Confirmation:
     """Compare the worker's figure each round (`student_ms`, the median it reported on the
     scored clock) with the grader's clock. `host_ms`: the worker's own median host time of one
     call, synchronized (its settle calls)."""
@@ -155,9 +158,9 @@ def confirm(witness: Witness, student_ms: list[float], reference_ms: list[float]
     if not confirmed:
         by_clock, reported = statistics.median(clock), statistics.median(student_ms)
         shorter = 1 - reported / by_clock
-        said = (f"the worker's timings are {shorter:.0%} shorter than the grader's own clock shows ({reported:.4f} ms "
-                f"per call reported, {by_clock:.4f} ms by the grader's clock over {witness.calls} calls back to back on "
-                "fresh inputs")
+        said = (f"the worker's timings are {shorter:.0%} shorter than the grader's own clock shows "
+                f"({reported:.4f} ms per call reported, {by_clock:.4f} ms by the grader's clock "
+                f"over {witness.calls} calls back to back on fresh inputs")
         if agreement > 1 + TAMPER_MARGIN and not witness.eager:
             # in a CUDA graph the bracket holds the calls' GPU work and nothing of their host work
             tampered = said + ", replayed as a CUDA graph): the timing was changed inside the worker"
@@ -165,7 +168,8 @@ def confirm(witness: Witness, student_ms: list[float], reference_ms: list[float]
             tampered = (said + f"), and its own host clock claims {host_ms:.4f} ms for a whole call: the timing was "
                         "changed inside the worker")
         else:
-            why = (f"your function could not be captured in a CUDA graph ({witness.eager}), so its host work counts there"
+            why = (f"your function could not be captured in a CUDA graph ({witness.eager}), "
+                   "so its host work counts there"
                    if witness.eager else "the difference is larger than timing noise")
             note = (f"scored on the grader's own clock: {by_clock:.4f} ms per call over {witness.calls} calls back to "
                     f"back on fresh inputs, where the worker reported {reported:.4f} ms ({why})")

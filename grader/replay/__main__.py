@@ -65,8 +65,8 @@ def main(argv: list[str]) -> int:
         _answer(out, json.dumps({"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}))
         return 0
     save_file({f"output.{i}": t for i, t in enumerate(timed.pop("last"))}, str(out / "last.safetensors"))
-    _answer(out, json.dumps({**timed, "gpu": torch.cuda.get_device_name(0),
-                                                 "launches": sum(1 for s in plan.steps if isinstance(s, record.Launch))}))
+    launches = sum(1 for s in plan.steps if isinstance(s, record.Launch))
+    _answer(out, json.dumps({**timed, "gpu": torch.cuda.get_device_name(0), "launches": launches}))
     return 0
 
 

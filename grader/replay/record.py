@@ -20,6 +20,7 @@ import re
 import stat
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, cast
 
 MAX_RECORD_BYTES = 1 << 20
 MAX_FILE_BYTES = 16 << 20
@@ -114,7 +115,8 @@ class Plan:
     outputs: list[Output]
     scratch: list[tuple[int, float | None]]  # (bytes, fill value or None)
     kernels: dict[str, Kernel] = field(default_factory=dict)
-    torch_work: list[str] = field(default_factory=list)  # what the call did in torch that is not replayed (the worker's words)
+    # what the call did in torch that is not replayed (the worker's words)
+    torch_work: list[str] = field(default_factory=list)
 
 
 def _need(cond: bool, why: str) -> None:
@@ -145,7 +147,7 @@ def _bytes_of(shape: list[int], stride: list[int], dtype: str, offset: int) -> i
 
 
 def _view(d: dict, what: str) -> tuple[list[int], list[int], str, int]:
-    dtype = d.get("dtype")
+    dtype: Any = d.get("dtype")  # the record's JSON, checked next
     _need(dtype in DTYPES, f"{what}: dtype {str(dtype)[:40]!r} is not one the replay knows")
     shape = [_int(n, 0, 2**40, f"{what}: a dimension") for n in _list(d.get("shape"), 8, f"{what}: shape")]
     stride = [_int(n, 0, 2**40, f"{what}: a stride") for n in _list(d.get("stride"), 8, f"{what}: stride")]
@@ -201,8 +203,10 @@ def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None
         s = _dict(s, f"scratch {i}")
         init = s.get("init")
         _need(init is None or type(init) in (int, float), f"scratch {i}: init is not a number")
-        scratch.append((_int(s.get("nbytes"), 1, MAX_SCRATCH_BYTES, f"scratch {i}: nbytes"), None if init is None else float(init)))
-    _need(sum(n for n, _ in scratch) + sum(o.nbytes for o in outputs) <= MAX_SCRATCH_BYTES, "the record's buffers are too large")
+        scratch.append((_int(s.get("nbytes"), 1, MAX_SCRATCH_BYTES, f"scratch {i}: nbytes"),
+                        None if init is None else float(init)))
+    _need(sum(n for n, _ in scratch) + sum(o.nbytes for o in outputs) <= MAX_SCRATCH_BYTES,
+          "the record's buffers are too large")
     sizes = {"input": dict(input_bytes), "output": {i: o.nbytes for i, o in enumerate(outputs)},
              "scratch": {i: n for i, (n, _) in enumerate(scratch)}}
 
@@ -216,12 +220,15 @@ def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None
     for i, item in enumerate(_list(raw.get("launches"), MAX_LAUNCHES, "launches")):
         launches.append(_launch(_dict(item, f"launch {i}"), i, kernels, sizes))
     _need(bool(launches), "the record has no launch")
-    steps, seen = [], 0
+    steps: list[Fill | Copy | Launch] = []
+    seen = 0
     sequence = _list(raw.get("sequence"), MAX_LAUNCHES + MAX_FILLS, "sequence")
-    _need(sum(1 for s in sequence if isinstance(s, dict) and "launch" not in s) <= MAX_FILLS, f"more than {MAX_FILLS} fills and copies")
+    _need(sum(1 for s in sequence if isinstance(s, dict) and "launch" not in s) <= MAX_FILLS,
+          f"more than {MAX_FILLS} fills and copies")
     for j, step in enumerate(sequence):
         step = _dict(step, f"step {j}")
-        _need(len(step) == 1 and next(iter(step)) in ("fill", "copy", "launch"), f"step {j} is not a fill, a copy or a launch")
+        _need(len(step) == 1 and next(iter(step)) in ("fill", "copy", "launch"),
+              f"step {j} is not a fill, a copy or a launch")
         if "launch" in step:
             _need(step["launch"] == seen, f"step {j}: launches out of order")
             steps.append(launches[seen])
@@ -233,11 +240,13 @@ def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None
     _need(seen == len(launches), "the sequence does not hold every launch once")
     torch_work = _list(raw.get("torch_work", []), 8, "torch_work")
     _need(all(isinstance(w, str) for w in torch_work), "torch_work holds a non-string")
-    return Plan(steps=steps, outputs=outputs, scratch=scratch, kernels=kernels, torch_work=[w[:200] for w in torch_work])
+    return Plan(steps=steps, outputs=outputs, scratch=scratch, kernels=kernels,
+                torch_work=[w[:200] for w in torch_work])
 
 
 def _region(role, ref, sizes: dict, what: str) -> int:
-    _need(role in ("input", "output", "scratch"), f"{what}: role {str(role)[:20]!r} is not input, output or scratch")
+    _need(role in ("input", "output", "scratch"),
+          f"{what}: role {str(role)[:20]!r} is not input, output or scratch")
     _need((type(ref) is str if role == "input" else type(ref) is int) and ref in sizes[role],
           f"{what}: {role} {str(ref)[:40]!r} is not one of the call's")
     return sizes[role][ref]
@@ -249,8 +258,9 @@ def _fill(d: dict, j: int, sizes: dict) -> Fill:
     _need(d.get("role") != "input", f"{what}: the call wrote an input")
     shape, stride, dtype, offset = _view(d, what)
     _need(_bytes_of(shape, stride, dtype, offset) <= nbytes, f"{what}: runs past its buffer")
-    value = d.get("value")
-    _need(type(value) in (int, float) and abs(value) < 1e38 and value == value, f"{what}: value is not a finite number")
+    value: Any = d.get("value")  # the record's JSON, checked next
+    _need(type(value) in (int, float) and abs(value) < 1e38 and value == value,
+          f"{what}: value is not a finite number")
     return Fill(d["role"], d["ref"], offset, shape, stride, dtype, float(value))
 
 
@@ -274,9 +284,10 @@ def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> Launch:
     key = d.get("kernel")
     _need(type(key) is str and key in kernels, f"{what}: its kernel is not in the record")
     kernel = kernels[key]
-    grid = _list(d.get("grid"), 3, f"{what}: grid")
-    _need(len(grid) == 3, f"{what}: grid is not three numbers")
-    grid = tuple(_int(g, 1, hi, f"{what}: grid") for g, hi in zip(grid, MAX_GRID))
+    raw_grid = _list(d.get("grid"), 3, f"{what}: grid")
+    _need(len(raw_grid) == 3, f"{what}: grid is not three numbers")
+    grid = cast("tuple[int, int, int]",  # three, checked above
+                tuple(_int(g, 1, hi, f"{what}: grid") for g, hi in zip(raw_grid, MAX_GRID)))
     _int(d.get("stream"), 0, 0, f"{what}: stream")
     _need(d.get("num_warps") == kernel.metadata.get("num_warps") and d.get("shared") == kernel.metadata.get("shared"),
           f"{what}: warps or shared memory differ from its compiled kernel's")
@@ -287,12 +298,14 @@ def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> Launch:
     for a in args:
         name, kind, sig = a["name"], a.get("kind"), kernel.signature.get(a["name"])
         if kind == "tensor":
-            _need(isinstance(sig, str) and sig.startswith("*"), f"{what}: {name} is a tensor where the kernel takes {sig}")
+            _need(isinstance(sig, str) and sig.startswith("*"),
+                  f"{what}: {name} is a tensor where the kernel takes {sig}")
             nbytes = _region(a.get("role"), a.get("ref"), sizes, f"{what}: {name}")
             offset = _int(a.get("offset"), 0, nbytes - 1, f"{what}: {name}'s offset")
             out.append(Arg(name, "tensor", a["role"], a["ref"], offset))
         elif kind == "tensordesc":
-            _need(isinstance(sig, str) and sig.startswith("tensordesc<"), f"{what}: {name} is a descriptor where the kernel takes {sig}")
+            _need(isinstance(sig, str) and sig.startswith("tensordesc<"),
+                  f"{what}: {name} is a descriptor where the kernel takes {sig}")
             out.append(_descriptor(a, f"{what}: {name}", sizes))
         elif kind == "value":
             value = a.get("value")
@@ -315,14 +328,15 @@ def _descriptor(a: dict, what: str, sizes: dict) -> Arg:
     """A host TMA descriptor: its numbers bounded, and everything it lets the kernel reach inside
     its base's buffer (the hardware clips the kernel's accesses to the descriptor's shape)."""
     nbytes = _region(a.get("role"), a.get("ref"), sizes, what)
-    dtype = a.get("dtype")
+    dtype: Any = a.get("dtype")  # the record's JSON, checked next
     _need(dtype in DTYPES, f"{what}: dtype {str(dtype)[:40]!r} is not one the replay knows")
     offset = _int(a.get("offset"), 0, nbytes - 1, f"{what}: offset")
     _need(offset % 16 == 0, f"{what}: the base is not 16-byte aligned")
     shape = [_int(n, 1, 2**31, f"{what}: shape") for n in _list(a.get("shape"), 5, f"{what}: shape")]
     strides = [_int(n, 0, 2**40, f"{what}: strides") for n in _list(a.get("strides"), 5, f"{what}: strides")]
     block = [_int(n, 1, 256, f"{what}: block_shape") for n in _list(a.get("block_shape"), 5, f"{what}: block_shape")]
-    _need(len(shape) == len(strides) == len(block) >= 1 and strides[-1] == 1, f"{what}: shape, strides and block shape disagree")
+    _need(len(shape) == len(strides) == len(block) >= 1 and strides[-1] == 1,
+          f"{what}: shape, strides and block shape disagree")
     _need(_bytes_of(shape, strides, dtype, offset) <= nbytes, f"{what}: the descriptor reaches past its buffer")
     _need(a.get("padding") in ("zero", "nan") and type(a.get("round_f32_to_tf32")) is bool, f"{what}: padding refused")
     return Arg(a["name"], "tensordesc", a["role"], a["ref"], offset,
@@ -333,11 +347,12 @@ def _descriptor(a: dict, what: str, sizes: dict) -> Arg:
 def _kernel(key: str, k: dict, folder: Path, arch: int | None) -> Kernel:
     what = f"kernel {key[:16]}"
     _need(type(key) is str and SHA.match(key) is not None, f"{what}: its hash is not 64 hex digits")
-    name = k.get("name")
+    name: Any = k.get("name")  # the record's JSON, checked next
     _need(type(name) is str and NAME.match(name) is not None, f"{what}: its name is not an identifier")
     signature = _dict(k.get("signature"), f"{what}: signature")
     _need(len(signature) <= MAX_ARGS and all(type(n) is str and NAME.match(n) and type(t) is str and TYPE.match(t)
-                                             for n, t in signature.items()), f"{what}: its signature has a type the replay refuses")
+                                             for n, t in signature.items()),
+          f"{what}: its signature has a type the replay refuses")
     arg_names = _list(k.get("arg_names"), MAX_ARGS, f"{what}: arg_names")
     _need(arg_names == list(signature), f"{what}: arg_names are not its signature's")
     constants = _list(k.get("constants"), MAX_ARGS, f"{what}: constants")

@@ -21,6 +21,7 @@ import statistics
 import tempfile
 from pathlib import Path
 from types import SimpleNamespace
+from typing import Any
 
 import torch
 import triton
@@ -74,11 +75,13 @@ class Replay:
         self.kernels = kernels if kernels is not None else load_kernels(plan)
         self.pad = torch.empty(pad, dtype=torch.uint8, device="cuda") if pad else None
         self.pristine = {k: _bytes(v).to("cuda", copy=True) for k, v in inputs.items()}  # each input's whole storage
-        self.storages = {"input": {k: torch.empty_like(v) for k, v in self.pristine.items()},
-                         "output": {i: torch.empty(o.nbytes, dtype=torch.uint8, device="cuda") for i, o in enumerate(plan.outputs)},
-                         "scratch": {i: torch.empty(n, dtype=torch.uint8, device="cuda") for i, (n, _) in enumerate(plan.scratch)}}
-        self.flush = torch.empty(max(2 * getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20), 64 << 20) // 4,
-                                 dtype=torch.int32, device="cuda")
+        # by role, then by the record's ref: an input's name, an output's or a scratch buffer's index
+        self.storages: dict[str, dict[Any, torch.Tensor]] = {
+            "input": {k: torch.empty_like(v) for k, v in self.pristine.items()},
+            "output": {i: torch.empty(o.nbytes, dtype=torch.uint8, device="cuda") for i, o in enumerate(plan.outputs)},
+            "scratch": {i: torch.empty(n, dtype=torch.uint8, device="cuda") for i, (n, _) in enumerate(plan.scratch)}}
+        l2_bytes = getattr(torch.cuda.get_device_properties(0), "L2_cache_size", 50 << 20)
+        self.flush = torch.empty(max(2 * l2_bytes, 64 << 20) // 4, dtype=torch.int32, device="cuda")
         self.calls = [self._prepared(step) for step in plan.steps]
 
     def _view(self, v: Fill) -> torch.Tensor:
@@ -94,7 +97,7 @@ class Replay:
             dst, src = self._view(step.to), self._view(step.source)
             return lambda: dst.copy_(src)
         assert isinstance(step, Launch)
-        args = []
+        args: list[object] = []
         for a in step.args:
             if a.kind == "tensor":
                 args.append(self.storages[a.role][a.ref][a.offset:])
@@ -115,7 +118,8 @@ class Replay:
         base = torch.empty(0, dtype=_TORCH_DTYPES[d["dtype"]], device="cuda").set_(
             buf.untyped_storage(), a.offset // size, ((buf.numel() - a.offset) // size,), (1,))
         extra = {"round_f32_to_tf32": True} if d["round_f32_to_tf32"] else {}  # a field Triton 3.6 does not have
-        return TensorDescriptor(base, list(d["shape"]), list(d["strides"]), list(d["block_shape"]), d["padding"], **extra)
+        return TensorDescriptor(base, list(d["shape"]), list(d["strides"]), list(d["block_shape"]), d["padding"],
+                                **extra)
 
     def reset(self) -> None:
         """Inputs as the call got them; result and scratch poisoned (0xFF bytes: NaN in floats)."""
@@ -159,7 +163,7 @@ class Replay:
             self.once()
         torch.cuda.synchronize()
         times, sums = [], []
-        for r in range(reps):
+        for _ in range(reps):
             self.reset()
             torch.cuda.synchronize()
             self.flush.zero_()
@@ -172,7 +176,8 @@ class Replay:
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
             sums.append(self.sums())
-        return {"ms": times, "sums": sums, "median_ms": statistics.median(times), "last": self.outputs() if last else None}
+        return {"ms": times, "sums": sums, "median_ms": statistics.median(times),
+                "last": self.outputs() if last else None}
 
 
 PLACEMENT_STEP = (2 << 20) + 4096  # a new 2 MiB page and a shifted offset within the allocator's blocks

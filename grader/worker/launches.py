@@ -21,6 +21,7 @@ import hashlib
 import inspect
 import json
 from pathlib import Path
+from typing import Any
 
 import torch
 
@@ -65,7 +66,8 @@ class Recorder:
         self.known = {_storage(v)[0]: ("input", k) for k, v in self.inputs.items()}
         self.allocated: dict[int, dict] = {}  # storage ptr -> {"nbytes", "op", "init"}
         self.events: list[tuple] = []  # ("fill", ptr, geometry, value) | ("launch", raw) | ("torch", ptr, op)
-        self.kernels: dict[int, tuple[str, dict]] = {}  # id(CompiledKernel) -> (its key: SHA-256 of its files' digests, its description)
+        # id(CompiledKernel) -> (its key: SHA-256 of its files' digests, its description)
+        self.kernels: dict[int, tuple[str, dict]] = {}
         self.why_not: list[str] = []
         self.torch_work: list[str] = []  # what torch did that the launches do not reproduce (not replayed)
         self.streams: list[int] = []
@@ -79,17 +81,20 @@ class Recorder:
             return
         schema = func._schema
         written = []
-        for arg, value in zip(schema.arguments, list(args) + [kwargs.get(a.name) for a in schema.arguments[len(args):]]):
+        values = list(args) + [kwargs.get(a.name) for a in schema.arguments[len(args):]]
+        for arg, value in zip(schema.arguments, values):
             if arg.alias_info is not None and arg.alias_info.is_write and isinstance(value, torch.Tensor):
                 written.append(value)
-        if name.startswith(FILL_IN_PLACE) and written and (name == "aten::zero_" or len(args) > 1 and not isinstance(args[1], torch.Tensor)):
+        if name.startswith(FILL_IN_PLACE) and written \
+                and (name == "aten::zero_" or len(args) > 1 and not isinstance(args[1], torch.Tensor)):
             t = written[0]
             value = 0.0 if name == "aten::zero_" else float(args[1])
             self.events.append(("fill", _storage(t)[0], self._geometry(t), value))
             return
         if name.startswith("aten::copy_") and written and len(args) > 1 and isinstance(args[1], torch.Tensor) \
                 and args[1].device == written[0].device and list(args[1].shape) == list(written[0].shape):
-            self.events.append(("copy", _storage(written[0])[0], self._geometry(written[0]), _storage(args[1])[0], self._geometry(args[1])))
+            self.events.append(("copy", _storage(written[0])[0], self._geometry(written[0]),
+                                _storage(args[1])[0], self._geometry(args[1])))
             return
         for t in written:
             self.events.append(("torch", _storage(t)[0], name))
@@ -99,14 +104,15 @@ class Recorder:
             ptr, nbytes = _storage(t)
             if ptr in self.known or ptr in self.allocated or nbytes == 0 or any(w is t for w in written):
                 continue
+            init: float | str | None
             if name.startswith(CREATE_EMPTY):
                 init = None
             elif name in CREATE_FILLED:
                 init = CREATE_FILLED[name]
             elif name.startswith(CREATE_FULL) and len(args) > 1 and type(args[1]) in (int, float, bool):
                 init = float(args[1])
-            elif name.startswith(COPY_CREATE) and args and isinstance(args[0], torch.Tensor) and args[0].device == t.device \
-                    and list(args[0].shape) == list(t.shape):
+            elif name.startswith(COPY_CREATE) and args and isinstance(args[0], torch.Tensor) \
+                    and args[0].device == t.device and list(args[0].shape) == list(t.shape):
                 init = "copy"
                 self.events.append(("copy", ptr, self._geometry(t), _storage(args[0])[0], self._geometry(args[0])))
             else:
@@ -132,9 +138,10 @@ class Recorder:
             bound.apply_defaults()
             values = dict(bound.arguments)
         except Exception as exc:  # noqa: BLE001
-            self._not(f"the arguments of a launch of {getattr(fn, '__name__', '?')} could not be bound ({type(exc).__name__})")
+            self._not(f"the arguments of a launch of {getattr(fn, '__name__', '?')} could not be bound "
+                      f"({type(exc).__name__})")
             return
-        grid = kwargs.get("grid")
+        grid: Any = kwargs.get("grid")  # the caller's: a callable, a sequence, or anything at all
         try:
             grid = grid(values) if callable(grid) else grid
             grid = [int(g) for g in grid] + [1] * (3 - len(grid))
@@ -173,7 +180,9 @@ class Recorder:
         for ptr, (role, ref) in self.known.items():
             regions[ptr] = (role, ref)
         scratch_ids: dict[int, int] = {}
-        launches, sequence, kernels = [], [], {}
+        launches: list[dict] = []
+        sequence: list[dict] = []
+        kernels: dict[str, dict] = {}
         used: set[int] = set()
         for event in self.events:
             if event[0] != "launch":
@@ -216,10 +225,12 @@ class Recorder:
             elif event[0] == "launch":
                 sequence.append({"launch": sum(1 for s in sequence if "launch" in s)})
         sequence = [s for s in sequence if "launch" not in s or s["launch"] < len(launches)]
-        outputs_desc = [{"dtype": str(o.dtype).removeprefix("torch."), "shape": list(o.shape), "stride": list(o.stride()),
-                         "offset": o.storage_offset() * o.element_size(), "nbytes": _storage(o)[1]}
+        outputs_desc = [{"dtype": str(o.dtype).removeprefix("torch."), "shape": list(o.shape),
+                         "stride": list(o.stride()), "offset": o.storage_offset() * o.element_size(),
+                         "nbytes": _storage(o)[1]}
                         for o in outputs if isinstance(o, torch.Tensor)]
-        scratch = [{"nbytes": self.allocated[p]["nbytes"], "init": self.allocated[p]["init"] if type(self.allocated[p]["init"]) is float else None}
+        scratch = [{"nbytes": self.allocated[p]["nbytes"],
+                    "init": self.allocated[p]["init"] if type(self.allocated[p]["init"]) is float else None}
                    for p, _ in sorted(scratch_ids.items(), key=lambda kv: kv[1])]
         return {"kernels": kernels, "launches": launches, "sequence": sequence, "scratch": scratch,
                 "outputs": outputs_desc, "why_not": list(self.why_not),
@@ -242,7 +253,7 @@ class Recorder:
             if self.allocated[ptr]["init"] == "torch":
                 self._torch(f"scratch buffer {i} a launch reads was computed by torch ({self.allocated[ptr]['op']})")
 
-    def _target(self, ptr: int, regions: dict, scratch_ids: dict) -> dict | None:
+    def _target(self, ptr: int, regions: dict, scratch_ids: dict) -> dict:
         if ptr in scratch_ids:
             return {"role": "scratch", "ref": scratch_ids[ptr]}
         role, ref = regions[ptr]
@@ -252,15 +263,17 @@ class Recorder:
         t = self._target(ptr, regions, scratch_ids) if ptr in regions or ptr in scratch_ids else None
         return "a buffer" if t is None else f"{t['role']} {t['ref']}"
 
-    def _launch(self, raw: dict, regions: dict, scratch_ids: dict, kernels: dict, used: set, folder: str | None) -> dict | None:
+    def _launch(self, raw: dict, regions: dict, scratch_ids: dict, kernels: dict, used: set,
+                folder: str | None) -> dict | None:
         kernel = raw["kernel"]
-        name = getattr(raw["fn"], "__name__", None) or getattr(getattr(raw["fn"], "fn", None), "__name__", "?")
+        name = getattr(raw["fn"], "__name__", "") or getattr(getattr(raw["fn"], "fn", None), "__name__", "?")
         args = []
         for pname, value in raw["values"].items():
             if isinstance(value, torch.Tensor):
                 placed = self._place(value, regions, scratch_ids, used)
                 if placed is None:
-                    self._not(f"argument {pname} of {name} is a tensor from elsewhere (not an input, the result, or a buffer the call allocated)")
+                    self._not(f"argument {pname} of {name} is a tensor from elsewhere "
+                              "(not an input, the result, or a buffer the call allocated)")
                     return None
                 args.append({"name": pname, "kind": "tensor", **placed})
             elif type(value).__name__ == "TensorDescriptor" and isinstance(getattr(value, "base", None), torch.Tensor):
@@ -268,7 +281,8 @@ class Recorder:
                 if desc is None:
                     return None
                 args.append(desc)
-            elif type(value).__name__ in ("TensorDescriptor", "TmaDescKernelParam") or hasattr(value, "tma_desc_cpu_ptr"):
+            elif type(value).__name__ in ("TensorDescriptor", "TmaDescKernelParam") \
+                    or hasattr(value, "tma_desc_cpu_ptr"):
                 self._not(f"argument {pname} of {name} is a host-side TMA descriptor the replay cannot rebuild")
                 return None
             elif type(value) is int and self._address(value):
@@ -287,7 +301,8 @@ class Recorder:
             return entry
         if id(kernel) not in self.kernels:
             described = self._kernel(kernel, folder)
-            self.kernels[id(kernel)] = (hashlib.sha256("".join(sorted(described["files"].values())).encode()).hexdigest(), described)
+            key = hashlib.sha256("".join(sorted(described["files"].values())).encode()).hexdigest()
+            self.kernels[id(kernel)] = (key, described)
         key, described = self.kernels[id(kernel)]
         kernels[key] = described
         md = kernel.metadata
@@ -323,7 +338,8 @@ class Recorder:
             self._not(f"descriptor {pname} of {name} has a shape that is not numbers")
             return None
         return {"name": pname, "kind": "tensordesc", **placed,
-                "dtype": str(base.dtype).removeprefix("torch."), **numbers, "padding": str(getattr(value, "padding", "zero")),
+                "dtype": str(base.dtype).removeprefix("torch."), **numbers,
+                "padding": str(getattr(value, "padding", "zero")),
                 "round_f32_to_tf32": bool(getattr(value, "round_f32_to_tf32", False))}
 
     def _address(self, value: int) -> bool:

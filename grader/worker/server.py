@@ -18,7 +18,7 @@ import time
 import traceback
 from collections import Counter
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Any, Callable
 
 from grader import protocol
 from grader.protocol import (
@@ -46,6 +46,9 @@ from grader.protocol import (
 )
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
 
+if TYPE_CHECKING:
+    from grader.worker import timing
+
 
 def _setup_torch():
     """Poison uninitialized memory (NaN for floats, max int for ints) so that an output
@@ -53,13 +56,16 @@ def _setup_torch():
     import torch
 
     torch.use_deterministic_algorithms(True, warn_only=True)
-    torch.utils.deterministic.fill_uninitialized_memory = True
+    # torch defines it as a property of the module's own class, which its stubs do not show
+    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
     return torch
 
 
 LAUNCHES: Counter[str] = Counter()
-BLOCKS: dict[str, int] = {}  # the BLOCK* sizes a call's launches passed: where the report draws block boundaries
-COMPILED: dict[str, dict] = {}  # on a GPU, what the compiler made of each kernel a call launched (protocol.CompiledKernel)
+# the BLOCK* sizes a call's launches passed: where the report draws block boundaries
+BLOCKS: dict[str, int] = {}
+# on a GPU, what the compiler made of each kernel a call launched (protocol.CompiledKernel)
+COMPILED: dict[str, dict] = {}
 RECORDING: list = []  # the grader.worker.launches.Recorder of the call being recorded, if any
 
 
@@ -111,7 +117,7 @@ def _compiled(kernel, kwargs: dict) -> dict:
     """Registers, spills, shared memory, warps and stages of a compiled kernel, and its launch's
     grid (evaluated again where it is a function of the launch's meta-parameters)."""
     meta = getattr(kernel, "metadata", None)
-    grid = kwargs.get("grid")
+    grid: Any = kwargs.get("grid")  # the student's: a callable, a sequence, or anything at all
     try:
         grid = grid(kwargs) if callable(grid) else grid
         grid = [int(g) for g in grid][:3]
@@ -145,11 +151,11 @@ def _index_one_element_arrays() -> None:
 
 class Worker:
     def __init__(self) -> None:
-        self.functions: dict[str, object] = {}
+        self.functions: dict[str, Callable] = {}
         self.roots: list[str] = []
         self.retained: dict[tuple[str, str], object] = {}  # outputs of timed calls, by (contender, input set)
         self.input_cache: dict[str, dict] = {}
-        self.bursts: dict[str, object] = {}  # grader.worker.timing.Burst, by contender
+        self.bursts: dict[str, timing.Burst] = {}  # by contender
         self.torch = _setup_torch()
 
     # -- requests ---------------------------------------------------------------------
@@ -190,12 +196,13 @@ class Worker:
         if req.device == "cuda":
             torch.cuda.synchronize()
         seconds = time.perf_counter() - start
-        reply = RunReply(seconds=seconds, launches=dict(LAUNCHES), blocks=dict(list(BLOCKS.items())[:8]), ops=sorted(ops),
-                         result_type=type(out).__name__)
+        reply = RunReply(seconds=seconds, launches=dict(LAUNCHES), blocks=dict(list(BLOCKS.items())[:8]),
+                         ops=sorted(ops), result_type=type(out).__name__)
         tensors = {f"input.{k}": storage_of(v) for k, v in args.items() if isinstance(v, torch.Tensor)}
         if isinstance(out, torch.Tensor):
             d = _describe(out, args)
-            reply.dtype, reply.shape, reply.stride, reply.device, reply.aliases = d.dtype, d.shape, d.stride, d.device, d.aliases
+            reply.dtype, reply.shape, reply.stride = d.dtype, d.shape, d.stride
+            reply.device, reply.aliases = d.device, d.aliases
             tensors["output"] = out.detach().to("cpu").contiguous()
         elif isinstance(out, (tuple, list)) and out and all(isinstance(o, torch.Tensor) for o in out):
             # several results (e.g. dx, dw, db): output.0, output.1, ..., each described in order
@@ -300,7 +307,8 @@ class Worker:
 
         torch = self.torch
         truth = self._flat(req.truth)
-        limit = req.limit if req.limit > 0 else (truth.numel() * 8 if truth is not None else 0)  # 0: by the truth's size
+        # 0: by the truth's size
+        limit = req.limit if req.limit > 0 else (truth.numel() * 8 if truth is not None else 0)
         try:
             tensors = load(_read_bounded(req.file, limit + (64 << 10)))
         except OSError as exc:
@@ -325,7 +333,8 @@ class Worker:
         d = (reference.float() - t).abs()
         normal = float(d[~torch.isnan(d)].max()) if d.numel() and not torch.isnan(d).all() else 0.0
         g = got.float()
-        bad = ~((g - t).abs() <= 2 * normal + req.atol + req.rtol * t.abs() + 1e-2 * t.abs()) & ~(torch.isnan(g) & torch.isnan(t))
+        bad = ~((g - t).abs() <= 2 * normal + req.atol + req.rtol * t.abs() + 1e-2 * t.abs()) \
+            & ~(torch.isnan(g) & torch.isnan(t))
         count = int(bad.sum())
         if not count:
             return CompareReply(numel=got.numel(), same=False, wrong=0)
@@ -335,7 +344,7 @@ class Worker:
 
     def _flat(self, key: str):
         """A kept result, flattened (a call's, under any contender, or one `compare` kept)."""
-        for (contender, k), out in self.retained.items():
+        for (_, k), out in self.retained.items():
             if k == key and isinstance(out, self.torch.Tensor):
                 return out.detach().reshape(-1)
         return None

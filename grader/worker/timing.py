@@ -11,11 +11,11 @@ profiler's GPU activity records (CUPTI), which list every kernel, copy and set o
 with its start and end on the GPU, whatever stream or host thread launched it. The records come
 back with the host's marks of each call (`marks`), and the grading process works out from them
 how long each call kept the GPU busy (grader.judge.activity): work hidden on another stream or thread
-is counted where it ran, and the time between launches (the host's) is not. After the timed loop a few untimed "settle" calls run without the
-sleep, each followed at once by a marker kernel on the caller's stream: work of the call still
-running after that marker means the function returned before its result was computed. Those
-calls also give each call's host (wall) time: the latency a caller sees, Python and launch
-included.
+is counted where it ran, and the time between launches (the host's) is not. After the timed loop a
+few untimed "settle" calls run without the sleep, each followed at once by a marker kernel on the
+caller's stream: work of the call still running after that marker means the function returned
+before its result was computed. Those calls also give each call's host (wall) time: the latency a
+caller sees, Python and launch included.
 
 Everything this module calls is bound when it is imported, before any student module is,
 so a student who monkeypatches torch.cuda.Event, synchronize or the profiler does not change
@@ -194,7 +194,8 @@ class Burst:
 
     def __init__(self, fn: Callable, args: list, calls: int, samples: int, graph: bool = True) -> None:
         self.fn, self.args, self.calls, self.samples = fn, args, calls, samples
-        self.capture = graph  # False: eager, synchronized after each call (the mirror of a burst that could not be captured)
+        # False: eager, synchronized after each call (the mirror of a burst that could not be captured)
+        self.capture = graph
         seen, self.buffers = set(), []
         for a in args:  # each storage once: a view's storage is refilled whole
             if isinstance(a, torch.Tensor) and a.is_floating_point() and a.untyped_storage().data_ptr() not in seen:
@@ -206,14 +207,15 @@ class Burst:
         self.taken = torch.zeros(calls, samples, dtype=torch.float32, device="cuda")
         self.flush = _flush_buffer()
         self.numel = 0
-        self.graph = None
+        self.graph: torch.cuda.CUDAGraph | None = None
 
     def _body(self, calls: int | None = None) -> None:
         for i in range(self.calls if calls is None else calls):
             for j, buf in enumerate(self.buffers):
                 n = buf.numel()
                 _redraw[(triton.cdiv(n, 4096),)](buf, n, self.seed, (i * len(self.buffers) + j + 1) << 40, BLOCK=4096)
-            self.flush.zero_()  # each call starts from the cache state of the timed loop's calls, not with its inputs in L2
+            # each call starts from the cache state of the timed loop's calls, not with its inputs in L2
+            self.flush.zero_()
             out = self.fn(*self.args)
             if not self.capture:
                 _synchronize()
@@ -288,12 +290,13 @@ def roofline() -> dict:
     bandwidth (bytes read + written) and a large cuBLAS GEMM's rate per dtype (random data:
     zeros run faster). float32 is measured with TF32 allowed: Triton's tl.dot uses TF32 by
     default, so that is the ceiling a float32 kernel can reach."""
-    result = {"gpu": device_name(), "copy_gbps": _copy_gbps(), "gemm_tflops": {}}
+    gemm_tflops: dict[str, float] = {}
+    result = {"gpu": device_name(), "copy_gbps": _copy_gbps(), "gemm_tflops": gemm_tflops}
     tf32 = torch.backends.cuda.matmul.allow_tf32
     try:
         torch.backends.cuda.matmul.allow_tf32 = True
         for name, dtype in (("float16", torch.float16), ("bfloat16", torch.bfloat16), ("float32", torch.float32)):
-            result["gemm_tflops"][name] = _gemm_tflops(dtype)
+            gemm_tflops[name] = _gemm_tflops(dtype)
     finally:
         torch.backends.cuda.matmul.allow_tf32 = tf32
     torch.cuda.empty_cache()
