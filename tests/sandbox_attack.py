@@ -150,7 +150,10 @@ def grade(repo: Path, cases: tuple[str, ...], assignments: tuple[str, ...] = ("s
     from grader.submission import open_submission
 
     start = time.monotonic()
-    session = open_session(GradingContext("cpu", 424242, cases, ("float32",), 20))
+    from grader.settings import from_environment
+
+    # a process of its own: its settings are its environment's (the course secret, the cache, no warm start)
+    session = open_session(GradingContext("cpu", 424242, cases, ("float32",), 20), from_environment())
     run = session.grade(open_submission(repo), [session.course.get(a) for a in assignments])
     results = run.to_gradescope()
     return {"seconds": time.monotonic() - start, "isolation": run.environment["isolation"],

@@ -421,11 +421,18 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path
     from grader.judge.session import open_session
     from grader.submission import open_submission
 
-    assert process.detect("sandbox").user_switch  # found before the range breaks
+    from grader.settings import from_environment
+
+    # the settings this test process was started with (GRADER_WARM_SECONDS=0: no fork server, whose own
+    # process would lease the uid out of the monkeypatch's reach), the sandbox found with them before
+    # the range breaks
+    settings = from_environment()
+    assert process.detect("sandbox", settings).user_switch
     monkeypatch.setattr(uids, "UID_RANGE", "0-0")  # root's: never lent to a worker
     repo = tmp_path / "good"
     shutil.copytree(FIXTURES / "good", repo)
-    run = open_session(GradingContext("cpu", 1, ("n=1",), ("float32",))).grade(open_submission(repo), [COURSE.get("vector_add")])
+    session = open_session(GradingContext("cpu", 1, ("n=1",), ("float32",)), settings)
+    run = session.grade(open_submission(repo), [COURSE.get("vector_add")])
     test = run.tests[0]  # one result for the whole assignment: no case could run
     assert test.outcome == "infra_error" and "no free worker uid in 0-0" in test.message, test
     assert test.name == "worker" and "importing kernels/vector_add.py failed" not in test.message  # ours, not the student's import
