@@ -288,21 +288,21 @@ class ReplyError(ValueError):
     """A replay's result file that cannot be read as the results it must hold."""
 
 
-def results(replayed: Replayed, expected: list[torch.Tensor], which: str = "last") -> list[torch.Tensor]:
+def results(replayed: Replayed, expected: list[torch.Tensor]) -> list[torch.Tensor]:
     """The replay's results of its last rep, read as a worker's file is: never
     through a link, never more than the expected results' bytes and a header, exactly the
     expected names, dtypes and shapes; ReplyError says what is wrong."""
     from safetensors.torch import load
 
-    assert which == "last" and replayed.folder is not None
+    assert replayed.folder is not None
     limit = sum(t.numel() * t.element_size() for t in expected) + MAX_HEADER_BYTES
     try:
-        tensors = load(read_worker_file(replayed.folder / f"{which}.safetensors", limit))
+        tensors = load(read_worker_file(replayed.folder / "last.safetensors", limit))
     except Exception as exc:  # noqa: BLE001 - WorkerFileError, or safetensors' own error for a bad header
-        raise ReplyError(f"the replay's {which} result cannot be read ({one_line(exc, 160)})") from None
+        raise ReplyError(f"the replay's last result cannot be read ({one_line(exc, 160)})") from None
     names = [f"output.{i}" for i in range(len(expected))]
     if sorted(tensors) != sorted(names):
-        raise ReplyError(f"the replay's {which} result holds {len(tensors)} tensors where {len(names)} are expected")
+        raise ReplyError(f"the replay's last result holds {len(tensors)} tensors where {len(names)} are expected")
     got = [tensors[n] for n in names]
     for i, (g, w) in enumerate(zip(got, expected)):
         if g.dtype != w.dtype:
