@@ -51,3 +51,42 @@ def test_the_replay_worker_sees_no_more_than_the_gpu_worker(submission, tmp_path
     result = _bounds_check(open_session(ctx), spec, sub.target(spec), tmp_path / "work", 60, hide=[sub.root.parent])
     assert result.outcome == "skipped" and "not started in this test" in result.message
     assert seen == [["/srv/course-references", str(sub.root.parent)]]
+
+
+def test_the_bounds_check_runs_beside_the_correctness_calls_and_lands_in_its_place(monkeypatch):
+    """On a GPU the bounds check starts once the module loads, in the interpreter beside the
+    correctness calls, and its result is taken at its own stage, after theirs; a worker that
+    could not be restarted (nothing loaded) leaves no bounds result, as before."""
+    import threading
+    import time
+    from types import SimpleNamespace
+
+    from grader.judge import grade
+
+    started = threading.Event()
+
+    def slow_bounds(*args):
+        started.set()
+        time.sleep(0.5)
+        return "bounds result"
+
+    monkeypatch.setattr(grade, "_start", lambda worker, spec: None)
+    monkeypatch.setattr(grade, "_bounds_check", slow_bounds)
+    for restarted in (True, False):
+        started.clear()
+        g = SimpleNamespace(runnable=[1], worker=object(), spec=SimpleNamespace(name="vector_add"),
+                            ctx=SimpleNamespace(interpret=False), session=None, target=None, workdir=None,
+                            call_timeout=1, neighbours=[], load_failure=None, bounds=None,
+                            result=SimpleNamespace(tests=[]), step=lambda text: None)
+        g.loaded = True
+        began = time.monotonic()
+        grade.load_module(g)
+        assert started.wait(5) and time.monotonic() - began < 0.4, "it runs beside the next stage, not before it"
+        g.result.tests.append("a correctness result")
+        g.loaded = restarted
+        grade.bounds_check(g)
+        assert g.bounds is None and time.monotonic() - began >= 0.5
+        assert g.result.tests == (["a correctness result", "bounds result"] if restarted else ["a correctness result"])
+    g.ctx.interpret = True  # in the interpreter the calls themselves are checked: no bounds check
+    grade.load_module(g)
+    assert g.bounds is None

@@ -192,3 +192,37 @@ def test_a_call_says_how_long_it_waited_behind_a_timing_phase(settings):
     with gpu_phase("0", False, settings, enabled=False, waited=waits.append):
         pass
     assert len(waits) == 2  # the interpreter holds nothing and waits for nothing
+
+
+def test_at_most_two_timing_phases_hold_set_up_buffers_per_gpu(settings):
+    """Replays set up before their hold wait for a set-up slot: two per GPU at once (the one
+    timing and the next), a third waits until one is left; another GPU's slots are its own."""
+    from grader.judge.devicelock import setup_slot
+
+    inside, most, lock = [0], [0], threading.Lock()
+    other_gpu_entered = threading.Event()
+
+    def phase(gpu: str) -> None:
+        with setup_slot(gpu, settings, poll_s=0.005):
+            with lock:
+                inside[0] += 1
+                most[0] = max(most[0], inside[0])
+            time.sleep(0.3)
+            with lock:
+                inside[0] -= 1
+
+    threads = [threading.Thread(target=phase, args=("0",)) for _ in range(5)]
+    began = time.monotonic()
+    for t in threads:
+        t.start()
+    time.sleep(0.05)
+    with setup_slot("1", settings):  # GPU 1's slots are free while GPU 0's are full
+        other_gpu_entered.set()
+    assert other_gpu_entered.is_set() and time.monotonic() - began < 0.3
+    for t in threads:
+        t.join()
+    assert most[0] == 2, most
+    assert time.monotonic() - began >= 0.3 * 3 - 0.05  # five phases, two at a time: three turns
+    with setup_slot("0", settings, enabled=False), setup_slot("0", settings, enabled=False), \
+            setup_slot("0", settings, enabled=False):  # the interpreter holds nothing
+        pass

@@ -96,3 +96,18 @@ def test_a_rep_that_computed_something_else_than_the_checked_last_one_is_named()
         "rep 1 of 3 computed another result 0 than the last rep, which was checked whole")
     poisoned = [[[10.0, 20.0, 4.0]], [[10.0, 20.0, 0.0]]]  # NaN left where the rep did not write
     assert "4 and 0 non-finite" in replayed.reps_differ(Replayed(ms=[1.0] * 2, sums=poisoned))
+
+
+@pytest.mark.parametrize("result", [
+    torch.randn(4096),
+    torch.tensor([1.0, float("nan"), -2.0, float("inf"), float("-inf"), 0.5]),
+    torch.randn(256).to(torch.bfloat16),
+    torch.randn(64, 64).t(),  # a strided result
+])
+def test_a_reps_result_sums_are_the_finite_sum_magnitudes_and_non_finite_count_in_float64(result):
+    from grader.replay.runner import result_sums
+
+    as64 = result.double()
+    finite = torch.isfinite(as64)
+    expected = [float(as64[finite].sum()), float(as64[finite].abs().sum()), float((~finite).sum())]
+    assert result_sums(result) == pytest.approx(expected, rel=1e-12, abs=1e-12)

@@ -194,11 +194,21 @@ def test_a_hostile_record_is_refused_with_the_reason_before_any_process_starts(t
     assert replayed.decide(got, replayed.Replayed(ms=[1.0]), wrong="").kind == "fallback"
 
 
+ARMED_THEN_HANGS = ("import sys, time, pathlib; a = sys.argv[1:]; "
+                    "pathlib.Path(a[a.index('--armed') + 1]).touch(); time.sleep(600)")
+
+
 def test_a_replay_that_overruns_is_killed_and_fails(tmp_path):
+    """Hanging while it sets up (before any kernel of its record ran) is ours; hanging once told
+    to go fails the replay."""
     _, rec, inputs, layout = _call(tmp_path)
     start = time.monotonic()
     got = replayed.run(rec, inputs, layout, tmp_path / "job", 5, 5, boot="import time; time.sleep(600)")
-    assert got.failed == "the replay did not finish in 5 s" and time.monotonic() - start < 60, got
+    assert got.failed == "the replay was not set up in 5 s" and got.ours and time.monotonic() - start < 60, got
+    assert replayed.decide(got, replayed.Replayed(ms=[1.0]), wrong="").kind == "retry"
+    start = time.monotonic()
+    got = replayed.run(rec, inputs, layout, tmp_path / "job2", 5, 5, boot=ARMED_THEN_HANGS)
+    assert got.failed == "the replay did not finish in 5 s" and not got.ours and time.monotonic() - start < 60, got
 
 
 def test_what_the_replay_writes_back_is_read_bounded(tmp_path):

@@ -106,7 +106,18 @@ def stage(tmp_path, monkeypatch):
     monkeypatch.setattr(perf, "call_times", lambda reply: ([0.4] * 3, [0.4] * 3, None))
     monkeypatch.setattr(replaying, "stop_student", lambda student: (student.close() or "", {4242}))
     monkeypatch.setattr(replayed, "gpu_processes", lambda: [])
-    asked, given = [], []
+    asked, given, events, spawned = [], [], [], []
+
+    @contextlib.contextmanager
+    def held(lock):  # the session's GPU locks, each taking and release noted in order
+        events.append(f"{lock}+")
+        yield
+        events.append(f"{lock}-")
+
+    for name in ("arm", "go"):
+        monkeypatch.setattr(replaying, name, lambda *a, _f=getattr(replaying, name), _n=name: (events.append(_n),
+                                                                                                 _f(*a))[1])
+    monkeypatch.setattr(replayed, "settle", lambda r, _f=replayed.settle: (events.append("settle"), _f(r))[1])
 
     def run(student, trusted=None, replays=None, store=None, cache=None):
         trusted = trusted or FakeWorker(truth)
@@ -133,6 +144,7 @@ def stage(tmp_path, monkeypatch):
             return replayed.Replayed(ms=ms, folder=out, placements=placements, others=got.get("others", []), sums=sums)
 
         def fake_spawn(job, reps, timeout, **kw):  # a process started before its record exists
+            spawned.append(Path(job).name)
             return SimpleNamespace(job=job, kw=kw)
 
         def fake_place(pending, record, inputs, layout_file):
@@ -143,13 +155,14 @@ def stage(tmp_path, monkeypatch):
         monkeypatch.setattr(replayed, "spawn", fake_spawn)
         monkeypatch.setattr(replayed, "place", fake_place)  # a Replayed passes through `go` as it is
         ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
-        session = SimpleNamespace(context=ctx, alone_on_gpu=contextlib.nullcontext, cache=cache, settings=SETTINGS)
+        session = SimpleNamespace(context=ctx, alone_on_gpu=lambda: held("alone"), sharing_gpu=lambda: held("shared"),
+                                  setup_slot=lambda: held("slot"), cache=cache, settings=SETTINGS)
 
         stage = perf.Stage(session, SPEC, student, workdir, 30, dict(ROOFLINE))
         got, fallback = perf._by_replay(stage, trusted, files, layout)
         return got if got is not None else fallback
 
-    run.truth, run.asked, run.given = truth, asked, given
+    run.truth, run.asked, run.given, run.events, run.spawned = truth, asked, given, events, spawned
     return run
 
 
@@ -163,6 +176,11 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     assert _d(got)["figures"]["student"]["median_ms"] == pytest.approx(1.2)
     assert _d(got)["figures"]["torch"]["median_ms"] == pytest.approx(0.4)
     assert student.closed, "the student's worker must be gone before anything is timed"
+    # set up under the GPU held shared, timed alone, the last results written before the set-up slot is left,
+    # and compared with the GPU shared again (the recorded calls' sharing is the student worker's own)
+    locks = [e for e in stage.events if e[-1] in "+-" or e in ("arm", "go")]
+    assert locks[:8] == ["slot+", "shared+", "arm", "shared-", "alone+", "go", "alone-", "slot-"], stage.events
+    assert stage.events.index("settle") < stage.events.index("slot-") and locks[8:] == ["shared+", "shared-"]
     assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replaying.PLACEMENTS
     assert stage.given == [SETTINGS, SETTINGS], "each replay process starts with the session's settings"
     kept = _d(got)["replay"]["kept"]
@@ -285,9 +303,12 @@ def test_the_references_figure_is_kept_for_the_run_while_torchs_time_holds(stage
     first = stage(FakeWorker(stage.truth), cache=cache)
     assert _d(first)["replay"]["reference"]["kept"] is False
     assert [a[0] for a in stage.asked] == ["student", "reference"]
+    assert stage.spawned == ["run-student", "run-reference"]
     stage.asked.clear()
+    stage.spawned.clear()
     again = stage(FakeWorker(stage.truth), cache=cache)  # the next student: the reference is not timed again
     assert [a[0] for a in stage.asked] == ["student"] and _d(again)["replay"]["reference"]["kept"] is True
+    assert stage.spawned == ["run-student"], "no replay process is started for a reference whose figure is kept"
     assert _d(again)["ratio_to_reference"] == _d(first)["ratio_to_reference"]
     stage.asked.clear()
     monkeypatch.setattr(perf, "call_times", lambda reply: ([0.45] * 3, [0.45] * 3, None))  # the GPU drifted by 12%

@@ -10,6 +10,11 @@ killed holder releases it with its last file descriptor):
   calls pass through: once a timing phase waits, no new call starts on that GPU, the calls
   running finish, and the timing phase goes (a stream of calls cannot starve it).
 
+A timing phase's replays set up on the GPU before its hold (grader.judge.replayed.arm), holding
+it shared; `setup_slot` lets at most two timing phases per GPU hold their set-up buffers at once
+(the one timing, the next one ready), so jobs side by side never fill the GPU's memory with
+replays waiting for their turn.
+
 The lock folder is $GRADER_LOCK_DIR, else <tmp>/grader-locks, as the session's settings say.
 """
 
@@ -82,3 +87,34 @@ def gpu_phase(gpu: str | None, exclusive: bool, settings: Settings, enabled: boo
 def timing_lock(gpu: str | None, settings: Settings, enabled: bool = True):
     """The GPU alone, for one timing phase."""
     return gpu_phase(gpu, True, settings, enabled=enabled)
+
+
+SETUP_SLOTS = 2
+
+
+@contextmanager
+def setup_slot(gpu: str | None, settings: Settings, enabled: bool = True, slots: int = SETUP_SLOTS,
+               poll_s: float = 0.02) -> Iterator[None]:
+    """One of `slots` places per GPU for a timing phase's set-up buffers, held from its replays'
+    set-up to their end (flock files, as the GPU's lock, tried in turn)."""
+    if not enabled:
+        yield
+        return
+    base = lock_dir(settings) / f"gpu-{device_id(gpu, settings)}"
+    fds = [_open(base.with_suffix(f".setup{i}")) for i in range(slots)]
+    held = None
+    try:
+        while held is None:
+            for fd in fds:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    continue
+                held = fd
+                break
+            else:
+                time.sleep(poll_s)
+        yield
+    finally:
+        for fd in fds:
+            os.close(fd)

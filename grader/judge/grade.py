@@ -9,7 +9,9 @@
 - correctness: every planned call, judged; a worker that dies is restarted for the rest;
 - shrinking: each distinct failure's smallest failing case (grader.judge.shrink);
 - integrity: whether the student's own Triton kernel did the work;
-- bounds_check: on a GPU, the small cases replayed in the interpreter with every access checked;
+- bounds_check: on a GPU, the small cases replayed in the interpreter with every access checked
+  (started once the module loads, on the CPU beside the correctness calls on the GPU; its result
+  is taken here, in its place);
 - performance: the timing against the reference and torch (grader.judge.perf);
 - scoring: the points (grader.judge.scoring), the hidden-case note, the headline.
 
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import time
 from collections import Counter
+from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
@@ -114,6 +117,7 @@ class Grading:
     integrity: OwnKernelCheck = field(init=False)
     load_failure: Failure | None = None
     done: bool = False  # a stage gave the assignment's one result: no later stage runs, nothing is scored
+    bounds: Future | None = None  # the bounds check, running beside the correctness calls (`load_module`)
 
     def __post_init__(self) -> None:
         ctx = self.session.context
@@ -181,6 +185,8 @@ def load_module(g: Grading) -> None:
     g.load_failure = _start(g.worker, g.spec)
     if g.load_failure:
         g.finish(_unloadable(g.spec, g.ctx, g.result, g.module, g.calls, g.runnable, g.load_failure))
+    elif not g.ctx.interpret:  # in the interpreter on the CPU, beside the correctness calls on the GPU
+        g.bounds = _BOUNDS.submit(_bounds_check, g.session, g.spec, g.target, g.workdir, g.call_timeout, g.neighbours)
 
 
 def correctness(g: Grading) -> None:
@@ -218,9 +224,18 @@ def integrity(g: Grading) -> None:
 
 
 def bounds_check(g: Grading) -> None:
-    if not g.ctx.interpret and g.loaded:
-        g.step(f"{g.spec.name}: bounds check")
-        g.result.tests.append(_bounds_check(g.session, g.spec, g.target, g.workdir, g.call_timeout, g.neighbours))
+    """The bounds check's result, in its place: started by `load_module`, waited for here."""
+    bounds, g.bounds = g.bounds, None
+    if bounds is None:
+        return
+    g.step(f"{g.spec.name}: bounds check")
+    test = bounds.result()
+    if g.loaded:  # a worker that could not be restarted for the correctness calls: nothing is checked
+        g.result.tests.append(test)
+
+
+# the bounds checks of assignments graded at once, each in its own thread (it waits on its worker)
+_BOUNDS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bounds-check")
 
 
 def performance(g: Grading) -> None:
@@ -278,6 +293,8 @@ def grade_assignment(session: Resources, sub: Submission, spec: Assignment, work
             if g.done:
                 break
     finally:
+        if g.bounds is not None:  # a stage before it raised: its worker is closed as it ends
+            g.bounds.cancel() or wait([g.bounds])
         if g.worker is not None:
             g.worker.close()
             lap("closing")

@@ -344,14 +344,23 @@ def _cancel(pending: dict) -> None:
         replayed.cancel(c)
 
 
+def _stop(runs: dict) -> None:
+    for c in runs.values():
+        replayed.stop(c)
+
+
 def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> tuple[TestResult | None, str]:
     """The speed scored by replay (grader.judge.replaying): the result, or (None, why) where the
     fallback times it instead (the student's worker then still alive). The replay processes
-    start first: their imports overlap the recorded calls, and they touch the GPU only when told
-    to go, inside the exclusive hold."""
-    ctx, settings = stage.ctx, stage.session.settings
+    start first: their imports overlap the recorded calls; they set up on the GPU while the
+    student's worker is stopped (the GPU held shared), and run their kernels only when told to
+    go, inside the exclusive hold."""
+    ctx, settings, cache = stage.ctx, stage.session.settings, stage.session.cache
     staging = stage.workdir.parent / f"{stage.spec.name}.replay"
-    pending = {c: replaying.spawn(staging, c, ctx, stage.timeout, settings) for c in ("student", "reference")}
+    # the reference's figure kept for this assignment already: its replay process is likely not needed
+    expect = replaying.expected_key(stage.spec, ctx, settings)
+    contenders = ("student",) if cache is not None and cache.kept_timing(expect) else ("student", "reference")
+    pending = {c: replaying.spawn(staging, c, ctx, stage.timeout, settings) for c in contenders}
     try:
         prep = replaying.prepare(stage.spec, stage.student, trusted, timed_files, layout, stage.workdir, staging,
                                  stage.timeout)
@@ -369,34 +378,56 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
         return None, prep.fallback
     prepared = prep.prepared
     assert prepared is not None  # no error, finding or fallback: prepared
-    cache = stage.session.cache
     key = replaying.reference_key(prepared, stage.spec, ctx, settings)
     kept = cache.kept_timing(key) if cache is not None else None
     if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
-        replayed.cancel(pending["reference"])
+        replayed.cancel(pending.pop("reference", None))
+    elif "reference" not in pending:  # another record of the reference than the kept one: replayed after all
+        pending["reference"] = replaying.spawn(staging, "reference", ctx, stage.timeout, settings)
     placed: dict[str, replayed.Pending | replayed.Replayed | None] = {
         "student": replaying.place(prepared, "student", pending["student"]),
         "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
-    stopped, prepared.student_pids = replaying.stop_student(stage.student)
-    if stopped:
-        _cancel(placed)
-        return stage.test("infra_error", f"not scored: {stopped}"), ""
-    stage.phase("replay_stop_worker")
-    try:
-        timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
-    finally:
-        _cancel(placed)
+    timed = _set_up_and_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
     if isinstance(timed, TestResult):
         return timed, ""
     t, torch_ms, ref_run, student_run = timed
     r = replaying.judge(prepared, stage.spec, ref_run, student_run, kept=kept is not None and ref_run.folder is None,
-                        timeout=stage.timeout)
+                        timeout=stage.timeout, sharing=stage.session.sharing_gpu)
     stage.phase("replay_checks")
     if cache is not None and not r.reference_kept and r.reference.ms \
             and not (r.reference.failed or r.reference.refused):
         cache.keep_timing(key, {"ms": r.reference.ms, "placements": r.reference.placements,
                                 "launches": r.reference.launches, "torch_ms": torch_ms})
+        cache.keep_timing(expect, {"reference_key": key})
     return _replay_verdict(stage, prepared, r, t), ""
+
+
+def _set_up_and_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, placed: dict,
+                      kept: dict | None):
+    """The student's worker stopped and the replays' inputs read (no lock held); then, within one
+    of the GPU's set-up slots (at most two timing phases' buffers at once), the replays set up on
+    the GPU (held shared), timed (`_replays_timed`) and their last results written. Returns what
+    `_replays_timed` does."""
+    stopped, prepared.student_pids = replaying.stop_student(stage.student)
+    if stopped:
+        _cancel(placed)
+        return stage.test("infra_error", f"not scored: {stopped}")
+    replaying.loaded(placed)
+    stage.phase("replay_stop_worker")
+    with stage.session.setup_slot():
+        with stage.session.sharing_gpu():
+            replaying.arm(placed)
+        stage.phase("replay_set_up")
+        try:
+            timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
+            if not isinstance(timed, TestResult):
+                for run in timed[2:]:
+                    replayed.settle(run)
+        except BaseException:
+            _stop(placed)
+            raise
+        _stop(placed)
+    return timed
 
 
 def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, pending: dict,
@@ -442,8 +473,8 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings) -> TestResult:
                    "inputs": {"seed": ctx.performance_seed, "set": 0, "case": stage.perf.case.name,
                               "dtype": stage.perf.dtype}}}
     decision = r.decision
-    if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now (and
-        # "retry", the student's processes on the GPU after they were found gone, should never be)
+    if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now ("retry":
+        # the replay could not be set up, or the student's processes on the GPU after they were found gone)
         return stage.test("infra_error", f"not scored: {decision.message}", details=details)
     if decision.kind in ("review", "conclusive"):
         severity = Severity.CONCLUSIVE if decision.kind == "conclusive" and not prepared.torch_work else Severity.REVIEW

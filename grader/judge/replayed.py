@@ -48,12 +48,15 @@ class Replayed:
     ms: list[float] = field(default_factory=list)
     refused: str = ""  # the record was refused (the fallback times this contender)
     failed: str = ""  # the replay broke (a kernel faulted, the process died or ran out of time)
+    ours: bool = False  # it broke setting up, before any kernel of its record ran (no GPU, out of memory)
     others: list[int] = field(default_factory=list)  # other processes that held the GPU meanwhile
     folder: Path | None = None  # last.safetensors: the result of its last rep
     placements: list[list[float]] = field(default_factory=list)  # the times per placement of its buffers
     launches: int = 0  # kernel launches per rep, as the replay counted them
     # per rep, per result: sum, sum of magnitudes, non-finite count
     sums: list[list[list[float]]] = field(default_factory=list)
+    # the process while it writes the last rep's result (`settle` waits for it and stops it)
+    pending: Pending | None = field(default=None, repr=False, compare=False)
 
     @property
     def median_ms(self) -> float | None:
@@ -107,13 +110,16 @@ def checked_copy(record: Path, dest: Path, sizes: dict[str, int], fresh: bool = 
 @dataclass
 class Pending:
     """A replay process started and waiting: it has imported torch and Triton and read its record
-    and inputs, and touches the GPU only once told to go (`go`), so its start costs nothing
-    inside the timing's exclusive hold."""
+    and inputs; it sets up on the GPU once armed (`arm`, the GPU held shared: another job's timing
+    never sees it) and runs the record's kernels only once told to go (`go`), so neither its start
+    nor its set-up costs anything inside the timing's exclusive hold."""
 
     proc: WorkerProcess
     job: Path
     timeout: float
     done: bool = False  # told to go and waited for (or stopped)
+    armed: bool = False  # set up on the GPU (or answered already: refused, failed)
+    closed: bool = False  # killed and reaped
 
 
 def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sandbox", gpu: str | None = None,
@@ -132,7 +138,9 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
     result, home = job / "result", job / "home"
     argv = isolated_python(boot, str(job / "record"), str(job / "inputs.safetensors"), str(job / "layout.json"),
                            str(result), "--reps", str(int(reps)), "--placements", str(int(placements)),
-                           "--ready", str(job / READY), "--go", str(job / GO), path=str(worker_code()))
+                           "--ready", str(job / READY), "--loaded", str(result / LOADED), "--arm", str(job / ARM),
+                           "--armed", str(result / ARMED),
+                           "--go", str(job / GO), path=str(worker_code()))
     try:
         proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job,
                              command=argv, settings=settings)
@@ -178,57 +186,150 @@ def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeou
 
 
 READY = "ready"  # the file whose appearance tells a started replay its record and inputs are in place
-GO = "go"  # the file whose appearance in the job folder lets a started replay use the GPU
+LOADED = "loaded"  # the file the replay makes in its result folder once its inputs are read (on the host)
+ARM = "arm"  # ... that it may set up on the GPU (the judge holds it shared)
+ARMED = "armed"  # the file the replay makes in its result folder once set up
+GO = "go"  # the file whose appearance in the job folder lets a started replay run the record's kernels
+
+
+def _ended(pending: Pending) -> Replayed | None:
+    """The process ended without an answer: why, as a failed replay; None while it runs."""
+    proc = pending.proc
+    code = proc.proc.poll()
+    if code is None:
+        return None
+    status = proc.status()
+    if "setup_error" in status:
+        return Replayed(failed=f"the replay's sandbox failed: {one_line(status['setup_error'], 200)}")
+    code = status.get("exit", status.get("signal") and -status["signal"] or proc.backend.exit_code(code))
+    tail = ([line for line in proc.output.text().splitlines() if line.strip()] or ["no output"])[-1]
+    return Replayed(failed=f"the replay process ended without an answer (exit {code}: {one_line(tail, 200)})")
+
+
+def loaded(pending: Pending | Replayed) -> Pending | Replayed:
+    """A placed replay waited for until it has read its inputs and checked its record on the host
+    (before the GPU is held: what is left for `arm` is the GPU's part). A replay that answers
+    instead, or ends, is read back as `arm` does; one that overruns is stopped."""
+    if isinstance(pending, Replayed) or pending.armed:
+        return pending
+    result, deadline = pending.job / "result", time.monotonic() + pending.timeout
+    while not (result / LOADED).exists() and not (result / "replay.json").exists():
+        ended = _ended(pending)
+        if ended is not None:
+            _close(pending)
+            return ended
+        if time.monotonic() > deadline:
+            _close(pending)
+            return Replayed(failed=f"the replay did not read its inputs in {pending.timeout:.0f} s", ours=True)
+        time.sleep(0.005)
+    return pending
+
+
+def arm(pending: Pending | Replayed) -> Pending | Replayed:
+    """A placed replay told to set up on the GPU (its context, the kernels loaded, the inputs and
+    the first placement's buffers), and waited for: the caller holds the GPU shared meanwhile. A
+    replay that answers instead (no GPU, a record refused against this GPU) or ends is read back."""
+    if isinstance(pending, Replayed) or pending.armed:
+        return pending
+    result = pending.job / "result"
+    if not (pending.job / ARM).exists():
+        (pending.job / ARM).touch()
+    deadline = time.monotonic() + pending.timeout
+    while not (result / ARMED).exists() and not (result / "replay.json").exists():
+        ended = _ended(pending)
+        if ended is not None:
+            _close(pending)
+            return ended
+        if time.monotonic() > deadline:
+            _close(pending)
+            return Replayed(failed=f"the replay was not set up in {pending.timeout:.0f} s", ours=True)
+        time.sleep(0.002)
+    pending.armed = True
+    return pending
 
 
 def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Replayed:
-    """A started replay told to go, waited for and read back bounded: a process that fails or
-    overruns is a failed replay. `allowed`: GPU processes not counted as sharing the GPU."""
+    """A started replay (armed here if it is not yet) told to go, its times waited for and read
+    back bounded: a process that fails or overruns is a failed replay. The times end the wait;
+    the last rep's result is written after them (`settle` waits for it, outside the hold).
+    `allowed`: GPU processes not counted as sharing the GPU."""
+    pending = arm(pending)
     if isinstance(pending, Replayed):
         return pending
-    proc, result = pending.proc, pending.job / "result"
+    result = pending.job / "result"
     pending.done = True
     before = gpu_processes() or []
     (pending.job / GO).touch()
     answer, deadline = result / "replay.json", time.monotonic() + pending.timeout
-    try:
-        while not answer.exists():  # its answer, once in place, ends the wait: its teardown is not waited for
-            code = proc.proc.poll()
-            if code is not None:
-                break
-            if time.monotonic() > deadline:
-                return Replayed(failed=f"the replay did not finish in {pending.timeout:.0f} s")
-            time.sleep(0.002)
-        if not answer.exists():  # it ended without an answer
-            code = proc.proc.wait()  # ended already: its code, not None
-            status = proc.status()
-            if "setup_error" in status:
-                return Replayed(failed=f"the replay's sandbox failed: {one_line(status['setup_error'], 200)}")
-            code = status.get("exit", status.get("signal") and -status["signal"] or proc.backend.exit_code(code))
-            tail = ([line for line in proc.output.text().splitlines() if line.strip()] or ["no output"])[-1]
-            return Replayed(failed=f"the replay process ended without an answer (exit {code}: {one_line(tail, 200)})")
-    finally:
-        proc.kill()  # reads no request: killed, not asked to exit and waited for
-        proc.close()
+    while not answer.exists():  # its answer, once in place, ends the wait
+        ended = _ended(pending)
+        if ended is not None and not answer.exists():
+            _close(pending)
+            return ended
+        if time.monotonic() > deadline:
+            _close(pending)
+            return Replayed(failed=f"the replay did not finish in {pending.timeout:.0f} s")
+        time.sleep(0.002)
     replay = read(result)
     others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid() and p not in allowed})
     replay.others = others[:16]
+    if replay.folder is None:  # refused or failed: nothing more to wait for
+        _close(pending)
+    else:
+        replay.pending = pending
     return replay
 
 
+def settle(replay: Replayed) -> Replayed:
+    """The replay's last result in place (its process writes it after its times) and the process
+    gone. A process that ends or overruns without writing it is a failed replay."""
+    pending, replay.pending = replay.pending, None
+    if pending is None:
+        return replay
+    last, deadline = replay.folder / "last.safetensors" if replay.folder else None, time.monotonic() + pending.timeout
+    try:
+        while last is not None and not last.exists():
+            if pending.proc.proc.poll() is not None and not last.exists():
+                replay.failed = "the replay ended before its last result was written"
+                break
+            if time.monotonic() > deadline:
+                replay.failed = f"the replay's last result was not written in {pending.timeout:.0f} s"
+                break
+            time.sleep(0.002)
+    finally:
+        _close(pending)
+    return replay
+
+
+def _close(pending: Pending) -> None:
+    if not pending.closed:
+        pending.closed = True
+        pending.proc.kill()  # reads no request: killed, not asked to exit and waited for
+        pending.proc.close()
+
+
 def cancel(pending: Pending | Replayed | None) -> None:
-    """A started replay not needed after all: stopped, never told to go."""
+    """A started replay not needed after all, never told to go: stopped."""
     if isinstance(pending, Pending) and not pending.done:
         pending.done = True
-        pending.proc.kill()  # it reads no request: killed at once, not asked to exit and waited for
-        pending.proc.close()
+        _close(pending)
+
+
+def stop(run: Pending | Replayed | None) -> None:
+    """A replay stopped wherever it is (told to go or not): on the way out of an error."""
+    if isinstance(run, Replayed):
+        run = run.pending
+    if isinstance(run, Pending):
+        run.done = True
+        _close(run)
 
 
 def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
         isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
         placements: int = 1, allowed: frozenset[int] = frozenset(), settings: Settings = Settings()) -> Replayed:
-    """`start` then `go` at once: one contender's replay, start to answer."""
-    return go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings), allowed)
+    """`start`, `go` and `settle` at once: one contender's replay, start to last result."""
+    return settle(go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings),
+                     allowed))
 
 
 def read(out: Path) -> Replayed:
@@ -243,7 +344,7 @@ def read(out: Path) -> Replayed:
     if "refused" in data:
         return Replayed(refused=one_line(data["refused"], 400))
     if "failed" in data:
-        return Replayed(failed=one_line(data["failed"], 400))
+        return Replayed(failed=one_line(data["failed"], 400), ours=data.get("setup") is True)
     ms = data.get("ms")
     if not (isinstance(ms, list) and 0 < len(ms) <= 10_000
             and all(type(t) in (int, float) and math.isfinite(t) and t > 0 for t in ms)):
@@ -357,6 +458,9 @@ class Decision:
 def decide(student: Replayed, reference: Replayed, wrong: str, differ: str = "") -> Decision:
     """What a replay's figure is worth. `wrong`: `mismatch` of the student's replayed results
     against the expected ones; `differ`: `launches_differ` of two of its records."""
+    if student.ours or reference.ours:  # nobody's kernel ran: ours, and the job can be graded again
+        return Decision("retry", "the replay could not be set up on the GPU: "
+                        f"{student.failed if student.ours else reference.failed}")
     if reference.refused or reference.failed:
         return Decision("fallback", f"the reference could not be replayed ({reference.refused or reference.failed})")
     if student.others or reference.others:

@@ -30,6 +30,8 @@ import json
 import os
 import shutil
 import time
+from concurrent.futures import ThreadPoolExecutor
+from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -110,32 +112,56 @@ def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch
 
 def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: dict, workdir: Path, staging: Path,
             timeout: float) -> Prepare:
-    """Record, take back and check, with the student's worker alive (see the module's docstring)."""
+    """Record, take back and check, with the student's worker alive (see the module's docstring).
+    The trusted worker's calls (torch's truth, the reference's record) run beside the student's
+    recorded calls: neither is timed, and they are each other's only company on the GPU."""
     perf = spec.performance
     assert perf is not None  # the replay runs only for an assignment with a performance case
-    dtype = perf.dtype
-    rec = [f"replay-record-{i}" for i in range(2)]
-    replies = []
-    for i in range(2):
-        folder = output_path(workdir, rec[i])  # a new folder in the worker's outputs/: the worker makes it
-        with student.sharing_gpu():
-            reply = student.request(Call("student", timed_files[i], layout, f"rec{i}", record_ops=i == 0,
-                                         record_launches=str(folder), warm=i == 0, keep_inputs=True), timeout * 2)
-        if isinstance(reply, Failure):
-            return Prepare(fallback="your function failed when its launches were recorded: "
-                                    f"{one_line(reply.message, 200)}")
-        replies.append(reply)
-    forbidden = sorted(set(replies[0].ops) & spec.forbidden_ops)
-    if forbidden:
-        return Prepare(findings=[(Severity.CONCLUSIVE, "torch computed the result at the timing size: "
-                                  f"{', '.join(forbidden)} ran inside {spec.function}()")])
     ref_folder = workdir.parent / f"{spec.name}.trusted-record"
+    with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trusted-calls") as pool:
+        ours = pool.submit(_trusted_calls, student, trusted, timed_files[0], layout, ref_folder, timeout)
+        rec = [f"replay-record-{i}" for i in range(2)]
+        replies = []
+        for i in range(2):
+            folder = output_path(workdir, rec[i])  # a new folder in the worker's outputs/: the worker makes it
+            with student.sharing_gpu():
+                reply = student.request(Call("student", timed_files[i], layout, f"rec{i}", record_ops=i == 0,
+                                             record_launches=str(folder), warm=i == 0, keep_inputs=True), timeout * 2)
+            if isinstance(reply, Failure):
+                return Prepare(fallback="your function failed when its launches were recorded: "
+                                        f"{one_line(reply.message, 200)}")
+            replies.append(reply)
+        forbidden = sorted(set(replies[0].ops) & spec.forbidden_ops)
+        if forbidden:
+            return Prepare(findings=[(Severity.CONCLUSIVE, "torch computed the result at the timing size: "
+                                      f"{', '.join(forbidden)} ran inside {spec.function}()")])
+        error = ours.result()
+    if error:
+        return Prepare(error=error)
+    found = _whole_result(spec, student, trusted, workdir, timeout)
+    if found is not None:
+        return found
+    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0])
+
+
+def _trusted_calls(student, trusted, inputs: str, layout: dict, ref_folder: Path, timeout: float) -> str:
+    """Torch's call at the timing size (the truth) and the reference's (recorded), kept by the
+    trusted worker: '' or why they failed (ours)."""
     shutil.rmtree(ref_folder, ignore_errors=True)
     for c, key, launches in (("torch", "truth", ""), ("reference", "rec0", str(ref_folder))):
-        reply = _ask(trusted, Call(c, timed_files[0], layout, key, record_launches=launches, keep_inputs=True),
-                     timeout * 2)
+        with student.sharing_gpu():  # the trusted worker's calls as the student's: never inside another job's timing
+            reply = _ask(trusted, Call(c, inputs, layout, key, record_launches=launches, keep_inputs=True),
+                         timeout * 2)
         if isinstance(reply, Failure):
-            return Prepare(error=f"the {c} failed at the timing size: {one_line(reply.message, 200)}")
+            return f"the {c} failed at the timing size: {one_line(reply.message, 200)}"
+    return ""
+
+
+def _whole_result(spec: Assignment, student, trusted, workdir: Path, timeout: float) -> Prepare | None:
+    """The student's result at the timing size taken back whole and checked by the trusted worker
+    against torch's: None when it is right, else what ends the stage."""
+    perf = spec.performance
+    assert perf is not None  # the replay runs only for an assignment with a performance case
     sample = output_path(workdir, "replay-student.safetensors")
     reply = student.request(Sample("student", ["rec0"], "", str(sample), whole=True), timeout)
     if isinstance(reply, Failure):
@@ -143,8 +169,9 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
                                   "your function's result at the timing size could not be taken back: "
                                   f"{one_line(reply.message, 200)}")])
     tol = spec.tolerance
-    got = _ask(trusted, Compare(str(sample), "rec0", 0, TRUTH, REFERENCE, tol.atol[dtype], tol.rtol[dtype],
-                               keep_as=STUDENT), timeout * 2)
+    with student.sharing_gpu():
+        got = _ask(trusted, Compare(str(sample), "rec0", 0, TRUTH, REFERENCE, tol.atol[perf.dtype],
+                                    tol.rtol[perf.dtype], keep_as=STUDENT), timeout * 2)
     if isinstance(got, Failure) and got.kind == "infra_error":
         return Prepare(error=got.message)
     if isinstance(got, Failure):
@@ -152,7 +179,7 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
                                   f"your function's result at the timing size: {one_line(got.message, 200)}")])
     if got.wrong:
         return Prepare(findings=[(Severity.CONCLUSIVE, f"wrong results at the timing size: {_words(got)}")])
-    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0])
+    return None
 
 
 TRUTH, REFERENCE, STUDENT = "truth", "rec0", "student"  # what the trusted worker keeps, by key
@@ -299,6 +326,20 @@ def reference_key(prepared: Prepared, spec: Assignment, ctx, settings: Settings)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
+def expected_key(spec: Assignment, ctx, settings: Settings) -> str:
+    """`reference_key` without the reference's record (known only once it is recorded): under it
+    the run keeps which record's figure it holds, so a job can tell before recording whether the
+    reference's replay will likely be needed."""
+    import grader
+    from grader.judge.devicelock import device_id
+
+    perf = spec.performance
+    assert perf is not None  # the replay runs only for an assignment with a performance case
+    parts = ["expected", device_id(ctx.gpu, settings), spec.name, perf.case.name, perf.dtype,
+             str(ctx.performance_seed), grader.__version__, str(PLACEMENTS), str(REPS)]
+    return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
+
+
 def spawn(staging: Path, c: str, ctx, timeout: float, settings: Settings) -> replayed.Pending | Replayed:
     """Contender `c`'s replay process started under the session's `settings` before its record
     exists: its imports overlap the recorded calls, and it touches the GPU only when told to go
@@ -315,6 +356,22 @@ def place(prepared: Prepared, c: str, pending: replayed.Pending | Replayed) -> r
     return replayed.place(pending, prepared.staging / c, prepared.inputs, prepared.layout)
 
 
+def loaded(pending: dict) -> dict:
+    """Each placed replay waited for until its inputs are read on the host (no lock held)."""
+    for c in pending:
+        if pending[c] is not None:
+            pending[c] = replayed.loaded(pending[c])
+    return pending
+
+
+def arm(pending: dict) -> dict:
+    """Each started replay told to set up on the GPU and waited for (the caller holds it shared)."""
+    for c in pending:
+        if pending[c] is not None:
+            pending[c] = replayed.arm(pending[c])
+    return pending
+
+
 def go(pending: dict, kept: Replayed | None) -> tuple[Replayed, Replayed]:
     """With the GPU held alone by the caller: the reference's replay (unless its kept figure
     stands) and the student's, told to go one after the other. Nothing else happens in the hold."""
@@ -323,11 +380,19 @@ def go(pending: dict, kept: Replayed | None) -> tuple[Replayed, Replayed]:
 
 
 def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool,
-          timeout: float = 300) -> Replays:
-    """After the hold: the replays' results compared whole, by the trusted worker on the GPU,
-    with each contender's own call and with the truth, and the decision made."""
+          timeout: float = 300, sharing=nullcontext) -> Replays:
+    """After the hold: the replays' last results in place (`replayed.settle`), compared whole by
+    the trusted worker on the GPU (held shared: `sharing()`) with each contender's own call and
+    with the truth, and the decision made."""
     for run in (reference, student):  # only the student's own processes make a replay's time suspect (stop_student)
+        replayed.settle(run)
         run.others = [p for p in run.others if p in prepared.student_pids]
+    with sharing():
+        return _judged(prepared, spec, reference, student, kept, timeout)
+
+
+def _judged(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool,
+            timeout: float) -> Replays:
     if not kept and not (reference.refused or reference.failed):
         ref_wrong = _compare(prepared.trusted, reference, REFERENCE, spec, timeout)
         if ref_wrong:

@@ -14,7 +14,7 @@ from typing import Callable, ContextManager, Sequence
 
 from grader import environment
 from grader.judge.context import GradingContext
-from grader.judge.devicelock import gpu_phase, timing_lock
+from grader.judge.devicelock import gpu_phase, setup_slot, timing_lock
 from grader.judge.runcache import RunCache, TritonKeep
 from grader.judge.workers import StudentWorker
 from grader.sandbox.isolation import Isolation
@@ -75,6 +75,10 @@ class Resources:
     def sharing_gpu(self, waited: Callable[[float], None] | None = None) -> ContextManager:
         """Held while a correctness call or an import runs: waits while another job times."""
         return gpu_phase(self.context.gpu, False, self.settings, enabled=not self.context.interpret, waited=waited)
+
+    def setup_slot(self) -> ContextManager:
+        """Held from a timing phase's replays' set-up on the GPU to their end (devicelock.setup_slot)."""
+        return setup_slot(self.context.gpu, self.settings, enabled=not self.context.interpret)
 
     def alone_on_gpu(self) -> ContextManager:
         """Held while timing: no other job's work runs on this GPU."""

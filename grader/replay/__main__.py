@@ -3,8 +3,15 @@ process of its own that imports no student module. The judge starts it through t
 backend (grader.judge.replayed.run), with only the grader's own code, the checked record (RECORD,
 read-only) and the call's inputs as grader.codec wrote them (INPUTS, LAYOUT: the grader's own
 files) in its view. It writes OUT/replay.json (times, or why the record was refused or the replay
-failed, and every rep's result sums) and the last rep's result (last.safetensors); the judge's
-side reads them back bounded and compares them with the truth itself: nothing here knows the answer.
+failed, and every rep's result sums) and the last rep's result (last.safetensors, after the
+times: the judge's hold of the GPU ends with the times); the judge's side reads them back bounded
+and compares them with the truth itself: nothing here knows the answer.
+
+Started early (--ready, --loaded, --arm, --go): it imports, and reads its inputs on the host once
+its record is placed (then says so: loaded); sets up on the GPU (context, kernels loaded, inputs
+and the first placement's buffers, no kernel of the record run) once armed, while the judge holds
+the GPU shared; and runs the record's kernels only once told to go, inside the judge's exclusive
+hold.
 Which other processes held the GPU is the judge's own observation, not this process's word."""
 
 from __future__ import annotations
@@ -24,7 +31,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--reps", type=int, default=50)
     parser.add_argument("--placements", type=int, default=1)
     parser.add_argument("--ready", default="", help="wait for this file before reading the record and the inputs")
-    parser.add_argument("--go", default="", help="wait for this file to appear before touching the GPU")
+    parser.add_argument("--loaded", default="", help="made once the record is checked and the inputs read")
+    parser.add_argument("--arm", default="", help="wait for this file before touching the GPU (setting up)")
+    parser.add_argument("--armed", default="", help="made once set up on the GPU, waiting for the go")
+    parser.add_argument("--go", default="", help="wait for this file to appear before running any kernel")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -45,10 +55,11 @@ def main(argv: list[str]) -> int:
     except record.RecordError as exc:
         _answer(out, json.dumps({"refused": str(exc)}))
         return 0
-    _wait_for(args.go)
+    _mark(args.loaded)
+    _wait_for(args.arm)  # the judge holds the GPU shared meanwhile: set-up runs no kernel of the record's
     gpu = torch.cuda.is_available()
     if not gpu:
-        _answer(out, json.dumps({"failed": "no GPU is visible to the replay process"}))
+        _answer(out, json.dumps({"failed": "no GPU is visible to the replay process", "setup": True}))
         return 0
     major, minor = torch.cuda.get_device_capability(0)
     try:
@@ -56,18 +67,35 @@ def main(argv: list[str]) -> int:
     except record.RecordError as exc:
         _answer(out, json.dumps({"refused": str(exc)}))
         return 0
-    # as the call got them: views over whole storages, rebuilt on the GPU from the same file
-    on_gpu = {k: v.to("cuda") for k, v in storages.items()}
-    inputs = {k: v for k, v in rebuild(on_gpu, layout, "cuda").items() if isinstance(v, torch.Tensor)}
+    placements = max(1, min(args.placements, 16))
+    try:  # everything but the timed reps, before the go: the hold covers the measurement alone
+        # as the call got them: views over whole storages, rebuilt on the GPU from the same file
+        on_gpu = {k: v.to("cuda") for k, v in storages.items()}  # never written: the reps' pristine copy
+        inputs = {k: v for k, v in rebuild(on_gpu, layout, "cuda").items() if isinstance(v, torch.Tensor)}
+        ready = runner.Placements(plan, inputs)
+        torch.cuda.synchronize()
+    except Exception as exc:  # noqa: BLE001 - out of memory, a kernel file that does not load: ours, not a verdict
+        _answer(out, json.dumps({"failed": f"{type(exc).__name__}: {str(exc)[:300]}", "setup": True}))
+        return 0
+    _mark(args.armed)
+    _wait_for(args.go)
     try:
-        timed = runner.time_placements(plan, inputs, args.reps, max(1, min(args.placements, 16)))
+        timed = ready.time(args.reps, placements)
     except Exception as exc:  # noqa: BLE001 - a kernel that faults: the replay failed, and says how
         _answer(out, json.dumps({"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}))
         return 0
-    save_file({f"output.{i}": t for i, t in enumerate(timed.pop("last"))}, str(out / "last.safetensors"))
+    last = timed.pop("last")
     launches = sum(1 for s in plan.steps if isinstance(s, record.Launch))
+    # the times first (they end the judge's hold), then the last rep's result, whole, for the comparison
     _answer(out, json.dumps({**timed, "gpu": torch.cuda.get_device_name(0), "launches": launches}))
+    save_file({f"output.{i}": t for i, t in enumerate(last)}, str(out / ".last.safetensors.tmp"))
+    (out / ".last.safetensors.tmp").replace(out / "last.safetensors")
     return 0
+
+
+def _mark(path: str) -> None:
+    if path:
+        Path(path).touch()
 
 
 def _answer(out: Path, text: str) -> None:
