@@ -43,7 +43,10 @@ def install(name: str, source: Path, into: Path) -> Path:
     venv = into / name
     sh(sys.executable, "-m", "venv", "--system-site-packages", str(venv))
     python = venv / "bin" / "python"
-    sh(str(python), "-m", "pip", "install", "-q", "--no-deps", str(source))
+    # the wheel built by this python's own setuptools (offline too, as on a GPU machine), installed into the venv
+    wheels = into / f"{name}-wheel"
+    sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source))
+    sh(str(python), "-m", "pip", "install", "-q", "--no-deps", *map(str, wheels.glob("*.whl")))
     where = sh(str(python), "-c", "import grader; print(grader.__file__)", cwd=into).strip()
     if not where.startswith(str(venv)):
         raise SystemExit(f"{name}: the grader imported from {where}, not from its venv")
