@@ -265,3 +265,38 @@ def test_a_replay_started_early_waits_for_its_record_and_a_cancelled_one_is_gone
     clock.sleep(0.5)
     assert unused.proc.proc.poll() is not None and not Path(f"/proc/{pid}/cmdline").exists() or \
         Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_the_replay_itself_on_the_gpu_is_not_another_process_sharing_it(tmp_path, monkeypatch):
+    """The replay holds the GPU from its set-up on, and is still writing its last result when its
+    times are read: its own processes are never counted as others sharing the GPU."""
+    _, rec, inputs, layout = _call(tmp_path)
+    pending = replayed.spawn(tmp_path / "own", 5, 300, boot=TIMES_THEN_LAST)
+    monkeypatch.setattr(replayed, "gpu_processes",
+                        lambda: [4242, *replayed.process_tree(pending.proc.proc.pid)])
+    got = replayed.settle(replayed.go(replayed.place(pending, rec, inputs, layout)))
+    assert got.ms == [1.0] and not got.failed and got.others == [4242], got
+    assert (got.folder / "last.safetensors").read_bytes() == b"x", "settle waited for the last result"
+
+
+# a replay as a GPU's: set up, told to go, its times answered, its last result written a while later
+TIMES_THEN_LAST = ("import sys, time, json, pathlib\n"
+                   "a = sys.argv[1:]; out = pathlib.Path(a[3])\n"
+                   "pathlib.Path(a[a.index('--armed') + 1]).touch()\n"
+                   "while not pathlib.Path(a[a.index('--go') + 1]).exists(): time.sleep(0.01)\n"
+                   "(out / '.t').write_text(json.dumps(dict(ms=[1.0], sums=[[[1.0, 1.0, 0]]])))\n"
+                   "(out / '.t').replace(out / 'replay.json'); time.sleep(2)\n"
+                   "(out / 'last.safetensors').write_bytes(b'x')\n")
+
+
+def test_a_stage_shows_its_files_beside_anothers_without_taking_them_away(tmp_path):
+    """The bounds check shows its inputs in the job's inputs/ folder while the correctness calls
+    show theirs there: the same file name, each stage's own copy, neither removed by the other."""
+    from grader.sandbox.files import shown_to_worker
+
+    source = tmp_path / "1x1_float32.safetensors"
+    source.write_bytes(b"inputs")
+    with shown_to_worker(source, tmp_path / "job") as calls:
+        with shown_to_worker(source, tmp_path / "job", prefix="bounds-") as bounds:
+            assert bounds != calls and bounds.read_bytes() == b"inputs"
+        assert calls.read_bytes() == b"inputs", "the correctness call's file is still there"

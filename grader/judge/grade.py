@@ -423,7 +423,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
             out = output_path(workdir, f"bounds-{call.slug}.safetensors")
             assert call.input_file is not None  # materialize wrote every call's inputs
             try:
-                with shown_to_worker(call.input_file, workdir) as shown:
+                # its own names: the correctness calls show their files in the same folder meanwhile
+                with shown_to_worker(call.input_file, workdir, prefix="bounds-") as shown:
                     reply = worker.request(Run("student", str(shown), call.layout, "cpu", str(out)), timeout)
             except WorkerFailure as f:
                 skipped.append(f"{call.case.name}: {f.message}")

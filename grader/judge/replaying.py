@@ -38,7 +38,7 @@ from pathlib import Path
 import torch
 
 from grader.judge import replayed
-from grader.judge.replayed import Decision, Replayed
+from grader.judge.replayed import Decision, Replayed, process_tree
 from grader.protocol import Call, Compare, CompareReply, Failure, Sample
 from grader.replay.record import RecordError
 from grader.results import Severity
@@ -233,27 +233,6 @@ def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trust
     shutil.rmtree(student, ignore_errors=True)
     (staging / "student-0").rename(student)
     return Prepare(Prepared(staging, inputs, staging / "layout.json", trusted, torch_work, dict(first.kernels)))
-
-
-def process_tree(pid: int) -> set[int]:
-    """`pid` and every process below it, from the process table."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    tree, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        if p not in tree:
-            tree.add(p)
-            todo += children.get(p, [])
-    return tree
 
 
 def processes_of(uid: int) -> set[int]:

@@ -35,12 +35,13 @@ def place(source: Path, dest: Path, link: bool) -> None:
 
 
 @contextmanager
-def shown_to_worker(source: Path, workdir: Path, link: bool = False):
+def shown_to_worker(source: Path, workdir: Path, link: bool = False, prefix: str = ""):
     """Inputs are made outside the worker's view; each file is shown to it (a readable copy in
     the job's inputs/ folder, or a hard link where the worker cannot write it: see
     `worker_cannot_write`) only for the request that needs it, so no input can be read ahead,
-    at import, and answered from a precomputed cache."""
-    shown = workdir / "inputs" / source.name
+    at import, and answered from a precomputed cache. `prefix`: the name's, for a stage that
+    shows files beside another's at the same time (the bounds check beside the correctness calls)."""
+    shown = workdir / "inputs" / f"{prefix}{source.name}"
     shown.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
     place(source, shown, link)
     os.chmod(shown, 0o644)  # readable by the worker's uid, whatever the umask
