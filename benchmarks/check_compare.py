@@ -76,7 +76,7 @@ def main() -> int:
     for name, ref in (("baseline", args.baseline), ("candidate", args.candidate)):
         source = export(ref, work / "src" / name)
         sides[name] = {"ref": ref, "source": source, "python": install(name, source, work / "venvs")}
-        if ref != "WORKTREE":
+        if ref != "WORKTREE" and not Path(ref).is_dir():
             sides[name]["commit"] = sh("git", "rev-parse", "--short", ref, cwd=REPO_ROOT).strip()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI", "GITHUB_ACTIONS", "GRADER_CACHE_DIR")}
     env.update(COLUMNS="200", GRADER_WARM_SECONDS="600")

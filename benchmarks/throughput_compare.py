@@ -54,7 +54,11 @@ def install(name: str, source: Path, into: Path) -> Path:
 
 
 def export(ref: str, dest: Path) -> Path:
-    """The tree of `ref` ("WORKTREE": the working tree as it is, untracked files included)."""
+    """The tree of `ref` ("WORKTREE": the working tree as it is, untracked files included; a
+    folder: that tree, e.g. a release exported where there is no git history)."""
+    if Path(ref).is_dir():
+        shutil.copytree(ref, dest)
+        return dest
     dest.mkdir(parents=True)
     if ref == "WORKTREE":
         files = sh("git", "ls-files", "-co", "--exclude-standard", "-z", cwd=REPO_ROOT).split("\0")
@@ -108,7 +112,7 @@ def main() -> int:
     for name, ref in (("baseline", args.baseline), ("candidate", args.candidate)):
         source = export(ref, work / "src" / name)
         sides[name] = {"ref": ref, "source": source, "python": install(name, source, work / "venvs")}
-        if ref != "WORKTREE":
+        if ref != "WORKTREE" and not Path(ref).is_dir():
             sides[name]["commit"] = sh("git", "rev-parse", "--short", ref, cwd=REPO_ROOT).strip()
     students = mix(args.students)
     for student, fixture in students.items():
