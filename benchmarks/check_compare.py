@@ -1,7 +1,7 @@
 """A student's `grader check` by two installs of the grader, side by side, alternating.
 
-Installs a previous release (a git ref, default ee5d6b5) and the working tree into two virtual
-environments (as benchmarks/throughput_compare.py does: only the grader differs), then runs the
+Installs a previous release (a git ref or a folder, default ee5d6b5) and the working tree side by
+side (as benchmarks/throughput_compare.py does: only the grader differs), then runs the
 real command, `python -m grader check tests/fixtures/good -a ASSIGNMENT --device cuda`, with each
 install in turn: first cold (GRADER_CACHE_GB=0, nothing kept: a check on a fresh machine), then
 `--runs` times with each install's own kept cache (its first run fills it), alternating which goes

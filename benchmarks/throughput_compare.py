@@ -1,8 +1,8 @@
 """The same `grader grade` run by two installs of the grader, side by side, alternating.
 
-Installs a previous release (a git ref, default 1a7f869) and the working tree into two virtual
-environments (`python -m venv --system-site-packages`, then a plain `pip install --no-deps`,
-so torch and the other dependencies are the machine's, and only the grader differs), builds one
+Installs a previous release (a git ref, default 1a7f869) and the working tree into two folders
+of their own (`pip install --no-deps --target`, each run with its folder first on the path, so
+torch and the other dependencies are the machine's, and only the grader differs), builds one
 synthetic class (tests/bench/synthetic_class.py's mix), fetches it once, and grades it with each
 install in turn, `--rounds` times, alternating which goes first. On a shared machine the load
 changes from minute to minute: alternating and reporting the ratio of each pair keeps that out
@@ -39,17 +39,23 @@ def sh(*args: str, cwd: Path | None = None, env: dict | None = None) -> str:
 
 
 def install(name: str, source: Path, into: Path) -> Path:
-    """A venv at `into` with the grader from `source` installed (not editable); its python."""
-    venv = into / name
-    sh(sys.executable, "-m", "venv", "--system-site-packages", str(venv))
-    python = venv / "bin" / "python"
-    # the wheel built by this python's own setuptools (offline too, as on a GPU machine), installed into the venv
+    """The grader from `source` installed (not editable) into a folder of its own, beside this
+    python's packages (torch and the other dependencies are this machine's: only the grader
+    differs); returns a launcher that runs this python with that folder first on its path. (A
+    venv would not do: where this python is itself a venv, a venv made from it sees only the
+    base interpreter's packages.)"""
+    folder = into / name
+    # the wheel built by this python's own setuptools (offline too, as on a GPU machine)
     wheels = into / f"{name}-wheel"
     sh(sys.executable, "-m", "pip", "wheel", "-q", "--no-deps", "--no-build-isolation", "-w", str(wheels), str(source))
-    sh(str(python), "-m", "pip", "install", "-q", "--no-deps", *map(str, wheels.glob("*.whl")))
+    sh(sys.executable, "-m", "pip", "install", "-q", "--no-deps", "--target", str(folder / "site"),
+       *map(str, wheels.glob("*.whl")))
+    python = folder / "python"
+    python.write_text(f'#!/bin/sh\nPYTHONPATH={folder / "site"} exec {sys.executable} "$@"\n')
+    python.chmod(0o755)
     where = sh(str(python), "-c", "import grader; print(grader.__file__)", cwd=into).strip()
-    if not where.startswith(str(venv)):
-        raise SystemExit(f"{name}: the grader imported from {where}, not from its venv")
+    if not where.startswith(str(folder)):
+        raise SystemExit(f"{name}: the grader imported from {where}, not from {folder}")
     return python
 
 
