@@ -64,6 +64,7 @@ def main() -> int:
     ap.add_argument("--candidate", default="WORKTREE")
     ap.add_argument("--workdir", type=Path, default=Path("/tmp/grader-check-compare"))
     ap.add_argument("-a", "--assignment", action="append", default=[])
+    ap.add_argument("--catalogue", action="store_true", help="every assignment in one check (no -a)")
     ap.add_argument("--device", default="cuda")
     ap.add_argument("--runs", type=int, default=3, help="kept runs per install (the first fills its cache)")
     ap.add_argument("--no-cold", action="store_true", help="skip the cold run")
@@ -80,7 +81,7 @@ def main() -> int:
             sides[name]["commit"] = sh("git", "rev-parse", "--short", ref, cwd=REPO_ROOT).strip()
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI", "GITHUB_ACTIONS", "GRADER_CACHE_DIR")}
     env.update(COLUMNS="200", GRADER_WARM_SECONDS="600")
-    assignments = args.assignment or ["vector_add"]
+    assignments = [] if args.catalogue else args.assignment or ["vector_add"]
     runs: dict[str, dict[str, list[dict]]] = {name: {"cold": [], "kept": []} for name in sides}
     settings = {"cold": lambda name: dict(env, GRADER_CACHE_GB="0"),
                 "kept": lambda name: dict(env, GRADER_CACHE_DIR=str(work / f"kept-{name}"))}
@@ -101,7 +102,7 @@ def main() -> int:
     later = {name: statistics.median(r["seconds"] for r in runs[name]["kept"][1:]) if len(runs[name]["kept"]) > 1
              else None for name in sides}
     cold = {name: runs[name]["cold"][0]["seconds"] if runs[name]["cold"] else None for name in sides}
-    print(f"\n{', '.join(assignments)} on {args.device}; baseline {sides['baseline'].get('commit', args.baseline)}, "
+    print(f"\n{', '.join(assignments) or 'the whole catalogue'} on {args.device}; baseline {sides['baseline'].get('commit', args.baseline)}, "
           f"candidate {sides['candidate'].get('commit', args.candidate)}\n")
     print("| install | cold s | kept: first run s | kept: later runs median s |")
     print("|---|---|---|---|")

@@ -368,3 +368,26 @@ def test_the_trusted_worker_breaking_is_ours_never_the_students(stage):
 
     got = stage(FakeWorker(stage.truth), trusted=Broken(stage.truth))
     assert got.outcome == Outcome.INFRA_ERROR and "the trusted worker failed" in got.message and not got.severity
+
+
+def test_the_replays_set_up_while_the_students_whole_result_is_checked(stage, monkeypatch):
+    """The replays' set-up (the GPU held shared) and the whole result's check (the student's
+    worker alive) overlap: the worker answers its Sample only once a set-up has begun; done one
+    after the other, it would wait out its 10 s."""
+    import threading
+
+    arming = threading.Event()
+    monkeypatch.setattr(replaying, "arm", lambda pending, _f=replaying.arm: (arming.set(), _f(pending))[1])
+
+    class Waiting(FakeWorker):
+        waited = None
+
+        def request(self, message, timeout):
+            if isinstance(message, Sample):
+                self.waited = arming.wait(10)
+            return super().request(message, timeout)
+
+    student = Waiting(stage.truth)
+    got = stage(student)
+    assert student.waited is True, "the set-up did not begin before the whole result was taken back"
+    assert _d(got)["timed_by"] == "replay" and student.closed
