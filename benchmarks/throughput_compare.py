@@ -92,6 +92,24 @@ def verdicts(out: Path) -> dict:
     return found
 
 
+def differences(before: dict, after: dict) -> list[str]:
+    """Which jobs' verdicts differ and how: status, outcomes, or only the points (on a GPU the
+    speed's points move with the timing's noise; on the CPU they never do)."""
+    found = []
+    for job in sorted(set(before) | set(after)):
+        b, a = before.get(job), after.get(job)
+        if b == a:
+            continue
+        if b is None or a is None:
+            found.append(f"{job}: graded by one side only")
+        elif b[0] != a[0] or b[2] != a[2]:
+            gone, new = sorted(set(b[2]) - set(a[2])), sorted(set(a[2]) - set(b[2]))
+            found.append(f"{job}: status {b[0]} -> {a[0]}; outcomes {gone} -> {new}")
+        else:
+            found.append(f"{job}: points {b[1]:.4f} -> {a[1]:.4f} (the same outcomes)")
+    return found
+
+
 def job_seconds(out: Path) -> list[float]:
     return [json.loads(p.read_text())["seconds"] for p in out.glob("students/*/jobs/*.json") if not p.name.endswith(".infra_error.json")]
 
@@ -156,6 +174,9 @@ def main() -> int:
                   f"load {pair[name]['load_before']}->{pair[name]['load_after']}", flush=True)
         pair["ratio"] = round(pair["candidate"]["wall_s"] / pair["baseline"]["wall_s"], 3)
         pair["same_verdicts"] = pair["candidate"]["verdicts"] == pair["baseline"]["verdicts"]
+        pair["differ"] = differences(pair["baseline"]["verdicts"], pair["candidate"]["verdicts"])
+        for line in pair["differ"]:
+            print(f"  differ: {line}")
         runs.append(pair)
 
     print(f"\nbaseline {args.baseline}, candidate {args.candidate}; {len(students)} students x {', '.join(assignments)}, "

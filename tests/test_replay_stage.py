@@ -48,6 +48,7 @@ class FakeWorker:
         self.closed = False
         self.process = SimpleNamespace(proc=SimpleNamespace(pid=999_999_999))
         self.calls = 0
+        self.timed = 0  # torch's rounds asked for (Time requests)
 
     def sharing_gpu(self):
         return contextlib.nullcontext()
@@ -72,6 +73,7 @@ class FakeWorker:
         if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
             return self.compare(message)
         if isinstance(message, Time):
+            self.timed += 1
             return SimpleNamespace(host_ms=[0.5] * 3, first_call_ms=1.0)
         raise AssertionError(message)
 
@@ -300,14 +302,17 @@ def test_the_references_figure_is_kept_for_the_run_while_torchs_time_holds(stage
     from grader.judge.runcache import RunCache
 
     cache = RunCache(tmp_path / "cache")
-    first = stage(FakeWorker(stage.truth), cache=cache)
-    assert _d(first)["replay"]["reference"]["kept"] is False
+    trusted = FakeWorker(stage.truth)
+    first = stage(FakeWorker(stage.truth), trusted=trusted, cache=cache)
+    assert _d(first)["replay"]["reference"]["kept"] is False and trusted.timed == 3, "torch's three rounds"
     assert [a[0] for a in stage.asked] == ["student", "reference"]
     assert stage.spawned == ["run-student", "run-reference"]
     stage.asked.clear()
     stage.spawned.clear()
-    again = stage(FakeWorker(stage.truth), cache=cache)  # the next student: the reference is not timed again
+    trusted = FakeWorker(stage.truth)
+    again = stage(FakeWorker(stage.truth), trusted=trusted, cache=cache)  # the next student: the reference is kept
     assert [a[0] for a in stage.asked] == ["student"] and _d(again)["replay"]["reference"]["kept"] is True
+    assert trusted.timed == 1, "one round of torch's anchors the kept figure"
     assert stage.spawned == ["run-student"], "no replay process is started for a reference whose figure is kept"
     assert _d(again)["ratio_to_reference"] == _d(first)["ratio_to_reference"]
     stage.asked.clear()
@@ -391,3 +396,20 @@ def test_the_replays_set_up_while_the_students_whole_result_is_checked(stage, mo
     got = stage(student)
     assert student.waited is True, "the set-up did not begin before the whole result was taken back"
     assert _d(got)["timed_by"] == "replay" and student.closed
+
+
+def test_a_spec_scored_against_the_faster_keeps_torchs_three_rounds(stage, tmp_path, monkeypatch):
+    """Where the yardstick is the faster of the reference and torch per round, torch's rounds are
+    part of the score: a kept reference figure does not cut them to one."""
+    from grader.judge.runcache import RunCache
+
+    import dataclasses
+    import sys
+
+    faster = dataclasses.replace(SPEC, performance=dataclasses.replace(SPEC.performance, against="faster"))
+    monkeypatch.setattr(sys.modules[__name__], "SPEC", faster)  # the stage fixture's spec
+    cache = RunCache(tmp_path / "cache")
+    stage(FakeWorker(stage.truth), cache=cache)
+    trusted = FakeWorker(stage.truth)
+    again = stage(FakeWorker(stage.truth), trusted=trusted, cache=cache)
+    assert _d(again)["replay"]["reference"]["kept"] is True and trusted.timed == 3

@@ -84,11 +84,10 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - a kernel that faults: the replay failed, and says how
         _answer(out, json.dumps({"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}))
         return 0
-    last = timed.pop("last")
     launches = sum(1 for s in plan.steps if isinstance(s, record.Launch))
     # the times first (they end the judge's hold), then the last rep's result, whole, for the comparison
     _answer(out, json.dumps({**timed, "gpu": torch.cuda.get_device_name(0), "launches": launches}))
-    save_file({f"output.{i}": t for i, t in enumerate(last)}, str(out / ".last.safetensors.tmp"))
+    save_file({f"output.{i}": t for i, t in enumerate(ready.last())}, str(out / ".last.safetensors.tmp"))
     (out / ".last.safetensors.tmp").replace(out / "last.safetensors")
     return 0
 

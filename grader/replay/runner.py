@@ -155,9 +155,9 @@ class Replay:
             sums.append(result_sums(view))
         return sums
 
-    def time(self, reps: int, warmup: int = 3, last: bool = True) -> dict:
-        """Per-rep GPU times (ms) by our own events, each rep's result sums (`sums`), and the
-        last rep's result whole where asked (copied to the host)."""
+    def time(self, reps: int, warmup: int = 3) -> dict:
+        """Per-rep GPU times (ms) by our own events and each rep's result sums (`sums`); the last
+        rep's result stays in the buffers (`outputs`)."""
         for _ in range(warmup):
             self.reset()
             self.once()
@@ -176,8 +176,7 @@ class Replay:
             torch.cuda.synchronize()
             times.append(start.elapsed_time(end))
             sums.append(self.sums())
-        return {"ms": times, "sums": sums, "median_ms": statistics.median(times),
-                "last": self.outputs() if last else None}
+        return {"ms": times, "sums": sums, "median_ms": statistics.median(times)}
 
 
 def result_sums(view: torch.Tensor) -> list[float]:
@@ -201,22 +200,30 @@ class Placements:
         self.plan, self.inputs = plan, inputs
         self.kernels = load_kernels(plan)
         self.first: Replay | None = Replay(plan, inputs, pad=0, kernels=self.kernels)
+        self.final: Replay | None = None
 
     def time(self, reps: int, placements: int) -> dict:
         """`reps` reps spread over `placements` fresh sets of buffers, each at other addresses:
         the per-placement times (the judge pairs them with the reference's, placement by
-        placement), every rep's result sums, and the last rep's result whole."""
-        per, sums, last = [], [], None
+        placement) and every rep's result sums; the last rep's result stays on the GPU (`last`)."""
+        per, sums = [], []
         for p in range(placements):
             replay = self.first if p == 0 and self.first is not None else \
                 Replay(self.plan, self.inputs, pad=p * PLACEMENT_STEP, kernels=self.kernels)
             self.first = None
-            timed = replay.time(max(1, reps // placements), last=p == placements - 1)
+            timed = replay.time(max(1, reps // placements))
             per.append(timed["ms"])
             sums += timed["sums"]
-            last = timed["last"]
+            if p == placements - 1:
+                self.final = replay  # its last rep's result is copied out after the times are answered
             del replay, timed
-            torch.cuda.empty_cache()
+            if p < placements - 1:
+                torch.cuda.empty_cache()
         times = [t for ms in per for t in ms]
-        return {"ms": times, "placements": per, "sums": sums, "median_ms": statistics.median(times), "last": last}
+        return {"ms": times, "placements": per, "sums": sums, "median_ms": statistics.median(times)}
+
+    def last(self) -> list[torch.Tensor]:
+        """The last rep's result, on the host (after `time`: outside the judge's hold)."""
+        assert self.final is not None  # `time` ran
+        return self.final.outputs()
 
