@@ -34,6 +34,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from throughput_compare import export, install, sh  # noqa: E402
 
+from grader.resident import stop as stop_resident  # noqa: E402
 from grader.sandbox.zygote import stop_warm  # noqa: E402
 
 
@@ -99,6 +100,7 @@ def main() -> int:
     finally:
         for name in sides:
             stop_warm(work / f"kept-{name}")
+            stop_resident(work / f"kept-{name}" / "resident")
     later = {name: statistics.median(r["seconds"] for r in runs[name]["kept"][1:]) if len(runs[name]["kept"]) > 1
              else None for name in sides}
     cold = {name: runs[name]["cold"][0]["seconds"] if runs[name]["cold"] else None for name in sides}

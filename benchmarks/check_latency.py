@@ -34,6 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from grader.resident import stop as stop_resident  # noqa: E402
 from grader.sandbox.zygote import stop_warm  # noqa: E402
 
 
@@ -83,6 +84,7 @@ def main() -> int:
                       f"grading {r.get('grading_s') or 0:.2f} s  timing phases {json.dumps(r.get('timing_phases', {}))}", flush=True)
     finally:
         stop_warm(Path(base))  # the warm zygotes of both settings
+        stop_resident(Path(base) / "kept" / "resident")  # and the kept setting's warm judge
         shutil.rmtree(base, ignore_errors=True)
     ok = all(r["score"] is not None and r["status"] in (0, 1) for rs in runs.values() for r in rs)
     scores = {r["score"] for rs in runs.values() for r in rs}

@@ -1,3 +1,3 @@
-from grader.cli import main
+from grader.resident import main
 
 main()

@@ -25,7 +25,8 @@ Classroom 50's `SUBMISSION_TAG`: they are the runner's contract, not ours.)
 same) |
 | GRADER_WARM | 0: no warm start anywhere (no fork server, no kept zygote, no job server) |
 | GRADER_ZYGOTE, GRADER_WARM_SECONDS, GRADER_JOB_SERVER | the three warm starts one by one (0 turns one off; seconds a
-kept zygote waits) |
+kept zygote and a warm judge wait) |
+| GRADER_RESIDENT | 0: no warm judge for the next `grader check` (grader.resident) |
 | CUDA_VISIBLE_DEVICES | the GPUs a batch spreads its jobs over, and a worker's GPU |
 | CI, GITHUB_ACTIONS | we run in CI: nothing is kept warm, and no student's kernels are kept |
 """
@@ -43,14 +44,15 @@ DEFAULT_SANDBOX_UIDS = "60100-61099"  # above login.defs' UID_MAX (60000), below
 
 @dataclass(frozen=True)
 class WarmStarts:
-    """Every way the grader starts a worker warm, as one policy: a fork server (zygote) per job
-    process, a zygote kept between `grader check`s for `keep_seconds`, and a batch's job process
+    """Every way the grader starts warm, as one policy: a fork server (zygote) per job process, a
+    zygote and a judge kept between `grader check`s for `keep_seconds`, and a batch's job process
     kept per slot. Warm starts cost no safety (grader.sandbox.zygote), only memory; CI runs each
     job in a fresh machine, so nothing is kept warm there."""
 
     fork_server: bool = True
     keep_seconds: float = DEFAULT_WARM_SECONDS
     job_server: bool = True
+    resident: bool = True  # a judge that has done its imports, kept for the next check (grader.resident)
 
 
 @dataclass(frozen=True)
@@ -98,7 +100,8 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
             seconds = 0.0
     warm = WarmStarts(fork_server=all_warm and env.get("GRADER_ZYGOTE", "1") != "0",
                       keep_seconds=seconds if all_warm else 0.0,
-                      job_server=all_warm and env.get("GRADER_JOB_SERVER", "1") != "0")
+                      job_server=all_warm and env.get("GRADER_JOB_SERVER", "1") != "0",
+                      resident=all_warm and env.get("GRADER_RESIDENT", "1") != "0")
     threads = env.get("GRADER_THREADS", "")
     return Settings(
         course=path("GRADER_COURSE"),

@@ -97,12 +97,14 @@ def test_the_scan_of_the_package_would_see_a_reader():
 
 
 # Where a process starts, and so reads its settings once: the CLI's commands (grader.cli), `python
-# -m grader`, a batch's job process and job server, a Ray task, the Gradescope upload's fix-up run.
+# -m grader` and the `grader` command's entry (whether a warm judge runs it), a batch's job process
+# and job server, a Ray task, the Gradescope upload's fix-up run.
 # Everything below them is handed the settings (a grading session's Resources hand them on).
 ENTRY_POINTS = {
     "grader/batch/jobs.py": {"_job_process_main", "_job_server_main"},
     "grader/batch/executors.py": {"ray_task"},
     "grader/kit/gradescope.py": {"<module>"},  # its `if __name__ == "__main__":` block
+    "grader/resident.py": {"through_resident"},
 }
 
 

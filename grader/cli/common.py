@@ -28,6 +28,14 @@ console.soft_wrap = console.soft_wrap or not console.is_terminal
 # a message is one line, even piped: a path is never cut
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
+
+def attach_terminal() -> None:
+    """The consoles look again at the streams they write to: a warm judge's fork (grader.resident)
+    imported this module before it was handed its caller's terminal."""
+    for c in (console, err):
+        c._color_system = c._detect_color_system()  # rich decides colours once, where it is made
+    console.soft_wrap = current().in_actions or not console.is_terminal
+
 # rich's style of each outcome; keyed by Outcome, so a plain string read back from JSON finds its style too
 STYLE: dict[Outcome, str] = {
     Outcome.PASSED: "green", Outcome.FAILED: "red", Outcome.ERROR: "red", Outcome.TIMEOUT: "magenta",
