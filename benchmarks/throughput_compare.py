@@ -126,6 +126,7 @@ def main() -> int:
     ap.add_argument("--assignment", "-a", action="append", default=[])
     ap.add_argument("--full-cases", action="store_true", help="every case (default on the CPU: --case n=1 --case 1x1 --dtype float32)")
     ap.add_argument("--timeout", default="5")
+    ap.add_argument("--gpus", default="", help="grade --gpus (e.g. 0 or 0,1; default: the grader's own)")
     args = ap.parse_args()
 
     work = args.workdir.resolve()
@@ -148,6 +149,7 @@ def main() -> int:
 
     assignments = args.assignment or ["vector_add", "softmax"]
     options = ["--device", args.device, "--jobs", str(args.jobs), "--seed", "1234", "--timeout", args.timeout,
+               *(["--gpus", args.gpus] if args.gpus else []),
                *[f"--assignment={a}" for a in assignments]]
     if not args.full_cases and args.device == "cpu":
         options += ["--case", "n=1", "--case", "1x1", "--dtype", "float32"]
