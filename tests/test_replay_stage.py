@@ -375,29 +375,6 @@ def test_the_trusted_worker_breaking_is_ours_never_the_students(stage):
     assert got.outcome == Outcome.INFRA_ERROR and "the trusted worker failed" in got.message and not got.severity
 
 
-def test_the_replays_set_up_while_the_students_whole_result_is_checked(stage, monkeypatch):
-    """The replays' set-up (the GPU held shared) and the whole result's check (the student's
-    worker alive) overlap: the worker answers its Sample only once a set-up has begun; done one
-    after the other, it would wait out its 10 s."""
-    import threading
-
-    arming = threading.Event()
-    monkeypatch.setattr(replaying, "arm", lambda pending, _f=replaying.arm: (arming.set(), _f(pending))[1])
-
-    class Waiting(FakeWorker):
-        waited = None
-
-        def request(self, message, timeout):
-            if isinstance(message, Sample):
-                self.waited = arming.wait(10)
-            return super().request(message, timeout)
-
-    student = Waiting(stage.truth)
-    got = stage(student)
-    assert student.waited is True, "the set-up did not begin before the whole result was taken back"
-    assert _d(got)["timed_by"] == "replay" and student.closed
-
-
 def test_a_spec_scored_against_the_faster_keeps_torchs_three_rounds(stage, tmp_path, monkeypatch):
     """Where the yardstick is the faster of the reference and torch per round, torch's rounds are
     part of the score: a kept reference figure does not cut them to one."""

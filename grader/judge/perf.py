@@ -30,7 +30,6 @@ import random
 import statistics
 import time
 from concurrent.futures import ThreadPoolExecutor
-from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -353,92 +352,81 @@ def _stop(runs: dict) -> None:
 def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> tuple[TestResult | None, str]:
     """The speed scored by replay (grader.judge.replaying): the result, or (None, why) where the
     fallback times it instead (the student's worker then still alive). The replay processes
-    start first: their imports overlap the recorded calls; they set up on the GPU (held shared)
-    while the student's whole result is checked, and run their kernels only when told to go,
-    inside the exclusive hold, once every process of the student's is gone."""
+    start first: their imports overlap the recorded calls; they set up on the GPU while the
+    student's worker is stopped (the GPU held shared), and run their kernels only when told to
+    go, inside the exclusive hold."""
     ctx, settings, cache = stage.ctx, stage.session.settings, stage.session.cache
     staging = stage.workdir.parent / f"{stage.spec.name}.replay"
     # the reference's figure kept for this assignment already: its replay process is likely not needed
     expect = replaying.expected_key(stage.spec, ctx, settings)
     contenders = ("student",) if cache is not None and cache.kept_timing(expect) else ("student", "reference")
-    pending: dict = {c: replaying.spawn(staging, c, ctx, stage.timeout, settings) for c in contenders}
-    with ExitStack() as held:  # the GPU's set-up slot, once taken, until the replays' last results are written
-        held.callback(_stop, pending)  # whatever happens, no replay process outlives the stage
+    pending = {c: replaying.spawn(staging, c, ctx, stage.timeout, settings) for c in contenders}
+    try:
         prep = replaying.prepare(stage.spec, stage.student, trusted, timed_files, layout, stage.workdir, staging,
                                  stage.timeout)
-        stage.phase("replay_record")
-        kept, key = None, ""
-        if prep.prepared is not None:
-            key = replaying.reference_key(prep.prepared, stage.spec, ctx, settings)
-            kept = cache.kept_timing(key) if cache is not None else None
-            _placed(stage, prep.prepared, pending, kept, staging)
-        with ThreadPoolExecutor(max_workers=1, thread_name_prefix="replay-set-up") as pool:
-            setting_up = pool.submit(_set_up, stage, pending, held) if prep.prepared is not None else None
-            whole = replaying.check_whole(stage.spec, stage.student, trusted, stage.workdir, stage.timeout) \
-                if prep.recorded and not (prep.error or prep.findings) else None
-            if setting_up is not None:
-                setting_up.result()
-        prep = whole or prep  # a wrong whole result comes before any reason for the fallback
-        if prep.error:
-            return stage.test("infra_error", f"not scored: {prep.error}"), ""
-        if prep.findings:
-            return _flagged(stage.test, [Finding(sev, text) for sev, text in prep.findings],
-                            {"timed_by": "replay"}), ""
-        if prep.fallback:
-            return None, prep.fallback
-        assert prep.prepared is not None  # no error, finding or fallback: prepared
-        timed = _timed_alone(stage, trusted, timed_files, layout, prep.prepared, pending, kept)
+    except BaseException:
+        _cancel(pending)
+        raise
+    stage.phase("replay_record")
+    if prep.error or prep.findings or prep.fallback:
+        _cancel(pending)
+    if prep.error:
+        return stage.test("infra_error", f"not scored: {prep.error}"), ""
+    if prep.findings:
+        return _flagged(stage.test, [Finding(sev, text) for sev, text in prep.findings], {"timed_by": "replay"}), ""
+    if prep.fallback:
+        return None, prep.fallback
+    prepared = prep.prepared
+    assert prepared is not None  # no error, finding or fallback: prepared
+    key = replaying.reference_key(prepared, stage.spec, ctx, settings)
+    kept = cache.kept_timing(key) if cache is not None else None
+    if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
+        replayed.cancel(pending.pop("reference", None))
+    elif "reference" not in pending:  # another record of the reference than the kept one: replayed after all
+        pending["reference"] = replaying.spawn(staging, "reference", ctx, stage.timeout, settings)
+    placed: dict[str, replayed.Pending | replayed.Replayed | None] = {
+        "student": replaying.place(prepared, "student", pending["student"]),
+        "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
+    timed = _set_up_and_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
     if isinstance(timed, TestResult):
         return timed, ""
     t, torch_ms, ref_run, student_run = timed
-    r = replaying.judge(prep.prepared, stage.spec, ref_run, student_run,
-                        kept=kept is not None and ref_run.folder is None, timeout=stage.timeout,
-                        sharing=stage.session.sharing_gpu)
+    r = replaying.judge(prepared, stage.spec, ref_run, student_run, kept=kept is not None and ref_run.folder is None,
+                        timeout=stage.timeout, sharing=stage.session.sharing_gpu)
     stage.phase("replay_checks")
     if cache is not None and not r.reference_kept and r.reference.ms \
             and not (r.reference.failed or r.reference.refused):
         cache.keep_timing(key, {"ms": r.reference.ms, "placements": r.reference.placements,
                                 "launches": r.reference.launches, "torch_ms": torch_ms})
         cache.keep_timing(expect, {"reference_key": key})
-    return _replay_verdict(stage, prep.prepared, r, t), ""
+    return _replay_verdict(stage, prepared, r, t), ""
 
 
-def _placed(stage: Stage, prepared, pending: dict, kept: dict | None, staging: Path) -> None:
-    """The replays `pending` needs (the reference's only where its figure is not kept) given
-    their checked records and inputs, in place."""
-    if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
-        replayed.cancel(pending.pop("reference", None))
-    elif "reference" not in pending:  # another record of the reference than the kept one: replayed after all
-        pending["reference"] = replaying.spawn(staging, "reference", stage.ctx, stage.timeout, stage.session.settings)
-    for c in list(pending):
-        pending[c] = replaying.place(prepared, c, pending[c])
-    pending.setdefault("reference", None)
-
-
-def _set_up(stage: Stage, pending: dict, held: ExitStack) -> None:
-    """The replays' inputs read (no lock held), then, within one of the GPU's set-up slots (at
-    most two timing phases' buffers at once: `held` keeps it until the replays' end), their
-    set-up on the GPU, held shared."""
-    replaying.loaded(pending)
-    held.enter_context(stage.session.setup_slot())
-    held.callback(_stop, pending)  # the replays stopped before the slot is left, on every way out
-    with stage.session.sharing_gpu():
-        replaying.arm(pending)
-
-
-def _timed_alone(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, pending: dict,
-                 kept: dict | None):
-    """Every process of the student's stopped, then the replays timed with the GPU alone
-    (`_replays_timed`) and their last results written. Returns what `_replays_timed` does."""
-    stage.phase("replay_whole_result_and_set_up")
+def _set_up_and_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, placed: dict,
+                      kept: dict | None):
+    """The student's worker stopped and the replays' inputs read (no lock held); then, within one
+    of the GPU's set-up slots (at most two timing phases' buffers at once), the replays set up on
+    the GPU (held shared), timed (`_replays_timed`) and their last results written. Returns what
+    `_replays_timed` does."""
     stopped, prepared.student_pids = replaying.stop_student(stage.student)
     if stopped:
+        _cancel(placed)
         return stage.test("infra_error", f"not scored: {stopped}")
+    replaying.loaded(placed)
     stage.phase("replay_stop_worker")
-    timed = _replays_timed(stage, trusted, timed_files, layout, prepared, pending, kept)
-    if not isinstance(timed, TestResult):
-        for run in timed[2:]:
-            replayed.settle(run)
+    with stage.session.setup_slot():
+        with stage.session.sharing_gpu():
+            replaying.arm(placed)
+        stage.phase("replay_set_up")
+        try:
+            timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
+            if not isinstance(timed, TestResult):
+                for run in timed[2:]:
+                    replayed.settle(run)
+        except BaseException:
+            _stop(placed)
+            raise
+        _stop(placed)
     return timed
 
 

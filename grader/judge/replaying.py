@@ -1,7 +1,7 @@
 """The performance stage's scored path: the student's compiled kernels timed by replay
 (grader.replay), with no code of the student's running anywhere while anything is timed.
 
-`prepare` and `check_whole`, while the student's worker is alive: two recorded calls at the scoring shape (the
+`prepare`, while the student's worker is alive: two recorded calls at the scoring shape (the
 launches of each, grader.worker.launches; the first also its aten ops, for a vendor op at this
 size, and its compiled kernels, for why a kernel is slow) on two of the timing's input sets, the
 whole result of the first taken back; the trusted worker makes the same call with torch (the
@@ -75,7 +75,6 @@ class Prepare:
     findings: list[tuple[Severity, str]] = field(default_factory=list)
     fallback: str = ""
     error: str = ""  # ours: the stage cannot go on (infra_error)
-    recorded: bool = False  # both recorded calls answered: the student's whole result is there to check
 
 
 def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch.Tensor, atol: float,
@@ -139,9 +138,10 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
         error = ours.result()
     if error:
         return Prepare(error=error)
-    checked = _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0])
-    checked.recorded = True
-    return checked
+    found = _whole_result(spec, student, trusted, workdir, timeout)
+    if found is not None:
+        return found
+    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0])
 
 
 def _trusted_calls(student, trusted, inputs: str, layout: dict, ref_folder: Path, timeout: float) -> str:
@@ -157,10 +157,9 @@ def _trusted_calls(student, trusted, inputs: str, layout: dict, ref_folder: Path
     return ""
 
 
-def check_whole(spec: Assignment, student, trusted, workdir: Path, timeout: float) -> Prepare | None:
-    """After `prepare` recorded: the student's result at the timing size taken back whole and
-    checked by the trusted worker against torch's: None when it is right, else what ends the
-    stage (its findings come before any fallback `prepare` found)."""
+def _whole_result(spec: Assignment, student, trusted, workdir: Path, timeout: float) -> Prepare | None:
+    """The student's result at the timing size taken back whole and checked by the trusted worker
+    against torch's: None when it is right, else what ends the stage."""
     perf = spec.performance
     assert perf is not None  # the replay runs only for an assignment with a performance case
     sample = output_path(workdir, "replay-student.safetensors")
