@@ -17,7 +17,7 @@ import shutil
 import stat
 import time
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import List, Optional, Sequence
 
@@ -210,6 +210,7 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
         raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
     if keep is not None:  # workers forked at once by a zygote that outlives this command
         zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
+        ctx = replace(ctx, durations=str(keep / "durations.json"))
     # in CI nothing less than the isolation asked for will do; on a student's own machine it may
     # fall back, said first (by the terminal's sink)
     contained = as_asked(ctx.isolation, settings) if options.ci_mode is not None else detect(ctx.isolation, settings)

@@ -47,6 +47,8 @@ class GradingContext:
     scratch_root: str | None = None  # where a grade's job folders go (None: the system's temp): a check puts
     #                                  them beside its kept cache, on one file system, so input sets are linked
     kept_kernels: str | None = None  # a check only: the student's compiled kernels kept between runs
+    durations: str | None = None  # a check only: each assignment's seconds last time (a file of the kept cache),
+    #                               so assignments graded at once start the longest first
     reproducer: str = "grader check ."  # the command a failure's one-line reproducer starts with
     partial_points: bool = False  # with cases/dtypes: each case earns its share of the full run
     perf_reps: int = 30  # timed calls per contender per round (rounds: see grader.judge.perf)

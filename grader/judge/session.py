@@ -18,6 +18,7 @@ from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from typing import Callable
 
+from grader.judge import durations
 from grader.judge import grade as pipeline
 from grader.judge.context import GradingContext
 from grader.judge.resources import Resources
@@ -62,16 +63,21 @@ class GradingSession(Resources):
     def _grade_at_once(self, sub: Submission, specs: list[Assignment], tmp: Path, progress: Progress | None,
                        phases: dict[str, float] | None, jobs: int) -> list[AssignmentResult]:
         """Each assignment in a thread of its own (the work is in its workers; this process
-        mostly waits on their pipes), the longest planned first so that the last to start is short."""
+        mostly waits on their pipes), the longest first so that the last to start is short: the
+        longest last time where a check kept its seconds (`GradingContext.durations`), else the
+        one with the most planned calls."""
         self.warm_up()  # once, before the threads: they fork from the same zygotes
         # each assignment's phases, added up at the end
         own: dict[str, dict[str, float]] = {spec.name: {} for spec in specs}
-        order = sorted(specs, key=lambda s: -len(self.context.calls(s)))
+        last = durations.read(self.context.durations)
+        key = durations.key_of(self.context)
+        order = sorted(specs, key=lambda s: (-last.get(key(s.name), 0.0), -len(self.context.calls(s))))
         with ThreadPoolExecutor(max_workers=min(jobs, len(specs)), thread_name_prefix="assignment") as pool:
             futures = {spec.name: pool.submit(pipeline.grade_assignment, self, sub, spec, tmp / spec.name, progress,
                                               None,
                                               own[spec.name]) for spec in order}
             results = [futures[spec.name].result() for spec in specs]
+        durations.write(self.context.durations, {key(name): sum(seconds.values()) for name, seconds in own.items()})
         if phases is not None:
             for seconds in own.values():
                 for name, value in seconds.items():
