@@ -227,23 +227,29 @@ def _ended(pending: Pending) -> Replayed | None:
     return Replayed(failed=f"the replay process ended without an answer (exit {code}: {one_line(tail, 200)})")
 
 
-def loaded(pending: Pending | Replayed) -> Pending | Replayed:
-    """A placed replay waited for until it has read its inputs and checked its record on the host
-    (before the GPU is held: what is left for `arm` is the GPU's part). A replay that answers
-    instead, or ends, is read back as `arm` does; one that overruns is stopped."""
-    if isinstance(pending, Replayed) or pending.armed:
-        return pending
+def _until(pending: Pending, mark: str, late: str, poll_s: float) -> Replayed | None:
+    """Wait until the replay makes `mark` in its result folder or answers (None); if it ends
+    first, or overruns (`late`: what it did not do in time, ours), it is stopped and read back."""
     result, deadline = pending.job / "result", time.monotonic() + pending.timeout
-    while not (result / LOADED).exists() and not (result / "replay.json").exists():
+    while not (result / mark).exists() and not (result / "replay.json").exists():
         ended = _ended(pending)
         if ended is not None:
             _close(pending)
             return ended
         if time.monotonic() > deadline:
             _close(pending)
-            return Replayed(failed=f"the replay did not read its inputs in {pending.timeout:.0f} s", ours=True)
-        time.sleep(0.005)
-    return pending
+            return Replayed(failed=f"the replay {late} in {pending.timeout:.0f} s", ours=True)
+        time.sleep(poll_s)
+    return None
+
+
+def loaded(pending: Pending | Replayed) -> Pending | Replayed:
+    """A placed replay waited for until it has read its inputs and checked its record on the host
+    (before the GPU is held: what is left for `arm` is the GPU's part). A replay that answers
+    instead, or ends, is read back as `arm` does; one that overruns is stopped."""
+    if isinstance(pending, Replayed) or pending.armed:
+        return pending
+    return _until(pending, LOADED, "did not read its inputs", 0.005) or pending
 
 
 def arm(pending: Pending | Replayed) -> Pending | Replayed:
@@ -252,19 +258,11 @@ def arm(pending: Pending | Replayed) -> Pending | Replayed:
     replay that answers instead (no GPU, a record refused against this GPU) or ends is read back."""
     if isinstance(pending, Replayed) or pending.armed:
         return pending
-    result = pending.job / "result"
     if not (pending.job / ARM).exists():
         (pending.job / ARM).touch()
-    deadline = time.monotonic() + pending.timeout
-    while not (result / ARMED).exists() and not (result / "replay.json").exists():
-        ended = _ended(pending)
-        if ended is not None:
-            _close(pending)
-            return ended
-        if time.monotonic() > deadline:
-            _close(pending)
-            return Replayed(failed=f"the replay was not set up in {pending.timeout:.0f} s", ours=True)
-        time.sleep(0.002)
+    stopped = _until(pending, ARMED, "was not set up", 0.002)
+    if stopped is not None:
+        return stopped
     pending.armed = True
     return pending
 
