@@ -210,10 +210,11 @@ def start(folder: Path, k: str, idle_s: float) -> None:
         out = open(log, "ab")
     except OSError:
         return
-    with out:
+    with out:  # started in its own folder: `-m` puts the folder it starts in first on its path, and the
+        # caller's (a student's repo) must never be where the judge imports from, for this check or the next
         subprocess.Popen([sys.executable, "-m", "grader.resident", "serve", str(folder), k, str(idle_s)],
                          stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-                         close_fds=True, env=dict(os.environ))
+                         close_fds=True, env=dict(os.environ), cwd=str(folder))
 
 
 def stop(folder: Path) -> int:

@@ -87,6 +87,29 @@ def test_the_next_check_is_served_by_the_warm_judge_and_grades_the_same(submissi
     assert alone.returncode == 0 and len(re.findall("serving", _log(judge))) == 2, "GRADER_RESIDENT=0 goes alone"
 
 
+def test_the_judge_never_imports_from_the_folder_its_first_check_ran_in(submission, judge):
+    """A check run in a repo that holds modules named as the grader's own (typer.py, rich/) starts
+    the judge from there: the judge imports from its own folder, never the repo, so neither this
+    student's check nor the next one (another repo, on a TA's machine) runs that code."""
+    repo = submission("good")
+    marker = judge / "imported-from-the-repo"
+    for name in ("typer.py", "safetensors.py", "json.py"):
+        (repo / name).write_text(f"open({str(marker)!r}, 'a').write({name!r})\nraise ImportError('planted')\n")
+    env = _env(judge)
+    out = judge / "out1"
+    out.mkdir()
+    argv = _argv(repo, out)  # as the `grader` command starts: its own folder first on its path, not the repo's
+    first = subprocess.run([argv[0], "-P", *argv[1:]], env=env, cwd=repo, capture_output=True, text=True,
+                           timeout=600)
+    _wait_for_socket(judge)
+    argv = _argv(submission("slow"), judge / "out2")
+    second = subprocess.run([argv[0], "-P", *argv[1:]], env=env, cwd=repo, capture_output=True, text=True,
+                            timeout=600)
+    assert "serving" in _log(judge), _log(judge)
+    assert not marker.exists(), marker.read_text()
+    assert first.returncode == 0 and second.returncode == 0, first.stderr[-2000:] + second.stderr[-2000:]
+
+
 @pytest.mark.parametrize("argv, env, wanted", [
     (["check", "."], {}, True),
     (["list"], {}, False),
