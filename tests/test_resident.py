@@ -72,6 +72,7 @@ def test_the_next_check_is_served_by_the_warm_judge_and_grades_the_same(submissi
     first = _check(repo, judge / "out1", env)
     assert first.returncode == 0, first.stdout[-3000:] + first.stderr[-3000:]
     assert "serving" not in _log(judge)  # the first ran in its own process, and left a judge behind
+    assert "kept for the next check: a warm worker start and a warm judge for 120 s" in first.stdout, first.stdout
     _wait_for_socket(judge)
     second = _check(repo, judge / "out2", env)
     assert second.returncode == 0, second.stdout[-3000:] + second.stderr[-3000:]
@@ -85,6 +86,7 @@ def test_the_next_check_is_served_by_the_warm_judge_and_grades_the_same(submissi
     assert failing.returncode == 1 and len(re.findall("serving", _log(judge))) == 2, failing.stdout[-2000:]
     alone = _check(repo, judge / "out4", _env(judge, GRADER_RESIDENT="0"))
     assert alone.returncode == 0 and len(re.findall("serving", _log(judge))) == 2, "GRADER_RESIDENT=0 goes alone"
+    assert "a warm worker start for 120 s" in alone.stdout and "warm judge" not in alone.stdout, alone.stdout
 
 
 def test_the_judge_never_imports_from_the_folder_its_first_check_ran_in(submission, judge):

@@ -10,6 +10,7 @@ that stopped the check. A hook that returns an exit code decides the command's.
 from __future__ import annotations
 
 import os
+import sys
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -124,8 +125,10 @@ class TerminalSink(Sink):
         if setup is not None and keep is not None:
             warm = self.settings.warm
             what = ["the performance inputs and compiled kernels"] if setup.ctx.cache else []
-            if warm.keep_seconds > 0 and warm.fork_server:
-                what.append(f"a warm worker start for {warm.keep_seconds:g} s")
+            judge = warm.resident and not self.ci and sys.platform.startswith("linux")  # grader.resident
+            if warm.keep_seconds > 0 and (warm.fork_server or judge):
+                starts = [s for s, on in (("a warm worker start", warm.fork_server), ("a warm judge", judge)) if on]
+                what.append(f"{' and '.join(starts)} for {warm.keep_seconds:g} s")
             if what:
                 console.print(f"[dim]kept for the next check: {' and '.join(what)}, in {keep} "
                               f"(GRADER_CACHE_GB=0 keeps nothing)[/dim]")
