@@ -32,7 +32,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT / "benchmarks"))
 sys.path.insert(0, str(REPO_ROOT))
 
-from throughput_compare import export, install, sh  # noqa: E402
+from throughput_compare import installed_sides  # noqa: E402
 
 from grader.resident import stop as stop_resident  # noqa: E402
 from grader.sandbox.zygote import stop_warm  # noqa: E402
@@ -74,12 +74,7 @@ def main() -> int:
     work = args.workdir.resolve()
     shutil.rmtree(work, ignore_errors=True)
     work.mkdir(parents=True)
-    sides = {}
-    for name, ref in (("baseline", args.baseline), ("candidate", args.candidate)):
-        source = export(ref, work / "src" / name)
-        sides[name] = {"ref": ref, "source": source, "python": install(name, source, work / "venvs")}
-        if ref != "WORKTREE" and not Path(ref).is_dir():
-            sides[name]["commit"] = sh("git", "rev-parse", "--short", ref, cwd=REPO_ROOT).strip()
+    sides = installed_sides(args.baseline, args.candidate, work)
     env = {k: v for k, v in os.environ.items() if k not in ("PYTHONPATH", "CI", "GITHUB_ACTIONS", "GRADER_CACHE_DIR")}
     env.update(COLUMNS="200", GRADER_WARM_SECONDS="600")
     assignments = [] if args.catalogue else args.assignment or ["vector_add"]

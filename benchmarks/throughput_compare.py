@@ -110,6 +110,18 @@ def differences(before: dict, after: dict) -> list[str]:
     return found
 
 
+def installed_sides(baseline: str, candidate: str, work: Path) -> dict:
+    """Both installs compared, each exported into `work` and installed: name -> ref, source, python
+    (and the short commit where the ref is one)."""
+    sides = {}
+    for name, ref in (("baseline", baseline), ("candidate", candidate)):
+        source = export(ref, work / "src" / name)
+        sides[name] = {"ref": ref, "source": source, "python": install(name, source, work / "venvs")}
+        if ref != "WORKTREE" and not Path(ref).is_dir():
+            sides[name]["commit"] = sh("git", "rev-parse", "--short", ref, cwd=REPO_ROOT).strip()
+    return sides
+
+
 def job_seconds(out: Path) -> list[float]:
     return [json.loads(p.read_text())["seconds"] for p in out.glob("students/*/jobs/*.json") if not p.name.endswith(".infra_error.json")]
 
@@ -133,12 +145,7 @@ def main() -> int:
     if work.exists():
         shutil.rmtree(work)
     work.mkdir(parents=True)
-    sides = {}
-    for name, ref in (("baseline", args.baseline), ("candidate", args.candidate)):
-        source = export(ref, work / "src" / name)
-        sides[name] = {"ref": ref, "source": source, "python": install(name, source, work / "venvs")}
-        if ref != "WORKTREE" and not Path(ref).is_dir():
-            sides[name]["commit"] = sh("git", "rev-parse", "--short", ref, cwd=REPO_ROOT).strip()
+    sides = installed_sides(args.baseline, args.candidate, work)
     students = mix(args.students)
     for student, fixture in students.items():
         make_repo(work / "repos" / student, fixture)
