@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import statistics
 import subprocess
 import sys
 import time
@@ -18,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from grader.codec import write_inputs
-from grader.judge import perf, replayed, replaying
+from grader.judge import confirmation, perf, replayed, replaying, witness
 from grader.judge.context import GradingContext
 from grader import protocol as p
 from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Ok, Sample, Time
@@ -28,6 +29,7 @@ from conftest import COURSE
 from test_replay_record import _record
 
 N = 4096
+CALLS = 100  # calls per burst of the grader's clock
 SPEC = COURSE.get("vector_add")
 ROOFLINE = {"copy_gbps": 1e9, "gpu": "fake", "gemm_tflops": {}}
 SETTINGS = Settings(threads=3, sandbox_uids="70000-70010")  # the session's: what its replay processes start with
@@ -46,7 +48,10 @@ class FakeWorker:
         self.result, self.ops, self.edit, self.fail_record = result, list(ops), edit, fail_record
         self.kept: dict[str, torch.Tensor] = {}
         self.closed = False
-        self.process = SimpleNamespace(proc=SimpleNamespace(pid=999_999_999))
+        # the worker's process as the timing stage reaches it: bursts for the grader's clock go to it
+        self.process = SimpleNamespace(proc=SimpleNamespace(pid=999_999_999), request=self.request, unasked=lambda: False)
+        self.eager = ""  # why its burst cannot be a CUDA graph ("" where it can)
+        self.prepared: list[p.PrepareBurst] = []
         self.calls = 0
         self.timed = 0  # torch's rounds asked for (Time requests)
 
@@ -72,6 +77,9 @@ class FakeWorker:
             return Ok()
         if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
             return self.compare(message)
+        if isinstance(message, p.PrepareBurst):
+            self.prepared.append(message)
+            return p.BurstReady(eager=self.eager if message.graph else "asked to run eagerly")
         if isinstance(message, Time):
             self.timed += 1
             return SimpleNamespace(host_ms=[0.5] * 3, first_call_ms=1.0)
@@ -79,6 +87,9 @@ class FakeWorker:
 
     def close(self):
         self.closed = True
+
+    def unasked(self) -> bool:  # a reply written before its request: none here
+        return False
 
     def compare(self, req):
         """The trusted worker's own comparison (grader.worker.server.Worker.compare), over what
@@ -108,7 +119,7 @@ def stage(tmp_path, monkeypatch):
     monkeypatch.setattr(perf, "call_times", lambda reply: ([0.4] * 3, [0.4] * 3, None))
     monkeypatch.setattr(replaying, "stop_student", lambda student: (student.close() or "", {4242}))
     monkeypatch.setattr(replayed, "gpu_processes", lambda: [])
-    asked, given, events, spawned = [], [], [], []
+    asked, given, events, spawned, brackets = [], [], [], [], []
 
     @contextlib.contextmanager
     def held(lock):  # the session's GPU locks, each taking and release noted in order
@@ -121,9 +132,23 @@ def stage(tmp_path, monkeypatch):
                                                                                                  _f(*a))[1])
     monkeypatch.setattr(replayed, "settle", lambda r, _f=replayed.settle: (events.append("settle"), _f(r))[1])
 
-    def run(student, trusted=None, replays=None, store=None, cache=None):
+    def run(student, trusted=None, replays=None, store=None, cache=None, clock_ms=None, samples=None):
+        """`clock_ms`: the student's time per call by the grader's clock (its bursts' brackets), by
+        default its replayed median; `samples`: what its bursts' samples are (the reference's: 1.0)."""
         trusted = trusted or FakeWorker(truth)
         answers = dict(replays or {})
+        got_student = answers.get("student", {})
+        replay_ms = statistics.median(t for p_ in got_student.get("placements", [[1.0]]) for t in p_) \
+            if isinstance(got_student, dict) else 1.0
+
+        def fake_bracketed(worker, c, seed, timeout, last=False):  # the grader's clock around a burst of CALLS
+            brackets.append((c, last))
+            per_call = 1.0 if c == "reference" else (replay_ms if clock_ms is None else clock_ms)
+            values = [[1.0] * 4] * CALLS if c == "reference" or samples is None else samples
+            return p.BurstReply(values=values), 0.05 + per_call * CALLS / 1e3
+
+        monkeypatch.setattr(witness, "bracketed", fake_bracketed)
+        monkeypatch.setattr(witness, "burst_calls", lambda *a: CALLS)
 
         def fake_start(record, inputs, layout_file, job, reps, timeout, **kw):
             who = "reference" if Path(record).name == "reference" else "student"
@@ -164,7 +189,7 @@ def stage(tmp_path, monkeypatch):
         got, fallback = perf._by_replay(stage, trusted, files, layout)
         return got if got is not None else fallback
 
-    run.truth, run.asked, run.given, run.events, run.spawned = truth, asked, given, events, spawned
+    run.truth, run.asked, run.given, run.events, run.spawned, run.brackets = truth, asked, given, events, spawned, brackets
     return run
 
 
@@ -181,8 +206,13 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     # set up under the GPU held shared, timed alone, the last results written before the set-up slot is left,
     # and compared with the GPU shared again (the recorded calls' sharing is the student worker's own)
     locks = [e for e in stage.events if e[-1] in "+-" or e in ("arm", "go")]
+    # first the function's own calls by the grader's clock, the GPU held alone, the student's worker still alive
+    assert locks[:2] == ["alone+", "alone-"] and [b[0] for b in stage.brackets] == ["student", "reference", "reference", "student", "student", "reference"]
+    assert [b[1] for b in stage.brackets] == [False] * 4 + [True] * 2, "the last round lets each burst go"
+    locks = locks[2:]
     assert locks[:8] == ["slot+", "shared+", "arm", "shared-", "alone+", "go", "alone-", "slot-"], stage.events
     assert stage.events.index("settle") < stage.events.index("slot-") and locks[8:] == ["shared+", "shared-"]
+    assert _d(got)["confirmation"]["verdict"] == "agrees" and _d(got)["confirmation"]["clock_ms"] == pytest.approx(1.2)
     assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replaying.PLACEMENTS
     assert stage.given == [SETTINGS, SETTINGS], "each replay process starts with the session's settings"
     kept = _d(got)["replay"]["kept"]
@@ -390,3 +420,54 @@ def test_a_spec_scored_against_the_faster_keeps_torchs_three_rounds(stage, tmp_p
     trusted = FakeWorker(stage.truth)
     again = stage(FakeWorker(stage.truth), trusted=trusted, cache=cache)
     assert _d(again)["replay"]["reference"]["kept"] is True and trusted.timed == 3
+
+
+# the function's own calls by the grader's clock against its replayed kernels (grader.judge.confirmation)
+
+def test_calls_faster_than_their_own_replayed_kernels_are_conclusive_with_both_figures(stage):
+    """A record that names more work than the calls do (a scalar of the launch rewritten, a slower
+    binary swapped in, a slow path only at the replay's buffers): the calls by the grader's clock
+    beat their own kernels."""
+    got = stage(FakeWorker(stage.truth), replays={"student": {"placements": [[4.0] * 8] * 6}}, clock_ms=1.0)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "faster than the kernels its record names" in got.message
+    assert "1.0000 ms per call by the grader's clock" in got.message and "4.0000 ms" in got.message
+    assert _d(got)["confirmation"]["verdict"] == "faster"
+
+
+def test_calls_slower_than_their_replayed_kernels_in_a_graph_are_conclusive(stage):
+    """A record faster than what runs (a scalar rewritten, a faster binary over the cache file, a fast
+    path only while recorded): in a CUDA graph no host work explains the difference."""
+    got = stage(FakeWorker(stage.truth), clock_ms=4.0)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "4.00x slower than the kernels its record names" in got.message and "do not run what" in got.message
+
+
+def test_calls_slower_in_an_eager_burst_are_scored_on_the_graders_clock_not_accused(stage):
+    """A function that synchronizes runs its burst eagerly, its host work then in the bracket: no
+    accusation, the score comes from the slower figure."""
+    student = FakeWorker(stage.truth)
+    student.eager = "RuntimeError: operation not permitted when stream is capturing"
+    trusted = FakeWorker(stage.truth)
+    got = stage(student, trusted=trusted, clock_ms=2.0)
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED) and not got.severity, got.message
+    assert _d(got)["ratio_to_reference"] == pytest.approx(2.0) and _d(got)["confirmation"]["verdict"] == "host"
+    assert "scored on the grader's own clock" in got.message and "could not be captured" in got.message
+    # asked for a graph first; the reference's burst then prepared again as its eager mirror
+    assert student.prepared[0].graph and [m.graph for m in trusted.prepared] == [True, False]
+
+
+def test_calls_that_agree_within_the_margins_are_scored_on_the_replay(stage):
+    got = stage(FakeWorker(stage.truth), clock_ms=1.2)
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED) and not got.severity, got.message
+    assert _d(got)["ratio_to_reference"] == pytest.approx(1.0) and _d(got)["confirmation"]["verdict"] == "agrees"
+
+
+def test_wrong_samples_in_the_graders_bursts_are_conclusive_before_anything_is_replayed(stage):
+    """Right for the recorded calls, wrong later (cheat_first_n): the bursts' calls come after the
+    record, each on fresh inputs, and their samples are checked."""
+    student = FakeWorker(stage.truth)
+    got = stage(student, samples=[[1.0] * 4] * (CALLS - 1) + [[0.0] * 4])
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "timed by its own clock are wrong" in got.message and "call 100 of 100" in got.message
+    assert stage.asked == [], "no replay is timed for a function whose own calls are wrong"

@@ -38,7 +38,7 @@ import torch
 from safetensors.torch import load, save_file
 
 from grader import sanitize
-from grader.judge import activity, replayed, replaying, slowness, witness
+from grader.judge import activity, confirmation, replayed, replaying, slowness, witness
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
@@ -325,7 +325,22 @@ def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], 
         if verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
             verdict.message += f"; timed in your worker, not by replay ({fallback})"
     _why_slow(verdict, details, compiled, ctx)
+    if fallback and verdict.outcome == Outcome.PASSED:
+        _hold(verdict, details, fallback)
     return verdict
+
+
+def _hold(verdict: TestResult, details: PerformancePayload, why: str) -> None:
+    """A figure from the fallback, which the grader could not verify, earns no points on its own:
+    they wait for a TA's `grader review --clear` (the curve's share stays in the details, which is
+    what a clearing restores: grader.judge.scoring.points_without_findings), and the student is
+    told what to change to be replayed (grader.judge.confirmation.held)."""
+    text = confirmation.held(why, details.ratio_to_reference or 0.0, details.score_fraction or 0.0)
+    details.held = why
+    details.evidence = [text]
+    details.findings = [{"severity": Severity.REVIEW.value, "text": text}]
+    verdict.outcome, verdict.severity = Outcome.FLAGGED, Severity.REVIEW
+    verdict.message = f"no speed credit yet: {text}; {verdict.message}"
 
 
 def _roofline(session: Resources, trusted) -> dict:
@@ -378,6 +393,15 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
         return None, prep.fallback
     prepared = prep.prepared
     assert prepared is not None  # no error, finding or fallback: prepared
+    try:
+        burst = _confirming_bursts(stage, trusted, timed_files[0], layout)
+    except BaseException:
+        _cancel(pending)
+        raise
+    stage.phase("confirm_bursts")
+    if isinstance(burst, TestResult):
+        _cancel(pending)
+        return burst, ""
     key = replaying.reference_key(prepared, stage.spec, ctx, settings)
     kept = cache.kept_timing(key) if cache is not None else None
     if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
@@ -399,7 +423,65 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
         cache.keep_timing(key, {"ms": r.reference.ms, "placements": r.reference.placements,
                                 "launches": r.reference.launches, "torch_ms": torch_ms})
         cache.keep_timing(expect, {"reference_key": key})
-    return _replay_verdict(stage, prepared, r, t), ""
+    return _replay_verdict(stage, prepared, r, t, burst), ""
+
+
+def _confirming_bursts(stage: Stage, trusted, inputs: str, layout: dict) -> witness.Witness | TestResult:
+    """The student's own calls at the timing size, timed by the grading process's clock while its
+    worker is alone on the GPU and still alive (grader.judge.confirmation): BURST_ROUNDS bursts of
+    the student's and the reference's (the trusted worker's), alternating which goes first, on
+    inputs drawn from a seed told only then, every call's result sampled and checked against the
+    reference's. Returns the brackets, or the result that ends the stage (wrong samples, a reply
+    written ahead: conclusive; the student's function raised: error)."""
+    spec, perf = stage.spec, stage.perf
+    workers = {"student": stage.student.process, "reference": trusted}
+    w = witness.Witness()
+    with stage.session.alone_on_gpu():
+        stage.phase("waiting_for_gpu")
+        stage.roofline = stage.roofline or _roofline(stage.session, trusted)
+        dt = DTYPES[perf.dtype]
+        floor, _ = floor_ms(perf.bytes_moved(perf.case.params, dt), perf.flops(perf.case.params, dt) if perf.flops
+                            else None, stage.roofline["copy_gbps"],
+                            stage.roofline.get("gemm_tflops", {}).get(perf.dtype))
+        # sized by the floor (a lower bound on the reference's time): at least BURST_GPU_MS of the reference's work
+        w.calls = witness.burst_calls(floor, os.path.getsize(inputs))
+        try:
+            failed = _prepare_bursts(spec, workers, w, inputs, layout, stage.timeout)
+            if failed is None:
+                failed = _confirm_rounds(spec, workers, w, stage.timeout)
+        except witness.WitnessRefused as exc:
+            return _flagged(stage.test, [Finding(Severity.CONCLUSIVE, str(exc))], {"timed_by": "replay"})
+    if failed:
+        _, reply = failed
+        return stage.test("error", f"student raised while timed by the grader's clock: {reply.message}",
+                          traceback=reply.traceback)
+    if w.wrong:
+        return _flagged(stage.test, [Finding(Severity.CONCLUSIVE, "the results of your function's calls the grader "
+                                             f"timed by its own clock are wrong: {w.wrong} (results reused, or not "
+                                             "computed)")], {"timed_by": "replay"})
+    return w
+
+
+def _confirm_rounds(spec, workers, w: witness.Witness, timeout: float) -> tuple[str, Failure] | None:
+    """The confirmation's bursts (prepared): each round one seed, both contenders, the order
+    alternating; the last round lets each burst's graph and memory go."""
+    tol = spec.tolerance
+    for round_ in range(confirmation.BURST_ROUNDS):
+        seed = witness.new_seed()
+        values = {}
+        for c in (("student", "reference") if round_ % 2 == 0 else ("reference", "student")):
+            reply, seconds = witness.bracketed(workers[c], c, seed, timeout * 4,
+                                               last=round_ == confirmation.BURST_ROUNDS - 1)
+            if isinstance(reply, Failure):
+                if c != "student":
+                    raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
+                return c, reply
+            (w.student_s if c == "student" else w.reference_s).append(seconds)
+            values[c] = reply.values
+        if not w.wrong:
+            w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[spec.performance.dtype],
+                                           tol.rtol[spec.performance.dtype], oracle=spec.truth is not None)
+    return None
 
 
 def _set_up_and_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, placed: dict,
@@ -467,8 +549,9 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
     return t, torch_ms, ref_run, student_run
 
 
-def _replay_verdict(stage: Stage, prepared, r, t: Timings) -> TestResult:
-    """What the replay's decision makes of the speed (grader.judge.replayed.decide)."""
+def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witness) -> TestResult:
+    """What the replay's decision makes of the speed (grader.judge.replayed.decide), the figure
+    confirmed by the grader's clock on the function's own calls (grader.judge.confirmation)."""
     spec, ctx = stage.spec, stage.ctx
     details: dict[str, Any] = {
         "timed_by": "replay",
@@ -487,14 +570,32 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings) -> TestResult:
                     f"({'; '.join(prepared.torch_work[:3])}): launched again on the grader's own buffers, your Triton "
                     f"kernels alone give wrong results: {r.wrong}")
         return _flagged(stage.test, [Finding(severity, text)], details)
+    student_ms, reference_ms = r.student.median_ms, r.reference.median_ms
+    assert student_ms is not None and reference_ms is not None  # scored: both replays have their times
+    agreement = confirmation.decide(confirmation.clock_ms(burst.student_s, burst.reference_s, burst.calls,
+                                                          reference_ms),
+                                    student_ms, r.student.launches, burst.eager, burst.calls)
+    details["confirmation"] = confirmed = {
+        "verdict": agreement.verdict, "clock_ms": round(agreement.clock_ms, 5), "replay_ms": round(student_ms, 5),
+        "ratio": round(agreement.ratio, 4), "calls": burst.calls, "graph": not burst.eager,
+        "cost_s": round(burst.cost_s(), 3), "prepare_s": round(burst.prepare_s, 3),
+        "brackets_ms": {"student": [round(x * 1e3, 3) for x in burst.student_s],
+                        "reference": [round(x * 1e3, 3) for x in burst.reference_s]}}
+    if agreement.conclusive:
+        return _flagged(stage.test, [Finding(Severity.CONCLUSIVE, agreement.message)], details)
     for c, run in (("student", r.student), ("reference", r.reference)):
         t.times[c] = run.placements
         t.event_ms[c] = list(run.ms)
+    if agreement.verdict == "host":  # the function's calls are slower than its kernels: scored on the slower figure
+        t.times["student"] = [[x * agreement.ratio for x in p] for p in t.times["student"]]
     assert stage.roofline is not None  # measured before the replays were timed
     verdict = _verdict(spec, stage.roofline, t, len(r.student.placements), [], True, stage.test)
     payload = verdict.details
     assert isinstance(payload, PerformancePayload)  # test() makes a performance result
     payload.timed_by, payload.replay, payload.roofline = "replay", details["replay"], stage.roofline
+    payload.confirmation = confirmed
+    if agreement.message and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
+        verdict.message += f"; {agreement.message}"
     _why_slow(verdict, payload, prepared.compiled, ctx)
     return verdict
 
@@ -598,14 +699,10 @@ def _timed_rounds(ctx: GradingContext, spec, workers, order, t: Timings, timed_f
             return rounds, None
 
 
-def _prepare_bursts(spec, workers, t: Timings, inputs: str, layout, timeout) -> tuple[str, Failure] | None:
-    """Both bursts prepared at once (each worker compiles and captures its own), `calls` long by
-    the reference's time in the first round. Where the student's cannot be a CUDA graph, the
-    reference's is prepared again as its mirror: eager, synchronized after each call."""
-    w = t.witness
-    size = DTYPES[spec.performance.dtype].itemsize
-    w.calls = witness.burst_calls(statistics.median(t.times["reference"][0]),
-                                  t.output_numel * size if t.output_numel else os.path.getsize(inputs))
+def _prepare_bursts(spec, workers, w: witness.Witness, inputs: str, layout, timeout) -> tuple[str, Failure] | None:
+    """Both bursts prepared at once (each worker compiles and captures its own), `w.calls` long.
+    Where the student's cannot be a CUDA graph, the reference's is prepared again as its mirror:
+    eager, synchronized after each call."""
     for c in ("student", "reference"):
         if workers[c].unasked():
             raise witness.WitnessRefused("the worker wrote a reply before it was asked")
@@ -632,8 +729,11 @@ def _bursts(spec, workers, t: Timings, inputs: str, layout, timeout, round_: int
     reference's on inputs drawn from one new seed, in alternating order (neither always goes
     first). The first round prepares them, `calls` long by the reference's time in it."""
     w = t.witness
-    if round_ == 0:
-        failed = _prepare_bursts(spec, workers, t, inputs, layout, timeout)
+    if round_ == 0:  # `calls` long by the reference's time in the first round
+        size = DTYPES[spec.performance.dtype].itemsize
+        w.calls = witness.burst_calls(statistics.median(t.times["reference"][0]),
+                                      t.output_numel * size if t.output_numel else os.path.getsize(inputs))
+        failed = _prepare_bursts(spec, workers, w, inputs, layout, timeout)
         if failed:
             return failed
     seed = witness.new_seed()

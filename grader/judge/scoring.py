@@ -63,16 +63,23 @@ def score_assignment(spec: Assignment, result: AssignmentResult, planned: list[s
 def points_without_findings(result: AssignmentResult) -> float:
     """The assignment's points as if no integrity finding stood: what a TA's clearing of its flags
     restores (grader.batch.reviews). Each test earns what score_assignment gave it before a
-    finding took it: a passed correctness test its share, a passed timing test its curve's."""
+    finding took it: a passed correctness test its share, a passed timing test its curve's, and so
+    does a timing held for review (a figure the grader could not verify: grader.judge.perf._hold)."""
     total = 0
     for t in result.tests:
-        if t.outcome != Outcome.PASSED:
-            total += cents(t.score)
-        elif t.kind == "performance":
+        if t.kind == "performance" and (t.outcome == Outcome.PASSED or _held(t)):
             total += round(cents(t.max_score) * _fraction(t))
+        elif t.outcome != Outcome.PASSED:
+            total += cents(t.score)
         else:
             total += cents(t.max_score)
     return total / 100
+
+
+def _held(test: TestResult) -> bool:
+    """A timing whose figure waits for a TA's review, with its curve's share recorded."""
+    return test.outcome == Outcome.FLAGGED and isinstance(test.details, PerformancePayload) \
+        and bool(test.details.held)
 
 
 def _fraction(test: TestResult) -> float:

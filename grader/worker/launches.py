@@ -68,6 +68,8 @@ class Recorder:
         self.events: list[tuple] = []  # ("fill", ptr, geometry, value) | ("launch", raw) | ("torch", ptr, op)
         # id(CompiledKernel) -> (its key: SHA-256 of its files' digests, its description)
         self.kernels: dict[int, tuple[str, dict]] = {}
+        # id(CompiledKernel) -> its files' bytes, taken at its first launch in the call (`_snapshot`)
+        self.binaries: dict[int, dict[str, bytes]] = {}
         self.why_not: list[str] = []
         self.torch_work: list[str] = []  # what torch did that the launches do not reproduce (not replayed)
         self.streams: list[int] = []
@@ -148,6 +150,8 @@ class Recorder:
         except Exception as exc:  # noqa: BLE001
             self._not(f"the grid of a launch could not be read ({type(exc).__name__})")
             return
+        if kernel is not None and hasattr(kernel, "metadata_group") and id(kernel) not in self.binaries:
+            self.binaries[id(kernel)] = _snapshot(kernel)
         stream = torch.cuda.current_stream().cuda_stream if torch.cuda.is_available() else 0
         if stream not in self.streams:
             self.streams.append(stream)
@@ -369,8 +373,10 @@ class Recorder:
     def _kernel(self, kernel, folder: str | None) -> dict:
         src = kernel.src
         files = {}
-        for label, path in sorted((kernel.metadata_group or {}).items()):
-            data = Path(path).read_bytes()
+        taken = self.binaries.get(id(kernel))
+        if taken is None:  # launched before the recorder was set (a launch hook always snapshots first)
+            taken = _snapshot(kernel)
+        for label, data in sorted(taken.items()):
             if len(data) > MAX_FILE_BYTES:
                 self._not(f"a compiled file of {kernel.name} is over {MAX_FILE_BYTES >> 20} MiB")
                 continue
@@ -387,6 +393,25 @@ class Recorder:
         return {"name": kernel.name, "files": files,
                 "signature": {str(k): str(v) for k, v in getattr(src, "signature", {}).items()},
                 "constants": constants, "arg_names": list(getattr(getattr(src, "fn", None), "arg_names", []))}
+
+
+def _snapshot(kernel) -> dict[str, bytes]:
+    """A compiled kernel's files as they are at its launch, before any code of the caller's runs
+    again: the binary the driver loaded (`kernel.kernel`, the bytes Triton read when it made the
+    kernel), never the cache file again, which the worker can overwrite after the launch; the
+    other files (the metadata, the IR) read now."""
+    binary = getattr(kernel, "kernel", None)
+    taken = {}
+    for label, path in (getattr(kernel, "metadata_group", None) or {}).items():
+        ext = Path(label).suffix[1:]
+        if isinstance(binary, bytes) and ext in ("cubin", "hsaco"):
+            taken[label] = binary
+            continue
+        try:
+            taken[label] = Path(path).read_bytes()
+        except OSError:
+            continue
+    return taken
 
 
 def _storage_size(rec: Recorder, ptr: int) -> int:
