@@ -59,12 +59,16 @@ def build_submission(dest: Path, name: str) -> Path:
     so each buggy fixture holds only what it gets wrong and the rest still passes. The good
     vector_add and dropout also stay importable as `kernels._good_add` and `kernels._good_dropout`,
     for the fixtures that wrap them (timing cheats, honest shortcuts), and a GPU fixture gets
-    gpu/forged's honest slow kernel as `kernels._slow_add`."""
+    gpu/forged's honest slow kernels as `kernels._slow_add` and `kernels._loop_add`, its forgeries as
+    `kernels._forgeries`, and the good softmax as `kernels._good_softmax`."""
     shutil.copytree(FIXTURES / "good", dest)
     shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", dest / "kernels" / "_good_add.py")
     shutil.copy(FIXTURES / "good" / "kernels" / "dropout.py", dest / "kernels" / "_good_dropout.py")
     if name.startswith("gpu/"):  # the honest slow vector_add the timing fixtures wrap (gpu/forged's own)
         shutil.copy(FIXTURES / "gpu" / "forged" / "kernels" / "_slow_add.py", dest / "kernels" / "_slow_add.py")
+        shutil.copy(FIXTURES / "gpu" / "forged" / "kernels" / "_loop_add.py", dest / "kernels" / "_loop_add.py")
+        shutil.copy(FIXTURES / "gpu" / "forged" / "kernels" / "_forgeries.py", dest / "kernels" / "_forgeries.py")
+        shutil.copy(FIXTURES / "good" / "kernels" / "softmax.py", dest / "kernels" / "_good_softmax.py")
     if name != "good":
         shutil.copytree(FIXTURES / name, dest, dirs_exist_ok=True)
     return dest

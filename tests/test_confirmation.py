@@ -130,5 +130,6 @@ def test_the_binary_recorded_is_the_one_the_driver_loaded_even_if_the_file_chang
     cubin, meta = tmp_path / "k.cubin", tmp_path / "k.json"
     cubin.write_bytes(b"a faster binary copied over the cache file")
     meta.write_text(json.dumps({"name": "k"}))
-    kernel = SimpleNamespace(kernel=b"the slow binary that ran", metadata_group={"k.cubin": str(cubin), "k.json": str(meta)})
+    kernel = SimpleNamespace(kernel=b"the slow binary that ran",
+                             metadata_group={"k.cubin": str(cubin), "k.json": str(meta)})
     assert launches._snapshot(kernel) == {"k.cubin": b"the slow binary that ran", "k.json": meta.read_bytes()}

@@ -4,6 +4,9 @@ Skipped, with the reason, where no CUDA GPU is visible (see conftest)."""
 
 from __future__ import annotations
 
+import json
+import os
+
 import pytest
 
 from conftest import build_submission
@@ -13,6 +16,8 @@ pytestmark = pytest.mark.gpu
 
 def test_good_submission_passes_on_the_gpu_with_speed_figures(submission, cli):
     run = cli(submission("good"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "-a", "softmax")
+    for assignment in ("vector_add", "softmax"):
+        _log_confirmation(f"good/{assignment}", _perf(run, assignment)["extra_data"]["details"])
     assert run.returncode == 0, run.stdout + run.stderr
     assert {t["outcome"] for t in run.results["tests"]} == {"passed"}, [t["output"] for t in run.results["tests"] if t["outcome"] != "passed"]
     for assignment in ("vector_add", "softmax"):
@@ -48,7 +53,8 @@ def test_ten_percent_slower_is_measured_slower(submission, cli):
 CHEATS = {
     "cheat_graph_replay": ("conclusive", "wrong results"),  # no Triton launch in its call: the fallback's checks
     "cheat_cache": ("conclusive", "wrong results"),
-    "cheat_first_n": ("conclusive", "wrong results"),
+    # right for its first 40 calls: the recorded calls may fall among them, the grader's clock bursts come after
+    "cheat_first_n": ("conclusive", "wrong"),
     "cheat_vendor_large": ("conclusive", "aten::add.Tensor ran inside vector_add()"),
     "cheat_sampled_at_scale": ("conclusive", "wrong results at the timing size"),
 }
@@ -113,6 +119,17 @@ def test_cheats_against_the_workers_timing_gain_nothing_over_their_honest_twin(s
     assert details["ratio_to_reference"] > 0.95 * twin, (perf["output"], twin)
 
 
+def _log_confirmation(name: str, details: dict) -> None:
+    """The grader's clock against the replay, per fixture, where GRADER_CONFIRMATION_LOG names a
+    file (the honest spread docs/performance.md records)."""
+    log = os.environ.get("GRADER_CONFIRMATION_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps({"fixture": name, "timed_by": details.get("timed_by"),
+                                "confirmation": details.get("confirmation"), "replay": details.get("replay"),
+                                "ratio": details.get("ratio_to_reference"), "witness": details.get("witness")}) + "\n")
+
+
 HONEST = ["honest_two_streams", "honest_slow_wrapper", "honest_syncs", "honest_pipeline_scratch"]
 
 
@@ -120,17 +137,24 @@ HONEST = ["honest_two_streams", "honest_slow_wrapper", "honest_syncs", "honest_p
 def test_honest_kernels_are_timed_whole_and_never_flagged(submission, cli, fixture):
     run = _check(submission, cli, fixture)
     perf = _perf(run)
-    assert perf["outcome"] == "passed" and not perf["extra_data"]["severity"], perf["output"]
-    assert not any(t["outcome"] == "flagged" for t in run.results["tests"])
     details = perf["extra_data"]["details"]
+    _log_confirmation(fixture, details)
+    if fixture == "honest_two_streams":  # launches on two streams: the fallback times it, says why, and holds its
+        # points for a TA's review (a figure the grader could not verify), telling the student what to change
+        assert perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review", perf["output"]
+        assert "held for a TA's review (not an accusation)" in perf["output"] and "caller's stream" in perf["output"]
+        assert details["timed_by"] == "fallback" and "launches on 2 streams" in details["replay_refused"], details
+        assert details["witness"]["confirmed"] and details["held"] and details["score_fraction"] > 0.5, details
+        assert perf["score"] == 0
+    else:
+        assert perf["outcome"] == "passed" and not perf["extra_data"]["severity"], perf["output"]
+        assert not any(t["outcome"] == "flagged" for t in run.results["tests"])
+        assert details["confirmation"]["verdict"] in (("agrees", "host") if fixture == "honest_syncs" else ("agrees",))
     figures = details["figures"]["student"]
     low = 1.5 if fixture == "honest_pipeline_scratch" else 0.8  # two passes over the data: about twice the bytes
     assert low * 0.8 < details["ratio_to_reference"] < low + 1.0, perf["output"]
     assert figures["median_ms"] >= details["floor_ms"] / 1.15
-    if fixture == "honest_two_streams":  # launches on two streams: the fallback times it, and says why
-        assert details["timed_by"] == "fallback" and "launches on 2 streams" in details["replay_refused"], details
-        assert details["witness"]["confirmed"], details["witness"]
-    else:
+    if fixture != "honest_two_streams":
         assert details["timed_by"] == "replay", perf["output"]
         assert details["replay"]["student"]["reps"] >= 40 and len(details["replay"]["student"]["placements_ms"]) == 4
         assert details["replay"]["student"]["launches"] == (2 if fixture == "honest_pipeline_scratch" else 1), details["replay"]
@@ -215,3 +239,46 @@ def test_a_correct_but_slow_kernel_is_told_why_in_its_own_terms(submission, cli)
     assert kernel["num_warps"] == 1 and kernel["n_regs"] > 0 and kernel["grid"][:2] == [256, 256]
     assert details["why_slow"]["share"] < 0.7 and "Why it is slow" in perf["output"], perf["output"]
     assert "registers per thread" in perf["output"] and "1 warps" in perf["output"] and "SMs" in perf["output"]
+
+
+# issue #51: a record that does not describe the function the student submitted. Each of these always
+# runs a kernel about 3.3x the reference's (gpu/forged's _loop_add), and makes its record say otherwise:
+# the grader's own clock on its calls disagrees with the replay (conclusive, both figures), or the
+# record holds the binary that really ran (scored on it, no better than 3x: no points)
+RECORD_CHEATS = ["cheat_record_rewritten", "cheat_binary_swapped", "cheat_slow_at_home", "cheat_fast_when_recorded"]
+
+
+@pytest.mark.parametrize("fixture", RECORD_CHEATS)
+def test_a_record_that_does_not_describe_the_function_earns_no_speed_credit(submission, cli, fixture):
+    run = _check(submission, cli, fixture)
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    _log_confirmation(fixture, details)
+    assert perf["score"] == 0, perf["output"]
+    if perf["outcome"] == "flagged":
+        assert perf["extra_data"]["severity"] == "conclusive", perf["output"]
+        assert "than the kernels its record names" in perf["output"] and "by the grader's clock" in perf["output"]
+    else:  # the record held what ran: scored at its true speed
+        assert details["timed_by"] == "replay" and details["ratio_to_reference"] > 2.5, perf["output"]
+        assert details["confirmation"]["verdict"] == "agrees", details["confirmation"]
+
+
+# issue #51: opting out of the replay (a second stream, a device buffer kept at module level, the result's
+# address as an integer, a grid that changes between calls) combined with forged figures, skipped work or
+# torch doing the work unwatched: the fallback's figure is unverified, so it earns no points on its own
+OPT_OUTS = {"cheat_optout_stream": "vector_add", "cheat_optout_counter": "vector_add",
+            "cheat_optout_address": "vector_add", "cheat_optout_grid": "vector_add",
+            "cheat_torch_unrecorded": "softmax"}
+
+
+@pytest.mark.parametrize("fixture", sorted(OPT_OUTS))
+def test_opting_out_of_the_replay_earns_no_speed_points_without_a_review(submission, cli, fixture):
+    assignment = OPT_OUTS[fixture]
+    case = "n=1048577" if assignment == "vector_add" else "sliced-97x300"
+    run = cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", assignment, "--case", case)
+    perf = _perf(run, assignment)
+    details = perf["extra_data"]["details"]
+    _log_confirmation(fixture, details)
+    assert perf["score"] == 0 and perf["outcome"] in ("flagged", "failed"), perf["output"]
+    if perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review":
+        assert details["timed_by"] == "fallback" and "held for a TA's review" in perf["output"], perf["output"]
