@@ -132,9 +132,11 @@ def stage(tmp_path, monkeypatch):
                                                                                                  _f(*a))[1])
     monkeypatch.setattr(replayed, "settle", lambda r, _f=replayed.settle: (events.append("settle"), _f(r))[1])
 
-    def run(student, trusted=None, replays=None, store=None, cache=None, clock_ms=None, samples=None):
+    def run(student, trusted=None, replays=None, store=None, cache=None, clock_ms=None, samples=None,
+            eager_ms=None, eager_samples=None):
         """`clock_ms`: the student's time per call by the grader's clock (its bursts' brackets), by
-        default its replayed median; `samples`: what its bursts' samples are (the reference's: 1.0)."""
+        default its replayed median; `samples`: what its bursts' samples are (the reference's: 1.0);
+        `eager_*`: the same of the eager round after the graph's (by default as the graph's)."""
         trusted = trusted or FakeWorker(truth)
         answers = dict(replays or {})
         got_student = answers.get("student", {})
@@ -142,9 +144,14 @@ def stage(tmp_path, monkeypatch):
             if isinstance(got_student, dict) else 1.0
 
         def fake_bracketed(worker, c, seed, timeout, last=False):  # the grader's clock around a burst of CALLS
+            checked = len(brackets) >= 2 * confirmation.BURST_ROUNDS  # the eager round after the graph's
             brackets.append((c, last))
             per_call = 1.0 if c == "reference" else (replay_ms if clock_ms is None else clock_ms)
+            if checked and eager_ms is not None and c == "student":
+                per_call = eager_ms
             values = [[1.0] * 4] * CALLS if c == "reference" or samples is None else samples
+            if checked and eager_samples is not None and c == "student":
+                values = eager_samples
             return p.BurstReply(values=values), 0.05 + per_call * CALLS / 1e3
 
         monkeypatch.setattr(witness, "bracketed", fake_bracketed)
@@ -207,8 +214,11 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     # and compared with the GPU shared again (the recorded calls' sharing is the student worker's own)
     locks = [e for e in stage.events if e[-1] in "+-" or e in ("arm", "go")]
     # first the function's own calls by the grader's clock, the GPU held alone, the student's worker still alive
-    assert locks[:2] == ["alone+", "alone-"] and [b[0] for b in stage.brackets] == ["student", "reference", "reference", "student", "student", "reference"]
-    assert [b[1] for b in stage.brackets] == [False] * 4 + [True] * 2, "the last round lets each burst go"
+    # three rounds in a CUDA graph, alternating which goes first, then one eager round (the function's Python at each call)
+    assert locks[:2] == ["alone+", "alone-"] and [b[0] for b in stage.brackets] == \
+        ["student", "reference", "reference", "student", "student", "reference", "student", "reference"]
+    assert [b[1] for b in stage.brackets] == [False] * 4 + [True] * 4, "the last round of each kind lets its burst go"
+    assert [m.graph for m in student.prepared] == [True, False]
     locks = locks[2:]
     assert locks[:8] == ["slot+", "shared+", "arm", "shared-", "alone+", "go", "alone-", "slot-"], stage.events
     assert stage.events.index("settle") < stage.events.index("slot-") and locks[8:] == ["shared+", "shared-"]
@@ -453,8 +463,9 @@ def test_calls_slower_in_an_eager_burst_are_scored_on_the_graders_clock_not_accu
     assert got.outcome in (Outcome.PASSED, Outcome.FAILED) and not got.severity, got.message
     assert _d(got)["ratio_to_reference"] == pytest.approx(2.0) and _d(got)["confirmation"]["verdict"] == "host"
     assert "scored on the grader's own clock" in got.message and "could not be captured" in got.message
-    # asked for a graph first; the reference's burst then prepared again as its eager mirror
-    assert student.prepared[0].graph and [m.graph for m in trusted.prepared] == [True, False]
+    # asked for a graph first; the reference's burst then prepared again as its eager mirror, and no eager round after
+    assert [m.graph for m in student.prepared] == [True] and [m.graph for m in trusted.prepared] == [True, False]
+    assert len(stage.brackets) == 2 * confirmation.BURST_ROUNDS
 
 
 def test_calls_that_agree_within_the_margins_are_scored_on_the_replay(stage):
@@ -471,3 +482,19 @@ def test_wrong_samples_in_the_graders_bursts_are_conclusive_before_anything_is_r
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
     assert "timed by its own clock are wrong" in got.message and "call 100 of 100" in got.message
     assert stage.asked == [], "no replay is timed for a function whose own calls are wrong"
+
+
+def test_calls_right_in_the_graph_and_wrong_when_run_eagerly_are_conclusive(stage):
+    """A graph replays what its capture launched: the eager round after it calls the function itself
+    each time, and checks those results too (right only for the first calls is wrong there)."""
+    got = stage(FakeWorker(stage.truth), eager_samples=[[1.0] * 4] * (CALLS - 1) + [[7.0] * 4])
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "timed by its own clock are wrong" in got.message and stage.asked == []
+
+
+def test_calls_faster_only_when_run_eagerly_are_conclusive(stage):
+    """Fast only outside a graph's capture (which the function can detect): host work only lengthens
+    a bracket, so an eager figure faster than the replay is less work than the record too."""
+    got = stage(FakeWorker(stage.truth), replays={"student": {"placements": [[3.0] * 8] * 6}}, eager_ms=1.0)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "run eagerly" in got.message and "1.0000 ms per call" in got.message and "3.0000 ms" in got.message

@@ -124,10 +124,13 @@ class Witness:
     eager: str = ""  # why the student's burst is not a CUDA graph ("" where it is; the reference's then is not either)
     wrong: str = ""  # what was wrong with the student's samples, if anything
     prepare_s: float = 0.0  # preparing both bursts (warm-up and capture), untimed
+    # the replay's confirmation (grader.judge.confirmation): one more burst of each, eager (the function's own
+    # Python at every call, after the graph's calls), its brackets
+    checked_s: dict[str, float] = field(default_factory=dict)
 
     def cost_s(self) -> float:
         """What the witness adds to a job: preparing the bursts and running them."""
-        return self.prepare_s + sum(self.student_s) + sum(self.reference_s)
+        return self.prepare_s + sum(self.student_s) + sum(self.reference_s) + sum(self.checked_s.values())
 
     def per_call_ms(self, reference_ms: list[float]) -> list[float]:
         """The student's time per call, each round, by the grader's clock: the reference's GPU
