@@ -50,8 +50,19 @@ def test_slower_in_an_eager_burst_is_the_host_work_scored_on_the_clock_never_an_
     got = decide([2.0] * 3, 1.0, launches=1, eager="RuntimeError: capture failed", calls=50)
     assert got.verdict == "host" and not got.conclusive and got.ratio == pytest.approx(2.0)
     assert "scored on the grader's own clock" in got.message and "RuntimeError: capture failed" in got.message
-    # faster stays conclusive, eager or not: host work only lengthens the bracket
-    assert decide([0.5] * 3, 1.0, launches=1, eager="synchronizes", calls=50).verdict == "faster"
+    # faster stays conclusive, eager or not (host work only lengthens a bracket), beyond the eager margin: both
+    # contenders' own Python and a synchronization per call are in eager brackets (an honest wrapper: 0.73x)
+    assert decide([0.4] * 3, 1.0, launches=1, eager="synchronizes", calls=50).verdict == "faster"
+    assert decide([0.73] * 3, 1.0, launches=1, eager="synchronizes", calls=50).verdict == "agrees"
+    assert decide([0.73] * 3, 1.0, launches=1, eager="", calls=50).verdict == "faster"  # in a graph: no such excuse
+
+
+def test_the_eager_round_after_a_graph_can_show_less_work_never_more():
+    assert decide([1.0] * 3, 1.0, launches=1, eager="", calls=50, eager_ms=0.4).verdict == "faster"
+    got = decide([1.0] * 3, 1.0, launches=1, eager="", calls=50, eager_ms=0.4)
+    assert "run eagerly" in got.message and got.clock_ms == 0.4
+    assert decide([1.0] * 3, 1.0, launches=1, eager="", calls=50, eager_ms=0.6).verdict == "agrees"
+    assert decide([1.0] * 3, 1.0, launches=1, eager="", calls=50, eager_ms=9.0).verdict == "agrees"  # host work
 
 
 @pytest.mark.parametrize("why, words", [

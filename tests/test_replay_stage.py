@@ -29,7 +29,7 @@ from conftest import COURSE
 from test_replay_record import _record
 
 N = 4096
-CALLS = 100  # calls per burst of the grader's clock
+CALLS = 8  # calls per burst of the grader's clock (as at vector_add's timing size)
 SPEC = COURSE.get("vector_add")
 ROOFLINE = {"copy_gbps": 1e9, "gpu": "fake", "gemm_tflops": {}}
 SETTINGS = Settings(threads=3, sandbox_uids="70000-70010")  # the session's: what its replay processes start with
@@ -52,6 +52,7 @@ class FakeWorker:
         self.process = SimpleNamespace(proc=SimpleNamespace(pid=999_999_999), request=self.request, unasked=lambda: False)
         self.eager = ""  # why its burst cannot be a CUDA graph ("" where it can)
         self.prepared: list[p.PrepareBurst] = []
+        self.let_go: list[str] = []
         self.calls = 0
         self.timed = 0  # torch's rounds asked for (Time requests)
 
@@ -77,6 +78,9 @@ class FakeWorker:
             return Ok()
         if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
             return self.compare(message)
+        if isinstance(message, p.Burst):  # untimed: a burst run once more and let go
+            self.let_go.append(message.contender)
+            return p.BurstReply(values=[])
         if isinstance(message, p.PrepareBurst):
             self.prepared.append(message)
             return p.BurstReady(eager=self.eager if message.graph else "asked to run eagerly")
@@ -146,13 +150,14 @@ def stage(tmp_path, monkeypatch):
         def fake_bracketed(worker, c, seed, timeout, last=False):  # the grader's clock around a burst of CALLS
             checked = len(brackets) >= 2 * confirmation.BURST_ROUNDS  # the eager round after the graph's
             brackets.append((c, last))
+            calls = confirmation.EAGER_CALLS if checked else CALLS
             per_call = 1.0 if c == "reference" else (replay_ms if clock_ms is None else clock_ms)
             if checked and eager_ms is not None and c == "student":
                 per_call = eager_ms
             values = [[1.0] * 4] * CALLS if c == "reference" or samples is None else samples
             if checked and eager_samples is not None and c == "student":
                 values = eager_samples
-            return p.BurstReply(values=values), 0.05 + per_call * CALLS / 1e3
+            return p.BurstReply(values=values), 0.05 + per_call * calls / 1e3
 
         monkeypatch.setattr(witness, "bracketed", fake_bracketed)
         monkeypatch.setattr(witness, "burst_calls", lambda *a: CALLS)
@@ -214,11 +219,13 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     # and compared with the GPU shared again (the recorded calls' sharing is the student worker's own)
     locks = [e for e in stage.events if e[-1] in "+-" or e in ("arm", "go")]
     # first the function's own calls by the grader's clock, the GPU held alone, the student's worker still alive
-    # three rounds in a CUDA graph, alternating which goes first, then one eager round (the function's Python at each call)
+    # rounds in a CUDA graph, alternating which goes first, then one eager round (the function's Python at each
+    # call); each burst let go untimed after its rounds, never inside a bracket
     assert locks[:2] == ["alone+", "alone-"] and [b[0] for b in stage.brackets] == \
-        ["student", "reference", "reference", "student", "student", "reference", "student", "reference"]
-    assert [b[1] for b in stage.brackets] == [False] * 4 + [True] * 4, "the last round of each kind lets its burst go"
+        ["student", "reference", "reference", "student"] * 2 + ["student", "reference"] * 2
+    assert not any(b[1] for b in stage.brackets) and student.let_go == ["student", "student"]
     assert [m.graph for m in student.prepared] == [True, False]
+    assert [m.calls for m in student.prepared] == [CALLS, confirmation.EAGER_CALLS]
     locks = locks[2:]
     assert locks[:8] == ["slot+", "shared+", "arm", "shared-", "alone+", "go", "alone-", "slot-"], stage.events
     assert stage.events.index("settle") < stage.events.index("slot-") and locks[8:] == ["shared+", "shared-"]
@@ -480,16 +487,18 @@ def test_wrong_samples_in_the_graders_bursts_are_conclusive_before_anything_is_r
     student = FakeWorker(stage.truth)
     got = stage(student, samples=[[1.0] * 4] * (CALLS - 1) + [[0.0] * 4])
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
-    assert "timed by its own clock are wrong" in got.message and "call 100 of 100" in got.message
+    assert "timed by its own clock are wrong" in got.message and "call 8 of 8" in got.message
     assert stage.asked == [], "no replay is timed for a function whose own calls are wrong"
 
 
 def test_calls_right_in_the_graph_and_wrong_when_run_eagerly_are_conclusive(stage):
     """A graph replays what its capture launched: the eager round after it calls the function itself
     each time, and checks those results too (right only for the first calls is wrong there)."""
-    got = stage(FakeWorker(stage.truth), eager_samples=[[1.0] * 4] * (CALLS - 1) + [[7.0] * 4])
+    calls = confirmation.EAGER_CALLS
+    got = stage(FakeWorker(stage.truth), eager_samples=[[1.0] * 4] * (calls - 1) + [[7.0] * 4])
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
-    assert "timed by its own clock are wrong" in got.message and stage.asked == []
+    assert "timed by its own clock are wrong" in got.message and f"call {calls} of {calls}" in got.message
+    assert stage.asked == []
 
 
 def test_calls_faster_only_when_run_eagerly_are_conclusive(stage):

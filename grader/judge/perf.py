@@ -45,7 +45,7 @@ from grader.judge.plan import derive_seed
 from grader.judge.resources import Resources
 from grader.judge.runcache import write_perf_set
 from grader.payloads import Figures, Kind, PerformancePayload
-from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
+from grader.protocol import Burst, Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.sandbox.process import WorkerFailure
@@ -472,8 +472,9 @@ def _eager_round(spec, workers, w: witness.Witness, inputs: str, layout: dict,
     wrong here), and its bracket kept (`checked_s`: faster than the replay is conclusive there too,
     since host work only lengthens a bracket)."""
     started = time.monotonic()
+    w.checked_calls = max(w.calls, confirmation.EAGER_CALLS)
     for c in ("student", "reference"):
-        ready = workers[c].request(PrepareBurst(c, inputs, layout, w.calls, witness.SAMPLES, graph=False),
+        ready = workers[c].request(PrepareBurst(c, inputs, layout, w.checked_calls, witness.SAMPLES, graph=False),
                                    timeout * 4)
         if isinstance(ready, Failure):
             if c != "student":
@@ -482,7 +483,7 @@ def _eager_round(spec, workers, w: witness.Witness, inputs: str, layout: dict,
     w.prepare_s += time.monotonic() - started
     seed, values = witness.new_seed(), {}
     for c in ("student", "reference"):
-        reply, seconds = witness.bracketed(workers[c], c, seed, timeout * 4, last=True)
+        reply, seconds = witness.bracketed(workers[c], c, seed, timeout * 4)
         if isinstance(reply, Failure):
             if c != "student":
                 raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
@@ -492,6 +493,20 @@ def _eager_round(spec, workers, w: witness.Witness, inputs: str, layout: dict,
     tol = spec.tolerance
     w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[spec.performance.dtype],
                                    tol.rtol[spec.performance.dtype], oracle=spec.truth is not None)
+    return _let_go(workers, timeout)
+
+
+def _let_go(workers, timeout: float) -> tuple[str, Failure] | None:
+    """Each contender's burst run once more, untimed, and let go (its CUDA graph and memory): the
+    freeing is no part of any bracket (it lengthened the last one by milliseconds on an H200)."""
+    for c in ("student", "reference"):
+        if workers[c].unasked():
+            raise witness.WitnessRefused("the worker wrote a reply before it was asked")
+        reply = workers[c].request(Burst(c, witness.new_seed(), True), timeout * 4)
+        if isinstance(reply, Failure):
+            if c != "student":
+                raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
+            return c, reply
     return None
 
 
@@ -503,8 +518,7 @@ def _confirm_rounds(spec, workers, w: witness.Witness, timeout: float) -> tuple[
         seed = witness.new_seed()
         values = {}
         for c in (("student", "reference") if round_ % 2 == 0 else ("reference", "student")):
-            reply, seconds = witness.bracketed(workers[c], c, seed, timeout * 4,
-                                               last=round_ == confirmation.BURST_ROUNDS - 1)
+            reply, seconds = witness.bracketed(workers[c], c, seed, timeout * 4)
             if isinstance(reply, Failure):
                 if c != "student":
                     raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
@@ -514,7 +528,7 @@ def _confirm_rounds(spec, workers, w: witness.Witness, timeout: float) -> tuple[
         if not w.wrong:
             w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[spec.performance.dtype],
                                            tol.rtol[spec.performance.dtype], oracle=spec.truth is not None)
-    return None
+    return None if w.wrong else _let_go(workers, timeout)
 
 
 def _set_up_and_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, placed: dict,
@@ -605,8 +619,8 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witnes
         return _flagged(stage.test, [Finding(severity, text)], details)
     student_ms, reference_ms = r.student.median_ms, r.reference.median_ms
     assert student_ms is not None and reference_ms is not None  # scored: both replays have their times
-    eager_ms = (confirmation.clock_ms([burst.checked_s["student"]], [burst.checked_s["reference"]], burst.calls,
-                                      reference_ms)[0] if len(burst.checked_s) == 2 else None)
+    eager_ms = (confirmation.clock_ms([burst.checked_s["student"]], [burst.checked_s["reference"]],
+                                      burst.checked_calls, reference_ms)[0] if len(burst.checked_s) == 2 else None)
     agreement = confirmation.decide(confirmation.clock_ms(burst.student_s, burst.reference_s, burst.calls,
                                                           reference_ms),
                                     student_ms, r.student.launches, burst.eager, burst.calls, eager_ms)

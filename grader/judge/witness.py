@@ -127,6 +127,7 @@ class Witness:
     # the replay's confirmation (grader.judge.confirmation): one more burst of each, eager (the function's own
     # Python at every call, after the graph's calls), its brackets
     checked_s: dict[str, float] = field(default_factory=dict)
+    checked_calls: int = 0  # the calls of that eager burst
 
     def cost_s(self) -> float:
         """What the witness adds to a job: preparing the bursts and running them."""
