@@ -154,7 +154,7 @@ def stage(tmp_path, monkeypatch):
             per_call = 1.0 if c == "reference" else (replay_ms if clock_ms is None else clock_ms)
             if checked and eager_ms is not None and c == "student":
                 per_call = eager_ms
-            values = [[1.0] * 4] * CALLS if c == "reference" or samples is None else samples
+            values = [[1.0] * 4] * calls if c == "reference" or samples is None else samples
             if checked and eager_samples is not None and c == "student":
                 values = eager_samples
             return p.BurstReply(values=values), 0.05 + per_call * calls / 1e3
