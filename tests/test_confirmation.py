@@ -95,7 +95,8 @@ def test_the_fallbacks_figure_earns_nothing_until_a_ta_clears_it_and_then_its_cu
         correctness_points, performance_points = 12, 8
 
     verdict = _timing()
-    perf._hold(verdict, verdict.details, "your kernels could not be replayed: launches on 2 streams")
+    why = "your kernels could not be replayed: launches on 2 streams"
+    perf._hold(verdict, verdict.details, why, confirmation.held(why, 1.013, 0.75))
     assert verdict.outcome == Outcome.FLAGGED and verdict.severity == "review"
     assert verdict.message.startswith("no speed credit yet: held for a TA's review") and "1.013x" in verdict.message
     assert verdict.details.held and verdict.details.findings[0]["severity"] == "review"
@@ -144,3 +145,11 @@ def test_the_binary_recorded_is_the_one_the_driver_loaded_even_if_the_file_chang
     kernel = SimpleNamespace(kernel=b"the slow binary that ran",
                              metadata_group={"k.cubin": str(cubin), "k.json": str(meta)})
     assert launches._snapshot(kernel) == {"k.cubin": b"the slow binary that ran", "k.json": meta.read_bytes()}
+
+
+def test_no_figure_from_the_clock_is_unclear_and_an_eager_round_that_measured_nothing_is_ignored():
+    got = decide([-1.4, -1.2, 0.1], 0.27, launches=1, eager="", calls=31)
+    assert got.verdict == "unclear" and not got.conclusive and "could not be confirmed" in got.message
+    assert decide([0.27] * 3, 0.27, launches=1, eager="", calls=31, eager_ms=-1.4).verdict == "agrees"
+    text = confirmation.unconfirmed(got.message, 1.04, 1.0)
+    assert "held for a TA's review" in text and "1.040x" in text and "100%" in text

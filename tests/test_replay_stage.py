@@ -507,3 +507,12 @@ def test_calls_faster_only_when_run_eagerly_are_conclusive(stage):
     got = stage(FakeWorker(stage.truth), replays={"student": {"placements": [[3.0] * 8] * 6}}, eager_ms=1.0)
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
     assert "run eagerly" in got.message and "1.0000 ms per call" in got.message and "3.0000 ms" in got.message
+
+
+def test_a_clock_that_measured_nothing_holds_the_replayed_points_for_review(stage):
+    """The reference's bursts beside the student's took longer than its own work explains: no figure
+    from the grader's clock, so the replay's is unconfirmed: held for a TA, no accusation."""
+    got = stage(FakeWorker(stage.truth), clock_ms=-2.0)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "review", got.message
+    assert "held for a TA's review" in got.message and "could not be confirmed" in got.message
+    assert _d(got)["held"] and _d(got)["confirmation"]["verdict"] == "unclear" and _d(got)["score_fraction"] == 1.0

@@ -18,7 +18,9 @@ That figure and the student's replayed figure must agree (`decide`):
   graph, so that no host work is in it: the calls do not run what their record says
   (conclusive);
 - slower where the burst had to run eagerly (the function synchronizes, so its host work is in
-  the bracket): no accusation, the score comes from the grader's clock (the slower figure).
+  the bracket): no accusation, the score comes from the grader's clock (the slower figure);
+- no figure at all (the reference's bursts beside the student's took longer than its own work
+  explains): the replayed figure is unconfirmed, its points held for a TA's review.
 The margins are above the honest spread measured on the GPU (docs/performance.md).
 """
 
@@ -48,7 +50,9 @@ EAGER_CALLS = 64
 class Agreement:
     """What the grader's clock says of a replayed figure."""
 
-    verdict: str  # "agrees", "faster" (conclusive), "slower" (conclusive), "host" (scored on the clock)
+    # "agrees", "faster" (conclusive), "slower" (conclusive), "host" (scored on the clock), "unclear" (no figure:
+    # the replay's points held for a TA's review)
+    verdict: str
     clock_ms: float  # the student's time per call by the grader's clock (median of the rounds)
     replay_ms: float  # the student's replayed time per call
     ratio: float  # clock_ms / replay_ms
@@ -73,6 +77,14 @@ def decide(clock: list[float], replay_ms: float, launches: int, eager: str, call
     which may show the calls faster too (host work only lengthens a bracket), never slower."""
     by_clock = statistics.median(clock)
     ratio = by_clock / replay_ms if replay_ms > 0 else float("inf")
+    if by_clock <= 0:  # the reference's bursts took longer than the student's by more than its own work: something
+        # outside the calls lengthened them (work or memory the student's process held, say), no measure of either
+        return Agreement("unclear", by_clock, replay_ms, ratio,
+                         f"the grader's own clock could not time your function's calls ({by_clock:.4f} ms per call "
+                         f"over {calls} calls: the reference's bursts beside them took longer than its own work "
+                         "explains), so the replayed figure could not be confirmed")
+    if eager_ms is not None and eager_ms <= 0:  # likewise: that round measured nothing
+        eager_ms = None
     eager_below = replay_ms * (1 - EAGER_FAST_MARGIN) - LAUNCH_SLACK_MS * launches
     fast_below = eager_below if eager else replay_ms * (1 - FAST_MARGIN) - LAUNCH_SLACK_MS * launches
     if eager_ms is not None and eager_ms < eager_below and not by_clock < fast_below:
@@ -124,6 +136,12 @@ def what_to_change(why: str) -> str:
         if words in why:
             return change
     return GENERAL_CHANGE
+
+
+def unconfirmed(message: str, ratio: float, fraction: float) -> str:
+    """The message of a replayed figure the grader's clock could not confirm: held for review."""
+    return (f"held for a TA's review (not an accusation): {ratio:.3f}x the reference kernel's time by replay, but "
+            f"{message}; its {fraction:.0%} of the speed points wait for the review")
 
 
 def held(why: str, ratio: float, fraction: float) -> str:

@@ -326,16 +326,17 @@ def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], 
             verdict.message += f"; timed in your worker, not by replay ({fallback})"
     _why_slow(verdict, details, compiled, ctx)
     if fallback and verdict.outcome == Outcome.PASSED:
-        _hold(verdict, details, fallback)
+        _hold(verdict, details, fallback,
+              confirmation.held(fallback, details.ratio_to_reference or 0.0, details.score_fraction or 0.0))
     return verdict
 
 
-def _hold(verdict: TestResult, details: PerformancePayload, why: str) -> None:
-    """A figure from the fallback, which the grader could not verify, earns no points on its own:
-    they wait for a TA's `grader review --clear` (the curve's share stays in the details, which is
-    what a clearing restores: grader.judge.scoring.points_without_findings), and the student is
-    told what to change to be replayed (grader.judge.confirmation.held)."""
-    text = confirmation.held(why, details.ratio_to_reference or 0.0, details.score_fraction or 0.0)
+def _hold(verdict: TestResult, details: PerformancePayload, why: str, text: str) -> None:
+    """A figure the grader could not verify (the fallback's, or a replay its clock could not
+    confirm) earns no points on its own: they wait for a TA's `grader review --clear` (the
+    curve's share stays in the details, which is what a clearing restores:
+    grader.judge.scoring.points_without_findings); `text` tells the student why, and for the
+    fallback what to change to be replayed (grader.judge.confirmation.held)."""
     details.held = why
     details.evidence = [text]
     details.findings = [{"severity": Severity.REVIEW.value, "text": text}]
@@ -627,7 +628,8 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witnes
     details["confirmation"] = confirmed = {
         "verdict": agreement.verdict, "clock_ms": round(agreement.clock_ms, 5), "replay_ms": round(student_ms, 5),
         "ratio": round(agreement.ratio, 4), "calls": burst.calls, "graph": not burst.eager,
-        "eager_ms": round(eager_ms, 5) if eager_ms is not None else None,
+        "eager_ms": round(eager_ms, 5) if eager_ms is not None else None, "eager_calls": burst.checked_calls,
+        "eager_brackets_ms": {c: round(x * 1e3, 3) for c, x in burst.checked_s.items()},
         "cost_s": round(burst.cost_s(), 3), "prepare_s": round(burst.prepare_s, 3),
         "brackets_ms": {"student": [round(x * 1e3, 3) for x in burst.student_s],
                         "reference": [round(x * 1e3, 3) for x in burst.reference_s]}}
@@ -644,7 +646,11 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witnes
     assert isinstance(payload, PerformancePayload)  # test() makes a performance result
     payload.timed_by, payload.replay, payload.roofline = "replay", details["replay"], stage.roofline
     payload.confirmation = confirmed
-    if agreement.message and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
+    if agreement.verdict == "unclear" and verdict.outcome == Outcome.PASSED:
+        _hold(verdict, payload, agreement.message,
+              confirmation.unconfirmed(agreement.message, payload.ratio_to_reference or 0.0,
+                                       payload.score_fraction or 0.0))
+    elif agreement.message and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
         verdict.message += f"; {agreement.message}"
     _why_slow(verdict, payload, prepared.compiled, ctx)
     return verdict
