@@ -516,3 +516,21 @@ def test_a_clock_that_measured_nothing_holds_the_replayed_points_for_review(stag
     assert got.outcome == Outcome.FLAGGED and got.severity == "review", got.message
     assert "held for a TA's review" in got.message and "could not be confirmed" in got.message
     assert _d(got)["held"] and _d(got)["confirmation"]["verdict"] == "unclear" and _d(got)["score_fraction"] == 1.0
+
+
+def test_a_burst_that_raises_is_the_students_error_and_out_of_memory_is_ours(stage, monkeypatch):
+    real = FakeWorker.request
+
+    def raising(message):
+        def request(self, m, timeout):
+            if isinstance(m, p.PrepareBurst) and m.contender == "student":
+                return Failure("error", message)
+            return real(self, m, timeout)
+        return request
+
+    monkeypatch.setattr(FakeWorker, "request", raising("ValueError: boom"))
+    got = stage(FakeWorker(stage.truth))
+    assert got.outcome == Outcome.ERROR and "raised while timed by the grader's clock: ValueError: boom" in got.message
+    monkeypatch.setattr(FakeWorker, "request", raising("torch.OutOfMemoryError: CUDA out of memory"))
+    got = stage(FakeWorker(stage.truth))
+    assert got.outcome == Outcome.INFRA_ERROR and "ran out of GPU memory" in got.message

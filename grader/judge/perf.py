@@ -456,6 +456,9 @@ def _confirming_bursts(stage: Stage, trusted, inputs: str, layout: dict) -> witn
             return _flagged(stage.test, [Finding(Severity.CONCLUSIVE, str(exc))], {"timed_by": "replay"})
     if failed:
         _, reply = failed
+        if "out of memory" in reply.message.lower():  # the bursts' memory beside other jobs' on the GPU: ours
+            return stage.test("infra_error", f"not scored: the grader's clock bursts ran out of GPU memory "
+                              f"({reply.message})", traceback=reply.traceback)
         return stage.test("error", f"student raised while timed by the grader's clock: {reply.message}",
                           traceback=reply.traceback)
     if w.wrong:
