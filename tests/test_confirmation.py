@@ -153,3 +153,50 @@ def test_no_figure_from_the_clock_is_unclear_and_an_eager_round_that_measured_no
     assert decide([0.27] * 3, 0.27, launches=1, eager="", calls=31, eager_ms=-1.4).verdict == "agrees"
     text = confirmation.unconfirmed(got.message, 1.04, 1.0)
     assert "held for a TA's review" in text and "1.040x" in text and "100%" in text
+
+
+FIGURES = "ms per call by the grader's clock over 50 calls back to back on fresh inputs, 1.0000 ms for the kernels your " \
+          "function's record names, replayed"
+
+
+@pytest.mark.parametrize("args, expected", [
+    (([1.0] * 3, 1.0, 1, "", 50), confirmation.Agreement("agrees", 1.0, 1.0, 1.0, "")),
+    (([0.5] * 3, 1.0, 2, "", 50), confirmation.Agreement(
+        "faster", 0.5, 1.0, 0.5, f"your function's own calls are faster than the kernels its record names (0.5000 "
+        f"{FIGURES}): the calls did less work than their record says")),
+    (([2.0] * 3, 1.0, 1, "", 50), confirmation.Agreement(
+        "slower", 2.0, 1.0, 2.0, f"your function's own calls are 2.00x slower than the kernels its record names (2.0000 "
+        f"{FIGURES}, captured in a CUDA graph, so no host work is in it): the calls do not run what their record says")),
+    (([2.0] * 3, 1.0, 1, "sync", 50), confirmation.Agreement(
+        "host", 2.0, 1.0, 2.0, f"scored on the grader's own clock: 2.0000 {FIGURES}; your function could not be "
+        "captured in a CUDA graph (sync), so its host work counts there")),
+    (([-0.5] * 3, 1.0, 1, "", 50), confirmation.Agreement(
+        "unclear", -0.5, 1.0, -0.5, "the grader's own clock could not time your function's calls (-0.5000 ms per call "
+        "over 50 calls: the reference's bursts beside them took longer than its own work explains), so the replayed "
+        "figure could not be confirmed")),
+])
+def test_each_verdict_reads_exactly(args, expected):
+    assert decide(*args) == expected
+
+
+def test_the_eager_figure_reads_exactly_and_zero_measures_nothing():
+    assert decide([1.0] * 3, 1.0, 1, "", 50, eager_ms=0.4) == confirmation.Agreement(
+        "faster", 0.4, 1.0, 0.4, "your function's own calls are faster than the kernels its record names (0.4000 ms per "
+        "call by the grader's clock over 50 calls on fresh inputs, run eagerly (your Python at every call), 1.0000 ms "
+        "for the kernels your function's record names, replayed): the calls did less work than their record says")
+    assert decide([1.0] * 3, 1.0, 1, "", 50, eager_ms=0.0).verdict == "agrees"
+
+
+def test_the_edges_and_each_launchs_slack_are_exact():
+    edge = 1.0 * (1 - FAST_MARGIN) - LAUNCH_SLACK_MS * 1
+    assert decide([edge] * 3, 1.0, 1, "", 50).verdict == "agrees"
+    assert decide([0.745] * 3, 1.0, 2, "", 50).verdict == "agrees"  # two launches: 0.74 the edge
+    assert decide([1.0] * 3, 0.0, 1, "", 50).ratio == float("inf")  # no replayed time: never a division by zero
+    assert decide([1.0] * 3, 0.0, 1, "", 50, eager_ms=0.5).ratio == float("inf")
+
+
+def test_the_reference_breaking_asks_nothing_of_the_student_in_exact_words():
+    assert confirmation.held("the reference could not be replayed (x)", 1.0, 1.0) == (
+        "held for a TA's review (not an accusation): 1.000x the reference kernel's time, timed in your worker, not by "
+        "replay (the reference could not be replayed (x)), so the grader could not verify the figure; its 100% of the "
+        "speed points wait for the review")
