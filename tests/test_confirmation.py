@@ -200,3 +200,12 @@ def test_the_reference_breaking_asks_nothing_of_the_student_in_exact_words():
         "held for a TA's review (not an accusation): 1.000x the reference kernel's time, timed in your worker, not by "
         "replay (the reference could not be replayed (x)), so the grader could not verify the figure; its 100% of the "
         "speed points wait for the review")
+
+
+def test_ratios_are_over_the_replayed_time_and_the_eager_edge_takes_each_launchs_slack():
+    assert decide([1.0] * 3, 2.0, 1, "", 50).ratio == 0.5
+    assert decide([2.0] * 3, 2.0, 1, "", 50, eager_ms=0.5).ratio == 0.25
+    assert decide([0.0] * 3, 1.0, 1, "", 50).verdict == "unclear"  # exactly zero measures nothing either
+    # the eager edge: half the replayed time less 5 us per launch (two launches: 0.49)
+    assert decide([1.0] * 3, 1.0, 2, "", 50, eager_ms=0.492).verdict == "agrees"
+    assert decide([1.0] * 3, 1.0, 2, "", 50, eager_ms=0.488).verdict == "faster"
