@@ -163,7 +163,9 @@ def _assignment_message(a: AssignmentResult, score: int, top: int) -> str:
     bad = [t for t in a.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
     words = [f"{score} of {top} points ({a.score:g} of {a.max_score:g} exactly)",
              f"{a.count(Outcome.PASSED)} checks passed"]
-    if bad:
+    if bad and a.headline:  # one cause explains every failure (an untouched starter): that, not the first case
+        words.append(f"{len(bad)} failed: {a.headline}")
+    elif bad:
         words.append(f"{len(bad)} failed, first {bad[0].name}: {bad[0].outcome}: {bad[0].message}")
     gpu, kinds = _gpu_points(a)
     if gpu:
