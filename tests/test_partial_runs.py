@@ -46,6 +46,17 @@ def test_check_names_a_case_that_matches_nothing(submission, cli, args, message)
     assert "Traceback" not in run.stderr and run.results is None  # nothing ran, nothing written as if it had
 
 
+def test_the_shape_a_case_error_suggests_is_one_the_assignment_takes(submission, cli):
+    """The example of a case by its shape is the assignment's own way of naming its sizes (a
+    vector's shape=17, rows' shape=1x17), and the check takes it."""
+    repo = submission("good")
+    for name, example in (("vector_add", "shape=17"), ("softmax", "shape=1x17")):
+        run = cli(repo, "-a", name, "--device", "cpu", "--case", "nope")
+        assert run.returncode == 2 and f"a random one by its shape, e.g. {example})" in run.stderr, run.stderr
+    taken = cli(repo, "-a", "vector_add", "--device", "cpu", "--dtype", "float32", "--case", "shape=17")
+    assert taken.returncode == 0 and "shape=17" in taken.stdout, taken.stdout + taken.stderr
+
+
 def test_grade_names_a_case_that_matches_nothing(tmp_path):
     roster = make_class(tmp_path, {"alice": "good"})
     run = run_cli(["grade", "--roster", str(roster), "--out", "out", "-a", "vector_add", "--device", "cpu",
@@ -86,10 +97,10 @@ def test_a_dtype_no_assignment_takes_is_named():
     """A course's assignment of one dtype: --dtype float16 would choose none of its cases."""
     from grader.judge.context import GradingContext
 
-    spec = SimpleNamespace(name="scan", cases=[SimpleNamespace(name="n=8")], dtypes=("float32",), random_cases=lambda rng: [],
-                           shapes_secret=None)
+    spec = SimpleNamespace(name="scan", cases=[SimpleNamespace(name="n=8", params={"n": 8})], dtypes=("float32",),
+                           random_cases=lambda rng: [], shapes_secret=None)
     assert GradingContext("cpu", 3, dtypes=("float32",)).unmatched([spec]) == []
     assert GradingContext("cpu", 3, cases=("n=8",)).unmatched([spec]) == []
     assert GradingContext("cpu", 3, cases=("n=9",), dtypes=("float16",)).unmatched([spec]) == [
-        "--case n=9: no such case in scan (named cases: n=8; a random one by its shape, e.g. shape=1x17)",
+        "--case n=9: no such case in scan (named cases: n=8; a random one by its shape, e.g. shape=17)",
         "--dtype float16: no case of scan is in it (their dtypes: float32)"]
