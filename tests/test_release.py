@@ -333,3 +333,29 @@ def test_check_without_a_course_says_where_to_run_it(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "grader", "check", str(tmp_path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "no course found" in proc.stderr and "grader-kit.toml" in proc.stderr, proc.stderr
+
+
+def test_the_readmes_say_per_platform_what_a_student_sees_and_what_reaches_a_gradebook(kit):
+    """The course README's CI table has, for plain Actions, Classroom 50 and Classmoji, what a
+    student sees and what reaches a gradebook; Classmoji's row says only what Classmoji's own
+    autograding docs say (pass or fail per test, advisory, never a grade), its setup command
+    installs the course's torch, and neither the kit's workflow nor its README claims Classmoji
+    reads the workflow's output."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("### CI after GitHub Classroom"):readme.index("Setting up Classroom 50 with a self-hosted")]
+    assert "| tool | what runs | what a student sees | what reaches a gradebook |" in section
+    rows = {line.split("|")[1].strip().split("**")[1]: line.split("|")[1:-1]
+            for line in section.splitlines() if line.startswith("| **")}
+    assert set(rows) >= {"plain GitHub Actions", "Classroom 50", "Classmoji", "Gradescope"}
+    assert all(len(cells) == 4 and all(c.strip() for c in cells) for cells in rows.values()), rows
+    classmoji = " ".join(rows["Classmoji"])
+    assert "advisory" in classmoji and "never change a grade" in classmoji and "pass or fail" in classmoji
+    flat = " ".join(section.split())
+    assert f'pip install "torch=={release.TORCH}" --index-url {release.TORCH_CPU_INDEX}' in flat
+    assert "pip install torch " not in flat  # never an unpinned torch
+    assert "kernel.apparmor_restrict_unprivileged_userns=0" in flat and "github-hosted" in flat
+    workflow = (kit.root / ".github" / "workflows" / "grader.yml").read_text()
+    header = workflow[:workflow.index("name:")]
+    assert "Nothing here reaches a gradebook" in " ".join(header.replace("#", "").split())
+    kit_readme = (kit.root / "README.md").read_text()
+    assert "grader-report" in kit_readme and "Artifacts" in kit_readme and "Nothing this workflow writes is a grade" in kit_readme
