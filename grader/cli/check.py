@@ -268,7 +268,7 @@ def check(
     ci: Optional[str] = typer.Option(None, "--ci", help="classroom50: result.json, release-body.md and a commit status "
                                      "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG "
                                      "are set); github: a job summary, annotations and the classroom-resources result "
-                                     "output Classmoji reads (default otherwise in GitHub Actions); none: plain."),
+                                     "output (default otherwise in GitHub Actions); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader.settings import from_environment

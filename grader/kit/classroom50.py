@@ -61,8 +61,8 @@ class Classroom50Error(Exception):
 def mode(ci: str | None, env: Mapping[str, str] | None = None) -> str | None:
     """Which CI output `grader check` writes: `--ci` as given, or inside GitHub Actions
     (GITHUB_ACTIONS=true, no --ci) classroom50 where the runner set CLASSROOM and
-    SUBMISSION_TAG, else github (the job summary and classroom-resources' `result`, which
-    Classmoji reads). None: plain output."""
+    SUBMISSION_TAG, else github (the job summary, annotations and classroom-resources' `result`
+    format, in a plain repository as in a Classmoji one). None: plain output."""
     env = os.environ if env is None else env
     if ci in ("classroom50", "github"):
         return ci
