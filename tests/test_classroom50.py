@@ -725,6 +725,47 @@ def test_where_namespaces_stay_refused_the_grade_is_an_error_that_says_why(relea
     assert not (checkout / "result.json").exists() or graded.result is None  # nothing of ours released
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("CLASSROOM50_RUNNER"), reason="CLASSROOM50_RUNNER names no copy of Classroom 50's "
+                    "runner.py (cli/gh-teacher/skeleton/dotgithub/scripts/runner.py of foundation50/classroom50)")
+@pytest.mark.parametrize("sudo", [True, False], ids=["sudo", "no-sudo"])
+def test_classroom50s_own_runner_grades_on_a_hosted_runner_that_refuses_namespaces(released, tmp_path, sudo):
+    """Classroom 50's own runner.py (a copy named by CLASSROOM50_RUNNER), as its grade step runs it:
+    the assignment's bundle fetched from the Pages site (here a file:// one, as publish-pages
+    packs it), its autograder run in the student's checkout, result.json validated, the release
+    body and outputs its own when ours are missing. Namespaces refused until the sysctl is lifted:
+    with sudo the starter is graded (failure, 0 points), without it the runner's error."""
+    import tarfile
+
+    kit, classroom, _ = released
+    checkout, env, calls = _hosted_checkout(kit.root, tmp_path, sudo=sudo)
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    subprocess.run(["git", "-C", str(checkout), "-c", "user.name=a", "-c", "user.email=a@b", "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(checkout), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "s"],
+                   check=True)
+    sha = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    pages = tmp_path / "pages"
+    (pages / "cs101" / "autograders").mkdir(parents=True)
+    with tarfile.open(pages / "cs101" / "autograders" / "vector-add.tar.gz", "w:gz") as tar:
+        tar.add(classroom / "autograders" / "vector-add", arcname="vector-add")
+    env.update(PAGES_BASE_URL=pages.as_uri(), GITHUB_SHA=sha, GITHUB_ACTOR="alice", GITHUB_SERVER_URL="https://github.com",
+               GITHUB_REPOSITORY="cs-org/cs101-vector-add-alice", MODE="individual", ALLOWED_FILES="[]",
+               RELEASE_ASSETS='[".grader/report.html"]', SECRET="")
+    proc = subprocess.run([sys.executable, os.environ["CLASSROOM50_RUNNER"]], cwd=checkout, env=env, capture_output=True,
+                          text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    said = dict(line.split("=", 1) for line in Path(env["GITHUB_OUTPUT"]).read_text().splitlines() if "=" in line)
+    result = json.loads((checkout / "result.json").read_text())
+    if sudo:
+        assert proc.returncode == 0 and said["status"] == "failure", log[-4000:]
+        assert result["score"] == 0 and result["max-score"] == 10 and result["tests"][0]["passed"] is False, result
+        assert "stores nothing" in (checkout / "release-body.md").read_text()
+        assert said.get("release-assets") == "report.html", said
+    else:
+        assert said["status"] == "error" and "autograder exited 2" in said["summary"], log[-4000:]
+        assert result["tests"] == [] and USERNS in html.unescape(Path(env["GITHUB_STEP_SUMMARY"]).read_text())
+
+
 # -- the class on the TA's side --------------------------------------------------------------------
 
 def test_roster_of_usernames_or_a_csv_export(tmp_path):
