@@ -284,8 +284,24 @@ def check(
     except CheckNotRun as stop:
         codes = [sink.not_run(stop.error, stop.unreadable) for sink in sinks]
         raise typer.Exit(next((c for c in codes if c is not None), 2)) from None
-    codes = [sink.finished(run) for sink in sinks]
+    codes = [_finished(sink, run) for sink in sinks]
     raise typer.Exit(next((c for c in codes if c is not None), exit_code(run)))
+
+
+def _finished(sink: Sink, run: RunResult) -> int | None:
+    """The sink's outcome written; where the machine ran out of disk or memory, that said in one
+    line (exit 2) and the next sink still written: the terminal shows what was graded."""
+    from grader.judge.grade import exhausted
+
+    try:
+        return sink.finished(run)
+    except (OSError, MemoryError) as exc:
+        cause = exhausted(exc)
+        if cause is None:
+            raise
+        err.print(f"[red]error:[/red] the machine ran out of {cause} writing this check's results "
+                  f"({escape(one_line(str(exc), 200))}): free some and check again")
+        return 2
 
 
 PIPED_PROGRESS_EVERY = 10.0  # seconds between two progress lines where no live bar can be drawn
