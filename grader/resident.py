@@ -4,7 +4,9 @@ Most of a second check's wait on a GPU machine is the judge's own start: importi
 its CUDA libraries) and the grader takes seconds before anything is graded. So, as a check keeps
 a warm worker start for the next one (grader.sandbox.zygote), it also leaves a judge behind that
 has done its imports: a process that waits, for the same `GRADER_WARM_SECONDS`, on a socket in
-the kept cache's folder (`resident/`, 0700), and forks a fresh judge for the next check there.
+the kept cache's folder (`resident/`, 0700, in a cache no other user may change:
+grader.safefiles.trusted_folder), and forks a fresh judge for the next check there. It starts
+with `python -P` in /, so no folder but its own installs is on its import path.
 The fork runs the real command with the caller's arguments, folder, environment, standard output
 and error; its exit code is the caller's. Nothing of one check stays in the process that forks
 the next (each runs in its own fork; the waiting process only imports).
@@ -260,7 +262,11 @@ def serve(folder: Path, k: str, idle_s: float) -> None:
     import grader.cli  # noqa: F401 - the imports this process is kept for
     import grader.cli.common  # noqa: F401
 
-    fd = _private(folder)
+    try:
+        fd = _private(folder)
+    except (OSError, UnsafeFolderError) as exc:  # changed since the check that started it: not served from there
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} not started: {exc}", flush=True)
+        return
     name = f"judge-{k}.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path = f"/proc/self/fd/{fd}/{name}"

@@ -224,3 +224,23 @@ def test_the_durations_hint_is_never_written_through_a_link(tmp_path):
         assert (kept / "hint").read_bytes() == b"x" and stat.S_IMODE((kept / "hint").stat().st_mode) == 0o600
     finally:
         os.close(fd)
+
+
+def test_kept_figures_are_read_back_as_input(tmp_path):
+    """A kept timing figure or roofline that is a link, a FIFO or too large is none: no hang, no
+    file outside the cache read, the roofline measured again."""
+    from grader.judge.runcache import KEPT_JSON_LIMIT, RunCache
+
+    cache = RunCache(tmp_path / "cache")
+    secret = tmp_path / "secret.json"
+    secret.write_text(json.dumps({"median_ms": 1.0}))
+    (cache.folder / "timing-abc.json").symlink_to(secret)
+    assert cache.kept_timing("abc") is None
+    os.mkfifo(cache.folder / "timing-fifo.json")
+    assert cache.kept_timing("fifo") is None
+    (cache.folder / "timing-big.json").write_text(json.dumps({"x": "y" * KEPT_JSON_LIMIT}))
+    assert cache.kept_timing("big") is None
+    cache.keep_timing("ok", {"median_ms": 2.0})
+    assert cache.kept_timing("ok") == {"median_ms": 2.0}
+    (cache.folder / "roofline-gpu.json").symlink_to(secret)
+    assert cache.roofline("gpu", lambda: {"measured": True}) == {"measured": True}
