@@ -28,6 +28,7 @@ grades and for how many points, their deadlines, the late policy and per-student
     max_checkout_mb = 1024
     max_files = 100000
     max_file_mb = 256
+    max_clone_mb = 2048                          # the whole clone: every commit's objects, not only the checkout
 
 The rule for lateness (one place, `Late.of`): the graded commit's date is compared with the
 student's deadline (an extension moves it). At or before deadline + grace: on time, no
@@ -156,6 +157,7 @@ class FetchLimits:
     checkout_bytes: int = 1 << 30  # max_checkout_mb = 1024
     files: int = 100_000  # max_files
     file_bytes: int = 256 << 20  # max_file_mb = 256
+    clone_bytes: int = 2 << 30  # max_clone_mb = 2048: the whole history fetched (a blob deleted at the head too)
 
 
 @dataclass
@@ -317,13 +319,15 @@ class _Reader:
         return c
 
     def fetch_limits(self, t: dict) -> FetchLimits:
-        self.known_keys(t, "fetch", {"max_checkout_mb", "max_files", "max_file_mb"})
+        self.known_keys(t, "fetch", {"max_checkout_mb", "max_files", "max_file_mb", "max_clone_mb"})
         d = FetchLimits()
         return FetchLimits(checkout_bytes=int(self.number(t, "max_checkout_mb", d.checkout_bytes >> 20, "fetch",
                                                           low=1) * (1 << 20)),
                            files=int(self.number(t, "max_files", d.files, "fetch", low=1)),
                            file_bytes=int(self.number(t, "max_file_mb", d.file_bytes >> 20, "fetch",
-                                                      low=1) * (1 << 20)))
+                                                      low=1) * (1 << 20)),
+                           clone_bytes=int(self.number(t, "max_clone_mb", d.clone_bytes >> 20, "fetch",
+                                                       low=1) * (1 << 20)))
 
     def known_keys(self, table: dict, name: str, known: set[str]) -> None:
         for key in table:
