@@ -9,12 +9,13 @@ from __future__ import annotations
 import csv
 import io
 import json
+import shutil
 from types import SimpleNamespace
 
 import pytest
 
 from classbuild import make_class
-from conftest import COURSE, run_cli
+from conftest import COURSE, REPO_ROOT, run_cli
 from grader.batch.classview import Cell, Row
 from grader.batch.course import Course, CourseError, load_course
 from grader.batch.exporters import EXPORTS, IncompleteGrades
@@ -179,3 +180,18 @@ def test_a_course_that_refuses_cpu_grades_writes_no_gradebook_and_says_why(cpu_c
     assert rebuilt.stderr.count("no gradebook written") == 1  # said once, not per file
     assert not any((out / name).exists() for name in EXPORTS)  # the earlier run's would pass for this one's
     assert (out / "index.html").is_file() and (out / "summary.json").is_file()  # the rest of the class view stands
+
+
+@pytest.mark.parametrize("incomplete", ["omit", "refuse"])
+def test_a_cpu_gradescope_autograder_is_refused_where_the_course_keeps_cpu_scores_out(tmp_path, monkeypatch, incomplete):
+    """Gradescope stores every score it is given: a course that omits or refuses CPU-only grades gets no
+    CPU autograder, and is told to build a GPU one (nothing is written)."""
+    course = tmp_path / "course"
+    shutil.copytree(REPO_ROOT / "assignments" / "vector_add", course / "assignments" / "vector_add",
+                    ignore=shutil.ignore_patterns("__pycache__"))
+    (course / "course.toml").write_text(f'[gradebook]\nincomplete = "{incomplete}"\n')
+    monkeypatch.setenv("GRADER_COURSE", str(course))
+    run = run_cli(["gradescope", "--out", "autograder.zip"], tmp_path)
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f'course.toml says [gradebook] incomplete = "{incomplete}"' in run.stderr and "--cuda" in run.stderr
+    assert not (tmp_path / "autograder.zip").exists()
