@@ -273,8 +273,11 @@ class RunResult:
 
     def gpu_only_line(self) -> str:
         """What a CPU-only score lacks, in one line for the student and the gradebook's reader."""
-        return (f"CPU only: {self.gpu_points_not_graded:g} of these {self.max_score:g} points need a GPU and were not "
-                f"graded here, so {self.score:g} is not the grade (it counts only the checks a CPU can run)")
+        # a partial run's max_score is only the chosen cases' share, not the total its first line names
+        of = "the points of the cases that ran" if any(a.partial for a in self.assignments) else \
+            f"these {self.max_score:g} points"
+        return (f"CPU only: {self.gpu_points_not_graded:g} of {of} need a GPU and were not graded here, so "
+                f"{self.score:g} is not the grade (it counts only the checks a CPU can run)")
 
     @property
     def all_passed(self) -> bool:

@@ -402,7 +402,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
              "deadline": r.deadline, "hours_late": r.hours_late, "late_penalty": r.penalty, "final": r.final,
              "problems": r.problems,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
-                                 "flagged": c.flagged, "note": c.note, "classroom50": c.ci, "review": c.review,
+                                 "flagged": c.flagged, "note": c.notes(), "classroom50": c.ci, "review": c.review,
                                  "stale_review": c.stale_review, "partial": c.partial or None,
                                  "gpu_points_not_graded": c.gpu_points}
                              for a, c in r.cells.items()}}
