@@ -195,3 +195,25 @@ def test_a_cpu_gradescope_autograder_is_refused_where_the_course_keeps_cpu_score
     assert run.returncode == 2, run.stdout + run.stderr
     assert f'course.toml says [gradebook] incomplete = "{incomplete}"' in run.stderr and "--cuda" in run.stderr
     assert not (tmp_path / "autograder.zip").exists()
+
+
+def test_the_grade_summary_names_no_gradebook_where_none_was_written(tmp_path, monkeypatch):
+    """A course that refused an incomplete grade has no grades.csv: the closing line must not name one."""
+    import io
+    from types import SimpleNamespace
+
+    from rich.console import Console
+
+    from grader.cli import classroom
+
+    entry = {"graded": 1, "infra_error": 0, "reused": 0, "wall_s": 1.0}
+    lock = SimpleNamespace(students=[])
+    for written in (False, True):
+        if written:
+            (tmp_path / "grades.csv").write_text("student,total\n")
+        buffer = io.StringIO()
+        monkeypatch.setattr(classroom, "console", Console(file=buffer, width=400))
+        classroom._print_summary(tmp_path, lock, entry)
+        line = buffer.getvalue().strip().splitlines()[-1]
+        assert ("gradebook: none written" in line) is not written
+        assert (f"gradebook: {tmp_path / 'grades.csv'}" in line) is written
