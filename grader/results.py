@@ -298,7 +298,7 @@ class RunResult:
         room = RUN_OUTPUT_LIMIT
         for ai, a in enumerate(self.assignments, 1):
             for ti, t in enumerate(a.tests, 1):
-                output = _test_output(t)
+                output = _test_output(t, a.headline)
                 if len(output) > room:  # the run's text is spent: this test keeps its first line
                     output = (output.split("\n", 1)[0][:500] + f"\n[the rest cut: a results file keeps at most "
                               f"{RUN_OUTPUT_LIMIT} characters of test output in all]")
@@ -332,6 +332,8 @@ class RunResult:
                     f"{self.score:g} / {whole:g} points (partial run: only the cases chosen with --case/--dtype, of "
                     f"{', '.join(a.name for a in partial)}; not a grade)"),
                 *([self.gpu_only_line()] if self.gpu_points_not_graded else []),
+                # one cause explains every failure of an assignment (an untouched starter): told once, first
+                *(f"{a.name}: {a.headline}" for a in self.assignments if a.headline),
                 *(_review_line(a) for a in self.assignments if a.review)])),
             "output_format": "text", "test_output_format": "text",
             # the console output names hidden cases: students see it only where there are none
@@ -385,10 +387,14 @@ def _review_line(a: AssignmentResult) -> str:
             f"/ {a.max_score:g} points (the grader's verdict: {a.verdict_score:g}). Note: {r.get('note')}")
 
 
-def _test_output(t: TestResult) -> str:
+def _test_output(t: TestResult, headline: str = "") -> str:
     """What Gradescope shows under a test, as text (output_format), control characters shown as
-    escapes (grader.sanitize.for_terminal)."""
-    return for_terminal(_output_text(t))
+    escapes (grader.sanitize.for_terminal). A failure that the assignment's one cause explains (its
+    headline) says that cause first, not only its own symptom (ten identical NaN failures of a starter)."""
+    text = _output_text(t)
+    if headline and t.outcome in BAD_OUTCOMES:
+        text = f"Cause: {headline}\n{text}"
+    return for_terminal(text)
 
 
 def _output_text(t: TestResult) -> str:
