@@ -3,7 +3,7 @@ rendered from Jinja templates in grader/templates."""
 
 from __future__ import annotations
 
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -11,8 +11,8 @@ from markupsafe import Markup
 
 from grader.judge import picture
 from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total, traceback_tail
-from grader.payloads import PerformancePayload
-from grader.results import Outcome, RunResult, outcome_css, write_text_atomic
+from grader.payloads import PerformancePayload, SubmissionPayload
+from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, outcome_css, write_text_atomic
 from grader.sanitize import for_page
 
 
@@ -105,10 +105,77 @@ def _bounded(run: RunResult) -> RunResult:
     return replace(run, assignments=assignments)
 
 
+# how long the one-line cause of an assignment's summary line may be (the whole text is in its detail below)
+CAUSE_CHARS = 240
+
+
+@dataclass
+class SummaryLine:
+    """One assignment as the report's first table shows it: its points, its state and the one cause."""
+
+    name: str
+    title: str
+    module: str
+    points: str  # points_line: '4 / 10 points', a partial run's said so
+    state: str  # passed | failed | flagged | not submitted | cannot be graded | ...
+    css: str  # the outcome whose colour the state takes (grader.results.HTML_STYLE)
+    cause: str  # one line: the headline, a review, the first failure's diagnosis, or what a GPU would add
+    missing: bool  # no module found: listed once, with no section of its own
+
+
+def _submission_fact(a: AssignmentResult, fact: str) -> bool:
+    return any(isinstance(t.details, SubmissionPayload) and getattr(t.details, fact) for t in a.tests)
+
+
+def _one_line(text: str) -> str:
+    text = " ".join(str(text).split())
+    return text if len(text) <= CAUSE_CHARS else text[:CAUSE_CHARS - 1] + "\u2026"
+
+
+def summary_line(a: AssignmentResult) -> SummaryLine:
+    """What the report says of `a` before any detail."""
+    groups = group_failures(a.tests)
+    missing = _submission_fact(a, "not_submitted")
+    if missing:
+        state, css = "not submitted", Outcome.FAILED.value
+    elif _submission_fact(a, "not_gradable"):
+        state, css = "cannot be graded", Outcome.FAILED.value
+    elif a.count(Outcome.FLAGGED):
+        state, css = "flagged", Outcome.FLAGGED.value
+    elif a.count(Outcome.INFRA_ERROR):
+        state, css = "grader error: grade again", Outcome.INFRA_ERROR.value
+    elif groups:
+        bad = [o for o in Outcome if o in BAD_OUTCOMES and a.count(o)]
+        state, css = ", ".join(f"{a.count(o)} {o}" for o in bad), bad[0].value
+    else:
+        state, css = "passed", Outcome.PASSED.value
+    gpu = (f"{a.gpu_points_not_graded:g} points need a GPU: not graded here" if a.gpu_points_not_graded else "")
+    flag = next((t for t in a.tests if t.outcome in (Outcome.FLAGGED, Outcome.INFRA_ERROR)), None)
+    if a.review:
+        cause = f"reviewed by {a.review.get('by')}: {a.review.get('words') or a.review.get('decision')}"
+    elif flag is not None:  # the flag (or the grader's error) explains the points before any failure does
+        severity = f" ({flag.severity or 'conclusive'})" if flag.outcome == Outcome.FLAGGED else ""
+        cause = f"{flag.name}{severity}: {flag.message}"
+    elif a.headline:
+        cause = a.headline
+    elif groups:
+        first = groups[0]
+        cause = (f"{first.first.name}: {first.first.message}" if len(first.tests) == 1
+                 else f"{len(first.tests)} checks ({first.cases}): {first.diagnosis}")
+    else:
+        cause = gpu or "every check passed"
+    if gpu and cause != gpu and not missing:
+        cause = f"{cause}; {gpu}"
+    return SummaryLine(a.name, a.title, a.module, points_line(a), state, css, _one_line(cause), missing)
+
+
 def render(run: RunResult) -> str:
     run = _bounded(run)
+    lines = [summary_line(a) for a in run.assignments]
     return _ENV.get_template("report.html.j2").render(
         run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments),
+        summary=[s for s in lines if not s.missing], missing=[s for s in lines if s.missing],
+        sections=[(a, s) for a, s in zip(run.assignments, lines) if not s.missing],
         perf_chart=perf_chart, matrix=matrix, points_line=points_line,
         groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words, traceback_tail=traceback_tail,
         Outcome=Outcome, outcome_css=outcome_css())

@@ -4,7 +4,9 @@ Most of a second check's wait on a GPU machine is the judge's own start: importi
 its CUDA libraries) and the grader takes seconds before anything is graded. So, as a check keeps
 a warm worker start for the next one (grader.sandbox.zygote), it also leaves a judge behind that
 has done its imports: a process that waits, for the same `GRADER_WARM_SECONDS`, on a socket in
-the kept cache's folder (`resident/`, 0700), and forks a fresh judge for the next check there.
+the kept cache's folder (`resident/`, 0700, in a cache no other user may change:
+grader.safefiles.trusted_folder), and forks a fresh judge for the next check there. It starts
+with `python -P` in /, so no folder but its own installs is on its import path.
 The fork runs the real command with the caller's arguments, folder, environment, standard output
 and error; its exit code is the caller's. Nothing of one check stays in the process that forks
 the next (each runs in its own fork; the waiting process only imports).
@@ -34,6 +36,7 @@ import sys
 import time
 from pathlib import Path
 
+from grader.safefiles import UnsafeFolderError, trusted_folder
 from grader.settings import Settings, from_environment
 
 # variables of the caller's terminal session, not of the grading: a judge started from another
@@ -115,10 +118,20 @@ def through_resident(argv: list[str]) -> int | None:
 
 
 def _private(folder: Path) -> int:
-    """The judge's folder, ours alone: an O_PATH descriptor on it (a socket path under
-    /proc/self/fd stays short however deep the folder is), or OSError."""
-    folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(folder, os.O_PATH | os.O_DIRECTORY | os.O_NOFOLLOW)
+    """The judge's folder, ours alone: a descriptor on it, or OSError (UnsafeFolderError). Its
+    parent (the kept cache) is a `trusted_folder`: no other user may rename, replace or link
+    anything on the way to it (grader.safefiles); the folder itself is ours, 0700, no link,
+    checked on the descriptor that every later use goes through (a socket path under
+    /proc/self/fd also stays short however deep the folder is)."""
+    parent = trusted_folder(folder.parent, "kept cache")
+    try:
+        try:
+            os.mkdir(folder.name, 0o700, dir_fd=parent)
+        except FileExistsError:
+            pass
+        fd = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+    finally:
+        os.close(parent)
     st = os.fstat(fd)
     if st.st_uid != os.getuid() or st.st_mode & 0o077:
         os.close(fd)
@@ -129,7 +142,7 @@ def _private(folder: Path) -> int:
 def _connect(folder: Path, k: str) -> socket.socket | None:
     try:
         fd = _private(folder)
-    except OSError:
+    except (OSError, UnsafeFolderError):
         return None
     conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     try:
@@ -199,22 +212,27 @@ def _line(conn: socket.socket) -> bytes:
 
 
 def start(folder: Path, k: str, idle_s: float) -> None:
-    """A judge for the next check, started in the background (it imports while this command runs)."""
+    """A judge for the next check, started in the background (it imports while this command runs).
+    Its import path is its own: `-P` keeps the folder it starts in off it (the caller's, a
+    student's repo, must never be where the judge imports from, for this check or the next), and
+    it starts in / (Python 3.10 has no -P: no judge there, a check is only slower)."""
+    if sys.version_info < (3, 11):
+        return
     try:
         fd = _private(folder)
+    except (OSError, UnsafeFolderError):
+        return
+    try:  # created in the pinned folder, never through a link put in its place
+        log = os.open(f"judge-{k}.log", os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC,
+                      0o600, dir_fd=fd)
     except OSError:
         return
-    os.close(fd)
-    log = folder / f"judge-{k}.log"
-    try:
-        out = open(log, "ab")
-    except OSError:
-        return
-    with out:  # started in its own folder: `-m` puts the folder it starts in first on its path, and the
-        # caller's (a student's repo) must never be where the judge imports from, for this check or the next
-        subprocess.Popen([sys.executable, "-m", "grader.resident", "serve", str(folder), k, str(idle_s)],
+    finally:
+        os.close(fd)
+    with os.fdopen(log, "ab") as out:
+        subprocess.Popen([sys.executable, "-P", "-m", "grader.resident", "serve", str(folder), k, str(idle_s)],
                          stdin=subprocess.DEVNULL, stdout=out, stderr=out, start_new_session=True,
-                         close_fds=True, env=dict(os.environ), cwd=str(folder))
+                         close_fds=True, env=dict(os.environ), cwd="/")
 
 
 def stop(folder: Path) -> int:
@@ -244,7 +262,11 @@ def serve(folder: Path, k: str, idle_s: float) -> None:
     import grader.cli  # noqa: F401 - the imports this process is kept for
     import grader.cli.common  # noqa: F401
 
-    fd = _private(folder)
+    try:
+        fd = _private(folder)
+    except (OSError, UnsafeFolderError) as exc:  # changed since the check that started it: not served from there
+        print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} not started: {exc}", flush=True)
+        return
     name = f"judge-{k}.sock"
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     path = f"/proc/self/fd/{fd}/{name}"
@@ -260,7 +282,7 @@ def serve(folder: Path, k: str, idle_s: float) -> None:
     finally:
         os.umask(old_umask)
     listener.listen(8)
-    _retire_others(folder, name)
+    _retire_others(fd, name)
     running: dict[int, socket.socket] = {}  # the fork's pid -> its caller's connection
     last = time.monotonic()
     try:
@@ -268,7 +290,7 @@ def serve(folder: Path, k: str, idle_s: float) -> None:
             ready, _, _ = select.select([listener, *running.values()], [], [], 0.2)
             for conn in ready:
                 if conn is listener:
-                    _accept(listener, running)
+                    _accept(listener, running, k)
                     last = time.monotonic()
                 else:
                     _signal_from(conn, running)
@@ -291,19 +313,20 @@ def serve(folder: Path, k: str, idle_s: float) -> None:
         os.close(fd)
 
 
-def _retire_others(folder: Path, mine: str) -> None:
+def _retire_others(fd: int, mine: str) -> None:
     """Judges of other keys (an older grader, another environment) are no longer reached: their
     sockets are removed, and each ends once it sees its socket gone and nothing running."""
-    for other in folder.glob("judge-*.sock"):
-        if other.name != mine:
+    for other in os.listdir(fd):
+        if other.startswith("judge-") and other.endswith(".sock") and other != mine:
             try:
-                other.unlink()
+                os.unlink(other, dir_fd=fd)
             except OSError:
                 pass
 
 
-def _accept(listener: socket.socket, running: dict[int, socket.socket]) -> None:
+def _accept(listener: socket.socket, running: dict[int, socket.socket], k: str) -> None:
     conn, _ = listener.accept()
+    fds: list[int] = []
     try:
         if _peer_uid(conn) != os.getuid():
             raise OSError("another user")
@@ -321,8 +344,15 @@ def _accept(listener: socket.socket, running: dict[int, socket.socket]) -> None:
                 raise OSError("a request cut short")
             data += chunk
         request = json.loads(data)
+        refused = refusal(request, k)
+        if refused:
+            print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} refused: {refused}", flush=True)
+            conn.sendall(f"refused {refused}\n".encode())
+            raise OSError(refused)
         conn.settimeout(None)
     except (OSError, ValueError):
+        for f in fds:
+            os.close(f)
         conn.close()
         return
     pid = os.fork()
@@ -332,8 +362,26 @@ def _accept(listener: socket.socket, running: dict[int, socket.socket]) -> None:
         os.close(f)
     conn.sendall(f"started {pid}\n".encode())
     running[pid] = conn
-    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} serving grader {' '.join(request['argv'][:1])} as pid {pid}",
-          flush=True)
+    print(f"{time.strftime('%Y-%m-%dT%H:%M:%S')} serving grader check as pid {pid}", flush=True)
+
+
+def refusal(request: object, k: str) -> str | None:
+    """Why this judge must not run `request` (None: it may). It serves a student's `check` alone,
+    and only one whose environment is the one it was started for (its key): a check in CI, with
+    nothing kept, or in another environment runs on its own, sees its own settings and detects
+    its own sandbox, whatever a judge left by an earlier check holds."""
+    if not isinstance(request, dict):
+        return "a malformed request"
+    argv, cwd, env = request.get("argv"), request.get("cwd"), request.get("env")
+    if not (isinstance(argv, list) and all(isinstance(a, str) for a in argv) and isinstance(cwd, str)
+            and isinstance(env, dict) and all(isinstance(n, str) and isinstance(v, str) for n, v in env.items())):
+        return "a malformed request"
+    settings = from_environment(env)
+    if not wanted(argv, settings):
+        return "not a check a warm judge may run (only `grader check` on a student's machine, never in CI)"
+    if key(env, settings) != k:
+        return "another environment or another grader than this judge's"
+    return None
 
 
 def _signal_from(conn: socket.socket, running: dict[int, socket.socket]) -> None:

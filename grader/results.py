@@ -20,7 +20,7 @@ from enum import Enum
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
-from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, payload_for
+from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, SubmissionPayload, payload_for
 from grader.sanitize import cut, for_terminal, strict_json, writable
 
 if TYPE_CHECKING:
@@ -214,6 +214,15 @@ class AssignmentResult:
         """Points of this assignment that could not be earned here (a GPU is needed)."""
         return sum(cents(t.max_score) for t in self.tests if t.outcome == Outcome.SKIPPED) / 100
 
+    @property
+    def gpu_points_not_graded(self) -> float:
+        """The skipped points a GPU could still earn: none where no module was found or the repo
+        cannot be graded (that is the grade on any machine), else skipped_points."""
+        if any(isinstance(t.details, SubmissionPayload) and (t.details.not_submitted or t.details.not_gradable)
+               for t in self.tests):
+            return 0.0
+        return self.skipped_points
+
     def count(self, outcome: Outcome | str) -> int:
         return sum(t.outcome == outcome for t in self.tests)
 
@@ -248,8 +257,27 @@ class RunResult:
         return sum(cents(a.skipped_points) for a in self.assignments) / 100
 
     @property
+    def gpu_points_not_graded(self) -> float:
+        return sum(cents(a.gpu_points_not_graded) for a in self.assignments) / 100
+
+    @property
     def tests(self) -> list[TestResult]:
         return [t for a in self.assignments for t in a.tests]
+
+    @property
+    def incomplete(self) -> list[str]:
+        """Why this score is not the whole grade: 'partial run' (--case/--dtype), 'CPU only' (points
+        only a GPU can earn were not graded); [] for a whole grade."""
+        return [*(["partial run"] if any(a.partial for a in self.assignments) else []),
+                *(["CPU only"] if self.gpu_points_not_graded else [])]
+
+    def gpu_only_line(self) -> str:
+        """What a CPU-only score lacks, in one line for the student and the gradebook's reader."""
+        # a partial run's max_score is only the chosen cases' share, not the total its first line names
+        of = "the points of the cases that ran" if any(a.partial for a in self.assignments) else \
+            f"these {self.max_score:g} points"
+        return (f"CPU only: {self.gpu_points_not_graded:g} of {of} need a GPU and were not graded here, so "
+                f"{self.score:g} is not the grade (it counts only the checks a CPU can run)")
 
     @property
     def all_passed(self) -> bool:
@@ -270,7 +298,7 @@ class RunResult:
         room = RUN_OUTPUT_LIMIT
         for ai, a in enumerate(self.assignments, 1):
             for ti, t in enumerate(a.tests, 1):
-                output = _test_output(t)
+                output = _test_output(t, a.headline)
                 if len(output) > room:  # the run's text is spent: this test keeps its first line
                     output = (output.split("\n", 1)[0][:500] + f"\n[the rest cut: a results file keeps at most "
                               f"{RUN_OUTPUT_LIMIT} characters of test output in all]")
@@ -296,11 +324,16 @@ class RunResult:
         data = {
             "score": self.score,
             "max_score": self.max_score,
-            # a partial run (--case/--dtype) is no grade: said where every reader of the file looks first
+            # an incomplete grade (a partial run, --case/--dtype; points only a GPU can earn not graded) is
+            # not the assignment's grade: said where every reader of the file looks first (Gradescope's
+            # score is a number, so the mark is here and in extra_data.incomplete)
             "output": for_terminal("\n".join([
                 f"{self.score:g} / {self.max_score:g} points" if not partial else (
                     f"{self.score:g} / {whole:g} points (partial run: only the cases chosen with --case/--dtype, of "
                     f"{', '.join(a.name for a in partial)}; not a grade)"),
+                *([self.gpu_only_line()] if self.gpu_points_not_graded else []),
+                # one cause explains every failure of an assignment (an untouched starter): told once, first
+                *(f"{a.name}: {a.headline}" for a in self.assignments if a.headline),
                 *(_review_line(a) for a in self.assignments if a.review)])),
             "output_format": "text", "test_output_format": "text",
             # the console output names hidden cases: students see it only where there are none
@@ -311,6 +344,7 @@ class RunResult:
                 "commit": self.commit,
                 "seed": self.seed,
                 "partial": bool(partial),
+                "incomplete": self.incomplete,
                 "environment": self.environment,
                 "assignments": {
                     a.name: {"score": a.score, "max_score": a.max_score, "skipped_points": a.skipped_points,
@@ -353,10 +387,14 @@ def _review_line(a: AssignmentResult) -> str:
             f"/ {a.max_score:g} points (the grader's verdict: {a.verdict_score:g}). Note: {r.get('note')}")
 
 
-def _test_output(t: TestResult) -> str:
+def _test_output(t: TestResult, headline: str = "") -> str:
     """What Gradescope shows under a test, as text (output_format), control characters shown as
-    escapes (grader.sanitize.for_terminal)."""
-    return for_terminal(_output_text(t))
+    escapes (grader.sanitize.for_terminal). A failure that the assignment's one cause explains (its
+    headline) says that cause first, not only its own symptom (ten identical NaN failures of a starter)."""
+    text = _output_text(t)
+    if headline and t.outcome in BAD_OUTCOMES:
+        text = f"Cause: {headline}\n{text}"
+    return for_terminal(text)
 
 
 def _output_text(t: TestResult) -> str:

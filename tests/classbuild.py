@@ -54,3 +54,12 @@ def make_class(root: Path, students: dict[str, str], extra_rows: list[str] = ())
     roster = root / "roster.csv"
     roster.write_text("\n".join(lines) + "\n")
     return roster
+
+
+def unmarked(column: str) -> str:
+    """A gradebook column's name without the mark of an incomplete grade (grader.batch.exporters):
+    'vector_add (partial run, CPU only)' -> 'vector_add', 'total (CPU only)' -> 'total'."""
+    for mark in (" (partial run, CPU only)", " (partial run)", " (CPU only)"):
+        if column.endswith(mark):
+            return column.removesuffix(mark)
+    return column

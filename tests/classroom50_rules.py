@@ -6,11 +6,22 @@ assignments.json), `classroom50/result/v1` (an autograder's result.json) and
 Each `*_problems` function returns why Classroom 50 would refuse the document (empty: it
 accepts it), structural rules and the cross-field ones its runner and collector enforce in
 code (score at most max-score, unique test names and release asset names).
+
+`run_autograder` runs an autograder as the runner's grade step does (`run_entrypoint`, then
+`finalize_result`): `python3 autograder.py` in the student's checkout with the runner's
+environment; a non-zero exit, a missing or refused result.json become the runner's own error
+(status `error`, no release, "autograder exited N"), else the result is published with the
+status the autograder wrote (or the one the runner derives).
 """
 
 from __future__ import annotations
 
+import json
 import re
+import subprocess
+import sys
+from dataclasses import dataclass
+from pathlib import Path
 
 ASSIGNMENTS = "classroom50/assignments/v1"
 RESULT = "classroom50/result/v1"
@@ -226,3 +237,55 @@ def scores_problems(data) -> list[str]:
                     problems.append(f"{where}.submissions[{j}]: late is not a boolean")
                 problems += _submission(sub, f"{where}.submissions[{j}]", tuple(k for k in RESULT_KEYS if k != "assignment"))
     return problems
+
+
+# -- the runner's grade step -----------------------------------------------------------------------
+
+@dataclass
+class Graded:
+    """What a submission's run leaves: the commit status, its line, the result.json released
+    (None: the runner's error, no release) and its body, and the autograder's log."""
+
+    status: str
+    summary: str
+    result: dict | None
+    body: str
+    log: str
+
+
+def _outputs(path: str | None) -> dict[str, str]:
+    if not path or not Path(path).is_file():
+        return {}
+    return dict(line.split("=", 1) for line in Path(path).read_text().splitlines() if "=" in line)
+
+
+def run_autograder(autograder: Path, workspace: Path, env: dict, timeout: float = 900) -> Graded:
+    """`autograder` graded as Classroom 50's runner runs it, in `workspace` with `env`."""
+    for stale in ("result.json", "release-body.md"):  # the runner clears them before each run
+        (workspace / stale).unlink(missing_ok=True)
+    proc = subprocess.run([sys.executable, str(autograder)], cwd=workspace, env=env, capture_output=True, text=True,
+                          timeout=timeout)
+    log = proc.stdout + proc.stderr
+
+    def error(message: str) -> Graded:
+        return Graded("error", f"classroom50 autograde: {message}", None, "", log)
+
+    if proc.returncode != 0:
+        return error(f"autograder exited {proc.returncode}")
+    path = workspace / "result.json"
+    if not path.is_file():
+        return error("autograder did not produce result.json")
+    try:
+        result = json.loads(path.read_text())
+    except ValueError as exc:
+        return error(f"result.json is not valid JSON: {exc}")
+    problems = result_problems(result, env.get("CLASSROOM"), env.get("ASSIGNMENT"))
+    if problems:
+        return error("; ".join(problems))
+    body = (workspace / "release-body.md").read_text() if (workspace / "release-body.md").is_file() else ""
+    said = _outputs(env.get("GITHUB_OUTPUT"))
+    if "status" in said:
+        return Graded(said["status"], said.get("summary", ""), result, body, log)
+    passed = all(t.get("passed") for t in result["tests"])
+    return Graded("success" if passed else "failure", f"classroom50 autograde: {result['score']}/{result['max-score']}",
+                  result, body, log)

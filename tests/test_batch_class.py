@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from classbuild import commit, make_class, overlay
+from classbuild import commit, make_class, overlay, unmarked
 from conftest import REPO_ROOT, run_cli
 
 DEADLINE = "2025-02-01T00:00:00+00:00"
@@ -27,11 +27,13 @@ QUICK = ["--device", "cpu", "--jobs", "2", "-a", "vector_add", "-a", "softmax", 
 
 
 def grades(out: Path) -> dict[str, dict]:
-    """grades.csv by student; QUICK grades a few cases, so every assignment's column is marked partial."""
+    """grades.csv by student; QUICK grades a few cases on a CPU, so every assignment's column is marked
+    partial and CPU only, and so are the totals."""
     header, *rows = list(csv.reader(io.StringIO((out / "grades.csv").read_text())))
-    marked = [h for h in header if h.endswith(" (partial run)")]
-    assert marked and len(header) - len(marked) == 8, header  # student, commit, total, late, hours_late, penalty, final, note
-    names = [h.removesuffix(" (partial run)") for h in header]
+    marked = [h for h in header if h.endswith(" (partial run, CPU only)")]
+    assert len(header) - len(marked) == 6, header  # student, commit, late, hours_late, penalty, note
+    assert {"total (partial run, CPU only)", "final (partial run, CPU only)"} < set(marked), header
+    names = [unmarked(h) for h in header]
     return {row[0]: dict(zip(names, row)) for row in rows}
 
 
@@ -96,13 +98,16 @@ def test_class_is_graded_into_reports_gradebooks_and_a_summary(graded_class):
     assert carol["assignments"]["softmax"]["flagged"] is True
     # Classroom- and Gradescope-shaped exports
     classroom = list(csv.DictReader(io.StringIO((out / "classroom.csv").read_text())))
-    bob = {"assignment_name": "vector_add (partial run)", "roster_identifier": "bob", "points_awarded": "0", "points_available": "10"}
+    bob = {"assignment_name": "vector_add (partial run, CPU only)", "roster_identifier": "bob", "points_awarded": "0",
+           "points_available": "10"}
     assert bob.items() <= next(r for r in classroom if r["roster_identifier"] == "bob"
-                               and r["assignment_name"] == "vector_add (partial run)").items()
-    assert (out / "gradescope.csv").read_text().splitlines()[0] == \
-        "Name,SID,Email,vector_add (partial run),softmax (partial run),Total Score"
+                               and r["assignment_name"] == "vector_add (partial run, CPU only)").items()
+    assert next(csv.reader(io.StringIO((out / "gradescope.csv").read_text()))) == [
+        "Name", "SID", "Email", "vector_add (partial run, CPU only)", "softmax (partial run, CPU only)",
+        "Total Score (partial run, CPU only)", "Note"]
     canvas = (out / "canvas.csv").read_text().splitlines()
-    assert canvas[:2] == ["Student,ID,SIS User ID,SIS Login ID,Section,vector_add (partial run),softmax (partial run)",
+    assert canvas[:2] == ['Student,ID,SIS User ID,SIS Login ID,Section,"vector_add (partial run, CPU only)",'
+                          '"softmax (partial run, CPU only)"',
                           "Points Possible,,,,,10,20"]
     assert "alice,,,alice,,0.13,0.25" in canvas  # graded on the deadline's commit, as in grades.csv
 

@@ -69,8 +69,8 @@ def test_classroom_payload_has_the_reporters_fields_and_maps_outcomes(tmp_path):
         "vector_add: n=1 [float32]": "pass", "vector_add: n=129 [float32]": "fail", "vector_add: n=2 [float16]": "fail",
         "vector_add: uses its own Triton kernel": "pass", "softmax: 1x1 [float32]": "fail", "softmax: 2x2 [float32]": "fail",
         "softmax: uses its own Triton kernel": "fail", "softmax: 3x3 [float32]": "error"}
-    # the reporter's sum: 1.5 earned of 1.5 * 3 + 2.0 * 3 = 10.5 (the skipped 1.5 cannot be earned here)
-    assert sum(t["score"] for t in payload["tests"]) == 1.5 and payload["max_score"] == 10.5
+    # out of the same total as the summary (12): the skipped 1.5 is in it, earning nothing here
+    assert sum(t["score"] for t in payload["tests"]) == 1.5 and payload["max_score"] == 12.0
     failing = next(t for t in payload["tests"] if t["name"] == "vector_add: n=129 [float32]")
     assert (failing["filename"], failing["line_no"]) == ("kernels/vector_add.py", 11)  # the deepest frame of their file
     assert "--case 'n=129'" in failing["message"] and failing["test_code"].startswith("grader check")
@@ -117,6 +117,30 @@ def test_summary_names_score_failures_gpu_points_and_hidden_cases(tmp_path):
     assert "Hidden cases are not run here" in text
 
 
+def test_every_output_of_a_run_says_the_same_total_in_clean_numbers(tmp_path):
+    """The summary's title, the Points notice and the `result` output agree (points that need a
+    GPU are in each total, earning nothing here), and no score carries a float's tail: ten cases
+    of 0.4 are 4, not 4.000000000000001."""
+    run = RunResult(str(tmp_path), 7, {})
+    a = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()")
+    a.tests += [TestResult("vector_add", "correctness", f"n={i} [float32]", "passed", "ok", max_score=0.4, score=0.4)
+                for i in range(10)]
+    a.tests += [TestResult("vector_add", "correctness", f"n={i} [bfloat16]", "skipped", "needs a GPU", max_score=0.6,
+                           details={"points_if_run": 0.6}) for i in range(10)]
+    run.assignments.append(a)
+    said: list[str] = []
+    output, summary = tmp_path / "output", tmp_path / "summary.md"
+    from grader.spec import Course
+    from grader.settings import Settings
+
+    ci.report_github(run, tmp_path, "cpu", {"GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary)},
+                     echo=said.append, catalogue=Course.find(Settings()))
+    payload = _decode(output)
+    assert payload["max_score"] == 10 and all(t["score"] == 0.4 for t in payload["tests"])
+    assert summary.read_text().startswith("## Triton kernels: 4 / 10 points")
+    assert said[-1] == "::notice title=Points::4 / 10 points (6 of them need a GPU: graded on the course's GPU after the deadline)"
+
+
 def _decode(output_file):
     lines = [line for line in output_file.read_text().splitlines() if line.startswith("result=")]
     assert len(lines) == 1, output_file.read_text()
@@ -151,10 +175,11 @@ def test_check_in_github_actions_writes_summary_output_and_annotations(tmp_path,
     assert by_name["vector_add: n=128 [float32]"]["status"] == "fail"  # 128 of its 1024 lanes are in bounds
     assert all(t["status"] in ("pass", "fail") for t in payload["tests"])
     results = run.results
-    gpu_only = sum(a["skipped_points"] for a in results["extra_data"]["assignments"].values())
-    assert payload["max_score"] == round(results["max_score"] - gpu_only, 2) and sum(t["score"] for t in payload["tests"]) == results["score"]
+    # one total everywhere: the result output, the summary's title and the Points notice say the same
+    assert payload["max_score"] == results["max_score"] and sum(t["score"] for t in payload["tests"]) == results["score"]
     text = html.unescape(summary.read_text())
-    assert text.startswith("earlier step\n## Triton kernels: ")  # appended, not replaced
+    assert text.startswith(f"earlier step\n## Triton kernels: {results['score']:g} / {results['max_score']:g} points")
+    assert re.search(rf"^::notice title=Points::{results['score']:g} / {results['max_score']:g} points ", run.stdout, re.M)
     assert "### Failing checks" in text and "out-of-bounds load" in text and "reproduce: `grader check" in text
     assert "hidden case(s) of vector_add are not in this kit" not in text  # the TA's course has them here, not withheld
     assert re.search(r"^::error file=kernels/vector_add\.py,line=11,title=vector_add n=\S+ \[float32\]%3A failed::"

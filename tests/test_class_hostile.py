@@ -26,7 +26,7 @@ from pathlib import Path
 
 import pytest
 
-from classbuild import FIXTURES, git, make_repo
+from classbuild import FIXTURES, git, make_repo, unmarked
 from conftest import REPO_ROOT, run_cli
 
 QUICK = ["--device", "cpu", "--jobs", "2", "-a", "vector_add", "--case", "n=1", "--dtype", "float32", "--seed", "3"]
@@ -130,7 +130,7 @@ def everyone() -> set[str]:
 def table(path: Path, key: str = "student") -> dict[str, dict]:
     """A gradebook by `key`; QUICK's columns are marked partial, and read here by the assignment's name."""
     rows = csv.DictReader(io.StringIO(path.read_text()))
-    return {row[key]: {k.removesuffix(" (partial run)"): v for k, v in row.items()} for row in rows}
+    return {row[key]: {unmarked(k): v for k, v in row.items()} for row in rows}
 
 
 def assert_outputs_hold_everyone(out: Path) -> dict:

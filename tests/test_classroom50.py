@@ -11,6 +11,7 @@ points add up exactly to the totals.
 from __future__ import annotations
 
 import copy
+import html
 import importlib.util
 import json
 import os
@@ -640,6 +641,129 @@ def test_the_generated_autograder_grades_a_fake_checkout(released, tmp_path):
     assert not marker.exists()
     assert (checkout / ".grader" / "report.html").is_file() and not (checkout / ".grader").is_symlink()
     assert "report.html" in (checkout / "release-body.md").read_text()
+
+
+# -- a hosted runner that refuses user namespaces (Ubuntu 24.04's AppArmor) -------------------------
+
+USERNS = "kernel.apparmor_restrict_unprivileged_userns"
+
+
+def apparmor_runner(folder: Path, sudo: bool) -> tuple[str, Path]:
+    """A PATH on which the sandbox's namespaces cannot be made, as on GitHub's ubuntu-24.04 runners
+    (AppArmor refuses unprivileged user namespaces; emulated as the other tests of a weaker
+    sandbox do it, by a PATH without `unshare`), until `sysctl -w
+    kernel.apparmor_restrict_unprivileged_userns=0` has run; `sudo -n` runs its command (`sudo`:
+    the hosted runner's passwordless sudo) or asks for a password. Returns the PATH and the file
+    where every sudo and sysctl call is written."""
+    from test_isolation_as_asked import path_without_unshare
+
+    folder.mkdir(parents=True, exist_ok=True)
+    calls, real = folder / "calls.txt", shutil.which("unshare")
+    assert real, "this test needs util-linux's unshare"
+    scripts = {
+        "sudo": (f'echo "sudo $*" >> "{calls}"\n[ "$1" = "-n" ] && shift\nexec "$@"\n' if sudo else
+                 f'echo "sudo $*" >> "{calls}"\necho "sudo: a password is required" >&2\nexit 1\n'),
+        "sysctl": f'echo "sysctl $*" >> "{calls}"\n'
+                  f'if [ "$1" = "-w" ] && [ "$2" = "{USERNS}=0" ]; then ln -sf "{real}" "{folder / "unshare"}"; '
+                  f'echo "{USERNS} = 0"; fi\n',
+    }
+    for name, body in scripts.items():
+        (folder / name).write_text("#!/bin/sh\n" + body)
+        (folder / name).chmod(0o755)
+    calls.touch()
+    return path_without_unshare(folder), calls
+
+
+def _hosted_checkout(kit_root: Path, tmp_path: Path, sudo: bool, hosted: bool = True) -> tuple[Path, dict, Path]:
+    checkout = tmp_path / "cs101-vector-add-alice"
+    shutil.copytree(kit_root, checkout)  # the kit as released: the starter at its module path
+    path, calls = apparmor_runner(tmp_path / "bin", sudo)
+    env = dict(os.environ, **runner_env(tmp_path), GITHUB_WORKSPACE=str(checkout), PYTHONPATH=str(REPO_ROOT),
+               COLUMNS="200", PATH=path, RUNNER_ENVIRONMENT="github-hosted" if hosted else "self-hosted",
+               RUNNER_TEMP=str(tmp_path), GRADER_CACHE_DIR=str(tmp_path / "cache"))  # a fresh runner: nothing warm
+    env.pop("GRADER_COURSE", None)
+    return checkout, env, calls
+
+
+@pytest.mark.slow
+def test_on_a_hosted_runner_the_autograder_lets_the_sandbox_use_namespaces_and_grades(released, tmp_path):
+    """Classroom 50 on `ubuntu-latest`: user namespaces refused until the sysctl is lifted, which
+    the autograder does (sudo -n, as the kit's own workflow does); the starter is then graded
+    under its runner (0 points, status failure, released), its one-line cause told once in the
+    release body instead of a line per failing case."""
+    kit, classroom, _ = released
+    checkout, env, calls = _hosted_checkout(kit.root, tmp_path, sudo=True)
+    graded = rules.run_autograder(classroom / "autograders" / "vector-add" / "autograder.py", checkout, env)
+    assert graded.status == "failure" and graded.result is not None, graded.summary + graded.log[-4000:]
+    assert f"sudo -n sysctl -w {USERNS}=0" in calls.read_text().splitlines()
+    assert f"set {USERNS}=0" in graded.log and "Weaker sandbox" not in graded.log
+    assert graded.result["score"] == 0 and validate(graded.result, env) == []
+    body = html.unescape(graded.body)  # Markdown: every sign an entity
+    failing = body[body.index("### Failing checks"):]
+    # the starter's one-line cause first, then the twenty NaN failures as one diagnosis, not one line each
+    assert failing.split("\n")[2].startswith("- **vector_add: the kernel stores nothing yet"), failing
+    assert body.count("stores nothing") == 1 and body.count("every element is NaN") == 1, body
+    assert body.count("reproduce:") == 1, body
+    assert (checkout / ".grader" / "report.html").is_file()
+
+
+@pytest.mark.parametrize("hosted", [True, False], ids=["hosted-without-sudo", "self-hosted"])
+def test_where_namespaces_stay_refused_the_grade_is_an_error_that_says_why(released, tmp_path, hosted):
+    """Where the restriction cannot be lifted (no passwordless sudo), or must not be (a
+    self-hosted runner is the course's machine: nothing of it is changed), the check never grades
+    with a weaker sandbox: the runner records an error and releases nothing, and the annotation
+    and the job summary, which it leaves alone, say what to set."""
+    kit, classroom, _ = released
+    checkout, env, calls = _hosted_checkout(kit.root, tmp_path, sudo=False, hosted=hosted)
+    graded = rules.run_autograder(classroom / "autograders" / "vector-add" / "autograder.py", checkout, env)
+    assert graded.status == "error" and graded.summary.endswith("autograder exited 2"), graded.log[-4000:]
+    assert ("sudo -n sysctl" in calls.read_text()) == hosted  # a self-hosted runner's settings are left alone
+    assert "::error title=The grader could not run::the sandbox isolation cannot be built as asked" in graded.log
+    assert f"{USERNS}=0" in graded.log
+    summary = html.unescape(Path(env["GITHUB_STEP_SUMMARY"]).read_text())  # Markdown: every sign an entity
+    assert "the grader could not run" in summary and USERNS in summary and "not a grade of your work" in summary
+    assert not (checkout / "result.json").exists() or graded.result is None  # nothing of ours released
+
+
+@pytest.mark.slow
+@pytest.mark.skipif(not os.environ.get("CLASSROOM50_RUNNER"), reason="CLASSROOM50_RUNNER names no copy of Classroom 50's "
+                    "runner.py (cli/gh-teacher/skeleton/dotgithub/scripts/runner.py of foundation50/classroom50)")
+@pytest.mark.parametrize("sudo", [True, False], ids=["sudo", "no-sudo"])
+def test_classroom50s_own_runner_grades_on_a_hosted_runner_that_refuses_namespaces(released, tmp_path, sudo):
+    """Classroom 50's own runner.py (a copy named by CLASSROOM50_RUNNER), as its grade step runs it:
+    the assignment's bundle fetched from the Pages site (here a file:// one, as publish-pages
+    packs it), its autograder run in the student's checkout, result.json validated, the release
+    body and outputs its own when ours are missing. Namespaces refused until the sysctl is lifted:
+    with sudo the starter is graded (failure, 0 points), without it the runner's error."""
+    import tarfile
+
+    kit, classroom, _ = released
+    checkout, env, calls = _hosted_checkout(kit.root, tmp_path, sudo=sudo)
+    subprocess.run(["git", "init", "-q", str(checkout)], check=True)
+    subprocess.run(["git", "-C", str(checkout), "-c", "user.name=a", "-c", "user.email=a@b", "add", "-A"], check=True)
+    subprocess.run(["git", "-C", str(checkout), "-c", "user.name=a", "-c", "user.email=a@b", "commit", "-qm", "s"],
+                   check=True)
+    sha = subprocess.run(["git", "-C", str(checkout), "rev-parse", "HEAD"], capture_output=True, text=True).stdout.strip()
+    pages = tmp_path / "pages"
+    (pages / "cs101" / "autograders").mkdir(parents=True)
+    with tarfile.open(pages / "cs101" / "autograders" / "vector-add.tar.gz", "w:gz") as tar:
+        tar.add(classroom / "autograders" / "vector-add", arcname="vector-add")
+    env.update(PAGES_BASE_URL=pages.as_uri(), GITHUB_SHA=sha, GITHUB_ACTOR="alice", GITHUB_SERVER_URL="https://github.com",
+               GITHUB_REPOSITORY="cs-org/cs101-vector-add-alice", MODE="individual", ALLOWED_FILES="[]",
+               RELEASE_ASSETS='[".grader/report.html"]', SECRET="")
+    proc = subprocess.run([sys.executable, os.environ["CLASSROOM50_RUNNER"]], cwd=checkout, env=env, capture_output=True,
+                          text=True, timeout=900)
+    log = proc.stdout + proc.stderr
+    said = dict(line.split("=", 1) for line in Path(env["GITHUB_OUTPUT"]).read_text().splitlines() if "=" in line)
+    result = json.loads((checkout / "result.json").read_text())
+    if sudo:
+        assert proc.returncode == 0 and said["status"] == "failure", log[-4000:]
+        assert result["score"] == 0 and result["max-score"] == 10 and result["tests"][0]["passed"] is False, result
+        assert "stores nothing" in (checkout / "release-body.md").read_text()
+        assert said.get("release-assets") == "report.html", said
+    else:
+        assert said["status"] == "error" and "autograder exited 2" in said["summary"], log[-4000:]
+        assert result["tests"] == [] and USERNS in html.unescape(Path(env["GITHUB_STEP_SUMMARY"]).read_text())
 
 
 # -- the class on the TA's side --------------------------------------------------------------------

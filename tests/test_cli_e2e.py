@@ -216,3 +216,24 @@ def test_list_shows_assignments(cli):
     assert run.returncode == 0
     assert "vector_add(x: Tensor, y: Tensor) -> Tensor" in run.stdout
     assert "kernels/softmax.py" in run.stdout
+
+
+def test_piped_tables_keep_their_whole_case_names(submission, tmp_path):
+    """Through a pipe (`| tee`, a CI log) with no COLUMNS, a table is never cut at rich's default
+    80 columns: the longest case name and its shapes stay whole on their row."""
+    import os
+    import subprocess
+    import sys
+
+    from conftest import REPO_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES") and not k.startswith("GITHUB_")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", str(submission("good")), "-a", "conv2d", "--case",
+                           "5x5-whole-image-1x4x5x5-K=6", "--device", "cpu", "--json",
+                           str(tmp_path / "r.json"), "--html", str(tmp_path)], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=900)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    row = next(line for line in proc.stdout.splitlines() if "5x5-whole" in line)
+    # every dtype's column: wider than 80
+    assert "│ 5x5-whole-image-1x4x5x5-K=6 │ x[1x4x5x5], w[6x4x5x5] │ passed  │ passed  │ skipped" in row, proc.stdout

@@ -206,7 +206,8 @@ def test_a_partial_run_shows_its_share_out_of_the_assignments_total():
     assert result.score == 0.16 and result.max_score == 0.16
     result.partial = {"cases_run": 1, "cases": len(planned), "assignment_points": spec.max_points}
     line = points_line(result)
-    assert line.startswith("0.16 / 10 points (partial run: 1 of 39 cases")
+    # the share the cases that ran can earn, out of the same total the line starts with (never "worth 0.16" beside "/ 10")
+    assert line == "0.16 / 10 points (partial run: 1 of 39 cases ran, which can earn 0.16 of the 10)"
     assert run_total([result]) == 10
 
 
@@ -328,6 +329,10 @@ def test_untouched_starter_says_so_first_and_leaves_the_repo_clean(tmp_path):
     assert _git(repo, "status", "--porcelain") == ""
     results = json.loads((repo / ".grader" / "results.json").read_text())
     assert results["extra_data"]["assignments"]["vector_add"]["headline"].startswith("the kernel stores nothing yet")
+    # Gradescope's own fields say the one cause too: in the output on top, and first under each failure
+    assert "vector_add: the kernel stores nothing yet" in results["output"]
+    failed = [t for t in results["tests"] if t["status"] == "failed" and t["outcome"] == "failed"]
+    assert failed and all(t["output"].startswith("Cause: the kernel stores nothing yet") for t in failed)
 
 
 @cpu_only

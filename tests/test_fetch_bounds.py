@@ -74,3 +74,30 @@ def test_course_toml_sets_the_fetch_limits_and_refuses_nonsense(tmp_path):
         course.write_text(f"[fetch]\n{bad}\n")
         with pytest.raises(CourseError, match=words.replace("[", r"\[").replace("]", r"\]")):
             load_course(course)
+
+
+def test_history_the_head_deleted_is_bounded_too_and_costs_no_more_disk_than_the_limit(tmp_path):
+    """#47: a repository whose history holds 60 MiB of random data, deleted at its head, passes
+    every checkout limit; the whole clone is bounded (course.toml's max_clone_mb): it is refused
+    with the reason and its folder removed (its pack stopped at the limit: the write failed, not the disk)."""
+    roster = make_class(tmp_path, {"alice": "good", "mallory": "good"})
+    repo = tmp_path / "repos" / "mallory"
+    (repo / "noise.bin").write_bytes(__import__("os").urandom(60 << 20))
+    git = ["git", "-c", "user.name=m", "-c", "user.email=m@x"]
+    subprocess.run([*git, "add", "noise.bin"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "noise"], cwd=repo, check=True)
+    subprocess.run([*git, "rm", "-q", "noise.bin"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "gone"], cwd=repo, check=True)
+    course = tmp_path / "course.toml"
+    course.write_text("[fetch]\nmax_clone_mb = 20\n")
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--course", str(course)], tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lock = {p["student"]: p for p in json.loads((tmp_path / "ws" / "lock.json").read_text())["students"]}
+    assert lock["alice"]["status"] == "fetched"
+    assert lock["mallory"]["status"] == "unfetched"
+    assert lock["mallory"]["reason"] == ("not graded: the repository is larger than the course allows (more than "
+                                         "20 MiB of git history; course.toml's [fetch] max_clone_mb sets the limit)")
+    assert not (tmp_path / "ws" / "repos" / "mallory").exists()
+    assert folder_bytes(tmp_path / "ws") < 20 << 20
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws2"], tmp_path)  # the default allows it
+    assert run.returncode == 0, run.stdout + run.stderr

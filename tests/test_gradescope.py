@@ -109,6 +109,9 @@ def test_run_autograder_grades_a_submission_into_results_json(autograder, tmp_pa
     # about 4, out of the spec's whole 10 (the speed's 4 and the bfloat16 cases need a GPU)
     assert data["max_score"] == 10
     assert data["score"] == pytest.approx(4.0, abs=0.16) and sum(t["score"] for t in tests) == pytest.approx(data["score"])
+    # the score Gradescope stores is not the grade, and the first lines a student and a TA read say so
+    assert data["output"].splitlines()[1].startswith("CPU only: 6 of these 10 points need a GPU and were not graded")
+    assert data["extra_data"]["incomplete"] == ["CPU only"]
     assert [t["number"] for t in tests[:3]] == ["1.1", "1.2", "1.3"]
     assert "leaderboard" not in data  # no timing on the CPU
     assert (root / "results" / "report" / "report.html").is_file()

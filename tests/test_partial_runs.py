@@ -32,8 +32,17 @@ def test_every_gradebook_names_a_partial_column_and_only_that_one(name):
     marked = EXPORTS[name](_view(PARTIAL))
     plain = EXPORTS[name](_view({}))
     assert "vector_add (partial run)" in marked and "softmax (partial run)" not in marked
-    assert "partial" not in plain  # a full run's gradebook is as it always was
-    assert marked.replace("vector_add (partial run)", "vector_add") == plain  # the mark is all that differs
+    assert "partial" not in plain and "Note" not in plain  # a full run's gradebook is as it always was
+    # and the totals a partial score is part of say so too (Canvas's import has no total column)
+    totals = {"grades.csv": ["total", "final"], "gradescope.csv": ["Total Score"]}.get(name, [])
+    assert all(f"{t} (partial run)" in marked for t in totals), marked
+    rows = lambda text: list(csv.reader(io.StringIO(text.replace("vector_add (partial run)", "vector_add"))))  # noqa: E731
+    # the scores themselves are the same numbers (the mark, and the note, are all that differ)
+    notes = {"grades.csv": -1}.get(name)  # grades.csv's note column says it in words; the others add a note column
+    cut = (lambda r: r[:notes]) if notes else (lambda r: r)  # noqa: E731
+    assert [cut(r[:len(p)]) for r, p in zip(rows(marked)[1:], rows(plain)[1:])] == [cut(r) for r in rows(plain)[1:]]
+    if name == "grades.csv":
+        assert rows(marked)[1][-1] == "vector_add: graded (partial run: 1 of 20 cases, --case/--dtype)"
 
 
 @pytest.mark.parametrize("args, message", [
@@ -44,6 +53,17 @@ def test_check_names_a_case_that_matches_nothing(submission, cli, args, message)
     run = cli(submission("good"), "-a", "vector_add", "--device", "cpu", "--seed", "3", *args)
     assert run.returncode == 2 and message in run.stderr, run.stderr
     assert "Traceback" not in run.stderr and run.results is None  # nothing ran, nothing written as if it had
+
+
+def test_the_shape_a_case_error_suggests_is_one_the_assignment_takes(submission, cli):
+    """The example of a case by its shape is the assignment's own way of naming its sizes (a
+    vector's shape=17, rows' shape=1x17), and the check takes it."""
+    repo = submission("good")
+    for name, example in (("vector_add", "shape=17"), ("softmax", "shape=1x17")):
+        run = cli(repo, "-a", name, "--device", "cpu", "--case", "nope")
+        assert run.returncode == 2 and f"a random one by its shape, e.g. {example})" in run.stderr, run.stderr
+    taken = cli(repo, "-a", "vector_add", "--device", "cpu", "--dtype", "float32", "--case", "shape=17")
+    assert taken.returncode == 0 and "shape=17" in taken.stdout, taken.stdout + taken.stderr
 
 
 def test_grade_names_a_case_that_matches_nothing(tmp_path):
@@ -76,20 +96,27 @@ def test_a_case_batch_gives_the_chosen_cases_the_points_check_gives_and_says_par
     assert summary["partial"] is True and cell["partial"]["cases_run"] == 1
     assert (cell["score"], cell["max_score"]) == (batch_points["score"], 10)
     assert "Partial run" in (out / "index.html").read_text()
+    # a CPU's partial run: both marks, on the score and on every total it is in
+    mark = " (partial run, CPU only)"
     grades = list(csv.DictReader(io.StringIO((out / "grades.csv").read_text())))
-    assert float(grades[0]["vector_add (partial run)"]) == batch_points["score"] and "partial run: 1 of" in grades[0]["note"]
-    for name in ("classroom.csv", "gradescope.csv", "canvas.csv"):
-        assert "vector_add (partial run)" in (out / name).read_text(), name
+    assert float(grades[0]["vector_add" + mark]) == batch_points["score"] and "partial run: 1 of" in grades[0]["note"]
+    assert grades[0]["total" + mark] == grades[0]["final" + mark] == grades[0]["vector_add" + mark]
+    gradescope = next(csv.DictReader(io.StringIO((out / "gradescope.csv").read_text())))
+    assert gradescope["Total Score" + mark] == grades[0]["vector_add" + mark]
+    assert "partial run: 1 of" in gradescope["Note"] and "need a GPU, not graded" in gradescope["Note"]
+    classroom = next(csv.DictReader(io.StringIO((out / "classroom.csv").read_text())))
+    assert classroom["assignment_name"] == "vector_add" + mark and "partial run: 1 of" in classroom["note"]
+    assert next(csv.reader(io.StringIO((out / "canvas.csv").read_text())))[-1] == "vector_add" + mark
 
 
 def test_a_dtype_no_assignment_takes_is_named():
     """A course's assignment of one dtype: --dtype float16 would choose none of its cases."""
     from grader.judge.context import GradingContext
 
-    spec = SimpleNamespace(name="scan", cases=[SimpleNamespace(name="n=8")], dtypes=("float32",), random_cases=lambda rng: [],
-                           shapes_secret=None)
+    spec = SimpleNamespace(name="scan", cases=[SimpleNamespace(name="n=8", params={"n": 8})], dtypes=("float32",),
+                           random_cases=lambda rng: [], shapes_secret=None)
     assert GradingContext("cpu", 3, dtypes=("float32",)).unmatched([spec]) == []
     assert GradingContext("cpu", 3, cases=("n=8",)).unmatched([spec]) == []
     assert GradingContext("cpu", 3, cases=("n=9",), dtypes=("float16",)).unmatched([spec]) == [
-        "--case n=9: no such case in scan (named cases: n=8; a random one by its shape, e.g. shape=1x17)",
+        "--case n=9: no such case in scan (named cases: n=8; a random one by its shape, e.g. shape=17)",
         "--dtype float16: no case of scan is in it (their dtypes: float32)"]

@@ -19,11 +19,15 @@ import pytest
 import yaml
 
 from conftest import COURSE, FIXTURES, REPO_ROOT
-from grader.kit import release
+from upload_artifact import uploaded
+from grader.kit import github, release
 from grader.spec import Course
 from grader import spec as specs
 
 SECRET = "kit-test-secret-5f1c0e9a"
+# the actions the kit's workflow uses: GitHub's own, at the majors current when this was written
+# (checkout v7.0.1, setup-python v7.0.0, upload-artifact v7.0.1 run on Node 24)
+CURRENT_ACTIONS = ["actions/checkout@v7", "actions/setup-python@v7", "actions/upload-artifact@v7"]
 
 
 @pytest.fixture(scope="module")
@@ -136,24 +140,25 @@ def test_workflow_job_permissions_and_steps(kit):
     flow = yaml.safe_load((kit.root / ".github" / "workflows" / "grader.yml").read_text())  # Classmoji's is classroom.yml
     assert not (kit.root / ".github" / "workflows" / "classroom.yml").exists()
     assert set(flow["on"]) >= {"push", "workflow_dispatch"}
-    assert flow["permissions"] == {"checks": "write", "actions": "read", "contents": "read"}
-    assert list(flow["jobs"]) == ["run-autograding-tests"]  # the reporter finds its check run by this name
+    assert flow["permissions"] == {"contents": "read"}  # it reads the repo; it writes no check run, status or release
+    assert list(flow["jobs"]) == ["run-autograding-tests"]
     job = flow["jobs"]["run-autograding-tests"]
     assert job["runs-on"] == "ubuntu-latest"
     steps = job["steps"]
+    # GitHub's own actions alone, each at its current major (Node 24); nothing of the discontinued GitHub Classroom's
+    assert [s["uses"] for s in steps if "uses" in s] == CURRENT_ACTIONS
     uses = [s.get("uses", "").split("@")[0] for s in steps]
     assert uses[:2] == ["actions/checkout", "actions/setup-python"]
+    assert steps[0]["with"]["persist-credentials"] is False  # no later step pushes: the token is not left in .git
     install = next(s for s in steps if s.get("name") == "Install the grader")["run"]
     assert "pip install -r requirements-grader.txt" in install and "whl/cpu" in install
     check = next(s for s in steps if s.get("id") == "grader")
     assert check["run"].split() == ["grader", "check", "--ci", "github", "--device", "cpu"]
     artifact = steps[uses.index("actions/upload-artifact")]
-    assert artifact["if"] == "always()" and artifact["with"]["path"] == ".grader/"
-    reporter = steps[uses.index("classroom-resources/autograding-grading-reporter")]
-    assert reporter["with"]["runners"] == "grader"
-    # the reporter reads <RUNNER>_RESULTS, the check step's `result` output
-    assert reporter["env"]["GRADER_RESULTS"] == "${{ steps.grader.outputs.result }}"
-    assert "always()" in reporter["if"]
+    assert artifact["if"] == "always()" and artifact["with"]["name"] == github.ARTIFACT  # the name the summary gives
+    assert artifact["with"]["if-no-files-found"] == "warn"  # a report that is missing is said in the log, not hidden
+    # upload-artifact's README: files within folders beginning with `.` are hidden, and left out unless asked for
+    assert artifact["with"]["include-hidden-files"] is True
     # the course's torch, its CPU build; pip's downloads cached, keyed on what is installed
     assert f'pip install "torch=={release.TORCH}" --index-url {release.TORCH_CPU_INDEX}' in install
     python = steps[uses.index("actions/setup-python")]["with"]
@@ -163,6 +168,31 @@ def test_workflow_job_permissions_and_steps(kit):
         text = (kit.root / name).read_text().lower()
         assert "github classroom" not in text and "github-classroom" not in text, name
     assert f'"torch=={release.TORCH}"' in (kit.root / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_the_report_artifact_uploads_what_a_real_check_wrote(kit, tmp_path):
+    """The kit workflow's artifact step, resolved as upload-artifact resolves it against the
+    folder a real `grader check` left in a student's checkout: report.html and results.json, the
+    files the job summary and the kit's README send a student to. The step as it was (`.grader/`
+    with hidden files left out, upload-artifact's default) uploads nothing: the rule bites."""
+    checkout = tmp_path / "kernels-alice"
+    shutil.copytree(kit.root, checkout)
+    shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", checkout / "kernels" / "vector_add.py")
+    env = dict(os.environ, COLUMNS="200", PYTHONPATH=str(REPO_ROOT), GRADER_CACHE_DIR=str(tmp_path / "cache"))
+    for k in [k for k in env if k.startswith("GITHUB_")]:
+        env.pop(k)
+    proc = subprocess.run([sys.executable, "-m", "grader", "check", "-a", "vector_add", "--case", "n=1", "--dtype",
+                           "float32", "--device", "cpu"], cwd=checkout, env=env, capture_output=True, text=True,
+                          timeout=900)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    steps = yaml.safe_load((kit.root / ".github" / "workflows" / "grader.yml").read_text())["jobs"][
+        "run-autograding-tests"]["steps"]
+    artifact = next(s for s in steps if s.get("uses", "").startswith("actions/upload-artifact@"))
+    assert uploaded(artifact["with"], checkout) == [".grader/report.html", ".grader/results.json"]
+    assert uploaded({"path": ".grader/"}, checkout) == []  # the step before: nothing, silently
+    assert uploaded({"path": ".grader/", "include-hidden-files": True}, checkout)[-2:] == [
+        ".grader/report.html", ".grader/results.json"]
 
 
 def test_the_readmes_first_command_installs_what_a_check_needs_and_ci_runs_the_second():
@@ -303,3 +333,29 @@ def test_check_without_a_course_says_where_to_run_it(tmp_path):
     proc = subprocess.run([sys.executable, "-m", "grader", "check", str(tmp_path)], cwd=tmp_path, env=env,
                           capture_output=True, text=True, timeout=300)
     assert proc.returncode == 2 and "no course found" in proc.stderr and "grader-kit.toml" in proc.stderr, proc.stderr
+
+
+def test_the_readmes_say_per_platform_what_a_student_sees_and_what_reaches_a_gradebook(kit):
+    """The course README's CI table has, for plain Actions, Classroom 50 and Classmoji, what a
+    student sees and what reaches a gradebook; Classmoji's row says only what Classmoji's own
+    autograding docs say (pass or fail per test, advisory, never a grade), its setup command
+    installs the course's torch, and neither the kit's workflow nor its README claims Classmoji
+    reads the workflow's output."""
+    readme = (REPO_ROOT / "README.md").read_text()
+    section = readme[readme.index("### CI after GitHub Classroom"):readme.index("Setting up Classroom 50 with a self-hosted")]
+    assert "| tool | what runs | what a student sees | what reaches a gradebook |" in section
+    rows = {line.split("|")[1].strip().split("**")[1]: line.split("|")[1:-1]
+            for line in section.splitlines() if line.startswith("| **")}
+    assert set(rows) >= {"plain GitHub Actions", "Classroom 50", "Classmoji", "Gradescope"}
+    assert all(len(cells) == 4 and all(c.strip() for c in cells) for cells in rows.values()), rows
+    classmoji = " ".join(rows["Classmoji"])
+    assert "advisory" in classmoji and "never change a grade" in classmoji and "pass or fail" in classmoji
+    flat = " ".join(section.split())
+    assert f'pip install "torch=={release.TORCH}" --index-url {release.TORCH_CPU_INDEX}' in flat
+    assert "pip install torch " not in flat  # never an unpinned torch
+    assert "kernel.apparmor_restrict_unprivileged_userns=0" in flat and "github-hosted" in flat
+    workflow = (kit.root / ".github" / "workflows" / "grader.yml").read_text()
+    header = workflow[:workflow.index("name:")]
+    assert "Nothing here reaches a gradebook" in " ".join(header.replace("#", "").split())
+    kit_readme = (kit.root / "README.md").read_text()
+    assert "grader-report" in kit_readme and "Artifacts" in kit_readme and "Nothing this workflow writes is a grade" in kit_readme

@@ -226,3 +226,32 @@ def test_an_interrupt_reaches_the_check_and_a_dead_caller_takes_its_check_along(
             assert time.monotonic() < deadline, f"the check {pid} outlived its caller: {_log(judge)}"
             time.sleep(0.1)
         assert not Path(f"/proc/{pid}").exists() or Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
+
+
+def test_a_check_in_ci_is_never_served_by_a_judge_a_local_check_left(submission, judge):
+    """On a persistent self-hosted runner (#50): a judge left by a local check waits; a check
+    with CI=true and GRADER_WARM_SECONDS=0 runs in its own process with its own settings (no
+    warm judge, no kept worker start), and a request sent to the judge with that environment
+    is refused by the judge itself."""
+    import json as _json
+    import socket
+
+    repo = submission("good")
+    first = _check(repo, judge / "out1", _env(judge))
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    _wait_for_socket(judge)
+    ci = _check(repo, judge / "out2", _env(judge, CI="true", GRADER_WARM_SECONDS="0"))
+    assert ci.returncode == 0, ci.stdout[-2000:] + ci.stderr[-2000:]
+    assert "serving" not in _log(judge) and "kept for the next check" not in ci.stdout, (_log(judge), ci.stdout)
+    sock = next((judge / "cache" / "resident").glob("judge-*.sock"))
+    conn = socket.socket(socket.AF_UNIX)
+    folder = os.open(sock.parent, os.O_RDONLY | os.O_DIRECTORY)
+    conn.connect(f"/proc/self/fd/{folder}/{sock.name}")  # a short path, however deep the folder lies
+    os.close(folder)
+    env = _env(judge, CI="true", GRADER_WARM_SECONDS="0")
+    request = _json.dumps({"argv": ["check", str(repo)], "cwd": str(judge), "env": env}).encode()
+    socket.send_fds(conn, [resident.HEADER.pack(len(request))], [1, 2])
+    conn.sendall(request)
+    assert resident._line(conn).startswith(b"refused"), _log(judge)
+    conn.close()
+    assert "serving" not in _log(judge) and "refused" in _log(judge), _log(judge)

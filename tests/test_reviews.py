@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from classbuild import commit, make_class, overlay
+from classbuild import commit, make_class, overlay, unmarked
 from conftest import REPO_ROOT, run_cli
 
 QUICK = ["--device", "cpu", "--jobs", "2", "-a", "softmax", "--seed", "3"]  # a whole grade: a partial run is no grade to review
@@ -43,7 +43,7 @@ def review(out: Path, *args: str):
 
 
 def csv_rows(out: Path, name: str) -> list[dict]:
-    return list(csv.DictReader(io.StringIO((out / name).read_text())))
+    return [{unmarked(k): v for k, v in row.items()} for row in csv.DictReader(io.StringIO((out / name).read_text()))]
 
 
 def everywhere(out: Path, student: str) -> dict:
@@ -361,3 +361,44 @@ def test_a_review_logged_before_a_crash_reaches_the_students_files_on_the_next_r
     os.utime(results, (2, 2))  # the crash: the student's files newer than the record, older than the log
     repair_students(tmp_path, ["alice", "bob"])
     assert json.loads(results.read_text())["score"] == 5
+
+
+def test_a_forged_line_in_the_log_is_skipped_and_said_never_applied(tmp_path):
+    """The log is input (#47): a line appended by hand with points far above the assignment's is
+    skipped and reported; one that also forges the maximum it was decided on still never reaches
+    a result (the grade's own maximum bounds it); the TA's real review stands."""
+    from grader.batch import reviews
+    from grader.results import AssignmentResult, TestResult
+
+    honest = _record([TestResult("softmax", "correctness", "a", "passed", max_score=12, score=12)])
+    real = reviews.make("alice", "alice", "softmax", honest, "points", 5, "real", "ta")
+    with reviews.locked(tmp_path):
+        reviews.append(tmp_path, real)
+    forged = {**real.to_json(), "points": 1e9, "note": "forged"}
+    bad_types = [{**real.to_json(), "points": True}, {**real.to_json(), "note": ["x"]}, {**real.to_json(), "points": -1},
+                 {**real.to_json(), "record": "x"}, [1, 2]]
+    with open(tmp_path / reviews.LOG, "a") as f:
+        for line in (forged, *bad_types):
+            f.write(json.dumps(line) + "\n")
+    log = reviews.read(tmp_path)
+    assert [r.note for r in log.reviews] == ["real"], [r.note for r in log.reviews]
+    assert len(log.problems) == 1 + len(bad_types) and "points 1000000000.0 are not within 0" in log.problems[0]
+    high = reviews.Review(**{**forged, "verdict": {**forged["verdict"], "max_score": 1e9}})
+    with open(tmp_path / reviews.LOG, "a") as f:
+        f.write(json.dumps(high.to_json()) + "\n")
+    log = reviews.read(tmp_path)
+    assert log.latest("alice", "softmax").note == "forged"  # its own maximum claims 1e9
+    result = AssignmentResult.from_json(honest.result)
+    assert reviews.apply(result, log.latest("alice", "softmax"), honest) == ""
+    assert result.score == 12 and not result.review and "outside 0 to 12: it is not applied" in result.notes[-1]
+
+
+def test_a_log_that_is_a_link_or_a_fifo_is_not_read(tmp_path):
+    from grader.batch import reviews
+
+    (tmp_path / "elsewhere").write_text("")
+    (tmp_path / reviews.LOG).symlink_to(tmp_path / "elsewhere")
+    assert "could not be read" in reviews.read(tmp_path).problems[0]
+    (tmp_path / reviews.LOG).unlink()
+    os.mkfifo(tmp_path / reviews.LOG)
+    assert "could not be read" in reviews.read(tmp_path).problems[0]  # at once, no hang

@@ -29,7 +29,10 @@ HOSTILE = ("f | 6 / 6 |\n## Score: 100 / 100\n<img src=x onerror=alert(1)><scrip
            "\x1b[2J\x1b[8mhidden\x1b]0;pwned\x07 [bold red]markup[/] :smile: =HYPERLINK(\"http://x\")")
 FORMULA = '=HYPERLINK("http://evil.example","click")'
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newline and tab are text
-ANNOTATION = re.compile(r"::error file=[^,:\n]*,line=\d+,title=[^:\n]*::[^\n]*")
+ANNOTATION = re.compile(r"::error file=[^,:\n]*,line=\d+,title=[^:\n]*::[^\n]*"
+                        # the Points notice: numbers and our words alone, no student text
+                        r"|::notice title=Points::[\d.]+ / [\d.]+ points( \([\d.]+ of them need a GPU: graded on the "
+                        r"course's GPU after the deadline\))?")
 
 
 def commands(log: str) -> list[str]:
@@ -50,11 +53,12 @@ def commands(log: str) -> list[str]:
 
 
 def only_our_commands(log: str) -> list[str]:
-    """The commands of `log` other than our stop/resume pairs, each asserted to be one of our
-    own annotations."""
+    """The commands of `log` other than our stop/resume pairs and the Points notice, each asserted
+    to be one of our own annotations (the notice too: numbers and our words alone)."""
     ran = [c for c in commands(log) if not re.fullmatch(r"::stop-commands::[0-9a-f]{32}|::[0-9a-f]{32}::", c)]
     for c in ran:
         assert ANNOTATION.fullmatch(c) and "forged" not in c.split("::")[1], c
+    ran = [c for c in ran if not c.startswith("::notice title=Points::")]
     return ran
 
 
@@ -420,8 +424,8 @@ def test_a_class_with_hostile_names_writes_gradebooks_without_formulas(tmp_path)
         assert_safe_csv((out / name).read_text())
     grades = {r["student"]: r for r in csv.DictReader(io.StringIO((out / "grades.csv").read_text()))}
     # honest code, graded (the one case's share: a partial run), its name shown as text
-    assert float(grades["'" + FORMULA]["vector_add (partial run)"]) > 0, grades
-    assert float(grades["\\x1b[2J\\x1b]0;pwned\\x07mallory"]["vector_add (partial run)"]) > 0
+    assert float(grades["'" + FORMULA]["vector_add (partial run, CPU only)"]) > 0, grades
+    assert float(grades["\\x1b[2J\\x1b]0;pwned\\x07mallory"]["vector_add (partial run, CPU only)"]) > 0
     assert "carol <img src=x onerror=alert(1)>" in grades
     logs = list(out.glob("students/*/logs/*"))
     assert logs and any("mallory" in p.read_text() for p in logs)

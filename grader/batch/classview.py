@@ -57,6 +57,31 @@ class Cell:
     stale_review: str = ""  # a review of an earlier grade that no longer applies, and why
     # graded with --case/--dtype: cases_run, cases (AssignmentResult.partial)
     partial: dict = field(default_factory=dict)
+    gpu_points: float = 0.0  # points only a GPU can earn, not graded here (CPU): in the course's points
+
+    @property
+    def lacks(self) -> list[str]:
+        """Why this score is not the assignment's whole grade, as a gradebook column says it:
+        'partial run' (--case/--dtype), 'CPU only' (GPU-only points not graded); [] for a whole grade."""
+        if self.score is None:
+            return []
+        return [*(["partial run"] if self.partial else []), *(["CPU only"] if self.gpu_points else [])]
+
+    @property
+    def lacking(self) -> str:
+        """What this score lacks, in words (the gradebooks' notes): '' for a whole grade."""
+        if self.score is None:
+            return ""
+        words = []
+        if self.partial:
+            words.append(f"partial run: {self.partial['cases_run']} of {self.partial['cases']} cases, --case/--dtype")
+        if self.gpu_points:
+            words.append(f"CPU only: {self.gpu_points:g} of {self.max_score:g} points need a GPU, not graded")
+        return "; ".join(words)
+
+    def notes(self, incomplete: bool = True) -> str:
+        """The cell's note, with what its score lacks first (`incomplete`: where a page says it otherwise)."""
+        return "; ".join(filter(None, [self.lacking if incomplete else "", self.note]))
 
     @property
     def fraction(self) -> float | None:
@@ -110,10 +135,16 @@ class Row:
 
     @property
     def note(self) -> str:
+        return self.notes()
+
+    def notes(self, incomplete: bool = True) -> str:
+        """Every cell's note and the row's problems; `incomplete`: with what each score lacks (the
+        gradebooks), or without (the dashboard tags it in the cell)."""
         if self.status != "fetched":
             return self.reason if self.reason.startswith("not graded: ") else f"unfetched: {self.reason}"
-        return "; ".join([*(f"{c.assignment}: {c.status}{' (' + c.note + ')' if c.note else ''}"
-                            for c in self.cells.values() if c.status != "graded" or c.note), *self.problems])
+        told = [(c, c.notes(incomplete)) for c in self.cells.values()]
+        return "; ".join([*(f"{c.assignment}: {c.status}{' (' + note + ')' if note else ''}"
+                            for c, note in told if c.status != "graded" or note), *self.problems])
 
 
 @dataclass
@@ -161,6 +192,11 @@ class ClassView:
     def partial(self) -> bool:
         """Some grade here is of a run with --case/--dtype: the chosen cases' share of the points, no grade."""
         return any(c.partial for r in self.rows for c in r.cells.values())
+
+    @property
+    def cpu_only(self) -> bool:
+        """Some grade here lacks the points only a GPU can earn (a CPU run): not a grade, marked as such."""
+        return any("CPU only" in c.lacks for r in self.rows for c in r.cells.values())
 
     def graded(self, assignment: str) -> list[Cell]:
         return [r.cells[assignment] for r in self.rows if assignment in r.cells
@@ -263,12 +299,11 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             # a partial run (--case/--dtype) is out of the assignment's whole points, as `grader check` counts it
             top = result.partial["assignment_points"] if result.partial else result.max_score
             cell.score, cell.max_score, cell.partial = result.score, top, dict(result.partial)
-            if result.partial:
-                cell.note = (f"partial run: {result.partial['cases_run']} of {result.partial['cases']} cases, "
-                             f"--case/--dtype")
+            cell.gpu_points = result.gpu_points_not_graded  # a CPU run: the gradebooks mark it (grader.batch.exporters)
             if course is not None and a in course.points:  # course.toml: this assignment's points in this course
+                gpu, _ = course.scale(a, exact(result.gpu_points_not_graded), exact(top))
                 scaled, top = course.scale(a, exact(result.score), exact(top))
-                cell.score, cell.max_score = round(float(scaled), 4), float(top)
+                cell.score, cell.max_score, cell.gpu_points = round(float(scaled), 4), float(top), round(float(gpu), 4)
                 if cell.review:  # the verdict beside the decision, in the same points
                     verdict, _ = course.scale(a, exact(result.verdict_score), exact(result.max_score))
                     cell.review = dict(cell.review, verdict_score=round(float(verdict), 4))
@@ -288,11 +323,12 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
         else:
             cell.note = record.error
         if record.status == "graded" and failed_path(out, p.folder, a).is_file():
-            cell.note = (f"a later attempt failed ({_kept_error(failed_path(out, p.folder, a))}): "
-                         "this earlier grade is kept")
+            kept = _kept_error(failed_path(out, p.folder, a))
+            cell.note = "; ".join(filter(None, [cell.note, f"a later attempt failed ({kept}): "
+                                                           "this earlier grade is kept"]))
         if record.commit != p.commit:
-            cell.note = (f"graded at commit {str(record.commit)[:12]}, the lock now pins {str(p.commit)[:12]}: "
-                         "not regraded yet")
+            cell.note = "; ".join(filter(None, [cell.note, f"graded at commit {str(record.commit)[:12]}, the lock now "
+                                                           f"pins {str(p.commit)[:12]}: not regraded yet"]))
         if cell.review:
             cell.note = "; ".join(filter(None,
                                          [cell.note, f"{reviews.WORDS[cell.review['decision']]} by {cell.review['by']} "
@@ -356,7 +392,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
     """The machine-readable summary: the class, each student's cells, and the last run."""
     return {
         "created": view.created, "deadline": view.deadline, "seed": view.seed, "assignments": view.assignments,
-        "partial": view.partial,
+        "partial": view.partial, "cpu_only": view.cpu_only,
         "counts": view.counts(), "environment": view.environment,
         "last_run": ((manifest or {}).get("runs") or [None])[-1],
         "students": [
@@ -366,8 +402,9 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
              "deadline": r.deadline, "hours_late": r.hours_late, "late_penalty": r.penalty, "final": r.final,
              "problems": r.problems,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
-                                 "flagged": c.flagged, "note": c.note, "classroom50": c.ci, "review": c.review,
-                                 "stale_review": c.stale_review, "partial": c.partial or None}
+                                 "flagged": c.flagged, "note": c.notes(), "classroom50": c.ci, "review": c.review,
+                                 "stale_review": c.stale_review, "partial": c.partial or None,
+                                 "gpu_points_not_graded": c.gpu_points}
                              for a, c in r.cells.items()}}
             for r in view.rows
         ],
@@ -408,8 +445,7 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
                 rows[student].problems.append(f"similarity of {a}: {why}")
     _guarded(view, "index.html", lambda: write_text_atomic(render_dashboard(view), out / "index.html"))
     _guarded(view, "summary.json", lambda: write_json_atomic(summary_json(view, manifest), out / "summary.json"))
-    for name, export in exporters.EXPORTS.items():
-        _guarded(view, name, lambda: write_text_atomic(export(view), out / name))  # noqa: B023 - called at once
+    exporters.write_all(view, out, lambda what, step: _guarded(view, what, step))
     return view
 
 

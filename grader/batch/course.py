@@ -28,6 +28,9 @@ grades and for how many points, their deadlines, the late policy and per-student
     max_checkout_mb = 1024
     max_files = 100000
     max_file_mb = 256
+    max_clone_mb = 2048                          # the whole clone: every commit's objects, not only the checkout
+    [gradebook]
+    incomplete = "mark"                          # a grade lacking GPU-only points or of a partial run: INCOMPLETE
 
 The rule for lateness (one place, `Late.of`): the graded commit's date is compared with the
 student's deadline (an extension moves it). At or before deadline + grace: on time, no
@@ -57,6 +60,11 @@ if TYPE_CHECKING:
     from grader.spec import Course as Catalogue  # the course folder (its assignments), not this module's Course
 
 COURSE_FILE = "course.toml"
+# [gradebook] incomplete: what the gradebooks do with a grade that is not the assignment's whole grade
+# (points only a GPU can earn were not graded, or only some cases ran: --case/--dtype):
+# mark: the score is written, its column and note say what it lacks; omit: the score cell is left
+# empty, the note says why; refuse: no gradebook is written, the command says why
+INCOMPLETE = ("mark", "omit", "refuse")
 DAY = timedelta(hours=24)
 # the latest date a lock holds (grader.batch.workspace)
 LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
@@ -156,6 +164,7 @@ class FetchLimits:
     checkout_bytes: int = 1 << 30  # max_checkout_mb = 1024
     files: int = 100_000  # max_files
     file_bytes: int = 256 << 20  # max_file_mb = 256
+    clone_bytes: int = 2 << 30  # max_clone_mb = 2048: the whole history fetched (a blob deleted at the head too)
 
 
 @dataclass
@@ -171,6 +180,7 @@ class Course:
     similarity_common_share: float | None = None  # MOSS's -m, as a share of the class (off: None)
     named: frozenset[str] = frozenset()  # opted in to their name on the leaderboard
     fetch: FetchLimits = FetchLimits()  # [fetch]: the largest checkout `grader fetch` writes
+    incomplete: str = "mark"  # [gradebook]: one of INCOMPLETE
 
     def deadline_for(self, student: str, assignment: str, base: datetime | None = None) -> datetime | None:
         """The student's deadline: `base` (the command line's) or the course's, moved by an
@@ -231,7 +241,7 @@ def load_course(path: Path, catalogue: "Catalogue | None" = None) -> Course:
 class _Reader:
     """Validates the parsed file; every error names the file and the line it is about."""
 
-    TOP = {"course", "assignments", "late_policy", "extensions", "similarity", "leaderboard", "fetch"}
+    TOP = {"course", "assignments", "late_policy", "extensions", "similarity", "leaderboard", "fetch", "gradebook"}
 
     def __init__(self, path: Path, text: str, catalogue: "Catalogue") -> None:
         self.path, self.lines = path, text.splitlines()
@@ -314,16 +324,24 @@ class _Reader:
             self.fail("named must be a list of student names", "leaderboard", "named")
         c.named = frozenset(named)
         c.fetch = self.fetch_limits(self.table(data, "fetch"))
+        book = self.table(data, "gradebook")
+        self.known_keys(book, "gradebook", {"incomplete"})
+        c.incomplete = book.get("incomplete", "mark")
+        if c.incomplete not in INCOMPLETE:
+            self.fail(f"incomplete must be one of {', '.join(repr(x) for x in INCOMPLETE)}, not {c.incomplete!r}",
+                      "gradebook", "incomplete")
         return c
 
     def fetch_limits(self, t: dict) -> FetchLimits:
-        self.known_keys(t, "fetch", {"max_checkout_mb", "max_files", "max_file_mb"})
+        self.known_keys(t, "fetch", {"max_checkout_mb", "max_files", "max_file_mb", "max_clone_mb"})
         d = FetchLimits()
         return FetchLimits(checkout_bytes=int(self.number(t, "max_checkout_mb", d.checkout_bytes >> 20, "fetch",
                                                           low=1) * (1 << 20)),
                            files=int(self.number(t, "max_files", d.files, "fetch", low=1)),
                            file_bytes=int(self.number(t, "max_file_mb", d.file_bytes >> 20, "fetch",
-                                                      low=1) * (1 << 20)))
+                                                      low=1) * (1 << 20)),
+                           clone_bytes=int(self.number(t, "max_clone_mb", d.clone_bytes >> 20, "fetch",
+                                                       low=1) * (1 << 20)))
 
     def known_keys(self, table: dict, name: str, known: set[str]) -> None:
         for key in table:

@@ -24,6 +24,8 @@ quoting a student: every sink neutralises them as it does student text (grader.s
 from __future__ import annotations
 
 import json
+import math
+import os
 import uuid
 from dataclasses import asdict, dataclass, field
 from datetime import datetime, timezone
@@ -31,6 +33,7 @@ from pathlib import Path
 
 from grader.batch.record import JobRecord
 from grader.results import AssignmentResult, FileLock, Outcome, write_text_atomic
+from grader.safefiles import read_plain
 
 LOG = "reviews.jsonl"
 LOCK = ".reviews.lock"
@@ -39,6 +42,8 @@ DECISIONS = ("clear", "uphold", "points")
 NOTE_LIMIT = 2000  # characters of a note
 BY_LIMIT = 100  # characters of a reviewer's name
 WORDS = {"clear": "flag cleared", "uphold": "flag upheld", "points": "points set"}
+LOG_LIMIT = 64 << 20  # bytes of the log read back (a review is under 3 kB: some 20,000 of them)
+NAME_LIMIT = 200  # characters of a student's, folder's or assignment's name in a review
 
 
 class ReviewError(Exception):
@@ -151,9 +156,13 @@ class Log:
 
 
 def read(out: Path) -> Log:
+    """The log's reviews, each line checked as input (a hand edit, or another user's, may hold
+    anything): a line that is not a review of the form `make` writes (names and texts within
+    their limits, points a number within 0 and the points it was decided on) is skipped and
+    said in `problems`, never applied. The file is read bounded, never through a link or a FIFO."""
     path = log_path(out)
     try:
-        lines = path.read_text().splitlines() if path.is_file() else []
+        lines = read_plain(path, LOG_LIMIT).decode().splitlines() if os.path.lexists(path) else []
     except (OSError, UnicodeDecodeError) as exc:
         return Log([], [f"{LOG} could not be read: {exc}"])
     reviews, problems = [], []
@@ -163,14 +172,36 @@ def read(out: Path) -> Log:
             continue
         try:
             data = json.loads(line)
+            if not isinstance(data, dict):
+                raise ValueError("not an object")
             review = Review(**{k: v for k, v in data.items() if k in names})
-            if review.decision not in DECISIONS or not isinstance(review.points, (int, float)):
-                raise ValueError(f"decision {review.decision!r}, points {review.points!r}")
+            _check(review)
         except (ValueError, TypeError) as exc:
             problems.append(f"{LOG} line {n} is not a review, skipped: {str(exc)[:200]}")
             continue
         reviews.append(review)
     return Log(reviews, problems)
+
+
+def _check(review: Review) -> None:
+    """ValueError where a review read back is not one `make` could have written."""
+    for name, limit in (("student", NAME_LIMIT), ("folder", NAME_LIMIT), ("assignment", NAME_LIMIT),
+                        ("note", NOTE_LIMIT), ("by", BY_LIMIT), ("at", 64), ("id", 64)):
+        value = getattr(review, name)
+        if not isinstance(value, str) or len(value) > limit:
+            raise ValueError(f"its {name} is not a text of at most {limit} characters")
+    if review.decision not in DECISIONS:
+        raise ValueError(f"decision {str(review.decision)[:40]!r}")
+    if not isinstance(review.record, dict) or not isinstance(review.verdict, dict):
+        raise ValueError("its record or verdict is not an object")
+    most = review.verdict.get("max_score")
+    if not _number(review.points) or not _number(most) or not 0 <= review.points <= float(most or 0):
+        raise ValueError(f"points {str(review.points)[:40]} are not within 0 and the assignment's points "
+                         f"({str(most)[:40]})")
+
+
+def _number(value: object) -> bool:
+    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
 
 
 def standing(review: Review | None, record: JobRecord | None) -> str:
@@ -201,6 +232,10 @@ def apply(result: AssignmentResult, review: Review | None, record: JobRecord | N
     the verdict it overrode: the report and results.json's output say it), or a stale one's note;
     returns standing()."""
     state = standing(review, record)
+    if state and review is not None and not 0 <= review.points <= result.max_score:  # a forged line's
+        result.notes.append(f"A review ({WORDS[review.decision]} by {review.by} on {review.at}) gives "
+                            f"{review.points:g} points, outside 0 to {result.max_score:g}: it is not applied.")
+        return ""
     if state == "applied":
         assert review is not None  # standing() applies only a review
         from grader.judge.scoring import points_without_findings

@@ -13,13 +13,17 @@ between GPU models.
 from __future__ import annotations
 
 import json
+import math
+import os
+import re
 import statistics
 import tempfile
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.batch.store import RECORD_FORMAT, read_json
+from grader.batch.store import RECORD_FORMAT
+from grader.safefiles import open_plain, read_plain
 from grader.sanitize import one_line
 
 if TYPE_CHECKING:
@@ -27,6 +31,9 @@ if TYPE_CHECKING:
     from grader.spec import Course
 
 TOLERANCE = 0.03  # a figure holds when the new ratio is within 3% of the stored one
+MAX_RECORD = 64 << 20  # a job's stored record; more is no record of ours
+NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # an assignment's name as the command takes it
+KEPT = re.compile(r"[0-9a-f]{64}")  # a kept record's folder: the SHA-256 of its launches.json
 
 
 class VerifyError(Exception):
@@ -48,28 +55,59 @@ class Verified:
 
 
 def find_record(out: Path, student: str, assignment: str) -> dict:
-    """The stored job of `student` (the roster's name or the folder's) for `assignment`."""
+    """The stored job of `student` (the roster's name or the folder's) for `assignment`. A record
+    is input: read bounded, never through a link, a FIFO or a device (grader.safefiles)."""
     students = Path(out) / "students"
+    if not NAME.fullmatch(assignment):
+        raise VerifyError(f"{one_line(assignment, 80)!r} is not an assignment's name")
     if not students.is_dir():
         raise VerifyError(f"{out} is not a graded class folder (no students/ in it)")
     for folder in sorted(p for p in students.iterdir() if p.is_dir() and not p.is_symlink()):
-        record = read_json(folder / "jobs" / f"{assignment}.json")
-        if record and record.get("format") == RECORD_FORMAT and student in (record.get("student"), folder.name):
+        try:
+            record = json.loads(read_plain(folder / "jobs" / f"{assignment}.json", MAX_RECORD))
+        except (OSError, ValueError):  # none, a link, a FIFO, too large, not JSON: not this student's record
+            continue
+        if (isinstance(record, dict) and record.get("format") == RECORD_FORMAT
+                and student in (record.get("student"), folder.name)):
             return record
     raise VerifyError(f"no graded job of {student!r} for {assignment!r} in {out}")
 
 
+def kept_records(out: Path, replay: dict) -> dict[str, Path]:
+    """The folders of OUT/replay/ the record names, each a SHA-256 (never a path that leads out
+    of OUT), a plain folder holding a plain launches.json; VerifyError where one is not."""
+    kept = replay.get("kept")
+    folders = {}
+    for c in ("student", "reference"):
+        name = kept.get(c) if isinstance(kept, dict) else None
+        if not isinstance(name, str) or not KEPT.fullmatch(name):
+            raise VerifyError(f"the record names no kept {c} record of OUT/replay/ (a SHA-256): it is malformed")
+        folder = Path(out) / "replay" / name
+        try:
+            os.close(open_plain(folder / "launches.json"))
+        except OSError:
+            raise VerifyError(f"the {c}'s kept record is missing from {folder.parent}") from None
+        folders[c] = folder
+    return folders
+
+
 def timing_of(record: dict) -> dict:
     """The performance test's details, where it was timed by replay."""
-    tests = (record.get("result") or {}).get("tests") or []
+    result = record.get("result")
+    tests = result.get("tests") if isinstance(result, dict) else None
+    tests = tests if isinstance(tests, list) else []
     perf = [t for t in tests if isinstance(t, dict) and t.get("kind") == "performance"]
     if not perf:
         raise VerifyError("this job has no performance test")
-    details = perf[0].get("details") or {}
+    details = perf[0].get("details")
+    details = details if isinstance(details, dict) else {}
     if details.get("timed_by") != "replay" or "ratio_to_reference" not in details:
         why = details.get("replay_refused") or perf[0].get("message") or "not timed by replay"
         raise VerifyError("this speed figure was not timed by replay, so there is nothing to re-time: "
-                          f"{one_line(why, 200)}")
+                          f"{one_line(str(why), 200)}")
+    ratio = details["ratio_to_reference"]
+    if type(ratio) not in (int, float) or not math.isfinite(float(ratio)) or ratio <= 0:
+        raise VerifyError("the record's stored ratio is malformed")
     return details
 
 
@@ -85,19 +123,22 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
 
     record = find_record(out, student, assignment)
     details = timing_of(record)
-    replay = details["replay"]
+    replay = details.get("replay")
+    if not isinstance(replay, dict):
+        raise VerifyError("the record's replay is malformed")
     try:
         spec = course.get(assignment)
     except UnknownAssignment as exc:
         raise VerifyError(exc.args[0]) from None
-    inputs = replay["inputs"]
+    inputs = replay.get("inputs")
+    if not isinstance(inputs, dict):
+        raise VerifyError("the record's input set is malformed")
     if spec.performance is None or spec.performance.case.name != inputs.get("case") \
             or spec.performance.dtype != inputs.get("dtype"):
         raise VerifyError("the assignment's scoring case changed since this grade: its figure cannot be re-timed")
-    records = {c: Path(out) / "replay" / replay["kept"][c] for c in ("student", "reference")}
-    for c, folder in records.items():
-        if not (folder / "launches.json").is_file():
-            raise VerifyError(f"the {c}'s kept record is missing from {folder.parent}")
+    if not isinstance(inputs.get("seed"), int) or not isinstance(inputs.get("set", 0), int):
+        raise VerifyError("the record's input set (seed, set) is malformed")
+    records = kept_records(out, replay)
     if not torch.cuda.is_available():
         raise VerifyError("no CUDA GPU is visible here: a replay needs one")
     with tempfile.TemporaryDirectory(prefix="grader-verify-") as tmp:
@@ -121,7 +162,13 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
     return Verified(float(details["ratio_to_reference"]), ratio, str(details.get("gpu", "?")),
                     torch.cuda.get_device_name(0), wrong,
                     [f"student {runs['student'].median_ms:.4f} ms, reference {runs['reference'].median_ms:.4f} ms "
-                     f"per call (stored: {replay['student']['median_ms']} and {replay['reference']['median_ms']})"])
+                     f"per call (stored: {_stored_ms(replay, 'student')} and {_stored_ms(replay, 'reference')})"])
+
+
+def _stored_ms(replay: dict, side: str) -> str:
+    figures = replay.get(side)
+    ms = figures.get("median_ms") if isinstance(figures, dict) else None
+    return f"{ms:.4f} ms" if isinstance(ms, (int, float)) and math.isfinite(ms) else "?"
 
 
 def _per_placement(student, reference) -> list[float]:

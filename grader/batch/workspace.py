@@ -25,6 +25,7 @@ import os
 import re
 import shutil
 import subprocess
+import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import asdict, dataclass, field
@@ -157,7 +158,7 @@ def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, bran
     repo = None
     try:
         _check_url(entry.repo)
-        repo = _fetch(entry.repo, dest)
+        repo = _fetch(entry.repo, dest, limits.clone_bytes)
         pinned = _pin(repo, entry, deadline, branch, cutoff)
         check_size(repo, pinned.commit, limits)  # from the objects, before a byte is checked out
         _checkout(repo, pinned.commit)
@@ -195,8 +196,18 @@ def _git_env() -> dict[str, str]:
     return env
 
 
-def _fetch(url: str, dest: Path) -> git.Repo:
-    """Clone or update: a cache folder from an earlier fetch is reused if it is sound."""
+# git run with its files bounded: a write past the limit fails (EFBIG, "File too large") instead of
+# filling the disk; with fetch.unpackLimit=1 every fetch is kept as one pack, so the limit bounds it whole
+BOUNDED_GIT = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, signal.SIG_IGN); "
+               "resource.setrlimit(resource.RLIMIT_FSIZE, (int(sys.argv[1]), int(sys.argv[1]))); "
+               "os.execvp(sys.argv[2], sys.argv[2:])")
+
+
+def _fetch(url: str, dest: Path, clone_bytes: int = FetchLimits().clone_bytes) -> git.Repo:
+    """Clone or update: a cache folder from an earlier fetch is reused if it is sound. The whole
+    clone is bounded, not only the checkout (history can hold what the head deleted): each fetch's
+    pack may not pass `clone_bytes` (the write fails, never the disk), nor the clone in all; a
+    repository over it is removed and FetchError says so."""
     repo = None
     if (dest / ".git").is_dir():
         try:
@@ -211,10 +222,37 @@ def _fetch(url: str, dest: Path) -> git.Repo:
             shutil.rmtree(dest)
         repo = git.Repo.init(dest)
         repo.create_remote("origin", url)
+    over = FetchError(f"{TOO_LARGE} (more than {_mib(clone_bytes)} of git history; course.toml's [fetch] "
+                      "max_clone_mb sets the limit)")
     with repo.git.custom_environment(**_git_env()):
-        repo.git.fetch("--prune", "--no-tags", "origin", "+refs/heads/*:refs/remotes/origin/*",
-                       kill_after_timeout=FETCH_TIMEOUT_S)
+        try:
+            git_cmd = git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+            repo.git.execute([sys.executable, "-I", "-c", BOUNDED_GIT, str(clone_bytes), git_cmd,
+                              "-c", "fetch.unpackLimit=1", "-c", "transfer.unpackLimit=1", "fetch", "--prune",
+                              "--no-tags", "origin", "+refs/heads/*:refs/remotes/origin/*"],
+                             kill_after_timeout=FETCH_TIMEOUT_S)
+        except git.GitCommandError as exc:
+            if "File too large" in str(exc.stderr):
+                repo.close()
+                shutil.rmtree(dest, ignore_errors=True)
+                raise over from None
+            raise
+    if _disk_bytes(dest / ".git") > clone_bytes:  # several fetches, each under the limit
+        repo.close()
+        shutil.rmtree(dest, ignore_errors=True)
+        raise over
     return repo
+
+
+def _disk_bytes(folder: Path) -> int:
+    total = 0
+    for root, _, files in os.walk(folder):
+        for name in files:
+            try:
+                total += os.lstat(os.path.join(root, name)).st_size
+            except OSError:
+                pass
+    return total
 
 
 def _branches(repo: git.Repo) -> list[str]:

@@ -174,6 +174,7 @@ def prepare(options: CheckOptions, settings: Settings, course: specs.Course, sin
     from grader.judge.context import ContextError
     from grader.judge.runcache import CacheSettingError
     from grader.kit.classroom50 import Classroom50Error
+    from grader.safefiles import UnsafeFolderError
     from grader.sandbox.isolation import SandboxError
 
     try:
@@ -185,7 +186,7 @@ def prepare(options: CheckOptions, settings: Settings, course: specs.Course, sin
         sub = open_submission(options.repo)
         return _setup(options, settings, course, sub, select_assignments(sub, options.assignments, course))
     except (UsageError, ContextError, SubmissionError, SandboxError, CacheSettingError, OutputFolderError,
-            Classroom50Error) as exc:
+            Classroom50Error, UnsafeFolderError) as exc:
         unreadable = isinstance(exc, NothingToGrade) or (isinstance(exc, SubmissionError)
                                                          and Path(options.repo).is_dir())
         raise CheckNotRun(exc, unreadable) from exc
@@ -268,7 +269,7 @@ def check(
     ci: Optional[str] = typer.Option(None, "--ci", help="classroom50: result.json, release-body.md and a commit status "
                                      "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG "
                                      "are set); github: a job summary, annotations and the classroom-resources result "
-                                     "output Classmoji reads (default otherwise in GitHub Actions); none: plain."),
+                                     "output (default otherwise in GitHub Actions); none: plain."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader.settings import from_environment
@@ -283,8 +284,24 @@ def check(
     except CheckNotRun as stop:
         codes = [sink.not_run(stop.error, stop.unreadable) for sink in sinks]
         raise typer.Exit(next((c for c in codes if c is not None), 2)) from None
-    codes = [sink.finished(run) for sink in sinks]
+    codes = [_finished(sink, run) for sink in sinks]
     raise typer.Exit(next((c for c in codes if c is not None), exit_code(run)))
+
+
+def _finished(sink: Sink, run: RunResult) -> int | None:
+    """The sink's outcome written; where the machine ran out of disk or memory, that said in one
+    line (exit 2) and the next sink still written: the terminal shows what was graded."""
+    from grader.judge.grade import exhausted
+
+    try:
+        return sink.finished(run)
+    except (OSError, MemoryError) as exc:
+        cause = exhausted(exc)
+        if cause is None:
+            raise
+        err.print(f"[red]error:[/red] the machine ran out of {cause} writing this check's results "
+                  f"({escape(one_line(str(exc), 200))}): free some and check again")
+        return 2
 
 
 PIPED_PROGRESS_EVERY = 10.0  # seconds between two progress lines where no live bar can be drawn
@@ -350,13 +367,18 @@ def available_memory() -> int:
 
 def usable_cache(folder: Path | None) -> Path | None:
     """The check's cache folder if it can be made ours alone (0700); else None, said once: a
-    check without it is slower, not wrong."""
+    check without it is slower, not wrong. One that another user may change (it, or a folder on
+    its way, is theirs or theirs to write: grader.safefiles.trusted_folder) is refused, exit 2:
+    the warm judge and worker start import from it."""
     if folder is None:
         return None
-    from grader.sandbox.files import private_folder
+    from grader.safefiles import trusted_folder
 
     try:
-        return private_folder(folder)
+        os.close(trusted_folder(folder, "kept cache (GRADER_CACHE_DIR)",
+                                "set GRADER_CACHE_DIR to a folder of yours that only you may write, such as "
+                                "~/.cache/grader, or GRADER_CACHE_GB=0 to keep nothing"))
+        return folder
     except OSError as exc:
         err.print(f"[yellow]warning:[/yellow] nothing is kept for the next check ({escape(str(exc))}); "
                   "set GRADER_CACHE_DIR to a writable folder, or GRADER_CACHE_GB=0")

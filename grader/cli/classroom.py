@@ -474,8 +474,9 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
         console.print("[yellow]Partial run (--case/--dtype): each score is the chosen cases' share of the assignment's "
                       "points, as grader check counts it, and no grade: the gradebooks name those columns "
                       "'(partial run)'. Grade without --case/--dtype for the grades.[/yellow]")
-    console.print(f"dashboard: {out / 'index.html'}   gradebook: {out / 'grades.csv'}   "
-                  f"summary: {out / 'summary.json'}")
+    # no gradebook where course.toml refused an incomplete grade (its error line is above)
+    book = out / "grades.csv" if (out / "grades.csv").is_file() else "none written"
+    console.print(f"dashboard: {out / 'index.html'}   gradebook: {book}   summary: {out / 'summary.json'}")
 
 
 def _class_lock(class_dir: Path):

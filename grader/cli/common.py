@@ -4,6 +4,7 @@ markup, no workflow command in GitHub Actions)."""
 
 from __future__ import annotations
 
+import os
 from contextlib import contextmanager
 from typing import NoReturn
 
@@ -22,9 +23,21 @@ ISOLATION_HELP = isolation_help() + " See docs/security.md."
 # Actions no line is wrapped either (a wrapped line may start with any word of a student's text,
 # and the runner reads a workflow command at the start of any line): `shown` text stays in its line
 console = Console(highlight=False, emoji=False, soft_wrap=current().in_actions)
-# piped (a file, `| tee`, a CI log) nothing is wrapped at rich's default 80 columns either: a
-# reproducer (`--seed 835908367`) is pasted whole, and a log viewer wraps lines itself
-console.soft_wrap = console.soft_wrap or not console.is_terminal
+PIPED_WIDTH = 1000  # columns a table may take where no terminal sets them: never cut, a log viewer wraps
+
+
+def _fit_stream(c: Console) -> None:
+    """Piped (a file, `| tee`, a CI log) nothing is wrapped or cut at rich's default 80 columns: a
+    reproducer (`--seed 835908367`) is pasted whole, and a table keeps its whole case names
+    (`5x5-whole-image-1x4x...` was cut), unless COLUMNS says how wide the reader is."""
+    c.soft_wrap = current().in_actions or not c.is_terminal
+    if not c.is_terminal and not os.environ.get("COLUMNS"):
+        c.width = PIPED_WIDTH
+    elif c._width == PIPED_WIDTH:  # a terminal now (a warm judge's fork was handed one): its own width
+        c._width = None
+
+
+_fit_stream(console)
 # a message is one line, even piped: a path is never cut
 err = Console(stderr=True, highlight=False, soft_wrap=True, emoji=False)
 
@@ -34,7 +47,7 @@ def attach_terminal() -> None:
     imported this module before it was handed its caller's terminal."""
     for c in (console, err):
         c._color_system = c._detect_color_system()  # rich decides colours once, where it is made
-    console.soft_wrap = current().in_actions or not console.is_terminal
+    _fit_stream(console)
 
 # rich's style of each outcome; keyed by Outcome, so a plain string read back from JSON finds its style too
 STYLE: dict[Outcome, str] = {

@@ -104,13 +104,24 @@ def gradescope(
     torch_index: Optional[str] = typer.Option(None, help="The pip index torch comes from (overrides --cuda's choice)."),
 ) -> None:
     """Build a Gradescope autograder zip: setup.sh, run_autograder, the grader and the course (reference included)."""
+    from grader.batch.course import CourseError, find_course
     from grader.kit.gradescope import build_autograder
     from grader.kit.release import ReleaseError
 
     try:
         settings = current()
+        catalogue = specs.Course.find(settings)
+        try:  # Gradescope stores every score it is given: a CPU image's would lack the GPU-only points
+            incomplete = find_course(None, catalogue).incomplete
+        except CourseError as exc:
+            _fail(str(exc))
+        if not cuda and incomplete != "mark":
+            _fail(f'course.toml says [gradebook] incomplete = "{incomplete}", and every score a CPU autograder gives '
+                  "lacks the points only a GPU can earn (speed, bfloat16), which Gradescope would store as the grade: "
+                  'build it with --cuda for a Gradescope GPU image, or set incomplete = "mark" (the score stored, its '
+                  "output saying it is CPU only)")
         members = build_autograder(out, assignment or None, cuda=cuda, torch_index=torch_index,
-                                   reference_dir=settings.reference_dir, catalogue=specs.Course.find(settings))
+                                   reference_dir=settings.reference_dir, catalogue=catalogue)
     except specs.UnknownAssignment as exc:
         _fail(exc.args[0])
     except ReleaseError as exc:

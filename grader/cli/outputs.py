@@ -1,6 +1,6 @@
 """Where `grader check`'s outcome goes: one sink per output. results.json, report.html and the
-terminal always; a GitHub Actions job summary and Classmoji's output (`--ci github`) or Classroom
-50's result.json and release body (`--ci classroom50`) as the CI mode chooses
+terminal always; a GitHub Actions job summary, annotations and `result` output (`--ci github`) or
+Classroom 50's result.json and release body (`--ci classroom50`) as the CI mode chooses
 (grader.cli.check.sinks_for). Each sink is told the same things in the same order: `begin`
 before the submission is opened, `started` once it is and the isolation is known, then either
 `finished` with the graded run (as a batch stores and reads it back) or `not_run` with the error
@@ -144,7 +144,7 @@ def _echo(line: str) -> None:
 
 
 class GitHubSink(Sink):
-    """`--ci github`: the job summary, annotations and the `result` output Classmoji reads."""
+    """`--ci github`: the job summary, the annotations and Points notice, and the `result` output."""
 
     def __init__(self, repo: Path, course: Course) -> None:
         self.repo, self.course = repo, course  # the grader.spec.Course checked (its hidden cases are counted)

@@ -74,12 +74,17 @@ class GradingContext:
         """What of --case and --dtype chooses no call of any of `specs`, each said with what it
         could have been: a typo, a hidden case's name where the kit has none, a dtype no
         assignment here takes. Empty: each chooses something."""
+        from grader.judge.shrink import example_name
+
         missing = []
         for c in self.cases or ():
             if not any(plan_calls(s, self.seed, self.interpret, [c]) for s in specs):
                 named = list(dict.fromkeys(case.name for s in specs for case in s.cases))
+                # an example each assignment takes: its own way of naming sizes
+                examples = [f"{e} ({s.name})" if len(specs) > 1 else e for s in specs if (e := example_name(s))]
+                by_shape = f"; a random one by its shape, e.g. {', '.join(examples[:3])}" if examples else ""
                 missing.append(f"--case {c}: no such case in {', '.join(s.name for s in specs)} (named cases: "
-                               f"{', '.join(named[:20]) or 'none'}; a random one by its shape, e.g. shape=1x17)")
+                               f"{', '.join(named[:20]) or 'none'}{by_shape})")
         for d in self.dtypes or ():
             if not any(plan_calls(s, self.seed, self.interpret, None, [d]) for s in specs):
                 taken = list(dict.fromkeys(t for s in specs for t in s.dtypes))

@@ -1,7 +1,7 @@
 """How long each assignment took in a student's last check on this machine: a hint for the order
 in which a check grades its assignments at once (the longest first, so that the last to start is
 short). A file of the check's kept cache, the grader's own (no worker sees that folder); read
-bounded, and anything unreadable is no hint at all, never an error."""
+bounded (no link, no FIFO), and anything unreadable is no hint at all, never an error."""
 
 from __future__ import annotations
 
@@ -10,6 +10,8 @@ import math
 import os
 from pathlib import Path
 from typing import Callable
+
+from grader.safefiles import read_plain, write_atomic
 
 MAX_BYTES = 64 << 10
 MAX_ENTRIES = 256
@@ -25,10 +27,8 @@ def read(path: str | None) -> dict[str, float]:
     if not path:
         return {}
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
-        with os.fdopen(fd, "rb") as f:
-            raw = f.read(MAX_BYTES + 1) if os.fstat(fd).st_mode & 0o170000 == 0o100000 else b""
-        data = json.loads(raw) if 0 < len(raw) <= MAX_BYTES else {}
+        raw = read_plain(path, MAX_BYTES)
+        data = json.loads(raw) if raw else {}
     except (OSError, ValueError):
         return {}
     found: dict[str, float] = {}
@@ -42,13 +42,20 @@ def read(path: str | None) -> dict[str, float]:
 
 
 def write(path: str | None, seconds: dict[str, float]) -> None:
-    """`seconds` added to what the file holds (atomically: a check beside this one may write too)."""
+    """`seconds` added to what the file holds (atomically: a check beside this one may write too),
+    through the kept folder's descriptor into a file made for it (grader.safefiles.write_atomic):
+    never through a link planted in its place. A full disk leaves the hint as it was."""
     if not path:
         return
     merged = {**read(path), **{k: round(v, 2) for k, v in seconds.items()}}
-    tmp = Path(f"{path}.{os.getpid()}.tmp")
+    where = Path(path)
     try:
-        tmp.write_text(json.dumps(dict(list(merged.items())[-MAX_ENTRIES:])))
-        tmp.replace(path)
+        folder = os.open(where.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
     except OSError:
-        tmp.unlink(missing_ok=True)
+        return
+    try:
+        write_atomic(folder, where.name, json.dumps(dict(list(merged.items())[-MAX_ENTRIES:])).encode())
+    except OSError:
+        pass
+    finally:
+        os.close(folder)

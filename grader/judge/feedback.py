@@ -137,8 +137,8 @@ def points_line(a: AssignmentResult) -> str:
     if not a.partial:
         return f"{a.score:g} / {a.max_score:g} points"
     p = a.partial
-    return (f"{a.score:g} / {p['assignment_points']:g} points (partial run: {p['cases_run']} of {p['cases']} cases, "
-            f"worth {a.max_score:g})")
+    return (f"{a.score:g} / {p['assignment_points']:g} points (partial run: {p['cases_run']} of {p['cases']} cases "
+            f"ran, which can earn {a.max_score:g} of the {p['assignment_points']:g})")
 
 
 def run_total(assignments: list[AssignmentResult]) -> float:

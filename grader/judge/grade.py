@@ -22,6 +22,7 @@ the tests it touched (error, timeout, crashed), and the other assignments never 
 
 from __future__ import annotations
 
+import errno
 import time
 from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
@@ -53,6 +54,7 @@ from grader.protocol import Failure, Run, RunReply
 from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResult, cents
 from grader.sandbox.files import output_path, shown_to_worker
 from grader.sandbox.process import WorkerFailure
+from grader.sanitize import one_line
 from grader.spec import Assignment
 from grader.submission import Submission
 
@@ -286,12 +288,21 @@ def grade_assignment(session: Resources, sub: Submission, spec: Assignment, work
         clock = now
 
     try:
-        for stage, phase in STAGES:
-            stage(g)
-            if phase:
-                lap(phase)
-            if g.done:
-                break
+        try:
+            for stage, phase in STAGES:
+                stage(g)
+                if phase:
+                    lap(phase)
+                if g.done:
+                    break
+        except Exception as exc:  # the machine, not the submission: an infra error that says what ran out
+            cause = exhausted(exc)
+            if cause is None:
+                raise
+            g.finish(_one_result(spec, g.ctx, g.result, g.calls, g.runnable, TestResult(
+                spec.name, Kind.SUBMISSION, "machine", Outcome.INFRA_ERROR,
+                f"the machine ran out of {cause} while grading {spec.name} ({one_line(str(exc), 200)}): nothing of "
+                f"it was graded; free some and grade it again", details=SubmissionPayload(infra_error=True))))
     finally:
         if g.bounds is not None:  # a stage before it raised: its worker is closed as it ends
             g.bounds.cancel() or wait([g.bounds])
@@ -303,6 +314,29 @@ def grade_assignment(session: Resources, sub: Submission, spec: Assignment, work
     if not g.done:
         scoring(g)
     return g.result
+
+
+EXHAUSTED = {errno.ENOSPC: "disk space", errno.EDQUOT: "disk quota", errno.ENOMEM: "memory"}
+
+
+def exhausted(exc: BaseException) -> str | None:
+    """What of the machine ran out where `exc` says so (a full disk, exhausted memory, the GPU's
+    memory or the GPU itself lost); None for anything else. Said by an errno, or by the message
+    of a library that wraps one (safetensors writes "No space left on device" in its own error)."""
+    if isinstance(exc, MemoryError):
+        return "memory"
+    if isinstance(exc, OSError) and exc.errno in EXHAUSTED:
+        return EXHAUSTED[exc.errno]
+    text = str(exc)
+    if "No space left on device" in text:
+        return "disk space"
+    if "Disk quota exceeded" in text:
+        return "disk quota"
+    if "CUDA out of memory" in text:
+        return "GPU memory"
+    if "CUDA error" in text or "no CUDA-capable device" in text:
+        return "a working GPU"
+    return None
 
 
 def _not_submitted(spec: Assignment, sub: Submission, ctx: GradingContext, result: AssignmentResult,

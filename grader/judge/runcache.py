@@ -40,6 +40,7 @@ from typing import Callable, Iterator
 
 from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs
+from grader.safefiles import read_plain
 from grader.sandbox.files import open_worker_file, place, private_folder
 from grader.settings import Settings
 from grader.spec import Assignment, Case
@@ -50,6 +51,7 @@ def write_perf_set(spec: Assignment, case: Case, dtype: str, seed: int, index: i
     return write_inputs(make_inputs(spec, case, dtype, derive_seed(seed, "perf", str(index))), path)
 
 
+KEPT_JSON_LIMIT = 1 << 20  # a kept layout, roofline or timing figure; more is none of ours
 DEFAULT_CHECK_CACHE_GB = 24.0  # vector_add's five scoring-size sets are 10 GiB; all eight assignments' about 21
 
 
@@ -123,7 +125,7 @@ class RunCache:
             else:
                 os.utime(data)  # used now: the last to be trimmed
             place(data, dest, link)
-            layout = json.loads(layout_file.read_text())
+            layout = json.loads(read_plain(layout_file, KEPT_JSON_LIMIT))
         if made and self.limit is not None:
             self.trim(keep=data)
         return layout
@@ -164,8 +166,12 @@ class RunCache:
         safe = "".join(c if c.isalnum() else "_" for c in gpu)
         with self._entry(f"roofline-{safe}.json") as path:
             assert path is not None  # _entry waits for it
-            if path.is_file():
-                return json.loads(path.read_text())
+            try:  # kept by an earlier job of the run (or check): read back as input, bounded, no link
+                kept = json.loads(read_plain(path, KEPT_JSON_LIMIT))
+                if isinstance(kept, dict):
+                    return kept
+            except (OSError, ValueError):
+                pass
             figures = measure()
             path.write_text(json.dumps(figures))
             return figures
@@ -174,7 +180,7 @@ class RunCache:
         """A trusted figure kept for the run under `key` (grader.judge.replaying.reference_key)."""
         safe = "".join(c for c in key if c.isalnum())[:64]
         try:
-            data = json.loads((self.folder / f"timing-{safe}.json").read_text())
+            data = json.loads(read_plain(self.folder / f"timing-{safe}.json", KEPT_JSON_LIMIT))
         except (OSError, ValueError):
             return None
         return data if isinstance(data, dict) else None

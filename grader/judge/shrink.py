@@ -84,6 +84,16 @@ def shape_name(spec: Assignment, params: dict) -> str | None:
 _MISSING = object()
 
 
+def example_name(spec: Assignment) -> str | None:
+    """A `--case shape=...` this assignment takes, for a message: its first case by its sizes
+    (each assignment names its sizes its own way: `shape=17` for a vector, `shape=1x17` for rows)."""
+    template = _template(spec)
+    dims = dims_of(template)
+    if dims is None:
+        return None
+    return shape_name(spec, with_dims(template, dims[:-1] + [17]))
+
+
 def _split(text: str) -> list[str]:
     """Split on commas outside brackets: `1x17,large_rows=[3,11]` -> ['1x17', 'large_rows=[3,11]']."""
     parts, depth, cur = [], 0, ""

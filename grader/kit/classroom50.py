@@ -61,8 +61,8 @@ class Classroom50Error(Exception):
 def mode(ci: str | None, env: Mapping[str, str] | None = None) -> str | None:
     """Which CI output `grader check` writes: `--ci` as given, or inside GitHub Actions
     (GITHUB_ACTIONS=true, no --ci) classroom50 where the runner set CLASSROOM and
-    SUBMISSION_TAG, else github (the job summary and classroom-resources' `result`, which
-    Classmoji reads). None: plain output."""
+    SUBMISSION_TAG, else github (the job summary, annotations and classroom-resources' `result`
+    format, in a plain repository as in a Classmoji one). None: plain output."""
     env = os.environ if env is None else env
     if ci in ("classroom50", "github"):
         return ci
@@ -163,7 +163,9 @@ def _assignment_message(a: AssignmentResult, score: int, top: int) -> str:
     bad = [t for t in a.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
     words = [f"{score} of {top} points ({a.score:g} of {a.max_score:g} exactly)",
              f"{a.count(Outcome.PASSED)} checks passed"]
-    if bad:
+    if bad and a.headline:  # one cause explains every failure (an untouched starter): that, not the first case
+        words.append(f"{len(bad)} failed: {a.headline}")
+    elif bad:
         words.append(f"{len(bad)} failed, first {bad[0].name}: {bad[0].outcome}: {bad[0].message}")
     gpu, kinds = _gpu_points(a)
     if gpu:

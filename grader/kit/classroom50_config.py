@@ -3,7 +3,8 @@
 In the teacher's `classroom50` config repository, CLASSROOM (the classroom's folder) gets:
 - `autograders/<slug>/autograder.py` per assignment: it grades the student's checkout (its
   working directory) with `grader check --ci classroom50 -a NAME`, installing the grader first
-  where the runner has none;
+  where the runner has none, and on a GitHub-hosted runner lifting ubuntu-24.04's AppArmor
+  restriction on user namespaces first (the check stops rather than grade without its sandbox);
 - an entry per assignment in `assignments.json`, Classroom 50's `classroom50/assignments/v1`
   object (runner labels from `--runs-on`, the report as a release asset, `due` from course.toml's
   deadline in UTC); read, changed and written back: the file's other entries, and the fields of
@@ -44,6 +45,9 @@ AUTOGRADER = '''#!/usr/bin/env python3
 """Classroom 50's autograder for {slug}: grades the student's checkout (the working directory)
 with `grader check --ci classroom50`, which writes result.json, release-body.md, the commit
 status and .grader/report.html there. Exit 0 when graded, 2 when the grader could not grade.
+On a GitHub-hosted runner that refuses user namespaces (ubuntu-24.04's AppArmor) it first lets
+the grader's sandbox use them (sudo sysctl), as the kit's own workflow does; the check never
+grades with a weaker sandbox.
 
 Made by `grader release --classroom50` (grader {version}); make it again rather than edit it.
 This file is published: it holds the public specs alone (no reference kernel, hidden case or
@@ -67,6 +71,7 @@ WHEEL_SHA256 = {wheel_sha256!r}  # of the wheel REQUIREMENT names in the kit, if
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"
 TIME_LIMIT_S = {time_limit}
 COURSE = {course!r}  # the public course as released: grader-kit.toml and the specs
+USERNS_SYSCTL = "kernel.apparmor_restrict_unprivileged_userns"
 START = time.monotonic()
 
 
@@ -141,6 +146,40 @@ def install(checkout, scratch):
     return python
 
 
+def namespaces_allowed():
+    """An unprivileged user namespace can be made here: what the grader's sandbox is built of."""
+    try:
+        made = subprocess.run(["unshare", "--user", "--map-root-user", "true"], capture_output=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired):
+        return False
+    return made.returncode == 0
+
+
+def allow_namespaces():
+    """GitHub's hosted ubuntu-24.04 runners refuse unprivileged user namespaces (AppArmor), and a
+    Classroom 50 check stops rather than grade without its sandbox (a submission's process could
+    outlive its worker and rewrite result.json): on a GitHub-hosted runner, whose job may use sudo
+    without a password, lift that as the kit's own workflow does. A self-hosted runner is the
+    course's machine: nothing of it is changed here (the README says what to set there once)."""
+    if namespaces_allowed():
+        return
+    if os.environ.get("RUNNER_ENVIRONMENT") != "github-hosted" or not shutil.which("sudo"):
+        print(f"::warning title=The grader's sandbox::this runner refuses user namespaces; the course staff can allow "
+              f"them once (sysctl {{USERNS_SYSCTL}}=0 on Ubuntu 23.10 and later)", flush=True)
+        return
+    try:
+        lifted = subprocess.run(["sudo", "-n", "sysctl", "-w", f"{{USERNS_SYSCTL}}=0"], capture_output=True,
+                                text=True, timeout=60)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        lifted = subprocess.CompletedProcess([], 1, "", str(exc))
+    if lifted.returncode == 0 and namespaces_allowed():
+        print(f"autograder: set {{USERNS_SYSCTL}}=0 (sudo) so the grader's sandbox can use namespaces", flush=True)
+    else:
+        said = " ".join((lifted.stderr or "").split())[:200]
+        print(f"::warning title=The grader's sandbox::user namespaces stay refused on this runner "
+              f"(sudo sysctl {{USERNS_SYSCTL}}=0: {{said or 'no effect'}})", flush=True)
+
+
 def main():
     checkout = Path.cwd().resolve()
     scratch = Path(tempfile.mkdtemp(prefix="grader-autograder-", dir=os.environ.get("RUNNER_TEMP") or None))
@@ -155,6 +194,7 @@ def main():
         python = sys.executable if has_grader(sys.executable, scratch) else install(checkout, scratch)
     except subprocess.CalledProcessError as exc:
         fail(f"installing the grader failed: {{exc}}")
+    allow_namespaces()
     command = [python, "-m", "grader", "check", str(checkout), "--ci", "classroom50", "--device", "auto",
                "--json", str(output / "results.json"), "--html", str(output)]
     for name in ASSIGNMENTS:

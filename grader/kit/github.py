@@ -1,21 +1,25 @@
 """`grader check --ci github`: what a GitHub Actions run of the check leaves behind.
 
-- A Markdown job summary appended to $GITHUB_STEP_SUMMARY: the score, each assignment, every
-  failing check with its reproducer, the points that need a GPU and when they are graded.
+- A Markdown job summary appended to $GITHUB_STEP_SUMMARY: the score, each assignment, what
+  explains every failure at once where one cause does (an untouched starter), each distinct
+  failure once with the cases it concerns and its reproducer, the points that need a GPU and
+  when they are graded.
 - `::error file=...,line=...::` workflow commands on stdout where a failure points at a line of
   the student's code (the deepest frame of their file in the traceback): GitHub shows them on the
-  file in the commit and the pull request.
-- `result=<base64 JSON>` appended to $GITHUB_OUTPUT, in the format of GitHub Classroom's
-  `autograding-command-grader` action (version 1, status, max_score, tests[] with name, status,
-  score, message, test_code, filename, line_no, duration), which the
-  `autograding-grading-reporter` action sums into the Classroom gradebook: partial points, where
-  an exit code alone gives all or nothing.
+  file in the commit and the pull request; and one `::notice title=Points::` with the score, the
+  line the run's page shows first.
+- `result=<base64 JSON>` appended to $GITHUB_OUTPUT, in the format of classroom-resources'
+  `autograding-command-grader` (version 1, status, max_score, tests[] with name, status,
+  score, message, test_code, filename, line_no, duration), for a later step of the course's own:
+  its max_score is the same total as the summary's, points that need a GPU included. The kit's
+  workflow reads none of it and depends on no reporter action: the grader writes what a student
+  reads itself.
 
 All of it comes from the same RunResult as results.json. Every piece of it that a student's
 repo or worker decided (a module or function name, a message, a reproducer, a file name) goes
 through its sink's neutraliser (grader.sanitize): Markdown-escaped in the summary, escaped as
-the runner's toolkit does in a command, and on one line in the payload (the reporter prints its
-names and messages in the job log, where a line of their own could run as a workflow command).
+the runner's toolkit does in a command, and on one line in the payload (a step that prints its
+names and messages in the job log must not see a line of their own run as a workflow command).
 """
 
 import base64
@@ -25,6 +29,7 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
+from grader.judge.feedback import group_failures
 from grader.payloads import CorrectnessPayload
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
 from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line, strict_json
@@ -33,7 +38,8 @@ from grader.settings import from_environment
 # Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
 CLASSROOM_STATUS: dict[Outcome, str] = {
     Outcome.PASSED: "pass", **{o: "fail" for o in BAD_OUTCOMES}, Outcome.INFRA_ERROR: "error"}
-MESSAGE_LIMIT = 1000  # the reporter prints messages in the job log: keep each one short
+MESSAGE_LIMIT = 1000  # a step that prints messages in the job log: keep each one short
+ARTIFACT = "grader-report"  # the kit workflow's upload step names the report's artifact so
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
@@ -70,8 +76,8 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
         tests.append({
             "name": one_line(f"{t.assignment}: {t.name}", 200),
             "status": CLASSROOM_STATUS[t.outcome],
-            "score": t.score,
-            "max_score": t.max_score,
+            "score": cents(t.score) / 100,  # the points as the summary shows them, not a float's tail
+            "max_score": cents(t.max_score) / 100,
             "message": _short(message, MESSAGE_LIMIT),
             "test_code": one_line(t.reproducer or ""),
             "filename": one_line(where[0]) if where else "",
@@ -81,9 +87,8 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
         })
     statuses = {x["status"] for x in tests}
     status = "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
-    # out of the points that can be earned here: those that need a GPU are graded later (the summary says so)
-    checkable = (cents(run.max_score) - cents(run.skipped_points)) / 100
-    return {"version": 1, "status": status, "max_score": checkable, "tests": tests}
+    # the same total as the summary and the terminal: the points that need a GPU are in it, earning nothing here
+    return {"version": 1, "status": status, "max_score": cents(run.max_score) / 100, "tests": tests}
 
 
 def encode(payload: dict) -> str:
@@ -112,12 +117,20 @@ def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
     return lines
 
 
+def score_words(run: RunResult) -> str:
+    """'4 / 10 points (6 of them need a GPU: graded on the course's GPU after the deadline)': the
+    one total every output of a CI run says."""
+    gpu = run.skipped_points
+    return (f"{run.score:g} / {run.max_score:g} points"
+            + (f" ({gpu:g} of them need a GPU: graded on the course's GPU after the deadline)" if gpu else ""))
+
+
 def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
     """The job summary (GitHub-flavoured Markdown)."""
     where = "a GPU" if device == "cuda" else "the CPU (Triton's interpreter: no timing, no bfloat16)"
     out = [f"## Triton kernels: {run.score:g} / {run.max_score:g} points", "",
            f"Checked on {where}, seed {run.seed}.", ""]
-    gpu_points = sum(a.skipped_points for a in run.assignments)
+    gpu_points = run.skipped_points
     if gpu_points:
         out += [f"> **{gpu_points:g} of these points need a GPU** (bfloat16 cases and speed) and cannot be earned "
                 "here: they are graded on the course's GPU after the deadline.", ""]
@@ -130,28 +143,37 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
                    f"{a.max_score:g} | {a.count(Outcome.PASSED)} | {bad} | {gpu} | "
                    f"{hidden.get(a.name, 0)} |")
     out += failures_markdown(run, hidden, 500, 500)
-    out += ["", "The full report is the `grader-report` artifact of this run (report.html, results.json).", ""]
+    out += ["", f"The full report (report.html, results.json) is the `{ARTIFACT}` artifact of this run: its "
+            "Summary page lists it under Artifacts.", ""]
     return "\n".join(out)
 
 
 def failures_markdown(run: RunResult, hidden: dict, message_limit: int, reproducer_limit: int) -> list[str]:
     """The lines after the table, for a job summary or a release body: where the hidden cases
-    run, each failing check once with its reproducer, the notes; student text escaped."""
+    run, the one cause that explains an assignment's failures where there is one (an untouched
+    starter), then each distinct failure once with the cases it concerns and the first one's
+    reproducer (as the terminal tells them: grader.judge.feedback), the notes; student text escaped."""
     out: list[str] = []
     if any(hidden.values()):
         out += ["", "Hidden cases are not run here: they run at grading time, on top of the cases above."]
-    failing = [t for t in run.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
-    if failing:
+    groups = group_failures(run.tests)
+    infra = list({(t.assignment, t.message): t for t in run.tests if t.outcome == Outcome.INFRA_ERROR}.values())
+    headlines = [a for a in run.assignments if a.headline]
+    if groups or infra or headlines:
         out += ["", "### Failing checks", ""]
-        seen = set()
-        for t in failing:
-            if (t.assignment, t.message) in seen:
-                continue
-            seen.add((t.assignment, t.message))
-            out.append(f"- **{for_markdown(t.assignment)}** {for_markdown_code(t.name, 200)}: {t.outcome}: "
-                       f"{for_markdown(t.message, message_limit)}")
+        for a in headlines:  # one cause explains them all: said first, as the terminal and the report say it
+            out.append(f"- **{for_markdown(a.name)}: {for_markdown(a.headline, message_limit)}**")
+        for g in groups:
+            t = g.first
+            which = (for_markdown_code(t.name, 200) if len(g.tests) == 1
+                     else f"{len(g.tests)} checks ({for_markdown(g.cases, message_limit)})")
+            text = t.message if len(g.tests) == 1 else g.diagnosis
+            out.append(f"- **{for_markdown(t.assignment)}** {which}: {t.outcome}: {for_markdown(text, message_limit)}")
             if t.reproducer:
                 out.append(f"  reproduce: {for_markdown_code(t.reproducer, reproducer_limit)}")
+        for t in infra:
+            out.append(f"- **{for_markdown(t.assignment)}** {for_markdown_code(t.name, 200)}: {t.outcome}: "
+                       f"{for_markdown(t.message, message_limit)}")
     notes = [n for a in run.assignments for n in a.notes]
     if notes:
         out += ["", "### Notes", "", *[f"- {for_markdown(n, message_limit)}" for n in notes]]
@@ -172,6 +194,7 @@ def report_github(run: RunResult, repo: Path, device: str, env: Mapping[str, str
     hidden = {a.name: catalogue.get(a.name).hidden_count for a in run.assignments}
     for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or Path.cwd())):
         echo(line)
+    echo(f"::notice title=Points::{for_annotation(score_words(run))}")  # the run page's first line: our numbers
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(step_summary(run, device, hidden))

@@ -4,13 +4,12 @@ but a regular file, never blocking, never more than a limit."""
 
 from __future__ import annotations
 
-import errno
 import os
 import shutil
-import stat
 from contextlib import contextmanager
 from pathlib import Path
 
+from grader.safefiles import UnsafeFileError, open_plain, read_plain
 from grader.sandbox.isolation import Isolation
 
 
@@ -65,55 +64,19 @@ def output_path(workdir: Path, name: str) -> Path:
     return path
 
 
-class WorkerFileError(OSError):
-    """A file a worker wrote could not be read as one: a link, a FIFO, a device, a folder,
-    too large, or gone. One line that says which; never a hang."""
-
-    def __str__(self) -> str:
-        return self.strerror or super().__str__()
-
+# a file a worker wrote that could not be read as one (a link, a FIFO, a device, a folder, too
+# large, or gone): one line that says which, never a hang
+WorkerFileError = UnsafeFileError
 
 WORKER_FILE_LIMIT = 4 << 30  # the worker's own file size limit (launch.Limits.file_size)
 
 
 def open_worker_file(path: Path, dir_fd: int | None = None) -> int:
-    """A descriptor on a regular file a worker wrote: never through a link (the grader may hold
-    more rights than the worker: a link to /etc/shadow must not work), never blocking (a FIFO
-    with no writer, a file under a lease), never anything but a regular file (a FIFO, /dev/zero,
-    a socket, a folder). Its folder is opened the same way, so a link in place of outputs/
-    leads nowhere either."""
-    path = Path(path)
-    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC
-    try:
-        folder = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dir_fd)
-    except OSError as exc:
-        raise WorkerFileError(exc.errno,
-                              f"{path.parent.name}/ is not a plain folder ({os.strerror(exc.errno or 0)})") from None
-    try:
-        fd = os.open(path.name, flags, dir_fd=folder)
-    except OSError as exc:
-        why = {errno.ELOOP: "a symbolic link",
-               errno.EWOULDBLOCK: "held by a lease"}.get(exc.errno or 0, os.strerror(exc.errno or 0))
-        raise WorkerFileError(exc.errno, f"{path.name} cannot be read: {why}") from None
-    finally:
-        os.close(folder)
-    kind = stat.S_IFMT(os.fstat(fd).st_mode)
-    if kind != stat.S_IFREG:
-        os.close(fd)
-        what = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket",
-                stat.S_IFDIR: "a folder"}.get(kind, "not a regular file")
-        raise WorkerFileError(errno.EINVAL, f"{path.name} is {what}, not a regular file")
-    return fd
+    """A descriptor on a regular file a worker wrote (grader.safefiles.open_plain): never through
+    a link, never blocking, never anything but a regular file; its folder opened the same way."""
+    return open_plain(path, dir_fd=dir_fd)
 
 
 def read_worker_file(path: Path, limit: int = WORKER_FILE_LIMIT) -> bytes:
-    """The bytes of a file the worker wrote (see `open_worker_file`), at most `limit` of them:
-    a larger file is refused, not read (it may grow while read: what is read is bounded too)."""
-    fd = open_worker_file(path)
-    with os.fdopen(fd, "rb") as f:
-        if os.fstat(fd).st_size > limit:
-            raise WorkerFileError(errno.EFBIG, f"{Path(path).name} is larger than {limit} bytes")
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise WorkerFileError(errno.EFBIG, f"{Path(path).name} is larger than {limit} bytes")
-    return data
+    """The bytes of a file the worker wrote, at most `limit` of them (grader.safefiles.read_plain)."""
+    return read_plain(path, limit)

@@ -1,0 +1,216 @@
+"""Files and folders the grader keeps, writes and reads back, on a machine other users share.
+
+Two rules (docs/security.md, "What the grader keeps and reads back"):
+
+- A folder the grader executes, imports or writes from (the kept cache, the warm judge's folder)
+  is `trusted_folder`: every folder on its path is one only its owner (root or this user) may
+  change, or a sticky one (/tmp) whose entry below is root's or ours, all the way down; the
+  folder itself is ours, 0700. Anything else is refused with the reason and the fix: another
+  user who may rename, replace or link a folder on the way may swap in their own code. Once a
+  path passes, nobody but root and this user can change what it leads to.
+- What the grader reads back (a worker's outputs, a kept hint, a record, a log) is input:
+  `open_plain` opens it without following a link, never blocking (a FIFO), nothing but a
+  regular file; `read_plain` reads it bounded. What the grader writes into a kept folder is
+  written by `write_atomic`, relative to the folder's descriptor, into a file it creates
+  (never one that was there: no link followed).
+"""
+
+from __future__ import annotations
+
+import errno
+import grp
+import os
+import pwd
+import stat
+from pathlib import Path
+
+DIR_FLAGS = os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC
+MAX_LINKS = 40  # links followed on a folder's path, as the kernel's own limit
+
+
+class UnsafeFolderError(Exception):
+    """A folder another user can change: one line with the reason and the fix (exit 2)."""
+
+
+class UnsafeFileError(OSError):
+    """A file read back that is not one: a link, a FIFO, a device, a folder, too large, or gone.
+    One line that says which; never a hang."""
+
+    def __str__(self) -> str:
+        return self.strerror or super().__str__()
+
+
+def _own_group(gid: int) -> bool:
+    """Whether group `gid` is this user's alone (a user private group: the user's primary group,
+    named as the user, with no other member): its write permission gives nobody else a way in."""
+    try:
+        me = pwd.getpwuid(os.getuid()).pw_name
+        group = grp.getgrgid(gid)
+    except (KeyError, OSError):
+        return False
+    return gid == os.getgid() and group.gr_name == me and set(group.gr_mem) <= {me}
+
+
+def others_may_write(st: os.stat_result) -> bool:
+    """Whether a user other than the folder's owner may create, rename or remove in it."""
+    return bool(st.st_mode & stat.S_IWOTH) or bool(st.st_mode & stat.S_IWGRP and not _own_group(st.st_gid))
+
+
+def _who(uid: int) -> str:
+    try:
+        return f"{pwd.getpwuid(uid).pw_name} (uid {uid})"
+    except KeyError:
+        return f"uid {uid}"
+
+
+def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "") -> int:
+    """A descriptor (O_RDONLY) on folder `path`, made 0700 where missing, after checking that no
+    other user can change what the path leads to (see the module's docstring); else
+    UnsafeFolderError (`what` names the folder, `fix` says how to choose another). OSError: it
+    cannot be made or entered (no right, a read-only file system)."""
+    trusted = {0, os.getuid()}
+    fix = f" ({fix})" if fix else ""
+    wanted = Path(os.path.abspath(path))
+    parts = list(wanted.parts[1:])
+    where = Path("/")
+    fd = os.open("/", DIR_FLAGS)
+    st = os.fstat(fd)
+    hops = 0
+    try:
+        if st.st_uid not in trusted:
+            raise UnsafeFolderError(f"/ belongs to {_who(st.st_uid)}")
+        while parts:
+            name = parts.pop(0)
+            if name in ("", "."):
+                continue
+            if name == "..":  # abspath left none, but a link's target may hold one
+                raise UnsafeFolderError(f"the {what} {wanted} leads through '..' in a link{fix}")
+            if others_may_write(st) and not st.st_mode & stat.S_ISVTX:  # before anything is made in it
+                raise UnsafeFolderError(f"the {what}'s path leads through {where}, where other users may write "
+                                        f"(mode {stat.S_IMODE(st.st_mode):o}, not sticky): another user may swap "
+                                        f"what lies in it{fix}")
+            try:
+                child = os.open(name, DIR_FLAGS, dir_fd=fd)
+            except FileNotFoundError:
+                hops += 1  # a folder made here, or one made meanwhile by another: opened again and checked
+                if hops > MAX_LINKS:
+                    raise
+                try:
+                    os.mkdir(name, 0o700, dir_fd=fd)
+                except FileExistsError:
+                    pass
+                parts.insert(0, name)
+                continue
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                link = os.stat(name, dir_fd=fd, follow_symlinks=False)
+                if not stat.S_ISLNK(link.st_mode):
+                    raise UnsafeFolderError(f"{where / name} is not a folder{fix}") from None
+                hops += 1
+                if hops > MAX_LINKS:
+                    raise UnsafeFolderError(f"the {what} {wanted} leads through too many links{fix}") from None
+                _check_entry(st, link, where / name, trusted, what, fix)
+                target = os.readlink(name, dir_fd=fd)
+                parts[:0] = list(Path(target).parts)
+                if os.path.isabs(target):
+                    os.close(fd)
+                    fd = os.open("/", DIR_FLAGS)
+                    st = os.fstat(fd)
+                    where = Path("/")
+                    parts.pop(0)
+                continue
+            child_st = os.fstat(child)
+            try:
+                _check_entry(st, child_st, where / name, trusted, what, fix)
+            except UnsafeFolderError:
+                os.close(child)
+                raise
+            os.close(fd)
+            fd, st, where = child, child_st, where / name
+        if st.st_uid != os.getuid():
+            raise UnsafeFolderError(f"the {what} {wanted} belongs to {_who(st.st_uid)}, not to you{fix}")
+        if st.st_mode & 0o077:
+            os.fchmod(fd, 0o700)
+        return fd
+    except BaseException:
+        os.close(fd)
+        raise
+
+
+def _check_entry(parent: os.stat_result, entry: os.stat_result, path: Path, trusted: set[int], what: str,
+                 fix: str) -> None:
+    """`entry` (a folder or a link) in `parent` is one no other user can change or swap."""
+    if entry.st_uid not in trusted:
+        raise UnsafeFolderError(f"the {what}'s path leads through {path}, which belongs to {_who(entry.st_uid)}: "
+                                f"that user may put anything in its place{fix}")
+    if others_may_write(parent) and not parent.st_mode & stat.S_ISVTX:
+        raise UnsafeFolderError(f"the {what}'s path leads through {path}, in {path.parent} where other users may "
+                                f"write (mode {stat.S_IMODE(parent.st_mode):o}, not sticky): another user may swap "
+                                f"it{fix}")
+
+
+def open_plain(name: str | os.PathLike, dir_fd: int | None = None) -> int:
+    """A descriptor on a regular file read back: never through a link (the grader may hold more
+    rights than whoever wrote it: a link to /etc/shadow must not work), never blocking (a FIFO
+    with no writer, a file under a lease), never anything but a regular file (a FIFO, /dev/zero,
+    a socket, a folder). Its folder is opened the same way, so a link in place of the folder
+    leads nowhere either."""
+    path = Path(name)
+    flags = os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
+        folder = os.open(path.parent, DIR_FLAGS, dir_fd=dir_fd)
+    except OSError as exc:
+        raise UnsafeFileError(exc.errno,
+                              f"{path.parent.name}/ is not a plain folder ({os.strerror(exc.errno or 0)})") from None
+    try:
+        fd = os.open(path.name, flags, dir_fd=folder)
+    except OSError as exc:
+        why = {errno.ELOOP: "a symbolic link",
+               errno.EWOULDBLOCK: "held by a lease"}.get(exc.errno or 0, os.strerror(exc.errno or 0))
+        raise UnsafeFileError(exc.errno, f"{path.name} cannot be read: {why}") from None
+    finally:
+        os.close(folder)
+    kind = stat.S_IFMT(os.fstat(fd).st_mode)
+    if kind != stat.S_IFREG:
+        os.close(fd)
+        what = {stat.S_IFIFO: "a FIFO", stat.S_IFCHR: "a device", stat.S_IFBLK: "a device", stat.S_IFSOCK: "a socket",
+                stat.S_IFDIR: "a folder"}.get(kind, "not a regular file")
+        raise UnsafeFileError(errno.EINVAL, f"{path.name} is {what}, not a regular file")
+    return fd
+
+
+def read_plain(name: str | os.PathLike, limit: int, dir_fd: int | None = None) -> bytes:
+    """The bytes of a regular file (see `open_plain`), at most `limit` of them: a larger file is
+    refused, not read (it may grow while read: what is read is bounded too)."""
+    fd = open_plain(name, dir_fd=dir_fd)
+    with os.fdopen(fd, "rb") as f:
+        if os.fstat(fd).st_size > limit:
+            raise UnsafeFileError(errno.EFBIG, f"{Path(name).name} is larger than {limit} bytes")
+        data = f.read(limit + 1)
+    if len(data) > limit:
+        raise UnsafeFileError(errno.EFBIG, f"{Path(name).name} is larger than {limit} bytes")
+    return data
+
+
+def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
+    """`name` in the folder `dir_fd` holds `data`, replaced at once (a reader never sees half of
+    it): written to a file this call creates (O_EXCL: never one that was there, nor a link's
+    target), then renamed over `name` in the same folder. OSError (a full disk) leaves `name`
+    as it was."""
+    tmp = f".{name}.{os.getpid()}.tmp"
+    try:
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    except FileExistsError:  # left by a process of ours that died: ours to remove (the folder is ours alone)
+        os.unlink(tmp, dir_fd=dir_fd)
+        fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    try:
+        with os.fdopen(fd, "wb") as f:
+            f.write(data)
+        os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
+    except BaseException:
+        try:
+            os.unlink(tmp, dir_fd=dir_fd)
+        except OSError:
+            pass
+        raise
