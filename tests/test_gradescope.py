@@ -181,7 +181,13 @@ def snoop():
     paths = [ROOT + "/source/course/assignments/vector_add/hidden.py", ROOT + "/source/course/reference/vector_add.py",
              ROOT + "/source/course/assignments/course-secret.txt", ROOT + "/source/setup.sh", "/proc/1/environ"]
     paths += glob.glob(ROOT + "/source/**", recursive=True) + glob.glob(ROOT + "/results/**", recursive=True)
-    paths += glob.glob("/proc/[0-9]*/environ")
+    # every other process's environment (its own uid's are the worker's own: their environment is its own)
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            if os.stat(os.path.dirname(path)).st_uid != os.getuid():
+                paths.append(path)
+        except OSError:
+            pass  # ended meanwhile
     for path in paths:
         try:
             with open(path, "rb") as f:
@@ -305,7 +311,8 @@ def test_a_hostile_submission_as_gradescope_runs_it_reads_nothing_of_the_course(
         report = reports[0]
         uid = int(report.split("uid=", 1)[1].split(" ", 1)[0])
         assert 60000 <= uid < 61184, report
-        assert "READ " not in report and "WROTE" not in report, report
+        assert "READ " not in report and "WROTE" not in report, [p[:300] for p in report.split(" | ") if
+                                                                 p.startswith(("READ", "WROTE"))]
         # the course closed before grading: the zip's folder and the results, to every uid but root's
         for path in [root / "source" / "course" / "assignments" / "vector_add" / "hidden.py",
                      root / "source" / "course" / "reference" / "vector_add.py", root / "results" / "results.json"]:

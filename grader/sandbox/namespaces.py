@@ -50,12 +50,17 @@ def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isol
     if root:  # no namespaces, but still another uid: the course's files kept from it by their modes
         candidates.append(Isolation("sandbox", user_switch=True))
     candidates.append(Isolation("sandbox"))
+    no_other_uid = None  # why the form without namespaces but with a uid of its own did not start
     for candidate in candidates:
         problem = probe(candidate)
         if problem is None:
             break
-        reasons.append(problem)
+        if candidate.user_switch and not candidate.namespaces:
+            no_other_uid = problem
+        else:
+            reasons.append(problem)
     else:  # not even the init runs here (not Linux?): plain processes, said once
+        reasons += [no_other_uid] if no_other_uid else []
         return Isolation("none", warnings=(f"no sandbox can start here ({'; '.join(reasons)}): workers run as plain "
                                            "processes, as with --isolation none",))
     if not candidate.namespaces and candidate.user_switch:
@@ -64,8 +69,9 @@ def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isol
                         "only what every user may (the grader's files are made 0700/0600), but it can use the network, "
                         "see other processes, and a process it starts could outlive it" + _container_hint())
     elif not candidate.namespaces:
-        warnings.append(f"sandbox without namespaces ({reasons[-1]}): a worker can use the network, read every file "
-                        "its user can, see other processes, and a process it starts could outlive it"
+        other = f"; as root, no worker uid of its own either ({no_other_uid})" if no_other_uid else ""
+        warnings.append(f"sandbox without namespaces ({reasons[-1]}{other}): a worker can use the network, read every "
+                        "file its user can, see other processes, and a process it starts could outlive it"
                         + _container_hint())
     elif root and not candidate.user_switch:
         warnings.append(f"sandbox without a separate user ({reasons[0]}): workers run as root inside their namespaces")
