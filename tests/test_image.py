@@ -212,3 +212,119 @@ def test_hostile_workers_in_containers_are_contained(image, tmp_path):
     left = subprocess.run([PODMAN, "ps", "-a", "--filter", "name=grader-worker-", "--format", "{{.Names}}"],
                           capture_output=True, text=True).stdout.split()
     assert left == [], left
+
+
+# -- Gradescope's autograder, as Gradescope builds and runs it ---------------------------------------
+
+BASE = "localhost/grader-base:bookworm"  # tests/image/build.sh's Debian base, imported by the image fixture
+GRADESCOPE_TAG = "localhost/grader-gradescope-test"
+# what the image's build reaches without a network: apt-get's packages are in the base already, pip's
+# wheels in build.sh's cache (PIP_NO_INDEX: setup.sh's --index-url is not asked)
+OFFLINE = ("mkdir -p /offline && printf '#!/bin/sh\\nexit 0\\n' >/offline/apt-get && chmod 755 /offline/apt-get && "
+           "export PATH=/offline:$PATH PIP_NO_INDEX=1 PIP_FIND_LINKS=/wheels && ")
+HOSTILE_AT_GRADESCOPE = r'''
+import glob, os, socket
+
+
+def snoop():
+    out = ["uid=%d" % os.getuid()]
+    paths = ["/autograder/source/course/assignments/vector_add/hidden.py", "/autograder/source/course/reference/vector_add.py",
+             "/autograder/source/setup.sh", "/proc/1/environ"]
+    paths += glob.glob("/autograder/source/**", recursive=True) + glob.glob("/autograder/results/**", recursive=True)
+    # every other process's environment (its own uid's are the worker's own: their environment is its own)
+    for path in glob.glob("/proc/[0-9]*/environ"):
+        try:
+            if os.stat(os.path.dirname(path)).st_uid != os.getuid():
+                paths.append(path)
+        except OSError:
+            pass  # ended meanwhile
+    for path in paths:
+        try:
+            with open(path, "rb") as f:
+                out.append("READ %s %r" % (path, f.read(200)))
+        except OSError as exc:
+            out.append("no %s" % type(exc).__name__)
+    out.append("CMDLINES %d" % len(glob.glob("/proc/[0-9]*/cmdline")))
+    for path in ("/autograder/results/results.json", "/autograder/source/pwned"):
+        try:
+            with open(path, "w") as f:
+                f.write("pwned")
+            out.append("WROTE %s" % path)
+        except OSError as exc:
+            out.append("no write %s" % type(exc).__name__)
+    try:
+        socket.socket(socket.AF_INET, socket.SOCK_STREAM).close()
+        out.append("NETWORK socket")
+    except OSError as exc:
+        out.append("NETWORK %s" % type(exc).__name__)
+    return out
+
+
+AT_IMPORT = snoop()
+
+
+def vector_add(x, y):
+    raise RuntimeError("hostile report: " + " | ".join(AT_IMPORT + snoop()))
+'''
+
+
+@pytest.fixture(scope="module")
+def gradescope_image(image, tmp_path_factory) -> str:
+    """The zip of `grader gradescope -a vector_add`, unpacked in /autograder/source of the Debian base
+    and set up by its own setup.sh, as root (Gradescope's image build), committed as an image."""
+    from grader.kit.gradescope import build_autograder
+
+    tmp = tmp_path_factory.mktemp("gradescope")
+    build_autograder(tmp / "autograder.zip", ["vector_add"])
+    build = f"grader-gradescope-build-{secrets.token_hex(4)}"
+    script = (OFFLINE + "mkdir -p /autograder/source && cd /autograder/source && "
+              "python3 -c 'import zipfile; zipfile.ZipFile(\"/zip/autograder.zip\").extractall(\".\")' && "
+              "chmod 755 setup.sh run_autograder && cp run_autograder /autograder/run_autograder && ./setup.sh")
+    try:
+        proc = subprocess.run([PODMAN, "run", "--name", build, "-v", f"{tmp}:/zip:ro", "-v", "/var/tmp/grader-image/wheels:/wheels:ro",
+                               BASE, "bash", "-c", script], capture_output=True, text=True, timeout=1800)
+        assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        subprocess.run([PODMAN, "commit", "--quiet", build, GRADESCOPE_TAG], check=True, capture_output=True, timeout=600)
+    finally:
+        subprocess.run([PODMAN, "rm", "-f", build], capture_output=True, timeout=120)
+    return GRADESCOPE_TAG
+
+
+def test_gradescope_autograder_keeps_the_course_from_a_hostile_submission(gradescope_image, tmp_path):
+    """Gradescope's run: root, in a container under the default seccomp profile (which refuses the
+    namespaces), `run_autograder` on /autograder/submission. The submission's code runs as another
+    uid and reads nothing of the zip's folder or the results, at import or in its function; the
+    course's files are root's alone; grading ends, with a results.json that says how it was contained."""
+    sub = tmp_path / "submission"
+    (sub / "kernels").mkdir(parents=True)
+    (sub / "kernels" / "vector_add.py").write_text(HOSTILE_AT_GRADESCOPE)
+    out = tmp_path / "out"
+    out.mkdir()
+    marker = f"gs-env-{secrets.token_hex(6)}"
+    script = ("cp -r /sub /autograder/submission && /autograder/run_autograder >/out/stdout 2>/out/stderr; "
+              "cp -r /autograder/results /out/results; "
+              # what another uid may read of the course, as the workers' (60001 and up)
+              "python3 -c 'import os, glob; os.setgroups([]); os.setgid(60777); os.setuid(60777); "
+              "print(sum(os.access(p, os.R_OK) for p in glob.glob(\"/autograder/source/**\", recursive=True) + "
+              "[\"/autograder/source\", \"/autograder/source/course/assignments/vector_add/hidden.py\"]))' >/out/readable")
+    proc = subprocess.run([PODMAN, "run", "--rm", "--env", f"GS_MARKER={marker}", "-v", f"{sub}:/sub:ro", "-v", f"{out}:/out",
+                           gradescope_image, "bash", "-c", script], capture_output=True, text=True, timeout=1200)
+    stdout, stderr = (out / "stdout").read_text(), (out / "stderr").read_text()
+    assert proc.returncode == 0, proc.stdout + proc.stderr + stdout + stderr
+    data = json.loads((out / "results" / "results.json").read_text())
+    isolation = data["extra_data"]["environment"]["isolation"]
+    # the seccomp profile refused the namespaces; the workers ran as a dedicated uid instead
+    assert any("Operation not permitted" in w for w in isolation["warnings"]), isolation
+    assert isolation["user"] == "a dedicated unprivileged uid" and isolation["network"] == "the host's", isolation
+    reports = [t["output"] for t in data["tests"] if "hostile report:" in t["output"]]
+    assert len(reports) >= 16, [t["output"][:300] for t in data["tests"]]
+    for report in reports:
+        assert "uid=0 " not in report and "READ " not in report and "WROTE" not in report, report
+    assert (out / "readable").read_text().strip() == "0"  # not a file of the course, not the folder itself
+    hidden = (REPO_ROOT / "assignments" / "vector_add" / "hidden.py").read_text()
+    reference = (REPO_ROOT / "reference" / "vector_add.py").read_text()
+    seen = "\n".join([json.dumps(data), stdout, stderr, (out / "results" / "report" / "report.html").read_text(errors="replace")])
+    for needle in (hidden[:60], reference[:60], 'Case("n=65535-odd-tail"', marker):
+        assert needle not in seen, needle
+    assert all(t["extra_data"]["reproducer"].startswith("grader check . --device cpu") for t in data["tests"]
+               if t["extra_data"].get("reproducer"))

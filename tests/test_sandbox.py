@@ -235,7 +235,7 @@ def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, mo
     process.detect.cache_clear()
     try:
         degraded = process.detect("sandbox")
-        assert not degraded.namespaces and not degraded.user_switch
+        assert not degraded.namespaces  # as root, a dedicated uid where its Python is open to it (test_gradescope)
         assert len(degraded.warnings) == 1 and "the unshare command is missing" in degraded.warnings[0]
         assert "could outlive it" in degraded.warnings[0]
         marker = f"300.{secrets.randbelow(10**9)}"

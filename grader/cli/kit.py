@@ -127,7 +127,8 @@ def gradescope(
     except ReleaseError as exc:
         _fail(str(exc))
     console.print(f"Gradescope autograder: {out} ({len(members)} files; torch {'CUDA' if cuda else 'CPU'} build)")
-    console.print("  it holds the reference kernels, hidden cases and secret: upload it to Gradescope only.")
+    console.print("  it holds these assignments' reference kernels and hidden cases (no course secret): upload it to "
+                  "Gradescope only.")
 
 
 def register(app: typer.Typer) -> None:

@@ -55,7 +55,7 @@ from grader.results import WORKER_FAILURES, AssignmentResult, Outcome, TestResul
 from grader.sandbox.files import output_path, shown_to_worker
 from grader.sandbox.process import WorkerFailure
 from grader.sanitize import one_line
-from grader.spec import Assignment
+from grader.spec import Assignment, Case
 from grader.submission import Submission
 
 
@@ -383,8 +383,8 @@ def _unloadable(spec: Assignment, ctx: GradingContext, result: AssignmentResult,
                           traceback=failure.traceback, output=failure.output,
                           details=SubmissionPayload(import_failed=True))
     first = runnable[0]  # any one case reproduces an import that fails
-    test.reproducer = (f"{ctx.reproducer} -a {spec.name} --case '{first.case.name}' --dtype {first.dtype} --seed "
-                       f"{first.seed}")
+    test.reproducer = (f"{ctx.reproducer} -a {spec.name} {_case_option(spec, first.case)} --dtype {first.dtype} "
+                       f"--seed {first.seed}")
     return _one_result(spec, ctx, result, calls, runnable, test)
 
 
@@ -469,8 +469,8 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
                 return TestResult(spec.name, Kind.INTEGRITY, name, Outcome.FAILED,
                                   f"{call.case.name} [float32]: {reply.message}",
                                   case=call.case.name, dtype="float32", traceback=reply.traceback,
-                                  reproducer=f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype "
-                                             f"float32 --seed {call.seed} --device cpu")
+                                  reproducer=f"{ctx.reproducer} -a {spec.name} {_case_option(spec, call.case)} "
+                                             f"--dtype float32 --seed {call.seed} --device cpu")
             if isinstance(reply, Failure):
                 skipped.append(f"{call.case.name}: {reply.message}")
     finally:
@@ -643,8 +643,16 @@ def _contiguous_strides(size: list[int]) -> list[int]:
     return list(reversed(strides))
 
 
+def _case_option(spec: Assignment, case: Case) -> str:
+    """A reproducer's `--case`: the case's name, or a hidden case's shape (`shape=...`), which
+    a student's kit runs (it has no hidden case to name; its inputs are drawn anew)."""
+    name = (shrink.shape_name(spec, case.params) if case.hidden else None) or case.name
+    return f"--case '{name}'"
+
+
 def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str, **kw) -> TestResult:
-    reproducer = f"{ctx.reproducer} -a {spec.name} --case '{call.case.name}' --dtype {call.dtype} --seed {call.seed}"
+    reproducer = (f"{ctx.reproducer} -a {spec.name} {_case_option(spec, call.case)} --dtype {call.dtype} "
+                  f"--seed {call.seed}")
     return TestResult(spec.name, Kind.CORRECTNESS, call.test_name, outcome, message,
                       case=call.case.name, dtype=call.dtype, shape=_shape(call), reproducer=reproducer,
                       hidden=call.case.hidden, **kw)

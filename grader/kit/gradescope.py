@@ -3,9 +3,17 @@
 Gradescope's autograder specification: the zip holds `setup.sh` (run once, as root, when the
 image is built; it installs the dependencies) and `run_autograder` (run for each submission in
 /autograder, with the student's files in /autograder/submission; it must write
-/autograder/results/results.json). Here the zip also holds the grader's wheel and the course:
-specs, hidden cases, reference kernels and the secret, all of which stay on Gradescope's side.
+/autograder/results/results.json). Here the zip also holds the grader's wheel and, of the course,
+only what grading its assignments needs: their specs, hidden cases and reference kernels. Never
+the course secret: each submission is graded with a fresh seed, so the secret would keep nothing
+from the student, and would only make a random case's reproducer draw another shape in their kit.
 results.json is RunResult.to_gradescope(): hidden cases are `after_published`.
+
+Gradescope runs the image as root in a Docker container whose default seccomp profile refuses new
+namespaces: the sandbox then runs each worker as a dedicated uid without namespaces
+(grader.sandbox.namespaces.degraded_user_switch). Before grading, `contain` closes the zip's
+folder to every other user and refuses to grade (saying why, in results.json) where a worker could
+still read it: not root and no namespaces.
 
 GRADER_AUTOGRADER_ROOT stands for /autograder, so that a course can try the zip locally.
 """
@@ -13,6 +21,7 @@ GRADER_AUTOGRADER_ROOT stands for /autograder, so that a course can try the zip 
 from __future__ import annotations
 
 import json
+import os
 import shutil
 import stat
 import tempfile
@@ -35,30 +44,40 @@ ROOT="${{GRADER_AUTOGRADER_ROOT:-/autograder}}"
 apt-get update
 # util-linux: unshare, for the grader's sandbox; gcc and the headers: Triton builds a launcher on a GPU
 apt-get install -y --no-install-recommends python3 python3-venv python3-dev gcc libc6-dev util-linux
+umask 022  # the venv is read by the workers' uid: it runs their Python
 python3 -m venv "$ROOT/venv"
 "$ROOT/venv/bin/pip" install --upgrade pip
 "$ROOT/venv/bin/pip" install "torch=={torch}" --index-url {torch_index}   # {torch_kind}
 "$ROOT/venv/bin/pip" install ./{wheel}
+# the course (hidden cases, reference kernels) is root's alone: no worker's uid reads it
+chmod -R go-rwx .
 """
 
 RUN_AUTOGRADER = """#!/usr/bin/env bash
 # Gradescope runs this for each submission: it grades /autograder/submission and writes
 # /autograder/results/results.json. GRADER_AUTOGRADER_ROOT stands for /autograder (a local trial).
 ROOT="${{GRADER_AUTOGRADER_ROOT:-/autograder}}"
+export GRADER_AUTOGRADER_ROOT="$ROOT"
 PY="$ROOT/venv/bin/python"
 [ -x "$PY" ] || PY=python3
 export GRADER_COURSE="$ROOT/source/course"
+export GRADER_CACHE_GB=0  # a fresh container per submission: nothing kept, nothing left running after it
+umask 077  # what the grader writes is root's alone: no worker's uid reads it
 mkdir -p "$ROOT/results"
 cd "$ROOT/results"
+# the course closed to workers and their sandbox checked (else results.json says why nothing is graded);
 # files uploaded without their folders (kernels/x.py dragged in as x.py): found by name, named in grader.toml
-"$PY" -m grader.kit.gradescope "$ROOT/submission" {names}
-"$PY" -m grader check "$ROOT/submission" {assignments} --device {device} --ci none \\
+"$PY" -I -m grader.kit.gradescope "$ROOT/submission" {names} || exit 0
+# from inside the submission (-I: nothing of it on the grader's path), so that every reproducer
+# reads `grader check .`, as the student types it in their own clone
+if cd "$ROOT/submission" 2>/dev/null; then REPO=.; else REPO="$ROOT/submission"; fi
+"$PY" -I -m grader check "$REPO" {assignments} --device {device} --ci none \\
     --json "$ROOT/results/results.json" --html "$ROOT/results/report" 2>"$ROOT/results/grader-stderr.txt"
 status=$?
 cat "$ROOT/results/grader-stderr.txt" >&2
 if [ ! -s "$ROOT/results/results.json" ]; then
     # no grade (no module found, or the grader failed): say why, in the file Gradescope reads
-    "$PY" - "$ROOT/results/results.json" "$status" "$ROOT/results/grader-stderr.txt" <<'EOF'
+    "$PY" -I - "$ROOT/results/results.json" "$status" "$ROOT/results/grader-stderr.txt" <<'EOF'
 import json, sys
 why = open(sys.argv[3], errors="replace").read().strip().splitlines()[-5:]
 json.dump({{"score": 0.0, "stdout_visibility": "visible", "tests": [],
@@ -78,7 +97,6 @@ def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = 
     come from, else the course's reference/."""
     catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     chosen = [catalogue.get(n) for n in names] if names else list(catalogue.catalogue().values())
-    course = catalogue.root
     out = Path(out)
     if out.suffix != ".zip":
         raise ReleaseError(f"--out {out}: Gradescope takes a .zip")
@@ -98,13 +116,10 @@ def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = 
                 rel = p.relative_to(spec.folder)
                 if p.is_file() and not SKIP & set(rel.parts):
                     files[f"course/assignments/{spec.folder.name}/{rel.as_posix()}"] = p.read_bytes()
-        reference = reference_dir or course / "reference"
-        for p in sorted(reference.rglob("*.py")) if reference.is_dir() else []:
-            if "__pycache__" not in p.parts:
-                files[f"course/reference/{p.relative_to(reference).as_posix()}"] = p.read_bytes()
-        secret = catalogue.secret()
-        if secret:
-            files[f"course/{specs.SECRET_FILE}"] = (secret + "\n").encode()
+        for spec in chosen:  # each assignment's own reference kernel, no other's; never the secret (above)
+            kernel = spec.reference_module(reference_dir)
+            if kernel.is_file():
+                files[f"course/reference/{kernel.name}"] = kernel.read_bytes()
         out.parent.mkdir(parents=True, exist_ok=True)
         partial = out.with_name(out.name + ".partial")
         with zipfile.ZipFile(partial, "w", zipfile.ZIP_DEFLATED) as z:
@@ -158,12 +173,74 @@ def locate_modules(submission: Path, names: list[str], catalogue: specs.Course |
     return done
 
 
-if __name__ == "__main__":  # run_autograder: python -m grader.kit.gradescope SUBMISSION NAME...
+class NotContained(Exception):
+    """A worker could read the course here: nothing is graded, and results.json says why."""
+
+
+def contain(autograder: Path) -> str:
+    """Close the zip's folder (`autograder`/source: the specs, hidden cases and reference kernels)
+    and the results folder to every user but root, and check that the sandbox keeps them from a
+    worker here: namespaces (a view without them), or root's dedicated worker uid (which the modes
+    then keep out). Returns how workers are contained (one line); NotContained where neither can be
+    had (not root and no namespaces), as grading there would hand the course to the submission."""
+    from grader.sandbox.process import detect
+    from grader.settings import current
+
+    isolation = detect("sandbox", current())  # as the check's own (its uid range, say)
+    if not (isolation.namespaces or isolation.user_switch):
+        raise NotContained("the sandbox can neither make namespaces nor run the submission as another user here "
+                           f"({'; '.join(isolation.warnings) or isolation.mode}), so the submission's code could read "
+                           "the course's hidden cases and reference kernels: nothing was graded. Course staff: run "
+                           "the autograder as root (Gradescope's default) or where namespaces are allowed.")
+    for folder in (autograder / "source", autograder / "results"):
+        if folder.is_dir() and not folder.is_symlink():
+            _close(folder)
+    describe = isolation.describe()
+    return f"sandbox: files: {describe['files']}; user: {describe['user']}; network: {describe['network']}"
+
+
+def _close(folder: Path) -> None:
+    """`folder` and all it holds: no access for group or others (never through a link)."""
+    os.chmod(folder, stat.S_IMODE(os.lstat(folder).st_mode) & 0o700)
+    for parent, dirs, names in os.walk(folder):
+        for name in dirs + names:
+            path = os.path.join(parent, name)
+            st = os.lstat(path)
+            if not stat.S_ISLNK(st.st_mode):
+                os.chmod(path, stat.S_IMODE(st.st_mode) & 0o700)
+
+
+def _refuse(results: Path, why: str) -> None:
+    """results.json for a submission not graded here: score 0 and the reason, which the student sees."""
+    from grader.results import write_json_atomic
+
+    write_json_atomic({"score": 0.0, "stdout_visibility": "visible", "tests": [],
+                       "output": f"The autograder did not grade this submission: {why}"}, results / "results.json")
+
+
+def main(argv: list[str]) -> int:
+    """run_autograder's first step: `python -I -m grader.kit.gradescope SUBMISSION NAME...`. Exit 0:
+    go on and grade; 3: not graded here (results.json says why)."""
     import sys
 
-    if len(sys.argv) >= 2 and Path(sys.argv[1]).is_dir():
-        from grader.sanitize import one_line
-        from grader.settings import current
+    from grader.sanitize import one_line
+    from grader.settings import current
 
-        for line in locate_modules(Path(sys.argv[1]), sys.argv[2:], specs.Course.find(current())):
+    autograder = Path(os.environ.get("GRADER_AUTOGRADER_ROOT", "/autograder"))
+    try:
+        print(contain(autograder))
+    except NotContained as exc:
+        print(f"error: {exc}", file=sys.stderr)
+        (autograder / "results").mkdir(parents=True, exist_ok=True)
+        _refuse(autograder / "results", str(exc))
+        return 3
+    if argv and Path(argv[0]).is_dir():
+        for line in locate_modules(Path(argv[0]), argv[1:], specs.Course.find(current())):
             print(one_line(line))  # it names a student's file
+    return 0
+
+
+if __name__ == "__main__":
+    import sys
+
+    sys.exit(main(sys.argv[1:]))

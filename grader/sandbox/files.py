@@ -42,6 +42,8 @@ def shown_to_worker(source: Path, workdir: Path, link: bool = False, prefix: str
     shows files beside another's at the same time (the bounds check beside the correctness calls)."""
     shown = workdir / "inputs" / f"{prefix}{source.name}"
     shown.parent.mkdir(mode=0o755, parents=True, exist_ok=True)
+    if stat.S_ISDIR(os.lstat(shown.parent).st_mode):  # 0755 whatever the umask (077 in a degraded sandbox)
+        os.chmod(shown.parent, 0o755)
     place(source, shown, link)
     os.chmod(shown, 0o644)  # readable by the worker's uid, whatever the umask
     try:

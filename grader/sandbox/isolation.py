@@ -31,7 +31,8 @@ class Isolation:
             else "own session; children swept",
             "files": ("private view: only the system, Python and the job folder (writable), nothing of the course; "
                       "no capabilities") if self.namespaces
-            else "everything its user can reach",
+            else ("what every user may read: the grader's own files are closed to its uid (0700/0600)"
+                  if self.user_switch else "everything its user can reach"),
             "user": "a dedicated unprivileged uid" if self.user_switch else ("the grader's own (in a user namespace)"
                                                                             if self.user_namespace
                                                                             else "the grader's own"),

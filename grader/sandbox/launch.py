@@ -44,7 +44,8 @@ def worker_code() -> Path:
     with _code_lock:
         if _code and (_code[0] / "grader" / "worker" / "server.py").is_file():
             return _code[0]
-        private = Path(tempfile.mkdtemp(prefix="grader-worker-code-"))  # 0700: the grader's own
+        private = Path(tempfile.mkdtemp(prefix="grader-worker-code-"))
+        os.chmod(private, 0o711)  # entered, never listed: a worker uid without namespaces reaches lib/ by name
         atexit.register(shutil.rmtree, private, True)
         stage = private / "lib"
         source = Path(PACKAGE_PARENT) / "grader"

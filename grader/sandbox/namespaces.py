@@ -5,7 +5,9 @@ install, its own copy of the worker code, its job folder: never the course folde
 but its own folders, then drops every capability and, when the grader is root, switches to a
 dedicated unprivileged uid, with resource limits. When the worker ends or times out, every process it
 started dies with the namespace. Where namespaces are not available this is said once and the
-worker runs with what is left: its own session, limits, a subreaper that sweeps its children."""
+worker runs with what is left: its own session, limits, a subreaper that sweeps its children and,
+when the grader is root (a Docker container under its default seccomp profile, as Gradescope runs
+one), a dedicated uid that reads only what every user may (see `degraded_user_switch`)."""
 
 from __future__ import annotations
 
@@ -15,6 +17,7 @@ import os
 import shutil
 import signal
 import site
+import stat
 import subprocess
 import sys
 import tempfile
@@ -23,7 +26,7 @@ from pathlib import Path
 
 from grader.sandbox import zygote
 from grader.sandbox.init import children_of
-from grader.sandbox.isolation import Isolation
+from grader.sandbox.isolation import Isolation, SandboxError
 from grader.sandbox.launch import CHECKOUT_TAG, PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv, worker_code
 from grader.sandbox.uids import JobLease, chown_tree
 from grader.settings import Settings
@@ -44,23 +47,68 @@ def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isol
         if root:
             candidates.append(Isolation("sandbox", namespaces=True, user_switch=True))
         candidates.append(Isolation("sandbox", namespaces=True, user_namespace=not root))
+    if root:  # no namespaces, but still another uid: the course's files kept from it by their modes
+        candidates.append(Isolation("sandbox", user_switch=True))
     candidates.append(Isolation("sandbox"))
+    no_other_uid = None  # why the form without namespaces but with a uid of its own did not start
     for candidate in candidates:
         problem = probe(candidate)
         if problem is None:
             break
-        reasons.append(problem)
+        if candidate.user_switch and not candidate.namespaces:
+            no_other_uid = problem
+        else:
+            reasons.append(problem)
     else:  # not even the init runs here (not Linux?): plain processes, said once
+        reasons += [no_other_uid] if no_other_uid else []
         return Isolation("none", warnings=(f"no sandbox can start here ({'; '.join(reasons)}): workers run as plain "
                                            "processes, as with --isolation none",))
-    if not candidate.namespaces:
-        warnings.append(f"sandbox without namespaces ({reasons[-1]}): a worker can use the network, read every file "
-                        "its user can, see other processes, and a process it starts could outlive it"
+    if not candidate.namespaces and candidate.user_switch:
+        degraded_user_switch()
+        warnings.append(f"sandbox without namespaces ({reasons[-1]}): a worker runs as a dedicated uid, so it reads "
+                        "only what every user may (the grader's files are made 0700/0600), but it can use the network, "
+                        "see other processes, and a process it starts could outlive it" + _container_hint())
+    elif not candidate.namespaces:
+        other = f"; as root, no worker uid of its own either ({no_other_uid})" if no_other_uid else ""
+        warnings.append(f"sandbox without namespaces ({reasons[-1]}{other}): a worker can use the network, read every "
+                        "file its user can, see other processes, and a process it starts could outlive it"
                         + _container_hint())
     elif root and not candidate.user_switch:
         warnings.append(f"sandbox without a separate user ({reasons[0]}): workers run as root inside their namespaces")
     return Isolation(candidate.mode, candidate.namespaces, candidate.user_namespace, candidate.user_switch,
                      tuple(warnings))
+
+
+def degraded_user_switch() -> None:
+    """Root without namespaces: the worker's uid shares the grader's file system, so from here on
+    everything this process makes is its own alone (umask 077): its temporary folders, the inputs
+    of every case, the reference's outputs, results.json. What a worker must read is opened to it
+    by name (`_open_to_worker`): the job folder and the way to it, its inputs (0644), the worker's
+    copy of the grader's code. A course folder made before (Gradescope's /autograder/source) is
+    the caller's to close (grader.kit.gradescope)."""
+    os.umask(os.umask(0o077) | 0o077)
+
+
+def _open_to_worker(launch: Launch, uid: int) -> None:
+    """Without namespaces (no view): the worker's own folders (cwd, scratch, outputs) become its
+    uid's, and the job folder and every folder on the way to it under the temp folder become
+    traversable (o+x: entered by name, never listed), all else in them being 0700/0600
+    (`degraded_user_switch`). The job folder itself stays the grader's, so the worker cannot put
+    a link where the grader writes its inputs. Refused (SandboxError) for a job outside the temp
+    folder: opening a way there could open more than the job."""
+    job = Path(os.path.realpath(launch.job))
+    top = Path(os.path.realpath(tempfile.gettempdir()))
+    if job != top and top not in job.parents:
+        raise SandboxError(f"the job folder {job} is not under {top}: a worker uid without namespaces reaches "
+                           "only what the temp folder holds")
+    for folder in [job, *job.parents]:
+        if folder == top:
+            break
+        st = os.lstat(folder)
+        if st.st_uid == os.geteuid() and not st.st_mode & 0o001:
+            os.chmod(folder, stat.S_IMODE(st.st_mode) | 0o001)
+    for own in launch.writable:
+        chown_tree(Path(own), uid, uid)
 
 
 def _container_hint() -> str:
@@ -125,7 +173,10 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
     if isolation.user_switch:
         lease = JobLease(launch.job, launch.settings.sandbox_uids)
         user = [lease.uid, lease.uid]
-        chown_tree(launch.job, *user)
+        if isolation.namespaces:  # the job folder is mounted read-only in its view
+            chown_tree(launch.job, *user)
+        else:
+            _open_to_worker(launch, lease.uid)
     return {
         "argv": argv,
         "cwd": str(launch.cwd),

@@ -120,7 +120,11 @@ def as_asked(mode: str = "sandbox", settings: Settings = Settings()) -> Isolatio
                        "a sandbox, knowingly")
 
 
-PROBE = ("import os, grader.worker.server, numpy, safetensors, torch, triton\n"
+PROBE = ("import os, sys, grader.worker.server, numpy, safetensors, torch, triton\n"
+         # a forked worker has these imported already: its uid must still reach them for what it imports later
+         "for m in (numpy, safetensors, torch, triton):\n"
+         "    if not os.access(os.path.dirname(m.__file__), os.R_OK | os.X_OK):\n"
+         "        sys.exit(f'the worker cannot read {os.path.dirname(m.__file__)} (its uid is not let in)')\n"
          "if os.environ.get('CUDA_VISIBLE_DEVICES') != '':\n"  # a GPU worker must reach the GPU from inside
          "    torch.zeros(1, device='cuda')\n")
 
