@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import stat
 from contextlib import contextmanager
 from pathlib import Path
 
