@@ -52,8 +52,11 @@ RUN --mount=type=bind,from=wheels,source=/wheels,target=/wheels \
     pip install $PIP_OPTIONS --find-links /wheels . \
     && rm -rf build grader.egg-info \
     && mkdir -p /opt/grader/reference \
+    && chmod -R go-rwx /opt/grader/assignments \
     && useradd --create-home --uid 10001 --user-group student
 
+# The course folder is root's alone: where the container refuses namespaces (use 2 without the
+# capabilities) a worker runs as another uid in the same file tree and must not read the hidden cases.
 # reference/ is mounted read-only by the TA when the grader runs here (use 2); worker
 # containers (use 1) never get it.
 ENV GRADER_COURSE=/opt/grader
