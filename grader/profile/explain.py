@@ -138,8 +138,8 @@ def explain(student: list[Launch], reference: list[Launch], must_move: int | Non
                                         f"({_size(sb)} against {_size(rb)}{need})"))
         bytes_said = True
     elif sb and must_move and not rb and sb >= MORE_BYTES * must_move:
-        weighed.append((False, weigh(sb / must_move), f"your kernel moves {sb / must_move:.1f}x the bytes the assignment "
-                                               f"must move ({_size(sb)} against {_size(must_move)})"))
+        weighed.append((False, weigh(sb / must_move), f"your kernel moves {sb / must_move:.1f}x the bytes the "
+                                                      f"assignment must move ({_size(sb)} against {_size(must_move)})"))
         bytes_said = True
 
     so, ro = s.get("occupancy_pct"), r.get("occupancy_pct")

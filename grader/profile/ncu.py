@@ -131,6 +131,10 @@ def _errors(text: str) -> str:
     return ""
 
 
+def _at(units: list[str], i: int) -> str:
+    return units[i] if i < len(units) else ""
+
+
 def parse(text: str) -> list[Launch]:
     """The launches of ncu's `--csv --page raw` output (a header row of column names, a row of
     units, a row per launch; ncu's own ==PROF== / ==ERROR== lines beside them). NcuError where it
@@ -148,16 +152,15 @@ def parse(text: str) -> list[Launch]:
     for row in table[header + 2:][:MAX_LAUNCHES]:
         if len(row) != len(names):
             continue
-        unit = (lambda i: units[i] if i < len(units) else "")
         figures = {}
         for key, metric in METRICS.items():
             i = col.get(metric)
-            v = None if i is None else _number(row[i], unit(i))
+            v = None if i is None else _number(row[i], _at(units, i))
             if v is not None:
                 figures[key] = v
         stalls = {}
         for s, i in stall_cols.items():
-            v = None if i is None else _number(row[i], unit(i))
+            v = None if i is None else _number(row[i], _at(units, i))
             if v is not None and v > 0:
                 stalls[s] = v
         launches.append(Launch(row[col["Kernel Name"]][:200], figures, stalls))
