@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import replace
 from pathlib import Path
+from typing import Sequence
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -105,18 +106,20 @@ def _bounded(run: RunResult) -> RunResult:
     return replace(run, assignments=assignments)
 
 
-def render(run: RunResult) -> str:
+def render(run: RunResult, profiles: Sequence = ()) -> str:
+    """`profiles`: --profile's (grader.judge.profiling.Profile), each shown under its assignment's speed."""
     run = _bounded(run)
     return _ENV.get_template("report.html.j2").render(
+        profiles={p.assignment: p for p in profiles},
         run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments),
         perf_chart=perf_chart, matrix=matrix, points_line=points_line,
         groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words, traceback_tail=traceback_tail,
         Outcome=Outcome, outcome_css=outcome_css())
 
 
-def write_report(run: RunResult, folder: Path) -> Path:
+def write_report(run: RunResult, folder: Path, profiles: Sequence = ()) -> Path:
     """report.html in `folder`, written through a temp file and a rename: a link planted there
     is replaced, never written through."""
     path = folder / "report.html"
-    write_text_atomic(render(run), path)
+    write_text_atomic(render(run, profiles), path)
     return path
