@@ -16,6 +16,7 @@ from conftest import REPO_ROOT, build_submission, has_gpu
 from grader.judge import profiling
 from grader.profile import ncu
 from grader.sandbox.launch import isolated_python
+from grader.settings import Settings
 from tests import ncu_fixtures as fx
 
 CHECK = ["-a", "vector_add", "--case", "n=127", "--dtype", "float32"]
@@ -160,3 +161,44 @@ def test_grade_profile_without_a_gpu_says_why_once(tmp_path, capsys):
     _profile_class(tmp_path, ["vector_add"], None, SimpleNamespace(device="cpu", isolation="sandbox", gpu=None), None)
     said = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]
     assert said == ["--profile: no profile: it needs an NVIDIA GPU, and this ran in Triton's CPU interpreter"]
+
+
+LATE_NCU = '''#!{python}
+import json, os, sys, time
+args = sys.argv[1:]
+log = args[args.index("--log-file") + 1]
+cmd = args[args.index("-I") - 1:]
+code = cmd.index("-c")
+record, inputs, layout, out = cmd[code + 2:code + 6]
+def flag(name):
+    return cmd[cmd.index(name) + 1]
+def wait(path):
+    while not os.path.exists(path):
+        time.sleep(0.01)
+wait(flag("--ready")); open(flag("--loaded"), "w").close()
+wait(flag("--arm")); open(flag("--armed"), "w").close()
+wait(flag("--go"))
+json.dump({{"ms": [0.5], "placements": [[0.5]], "sums": [[[1.0, 1.0, 0.0]]], "median_ms": 0.5, "launches": 1}},
+          open(os.path.join(out, "replay.json"), "w"))
+open(os.path.join(out, "last.safetensors"), "wb").write(b"x")
+time.sleep(1.0)  # ncu writes its results as the profiled process exits: after the replay's answer
+open(log, "w").write({csv!r})
+'''
+
+
+def test_the_profiled_replay_is_waited_for_until_ncu_has_written(tmp_path):
+    """Unlike a timed replay, stopped once its last result is written, the profiled one runs until
+    ncu ends (a stand-in here, writing its CSV a second after the replay's answer)."""
+    from test_replay_sandbox import _call
+
+    fake = tmp_path / "ncu"
+    fake.write_text(LATE_NCU.format(python=sys.executable, csv=fx.ncu_csv(fx.TINY_BLOCK)))
+    fake.chmod(0o755)
+    _, rec, inputs, layout = _call(tmp_path / "call")
+    work = inputs.parent
+    log = work / "profiled" / "result" / ncu.LOG_NAME
+    entry = profiling.boot(fake, ncu.options(["add_kernel"], 1, str(log)))
+    run = profiling._under_ncu(rec, work, work / "profiled", entry, "none", None, Settings())
+    assert not run.failed and run.ms == [0.5], run
+    (launch,) = ncu.parse(profiling._read(log))
+    assert launch.kernel == "softmax_one_warp"

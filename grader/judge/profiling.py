@@ -17,6 +17,7 @@ import json
 import os
 import shutil
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -96,12 +97,9 @@ def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | No
                 return Profile(name, why_not=f"no profile of {name}: the {c}'s record: {one_line(exc, 200)}")
             kernels = [k.name for k in plan.kernels.values()]
             count = sum(1 for s in plan.steps if isinstance(s, records.Launch))
-            job = work / c
-            log = job / "result" / ncu.LOG_NAME
-            run = replayed.run(folder, work / "inputs.safetensors", work / "layout.json", job, 1, TIMEOUT_S,
-                               isolation=isolation, gpu=gpu, boot=boot(ncu.find_ncu() or ncu.NCU_DEFAULT,
-                                                                        ncu.options(kernels, count, str(log))),
-                               settings=settings)
+            log = work / c / "result" / ncu.LOG_NAME
+            entry = boot(ncu.find_ncu() or ncu.NCU_DEFAULT, ncu.options(kernels, count, str(log)))
+            run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings)
             try:
                 launches[c] = ncu.parse(_read(log))
             except ncu.NcuError as exc:
@@ -111,6 +109,23 @@ def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | No
         return Profile(name, explain(launches["student"], launches["reference"], _get(details, "bytes")))
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, gpu: str | None, settings):
+    """One replay (a rep, no placements) through the sandbox with `entry` as its entry point, told
+    to go at once; then, unlike a timed replay (whose process is stopped once its last result is
+    written), waited for until it ends: ncu writes its CSV as the replayed process exits."""
+    from grader.judge import replayed
+
+    run = replayed.go(replayed.start(record, work / "inputs.safetensors", work / "layout.json", job, 1, TIMEOUT_S,
+                                     isolation=isolation, gpu=gpu, boot=entry, settings=settings))
+    pending = run.pending
+    if pending is not None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while pending.proc.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    replayed.stop(run)
+    return run
 
 
 def _read(log: Path) -> str:
