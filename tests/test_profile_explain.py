@@ -118,3 +118,31 @@ def test_counters_restricted_reads_the_drivers_parameter(tmp_path):
     params.write_text("RmProfilingAdminOnly: 0\n")
     assert ncu.counters_restricted(params) is False
     assert ncu.counters_restricted(tmp_path / "absent") is None
+
+
+TWO_KERNELS = [("row_stats", {**fx.BASE, "duration_ns": 120_000, "dram_read_bytes": 268_566_528,
+                              "dram_write_bytes": 262_144}, fx.BASE_STALLS),
+               ("row_write", {**fx.BASE, "duration_ns": 185_000}, fx.BASE_STALLS)]
+
+
+def test_two_kernels_that_read_the_input_twice_are_told_the_bytes_not_the_launch():
+    said = findings(TWO_KERNELS)
+    assert said == ["your kernel moves 1.5x the bytes the reference moves (805.83 MB against 537.00 MB; "
+                    "the assignment must move 536.87 MB)"]
+
+
+def test_many_short_launches_are_said():
+    short = [(f"k{i}", {**fx.BASE, "duration_ns": 3_000, "dram_read_bytes": 1e6, "dram_write_bytes": 1e6},
+              fx.BASE_STALLS) for i in range(8)]
+    ref = [("k", {**fx.BASE, "duration_ns": 6_000, "dram_read_bytes": 8e6, "dram_write_bytes": 8e6}, fx.BASE_STALLS)]
+    said = explain.explain(profile(short), profile(ref), None).findings
+    assert said == ["your call makes 8 kernel launches, the reference's 1"]
+
+
+def test_bytes_against_what_the_assignment_must_move_when_the_reference_has_none():
+    no_dram = {k: v for k, v in fx.BASE.items()}
+    ref = ncu.parse(fx.ncu_csv([("ref", no_dram, fx.BASE_STALLS)]))
+    for launch in ref:
+        launch.figures.pop("dram_read_bytes"), launch.figures.pop("dram_write_bytes")
+    said = explain.explain(profile(fx.READS_TWICE), ref, fx.MUST_MOVE).findings
+    assert said[0] == "your kernel moves 2.0x the bytes the assignment must move (1.07 GB against 536.87 MB)"

@@ -37,6 +37,7 @@ MORE_BYTES = 1.25  # the student's DRAM traffic over the reference's that is sai
 LOW_OCCUPANCY = 0.75  # the student's achieved occupancy under this share of the reference's is said
 LOW_THROUGHPUT = 0.7  # ... the memory (or compute) throughput as % of peak
 CLOSE = 1.10  # a time within this of the reference's: nothing to explain
+LAUNCH_GAP_NS = 4000  # about what one more launch adds between kernels of one call
 
 
 @dataclass
@@ -171,9 +172,12 @@ def explain(student: list[Launch], reference: list[Launch], must_move: int | Non
                             f"your kernel reaches {sp:.0f}% of the {what}'s peak throughput, "
                             f"the reference {rp:.0f}%{wait}"))
 
-    if len(s.launches) > len(r.launches):
-        weighed.append((False, weigh(len(s.launches) / len(r.launches)),
-                        f"your call makes {len(s.launches)} kernel launches, the reference's {len(r.launches)}"))
+    extra = len(s.launches) - len(r.launches)
+    if extra > 0 and s.duration_ns:  # what the extra launches' gaps add to the time, at most
+        share = s.duration_ns / max(s.duration_ns - extra * LAUNCH_GAP_NS, 1.0)
+        if share >= 1.05:
+            weighed.append((False, weigh(share), f"your call makes {len(s.launches)} kernel launches, "
+                                                 f"the reference's {len(r.launches)}"))
 
     weighed.sort(key=lambda w: (w[0], -w[1]))
     findings = [t for _, _, t in weighed[:2]]
