@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import Sequence
 
 from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
@@ -169,10 +170,12 @@ def summary_line(a: AssignmentResult) -> SummaryLine:
     return SummaryLine(a.name, a.title, a.module, points_line(a), state, css, _one_line(cause), missing)
 
 
-def render(run: RunResult) -> str:
+def render(run: RunResult, profiles: Sequence = ()) -> str:
+    """`profiles`: --profile's (grader.judge.profiling.Profile), each shown under its assignment's speed."""
     run = _bounded(run)
     lines = [summary_line(a) for a in run.assignments]
     return _ENV.get_template("report.html.j2").render(
+        profiles={p.assignment: p for p in profiles},
         run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments),
         summary=[s for s in lines if not s.missing], missing=[s for s in lines if s.missing],
         sections=[(a, s) for a, s in zip(run.assignments, lines) if not s.missing],
@@ -181,9 +184,9 @@ def render(run: RunResult) -> str:
         Outcome=Outcome, outcome_css=outcome_css())
 
 
-def write_report(run: RunResult, folder: Path) -> Path:
+def write_report(run: RunResult, folder: Path, profiles: Sequence = ()) -> Path:
     """report.html in `folder`, written through a temp file and a rename: a link planted there
     is replaced, never written through."""
     path = folder / "report.html"
-    write_text_atomic(render(run), path)
+    write_text_atomic(render(run, profiles), path)
     return path

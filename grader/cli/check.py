@@ -119,6 +119,7 @@ class CheckOptions:
     jobs: int | None = None
     ci: str | None = None  # --ci as given
     ci_mode: str | None = None  # the CI output written: classroom50, github or None (grader.kit.classroom50.mode)
+    profile_store: Path | None = None  # --profile: where the replay's records are kept for it (grader.judge.profiling)
 
     @classmethod
     def parse(cls, repo: Path, assignment: list[str] | None, json_file: Path | None, html_dir: Path | None, device: str,
@@ -209,6 +210,8 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
         raise UsageError("\n".join(unmatched))
     if (options.cases or options.dtypes) and not any(ctx.calls(s) for s in chosen):
         raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
+    if options.profile_store is not None:  # --profile: the replay's records kept for the profile after grading
+        ctx = replace(ctx, replay_store=str(options.profile_store))
     if keep is not None:  # workers forked at once by a zygote that outlives this command
         zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
         ctx = replace(ctx, durations=str(keep / "durations.json"))
@@ -270,6 +273,9 @@ def check(
                                      "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG "
                                      "are set); github: a job summary, annotations and the classroom-resources result "
                                      "output (default otherwise in GitHub Actions); none: plain."),
+    profile: bool = typer.Option(False, "--profile", help="After grading, profile your kernels and the reference's "
+                                 "with Nsight Compute on the GPU and say what explains the gap (never changes a "
+                                 "grade)."),
 ) -> None:
     """Run the public checks on a submission and explain every failure."""
     from grader.settings import from_environment
@@ -279,12 +285,28 @@ def check(
     options = CheckOptions.parse(repo, assignment, json_file, html_dir, device, seed, case, dtype, timeout, isolation,
                                  jobs, ci)
     sinks = sinks_for(options, settings, course)
+    store = None
+    if profile:  # only asked for: nothing of the profile is imported or kept otherwise
+        import tempfile
+
+        store = Path(tempfile.mkdtemp(prefix="grader-profile-records-"))
+        options = replace(options, profile_store=store)
     try:
-        run = run_check(options, settings, course, sinks, progress=_progress)
-    except CheckNotRun as stop:
-        codes = [sink.not_run(stop.error, stop.unreadable) for sink in sinks]
-        raise typer.Exit(next((c for c in codes if c is not None), 2)) from None
+        try:
+            run = run_check(options, settings, course, sinks, progress=_progress)
+        except CheckNotRun as stop:
+            codes = [sink.not_run(stop.error, stop.unreadable) for sink in sinks]
+            raise typer.Exit(next((c for c in codes if c is not None), 2)) from None
+        profiles = _profiles(run, options, settings, course, store) if store is not None else []
+    finally:
+        if store is not None:
+            shutil.rmtree(store, ignore_errors=True)
+    for sink in sinks:
+        if isinstance(sink, HtmlSink):
+            sink.profiles = profiles
     codes = [_finished(sink, run) for sink in sinks]
+    if profiles:
+        _say_profiles(profiles)
     raise typer.Exit(next((c for c in codes if c is not None), exit_code(run)))
 
 
@@ -302,6 +324,33 @@ def _finished(sink: Sink, run: RunResult) -> int | None:
         err.print(f"[red]error:[/red] the machine ran out of {cause} writing this check's results "
                   f"({escape(one_line(str(exc), 200))}): free some and check again")
         return 2
+
+
+def _profiles(run: RunResult, options: CheckOptions, settings: Settings, course: specs.Course, store: Path) -> list:
+    """--profile, after grading: each timed assignment's profile, or why there is none (said on
+    stderr at once, in one line: the check goes on)."""
+    from grader.judge import profiling
+
+    why = profiling.unavailable("cuda" if run.environment.get("mode") == "gpu" else "cpu", options.isolation)
+    if why:
+        err.print(f"[yellow]--profile:[/yellow] {escape(why)}")
+        return []
+    err.print("Profiling the replays of your kernels and the reference's with Nsight Compute...")
+    profiles = profiling.profile_run(run, course, store, options.isolation, None, settings)
+    if not profiles:
+        err.print("[yellow]--profile:[/yellow] no profile: no assignment of this check was timed")
+    return profiles
+
+
+def _say_profiles(profiles: list) -> None:
+    from grader.profile.explain import lines
+
+    for p in profiles:
+        if p.explanation is None:
+            err.print(f"[yellow]--profile:[/yellow] {escape(p.why_not)}")
+            continue
+        for line in lines(p.assignment, p.explanation):
+            console.print(escape(line))
 
 
 PIPED_PROGRESS_EVERY = 10.0  # seconds between two progress lines where no live bar can be drawn

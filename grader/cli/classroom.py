@@ -20,6 +20,7 @@ from pathlib import Path
 from typing import Any, List, Optional
 
 import typer
+from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
@@ -206,6 +207,7 @@ class GradeOptions:
     deadline: str | None = None
     course_file: Path | None = None
     similarity_threshold: float | None = None
+    profile: bool = False  # after grading: each timed job's replays profiled (grader.judge.profiling)
 
     def validate(self) -> None:
         """The options that cannot work together, said before anything is read."""
@@ -336,6 +338,8 @@ def grade(
                                                          help="List pairs of submissions at "
                                                          "least this similar on the dashboard (default: course.toml's, "
                                                          "else 0.6)."),
+    profile: bool = typer.Option(False, "--profile", help="After grading, profile each timed job's kernels and the "
+                                 "reference's with Nsight Compute and say what explains the gap (grades unchanged)."),
 ) -> None:
     """Grade a whole class: per-student reports, a dashboard, gradebooks; resumable."""
     options = GradeOptions(**locals())  # every parameter, by its name
@@ -379,7 +383,43 @@ def run_grade(options: GradeOptions, settings: Settings) -> int:
     for line in plan.broken:
         console.print(f"[red]{shown(line, 500)}[/red]")
     entry, warnings = _graded_with_progress(lock, opts, plan)
-    return _graded_exit(options.out, lock, plan, entry, warnings)
+    code = _graded_exit(options.out, lock, plan, entry, warnings)
+    if options.profile:  # after the grades are written: a profile changes none of them
+        _profile_class(options.out, names, catalogue, ctx, settings)
+    return code
+
+
+def _profile_class(out: Path, names: list[str], catalogue: specs.Course, ctx, settings: Settings) -> None:
+    """--profile: every job of `names` timed by replay in the class folder `out`, profiled from the
+    records the batch kept (OUT/replay), each said in the terminal under its student; or, in one
+    line, why there is no profile."""
+    from grader.batch.store import read_json
+    from grader.judge import profiling
+    from grader.profile.explain import lines
+    from grader.sanitize import one_line
+
+    why = profiling.unavailable(ctx.device, ctx.isolation)
+    if why:
+        err.print(f"[yellow]--profile:[/yellow] {escape(why)}")
+        return
+    students = Path(out) / "students"
+    for folder in sorted(p for p in students.iterdir() if p.is_dir() and not p.is_symlink()) \
+            if students.is_dir() else []:
+        for name in names:
+            record = read_json(folder / "jobs" / f"{name}.json") or {}
+            tests = (record.get("result") or {}).get("tests") or []
+            perf = next((t.get("details") for t in tests if isinstance(t, dict) and t.get("kind") == "performance"
+                         and isinstance(t.get("details"), dict) and t["details"].get("timed_by")), None)
+            if perf is None:
+                continue
+            who = one_line(record.get("student") or folder.name, 80)
+            p = profiling.profile_assignment(catalogue.get(name), perf, Path(out) / "replay", ctx.isolation,
+                                             ctx.gpu, settings)
+            if p.explanation is None:
+                err.print(f"[yellow]--profile:[/yellow] {escape(who)}: {escape(p.why_not)}")
+                continue
+            for line in lines(f"{name} ({who})", p.explanation):
+                console.print(escape(line))
 
 
 def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:

@@ -84,12 +84,13 @@ class HtmlSink(Sink):
     def __init__(self, folder: Path) -> None:
         self.folder = folder
         self.path = folder / "report.html"
+        self.profiles: list = []  # --profile's (grader.judge.profiling.Profile), shown beside the speed
 
     def finished(self, run: RunResult) -> int | None:
         from grader.report import write_report
 
         ignored_by_git(self.folder)
-        self.path = write_report(run, self.folder)
+        self.path = write_report(run, self.folder, self.profiles)
         return None
 
 

@@ -1,0 +1,165 @@
+"""TRUSTED: `--profile`, Nsight Compute on the replays of an assignment already graded.
+
+After grading, apart from it: for each assignment the timing stage timed by replay, the records it
+kept (GradingContext.replay_store) are replayed again, the reference's and the student's each in a
+sandboxed replay process of its own (grader.judge.replayed, as `grader verify` does), this time
+started under `ncu` (grader.profile.ncu) for one rep of the record's launches, on the input set
+made again from the run's seed. No student Python runs; the grade is made and written before, and
+nothing here changes it. ncu's CSV comes back from the replay's result folder, read bounded, and
+grader.profile.explain says what it shows. Imported only when `--profile` is asked for.
+
+Where no profile can be made (no GPU, no ncu, counters open to admin users only, an assignment not
+timed by replay), `unavailable` / `Profile.why_not` say why in one line and the check goes on."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import tempfile
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+from grader.profile import ncu
+from grader.profile.explain import Explanation, explain
+from grader.sanitize import one_line
+
+TIMEOUT_S = 600.0  # one contender's replay under ncu: its start, ~40 metrics' passes over one rep
+
+
+@dataclass
+class Profile:
+    assignment: str
+    explanation: Explanation | None = None
+    why_not: str = ""  # one line: no profile was made
+
+    def to_json(self) -> dict:
+        return {"assignment": self.assignment, "why_not": self.why_not,
+                **(self.explanation.to_json() if self.explanation else {})}
+
+
+def unavailable(device: str, isolation: str, params: Path = Path("/proc/driver/nvidia/params")) -> str:
+    """'' where a profile can be tried on this machine, else why not (one line)."""
+    if device != "cuda":
+        return "no profile: it needs an NVIDIA GPU, and this ran in Triton's CPU interpreter"
+    if ncu.find_ncu() is None:
+        return f"no profile: Nsight Compute (ncu) is not installed here (not on PATH, nor {ncu.NCU_DEFAULT})"
+    # the replay runs as an unprivileged user without capabilities, unless --isolation none as root
+    if ncu.counters_restricted(params) and not (isolation == "none" and os.geteuid() == 0):
+        return "no profile: " + ncu.RESTRICTED
+    return ""
+
+
+def _get(details, key: str):
+    """A performance payload's field, from the payload or from its stored JSON (a batch's record)."""
+    return details.get(key) if isinstance(details, dict) else getattr(details, key, None)
+
+
+def kept_replay(details) -> dict | None:
+    """The performance payload's replay (its kept records' hashes and input set), where it was timed by replay."""
+    replay = _get(details, "replay")
+    if _get(details, "timed_by") != "replay" or not isinstance(replay, dict) \
+            or not isinstance(replay.get("kept"), dict):
+        return None
+    return replay
+
+
+def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | None, settings) -> Profile:
+    """`spec`'s graded performance test (its payload, `details`) profiled from the records kept in `store`."""
+    from grader.judge import replayed
+    from grader.judge.runcache import write_perf_set
+    from grader.replay import record as records
+
+    name = spec.name
+    replay = kept_replay(details)
+    if replay is None:
+        why = _get(details, "replay_refused") or "its speed was not timed by replay"
+        return Profile(name, why_not=f"no profile of {name}: {one_line(why, 200)}")
+    inputs = replay.get("inputs") or {}
+    perf = spec.performance
+    if perf is None or perf.case.name != inputs.get("case") or perf.dtype != inputs.get("dtype"):
+        return Profile(name, why_not=f"no profile of {name}: its scoring case is not the one graded")
+    folders = {c: Path(store) / str(replay["kept"].get(c, "")) for c in ("reference", "student")}
+    if not all((f / "launches.json").is_file() for f in folders.values()):
+        return Profile(name, why_not=f"no profile of {name}: the replay's records were not kept")
+    work = Path(tempfile.mkdtemp(prefix="grader-profile-"))
+    try:
+        layout = write_perf_set(spec, perf.case, inputs["dtype"], int(inputs["seed"]), int(inputs.get("set", 0)),
+                                work / "inputs.safetensors")
+        (work / "layout.json").write_text(json.dumps(layout))
+        sizes = replayed.input_sizes(work / "inputs.safetensors", work / "layout.json")
+        launches = {}
+        for c, folder in folders.items():
+            try:
+                plan = records.load(folder, sizes)
+            except records.RecordError as exc:
+                return Profile(name, why_not=f"no profile of {name}: the {c}'s record: {one_line(exc, 200)}")
+            kernels = [k.name for k in plan.kernels.values()]
+            count = sum(1 for s in plan.steps if isinstance(s, records.Launch))
+            log = work / c / "result" / ncu.LOG_NAME
+            entry = boot(ncu.find_ncu() or ncu.NCU_DEFAULT, ncu.options(kernels, count, str(log)))
+            run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings)
+            try:
+                launches[c] = ncu.parse(_read(log))
+            except ncu.NcuError as exc:
+                failed = f" (the replay: {one_line(run.failed or run.refused, 150)})" if run.failed or run.refused \
+                    else ""
+                return Profile(name, why_not=f"no profile of {name}: {one_line(exc, 300)}{failed}")
+        return Profile(name, explain(launches["student"], launches["reference"], _get(details, "bytes")))
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
+def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, gpu: str | None, settings):
+    """One replay (a rep, no placements) through the sandbox with `entry` as its entry point, told
+    to go at once; then, unlike a timed replay (whose process is stopped once its last result is
+    written), waited for until it ends: ncu writes its CSV as the replayed process exits."""
+    from grader.judge import replayed
+
+    run = replayed.go(replayed.start(record, work / "inputs.safetensors", work / "layout.json", job, 1, TIMEOUT_S,
+                                     isolation=isolation, gpu=gpu, boot=entry, settings=settings))
+    pending = run.pending
+    if pending is not None:
+        deadline = time.monotonic() + TIMEOUT_S
+        while pending.proc.proc.poll() is None and time.monotonic() < deadline:
+            time.sleep(0.05)
+    replayed.stop(run)
+    return run
+
+
+def _read(log: Path) -> str:
+    """ncu's log, bounded, never through a link (the process that wrote it ran a student's binary)."""
+    from grader.sandbox.files import WorkerFileError, read_worker_file
+
+    try:
+        return read_worker_file(log, ncu.MAX_LOG_BYTES).decode("utf-8", errors="replace")
+    except (WorkerFileError, OSError):
+        return ""
+
+
+def boot(ncu_path: Path, options: list[str]) -> str:
+    """The replay's entry point (a `replayed` boot template, given the grader's code folder as
+    `path`) that becomes `ncu OPTIONS python -I -u -B -c REPLAY ARGS...`: the replay process
+    itself runs under the profiler, with the arguments it was started with."""
+    replay = ("import sys; sys.path.insert(0, ' + repr(P) + '); "
+              "from grader.replay.__main__ import main; sys.exit(main(sys.argv[1:]))")
+    argv = f"[{str(ncu_path)!r}, *{options!r}, sys.executable, '-I', '-u', '-B', '-c', '{replay}', *sys.argv[1:]]"
+    return "import os, sys; P = {path!r}; A = " + argv.replace("{", "{{").replace("}", "}}") + "; os.execv(A[0], A)"
+
+
+def profile_run(run, course, store: Path, isolation: str, gpu: str | None, settings) -> list[Profile]:
+    """Every assignment of a graded `run` (a RunResult) that has a performance test, profiled."""
+    from grader.spec import UnknownAssignment
+
+    out = []
+    for a in run.assignments:
+        perf = next((t for t in a.tests if t.kind == "performance" and _get(t.details, "timed_by")), None)
+        if perf is None:
+            continue
+        try:
+            spec = course.get(a.name)
+        except UnknownAssignment:
+            continue
+        out.append(profile_assignment(spec, perf.details, store, isolation, gpu, settings))
+    return out
