@@ -38,6 +38,7 @@ from grader.cli.outputs import (
     Sink,
     TerminalSink,
     is_default_folder,
+    output_folder,
 )
 from grader.results import Outcome, RunResult
 from grader.sanitize import one_line
@@ -292,9 +293,13 @@ def _finished(sink: Sink, run: RunResult) -> int | None:
     """The sink's outcome written; where the machine ran out of disk or memory, that said in one
     line (exit 2) and the next sink still written: the terminal shows what was graded."""
     from grader.judge.grade import exhausted
+    from grader.safefiles import UnsafeFolderError
 
     try:
         return sink.finished(run)
+    except UnsafeFolderError as exc:  # changed since the check began
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
     except (OSError, MemoryError) as exc:
         cause = exhausted(exc)
         if cause is None:
@@ -396,6 +401,11 @@ def fresh_outputs(json_file: Path, html_dir: Path) -> None:
     link or a non-folder there is removed and a fresh folder made. In every output folder the
     results.json and report.html of an earlier check are removed first (a link is removed, not
     followed), so a check that stops half way leaves nothing that looks like its result."""
+    for folder in {json_file.parent, html_dir}:  # refused (exit 2) where another user may change it
+        try:
+            os.close(output_folder(folder))
+        except OSError as exc:
+            raise OutputFolderError(f"cannot make the output folder {folder}: {exc.strerror or exc}") from None
     try:
         for folder in {json_file.parent, html_dir}:
             if is_default_folder(folder) and (folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir())):

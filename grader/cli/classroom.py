@@ -237,9 +237,13 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
     from grader.batch.run import class_seed
     from grader.batch.workspace import LockError, read_lock
     from grader.judge.context import ContextError
+    from grader.safefiles import OWN, UnsafeFolderError, trusted_folder
 
     try:
         options.validate()
+        # the class folder is written by path from here on: refused where another user may change it
+        os.close(trusted_folder(options.out, "class folder (--out)",
+                                "choose --out in a folder of yours that only you may write", kind=OWN))
         names = options.assignment or course.order or list(catalogue.catalogue())
         for n in names:
             catalogue.get(n)
@@ -264,8 +268,10 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
         return GradeSetup(names, ctx, slots, gpu_model, lock)
     except specs.UnknownAssignment as exc:
         _fail(UsageError(exc.args[0]))
-    except (UsageError, ContextError, LockError) as exc:
+    except (UsageError, ContextError, LockError, UnsafeFolderError) as exc:
         _fail(exc)
+    except OSError as exc:
+        _fail(UsageError(f"cannot make the class folder {options.out}: {exc.strerror or exc}"))
     raise AssertionError("unreachable: _fail exits")
 
 
