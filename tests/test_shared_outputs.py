@@ -235,3 +235,26 @@ def test_an_output_folder_another_user_may_change_is_refused(submission, shared_
                              "cpu", "--out", str(out / "class"))
         assert code == 2 and words in text and "choose --out" in text, text[-3000:]
     assert os.listdir(theirs) == [] and not (open_to_all / "out").exists()
+
+
+@root_only
+def test_a_gpu_run_is_refused_up_front_where_a_lock_file_was_planted(shared_tmp):
+    """What `grader check --device cuda` and `grader grade` ask before grading anything (exit 2):
+    every lock file of each GPU used, the set-up slots' too."""
+    from grader.judge.devicelock import refuse_unsafe_locks
+    from grader.safefiles import UnsafeFolderError
+
+    locks = shared_tmp / "locks"
+    settings = from_environment({"GRADER_LOCK_DIR": str(locks)})
+    refuse_unsafe_locks(["0", "1"], settings)  # root's, made 1777: fine
+    (locks / "gpu-1.setup1").unlink()
+    (locks / "gpu-1.setup1").symlink_to(shared_tmp / "made")
+    os.lchown(locks / "gpu-1.setup1", NOBODY, NOBODY)
+    for who in (0, TA):
+        got = _as(who, lambda: refuse_unsafe_locks(["0", "1"], settings)) if who else None
+        if who == 0:
+            with pytest.raises(UnsafeFolderError, match="gpu-1.setup1 is a link"):
+                refuse_unsafe_locks(["0", "1"], settings)
+        else:
+            assert "gpu-1.setup1 is a link" in str(got), got
+    assert not os.path.lexists(shared_tmp / "made")

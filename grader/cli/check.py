@@ -210,6 +210,10 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
         raise UsageError("\n".join(unmatched))
     if (options.cases or options.dtypes) and not any(ctx.calls(s) for s in chosen):
         raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
+    if ctx.device == "cuda":  # the GPU locks another user may have planted: refused now, not mid-grading
+        from grader.judge.devicelock import refuse_unsafe_locks
+
+        refuse_unsafe_locks([ctx.gpu], settings)
     if keep is not None:  # workers forked at once by a zygote that outlives this command
         zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
         ctx = replace(ctx, durations=str(keep / "durations.json"))

@@ -259,6 +259,10 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
             slots, gpu_model = [None] * (options.jobs or 2), "GPUs of the Ray cluster"
         else:
             slots, gpu_model = resolve_slots(ctx.device, options.gpus, options.jobs, settings)
+            if ctx.device == "cuda":  # the GPU locks another user may have planted: refused before any job
+                from grader.judge.devicelock import refuse_unsafe_locks
+
+                refuse_unsafe_locks(slots, settings)
         # said now, not by every job
         if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:
             raise UsageError(problem)

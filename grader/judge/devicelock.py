@@ -35,7 +35,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
 from grader.safefiles import SHARED, UnsafeFolderError, trusted_folder
 from grader.settings import Settings
@@ -82,6 +82,16 @@ def _shown(folder: int, name: str) -> str:
         return os.path.join(os.readlink(f"/proc/self/fd/{folder}"), name)
     except OSError:
         return name
+
+
+def refuse_unsafe_locks(gpus: Iterable[str | None], settings: Settings) -> None:
+    """The lock folder and the lock files of `gpus`, checked as each hold will check them
+    (UnsafeFolderError): a GPU check or class run is refused before it grades anything."""
+    for gpu in set(gpus):
+        base = f"gpu-{device_id(gpu, settings)}"
+        parts = ["turnstile", "lock", *(f"setup{i}" for i in range(SETUP_SLOTS))]
+        for fd in _open_all(settings, [f"{base}.{part}" for part in parts]):
+            os.close(fd)
 
 
 def _open_all(settings: Settings, names: list[str]) -> list[int]:
