@@ -242,8 +242,11 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
     try:
         options.validate()
         # the class folder is written by path from here on: refused where another user may change it
-        os.close(trusted_folder(options.out, "class folder (--out)",
-                                "choose --out in a folder of yours that only you may write", kind=OWN))
+        try:
+            os.close(trusted_folder(options.out, "class folder (--out)",
+                                    "choose --out in a folder of yours that only you may write", kind=OWN))
+        except OSError as exc:
+            raise UsageError(f"cannot make the class folder {options.out}: {exc.strerror or exc}") from None
         names = options.assignment or course.order or list(catalogue.catalogue())
         for n in names:
             catalogue.get(n)
@@ -274,8 +277,6 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
         _fail(UsageError(exc.args[0]))
     except (UsageError, ContextError, LockError, UnsafeFolderError) as exc:
         _fail(exc)
-    except OSError as exc:
-        _fail(UsageError(f"cannot make the class folder {options.out}: {exc.strerror or exc}"))
     raise AssertionError("unreachable: _fail exits")
 
 

@@ -90,7 +90,12 @@ def refuse_unsafe_locks(gpus: Iterable[str | None], settings: Settings) -> None:
     for gpu in set(gpus):
         base = f"gpu-{device_id(gpu, settings)}"
         parts = ["turnstile", "lock", *(f"setup{i}" for i in range(SETUP_SLOTS))]
-        for fd in _open_all(settings, [f"{base}.{part}" for part in parts]):
+        try:
+            fds = _open_all(settings, [f"{base}.{part}" for part in parts])
+        except OSError as exc:  # no right to make it, a read-only file system: one line too
+            raise UnsafeFolderError(f"the GPU lock folder {lock_dir(settings)} cannot be used "
+                                    f"({exc.strerror or exc}): {FIX}") from None
+        for fd in fds:
             os.close(fd)
 
 
