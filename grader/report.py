@@ -4,7 +4,6 @@ rendered from Jinja templates in grader/templates."""
 from __future__ import annotations
 
 from dataclasses import dataclass, replace
-from pathlib import Path
 from typing import Sequence
 
 from jinja2 import Environment, PackageLoader, select_autoescape
@@ -13,7 +12,7 @@ from markupsafe import Markup
 from grader.judge import picture
 from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total, traceback_tail
 from grader.payloads import PerformancePayload, SubmissionPayload
-from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, outcome_css, write_text_atomic
+from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, outcome_css
 from grader.sanitize import for_page
 
 
@@ -182,11 +181,3 @@ def render(run: RunResult, profiles: Sequence = ()) -> str:
         perf_chart=perf_chart, matrix=matrix, points_line=points_line,
         groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words, traceback_tail=traceback_tail,
         Outcome=Outcome, outcome_css=outcome_css())
-
-
-def write_report(run: RunResult, folder: Path, profiles: Sequence = ()) -> Path:
-    """report.html in `folder`, written through a temp file and a rename: a link planted there
-    is replaced, never written through."""
-    path = folder / "report.html"
-    write_text_atomic(render(run, profiles), path)
-    return path

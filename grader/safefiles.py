@@ -63,11 +63,18 @@ def _who(uid: int) -> str:
         return f"uid {uid}"
 
 
-def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "") -> int:
-    """A descriptor (O_RDONLY) on folder `path`, made 0700 where missing, after checking that no
+PRIVATE, OWN, SHARED = "private", "own", "shared"
+
+
+def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "", kind: str = PRIVATE) -> int:
+    """A descriptor (O_RDONLY) on folder `path`, made where missing, after checking that no
     other user can change what the path leads to (see the module's docstring); else
     UnsafeFolderError (`what` names the folder, `fix` says how to choose another). OSError: it
-    cannot be made or entered (no right, a read-only file system)."""
+    cannot be made or entered (no right, a read-only file system). `kind` says what the folder
+    itself must be: PRIVATE (a cache: ours, made 0700 and kept so), OWN (an output folder the
+    user chose: ours, nobody else may write in it, its mode left as it is), SHARED (the GPU
+    locks every user's grader on the host takes: root's or ours, and sticky where others may
+    write in it, as /tmp; made 1777)."""
     trusted = {0, os.getuid()}
     fix = f" ({fix})" if fix else ""
     wanted = Path(os.path.abspath(path))
@@ -96,7 +103,14 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "")
                 if hops > MAX_LINKS:
                     raise
                 try:
-                    os.mkdir(name, 0o700, dir_fd=fd)
+                    made = parts == [] and kind != PRIVATE
+                    os.mkdir(name, 0o777 if made else 0o700, dir_fd=fd)
+                    if made and kind == SHARED:
+                        new = os.open(name, DIR_FLAGS, dir_fd=fd)
+                        try:
+                            os.fchmod(new, 0o1777)
+                        finally:
+                            os.close(new)
                 except FileExistsError:
                     pass
                 parts.insert(0, name)
@@ -128,10 +142,14 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "")
                 raise
             os.close(fd)
             fd, st, where = child, child_st, where / name
-        if st.st_uid != os.getuid():
+        if st.st_uid != os.getuid() and not (kind == SHARED and st.st_uid == 0):
             raise UnsafeFolderError(f"the {what} {wanted} belongs to {_who(st.st_uid)}, not to you{fix}")
-        if st.st_mode & 0o077:
+        if kind == PRIVATE and st.st_mode & 0o077:
             os.fchmod(fd, 0o700)
+        elif kind != PRIVATE and others_may_write(st) and not (kind == SHARED and st.st_mode & stat.S_ISVTX):
+            raise UnsafeFolderError(f"other users may write in the {what} {wanted} (mode "
+                                    f"{stat.S_IMODE(st.st_mode):o}{'' if kind == OWN else ', not sticky'}): "
+                                    f"another user may swap what the grader writes there{fix}")
         return fd
     except BaseException:
         os.close(fd)
@@ -207,6 +225,8 @@ def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
     try:
         with os.fdopen(fd, "wb") as f:
             f.write(data)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old file or the new one
         os.replace(tmp, name, src_dir_fd=dir_fd, dst_dir_fd=dir_fd)
     except BaseException:
         try:

@@ -38,6 +38,7 @@ from grader.cli.outputs import (
     Sink,
     TerminalSink,
     is_default_folder,
+    output_folder,
 )
 from grader.results import Outcome, RunResult
 from grader.sanitize import one_line
@@ -212,6 +213,10 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
         raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
     if options.profile_store is not None:  # --profile: the replay's records kept for the profile after grading
         ctx = replace(ctx, replay_store=str(options.profile_store))
+    if ctx.device == "cuda":  # the GPU locks another user may have planted: refused now, not mid-grading
+        from grader.judge.devicelock import refuse_unsafe_locks
+
+        refuse_unsafe_locks([ctx.gpu], settings)
     if keep is not None:  # workers forked at once by a zygote that outlives this command
         zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
         ctx = replace(ctx, durations=str(keep / "durations.json"))
@@ -314,9 +319,13 @@ def _finished(sink: Sink, run: RunResult) -> int | None:
     """The sink's outcome written; where the machine ran out of disk or memory, that said in one
     line (exit 2) and the next sink still written: the terminal shows what was graded."""
     from grader.judge.grade import exhausted
+    from grader.safefiles import UnsafeFolderError
 
     try:
         return sink.finished(run)
+    except UnsafeFolderError as exc:  # changed since the check began
+        err.print(f"[red]error:[/red] {escape(str(exc))}")
+        return 2
     except (OSError, MemoryError) as exc:
         cause = exhausted(exc)
         if cause is None:
@@ -445,6 +454,11 @@ def fresh_outputs(json_file: Path, html_dir: Path) -> None:
     link or a non-folder there is removed and a fresh folder made. In every output folder the
     results.json and report.html of an earlier check are removed first (a link is removed, not
     followed), so a check that stops half way leaves nothing that looks like its result."""
+    for folder in {json_file.parent, html_dir}:  # refused (exit 2) where another user may change it
+        try:
+            os.close(output_folder(folder))
+        except OSError as exc:
+            raise OutputFolderError(f"cannot make the output folder {folder}: {exc.strerror or exc}") from None
     try:
         for folder in {json_file.parent, html_dir}:
             if is_default_folder(folder) and (folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir())):

@@ -239,9 +239,16 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
     from grader.batch.run import class_seed
     from grader.batch.workspace import LockError, read_lock
     from grader.judge.context import ContextError
+    from grader.safefiles import OWN, UnsafeFolderError, trusted_folder
 
     try:
         options.validate()
+        # the class folder is written by path from here on: refused where another user may change it
+        try:
+            os.close(trusted_folder(options.out, "class folder (--out)",
+                                    "choose --out in a folder of yours that only you may write", kind=OWN))
+        except OSError as exc:
+            raise UsageError(f"cannot make the class folder {options.out}: {exc.strerror or exc}") from None
         names = options.assignment or course.order or list(catalogue.catalogue())
         for n in names:
             catalogue.get(n)
@@ -257,6 +264,10 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
             slots, gpu_model = [None] * (options.jobs or 2), "GPUs of the Ray cluster"
         else:
             slots, gpu_model = resolve_slots(ctx.device, options.gpus, options.jobs, settings)
+            if ctx.device == "cuda":  # the GPU locks another user may have planted: refused before any job
+                from grader.judge.devicelock import refuse_unsafe_locks
+
+                refuse_unsafe_locks(slots, settings)
         # said now, not by every job
         if ctx.isolation == "docker" and (problem := docker.missing(settings)) is not None:
             raise UsageError(problem)
@@ -266,7 +277,7 @@ def grade_setup(options: GradeOptions, course, catalogue: specs.Course, settings
         return GradeSetup(names, ctx, slots, gpu_model, lock)
     except specs.UnknownAssignment as exc:
         _fail(UsageError(exc.args[0]))
-    except (UsageError, ContextError, LockError) as exc:
+    except (UsageError, ContextError, LockError, UnsafeFolderError) as exc:
         _fail(exc)
     raise AssertionError("unreachable: _fail exits")
 

@@ -9,7 +9,10 @@ that stopped the check. A hook that returns an exit code decides the command's.
 
 from __future__ import annotations
 
+import errno
+import json
 import os
+import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
@@ -27,7 +30,9 @@ from grader.judge.feedback import (
     smallest_words,
     traceback_tail,
 )
-from grader.results import Outcome, RunResult, write_json_atomic, write_text_atomic
+from grader.results import Outcome, RunResult
+from grader.safefiles import DIR_FLAGS
+from grader.sanitize import strict_json, writable
 from grader.settings import Settings
 from grader.spec import Course
 
@@ -73,8 +78,8 @@ class JsonSink(Sink):
         self.path = path
 
     def finished(self, run: RunResult) -> int | None:
-        ignored_by_git(self.path.parent)
-        write_json_atomic(run.to_gradescope(), self.path)
+        text = json.dumps(strict_json(run.to_gradescope()), indent=2, default=str, allow_nan=False)
+        write_output(self.path.parent, self.path.name, text)
         return None
 
 
@@ -87,10 +92,9 @@ class HtmlSink(Sink):
         self.profiles: list = []  # --profile's (grader.judge.profiling.Profile), shown beside the speed
 
     def finished(self, run: RunResult) -> int | None:
-        from grader.report import write_report
+        from grader.report import render
 
-        ignored_by_git(self.folder)
-        self.path = write_report(run, self.folder, self.profiles)
+        write_output(self.folder, self.path.name, render(run, self.profiles))
         return None
 
 
@@ -209,17 +213,57 @@ def is_default_folder(folder: Path) -> bool:
     return os.path.abspath(folder) == os.path.abspath(OUTPUT_DIR)
 
 
-def ignored_by_git(folder: Path) -> None:
-    """The default output folder keeps itself out of the student's commits (its own .gitignore:
-    `*`), so a check leaves no untracked files behind. A folder the user chose is theirs.
-    Written through a temp file and a rename: a committed link there is replaced, not followed."""
-    if is_default_folder(folder):
-        if folder.is_symlink() or (os.path.lexists(folder) and not folder.is_dir()):
-            folder.unlink()  # made a link again since the check began: replaced, never followed
-        folder.mkdir(parents=True, exist_ok=True)
-        marker = folder / ".gitignore"
-        if marker.is_symlink() or not marker.is_file():
-            write_text_atomic("# written by grader check: its results, never committed\n*\n", marker)
+OUTPUT_FIX = ("write the results in a folder of yours that only you may write: run grader check from one, "
+              "or choose one with --json and --html")
+
+
+def output_folder(folder: Path) -> int:
+    """A descriptor on output folder `folder` (made where missing), or UnsafeFolderError: it, and
+    every folder on its way, is one no other user may change (grader.safefiles.trusted_folder,
+    kind OWN: a student's repo checked as root, a folder under /tmp another user made, are
+    refused). The default folder `.grader/` lies in the repo checked, so it may be a committed
+    link or file: it is opened relative to its pinned parent and never followed; whatever else
+    lies there is removed and a fresh folder made."""
+    from grader.safefiles import OWN, trusted_folder
+
+    if not is_default_folder(folder):
+        return trusted_folder(folder, "output folder", OUTPUT_FIX, kind=OWN)
+    parent = trusted_folder(os.path.dirname(os.path.abspath(folder)), "output folder's parent", OUTPUT_FIX, kind=OWN)
+    try:
+        for _ in range(3):
+            try:
+                return os.open(folder.name, DIR_FLAGS, dir_fd=parent)
+            except FileNotFoundError:
+                os.mkdir(folder.name, 0o777, dir_fd=parent)
+            except OSError as exc:
+                if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
+                    raise
+                os.unlink(folder.name, dir_fd=parent)  # a link or a file: removed, never followed
+        raise OSError(errno.ELOOP, f"{folder} keeps changing")
+    finally:
+        os.close(parent)
+
+
+def write_output(folder: Path, name: str, text: str) -> None:
+    """`name` in output folder `folder` holds `text`: written relative to the folder's pinned
+    descriptor (`output_folder`) into a file made for it, then renamed over `name` (a link or a
+    file planted as `name` is replaced, never written through). The default folder keeps itself
+    out of the student's commits (its own .gitignore: `*`), so a check leaves no untracked files
+    behind; a folder the user chose is theirs."""
+    from grader.safefiles import write_atomic
+
+    fd = output_folder(folder)
+    try:
+        if is_default_folder(folder):
+            try:
+                kept = stat.S_ISREG(os.stat(".gitignore", dir_fd=fd, follow_symlinks=False).st_mode)
+            except FileNotFoundError:
+                kept = False
+            if not kept:
+                write_atomic(fd, ".gitignore", b"# written by grader check: its results, never committed\n*\n")
+        write_atomic(fd, name, writable(text).encode("utf-8"))
+    finally:
+        os.close(fd)
 
 
 def print_summary(run: RunResult) -> None:

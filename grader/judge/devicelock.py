@@ -16,30 +16,102 @@ it shared; `setup_slot` lets at most two timing phases per GPU hold their set-up
 replays waiting for their turn.
 
 The lock folder is $GRADER_LOCK_DIR, else <tmp>/grader-locks, as the session's settings say.
+Every user's grader on the host shares it, root's included (docs/security.md): it is a
+`trusted_folder` of kind SHARED (root's or ours, sticky where others may write, no other user's
+folder on its way), and each lock file is opened relative to it, never through a link, never
+blocking, and only as a regular file of root's or ours with no other name: a lock file another
+user made could be removed and made again under a timing phase (two would hold the GPU), a link
+or a FIFO would make the grader open what it should not or stall. Those are refused
+(UnsafeFolderError) with the reason and the fix.
 """
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import os
+import stat
 import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterator
+from typing import Callable, Iterable, Iterator
 
+from grader.safefiles import SHARED, UnsafeFolderError, trusted_folder
 from grader.settings import Settings
+
+FIX = ("set GRADER_LOCK_DIR to a folder only root or you may change (root's sticky folder for every user's "
+       "grader on the host: mkdir -m 1777 as root), and remove the lock files another user made")
 
 
 def lock_dir(settings: Settings) -> Path:
-    folder = settings.lock_dir or Path(tempfile.gettempdir()) / "grader-locks"
-    if not folder.is_dir():
-        folder.mkdir(parents=True, exist_ok=True)
+    return settings.lock_dir or Path(tempfile.gettempdir()) / "grader-locks"
+
+
+def _lock_folder(settings: Settings) -> int:
+    """A descriptor on the lock folder (made 1777 where missing: every user's grader on the host
+    shares the GPUs), or UnsafeFolderError."""
+    return trusted_folder(lock_dir(settings), "GPU lock folder (GRADER_LOCK_DIR)", FIX, kind=SHARED)
+
+
+def _open(folder: int, name: str) -> int:
+    """Lock file `name` in `folder`, made where missing (0666: other users' graders lock it too);
+    never through a link, never blocking; only a regular file of root's or ours with one name."""
+    flags = os.O_NOFOLLOW | os.O_NONBLOCK | os.O_NOCTTY | os.O_CLOEXEC
+    try:
         try:
-            folder.chmod(0o1777)  # every user's grader on the host shares the GPUs
-        except PermissionError:
-            pass
-    return folder
+            fd = os.open(name, os.O_RDWR | os.O_CREAT | flags, 0o666, dir_fd=folder)
+        except PermissionError:  # made by root: a read-only descriptor locks as well
+            fd = os.open(name, os.O_RDONLY | flags, dir_fd=folder)
+    except OSError as exc:
+        why = "is a link" if exc.errno == errno.ELOOP else f"cannot be opened ({os.strerror(exc.errno or 0)})"
+        raise UnsafeFolderError(f"the GPU lock file {_shown(folder, name)} {why} ({FIX})") from None
+    st = os.fstat(fd)
+    why = ("is not a regular file" if not stat.S_ISREG(st.st_mode)
+           else f"belongs to uid {st.st_uid}: that user may remove it and make another while a timing phase holds it"
+           if st.st_uid not in (0, os.getuid())
+           else "has another name (a hard link)" if st.st_nlink != 1 else "")
+    if why:
+        os.close(fd)
+        raise UnsafeFolderError(f"the GPU lock file {_shown(folder, name)} {why} ({FIX})")
+    return fd
+
+
+def _shown(folder: int, name: str) -> str:
+    try:
+        return os.path.join(os.readlink(f"/proc/self/fd/{folder}"), name)
+    except OSError:
+        return name
+
+
+def refuse_unsafe_locks(gpus: Iterable[str | None], settings: Settings) -> None:
+    """The lock folder and the lock files of `gpus`, checked as each hold will check them
+    (UnsafeFolderError): a GPU check or class run is refused before it grades anything."""
+    for gpu in set(gpus):
+        base = f"gpu-{device_id(gpu, settings)}"
+        parts = ["turnstile", "lock", *(f"setup{i}" for i in range(SETUP_SLOTS))]
+        try:
+            fds = _open_all(settings, [f"{base}.{part}" for part in parts])
+        except OSError as exc:  # no right to make it, a read-only file system: one line too
+            raise UnsafeFolderError(f"the GPU lock folder {lock_dir(settings)} cannot be used "
+                                    f"({exc.strerror or exc}): {FIX}") from None
+        for fd in fds:
+            os.close(fd)
+
+
+def _open_all(settings: Settings, names: list[str]) -> list[int]:
+    folder = _lock_folder(settings)
+    fds: list[int] = []
+    try:
+        for name in names:
+            fds.append(_open(folder, name))
+    except BaseException:
+        for fd in fds:
+            os.close(fd)
+        raise
+    finally:
+        os.close(folder)
+    return fds
 
 
 def device_id(gpu: str | None, settings: Settings) -> str:
@@ -48,13 +120,6 @@ def device_id(gpu: str | None, settings: Settings) -> str:
     visible = gpu if gpu is not None else settings.visible_gpus
     first = (visible or "0").split(",")[0].strip() or "0"
     return "".join(c if c.isalnum() or c in "-_" else "_" for c in first)
-
-
-def _open(path: Path) -> int:
-    try:
-        return os.open(path, os.O_RDWR | os.O_CREAT, 0o666)
-    except PermissionError:  # made by another user: a read-only descriptor locks as well
-        return os.open(path, os.O_RDONLY)
 
 
 @contextmanager
@@ -66,8 +131,8 @@ def gpu_phase(gpu: str | None, exclusive: bool, settings: Settings, enabled: boo
     if not enabled:
         yield
         return
-    base = lock_dir(settings) / f"gpu-{device_id(gpu, settings)}"
-    turnstile, main = _open(base.with_suffix(".turnstile")), _open(base.with_suffix(".lock"))
+    base = f"gpu-{device_id(gpu, settings)}"
+    turnstile, main = _open_all(settings, [f"{base}.turnstile", f"{base}.lock"])
     began = time.monotonic()
     try:
         fcntl.flock(turnstile, fcntl.LOCK_EX)
@@ -100,8 +165,8 @@ def setup_slot(gpu: str | None, settings: Settings, enabled: bool = True, slots:
     if not enabled:
         yield
         return
-    base = lock_dir(settings) / f"gpu-{device_id(gpu, settings)}"
-    fds = [_open(base.with_suffix(f".setup{i}")) for i in range(slots)]
+    base = f"gpu-{device_id(gpu, settings)}"
+    fds = _open_all(settings, [f"{base}.setup{i}" for i in range(slots)])
     held = None
     try:
         while held is None:

@@ -33,6 +33,25 @@ PRELOAD = ("import numpy, safetensors.torch, torch, triton, grader.worker.server
            "if torch.cuda.is_initialized():\n"
            "    raise SystemExit('a zygote must not hold a CUDA context')\n")
 
+NAME = "grader-worker"  # all a fork's command line says (its /proc/1 and /proc/self: see _unnamed)
+
+
+def _unnamed() -> None:
+    """A fork tells its worker nothing of how the zygote was started: /proc/PID/cmdline and
+    /proc/PID/environ read the process's argument and environment areas, which a fork inherits
+    (the interpreter's path, the checkout's tag, the zygote's HOME in the kept cache), so both
+    are overwritten in place (as setproctitle does): the command line reads NAME, the initial
+    environment nothing. sys.argv and sys.orig_argv go with them. The zygote keeps its own
+    (grader.sandbox.zygote.warm.stop_warm finds it by them), out of a sandboxed worker's view."""
+    fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
+    arg_start, arg_end, env_start, env_end = (int(fields[i]) for i in (45, 46, 47, 48))  # fields 48..51
+    for start, end, text in ((arg_start, arg_end, NAME.encode()), (env_start, env_end, b"")):
+        if end > start:
+            text = text[:end - start - 1]
+            ctypes.memmove(start, text + b"\0" * (end - start - len(text)), end - start)
+    sys.argv[:] = [NAME]
+    sys.orig_argv[:] = [NAME]
+
 
 def serve(fd: int, parent: int) -> None:
     """The zygote of one job process: fork a worker per request, report each one's end; gone
@@ -204,7 +223,8 @@ def _child(request: dict, fds: list[int], keep_out: tuple[int, ...]) -> None:
         config["pass_fds"] = [fds[i] for i in names["pass"]]
         _close_others({config["status_fd"], config["lifeline_fd"], *config["pass_fds"]})
         os.environ.clear()
-        os.environ.update(config["env"])
+        os.environ.update(config["env"])  # the C environment's strings no longer lie in the area _unnamed blanks
+        _unnamed()
         tempfile.tempdir = None  # the zygote's TMPDIR is not the worker's
         if request["mode"] == "none":
             from grader.sandbox.init import apply_limits
