@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, SubmissionPayload, payload_for
-from grader.sanitize import cut, for_terminal, strict_json, writable
+from grader.sanitize import cut, for_terminal, one_line, strict_json, writable
 
 if TYPE_CHECKING:
     from _typeshed import DataclassInstance
@@ -391,10 +391,10 @@ def _test_output(t: TestResult, headline: str = "") -> str:
     """What Gradescope shows under a test, as text (output_format), control characters shown as
     escapes (grader.sanitize.for_terminal). A failure that the assignment's one cause explains (its
     headline) says that cause first, not only its own symptom (ten identical NaN failures of a starter)."""
-    text = _output_text(t)
+    text = for_terminal(_output_text(t))
     if headline and t.outcome in BAD_OUTCOMES:
-        text = f"Cause: {headline}\n{text}"
-    return for_terminal(text)
+        text = f"Cause: {one_line(headline, 500)}\n{text}"
+    return text
 
 
 def _output_text(t: TestResult) -> str:

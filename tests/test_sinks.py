@@ -313,7 +313,8 @@ def test_gradescope_shows_the_output_as_text_without_control_characters(tmp_path
     for t in data["tests"]:
         assert t["output_format"] == "text"
         no_controls(t["output"])
-    error = data["tests"][0]["output"]
+    cause, error = data["tests"][0]["output"].split("\n", 1)  # the assignment's one cause first, on one line
+    assert cause.startswith("Cause: ") and "\\x1b[2J" in cause
     assert error.startswith("[error] softmax() raised ValueError: f | 6 / 6 |\n## Score") and "\\x1b[2J" in error
 
 
