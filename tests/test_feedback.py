@@ -188,6 +188,16 @@ def test_starter_headline_names_the_file_and_its_todos(tmp_path):
     assert groups[0].cases == "n=1, n=127, n=128 (float32, float16)"
 
 
+def test_starter_headline_of_one_check_says_the_check(tmp_path):
+    """A replayed failure (--case/--dtype) is one check: "in the one check it ran", not "in all 1 checks"."""
+    result = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()",
+                              [_nan_test("n=1", "float32")])
+    words = headline(result, None)
+    assert "(NaN) in the one check it ran;" in words and "all 1" not in words
+    result.tests.append(_nan_test("n=1", "float16"))
+    assert "(NaN) in all 2 checks;" in headline(result, None)
+
+
 def test_no_headline_when_one_case_is_right(tmp_path):
     ok = TestResult("vector_add", "correctness", "n=129 [float32]", "passed", "fine", case="n=129", dtype="float32")
     result = AssignmentResult("vector_add", "t", "m", [_nan_test("n=1", "float32"), ok])

@@ -105,7 +105,8 @@ def headline(result: AssignmentResult, module_file: Path | None) -> str:
     what = "the kernel stores nothing yet" + ("" if launched else " (no Triton kernel was launched)")
     file = result.module.split(":")[0]
     where = f"fill in the TODOs in {file}" if _has_todo(module_file) else f"write the kernel's tl.store in {file}"
-    return (f"{what}: every output is still uninitialized memory (NaN) in all {len(ran)} checks; {where}, "
+    checks = "the one check it ran" if len(ran) == 1 else f"all {len(ran)} checks"  # a replayed case is one
+    return (f"{what}: every output is still uninitialized memory (NaN) in {checks}; {where}, "
             "then run grader check again")
 
 
