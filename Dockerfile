@@ -20,6 +20,9 @@
 #        --security-opt apparmor=unconfined \
 #        -v "$PWD/reference:/opt/grader/reference:ro" -v "$PWD/submissions:/submissions:ro" \
 #        -v "$PWD/reports:/reports" grader check /submissions/alice --json /reports/alice/results.json --html /reports/alice
+#    The grader in the container is root and writes only into folders no other user can change:
+#    make reports/ root's first (`sudo install -d -o root -g root -m 0755 reports`), or it refuses
+#    (exit 2) a folder your own uid owns, which inside the container is another user's.
 ARG BASE=nvidia/cuda:12.8.1-base-ubuntu24.04
 
 # the optional wheels/ folder of the build context (the glob matches nothing where it is absent),
