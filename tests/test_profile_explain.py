@@ -146,3 +146,18 @@ def test_bytes_against_what_the_assignment_must_move_when_the_reference_has_none
         launch.figures.pop("dram_read_bytes"), launch.figures.pop("dram_write_bytes")
     said = explain.explain(profile(fx.READS_TWICE), ref, fx.MUST_MOVE).findings
     assert said[0] == "your kernel moves 2.0x the bytes the assignment must move (1.07 GB against 536.87 MB)"
+
+
+def test_ncus_own_output_on_a_gpu_is_read_whole():
+    """ncu's real CSV (an H200's, tests/ncu_fixtures.H200_RAW): every figure the rules use is read,
+    the duration in its base unit ("ns") too, and the stall reasons with it."""
+    from ncu_fixtures import H200_RAW
+
+    from grader.profile import ncu
+
+    (launch,) = ncu.parse(H200_RAW)
+    assert launch.figures["duration_ns"] == 54816.0
+    assert launch.figures["dram_write_bytes"] == 40017664.0 and launch.figures["registers"] == 44.0
+    assert launch.figures["block_size"] == 256.0 and launch.figures["grid_size"] == 1056.0
+    assert set(ncu.METRICS) <= set(launch.figures), sorted(set(ncu.METRICS) - set(launch.figures))
+    assert launch.stalls["not_selected"] == 3.69 and len(launch.stalls) >= 8

@@ -105,7 +105,9 @@ class Launch:
     stalls: dict[str, float] = field(default_factory=dict)
 
 
-UNITS = {"": 1.0, "byte": 1.0, "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "nsecond": 1.0, "usecond": 1e3,
+# every unit in nanoseconds, bytes or a plain count; ncu's base units (--print-units base) write a duration "ns"
+UNITS = {"": 1.0, "byte": 1.0, "ns": 1.0, "us": 1e3, "ms": 1e6, "s": 1e9,
+         "kbyte": 1e3, "mbyte": 1e6, "gbyte": 1e9, "nsecond": 1.0, "usecond": 1e3,
          "msecond": 1e6, "second": 1e9, "%": 1.0, "register/thread": 1.0, "block": 1.0, "thread": 1.0,
          "warp": 1.0, "cycle": 1.0, "ratio": 1.0, "byte/block": 1.0, "kbyte/block": 1e3, "inst": 1.0}
 
