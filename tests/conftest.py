@@ -197,3 +197,28 @@ os.execve(sys.executable, [sys.executable, *sys.argv[1:]], {env!r})
 def as_nobody(home: Path, env: dict, *argv: str) -> list[str]:
     """The command that runs `python *argv` as uid 65534 (root only), through AS_NOBODY."""
     return [sys.executable, "-c", AS_NOBODY.format(uid=65534, home=str(home), env=env), *argv]
+
+
+def as_user(uid: int, what) -> str:
+    """repr of `what()` (or of its exception) in a forked child running as `uid` (root only): a
+    second user on the machine, for the tests where another user is the attacker or the victim."""
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            os.close(read)
+            os.setgroups([])
+            os.setresgid(uid, uid, uid)
+            os.setresuid(uid, uid, uid)
+            try:
+                got: object = what()
+            except Exception as exc:  # noqa: BLE001 - handed back to the test
+                got = exc
+            os.write(write, repr(got).encode())
+        finally:
+            os._exit(0)
+    os.close(write)
+    with os.fdopen(read) as f:
+        got = f.read()
+    os.waitpid(pid, 0)
+    return got

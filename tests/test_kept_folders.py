@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, as_nobody
+from conftest import REPO_ROOT, as_nobody, as_user
 from grader import resident
 from grader.judge import durations
 from grader.safefiles import UnsafeFolderError, trusted_folder, write_atomic
@@ -35,30 +35,6 @@ def shared_tmp():
     base.chmod(0o755)
     yield base
     shutil.rmtree(base, ignore_errors=True)
-
-
-def _as(uid: int, what) -> object:
-    """`what()` in a forked child running as `uid` (root only): its result or its exception."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            try:
-                got: object = what()
-            except Exception as exc:  # noqa: BLE001 - handed back to the test
-                got = exc
-            os.write(write, repr(got).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        got = f.read()
-    os.waitpid(pid, 0)
-    return got
 
 
 def _refused(path: Path) -> str:
@@ -86,24 +62,24 @@ def test_a_folder_another_user_may_change_is_refused_for_root_and_for_an_ordinar
         for path, words in ((theirs, "belongs to nobody"), (theirs / "cache", "belongs to nobody"),
                             (open_to_all / "cache", "other users may write (mode 777, not sticky)"),
                             (shared_tmp / "link" / "cache", "belongs to nobody")):
-            got = _refused(path) if who == 0 else _as(who, lambda p=path: _refused(p))
+            got = _refused(path) if who == 0 else as_user(who, lambda p=path: _refused(p))
             assert words in got, (who, path, got)
         assert not (open_to_all / "cache").exists(), "nothing is made where it is refused"
     # sticky /tmp, ours all the way down: trusted, and made 0700
     assert _refused(shared_tmp / "root-cache" / "grader") == "trusted"
     assert stat.S_IMODE((shared_tmp / "root-cache").stat().st_mode) == 0o700
     ta_tmp = Path("/tmp") / f"grader-kept-ta-{os.getpid()}"
-    assert _as(TA, lambda: _refused(ta_tmp / "grader")) == "'trusted'"
+    assert as_user(TA, lambda: _refused(ta_tmp / "grader")) == "'trusted'"
     assert ta_tmp.stat().st_uid == TA and stat.S_IMODE(ta_tmp.stat().st_mode) == 0o700
     shutil.rmtree(ta_tmp)
     # the TA's own folder with the attacker's folder inside it: refused for the TA (and for root)
     inner = ta_home / "cache"
     inner.mkdir()
     os.chown(inner, NOBODY, NOBODY)
-    assert "belongs to nobody" in _as(TA, lambda: _refused(inner / "grader"))
+    assert "belongs to nobody" in as_user(TA, lambda: _refused(inner / "grader"))
     # root's folder seen by the TA: another user's, refused
     (shared_tmp / "root-cache").chmod(0o755)
-    assert "belongs to root" in _as(TA, lambda: _refused(shared_tmp / "root-cache"))
+    assert "belongs to root" in as_user(TA, lambda: _refused(shared_tmp / "root-cache"))
 
 
 def test_a_link_the_user_made_is_followed_and_a_group_others_share_is_no_private_folder(tmp_path):

@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import AS_NOBODY, REPO_ROOT, as_nobody
+from conftest import AS_NOBODY, REPO_ROOT, as_nobody, as_user
 from grader.judge.devicelock import gpu_phase
 from grader.settings import from_environment
 
@@ -35,30 +35,6 @@ def shared_tmp():
     base.chmod(0o755)
     yield base
     shutil.rmtree(base, ignore_errors=True)
-
-
-def _as(uid: int, what) -> str:
-    """repr of `what()` (or of its exception) in a forked child running as `uid` (root only)."""
-    read, write = os.pipe()
-    pid = os.fork()
-    if pid == 0:
-        try:
-            os.close(read)
-            os.setgroups([])
-            os.setresgid(uid, uid, uid)
-            os.setresuid(uid, uid, uid)
-            try:
-                got: object = what()
-            except Exception as exc:  # noqa: BLE001 - handed back to the test
-                got = exc
-            os.write(write, repr(got).encode())
-        finally:
-            os._exit(0)
-    os.close(write)
-    with os.fdopen(read) as f:
-        got = f.read()
-    os.waitpid(pid, 0)
-    return got
 
 
 def _hold(folder: Path) -> str:
@@ -91,7 +67,7 @@ def test_a_lock_folder_another_user_may_change_is_refused(shared_tmp):
     open_to_all.chmod(0o777)
     for who in (0, TA):
         for folder, words in ((theirs, "belongs to nobody"), (open_to_all / "locks", "other users may write")):
-            got = _hold(folder) if who == 0 else _as(who, lambda f=folder: _hold(f))
+            got = _hold(folder) if who == 0 else as_user(who, lambda f=folder: _hold(f))
             assert "UnsafeFolderError" in got and words in got and "GRADER_LOCK_DIR" in got, (who, got)
         assert not (open_to_all / "locks").exists() and os.listdir(theirs) == []
 
@@ -120,7 +96,7 @@ def test_a_lock_file_that_is_a_link_a_fifo_or_another_users_is_refused_never_fol
             else:
                 lock.write_text("")
             os.lchown(lock, NOBODY, NOBODY)
-            got = _hold(locks) if who == 0 else _as(who, lambda: _hold(locks))
+            got = _hold(locks) if who == 0 else as_user(who, lambda: _hold(locks))
             assert "UnsafeFolderError" in got and words in got, (plant, who, got)
             assert not os.path.lexists(victim / "made"), (plant, who)
 
@@ -132,11 +108,11 @@ def test_every_user_shares_roots_lock_folder_and_a_new_one_is_made_sticky(shared
     locks = shared_tmp / "locks"
     assert _hold(locks) == "held"
     assert stat.S_IMODE(locks.stat().st_mode) == 0o1777 and locks.stat().st_uid == 0
-    assert _as(TA, lambda: _hold(locks)) == "'held'"
+    assert as_user(TA, lambda: _hold(locks)) == "'held'"
     mine = shared_tmp / "ta"
     mine.mkdir()
     os.chown(mine, TA, TA)
-    assert _as(TA, lambda: _hold(mine / "locks")) == "'held'"
+    assert as_user(TA, lambda: _hold(mine / "locks")) == "'held'"
 
 
 # -- the output folders ----------------------------------------------------------------------------
@@ -251,7 +227,7 @@ def test_a_gpu_run_is_refused_up_front_where_a_lock_file_was_planted(shared_tmp)
     (locks / "gpu-1.setup1").symlink_to(shared_tmp / "made")
     os.lchown(locks / "gpu-1.setup1", NOBODY, NOBODY)
     for who in (0, TA):
-        got = _as(who, lambda: refuse_unsafe_locks(["0", "1"], settings)) if who else None
+        got = as_user(who, lambda: refuse_unsafe_locks(["0", "1"], settings)) if who else None
         if who == 0:
             with pytest.raises(UnsafeFolderError, match="gpu-1.setup1 is a link"):
                 refuse_unsafe_locks(["0", "1"], settings)
