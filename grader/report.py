@@ -135,7 +135,10 @@ def _one_line(text: str) -> str:
 def summary_line(a: AssignmentResult) -> SummaryLine:
     """What the report says of `a` before any detail."""
     groups = group_failures(a.tests)
-    missing = _submission_fact(a, "not_submitted")
+    # not submitted, and so nothing of it checked: listed once, with no section (an assignment with any
+    # check that ran keeps its section, whatever else its results say)
+    missing = (_submission_fact(a, "not_submitted")
+               and all(isinstance(t.details, SubmissionPayload) or t.outcome == Outcome.SKIPPED for t in a.tests))
     if missing:
         state, css = "not submitted", Outcome.FAILED.value
     elif _submission_fact(a, "not_gradable"):

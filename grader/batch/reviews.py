@@ -201,7 +201,8 @@ def _check(review: Review) -> None:
 
 
 def _number(value: object) -> bool:
-    return type(value) in (int, float) and math.isfinite(value)  # type: ignore[arg-type]
+    """A plain finite int or float (a bool, a string or a NaN is not a number of points)."""
+    return isinstance(value, (int, float)) and type(value) is not bool and math.isfinite(value)
 
 
 def standing(review: Review | None, record: JobRecord | None) -> str:
