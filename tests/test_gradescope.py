@@ -177,6 +177,7 @@ HOSTILE = r'''
 import glob, os, socket
 
 ROOT = {root!r}
+TMP_FILE = {tmp_file!r}  # a name of this run's own in /tmp
 
 
 def snoop():
@@ -203,7 +204,7 @@ def snoop():
                 out.append("CMDLINE %r" % f.read(300))
         except OSError:
             pass
-    for path in (ROOT + "/results/results.json", ROOT + "/source/pwned", "/tmp/" + "pwned"):
+    for path in (ROOT + "/results/results.json", ROOT + "/source/pwned", TMP_FILE):
         try:
             with open(path, "w") as f:
                 f.write("pwned")
@@ -294,12 +295,14 @@ def test_a_hostile_submission_as_gradescope_runs_it_reads_nothing_of_the_course(
         hidden_text = (COURSE.root / "assignments" / "vector_add" / "hidden.py").read_text()
         reference_text = (COURSE.reference / "vector_add.py").read_text()
         marker = f"gs-env-marker-{secrets.token_hex(8)}"
+        tmp_file = Path("/tmp") / f"gs-worker-{secrets.token_hex(8)}-pwned"
         with socket.socket() as listener:
             listener.bind(("127.0.0.1", 0))
             listener.listen()
             sub = root / "submission"
             (sub / "kernels").mkdir(parents=True)
-            (sub / "kernels" / "vector_add.py").write_text(HOSTILE.format(root=str(root), port=listener.getsockname()[1]))
+            (sub / "kernels" / "vector_add.py").write_text(HOSTILE.format(root=str(root), port=listener.getsockname()[1],
+                                                                                 tmp_file=str(tmp_file)))
             env.update(PATH=path_without_unshare(base / "bin"), GS_ENV_MARKER=marker, GRADER_COURSE_SECRET=SECRET)
             proc = subprocess.run([sys.executable, "-c", OPEN_PYTHON, str(root / "run_autograder")], cwd=root, env=env,
                                   capture_output=True, text=True, timeout=900)
@@ -314,8 +317,13 @@ def test_a_hostile_submission_as_gradescope_runs_it_reads_nothing_of_the_course(
         report = reports[0]
         uid = int(report.split("uid=", 1)[1].split(" ", 1)[0])
         assert 60000 <= uid < 61184, report
-        assert "READ " not in report and "WROTE" not in report, [p[:300] for p in report.split(" | ") if
-                                                                 p.startswith(("READ", "WROTE"))]
+        # /tmp is anyone's (sticky) without namespaces: a file of its own there, as its own uid, is all it may write
+        wrote = [p for p in report.split(" | ") if p.startswith("WROTE") and p != f"WROTE {tmp_file}"]
+        assert "READ " not in report and not wrote, [p[:300] for p in report.split(" | ") if
+                                                     p.startswith(("READ", "WROTE"))]
+        if tmp_file.exists():
+            assert tmp_file.stat().st_uid == uid, tmp_file.stat()  # the worker's own file, never root's
+            tmp_file.unlink()
         # the course closed before grading: the zip's folder and the results, to every uid but root's
         for path in [root / "source" / "course" / "assignments" / "vector_add" / "hidden.py",
                      root / "source" / "course" / "reference" / "vector_add.py", root / "results" / "results.json"]:
