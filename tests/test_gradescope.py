@@ -16,6 +16,7 @@ import pytest
 from conftest import COURSE, FIXTURES
 from test_isolation_as_asked import path_without_unshare
 from grader.kit.gradescope import build_autograder
+from grader.settings import Settings
 from grader.spec import Course
 from grader.kit.release import ReleaseError
 
@@ -355,9 +356,8 @@ def test_no_namespaces_and_no_other_uid_is_refused_with_the_reason(tmp_path, mon
 
     monkeypatch.setattr(process, "detect", lambda mode, settings: Isolation(
         "sandbox", warnings=("sandbox without namespaces (unshare: Operation not permitted): ...",)))
-    monkeypatch.setenv("GRADER_AUTOGRADER_ROOT", str(tmp_path))
     (tmp_path / "submission").mkdir()
-    assert gradescope.main([str(tmp_path / "submission"), "vector_add"]) == 3
+    assert gradescope.main([str(tmp_path), str(tmp_path / "submission"), "vector_add"], Settings()) == 3
     data = json.loads((tmp_path / "results" / "results.json").read_text())
     assert data["score"] == 0 and data["tests"] == []
     assert data["output"].startswith("The autograder did not grade this submission: the sandbox can neither make "
@@ -368,6 +368,6 @@ def test_no_namespaces_and_no_other_uid_is_refused_with_the_reason(tmp_path, mon
     (tmp_path / "source" / "course").mkdir(parents=True)
     (tmp_path / "source" / "course" / "hidden.py").write_text("x")
     os.chmod(tmp_path / "source" / "course" / "hidden.py", 0o644)
-    assert gradescope.main([str(tmp_path / "submission"), "vector_add"]) == 0
+    assert gradescope.main([str(tmp_path), str(tmp_path / "submission"), "vector_add"], Settings()) == 0
     assert os.stat(tmp_path / "source" / "course" / "hidden.py").st_mode & 0o077 == 0
     assert os.stat(tmp_path / "source").st_mode & 0o077 == 0

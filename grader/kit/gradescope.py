@@ -67,7 +67,7 @@ mkdir -p "$ROOT/results"
 cd "$ROOT/results"
 # the course closed to workers and their sandbox checked (else results.json says why nothing is graded);
 # files uploaded without their folders (kernels/x.py dragged in as x.py): found by name, named in grader.toml
-"$PY" -I -m grader.kit.gradescope "$ROOT/submission" {names} || exit 0
+"$PY" -I -m grader.kit.gradescope "$ROOT" "$ROOT/submission" {names} || exit 0
 # from inside the submission (-I: nothing of it on the grader's path), so that every reproducer
 # reads `grader check .`, as the student types it in their own clone
 if cd "$ROOT/submission" 2>/dev/null; then REPO=.; else REPO="$ROOT/submission"; fi
@@ -177,16 +177,15 @@ class NotContained(Exception):
     """A worker could read the course here: nothing is graded, and results.json says why."""
 
 
-def contain(autograder: Path) -> str:
+def contain(autograder: Path, settings: Settings) -> str:
     """Close the zip's folder (`autograder`/source: the specs, hidden cases and reference kernels)
     and the results folder to every user but root, and check that the sandbox keeps them from a
     worker here: namespaces (a view without them), or root's dedicated worker uid (which the modes
     then keep out). Returns how workers are contained (one line); NotContained where neither can be
     had (not root and no namespaces), as grading there would hand the course to the submission."""
     from grader.sandbox.process import detect
-    from grader.settings import current
 
-    isolation = detect("sandbox", current())  # as the check's own (its uid range, say)
+    isolation = detect("sandbox", settings)  # as the check's own (its uid range, say)
     if not (isolation.namespaces or isolation.user_switch):
         raise NotContained("the sandbox can neither make namespaces nor run the submission as another user here "
                            f"({'; '.join(isolation.warnings) or isolation.mode}), so the submission's code could read "
@@ -218,24 +217,24 @@ def _refuse(results: Path, why: str) -> None:
                        "output": f"The autograder did not grade this submission: {why}"}, results / "results.json")
 
 
-def main(argv: list[str]) -> int:
-    """run_autograder's first step: `python -I -m grader.kit.gradescope SUBMISSION NAME...`. Exit 0:
-    go on and grade; 3: not graded here (results.json says why)."""
+def main(argv: list[str], settings: Settings) -> int:
+    """run_autograder's first step: `python -I -m grader.kit.gradescope ROOT SUBMISSION NAME...`
+    (ROOT: /autograder, or where a local trial put it). Exit 0: go on and grade; 3: not graded here
+    (results.json says why)."""
     import sys
 
     from grader.sanitize import one_line
-    from grader.settings import current
 
-    autograder = Path(os.environ.get("GRADER_AUTOGRADER_ROOT", "/autograder"))
+    autograder, argv = Path(argv[0]), argv[1:]
     try:
-        print(contain(autograder))
+        print(contain(autograder, settings))
     except NotContained as exc:
         print(f"error: {exc}", file=sys.stderr)
         (autograder / "results").mkdir(parents=True, exist_ok=True)
         _refuse(autograder / "results", str(exc))
         return 3
     if argv and Path(argv[0]).is_dir():
-        for line in locate_modules(Path(argv[0]), argv[1:], specs.Course.find(current())):
+        for line in locate_modules(Path(argv[0]), argv[1:], specs.Course.find(settings)):
             print(one_line(line))  # it names a student's file
     return 0
 
@@ -243,4 +242,6 @@ def main(argv: list[str]) -> int:
 if __name__ == "__main__":
     import sys
 
-    sys.exit(main(sys.argv[1:]))
+    from grader.settings import current
+
+    sys.exit(main(sys.argv[1:], current()))
