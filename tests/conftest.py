@@ -222,3 +222,13 @@ def as_user(uid: int, what) -> str:
         got = f.read()
     os.waitpid(pid, 0)
     return got
+
+
+@pytest.fixture
+def shared_tmp():
+    """A folder in /tmp that root owns and anyone may enter, as a course's or a TA's scripts use
+    (GRADER_CACHE_DIR, GRADER_LOCK_DIR, an output folder): where another user is the attacker."""
+    base = Path(tempfile.mkdtemp(prefix="grader-shared-", dir="/tmp"))
+    base.chmod(0o755)
+    yield base
+    shutil.rmtree(base, ignore_errors=True)

@@ -12,7 +12,6 @@ import shutil
 import stat
 import subprocess
 import sys
-import tempfile
 import threading
 import time
 from pathlib import Path
@@ -27,14 +26,6 @@ NOBODY = 65534
 TA = 65533
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="acting as other users needs root")
 
-
-@pytest.fixture
-def shared_tmp():
-    """A folder in /tmp that root owns, anyone may enter (as a TA's scripts would use)."""
-    base = Path(tempfile.mkdtemp(prefix="grader-shared-", dir="/tmp"))
-    base.chmod(0o755)
-    yield base
-    shutil.rmtree(base, ignore_errors=True)
 
 
 def _hold(folder: Path) -> str:
