@@ -222,3 +222,61 @@ def test_a_finding_goes_into_results_json_whole():
 
     assert Finding("k.py", 3, "import socket", "opens network connections").to_dict() == \
         {"file": "k.py", "line": 3, "code": "import socket", "what": "opens network connections"}
+
+
+def test_scans_of_assignments_graded_at_once_parse_one_at_a_time(tmp_path, monkeypatch):
+    # Python 3.11/3.12 share the AST converter's depth between threads: two parses at once failed a
+    # two-assignment check with "SystemError: AST constructor recursion depth mismatch"
+    import ast
+    import threading
+    import time
+
+    from grader import repofiles
+
+    real, inside, most = ast.parse, [0], [0]
+    lock = threading.Lock()
+
+    def slow_parse(*args, **kwargs):
+        with lock:
+            inside[0] += 1
+            most[0] = max(most[0], inside[0])
+        time.sleep(0.02)
+        try:
+            return real(*args, **kwargs)
+        finally:
+            with lock:
+                inside[0] -= 1
+
+    monkeypatch.setattr(ast, "parse", slow_parse)
+    for name in ("a", "b", "c", "d"):
+        (tmp_path / f"{name}.py").write_text("import torch\n\ndef f(x):\n    return x + 1\n")
+    threads = [threading.Thread(target=scan_submission, args=(tmp_path, f"{n}.py")) for n in "abcd"]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert most[0] == 1  # never two parses at once
+    assert isinstance(repofiles.parse_python("x = 1"), ast.Module)
+
+
+def test_a_parse_the_converter_refuses_is_tried_again_then_said_unreadable(tmp_path, monkeypatch):
+    import ast
+
+    real, calls = ast.parse, []
+
+    def flaky(*args, **kwargs):
+        calls.append(1)
+        if len(calls) == 1:
+            raise SystemError("AST constructor recursion depth mismatch (before=30, after=25)")
+        return real(*args, **kwargs)
+
+    (tmp_path / "k.py").write_text("import subprocess\n")
+    monkeypatch.setattr(ast, "parse", flaky)
+    assert any("subprocess" in f.code for f in scan_submission(tmp_path, "k.py"))  # the retry read it: its finding
+
+    def broken(*args, **kwargs):
+        raise SystemError("AST constructor recursion depth mismatch")
+
+    monkeypatch.setattr(ast, "parse", broken)
+    found = scan_submission(tmp_path, "k.py")  # no crash: the scan says it could not read the file
+    assert [f.what for f in found] == ["nested too deeply for the scan to read (the scan cannot see it)"]

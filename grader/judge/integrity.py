@@ -118,7 +118,7 @@ def scan_submission(root: Path, module: str) -> list[Finding]:
         rel = str(path.relative_to(root))
         try:
             source = repofiles.read_text(root, rel)
-            tree = ast.parse(source, filename=rel)
+            tree = repofiles.parse_python(source, filename=rel)
         except (SyntaxError, ValueError, OSError, repofiles.RepoFileError):
             continue  # the worker reports a syntax error with the student's line; nothing to scan
         except (RecursionError, MemoryError):

@@ -16,6 +16,8 @@ import stat
 
 import torch
 
+from grader import repofiles
+
 MAX_SOURCE_BYTES = 1 << 20  # a kernel file larger than this is not read for hints
 
 # operation -> (what it is called, how it gives NaN, how it gives inf); None where it cannot
@@ -60,7 +62,7 @@ def kernel_operations(source: str) -> list[tuple[str, int]]:
     """(operation, line) of each operation in the file's Triton kernels (functions decorated
     with a jit) that can produce NaN or inf, in line order; [] when the file does not parse."""
     try:
-        tree = ast.parse(source)
+        tree = repofiles.parse_python(source)
     except (SyntaxError, ValueError, RecursionError, MemoryError):
         return []
     found: set[tuple[str, int]] = set()
