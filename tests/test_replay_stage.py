@@ -1,4 +1,4 @@
-"""The timing stage's scored path (grader.judge.perf._by_replay, grader.judge.replaying) on the
+"""The timing stage's scored path (grader.judge.perf._by_replay, grader.judge.replay_stage) on the
 CPU, with fake workers that answer as real ones do and a fake replay process: what the stage
 decides from each kind of record and replay, and that an honest record is scored on the
 replay's own times, placement by placement. The GPU halves are in tests/test_replay_gpu.py."""
@@ -16,17 +16,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
+from conftest import COURSE
 from safetensors.torch import save_file
+from test_replay_record import _record
 
-from grader.codec import write_inputs
-from grader.judge import confirmation, perf, replayed, replaying, witness
-from grader.judge.context import GradingContext
 from grader import protocol as p
+from grader.codec import write_inputs
+from grader.judge import confirmation, perf, replay_process, replay_stage, witness
+from grader.judge.context import GradingContext
 from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Ok, Sample, Time
 from grader.results import Outcome
 from grader.settings import Settings
-from conftest import COURSE
-from test_replay_record import _record
 
 N = 4096
 CALLS = 8  # calls per burst of the grader's clock (as at vector_add's timing size)
@@ -121,8 +121,8 @@ def stage(tmp_path, monkeypatch):
         files.append(str(tmp_path / f"set{i}.safetensors"))
     truth = x + y
     monkeypatch.setattr(perf, "call_times", lambda reply: ([0.4] * 3, [0.4] * 3, None))
-    monkeypatch.setattr(replaying, "stop_student", lambda student: (student.close() or "", {4242}))
-    monkeypatch.setattr(replayed, "gpu_processes", lambda: [])
+    monkeypatch.setattr(replay_stage, "stop_student", lambda student: (student.close() or "", {4242}))
+    monkeypatch.setattr(replay_process, "gpu_processes", lambda: [])
     asked, given, events, spawned, brackets = [], [], [], [], []
 
     @contextlib.contextmanager
@@ -132,9 +132,9 @@ def stage(tmp_path, monkeypatch):
         events.append(f"{lock}-")
 
     for name in ("arm", "go"):
-        monkeypatch.setattr(replaying, name, lambda *a, _f=getattr(replaying, name), _n=name: (events.append(_n),
+        monkeypatch.setattr(replay_stage, name, lambda *a, _f=getattr(replay_stage, name), _n=name: (events.append(_n),
                                                                                                  _f(*a))[1])
-    monkeypatch.setattr(replayed, "settle", lambda r, _f=replayed.settle: (events.append("settle"), _f(r))[1])
+    monkeypatch.setattr(replay_process, "settle", lambda r, _f=replay_process.settle: (events.append("settle"), _f(r))[1])
 
     def run(student, trusted=None, replays=None, store=None, cache=None, clock_ms=None, samples=None,
             eager_ms=None, eager_samples=None):
@@ -170,7 +170,7 @@ def stage(tmp_path, monkeypatch):
             got = answers.get(who, {})
             if isinstance(got, Exception):
                 raise got
-            if isinstance(got, replayed.Replayed):
+            if isinstance(got, replay_process.Replayed):
                 return got
             out = job / "result"
             out.mkdir()
@@ -180,19 +180,19 @@ def stage(tmp_path, monkeypatch):
             ms = [t for p in placements for t in p]
             finite = result[torch.isfinite(result)].double()
             sums = got.get("sums", [[[float(finite.sum()), float(finite.abs().sum()), float((~torch.isfinite(result)).sum())]]] * len(ms))
-            return replayed.Replayed(ms=ms, folder=out, placements=placements, others=got.get("others", []), sums=sums)
+            return replay_process.Replayed(ms=ms, folder=out, placements=placements, others=got.get("others", []), sums=sums)
 
         def fake_spawn(job, reps, timeout, **kw):  # a process started before its record exists
             spawned.append(Path(job).name)
             return SimpleNamespace(job=job, kw=kw)
 
         def fake_place(pending, record, inputs, layout_file):
-            if isinstance(pending, replayed.Replayed):
+            if isinstance(pending, replay_process.Replayed):
                 return pending
             return fake_start(record, inputs, layout_file, pending.job, 0, 0, **pending.kw)
 
-        monkeypatch.setattr(replayed, "spawn", fake_spawn)
-        monkeypatch.setattr(replayed, "place", fake_place)  # a Replayed passes through `go` as it is
+        monkeypatch.setattr(replay_process, "spawn", fake_spawn)
+        monkeypatch.setattr(replay_process, "place", fake_place)  # a Replayed passes through `go` as it is
         ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
         session = SimpleNamespace(context=ctx, alone_on_gpu=lambda: held("alone"), sharing_gpu=lambda: held("shared"),
                                   setup_slot=lambda: held("slot"), cache=cache, settings=SETTINGS)
@@ -230,7 +230,7 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     assert locks[:8] == ["slot+", "shared+", "arm", "shared-", "alone+", "go", "alone-", "slot-"], stage.events
     assert stage.events.index("settle") < stage.events.index("slot-") and locks[8:] == ["shared+", "shared-"]
     assert _d(got)["confirmation"]["verdict"] == "agrees" and _d(got)["confirmation"]["clock_ms"] == pytest.approx(1.2)
-    assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replaying.PLACEMENTS
+    assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replay_stage.PLACEMENTS
     assert stage.given == [SETTINGS, SETTINGS], "each replay process starts with the session's settings"
     kept = _d(got)["replay"]["kept"]
     assert (tmp_path / "store" / kept["student"] / "launches.json").is_file()
@@ -299,7 +299,7 @@ def test_a_reference_whose_replay_is_wrong_is_ours_to_fix_not_a_grade(stage):
 
 
 def test_a_replay_that_breaks_goes_to_review(stage):
-    got = stage(FakeWorker(stage.truth), replays={"student": replayed.Replayed(failed="RuntimeError: illegal memory access")})
+    got = stage(FakeWorker(stage.truth), replays={"student": replay_process.Replayed(failed="RuntimeError: illegal memory access")})
     assert got.outcome == Outcome.FLAGGED and got.severity == "review" and "illegal memory access" in got.message
 
 
@@ -314,7 +314,7 @@ def test_stopping_the_student_leaves_none_of_its_processes(tmp_path):
                              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"],
                             start_new_session=True)
     time.sleep(1.0)
-    tree = replaying.process_tree(proc.pid)
+    tree = replay_stage.process_tree(proc.pid)
     assert len(tree) == 2
 
     class Worker:
@@ -326,7 +326,7 @@ def test_stopping_the_student_leaves_none_of_its_processes(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
-    assert replaying.stop_student(Worker(), grace_s=5) == ("", tree)
+    assert replay_stage.stop_student(Worker(), grace_s=5) == ("", tree)
     assert not any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2] for p in tree)
 
 
@@ -339,7 +339,7 @@ def test_a_process_left_behind_by_the_student_is_named(tmp_path):
             def close(self):  # a worker whose stop leaves its process running
                 pass
 
-        assert "still running after it was stopped" in replaying.stop_student(Worker(), grace_s=0.5)[0]
+        assert "still running after it was stopped" in replay_stage.stop_student(Worker(), grace_s=0.5)[0]
     finally:
         child.kill()
         child.wait()
@@ -425,10 +425,10 @@ def test_the_trusted_worker_breaking_is_ours_never_the_students(stage):
 def test_a_spec_scored_against_the_faster_keeps_torchs_three_rounds(stage, tmp_path, monkeypatch):
     """Where the yardstick is the faster of the reference and torch per round, torch's rounds are
     part of the score: a kept reference figure does not cut them to one."""
-    from grader.judge.runcache import RunCache
-
     import dataclasses
     import sys
+
+    from grader.judge.runcache import RunCache
 
     faster = dataclasses.replace(SPEC, performance=dataclasses.replace(SPEC.performance, against="faster"))
     monkeypatch.setattr(sys.modules[__name__], "SPEC", faster)  # the stage fixture's spec

@@ -25,8 +25,8 @@ from pathlib import Path
 import torch
 
 from grader.codec import rebuild
-from grader.replay import record as records
-from grader.replay.record import RecordError
+from grader.replay import launchrecord
+from grader.replay.launchrecord import LaunchRecordError
 from grader.sandbox.files import WorkerFileError, read_worker_file
 from grader.sandbox.isolation import Isolation, SandboxError
 from grader.sandbox.launch import isolated_python, worker_code
@@ -106,26 +106,26 @@ def input_sizes(inputs: Path, layout: Path) -> dict[str, int]:
     return {k: v.untyped_storage().nbytes() for k, v in rebuilt.items() if isinstance(v, torch.Tensor)}
 
 
-def checked_copy(record: Path, dest: Path, sizes: dict[str, int], fresh: bool = True) -> records.Plan:
+def checked_copy(record: Path, dest: Path, sizes: dict[str, int], fresh: bool = True) -> launchrecord.ReplayPlan:
     """The record in `record` (a worker wrote it) copied to `dest`, only launches.json and the
     files its kernels name by hash, each read bounded and never through a link, then the copy
-    checked whole (RecordError if refused). The replay's view holds this copy, nothing else of
+    checked whole (LaunchRecordError if refused). The replay's view holds this copy, nothing else of
     the worker's."""
-    raw = records.read_file(Path(record) / "launches.json", records.MAX_RECORD_BYTES)
+    raw = launchrecord.read_file(Path(record) / "launches.json", launchrecord.MAX_RECORD_BYTES)
     try:
         parsed = json.loads(raw)
     except ValueError as exc:
-        raise RecordError(f"the record is not JSON ({str(exc)[:80]})") from None
+        raise LaunchRecordError(f"the record is not JSON ({str(exc)[:80]})") from None
     dest.mkdir(parents=True, exist_ok=not fresh)
     (dest / "launches.json").write_bytes(raw)
     kernels = parsed.get("kernels") if isinstance(parsed, dict) else None
-    for k in list(kernels.values() if isinstance(kernels, dict) else [])[:records.MAX_KERNELS]:
+    for k in list(kernels.values() if isinstance(kernels, dict) else [])[:launchrecord.MAX_KERNELS]:
         files = k.get("files") if isinstance(k, dict) else None
         for digest in list(files.values() if isinstance(files, dict) else [])[:8]:
             # else the check says why
-            if type(digest) is str and records.SHA.match(digest) and not (dest / digest).exists():
-                (dest / digest).write_bytes(records.read_file(Path(record) / digest, records.MAX_FILE_BYTES))
-    return records.load(dest, sizes)
+            if type(digest) is str and launchrecord.SHA.match(digest) and not (dest / digest).exists():
+                (dest / digest).write_bytes(launchrecord.read_file(Path(record) / digest, launchrecord.MAX_FILE_BYTES))
+    return launchrecord.load(dest, sizes)
 
 
 @dataclass
@@ -179,7 +179,7 @@ def place(pending: Pending | Replayed, record: Path, inputs: Path, layout: Path)
     job = pending.job
     try:
         checked_copy(Path(record), job / "record", input_sizes(inputs, layout), fresh=False)
-    except RecordError as exc:
+    except LaunchRecordError as exc:
         cancel(pending)
         return Replayed(refused=str(exc)[:400])
     try:  # the grader's own file, read-only in the replay's view: linked where it can be, else copied
@@ -201,7 +201,7 @@ def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeou
     job.mkdir(parents=True)
     try:
         checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
-    except RecordError as exc:
+    except LaunchRecordError as exc:
         return Replayed(refused=str(exc)[:400])
     return place(spawn(job, reps, timeout, isolation, gpu, boot, placements, settings), record, inputs, layout)
 
