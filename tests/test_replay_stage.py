@@ -78,7 +78,7 @@ class FakeWorker:
             return Ok()
         if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
             return self.compare(message)
-        if isinstance(message, p.Burst):  # untimed: a burst run once more and let go
+        if isinstance(message, p.RunBurst):  # untimed: a burst run once more and let go
             self.let_go.append(message.contender)
             return p.BurstReply(values=[])
         if isinstance(message, p.PrepareBurst):

@@ -20,18 +20,18 @@ from pathlib import Path
 
 import pytest
 import torch
-from safetensors.torch import save_file
-
 from classbuild import make_class
 from conftest import COURSE, build_submission, run_cli
+from safetensors.torch import save_file
+
 from grader import protocol as p
 from grader import spec as specs
 from grader.codec import storage_of
 from grader.judge.context import GradingContext
-from grader.judge.session import open_session
 from grader.judge.evidence import EvidenceError, Expected, read_saved
+from grader.judge.session import open_session
 from grader.judge.verdict import judge_call
-from grader.protocol import Burst, BurstReply, Failure, ProtocolError, Run, RunReply
+from grader.protocol import BurstReply, Failure, ProtocolError, Run, RunBurst, RunReply
 from grader.report import render
 from grader.submission import open_submission
 
@@ -163,7 +163,7 @@ def test_a_reply_with_a_number_that_is_not_a_number_is_refused(value):
     with pytest.raises(ProtocolError, match="within 64 bits"):
         p.decode_reply(RUN, wire(launches={"k": 1 << 70}))
     # a sampled result may hold the NaN a kernel computed: that field says so, and keeps it
-    burst = p.decode_reply(Burst("student", 1), json.dumps({"ok": True, "values": [[value, 1.0]]}))
+    burst = p.decode_reply(RunBurst("student", 1), json.dumps({"ok": True, "values": [[value, 1.0]]}))
     assert isinstance(burst, BurstReply) and str(burst.values[0][0]) == str(value)
 
 

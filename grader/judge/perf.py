@@ -45,7 +45,7 @@ from grader.judge.plan import derive_seed
 from grader.judge.resources import Resources
 from grader.judge.runcache import write_perf_set
 from grader.payloads import Figures, Kind, PerformancePayload
-from grader.protocol import Burst, Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
+from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, RunBurst, Sample, Time, TimeReply
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.sandbox.process import WorkerFailure
@@ -506,7 +506,7 @@ def _let_go(workers, timeout: float) -> tuple[str, Failure] | None:
     for c in ("student", "reference"):
         if workers[c].unasked():
             raise witness.WitnessRefused("the worker wrote a reply before it was asked")
-        reply = workers[c].request(Burst(c, witness.new_seed(), True), timeout * 4)
+        reply = workers[c].request(RunBurst(c, witness.new_seed(), True), timeout * 4)
         if isinstance(reply, Failure):
             if c != "student":
                 raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
