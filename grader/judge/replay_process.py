@@ -7,8 +7,9 @@ as a worker: its view holds the grader's own code, the record checked here first
 (read-only), the call's inputs, a private home and the folder it writes to; nothing of the
 course, no other student file. It is told nothing of the truth: the comparison happens here.
 
-Not yet called by the timing stage (grader.judge.perf): docs/security.md, "Replay", says what
-remains to wire.
+Used by the timing stage's scored path (grader.judge.replay_stage: `spawn`, `place`, `loaded`,
+`arm`, `go`, `settle`, one step of the stage each), by `grader verify` (grader.batch.verify: `run`)
+and by `--profile` (grader.judge.profiling: `start` with its own entry point, under ncu).
 """
 
 from __future__ import annotations

@@ -1,26 +1,29 @@
 """The performance stage's scored path: the student's compiled kernels timed by replay
 (grader.replay), with no code of the student's running anywhere while anything is timed.
 
-`prepare`, while the student's worker is alive: two recorded calls at the scoring shape (the
-launches of each, grader.worker.launches; the first also its aten ops, for a vendor op at this
-size, and its compiled kernels, for why a kernel is slow) on two of the timing's input sets, the
-whole result of the first taken back; the trusted worker makes the same call with torch (the
-truth) and with the reference (how far a correct kernel strays from torch), recording the
+`spawn`, before the records exist: each replay process started, its imports overlapping the
+recorded calls. `prepare`, while the student's worker is alive: two recorded calls at the scoring
+shape (the launches of each, grader.worker.launches; the first also its aten ops, for a vendor op
+at this size, and its compiled kernels, for why a kernel is slow) on two of the timing's input
+sets, the whole result of the first taken back; the trusted worker makes the same call with torch
+(the truth) and with the reference (how far a correct kernel strays from torch), recording the
 reference's launches too. The student's result at this size is checked whole, and both records
-are checked and compared (grader.judge.replay_process). A record that cannot be replayed leaves the
-timing to the fallback (grader.judge.perf's rounds, the witness on the grader's own clock), the
-worker still alive to be timed.
+are checked and compared (grader.judge.replay_process). A record that cannot be replayed leaves
+the timing to the fallback (grader.judge.perf's rounds, the witness on the grader's own clock),
+the worker still alive to be timed. `place`: each checked record and the input set handed to its
+started replay process.
 
 `stop_student`: the worker and every process it started gone, checked by the process table and
 the driver's list of GPU processes.
 
-`start`, before the worker is stopped: each replay process started (imports, record, inputs),
-waiting to be told to go. `go`, with the GPU held alone: the reference's and the student's
-records replayed, each in its own process over several placements of their buffers; nothing else
-happens in the hold. `judge`, after it: their results compared whole with the contender's own call
-and with the truth, and the decision made (`replay_process.decide`). The reference's figure is kept for
-the run (`reference_key`): later jobs on the same GPU and input set reuse it while torch's time,
-measured in every job, stays within DRIFT of what it was when the figure was kept.
+`loaded` (no lock held) and `arm` (the GPU held shared, within a set-up slot): each replay's
+inputs read and set up on the GPU, waiting to be told to go. `go`, with the GPU held alone: the
+reference's and the student's records replayed, each in its own process over several placements
+of their buffers; nothing else happens in the hold. `judge`, after it: their results compared
+whole with the contender's own call and with the truth, and the decision made
+(`replay_process.decide`). The reference's figure is kept for the run (`reference_key`): later
+jobs on the same GPU and input set reuse it while torch's time, measured in every job, stays
+within DRIFT of what it was when the figure was kept.
 """
 
 from __future__ import annotations
