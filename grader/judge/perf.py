@@ -376,7 +376,7 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
     # the reference's figure kept for this assignment already: its replay process is likely not needed
     expect = replay_stage.expected_key(stage.spec, ctx, settings)
     contenders = ("student",) if cache is not None and cache.kept_timing(expect) else ("student", "reference")
-    pending = {c: replay_stage.spawn(staging, c, ctx, stage.timeout, settings) for c in contenders}
+    pending = {c: replay_stage.spawn(staging, c, stage.session.replay_process, stage.timeout) for c in contenders}
     try:
         prep = replay_stage.prepare(stage.spec, stage.student, trusted, timed_files, layout, stage.workdir, staging,
                                     stage.timeout)
@@ -408,8 +408,8 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
     if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
         replay_process.cancel(pending.pop("reference", None))
     elif "reference" not in pending:  # another record of the reference than the kept one: replayed after all
-        pending["reference"] = replay_stage.spawn(staging, "reference", ctx, stage.timeout, settings)
-    placed: dict[str, replay_process.Pending | replay_process.Replayed | None] = {
+        pending["reference"] = replay_stage.spawn(staging, "reference", stage.session.replay_process, stage.timeout)
+    placed: dict[str, replay_process.ReplayProcess | replay_process.Replayed | None] = {
         "student": replay_stage.place(prepared, "student", pending["student"]),
         "reference": replay_stage.place(prepared, "reference", pending["reference"]) if kept is None else None}
     timed = _set_up_and_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
@@ -593,7 +593,7 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
         if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replay_stage.DRIFT:
             reference = replay_process.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
         elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
-            late = replay_stage.spawn(prepared.staging, "reference-again", ctx, stage.timeout, stage.session.settings)
+            late = replay_stage.spawn(prepared.staging, "reference-again", stage.session.replay_process, stage.timeout)
             pending["reference"] = replay_stage.place(prepared, "reference", late)
         ref_run, student_run = replay_stage.go(pending, reference)
         stage.phase("replays")

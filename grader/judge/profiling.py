@@ -121,7 +121,7 @@ def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, 
                                                  TIMEOUT_S, isolation=isolation, gpu=gpu, boot=entry,
                                                  settings=settings))
     pending = run.pending
-    if pending is not None:
+    if isinstance(pending, replay_process.Pending):  # the real process, started here
         deadline = time.monotonic() + TIMEOUT_S
         while pending.proc.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)

@@ -41,7 +41,7 @@ from pathlib import Path
 import torch
 
 from grader.judge import replay_process
-from grader.judge.replay_process import Decision, Replayed, process_tree
+from grader.judge.replay_process import Decision, Replayed, ReplayFactory, ReplayProcess, process_tree
 from grader.protocol import Call, Compare, CompareReply, Failure, Sample
 from grader.replay.launchrecord import LaunchRecordError
 from grader.results import Severity
@@ -322,18 +322,17 @@ def expected_key(spec: Assignment, ctx, settings: Settings) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def spawn(staging: Path, c: str, ctx, timeout: float, settings: Settings) -> replay_process.Pending | Replayed:
-    """Contender `c`'s replay process started under the session's `settings` before its record
-    exists: its imports overlap the recorded calls, and it touches the GPU only when told to go
-    (`replay_process.go`)."""
+def spawn(staging: Path, c: str, start: ReplayFactory, timeout: float) -> ReplayProcess | Replayed:
+    """Contender `c`'s replay process started by the session's factory (`start`:
+    grader.judge.resources.Resources.replay_process) before its record exists: its imports
+    overlap the recorded calls, and it touches the GPU only when told to go (`replay_process.go`)."""
     job = staging / f"run-{c}"
     shutil.rmtree(job, ignore_errors=True)
     staging.mkdir(parents=True, exist_ok=True)
-    return replay_process.spawn(job, REPS, timeout * 4, isolation=ctx.isolation, gpu=ctx.gpu, placements=PLACEMENTS,
-                                settings=settings)
+    return start(job, REPS, timeout * 4, PLACEMENTS)
 
 
-def place(prepared: Prepared, c: str, pending: replay_process.Pending | Replayed) -> replay_process.Pending | Replayed:
+def place(prepared: Prepared, c: str, pending: ReplayProcess | Replayed) -> ReplayProcess | Replayed:
     """Contender `c`'s checked record and the input set handed to its started replay."""
     return replay_process.place(pending, prepared.staging / c, prepared.inputs, prepared.layout)
 
