@@ -220,6 +220,7 @@ def main() -> int:
     from grader import spec as specs
     from grader.codec import write_inputs
     from grader.judge import replay_process
+    from grader.settings import Settings
 
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
     work = Path(tempfile.mkdtemp(prefix="replay-gap-"))
@@ -250,7 +251,8 @@ def main() -> int:
                                      str(folder / "layout.json"), str(root), module, spec.function], env, timeout=240)
             row["variants"] = json.loads(so.strip().splitlines()[-1]) if rc == 0 and so.strip() else {"failed": se[-2000:]}
             t0 = time.perf_counter()
-            got = replay_process.run(rec, folder / "inputs.safetensors", folder / "layout.json", folder / f"{who}.job", args.reps, 240)
+            got = replay_process.run(rec, folder / "inputs.safetensors", folder / "layout.json", folder / f"{who}.job", args.reps, 240,
+                                     settings=Settings())
             row["sandboxed_replay"] = {"median_ms": got.median_ms, "refused": got.refused, "failed": got.failed, "others": got.others,
                                        "wall_s": time.perf_counter() - t0}
             if got.folder is not None:

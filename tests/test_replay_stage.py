@@ -16,17 +16,17 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from conftest import COURSE
 from safetensors.torch import save_file
-from test_replay_record import _record
 
-from grader import protocol as p
 from grader.codec import write_inputs
 from grader.judge import confirmation, perf, replay_process, replay_stage, witness
 from grader.judge.context import GradingContext
+from grader import protocol as p
 from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Ok, Sample, Time
 from grader.results import Outcome
 from grader.settings import Settings
+from conftest import COURSE
+from test_replay_record import _record
 
 N = 4096
 CALLS = 8  # calls per burst of the grader's clock (as at vector_add's timing size)

@@ -20,20 +20,21 @@ from pathlib import Path
 
 import pytest
 import torch
-from classbuild import make_class
-from conftest import COURSE, build_submission, run_cli
 from safetensors.torch import save_file
 
+from classbuild import make_class
+from conftest import COURSE, build_submission, run_cli
 from grader import protocol as p
 from grader import spec as specs
 from grader.codec import storage_of
 from grader.judge.context import GradingContext
-from grader.judge.evidence import EvidenceError, Expected, read_saved
 from grader.judge.session import open_session
+from grader.judge.evidence import EvidenceError, Expected, read_saved
 from grader.judge.verdict import judge_call
 from grader.protocol import BurstReply, Failure, ProtocolError, Run, RunBurst, RunReply
 from grader.report import render
 from grader.submission import open_submission
+from grader.settings import Settings
 
 X = torch.tensor([1.0, -2.0, 0.5, 10.0, 0.0])
 Y = torch.tensor([0.25, 4.0, -0.5, 10.0, 0.0])
@@ -231,7 +232,7 @@ def test_a_reply_nested_too_deep_is_a_protocol_error_not_a_recursion_error():
 def graded(tmp_path: Path, fixture: str, cases: tuple[str, ...], dtypes: tuple[str, ...]):
     repo = build_submission(tmp_path / fixture, f"hostile/{fixture}")
     ctx = GradingContext("cpu", 424242, cases, dtypes, 20)
-    run = open_session(ctx).grade(open_submission(repo), [COURSE.get("softmax"), COURSE.get("vector_add")])
+    run = open_session(ctx, Settings()).grade(open_submission(repo), [COURSE.get("softmax"), COURSE.get("vector_add")])
     return run, run.to_gradescope(), render(run)
 
 

@@ -279,7 +279,7 @@ class Pending:
 
 
 def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sandbox", gpu: str | None = None,
-          boot: str = BOOTSTRAP, placements: int = 1, settings: Settings = Settings()) -> Pending | Replayed:
+          boot: str = BOOTSTRAP, placements: int = 1, *, settings: Settings) -> Pending | Replayed:
     """A replay process started in `job` (a new folder) through the sandbox backend (as a worker
     is: the same view rules, uid, limits, no network) before its record exists: it imports torch
     and Triton, then waits for `place` to put its checked record and inputs there (READY), and
@@ -312,7 +312,7 @@ def place(pending: ReplayProcess | Replayed, record: Path, inputs: Path, layout:
 
 def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
           isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-          placements: int = 1, settings: Settings = Settings()) -> ReplayProcess | Replayed:
+          placements: int = 1, *, settings: Settings) -> ReplayProcess | Replayed:
     """`spawn` and `place` at once: a replay ready to go. A refused record starts nothing."""
     job = Path(job)
     job.mkdir(parents=True)
@@ -320,7 +320,8 @@ def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeou
         checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
     except LaunchRecordError as exc:
         return Replayed(refused=str(exc)[:400])
-    return place(spawn(job, reps, timeout, isolation, gpu, boot, placements, settings), record, inputs, layout)
+    started = spawn(job, reps, timeout, isolation, gpu, boot, placements, settings=settings)
+    return place(started, record, inputs, layout)
 
 
 READY = "ready"  # the file whose appearance tells a started replay its record and inputs are in place
@@ -407,10 +408,10 @@ def stop(run: ReplayProcess | Replayed | None) -> None:
 
 def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
         isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-        placements: int = 1, allowed: frozenset[int] = frozenset(), settings: Settings = Settings()) -> Replayed:
+        placements: int = 1, allowed: frozenset[int] = frozenset(), *, settings: Settings) -> Replayed:
     """`start`, `go` and `settle` at once: one contender's replay, start to last result."""
-    return settle(go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings),
-                     allowed))
+    started = start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings=settings)
+    return settle(go(started, allowed))
 
 
 def read(out: Path) -> Replayed:
