@@ -19,7 +19,7 @@ the reference), at the scoring shape:
    each once with the profiler's CUDA activity off and once on (the worker times under CUPTI),
    and the compiled kernel's figures (registers, spills, warps, stages, shared memory) of the
    function's own JIT cache against the replay's loaded kernel;
-3. the replay as a grade would start it (grader.judge.replayed.run: its own process, in the
+3. the replay as a grade would start it (grader.judge.replay_process.run: its own process, in the
    sandbox backend): the production figure.
 
     python benchmarks/replay_gap.py --out gap.json [--only layernorm,rmsnorm] [--reps 30]
@@ -59,7 +59,7 @@ def variants(rec: str, inputs_path: str, layout_path: str, root: str, module: st
     from safetensors.torch import load_file
 
     from grader.codec import rebuild
-    from grader.replay import record, runner
+    from grader.replay import launchrecord, runner
     from grader.worker import timing
 
     out: dict = {"clocks_before": _gpu_clocks()}
@@ -78,9 +78,9 @@ def variants(rec: str, inputs_path: str, layout_path: str, root: str, module: st
 
     major, minor = torch.cuda.get_device_capability(0)
     sizes = {k: v.untyped_storage().nbytes() for k, v in tensors.items()}
-    plan = record.load(Path(rec), sizes, arch=major * 10 + minor)
+    plan = launchrecord.load(Path(rec), sizes, arch=major * 10 + minor)
     replay = runner.Replay(plan, tensors)
-    launches = [s for s in plan.steps if isinstance(s, record.Launch)]
+    launches = [s for s in plan.steps if isinstance(s, launchrecord.RecordedLaunch)]
     out["steps"] = [type(s).__name__ for s in plan.steps]
 
     # the compiled figures: the function's JIT cache against the replay's loaded kernels
@@ -113,7 +113,7 @@ def variants(rec: str, inputs_path: str, layout_path: str, root: str, module: st
         """The replay's own launches, each tensor argument pointed at `buffers[(role, ref)]`."""
         calls = []
         for step in plan.steps:
-            if not isinstance(step, record.Launch):
+            if not isinstance(step, launchrecord.RecordedLaunch):
                 return None  # fills or copies: only replayed by the runner itself
             a_list = []
             for a in step.args:
@@ -215,11 +215,12 @@ def main() -> int:
         return 0
 
     import torch
+    from replay_vs_events import RECORD, _run
 
     from grader import spec as specs
     from grader.codec import write_inputs
-    from grader.judge import replayed
-    from replay_vs_events import RECORD, _run
+    from grader.judge import replay_process
+    from grader.settings import Settings
 
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
     work = Path(tempfile.mkdtemp(prefix="replay-gap-"))
@@ -250,15 +251,16 @@ def main() -> int:
                                      str(folder / "layout.json"), str(root), module, spec.function], env, timeout=240)
             row["variants"] = json.loads(so.strip().splitlines()[-1]) if rc == 0 and so.strip() else {"failed": se[-2000:]}
             t0 = time.perf_counter()
-            got = replayed.run(rec, folder / "inputs.safetensors", folder / "layout.json", folder / f"{who}.job", args.reps, 240)
+            got = replay_process.run(rec, folder / "inputs.safetensors", folder / "layout.json", folder / f"{who}.job", args.reps, 240,
+                                     settings=Settings())
             row["sandboxed_replay"] = {"median_ms": got.median_ms, "refused": got.refused, "failed": got.failed, "others": got.others,
                                        "wall_s": time.perf_counter() - t0}
             if got.folder is not None:
                 from safetensors.torch import load_file
                 expected = list(load_file(str(folder / "reference.call.safetensors")).values())
                 try:
-                    row["sandboxed_replay"]["wrong"] = replayed.mismatch(replayed.results(got, expected), expected, 2e-2, 2e-2)
-                except replayed.ReplyError as exc:
+                    row["sandboxed_replay"]["wrong"] = replay_process.mismatch(replay_process.results(got, expected), expected, 2e-2, 2e-2)
+                except replay_process.ReplyError as exc:
                     row["sandboxed_replay"]["wrong"] = str(exc)
             result["rows"].append(row)
             print(json.dumps(row), flush=True)

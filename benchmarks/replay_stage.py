@@ -1,7 +1,7 @@
 """The timing stage by replay against the worker-timed rounds it replaces, side by side, on a GPU.
 
 Runs `grader check SUBMISSION --device cuda --seed S` three times on the same warm machine: as the
-grader runs it (the student's kernels replayed with the worker gone: grader.judge.replaying), a
+grader runs it (the student's kernels replayed with the worker gone: grader.judge.replay_stage), a
 second time (the reference's replayed figure kept from the first, as every student after the
 first in a class finds it), and with the replay turned off in that process (the fallback: timed
 rounds in the worker, witnessed by the grader's clock), then prints and writes, per assignment:

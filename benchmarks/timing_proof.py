@@ -37,6 +37,7 @@ from grader.judge.context import GradingContext  # noqa: E402
 from grader.judge.session import open_session  # noqa: E402
 from grader.judge.runcache import RunCache  # noqa: E402
 from grader.submission import open_submission  # noqa: E402
+from grader.settings import Settings  # noqa: E402
 
 FIXTURES = ROOT / "tests" / "fixtures"
 SEED = 100
@@ -64,7 +65,7 @@ def grade(fixture: str, assignments: list[str], cases: list[str] | None, opts_kw
         sub = open_submission(build_submission(Path(tmp) / "repo", fixture))
         chosen = [specs.get(a) for a in assignments]
         first_cases = cases or sorted({s.cases[0].name for s in chosen})  # one small case each: the proof is the timing
-        run = open_session(GradingContext("cuda", SEED, tuple(first_cases), ("float32",), **opts_kw)).grade(sub, chosen, progress)
+        run = open_session(GradingContext("cuda", SEED, tuple(first_cases), ("float32",), **opts_kw), Settings()).grade(sub, chosen, progress)
         progress("done")
         return run
 

@@ -214,7 +214,7 @@ class PerformancePayload(Payload):
     roofline: dict[str, Any] | None = None  # the GPU's measured ceilings, for the run to reuse and record
     compiled: dict[str, dict[str, Any]] | None = None  # what the compiler made of each kernel
     why_slow: dict[str, Any] | None = None  # grader.judge.slowness.why_slow
-    timed_by: str | None = None  # "replay" (grader.judge.replaying), "fallback" (the worker's rounds) or "rounds"
+    timed_by: str | None = None  # "replay" (grader.judge.replay_stage), "fallback" (the worker's rounds) or "rounds"
     replay_refused: str | None = None  # why the fallback timed it
     replay: dict[str, Any] | None = None  # the replay's figures and the records kept for `grader verify`
     # the function's own calls by the grader's clock against its replayed figure (grader.judge.confirmation)

@@ -262,7 +262,7 @@ class PrepareBurst:
 
 
 @dataclass
-class Burst:
+class RunBurst:
     """Run a prepared burst on inputs drawn from `seed`, told only now, for the grading process
     to time from outside."""
 
@@ -340,9 +340,9 @@ class Exit:
     reply: ClassVar[type | None] = None
 
 
-Request = Union[Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Compare, Exit]
+Request = Union[Ping, Load, Run, Time, PrepareBurst, RunBurst, Call, Sample, Roofline, Compare, Exit]
 Reply = Union[Ok, RunReply, TimeReply, BurstReady, BurstReply, CallReply, RooflineReply, CompareReply]
-_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, Burst, Call, Sample, Roofline, Compare, Exit)
+_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, RunBurst, Call, Sample, Roofline, Compare, Exit)
 REQUESTS: dict[str, type] = {cls.op: cls for cls in _REQUEST_CLASSES}
 
 

@@ -7,6 +7,7 @@ from grader.judge.context import GradingContext
 from grader.judge.grade import _bounds_check
 from grader.judge.session import open_session
 from grader.submission import open_submission
+from grader.settings import Settings
 from conftest import COURSE
 
 
@@ -14,7 +15,7 @@ def _check(submission, tmp_path, fixture):
     sub = open_submission(submission(fixture))
     sub.private_copy(tmp_path / "work" / "repo")
     spec = COURSE.get("vector_add")
-    return _bounds_check(open_session(GradingContext("cuda", seed=4)), spec, sub.target(spec), tmp_path / "work", 60)
+    return _bounds_check(open_session(GradingContext("cuda", seed=4), Settings()), spec, sub.target(spec), tmp_path / "work", 60)
 
 
 @pytest.mark.slow
@@ -48,7 +49,7 @@ def test_the_replay_worker_sees_no_more_than_the_gpu_worker(submission, tmp_path
     sub.private_copy(tmp_path / "work" / "repo")
     spec = COURSE.get("vector_add")
     ctx = GradingContext("cuda", seed=4, hide=("/srv/course-references",))
-    result = _bounds_check(open_session(ctx), spec, sub.target(spec), tmp_path / "work", 60, hide=[sub.root.parent])
+    result = _bounds_check(open_session(ctx, Settings()), spec, sub.target(spec), tmp_path / "work", 60, hide=[sub.root.parent])
     assert result.outcome == "skipped" and "not started in this test" in result.message
     assert seen == [["/srv/course-references", str(sub.root.parent)]]
 

@@ -17,6 +17,7 @@ from grader.cli.check import check_jobs
 from grader.judge.context import GradingContext
 from grader.judge.session import open_session
 from grader.submission import open_submission
+from grader.settings import Settings
 
 ASSIGNMENTS = ["dropout", "softmax", "vector_add"]
 
@@ -36,9 +37,9 @@ def test_assignments_graded_at_once_give_the_same_results_as_one_after_another(t
     def seen(_: str) -> None:
         threads.add(threading.current_thread().name)
 
-    one_by_one = open_session(ctx).grade(sub, chosen, jobs=1)
+    one_by_one = open_session(ctx, Settings()).grade(sub, chosen, jobs=1)
     phases: dict[str, float] = {}
-    at_once = open_session(ctx).grade(sub, chosen, seen, phases=phases, jobs=3)
+    at_once = open_session(ctx, Settings()).grade(sub, chosen, seen, phases=phases, jobs=3)
 
     assert len({t for t in threads if t.startswith("assignment")}) == 3  # each assignment in a thread of its own
     assert [a.name for a in at_once.assignments] == ASSIGNMENTS  # the order asked for, whatever ended first

@@ -8,6 +8,7 @@ import os
 
 from grader.judge import durations, session
 from grader.judge.context import GradingContext
+from grader.settings import Settings
 from conftest import COURSE
 
 
@@ -26,13 +27,13 @@ def test_the_longest_last_time_starts_first_and_the_seconds_are_kept(tmp_path, m
     ctx = GradingContext("cpu", 1, durations=str(file))
     key = durations.key_of(ctx)
     file.write_text(json.dumps({key("vector_add"): 30.0, key("rmsnorm"): 20.0}))  # softmax: never timed
-    got = session.open_session(ctx, course=COURSE)._grade_at_once(None, specs, tmp_path, None, None, jobs=1)
+    got = session.open_session(ctx, Settings(), COURSE)._grade_at_once(None, specs, tmp_path, None, None, jobs=1)
     assert got == ["vector_add", "softmax", "rmsnorm"], "results in the catalogue's order, whatever ran first"
     assert started == ["vector_add", "rmsnorm", "softmax"]
     kept = json.loads(file.read_text())
     assert kept[key("softmax")] == 9.0 and kept[key("vector_add")] == 1.0 and kept[key("rmsnorm")] == 4.0
     started.clear()
-    session.open_session(ctx, course=COURSE)._grade_at_once(None, specs, tmp_path, None, None, jobs=1)
+    session.open_session(ctx, Settings(), COURSE)._grade_at_once(None, specs, tmp_path, None, None, jobs=1)
     assert started == ["softmax", "rmsnorm", "vector_add"]  # this time's seconds decide the next order
 
 

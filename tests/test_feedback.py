@@ -30,6 +30,7 @@ from grader.results import AssignmentResult, TestResult
 from grader.batch.roster import RosterError, load_roster
 from grader.judge.scoring import score_assignment
 from grader.submission import open_submission
+from grader.settings import Settings
 
 cpu_only = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
 
@@ -228,7 +229,7 @@ def test_a_missing_module_is_one_not_submitted_result(tmp_path):
     (repo / "kernels").mkdir(parents=True)
     sub = open_submission(repo)
     spec = COURSE.get("softmax")
-    result = grade_assignment(open_session(GradingContext("cpu", 1)), sub, spec, tmp_path / "work")
+    result = grade_assignment(open_session(GradingContext("cpu", 1), Settings()), sub, spec, tmp_path / "work")
     assert [t.name for t in result.tests if t.outcome != "skipped"] == ["not submitted"]
     (test,) = [t for t in result.tests if t.outcome != "skipped"]
     assert test.outcome == "failed" and "kernels/softmax.py is not in the submission" in test.message

@@ -11,6 +11,7 @@ import torch
 
 from conftest import COURSE, REPO_ROOT, has_gpu
 from grader import spec as specs
+from grader.settings import Settings
 
 cpu_only = pytest.mark.skipif(has_gpu(), reason="these expectations are for the CPU interpreter")
 
@@ -44,7 +45,7 @@ def test_a_missing_function_over_a_whole_run_is_worth_every_point(submission, tm
 
     spec = COURSE.get("layernorm_backward")
     sub = open_submission(submission("layernorm_no_backward"))
-    result = open_session(GradingContext("cpu", 1)).grade(sub, [spec]).assignments[0]
+    result = open_session(GradingContext("cpu", 1), Settings()).grade(sub, [spec]).assignments[0]
     bad = [t for t in result.tests if t.outcome != "skipped"]
     assert [t.name for t in bad] == ["not submitted"]  # not 24 errors, one per case
     assert bad[0].details.missing_function == "layer_norm_backward"
@@ -351,5 +352,5 @@ def test_the_interpreter_says_these_come_on_a_gpu():
     from grader.results import AssignmentResult
 
     spec = COURSE.get("vector_add")
-    test = measure(open_session(GradingContext("cpu", 1)), spec, AssignmentResult("vector_add", "t", "m"), None, None, 1.0)
+    test = measure(open_session(GradingContext("cpu", 1), Settings()), spec, AssignmentResult("vector_add", "t", "m"), None, None, 1.0)
     assert test.outcome == "skipped" and "registers, spills, shared memory" in test.message and "roofline" in test.message

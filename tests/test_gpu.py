@@ -8,7 +8,6 @@ import json
 import os
 
 import pytest
-
 from conftest import build_submission
 
 pytestmark = pytest.mark.gpu
@@ -48,7 +47,7 @@ def test_ten_percent_slower_is_measured_slower(submission, cli):
         assert perf["extra_data"]["details"]["ratio_interval"][0] > 1.0, perf["output"]
 
 
-# each cheat the replay (grader.judge.replaying) or its fallback catches: the severity it must get
+# each cheat the replay (grader.judge.replay_stage) or its fallback catches: the severity it must get
 # and words its evidence must contain
 CHEATS = {
     "cheat_graph_replay": ("conclusive", "wrong results"),  # no Triton launch in its call: the fallback's checks

@@ -36,6 +36,7 @@ from grader.judge.context import GradingContext
 from grader.judge.session import open_session
 from grader.report import render
 from grader.submission import open_submission
+from grader.settings import Settings
 
 ISOLATION = detect("sandbox")
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
@@ -82,7 +83,7 @@ def grade(tmp_path: Path, fixture: str, cases: list[str], timeout: float = 10, i
     before = outside_state(repo)
     opts = GradingContext(device, 424242, tuple(cases) if cases else None, ("float32",), timeout, import_timeout=import_timeout)
     start = time.monotonic()
-    run = open_session(opts).grade(open_submission(repo), [COURSE.get("softmax"), COURSE.get("vector_add")])
+    run = open_session(opts, Settings()).grade(open_submission(repo), [COURSE.get("softmax"), COURSE.get("vector_add")])
     seconds = time.monotonic() - start
     assert outside_state(repo) == before
     return Graded(run, run.to_gradescope(), render(run), seconds)

@@ -4,8 +4,8 @@ honest submission gets nothing."""
 from pathlib import Path
 
 import pytest
-
 from conftest import COURSE, FIXTURES
+
 from grader.judge.integrity import scan_submission, summary
 
 
@@ -197,9 +197,9 @@ def test_findings_name_the_exact_line_and_follow_every_kind_of_import(tmp_path):
 
 
 def test_the_summary_shows_four_findings_and_counts_the_rest():
-    from grader.judge.integrity import Finding
+    from grader.judge.integrity import SourceFinding
 
-    findings = [Finding("k.py", i, f"line {i}", "starts other programs") for i in range(1, 6)]
+    findings = [SourceFinding("k.py", i, f"line {i}", "starts other programs") for i in range(1, 6)]
     head = "Static scan, for a TA to review (not a verdict, the score is unchanged): "
     shown = "; ".join(f"k.py:{i}: line {i}: starts other programs" for i in range(1, 5))
     assert summary(findings) == head + shown + "; and 1 more"
@@ -218,9 +218,9 @@ def test_a_submodule_imported_under_another_name_is_followed_to_its_calls(tmp_pa
 
 
 def test_a_finding_goes_into_results_json_whole():
-    from grader.judge.integrity import Finding
+    from grader.judge.integrity import SourceFinding
 
-    assert Finding("k.py", 3, "import socket", "opens network connections").to_dict() == \
+    assert SourceFinding("k.py", 3, "import socket", "opens network connections").to_dict() == \
         {"file": "k.py", "line": 3, "code": "import socket", "what": "opens network connections"}
 
 

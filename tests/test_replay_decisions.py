@@ -1,4 +1,4 @@
-"""What the judge makes of a replay (grader.judge.replayed), on fake replays: a wrong result is
+"""What the judge makes of a replay (grader.judge.replay_process), on fake replays: a wrong result is
 a conclusive finding with its evidence, a refused record or changing launches the fallback, a
 GPU shared with another process a retry, a replay that breaks a review; a replay's answer is read
 as hostile data."""
@@ -10,8 +10,8 @@ import json
 import pytest
 import torch
 
-from grader.judge import replayed
-from grader.judge.replayed import Replayed, decide, launches_differ, mismatch
+from grader.judge import replay_process
+from grader.judge.replay_process import Replayed, decide, launches_differ, mismatch
 
 GOOD, REF = Replayed(ms=[1.2, 1.1, 1.3]), Replayed(ms=[1.0, 1.0, 1.0])
 
@@ -65,37 +65,37 @@ def test_another_process_on_the_gpu_is_a_retry_and_a_broken_replay_a_review():
     ('{"ms": [1.0, -1.0]}', "not positive numbers"),
     ('{"ms": [1.0, NaN]}', "not positive numbers"),
     ('{"ms": []}', "not positive numbers"),
-    ("{" + " " * (replayed.MAX_REPLY_BYTES + 1) + "}", "cannot be read"),
+    ("{" + " " * (replay_process.MAX_REPLY_BYTES + 1) + "}", "cannot be read"),
     ('{"ms": [1.0, 2.0]}', "sums are not one triple per result per rep"),
     ('{"ms": [1.0], "sums": [[[1.0, 2.0]]]}', "sums are not one triple per result per rep"),
     ('{"ms": [1.0], "sums": [[[1.0, 2.0, "x"]]]}', "sums are not one triple per result per rep"),
 ])
 def test_a_replays_answer_is_read_as_hostile_data(tmp_path, answer, why):
     (tmp_path / "replay.json").write_text(answer)
-    got = replayed.read(tmp_path)
+    got = replay_process.read(tmp_path)
     assert why in got.failed and got.median_ms is None
 
 
 def test_a_replays_answer_is_kept_bounded(tmp_path):
     (tmp_path / "replay.json").write_text(json.dumps({"refused": "x" * 5000}))
-    assert len(replayed.read(tmp_path).refused) == 400
+    assert len(replay_process.read(tmp_path).refused) == 400
     (tmp_path / "replay.json").write_text(json.dumps({"ms": [2.0, 1.0, 3.0], "sums": [[[1.0, 1.0, 0]]] * 3,
                                                       "other_gpu_processes": [4242]}))
-    got = replayed.read(tmp_path)
+    got = replay_process.read(tmp_path)
     assert got.median_ms == 2.0 and got.folder == tmp_path
     assert got.others == []  # the process's word on who shared the GPU is not taken: run() looks itself
 
 
 def test_a_rep_that_computed_something_else_than_the_checked_last_one_is_named():
     same = [[[10.0, 20.0, 0.0]]] * 3
-    assert replayed.reps_differ(Replayed(ms=[1.0] * 3, sums=same)) == ""
+    assert replay_process.reps_differ(Replayed(ms=[1.0] * 3, sums=same)) == ""
     atomics = [[[10.0 + 1e-9, 20.0, 0.0]], [[10.0, 20.0, 0.0]]]  # summed in another order: within the tolerance
-    assert replayed.reps_differ(Replayed(ms=[1.0] * 2, sums=atomics)) == ""
+    assert replay_process.reps_differ(Replayed(ms=[1.0] * 2, sums=atomics)) == ""
     skipped = [[[1.0, 2.0, 0.0]], [[10.0, 20.0, 0.0]], [[10.0, 20.0, 0.0]]]
-    assert replayed.reps_differ(Replayed(ms=[0.1, 1.0, 1.0], sums=skipped)).startswith(
+    assert replay_process.reps_differ(Replayed(ms=[0.1, 1.0, 1.0], sums=skipped)).startswith(
         "rep 1 of 3 computed another result 0 than the last rep, which was checked whole")
     poisoned = [[[10.0, 20.0, 4.0]], [[10.0, 20.0, 0.0]]]  # NaN left where the rep did not write
-    assert "4 and 0 non-finite" in replayed.reps_differ(Replayed(ms=[1.0] * 2, sums=poisoned))
+    assert "4 and 0 non-finite" in replay_process.reps_differ(Replayed(ms=[1.0] * 2, sums=poisoned))
 
 
 @pytest.mark.parametrize("result", [

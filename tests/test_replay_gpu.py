@@ -1,4 +1,4 @@
-"""The replay on a GPU (grader.replay, grader.judge.replayed): a contender's call recorded in a
+"""The replay on a GPU (grader.replay, grader.judge.replay_process): a contender's call recorded in a
 worker process of its own (grader's own Worker, the module imported, Triton hooked), the worker
 gone, the record replayed in a process with no student code (started through the sandbox
 backend), and the judge's decision. Honest
@@ -17,7 +17,8 @@ import torch
 
 from grader import spec as specs
 from grader.codec import write_inputs
-from grader.judge import replayed
+from grader.judge import replay_process
+from grader.settings import Settings
 from conftest import COURSE, build_submission
 
 pytestmark = pytest.mark.gpu
@@ -59,7 +60,7 @@ def case(tmp_path_factory):
                               capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         event_ms = json.loads(done.stdout.strip().splitlines()[-1])["event_ms"]
-        return replayed.run(rec, work / "inputs.safetensors", work / "layout.json", out, 20, 300), event_ms
+        return replay_process.run(rec, work / "inputs.safetensors", work / "layout.json", out, 20, 300, settings=Settings()), event_ms
 
     reference = run("reference", ROOT / "reference", "vector_add.py")
 
@@ -70,8 +71,8 @@ def case(tmp_path_factory):
         wrong = ""
         if got.folder is not None:
             expected = [load_file(str(work / "reference.call.safetensors"))["output.0"]]
-            wrong = replayed.mismatch(replayed.results(got, expected), expected, 1e-5, 1e-5)
-        return replayed.decide(got, reference[0], wrong), event_ms / reference[1]
+            wrong = replay_process.mismatch(replay_process.results(got, expected), expected, 1e-5, 1e-5)
+        return replay_process.decide(got, reference[0], wrong), event_ms / reference[1]
 
     return student
 

@@ -1,4 +1,4 @@
-"""The trusted side's reading of a launch record (grader.replay.record): a well-formed record
+"""The trusted side's reading of a launch record (grader.replay.launchrecord): a well-formed record
 becomes a plan in the call's order; every hostile variation is refused, before any binary is
 loaded, with the reason. Fake records and fake compiled files (nothing here runs on a GPU)."""
 
@@ -11,8 +11,8 @@ import os
 
 import pytest
 
-from grader.replay import record
-from grader.replay.record import Fill, Launch, RecordError
+from grader.replay import launchrecord
+from grader.replay.launchrecord import Fill, LaunchRecordError, RecordedLaunch
 
 CUBIN = b"\x7fELF not really a cubin"
 
@@ -53,8 +53,8 @@ INPUTS = {"x": 16384}
 def test_a_well_formed_record_becomes_the_plan_in_the_calls_order(tmp_path):
     raw = _record(tmp_path)
     (tmp_path / "launches.json").write_text(json.dumps(raw))
-    plan = record.load(tmp_path, INPUTS, arch=90)
-    assert [type(s) for s in plan.steps] == [Fill, Launch]
+    plan = launchrecord.load(tmp_path, INPUTS, arch=90)
+    assert [type(s) for s in plan.steps] == [Fill, RecordedLaunch]
     launch = plan.steps[1]
     assert launch.grid == (4, 1, 1) and launch.kernel.name == "add_kernel"
     assert [(a.role, a.ref, a.offset) for a in launch.args[:2]] == [("input", "x", 0), ("output", 0, 0)]
@@ -64,8 +64,8 @@ def test_a_well_formed_record_becomes_the_plan_in_the_calls_order(tmp_path):
 def _refused(tmp_path, change, inputs=INPUTS, arch=90) -> str:
     raw = _record(tmp_path)
     change(raw)
-    with pytest.raises(RecordError) as info:
-        record.check(raw, tmp_path, inputs, arch)
+    with pytest.raises(LaunchRecordError) as info:
+        launchrecord.check(raw, tmp_path, inputs, arch)
     return str(info.value)
 
 
@@ -99,14 +99,14 @@ def _kernel(raw):
     (lambda r: r["sequence"].pop(), "the sequence does not hold every launch once"),
     (lambda r: r["sequence"][0]["fill"].update(role="input", ref="x"), "the call wrote an input"),
     (lambda r: r["sequence"][0]["fill"].update(value=float("nan")), "not a finite number"),
-    (lambda r: r.update(launches=[copy.deepcopy(r["launches"][0]) for _ in range(record.MAX_LAUNCHES + 1)]), "launches is not a list of at most"),
+    (lambda r: r.update(launches=[copy.deepcopy(r["launches"][0]) for _ in range(launchrecord.MAX_LAUNCHES + 1)]), "launches is not a list of at most"),
     (lambda r: r.update(scratch=[{"nbytes": 1 << 34, "init": None}]), "scratch 0: nbytes"),
 ])
 def test_a_hostile_record_is_refused_with_the_reason(tmp_path, change, reason):
     if reason is None:
         raw = _record(tmp_path)
         change(raw)
-        assert [type(s) for s in record.check(raw, tmp_path, INPUTS, 90).steps] == [Launch, Fill]
+        assert [type(s) for s in launchrecord.check(raw, tmp_path, INPUTS, 90).steps] == [RecordedLaunch, Fill]
         return
     assert reason in _refused(tmp_path, change)
 
@@ -122,7 +122,7 @@ def _with_descriptor(raw, **change):
 def test_a_host_tma_descriptor_is_bounded_by_its_buffer(tmp_path):
     raw = _record(tmp_path)
     _with_descriptor(raw)
-    arg = record.check(raw, tmp_path, INPUTS, 90).steps[1].args[1]
+    arg = launchrecord.check(raw, tmp_path, INPUTS, 90).steps[1].args[1]
     assert arg.kind == "tensordesc" and arg.desc["shape"] == [64, 64]
     assert "reaches past its buffer" in _refused(tmp_path, lambda r: _with_descriptor(r, shape=[65, 64]))
     assert "reaches past its buffer" in _refused(tmp_path, lambda r: _with_descriptor(r, strides=[128, 1]))
@@ -142,8 +142,8 @@ def test_a_copy_step_stays_inside_its_buffers_and_never_writes_an_input(tmp_path
 
     raw = _record(tmp_path)
     copying()(raw)
-    steps = record.check(raw, tmp_path, INPUTS, 90).steps
-    assert isinstance(steps[0], record.Copy) and steps[0].source.stride == [1, 64]
+    steps = launchrecord.check(raw, tmp_path, INPUTS, 90).steps
+    assert isinstance(steps[0], launchrecord.Copy) and steps[0].source.stride == [1, 64]
     assert "from runs past its buffer" in _refused(tmp_path, copying(**{"from": {"offset": 4}}))
     assert "the call wrote an input" in _refused(tmp_path, copying(to={"role": "input", "ref": "x"}))
     assert "the shapes differ" in _refused(tmp_path, copying(to={"shape": [32, 64]}))
@@ -188,8 +188,8 @@ def test_compiled_files_are_checked_before_anything_is_loaded(tmp_path):
 
 def test_a_record_that_is_not_json_or_too_large_is_refused(tmp_path):
     (tmp_path / "launches.json").write_text("{not json")
-    with pytest.raises(RecordError, match="not JSON"):
-        record.load(tmp_path, INPUTS)
-    (tmp_path / "launches.json").write_bytes(b" " * (record.MAX_RECORD_BYTES + 1))
-    with pytest.raises(RecordError, match="over"):
-        record.load(tmp_path, INPUTS)
+    with pytest.raises(LaunchRecordError, match="not JSON"):
+        launchrecord.load(tmp_path, INPUTS)
+    (tmp_path / "launches.json").write_bytes(b" " * (launchrecord.MAX_RECORD_BYTES + 1))
+    with pytest.raises(LaunchRecordError, match="over"):
+        launchrecord.load(tmp_path, INPUTS)

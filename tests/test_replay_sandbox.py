@@ -1,4 +1,4 @@
-"""The replay process contained (grader.judge.replayed.run): started through the sandbox backend
+"""The replay process contained (grader.judge.replay_process.run): started through the sandbox backend
 as a worker is, its view holds the grader's own code, the record checked and copied (read-only),
 the call's inputs and its own folders; nothing of the course, nothing else of the student's. A
 hostile record is refused before it starts; what it writes back is read bounded. On the CPU (no
@@ -21,9 +21,10 @@ from safetensors.torch import save_file
 
 from conftest import REPO_ROOT, as_nobody
 from grader.codec import write_inputs
-from grader.judge import replayed
+from grader.judge import replay_process
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.process import detect
+from grader.settings import Settings
 from test_replay_record import _record
 
 ISOLATION = detect("sandbox")
@@ -91,7 +92,7 @@ def test_the_replay_process_sees_its_record_and_nothing_of_the_course_or_the_stu
     assert (REPO_ROOT / "reference").is_dir() and (rec / "planted.py").is_file()  # the controls: there outside
     job = tmp_path / "job"
     boot = PROBE.replace("sys.argv[-2:]", f"{str(REPO_ROOT.resolve())!r}, {str(student)!r}")
-    got = replayed.run(rec, inputs, layout, job, 5, 120, isolation=MODES[mode], boot=boot)
+    got = replay_process.run(rec, inputs, layout, job, 5, 120, isolation=MODES[mode], boot=boot, settings=Settings())
     assert got.failed == "the replay process ended without an answer (exit 0: no output)", got
     report = json.loads((job / "result" / "probe.json").read_text())
     digests = json.loads((rec / "launches.json").read_text())["kernels"]["a" * 64]["files"].values()
@@ -111,14 +112,15 @@ AS_USER = """
 import json, sys
 from pathlib import Path
 sys.path[:0] = [{root!r}, {tests!r}]
-from grader.judge import replayed
+from grader.judge import replay_process
 from grader.sandbox.process import detect
+from grader.settings import Settings
 import test_replay_sandbox as t
 home = Path({home!r})
 student, rec, inputs, layout = t._call(home / "call")
 boot = t.PROBE.replace("sys.argv[-2:]", repr({course!r}) + ", " + repr(str(student)))
 iso = detect("sandbox")
-got = replayed.run(rec, inputs, layout, home / "job", 5, 120, isolation=iso, boot=boot)
+got = replay_process.run(rec, inputs, layout, home / "job", 5, 120, isolation=iso, boot=boot, settings=Settings())
 report = json.loads((home / "job" / "result" / "probe.json").read_text())
 files = json.loads((rec / "launches.json").read_text())["kernels"]["a" * 64]["files"].values()
 report.update(isolation=[iso.namespaces, iso.user_namespace, iso.user_switch], failed=got.failed,
@@ -161,9 +163,9 @@ def test_the_real_replay_process_checks_the_record_in_its_sandbox_and_answers(tm
     """The replay itself (no probe), as a grade would start it: it imports its code from its view,
     checks the copied record again, and, with no GPU here, says so; who held the GPU is the
     judge's own observation."""
-    monkeypatch.setattr(replayed, "gpu_processes", lambda: [os.getpid(), 4242])
+    monkeypatch.setattr(replay_process, "gpu_processes", lambda: [os.getpid(), 4242])
     _, rec, inputs, layout = _call(tmp_path)
-    got = replayed.run(rec, inputs, layout, tmp_path / "job", 5, 300)
+    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 300, settings=Settings())
     if torch.cuda.is_available():  # its fake binary is loaded there, and fails to: a failed replay, said in one line
         assert got.failed and not got.ms, got
     else:
@@ -186,12 +188,12 @@ def test_a_hostile_record_is_refused_with_the_reason_before_any_process_starts(t
     def no_start(*args, **kwargs):
         raise AssertionError("a replay process was started for a refused record")
 
-    monkeypatch.setattr(replayed, "WorkerProcess", no_start)
+    monkeypatch.setattr(replay_process, "WorkerProcess", no_start)
     _, rec, inputs, layout = _call(tmp_path)
     change(rec, json.loads((rec / "launches.json").read_text()))
-    got = replayed.run(rec, inputs, layout, tmp_path / "job", 5, 60)
+    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 60, settings=Settings())
     assert reason in got.refused and not got.failed and got.median_ms is None, got
-    assert replayed.decide(got, replayed.Replayed(ms=[1.0]), wrong="").kind == "fallback"
+    assert replay_process.decide(got, replay_process.Replayed(ms=[1.0]), wrong="").kind == "fallback"
 
 
 ARMED_THEN_HANGS = ("import sys, time, pathlib; a = sys.argv[1:]; "
@@ -203,11 +205,11 @@ def test_a_replay_that_overruns_is_killed_and_fails(tmp_path):
     to go fails the replay."""
     _, rec, inputs, layout = _call(tmp_path)
     start = time.monotonic()
-    got = replayed.run(rec, inputs, layout, tmp_path / "job", 5, 5, boot="import time; time.sleep(600)")
+    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 5, boot="import time; time.sleep(600)", settings=Settings())
     assert got.failed == "the replay was not set up in 5 s" and got.ours and time.monotonic() - start < 60, got
-    assert replayed.decide(got, replayed.Replayed(ms=[1.0]), wrong="").kind == "retry"
+    assert replay_process.decide(got, replay_process.Replayed(ms=[1.0]), wrong="").kind == "retry"
     start = time.monotonic()
-    got = replayed.run(rec, inputs, layout, tmp_path / "job2", 5, 5, boot=ARMED_THEN_HANGS)
+    got = replay_process.run(rec, inputs, layout, tmp_path / "job2", 5, 5, boot=ARMED_THEN_HANGS, settings=Settings())
     assert got.failed == "the replay did not finish in 5 s" and not got.ours and time.monotonic() - start < 60, got
 
 
@@ -216,35 +218,35 @@ def test_what_the_replay_writes_back_is_read_bounded(tmp_path):
     out.mkdir()
     os.mkfifo(out / "replay.json")
     start = time.monotonic()
-    assert "is a FIFO" in replayed.read(out).failed and time.monotonic() - start < 5
+    assert "is a FIFO" in replay_process.read(out).failed and time.monotonic() - start < 5
     (out / "replay.json").unlink()
     (out / "replay.json").symlink_to(tmp_path / "elsewhere.json")
     (tmp_path / "elsewhere.json").write_text(json.dumps({"ms": [1.0], "sums": [[[1.0, 1.0, 0]]]}))
-    assert "a symbolic link" in replayed.read(out).failed
+    assert "a symbolic link" in replay_process.read(out).failed
     (out / "replay.json").unlink()
     (out / "replay.json").write_text(json.dumps({"ms": [1.0], "refused": "\x1b[2Jcleared"}))
-    assert replayed.read(out).refused == "\\x1b[2Jcleared"  # shown, never obeyed, in a terminal
+    assert replay_process.read(out).refused == "\\x1b[2Jcleared"  # shown, never obeyed, in a terminal
 
     expected = [torch.zeros(4096)]
-    done = replayed.Replayed(ms=[1.0], folder=out)
+    done = replay_process.Replayed(ms=[1.0], folder=out)
     save_file({"output.0": torch.ones(4096)}, str(out / "last.safetensors"))
-    assert torch.equal(replayed.results(done, expected)[0], torch.ones(4096))
+    assert torch.equal(replay_process.results(done, expected)[0], torch.ones(4096))
     save_file({"output.0": torch.ones(4096 * 20)}, str(out / "last.safetensors"))  # far more than the result
-    with pytest.raises(replayed.ReplyError, match="larger than"):
-        replayed.results(done, expected)
+    with pytest.raises(replay_process.ReplyError, match="larger than"):
+        replay_process.results(done, expected)
     save_file({"output.0": torch.ones(4096), "output.1": torch.ones(2)}, str(out / "last.safetensors"))
-    with pytest.raises(replayed.ReplyError, match="holds 2 tensors where 1 are expected"):
-        replayed.results(done, expected)
+    with pytest.raises(replay_process.ReplyError, match="holds 2 tensors where 1 are expected"):
+        replay_process.results(done, expected)
     save_file({"output.0": torch.ones(4096, dtype=torch.float64)[:2048]}, str(out / "last.safetensors"))
-    with pytest.raises(replayed.ReplyError, match="is float64, not float32"):
-        replayed.results(done, expected)
+    with pytest.raises(replay_process.ReplyError, match="is float64, not float32"):
+        replay_process.results(done, expected)
     (out / "last.safetensors").write_bytes(b"\xff" * 64)
-    with pytest.raises(replayed.ReplyError, match="cannot be read"):
-        replayed.results(done, expected)
+    with pytest.raises(replay_process.ReplyError, match="cannot be read"):
+        replay_process.results(done, expected)
     (out / "last.safetensors").unlink()
     os.mkfifo(out / "last.safetensors")
-    with pytest.raises(replayed.ReplyError, match="is a FIFO"):
-        replayed.results(done, expected)
+    with pytest.raises(replay_process.ReplyError, match="is a FIFO"):
+        replay_process.results(done, expected)
 
 
 def test_a_replay_started_early_waits_for_its_record_and_a_cancelled_one_is_gone(tmp_path):
@@ -254,14 +256,14 @@ def test_a_replay_started_early_waits_for_its_record_and_a_cancelled_one_is_gone
     import time as clock
 
     _, rec, inputs, layout = _call(tmp_path)
-    pending = replayed.spawn(tmp_path / "early", 5, 300)
+    pending = replay_process.spawn(tmp_path / "early", 5, 300, settings=Settings())
     clock.sleep(3)
     assert pending.proc.proc.poll() is None and not (tmp_path / "early" / "result" / "replay.json").exists()
-    got = replayed.go(replayed.place(pending, rec, inputs, layout))
+    got = replay_process.go(replay_process.place(pending, rec, inputs, layout))
     assert got.failed or got.ms, got  # on this machine's CPU: "no GPU is visible"; on a GPU its times
-    unused = replayed.spawn(tmp_path / "unused", 5, 300)
+    unused = replay_process.spawn(tmp_path / "unused", 5, 300, settings=Settings())
     pid = unused.proc.proc.pid
-    replayed.cancel(unused)
+    replay_process.cancel(unused)
     clock.sleep(0.5)
     assert unused.proc.proc.poll() is not None and not Path(f"/proc/{pid}/cmdline").exists() or \
         Path(f"/proc/{pid}/stat").read_text().split()[2] == "Z"
@@ -271,10 +273,10 @@ def test_the_replay_itself_on_the_gpu_is_not_another_process_sharing_it(tmp_path
     """The replay holds the GPU from its set-up on, and is still writing its last result when its
     times are read: its own processes are never counted as others sharing the GPU."""
     _, rec, inputs, layout = _call(tmp_path)
-    pending = replayed.spawn(tmp_path / "own", 5, 300, boot=TIMES_THEN_LAST)
-    monkeypatch.setattr(replayed, "gpu_processes",
-                        lambda: [4242, *replayed.process_tree(pending.proc.proc.pid)])
-    got = replayed.settle(replayed.go(replayed.place(pending, rec, inputs, layout)))
+    pending = replay_process.spawn(tmp_path / "own", 5, 300, boot=TIMES_THEN_LAST, settings=Settings())
+    monkeypatch.setattr(replay_process, "gpu_processes",
+                        lambda: [4242, *replay_process.process_tree(pending.proc.proc.pid)])
+    got = replay_process.settle(replay_process.go(replay_process.place(pending, rec, inputs, layout)))
     assert got.ms == [1.0] and not got.failed and got.others == [4242], got
     assert (got.folder / "last.safetensors").read_bytes() == b"x", "settle waited for the last result"
 

@@ -1,4 +1,4 @@
-"""The timing stage's scored path (grader.judge.perf._by_replay, grader.judge.replaying) on the
+"""The timing stage's scored path (grader.judge.perf._by_replay, grader.judge.replay_stage) on the
 CPU, with fake workers that answer as real ones do and a fake replay process: what the stage
 decides from each kind of record and replay, and that an honest record is scored on the
 replay's own times, placement by placement. The GPU halves are in tests/test_replay_gpu.py."""
@@ -19,7 +19,7 @@ import torch
 from safetensors.torch import save_file
 
 from grader.codec import write_inputs
-from grader.judge import confirmation, perf, replayed, replaying, witness
+from grader.judge import confirmation, perf, replay_process, replay_stage, witness
 from grader.judge.context import GradingContext
 from grader import protocol as p
 from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Ok, Sample, Time
@@ -78,7 +78,7 @@ class FakeWorker:
             return Ok()
         if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
             return self.compare(message)
-        if isinstance(message, p.Burst):  # untimed: a burst run once more and let go
+        if isinstance(message, p.RunBurst):  # untimed: a burst run once more and let go
             self.let_go.append(message.contender)
             return p.BurstReply(values=[])
         if isinstance(message, p.PrepareBurst):
@@ -107,6 +107,61 @@ class FakeWorker:
         return reply
 
 
+class FakeReplay:
+    """A replay process as the session's factory hands one to the stage (ReplayProcess): the
+    record it is given noted in `asked`, each step in `events`; at `go` it answers `answers[who]`
+    (a dict of times and result, a Replayed, or an exception raised when its record is placed),
+    its result folder written as the real one writes it."""
+
+    def __init__(self, job: Path, placements: int, answers: dict, truth: torch.Tensor, asked: list,
+                 events: list) -> None:
+        self.job, self.placements, self.answers, self.truth = job, placements, answers, truth
+        self.asked, self.events = asked, events
+        self.who = ""
+        self.stopped = False
+
+    def place(self, record, inputs, layout):
+        self.who = "reference" if Path(record).name == "reference" else "student"
+        self.asked.append((self.who, self.placements))
+        got = self.answers.get(self.who, {})
+        if isinstance(got, Exception):
+            raise got
+        return got if isinstance(got, replay_process.Replayed) else self
+
+    def loaded(self):
+        return self
+
+    def arm(self):
+        self.events.append(f"arm {self.who}")
+        return self
+
+    def go(self, allowed=frozenset()):
+        self.events.append(f"go {self.who}")
+        got = self.answers.get(self.who, {})
+        out = self.job / "result"
+        out.mkdir(parents=True)
+        result = got.get("result", self.truth)
+        save_file({"output.0": result.clone()}, str(out / "last.safetensors"))
+        placements = got.get("placements", [[1.0] * 8] * 6)
+        ms = [t for p in placements for t in p]
+        finite = result[torch.isfinite(result)].double()
+        sums = got.get("sums", [[[float(finite.sum()), float(finite.abs().sum()),
+                                  float((~torch.isfinite(result)).sum())]]] * len(ms))
+        return replay_process.Replayed(ms=ms, folder=out, placements=placements, others=got.get("others", []),
+                                       sums=sums, pending=self)
+
+    def settle(self, replay):
+        self.events.append(f"settle {self.who}")
+        self.stopped = True
+        return replay
+
+    def cancel(self):
+        self.stopped = True
+
+    def stop(self):
+        self.stopped = True
+
+
 @pytest.fixture
 def stage(tmp_path, monkeypatch):
     """Runs `_by_replay` with the given workers and replay answers; returns the TestResult (or
@@ -121,20 +176,14 @@ def stage(tmp_path, monkeypatch):
         files.append(str(tmp_path / f"set{i}.safetensors"))
     truth = x + y
     monkeypatch.setattr(perf, "call_times", lambda reply: ([0.4] * 3, [0.4] * 3, None))
-    monkeypatch.setattr(replaying, "stop_student", lambda student: (student.close() or "", {4242}))
-    monkeypatch.setattr(replayed, "gpu_processes", lambda: [])
-    asked, given, events, spawned, brackets = [], [], [], [], []
+    monkeypatch.setattr(replay_stage, "stop_student", lambda student: (student.close() or "", {4242}))
+    asked, events, spawned, brackets = [], [], [], []
 
     @contextlib.contextmanager
     def held(lock):  # the session's GPU locks, each taking and release noted in order
         events.append(f"{lock}+")
         yield
         events.append(f"{lock}-")
-
-    for name in ("arm", "go"):
-        monkeypatch.setattr(replaying, name, lambda *a, _f=getattr(replaying, name), _n=name: (events.append(_n),
-                                                                                                 _f(*a))[1])
-    monkeypatch.setattr(replayed, "settle", lambda r, _f=replayed.settle: (events.append("settle"), _f(r))[1])
 
     def run(student, trusted=None, replays=None, store=None, cache=None, clock_ms=None, samples=None,
             eager_ms=None, eager_samples=None):
@@ -162,47 +211,42 @@ def stage(tmp_path, monkeypatch):
         monkeypatch.setattr(witness, "bracketed", fake_bracketed)
         monkeypatch.setattr(witness, "burst_calls", lambda *a: CALLS)
 
-        def fake_start(record, inputs, layout_file, job, reps, timeout, **kw):
-            who = "reference" if Path(record).name == "reference" else "student"
-            asked.append((who, kw.get("placements"), kw.get("allowed")))
-            given.append(kw.get("settings"))
-            job.mkdir(parents=True)
-            got = answers.get(who, {})
-            if isinstance(got, Exception):
-                raise got
-            if isinstance(got, replayed.Replayed):
-                return got
-            out = job / "result"
-            out.mkdir()
-            result = got.get("result", truth)
-            save_file({"output.0": result.clone()}, str(out / "last.safetensors"))
-            placements = got.get("placements", [[1.0] * 8] * 6)
-            ms = [t for p in placements for t in p]
-            finite = result[torch.isfinite(result)].double()
-            sums = got.get("sums", [[[float(finite.sum()), float(finite.abs().sum()), float((~torch.isfinite(result)).sum())]]] * len(ms))
-            return replayed.Replayed(ms=ms, folder=out, placements=placements, others=got.get("others", []), sums=sums)
-
-        def fake_spawn(job, reps, timeout, **kw):  # a process started before its record exists
+        def replay_process_factory(job, reps, timeout, placements):  # the session's (Resources.replay_process)
             spawned.append(Path(job).name)
-            return SimpleNamespace(job=job, kw=kw)
+            return FakeReplay(Path(job), placements, answers, truth, asked, events)
 
-        def fake_place(pending, record, inputs, layout_file):
-            if isinstance(pending, replayed.Replayed):
-                return pending
-            return fake_start(record, inputs, layout_file, pending.job, 0, 0, **pending.kw)
-
-        monkeypatch.setattr(replayed, "spawn", fake_spawn)
-        monkeypatch.setattr(replayed, "place", fake_place)  # a Replayed passes through `go` as it is
         ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
         session = SimpleNamespace(context=ctx, alone_on_gpu=lambda: held("alone"), sharing_gpu=lambda: held("shared"),
-                                  setup_slot=lambda: held("slot"), cache=cache, settings=SETTINGS)
+                                  setup_slot=lambda: held("slot"), cache=cache, settings=SETTINGS,
+                                  replay_process=replay_process_factory)
 
         stage = perf.Stage(session, SPEC, student, workdir, 30, dict(ROOFLINE))
         got, fallback = perf._by_replay(stage, trusted, files, layout)
         return got if got is not None else fallback
 
-    run.truth, run.asked, run.given, run.events, run.spawned, run.brackets = truth, asked, given, events, spawned, brackets
+    run.truth, run.asked, run.events, run.spawned, run.brackets = truth, asked, events, spawned, brackets
     return run
+
+
+def test_the_sessions_factory_starts_each_replay_process_with_its_isolation_gpu_and_settings(tmp_path, monkeypatch):
+    """Resources.replay_process, the one place a grading starts a replay process: the session's
+    isolation, GPU and settings handed to it as to a worker, the stage's reps and placements."""
+    from grader.judge.resources import Resources
+
+    started = []
+
+    class Started:  # the sandboxed process, as WorkerProcess would start it
+        def __init__(self, *args, **kw) -> None:
+            started.append(kw)
+
+    monkeypatch.setattr(replay_process, "WorkerProcess", Started)
+    ctx = GradingContext("cuda", 1, isolation="none", gpu="3")
+    got = Resources(ctx, SETTINGS, COURSE).replay_process(tmp_path / "run-student", 7, 30.0, 3)
+    assert isinstance(got, replay_process.Pending) and got.job == tmp_path / "run-student" and got.timeout == 30.0
+    [kw] = started
+    assert kw["settings"] is SETTINGS and kw["isolation"] == "none" and kw["gpu"] == "3"
+    argv = kw["command"]
+    assert argv[argv.index("--reps") + 1] == "7" and argv[argv.index("--placements") + 1] == "3"
 
 
 def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(stage, tmp_path):
@@ -217,7 +261,7 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     assert student.closed, "the student's worker must be gone before anything is timed"
     # set up under the GPU held shared, timed alone, the last results written before the set-up slot is left,
     # and compared with the GPU shared again (the recorded calls' sharing is the student worker's own)
-    locks = [e for e in stage.events if e[-1] in "+-" or e in ("arm", "go")]
+    locks = [e for e in stage.events if e[-1] in "+-" or e.split()[0] in ("arm", "go")]
     # first the function's own calls by the grader's clock, the GPU held alone, the student's worker still alive
     # rounds in a CUDA graph, alternating which goes first, then one eager round (the function's Python at each
     # call); each burst let go untimed after its rounds, never inside a bracket
@@ -227,11 +271,12 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     assert [m.graph for m in student.prepared] == [True, False]
     assert [m.calls for m in student.prepared] == [CALLS, confirmation.EAGER_CALLS]
     locks = locks[2:]
-    assert locks[:8] == ["slot+", "shared+", "arm", "shared-", "alone+", "go", "alone-", "slot-"], stage.events
-    assert stage.events.index("settle") < stage.events.index("slot-") and locks[8:] == ["shared+", "shared-"]
+    assert locks[:10] == ["slot+", "shared+", "arm student", "arm reference", "shared-",
+                          "alone+", "go reference", "go student", "alone-", "slot-"], stage.events
+    settled = [i for i, e in enumerate(stage.events) if e.startswith("settle")]
+    assert len(settled) == 2 and max(settled) < stage.events.index("slot-") and locks[10:] == ["shared+", "shared-"]
     assert _d(got)["confirmation"]["verdict"] == "agrees" and _d(got)["confirmation"]["clock_ms"] == pytest.approx(1.2)
-    assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replaying.PLACEMENTS
-    assert stage.given == [SETTINGS, SETTINGS], "each replay process starts with the session's settings"
+    assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replay_stage.PLACEMENTS
     kept = _d(got)["replay"]["kept"]
     assert (tmp_path / "store" / kept["student"] / "launches.json").is_file()
     assert (tmp_path / "store" / kept["reference"] / "launches.json").is_file()
@@ -299,7 +344,7 @@ def test_a_reference_whose_replay_is_wrong_is_ours_to_fix_not_a_grade(stage):
 
 
 def test_a_replay_that_breaks_goes_to_review(stage):
-    got = stage(FakeWorker(stage.truth), replays={"student": replayed.Replayed(failed="RuntimeError: illegal memory access")})
+    got = stage(FakeWorker(stage.truth), replays={"student": replay_process.Replayed(failed="RuntimeError: illegal memory access")})
     assert got.outcome == Outcome.FLAGGED and got.severity == "review" and "illegal memory access" in got.message
 
 
@@ -314,7 +359,7 @@ def test_stopping_the_student_leaves_none_of_its_processes(tmp_path):
                              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"],
                             start_new_session=True)
     time.sleep(1.0)
-    tree = replaying.process_tree(proc.pid)
+    tree = replay_stage.process_tree(proc.pid)
     assert len(tree) == 2
 
     class Worker:
@@ -326,7 +371,7 @@ def test_stopping_the_student_leaves_none_of_its_processes(tmp_path):
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait()
 
-    assert replaying.stop_student(Worker(), grace_s=5) == ("", tree)
+    assert replay_stage.stop_student(Worker(), grace_s=5) == ("", tree)
     assert not any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2] for p in tree)
 
 
@@ -339,7 +384,7 @@ def test_a_process_left_behind_by_the_student_is_named(tmp_path):
             def close(self):  # a worker whose stop leaves its process running
                 pass
 
-        assert "still running after it was stopped" in replaying.stop_student(Worker(), grace_s=0.5)[0]
+        assert "still running after it was stopped" in replay_stage.stop_student(Worker(), grace_s=0.5)[0]
     finally:
         child.kill()
         child.wait()
@@ -425,10 +470,10 @@ def test_the_trusted_worker_breaking_is_ours_never_the_students(stage):
 def test_a_spec_scored_against_the_faster_keeps_torchs_three_rounds(stage, tmp_path, monkeypatch):
     """Where the yardstick is the faster of the reference and torch per round, torch's rounds are
     part of the score: a kept reference figure does not cut them to one."""
-    from grader.judge.runcache import RunCache
-
     import dataclasses
     import sys
+
+    from grader.judge.runcache import RunCache
 
     faster = dataclasses.replace(SPEC, performance=dataclasses.replace(SPEC.performance, against="faster"))
     monkeypatch.setattr(sys.modules[__name__], "SPEC", faster)  # the stage fixture's spec

@@ -138,12 +138,12 @@ def test_a_reply_written_ahead_is_seen_and_refused():
 
 
 def test_the_burst_messages_travel_and_are_checked():
-    for message in (protocol.PrepareBurst("student", "/in/set0.safetensors", {"x": {}}, 20, 16), protocol.Burst("student", 7)):
+    for message in (protocol.PrepareBurst("student", "/in/set0.safetensors", {"x": {}}, 20, 16), protocol.RunBurst("student", 7)):
         assert protocol.decode_request(protocol.encode(message)) == message
-    reply = protocol.decode_reply(protocol.Burst("student", 7), protocol.encode(protocol.BurstReply([[1.0, math.nan]])))
+    reply = protocol.decode_reply(protocol.RunBurst("student", 7), protocol.encode(protocol.BurstReply([[1.0, math.nan]])))
     assert reply.values[0][0] == 1.0 and math.isnan(reply.values[0][1])
     with pytest.raises(protocol.ProtocolError):
-        protocol.decode_reply(protocol.Burst("student", 7), '{"ok": true, "values": "fast"}')
+        protocol.decode_reply(protocol.RunBurst("student", 7), '{"ok": true, "values": "fast"}')
     with pytest.raises(protocol.ProtocolError):  # a reply for another request does not pass for one
         protocol.decode_reply(protocol.PrepareBurst("student", "x", {}, 4, 16), '{"ok": true, "values": []}')
 
@@ -235,7 +235,7 @@ def test_the_timing_stage_prepares_both_bursts_then_brackets_each_round_in_turn(
     prepares = [(who, m) for who, m in log if isinstance(m, protocol.PrepareBurst)]
     assert sorted(who for who, _ in prepares) == ["reference", "student"] and all(m.graph for _, m in prepares)
     assert prepares[0][1].calls == witness.burst_calls(0.5, (1 << 20) * 4)
-    bursts = [(who, m) for who, m in log if isinstance(m, protocol.Burst)]
+    bursts = [(who, m) for who, m in log if isinstance(m, protocol.RunBurst)]
     assert len(t.witness.student_s) == len(t.witness.reference_s) == witness.ROUNDS
     # one seed per round, told to both; the order alternates; the last round lets the bursts go
     for r in range(witness.ROUNDS):

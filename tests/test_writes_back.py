@@ -31,9 +31,10 @@ from grader.judge.context import GradingContext
 from grader.judge.session import open_session
 from grader.judge.evidence import EvidenceError, Expected, read_saved
 from grader.judge.verdict import judge_call
-from grader.protocol import Burst, BurstReply, Failure, ProtocolError, Run, RunReply
+from grader.protocol import BurstReply, Failure, ProtocolError, Run, RunBurst, RunReply
 from grader.report import render
 from grader.submission import open_submission
+from grader.settings import Settings
 
 X = torch.tensor([1.0, -2.0, 0.5, 10.0, 0.0])
 Y = torch.tensor([0.25, 4.0, -0.5, 10.0, 0.0])
@@ -163,7 +164,7 @@ def test_a_reply_with_a_number_that_is_not_a_number_is_refused(value):
     with pytest.raises(ProtocolError, match="within 64 bits"):
         p.decode_reply(RUN, wire(launches={"k": 1 << 70}))
     # a sampled result may hold the NaN a kernel computed: that field says so, and keeps it
-    burst = p.decode_reply(Burst("student", 1), json.dumps({"ok": True, "values": [[value, 1.0]]}))
+    burst = p.decode_reply(RunBurst("student", 1), json.dumps({"ok": True, "values": [[value, 1.0]]}))
     assert isinstance(burst, BurstReply) and str(burst.values[0][0]) == str(value)
 
 
@@ -231,7 +232,7 @@ def test_a_reply_nested_too_deep_is_a_protocol_error_not_a_recursion_error():
 def graded(tmp_path: Path, fixture: str, cases: tuple[str, ...], dtypes: tuple[str, ...]):
     repo = build_submission(tmp_path / fixture, f"hostile/{fixture}")
     ctx = GradingContext("cpu", 424242, cases, dtypes, 20)
-    run = open_session(ctx).grade(open_submission(repo), [COURSE.get("softmax"), COURSE.get("vector_add")])
+    run = open_session(ctx, Settings()).grade(open_submission(repo), [COURSE.get("softmax"), COURSE.get("vector_add")])
     return run, run.to_gradescope(), render(run)
 
 

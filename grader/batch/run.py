@@ -56,20 +56,20 @@ def class_seed(out: Path, given: int | None) -> int:
 
 
 @dataclass
-class Plan:
+class BatchPlan:
     jobs: list[Job]
     reused: list[Job]
     seed: int
     broken: list[str] = field(default_factory=list)
 
 
-def plan_batch(lock, opts: BatchOptions) -> Plan:
+def plan_batch(lock, opts: BatchOptions) -> BatchPlan:
     """Every (fetched student, assignment) job; with --resume, those with a reusable grade apart."""
     from grader.batch.workspace import ensure_checkout
 
     out = Path(opts.out).resolve()
     ctx = replace(opts.context, replay_store=str(out / "replay"))  # the records `grader verify` re-times
-    plan = Plan([], [], ctx.seed)
+    plan = BatchPlan([], [], ctx.seed)
     for p in lock.students:
         if p.status != "fetched" or (opts.only and p.student not in opts.only):
             continue
@@ -112,7 +112,7 @@ def make_executor(opts: BatchOptions, slots: list[str | None]):
     return LocalExecutor(slots, job_timeout=timeout, settings=opts.settings)
 
 
-def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job, JobRecord | None], None],
+def run_batch(lock, opts: BatchOptions, plan: BatchPlan, on_event: Callable[[str, Job, JobRecord | None], None],
               executor=None) -> dict:
     """Run the plan, then write the class view. Ctrl-C (KeyboardInterrupt) stops the jobs in
     flight, keeps every finished one and still writes the class view; returns this run's entry

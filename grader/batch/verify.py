@@ -1,6 +1,6 @@
 """`grader verify OUT STUDENT ASSIGNMENT`: a stored speed figure timed again from what the job kept.
 
-A grade timed by replay (grader.judge.replaying) keeps the checked records of the student's and
+A grade timed by replay (grader.judge.replay_stage) keeps the checked records of the student's and
 the reference's launches in OUT/replay/<sha256 of launches.json>/ and, in the job's result, their
 hashes, the input set's seed, index, case and dtype and the figures. Verifying makes that input
 set again from the seed, computes torch's result on it here (the truth), replays both records as
@@ -117,7 +117,7 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
     and the replay processes started under `settings` (the command's); VerifyError if it cannot be."""
     import torch
 
-    from grader.judge import replayed, replaying
+    from grader.judge import replay_process, replay_stage
     from grader.judge.runcache import write_perf_set
     from grader.spec import UnknownAssignment
 
@@ -147,17 +147,18 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
                                 int(inputs.get("set", 0)), work / "inputs.safetensors")
         (work / "layout.json").write_text(json.dumps(layout))
         truth = _truth(spec, work / "inputs.safetensors", layout)
-        runs = {c: replayed.run(records[c], work / "inputs.safetensors", work / "layout.json", work / c, replaying.REPS,
-                                timeout, placements=replay.get("placements", replaying.PLACEMENTS), settings=settings)
+        runs = {c: replay_process.run(records[c], work / "inputs.safetensors", work / "layout.json", work / c,
+                                      replay_stage.REPS, timeout,
+                                      placements=replay.get("placements", replay_stage.PLACEMENTS), settings=settings)
                 for c in ("reference", "student")}
         for c, r in runs.items():
             if r.refused or r.failed:
                 raise VerifyError(f"the {c}'s record could not be replayed here: {r.refused or r.failed}")
         tol = spec.tolerance
         dtype = inputs["dtype"]
-        reference = replayed.results(runs["reference"], [truth])[0].reshape(-1)
-        student_out = replayed.results(runs["student"], [truth])[0].reshape(-1)
-        wrong = replaying.wrong_against_truth(student_out, truth, reference, tol.atol[dtype], tol.rtol[dtype])
+        reference = replay_process.results(runs["reference"], [truth])[0].reshape(-1)
+        student_out = replay_process.results(runs["student"], [truth])[0].reshape(-1)
+        wrong = replay_stage.wrong_against_truth(student_out, truth, reference, tol.atol[dtype], tol.rtol[dtype])
         ratio = statistics.median(_per_placement(runs["student"], runs["reference"]))
     return Verified(float(details["ratio_to_reference"]), ratio, str(details.get("gpu", "?")),
                     torch.cuda.get_device_name(0), wrong,

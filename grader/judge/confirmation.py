@@ -1,6 +1,6 @@
 """The replay's figure confirmed by the grader's own clock: does the record describe the function?
 
-A replay (grader.judge.replaying) times the kernels the student's worker recorded, and the
+A replay (grader.judge.replay_stage) times the kernels the student's worker recorded, and the
 record is written inside the student's process: a worker can rewrite a launch's scalar argument,
 copy a faster binary over its compiled files, or take a faster path only while it is recorded or
 only at the replay's buffers. So before the worker is stopped, the grading process times the
@@ -111,7 +111,7 @@ def decide(clock: list[float], replay_ms: float, launches: int, eager: str, call
 
 
 # What a student changes so that the replay can time the function, by why it could not (the
-# record's `why_not`, grader.worker.launches, and the judge's reasons, grader.judge.replaying).
+# record's `why_not`, grader.worker.launches, and the judge's reasons, grader.judge.replay_stage).
 CHANGES = (
     ("streams", "launch every kernel on the caller's stream (torch.cuda.current_stream()), not on streams of your own"),
     ("tensor from elsewhere", "allocate every buffer your kernels use inside the call (torch.empty), or take it "

@@ -10,7 +10,7 @@ killed holder releases it with its last file descriptor):
   calls pass through: once a timing phase waits, no new call starts on that GPU, the calls
   running finish, and the timing phase goes (a stream of calls cannot starve it).
 
-A timing phase's replays set up on the GPU before its hold (grader.judge.replayed.arm), holding
+A timing phase's replays set up on the GPU before its hold (grader.judge.replay_process.arm), holding
 it shared; `setup_slot` lets at most two timing phases per GPU hold their set-up buffers at once
 (the one timing, the next one ready), so jobs side by side never fill the GPU's memory with
 replays waiting for their turn.

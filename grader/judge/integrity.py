@@ -82,7 +82,7 @@ SHADOWED = ("grader", "torch", "triton", "numpy", "safetensors", "sitecustomize"
 
 
 @dataclass(frozen=True)
-class Finding:
+class SourceFinding:
     file: str
     line: int
     code: str
@@ -95,16 +95,16 @@ class Finding:
         return asdict(self)
 
 
-def scan_submission(root: Path, module: str) -> list[Finding]:
+def scan_submission(root: Path, module: str) -> list[SourceFinding]:
     """Findings in `module` (a path relative to `root`) and the repo's modules it imports."""
     root = Path(repofiles.real_root(root))
-    findings: list[Finding] = []
+    findings: list[SourceFinding] = []
     for name in SHADOWED:
         for candidate in (name, f"{name}.py"):
             if os.path.lexists(root / candidate):  # its name is the finding: nothing is followed or read
                 kind = "folder" if (root / candidate).is_dir() and not (root / candidate).is_symlink() else "file"
-                findings.append(Finding(candidate, 0, f"the {kind} {candidate}",
-                                        f"shadows the module {name} that the worker imports"))
+                findings.append(SourceFinding(candidate, 0, f"the {kind} {candidate}",
+                                              f"shadows the module {name} that the worker imports"))
     todo = [module]
     seen: set[Path] = set()
     while todo and len(seen) < MAX_FILES:
@@ -122,7 +122,8 @@ def scan_submission(root: Path, module: str) -> list[Finding]:
         except (SyntaxError, ValueError, OSError, repofiles.RepoFileError):
             continue  # the worker reports a syntax error with the student's line; nothing to scan
         except (RecursionError, MemoryError):
-            findings.append(Finding(rel, 0, "", "nested too deeply for the scan to read (the scan cannot see it)"))
+            findings.append(SourceFinding(rel, 0, "",
+                                          "nested too deeply for the scan to read (the scan cannot see it)"))
             continue
         scanner = _Scanner(rel, source)
         scanner.scan(tree)
@@ -130,12 +131,12 @@ def scan_submission(root: Path, module: str) -> list[Finding]:
         todo += [str(p.relative_to(root)) for p in _local_modules(root, path, scanner.imports) if p not in seen]
     found = sorted(set(findings), key=lambda f: (f.file, f.line, f.what))
     if len(found) > MAX_FINDINGS:
-        found = found[:MAX_FINDINGS] + [Finding("", 0, "",
-                                                f"and {len(found) - MAX_FINDINGS} more findings, not listed")]
+        found = found[:MAX_FINDINGS] + [SourceFinding("", 0, "",
+                                                      f"and {len(found) - MAX_FINDINGS} more findings, not listed")]
     return found
 
 
-def summary(findings: list[Finding], limit: int = 4) -> str:
+def summary(findings: list[SourceFinding], limit: int = 4) -> str:
     shown = "; ".join(map(str, findings[:limit])) + (f"; and {len(findings) - limit} more" if len(findings) > limit
                                                      else "")
     return f"Static scan, for a TA to review (not a verdict, the score is unchanged): {shown}"
@@ -173,7 +174,7 @@ class _Scanner(ast.NodeVisitor):
         self.file, self.lines = file, source.splitlines()
         self.aliases: dict[str, str] = {}  # local name -> dotted name it was imported as
         self.imports: list[tuple[str, int, list[str]]] = []
-        self.findings: list[Finding] = []
+        self.findings: list[SourceFinding] = []
 
     def scan(self, tree: ast.AST) -> None:
         """Visit every node in source order, with an explicit stack: an expression of thousands
@@ -189,7 +190,7 @@ class _Scanner(ast.NodeVisitor):
     def _add(self, node: ast.AST, what: str) -> None:
         line = getattr(node, "lineno", 0)
         code = self.lines[line - 1].strip() if 0 < line <= len(self.lines) else ""
-        self.findings.append(Finding(self.file, line, code[:120], what))
+        self.findings.append(SourceFinding(self.file, line, code[:120], what))
 
     def _module(self, node: ast.AST, dotted: str) -> None:
         top = dotted.split(".")[0]

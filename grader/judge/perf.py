@@ -38,14 +38,14 @@ import torch
 from safetensors.torch import load, save_file
 
 from grader import sanitize
-from grader.judge import activity, confirmation, replayed, replaying, slowness, witness
+from grader.judge import activity, confirmation, replay_process, replay_stage, slowness, witness
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.judge.resources import Resources
 from grader.judge.runcache import write_perf_set
 from grader.payloads import Figures, Kind, PerformancePayload
-from grader.protocol import Burst, Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
+from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, RunBurst, Sample, Time, TimeReply
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
 from grader.sandbox.process import WorkerFailure
@@ -357,16 +357,16 @@ def _roofline(session: Resources, trusted) -> dict:
 
 def _cancel(pending: dict) -> None:
     for c in pending.values():
-        replayed.cancel(c)
+        replay_process.cancel(c)
 
 
 def _stop(runs: dict) -> None:
     for c in runs.values():
-        replayed.stop(c)
+        replay_process.stop(c)
 
 
 def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> tuple[TestResult | None, str]:
-    """The speed scored by replay (grader.judge.replaying): the result, or (None, why) where the
+    """The speed scored by replay (grader.judge.replay_stage): the result, or (None, why) where the
     fallback times it instead (the student's worker then still alive). The replay processes
     start first: their imports overlap the recorded calls; they set up on the GPU while the
     student's worker is stopped (the GPU held shared), and run their kernels only when told to
@@ -374,12 +374,12 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
     ctx, settings, cache = stage.ctx, stage.session.settings, stage.session.cache
     staging = stage.workdir.parent / f"{stage.spec.name}.replay"
     # the reference's figure kept for this assignment already: its replay process is likely not needed
-    expect = replaying.expected_key(stage.spec, ctx, settings)
+    expect = replay_stage.expected_key(stage.spec, ctx, settings)
     contenders = ("student",) if cache is not None and cache.kept_timing(expect) else ("student", "reference")
-    pending = {c: replaying.spawn(staging, c, ctx, stage.timeout, settings) for c in contenders}
+    pending = {c: replay_stage.spawn(staging, c, stage.session.replay_process, stage.timeout) for c in contenders}
     try:
-        prep = replaying.prepare(stage.spec, stage.student, trusted, timed_files, layout, stage.workdir, staging,
-                                 stage.timeout)
+        prep = replay_stage.prepare(stage.spec, stage.student, trusted, timed_files, layout, stage.workdir, staging,
+                                    stage.timeout)
     except BaseException:
         _cancel(pending)
         raise
@@ -403,21 +403,21 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
     if isinstance(burst, TestResult):
         _cancel(pending)
         return burst, ""
-    key = replaying.reference_key(prepared, stage.spec, ctx, settings)
+    key = replay_stage.reference_key(prepared, stage.spec, ctx, settings)
     kept = cache.kept_timing(key) if cache is not None else None
     if kept is not None:  # the reference's figure is kept for the run: its process is not needed (unless drift says so)
-        replayed.cancel(pending.pop("reference", None))
+        replay_process.cancel(pending.pop("reference", None))
     elif "reference" not in pending:  # another record of the reference than the kept one: replayed after all
-        pending["reference"] = replaying.spawn(staging, "reference", ctx, stage.timeout, settings)
-    placed: dict[str, replayed.Pending | replayed.Replayed | None] = {
-        "student": replaying.place(prepared, "student", pending["student"]),
-        "reference": replaying.place(prepared, "reference", pending["reference"]) if kept is None else None}
+        pending["reference"] = replay_stage.spawn(staging, "reference", stage.session.replay_process, stage.timeout)
+    placed: dict[str, replay_process.ReplayProcess | replay_process.Replayed | None] = {
+        "student": replay_stage.place(prepared, "student", pending["student"]),
+        "reference": replay_stage.place(prepared, "reference", pending["reference"]) if kept is None else None}
     timed = _set_up_and_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
     if isinstance(timed, TestResult):
         return timed, ""
     t, torch_ms, ref_run, student_run = timed
-    r = replaying.judge(prepared, stage.spec, ref_run, student_run, kept=kept is not None and ref_run.folder is None,
-                        timeout=stage.timeout, sharing=stage.session.sharing_gpu)
+    r = replay_stage.judge(prepared, stage.spec, ref_run, student_run, kept=kept is not None and ref_run.folder is None,
+                           timeout=stage.timeout, sharing=stage.session.sharing_gpu)
     stage.phase("replay_checks")
     if cache is not None and not r.reference_kept and r.reference.ms \
             and not (r.reference.failed or r.reference.refused):
@@ -506,7 +506,7 @@ def _let_go(workers, timeout: float) -> tuple[str, Failure] | None:
     for c in ("student", "reference"):
         if workers[c].unasked():
             raise witness.WitnessRefused("the worker wrote a reply before it was asked")
-        reply = workers[c].request(Burst(c, witness.new_seed(), True), timeout * 4)
+        reply = workers[c].request(RunBurst(c, witness.new_seed(), True), timeout * 4)
         if isinstance(reply, Failure):
             if c != "student":
                 raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
@@ -541,21 +541,21 @@ def _set_up_and_timed(stage: Stage, trusted, timed_files: list[str], layout: dic
     of the GPU's set-up slots (at most two timing phases' buffers at once), the replays set up on
     the GPU (held shared), timed (`_replays_timed`) and their last results written. Returns what
     `_replays_timed` does."""
-    stopped, prepared.student_pids = replaying.stop_student(stage.student)
+    stopped, prepared.student_pids = replay_stage.stop_student(stage.student)
     if stopped:
         _cancel(placed)
         return stage.test("infra_error", f"not scored: {stopped}")
-    replaying.loaded(placed)
+    replay_stage.loaded(placed)
     stage.phase("replay_stop_worker")
     with stage.session.setup_slot():
         with stage.session.sharing_gpu():
-            replaying.arm(placed)
+            replay_stage.arm(placed)
         stage.phase("replay_set_up")
         try:
             timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
             if not isinstance(timed, TestResult):
                 for run in timed[2:]:
-                    replayed.settle(run)
+                    replay_process.settle(run)
         except BaseException:
             _stop(placed)
             raise
@@ -590,23 +590,23 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
         torch_ms = statistics.median(t.all("torch"))
         reference = None
         # the GPU as it was: the kept figure stands
-        if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replaying.DRIFT:
-            reference = replayed.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
+        if kept and abs(torch_ms / kept["torch_ms"] - 1) <= replay_stage.DRIFT:
+            reference = replay_process.Replayed(ms=kept["ms"], placements=kept["placements"], launches=kept["launches"])
         elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
-            late = replaying.spawn(prepared.staging, "reference-again", ctx, stage.timeout, stage.session.settings)
-            pending["reference"] = replaying.place(prepared, "reference", late)
-        ref_run, student_run = replaying.go(pending, reference)
+            late = replay_stage.spawn(prepared.staging, "reference-again", stage.session.replay_process, stage.timeout)
+            pending["reference"] = replay_stage.place(prepared, "reference", late)
+        ref_run, student_run = replay_stage.go(pending, reference)
         stage.phase("replays")
     return t, torch_ms, ref_run, student_run
 
 
 def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witness) -> TestResult:
-    """What the replay's decision makes of the speed (grader.judge.replayed.decide), the figure
+    """What the replay's decision makes of the speed (grader.judge.replay_process.decide), the figure
     confirmed by the grader's clock on the function's own calls (grader.judge.confirmation)."""
     spec, ctx = stage.spec, stage.ctx
     details: dict[str, Any] = {
         "timed_by": "replay",
-        "replay": {**replaying.describe(r), "kept": replaying.keep(prepared, _store(ctx)),
+        "replay": {**replay_stage.describe(r), "kept": replay_stage.keep(prepared, _store(ctx)),
                    "inputs": {"seed": ctx.performance_seed, "set": 0, "case": stage.perf.case.name,
                               "dtype": stage.perf.dtype}}}
     decision = r.decision

@@ -2,7 +2,7 @@
 
 After grading, apart from it: for each assignment the timing stage timed by replay, the records it
 kept (GradingContext.replay_store) are replayed again, the reference's and the student's each in a
-sandboxed replay process of its own (grader.judge.replayed, as `grader verify` does), this time
+sandboxed replay process of its own (grader.judge.replay_process, as `grader verify` does), this time
 started under `ncu` (grader.profile.ncu) for one rep of the record's launches, on the input set
 made again from the run's seed. No student Python runs; the grade is made and written before, and
 nothing here changes it. ncu's CSV comes back from the replay's result folder, read bounded, and
@@ -67,9 +67,9 @@ def kept_replay(details) -> dict | None:
 
 def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | None, settings) -> Profile:
     """`spec`'s graded performance test (its payload, `details`) profiled from the records kept in `store`."""
-    from grader.judge import replayed
+    from grader.judge import replay_process
     from grader.judge.runcache import write_perf_set
-    from grader.replay import record as records
+    from grader.replay import launchrecord
 
     name = spec.name
     replay = kept_replay(details)
@@ -88,15 +88,15 @@ def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | No
         layout = write_perf_set(spec, perf.case, inputs["dtype"], int(inputs["seed"]), int(inputs.get("set", 0)),
                                 work / "inputs.safetensors")
         (work / "layout.json").write_text(json.dumps(layout))
-        sizes = replayed.input_sizes(work / "inputs.safetensors", work / "layout.json")
+        sizes = replay_process.input_sizes(work / "inputs.safetensors", work / "layout.json")
         launches = {}
         for c, folder in folders.items():
             try:
-                plan = records.load(folder, sizes)
-            except records.RecordError as exc:
+                plan = launchrecord.load(folder, sizes)
+            except launchrecord.LaunchRecordError as exc:
                 return Profile(name, why_not=f"no profile of {name}: the {c}'s record: {one_line(exc, 200)}")
             kernels = [k.name for k in plan.kernels.values()]
-            count = sum(1 for s in plan.steps if isinstance(s, records.Launch))
+            count = sum(1 for s in plan.steps if isinstance(s, launchrecord.RecordedLaunch))
             log = work / c / "result" / ncu.LOG_NAME
             entry = boot(ncu.find_ncu() or ncu.NCU_DEFAULT, ncu.options(kernels, count, str(log)))
             run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings)
@@ -115,16 +115,17 @@ def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, 
     """One replay (a rep, no placements) through the sandbox with `entry` as its entry point, told
     to go at once; then, unlike a timed replay (whose process is stopped once its last result is
     written), waited for until it ends: ncu writes its CSV as the replayed process exits."""
-    from grader.judge import replayed
+    from grader.judge import replay_process
 
-    run = replayed.go(replayed.start(record, work / "inputs.safetensors", work / "layout.json", job, 1, TIMEOUT_S,
-                                     isolation=isolation, gpu=gpu, boot=entry, settings=settings))
+    run = replay_process.go(replay_process.start(record, work / "inputs.safetensors", work / "layout.json", job, 1,
+                                                 TIMEOUT_S, isolation=isolation, gpu=gpu, boot=entry,
+                                                 settings=settings))
     pending = run.pending
-    if pending is not None:
+    if isinstance(pending, replay_process.Pending):  # the real process, started here
         deadline = time.monotonic() + TIMEOUT_S
         while pending.proc.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.05)
-    replayed.stop(run)
+    replay_process.stop(run)
     return run
 
 
@@ -139,7 +140,7 @@ def _read(log: Path) -> str:
 
 
 def boot(ncu_path: Path, options: list[str]) -> str:
-    """The replay's entry point (a `replayed` boot template, given the grader's code folder as
+    """The replay's entry point (a `replay_process` boot template, given the grader's code folder as
     `path`) that becomes `ncu OPTIONS python -I -u -B -c REPLAY ARGS...`: the replay process
     itself runs under the profiler, with the arguments it was started with."""
     replay = ("import sys; sys.path.insert(0, ' + repr(P) + '); "

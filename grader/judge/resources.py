@@ -1,9 +1,9 @@
 """What one grading process works with, built once from its options, its command's settings and
 the course it grades: the machine's description, the run cache, the kept kernels of a check,
-the device lock, the worker factories with warm starts as one policy; each is handed the
-settings it needs from here (nothing below reads the environment). The stages (grader.judge.grade, grader.judge.perf)
-take them from here and build nothing themselves; a grading session (grader.judge.session) is
-these resources plus the one pipeline.
+the device lock, the worker factories with warm starts as one policy, the replay processes'
+factory; each is handed the settings it needs from here (nothing below reads the environment).
+The stages (grader.judge.grade, grader.judge.perf) take them from here and build nothing
+themselves; a grading session (grader.judge.session) is these resources plus the one pipeline.
 """
 
 from __future__ import annotations
@@ -13,8 +13,10 @@ from pathlib import Path
 from typing import Callable, ContextManager, Sequence
 
 from grader import environment
+from grader.judge import replay_process
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import gpu_phase, setup_slot, timing_lock
+from grader.judge.replay_process import Replayed, ReplayProcess
 from grader.judge.runcache import RunCache, TritonKeep
 from grader.judge.workers import StudentWorker
 from grader.sandbox.isolation import Isolation
@@ -71,6 +73,12 @@ class Resources:
         return WorkerProcess(folder, folder / "scratch", interpret=False, gpu=self.context.gpu, isolation="none",
                              triton_cache=self.cache.trusted_triton_cache if self.cache is not None else None,
                              settings=self.settings)
+
+    def replay_process(self, job: Path, reps: int, timeout: float, placements: int) -> ReplayProcess | Replayed:
+        """A replay process for one contender's record (grader.judge.replay_process.spawn), started
+        in `job` with this session's isolation, GPU and settings, waiting for its record."""
+        return replay_process.spawn(job, reps, timeout, isolation=self.context.isolation, gpu=self.context.gpu,
+                                    placements=placements, settings=self.settings)
 
     def sharing_gpu(self, waited: Callable[[float], None] | None = None) -> ContextManager:
         """Held while a correctness call or an import runs: waits while another job times."""

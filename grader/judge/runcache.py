@@ -177,7 +177,7 @@ class RunCache:
             return figures
 
     def kept_timing(self, key: str) -> dict | None:
-        """A trusted figure kept for the run under `key` (grader.judge.replaying.reference_key)."""
+        """A trusted figure kept for the run under `key` (grader.judge.replay_stage.reference_key)."""
         safe = "".join(c for c in key if c.isalnum())[:64]
         try:
             data = json.loads(read_plain(self.folder / f"timing-{safe}.json", KEPT_JSON_LIMIT))

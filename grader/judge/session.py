@@ -91,10 +91,9 @@ class GradingSession(Resources):
                                      AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), why)
 
 
-def open_session(context: GradingContext, settings: Settings = Settings(),
-                 course: Course | None = None) -> GradingSession:
-    """The session for `context` with the command's `settings` (the defaults where a test gives none)
-    and its `course` (default: the one the settings name or imply, found here).
-    It holds no process of its own (workers end with each assignment; a warm fork server ends
-    with this process or when idle), so there is nothing to close."""
+def open_session(context: GradingContext, settings: Settings, course: Course | None = None) -> GradingSession:
+    """The session for `context` with the command's `settings` and its `course` (default: the one
+    the settings name or imply, found here). It holds no process of its own (workers end with
+    each assignment; a warm fork server ends with this process or when idle), so there is nothing
+    to close."""
     return GradingSession(context, settings, course if course is not None else Course.find(settings))

@@ -40,7 +40,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 
-from grader.protocol import Burst, BurstReply, Failure
+from grader.protocol import BurstReply, Failure, RunBurst
 
 BURST_GPU_MS = 40.0  # the reference's GPU time in one burst: long enough that the pipe's jitter is small beside it
 MIN_CALLS, MAX_CALLS = 4, 256
@@ -82,7 +82,7 @@ def bracketed(worker, contender: str, seed: int, timeout: float,
     if worker.unasked():
         raise WitnessRefused("the worker wrote a reply before it was asked")
     start = time.perf_counter()
-    reply = worker.request(Burst(contender, seed, last), timeout)
+    reply = worker.request(RunBurst(contender, seed, last), timeout)
     return reply, time.perf_counter() - start
 
 

@@ -25,8 +25,8 @@ class StudentWorker:
 
     def __init__(self, context: GradingContext, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path,
                  hide: Sequence[Path] = (), interpret: bool = False, kept: TritonKeep | None = None,
-                 sharing_gpu: Callable[[Callable[[float], None]], ContextManager] | None = None,
-                 settings: Settings = Settings()) -> None:
+                 sharing_gpu: Callable[[Callable[[float], None]], ContextManager] | None = None, *,
+                 settings: Settings) -> None:
         """`kept`: the student's compiled kernels a check keeps between runs; `sharing_gpu(waited)`:
         held while its import or a call runs (grader.judge.devicelock), None in the interpreter;
         `settings`: the session's, for its workers (grader.sandbox.process.WorkerProcess)."""

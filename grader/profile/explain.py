@@ -2,7 +2,7 @@
 that explain most of the gap ("your kernel moves 2.0x the bytes the reference moves",
 "occupancy 25%: 255 registers per thread"), and the table of numbers behind them.
 
-Pure functions over grader.profile.ncu's Launch figures and the bytes the assignment must move
+Pure functions over grader.profile.ncu's ProfiledLaunch figures and the bytes the assignment must move
 (the spec's `bytes_moved` at the scoring size, as the roofline uses it). Each rule that fires
 weighs how much of the time ratio it can account for (at most the ratio itself); causes (bytes
 moved, occupancy and what limits it, launches) are said before a symptom (throughput short of the
@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from grader.profile.ncu import Launch
+from grader.profile.ncu import ProfiledLaunch
 from grader.sanitize import one_line
 
 STALL_WORDS = {
@@ -45,14 +45,14 @@ class Side:
     """One contender's profile: its launches summed (time, bytes) and its longest launch (what
     limits occupancy, where its warps wait)."""
 
-    launches: list[Launch]
+    launches: list[ProfiledLaunch]
 
     def total(self, key: str) -> float | None:
         vals = [x.figures[key] for x in self.launches if key in x.figures]
         return sum(vals) if vals else None
 
     @property
-    def main(self) -> Launch:
+    def main(self) -> ProfiledLaunch:
         return max(self.launches, key=lambda x: x.figures.get("duration_ns", 0.0))
 
     def get(self, key: str) -> float | None:
@@ -120,7 +120,8 @@ def _us(ns: float | None) -> str:
     return "-" if ns is None else f"{ns / 1e3:.1f} us"
 
 
-def explain(student: list[Launch], reference: list[Launch], must_move: int | None = None) -> Explanation:
+def explain(student: list[ProfiledLaunch], reference: list[ProfiledLaunch],
+            must_move: int | None = None) -> Explanation:
     """The differences that explain most of the gap between `student`'s launches and
     `reference`'s (each one rep of the same call, profiled alike), with the table."""
     s, r = Side(student), Side(reference)

@@ -97,7 +97,7 @@ class NcuError(Exception):
 
 
 @dataclass
-class Launch:
+class ProfiledLaunch:
     """One profiled launch: its kernel's name (student text, sanitized where shown) and figures."""
 
     kernel: str
@@ -137,7 +137,7 @@ def _at(units: list[str], i: int) -> str:
     return units[i] if i < len(units) else ""
 
 
-def parse(text: str) -> list[Launch]:
+def parse(text: str) -> list[ProfiledLaunch]:
     """The launches of ncu's `--csv --page raw` output (a header row of column names, a row of
     units, a row per launch; ncu's own ==PROF== / ==ERROR== lines beside them). NcuError where it
     says why there is no profile, or where no launch was profiled."""
@@ -165,7 +165,7 @@ def parse(text: str) -> list[Launch]:
             v = None if i is None else _number(row[i], _at(units, i))
             if v is not None and v > 0:
                 stalls[s] = v
-        launches.append(Launch(row[col["Kernel Name"]][:200], figures, stalls))
+        launches.append(ProfiledLaunch(row[col["Kernel Name"]][:200], figures, stalls))
     if not launches:
         raise NcuError(_errors(text) or "Nsight Compute's output holds no readable launch")
     return launches

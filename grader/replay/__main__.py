@@ -1,6 +1,6 @@
 """`python -m grader.replay RECORD INPUTS LAYOUT OUT [--reps N]`: one contender's replay, in a
 process of its own that imports no student module. The judge starts it through the sandbox
-backend (grader.judge.replayed.run), with only the grader's own code, the checked record (RECORD,
+backend (grader.judge.replay_process.run), with only the grader's own code, the checked record (RECORD,
 read-only) and the call's inputs as grader.codec wrote them (INPUTS, LAYOUT: the grader's own
 files) in its view. It writes OUT/replay.json (times, or why the record was refused or the replay
 failed, and every rep's result sums) and the last rep's result (last.safetensors, after the
@@ -43,7 +43,7 @@ def main(argv: list[str]) -> int:
     from safetensors.torch import load_file, save_file
 
     from grader.codec import rebuild
-    from grader.replay import record, runner
+    from grader.replay import launchrecord, runner
 
     _wait_for(args.ready, 0.01)
     layout = json.loads(Path(args.layout).read_text())
@@ -51,8 +51,8 @@ def main(argv: list[str]) -> int:
     host = {k: v for k, v in rebuild(storages, layout, "cpu").items() if isinstance(v, torch.Tensor)}
     sizes = {k: v.untyped_storage().nbytes() for k, v in host.items()}
     try:  # checked before the GPU is touched (a refused record never waits), and again below against this GPU
-        record.load(Path(args.record), sizes)
-    except record.RecordError as exc:
+        launchrecord.load(Path(args.record), sizes)
+    except launchrecord.LaunchRecordError as exc:
         _answer(out, json.dumps({"refused": str(exc)}))
         return 0
     _mark(args.loaded)
@@ -63,8 +63,8 @@ def main(argv: list[str]) -> int:
         return 0
     major, minor = torch.cuda.get_device_capability(0)
     try:
-        plan = record.load(Path(args.record), sizes, arch=major * 10 + minor)
-    except record.RecordError as exc:
+        plan = launchrecord.load(Path(args.record), sizes, arch=major * 10 + minor)
+    except launchrecord.LaunchRecordError as exc:
         _answer(out, json.dumps({"refused": str(exc)}))
         return 0
     placements = max(1, min(args.placements, 16))
@@ -84,7 +84,7 @@ def main(argv: list[str]) -> int:
     except Exception as exc:  # noqa: BLE001 - a kernel that faults: the replay failed, and says how
         _answer(out, json.dumps({"failed": f"{type(exc).__name__}: {str(exc)[:300]}"}))
         return 0
-    launches = sum(1 for s in plan.steps if isinstance(s, record.Launch))
+    launches = sum(1 for s in plan.steps if isinstance(s, launchrecord.RecordedLaunch))
     # the times first (they end the judge's hold), then the last rep's result, whole, for the comparison
     _answer(out, json.dumps({**timed, "gpu": torch.cuda.get_device_name(0), "launches": launches}))
     save_file({f"output.{i}": t for i, t in enumerate(ready.last())}, str(out / ".last.safetensors.tmp"))

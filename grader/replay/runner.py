@@ -1,4 +1,4 @@
-"""The replay itself, on the GPU, in a process that imports no student code: a checked Plan's
+"""The replay itself, on the GPU, in a process that imports no student code: a checked ReplayPlan's
 kernels loaded from their files, the launches made again on buffers of our own, timed with our
 own CUDA events.
 
@@ -26,7 +26,7 @@ from typing import Any
 import torch
 import triton
 
-from grader.replay.record import DTYPES, Copy, Fill, Launch, Plan
+from grader.replay.launchrecord import DTYPES, Copy, Fill, RecordedLaunch, ReplayPlan
 
 LAUNCH_SHADOW_CYCLES = 2_000_000  # as grader.worker.timing: about 1 ms on Hopper, covers the host's launches
 
@@ -43,7 +43,7 @@ def _bytes(t: torch.Tensor) -> torch.Tensor:
     return torch.empty(0, dtype=torch.uint8, device=t.device).set_(t.untyped_storage())
 
 
-def load_kernels(plan: Plan) -> dict:
+def load_kernels(plan: ReplayPlan) -> dict:
     """Each kernel's CompiledKernel, rebuilt from its checked files (copied under their labels
     into a private folder, the names Triton expects)."""
     from triton.compiler.compiler import CompiledKernel
@@ -66,9 +66,10 @@ def load_kernels(plan: Plan) -> dict:
 
 
 class Replay:
-    """A Plan made ready on this GPU: kernels loaded, buffers allocated, inputs kept pristine."""
+    """A ReplayPlan made ready on this GPU: kernels loaded, buffers allocated, inputs kept pristine."""
 
-    def __init__(self, plan: Plan, inputs: dict[str, torch.Tensor], pad: int = 0, kernels: dict | None = None) -> None:
+    def __init__(self, plan: ReplayPlan, inputs: dict[str, torch.Tensor], pad: int = 0,
+                 kernels: dict | None = None) -> None:
         """`pad`: bytes allocated (and held) before the buffers, so each placement puts them at
         other addresses: the same kernel's time varies with where its data lies in memory."""
         self.plan = plan
@@ -97,7 +98,7 @@ class Replay:
         if isinstance(step, Copy):
             dst, src = self._view(step.to), self._view(step.source)
             return lambda: dst.copy_(src)
-        assert isinstance(step, Launch)
+        assert isinstance(step, RecordedLaunch)
         args: list[object] = []
         for a in step.args:
             if a.kind == "tensor":
@@ -193,10 +194,10 @@ PLACEMENT_STEP = (2 << 20) + 4096  # a new 2 MiB page and a shifted offset withi
 
 
 class Placements:
-    """A Plan's kernels loaded and its first placement of buffers made (`Replay`), before the
+    """A ReplayPlan's kernels loaded and its first placement of buffers made (`Replay`), before the
     go: what is left for the timed reps is their own work and the later placements."""
 
-    def __init__(self, plan: Plan, inputs: dict[str, torch.Tensor]) -> None:
+    def __init__(self, plan: ReplayPlan, inputs: dict[str, torch.Tensor]) -> None:
         self.plan, self.inputs = plan, inputs
         self.kernels = load_kernels(plan)
         self.first: Replay | None = Replay(plan, inputs, pad=0, kernels=self.kernels)

@@ -29,7 +29,7 @@ PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
 # (`worker_code`, never the course's grader/) is put first.
 BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.worker.server import main; main(sys.argv[1:])"
 # What a worker runs of the grader: the package's marker, the shared codec and protocol, worker/;
-# and replay/, which the replay process (grader.judge.replayed.run) runs in a sandbox alike.
+# and replay/, which the replay process (grader.judge.replay_process.run) runs in a sandbox alike.
 WORKER_CODE = ("__init__.py", "codec.py", "protocol.py", "worker", "replay")
 
 _code_lock = threading.Lock()

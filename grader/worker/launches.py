@@ -12,7 +12,7 @@ not replayed: it is noted, and where it touches what a launch reads or the resul
 says why it cannot be replayed (`why_not`).
 
 This is the worker's word, hostile data once it leaves: the trusted side validates all of it
-(grader.replay.record) and never scores a figure on it without re-running the launches itself.
+(grader.replay.launchrecord) and never scores a figure on it without re-running the launches itself.
 """
 
 from __future__ import annotations

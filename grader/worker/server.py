@@ -22,7 +22,6 @@ from typing import TYPE_CHECKING, Any, Callable
 
 from grader import protocol
 from grader.protocol import (
-    Burst,
     BurstReady,
     BurstReply,
     Call,
@@ -39,6 +38,7 @@ from grader.protocol import (
     Roofline,
     RooflineReply,
     Run,
+    RunBurst,
     RunReply,
     Sample,
     Time,
@@ -249,7 +249,7 @@ class Worker:
         self.bursts[req.contender] = burst
         return BurstReady(eager=eager)
 
-    def burst(self, req: Burst) -> BurstReply | Failure:
+    def burst(self, req: RunBurst) -> BurstReply | Failure:
         """Run a prepared burst on inputs drawn from the seed, told only now."""
         burst = self.bursts.get(req.contender)
         if burst is None:
@@ -375,7 +375,8 @@ class Worker:
         """The requests a worker answers, each by its own method: nothing else is callable
         through the pipe (exit ends the loop in `serve`)."""
         return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, PrepareBurst: self.prepare_burst,
-                Burst: self.burst, Call: self.call, Sample: self.sample, Roofline: self.roofline, Compare: self.compare}
+                RunBurst: self.burst, Call: self.call, Sample: self.sample, Roofline: self.roofline,
+                Compare: self.compare}
 
 
 def _read_bounded(path: str, limit: int) -> bytes:

@@ -24,6 +24,7 @@ from grader import spec as specs
 from grader.judge.context import GradingContext
 from grader.judge.session import open_session
 from grader.submission import open_submission
+from grader.settings import Settings
 
 pytestmark = pytest.mark.bench
 
@@ -39,7 +40,7 @@ def test_interpreter_check_time_per_assignment(benchmark, good, assignment):
     opts = GradingContext("cpu", seed=1)
 
     def check():
-        return open_session(opts).grade(good, [spec]).assignments[0]
+        return open_session(opts, Settings()).grade(good, [spec]).assignments[0]
 
     result = benchmark.pedantic(check, rounds=1, iterations=1)
     assert result.score == result.max_score > 0
@@ -51,7 +52,7 @@ def test_one_call_graded_in_process(benchmark, good):
     opts = GradingContext("cpu", seed=1, cases=("n=1",), dtypes=("float32",))
 
     def check():
-        return open_session(opts).grade(good, [spec]).assignments[0]
+        return open_session(opts, Settings()).grade(good, [spec]).assignments[0]
 
     assert benchmark.pedantic(check, rounds=3, iterations=1).score == 6
 

@@ -7,8 +7,9 @@ as a worker: its view holds the grader's own code, the record checked here first
 (read-only), the call's inputs, a private home and the folder it writes to; nothing of the
 course, no other student file. It is told nothing of the truth: the comparison happens here.
 
-Not yet called by the timing stage (grader.judge.perf): docs/security.md, "Replay", says what
-remains to wire.
+Used by the timing stage's scored path (grader.judge.replay_stage: `spawn`, `place`, `loaded`,
+`arm`, `go`, `settle`, one step of the stage each), by `grader verify` (grader.batch.verify: `run`)
+and by `--profile` (grader.judge.profiling: `start` with its own entry point, under ncu).
 """
 
 from __future__ import annotations
@@ -21,12 +22,13 @@ import subprocess
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, Protocol
 
 import torch
 
 from grader.codec import rebuild
-from grader.replay import record as records
-from grader.replay.record import RecordError
+from grader.replay import launchrecord
+from grader.replay.launchrecord import LaunchRecordError
 from grader.sandbox.files import WorkerFileError, read_worker_file
 from grader.sandbox.isolation import Isolation, SandboxError
 from grader.sandbox.launch import isolated_python, worker_code
@@ -56,7 +58,7 @@ class Replayed:
     # per rep, per result: sum, sum of magnitudes, non-finite count
     sums: list[list[list[float]]] = field(default_factory=list)
     # the process while it writes the last rep's result (`settle` waits for it and stops it)
-    pending: Pending | None = field(default=None, repr=False, compare=False)
+    pending: ReplayProcess | None = field(default=None, repr=False, compare=False)
 
     @property
     def median_ms(self) -> float | None:
@@ -106,26 +108,58 @@ def input_sizes(inputs: Path, layout: Path) -> dict[str, int]:
     return {k: v.untyped_storage().nbytes() for k, v in rebuilt.items() if isinstance(v, torch.Tensor)}
 
 
-def checked_copy(record: Path, dest: Path, sizes: dict[str, int], fresh: bool = True) -> records.Plan:
+def checked_copy(record: Path, dest: Path, sizes: dict[str, int], fresh: bool = True) -> launchrecord.ReplayPlan:
     """The record in `record` (a worker wrote it) copied to `dest`, only launches.json and the
     files its kernels name by hash, each read bounded and never through a link, then the copy
-    checked whole (RecordError if refused). The replay's view holds this copy, nothing else of
+    checked whole (LaunchRecordError if refused). The replay's view holds this copy, nothing else of
     the worker's."""
-    raw = records.read_file(Path(record) / "launches.json", records.MAX_RECORD_BYTES)
+    raw = launchrecord.read_file(Path(record) / "launches.json", launchrecord.MAX_RECORD_BYTES)
     try:
         parsed = json.loads(raw)
     except ValueError as exc:
-        raise RecordError(f"the record is not JSON ({str(exc)[:80]})") from None
+        raise LaunchRecordError(f"the record is not JSON ({str(exc)[:80]})") from None
     dest.mkdir(parents=True, exist_ok=not fresh)
     (dest / "launches.json").write_bytes(raw)
     kernels = parsed.get("kernels") if isinstance(parsed, dict) else None
-    for k in list(kernels.values() if isinstance(kernels, dict) else [])[:records.MAX_KERNELS]:
+    for k in list(kernels.values() if isinstance(kernels, dict) else [])[:launchrecord.MAX_KERNELS]:
         files = k.get("files") if isinstance(k, dict) else None
         for digest in list(files.values() if isinstance(files, dict) else [])[:8]:
             # else the check says why
-            if type(digest) is str and records.SHA.match(digest) and not (dest / digest).exists():
-                (dest / digest).write_bytes(records.read_file(Path(record) / digest, records.MAX_FILE_BYTES))
-    return records.load(dest, sizes)
+            if type(digest) is str and launchrecord.SHA.match(digest) and not (dest / digest).exists():
+                (dest / digest).write_bytes(launchrecord.read_file(Path(record) / digest, launchrecord.MAX_FILE_BYTES))
+    return launchrecord.load(dest, sizes)
+
+
+class ReplayProcess(Protocol):
+    """One contender's replay process as the timing stage drives it, one step at a time: `Pending`
+    is the real one (started by `spawn`); a test hands a fake through the session's factory
+    (grader.judge.resources.Resources.replay_process). A step returns the process again, or what
+    it handed back (a Replayed) where it ended there: refused, failed or answered."""
+
+    def place(self, record: Path, inputs: Path, layout: Path) -> ReplayProcess | Replayed:
+        """Its checked record and the call's inputs handed to it."""
+
+    def loaded(self) -> ReplayProcess | Replayed:
+        """Waited for until its inputs are read on the host."""
+
+    def arm(self) -> ReplayProcess | Replayed:
+        """Set up on the GPU (the caller holds it shared), and waited for."""
+
+    def go(self, allowed: frozenset[int] = frozenset()) -> Replayed:
+        """Told to go: its times, read back (its last result may still be on its way)."""
+
+    def settle(self, replay: Replayed) -> Replayed:
+        """`replay`, its answer to `go`, with its last result in place; the process gone."""
+
+    def cancel(self) -> None:
+        """Stopped, unless it was told to go."""
+
+    def stop(self) -> None:
+        """Stopped wherever it is."""
+
+
+# what starts one: (its job folder, reps, timeout, placements) -> the process, or why it did not start
+ReplayFactory = Callable[[Path, int, float, int], "ReplayProcess | Replayed"]
 
 
 @dataclass
@@ -133,7 +167,7 @@ class Pending:
     """A replay process started and waiting: it has imported torch and Triton and read its record
     and inputs; it sets up on the GPU once armed (`arm`, the GPU held shared: another job's timing
     never sees it) and runs the record's kernels only once told to go (`go`), so neither its start
-    nor its set-up costs anything inside the timing's exclusive hold."""
+    nor its set-up costs anything inside the timing's exclusive hold. The real ReplayProcess."""
 
     proc: WorkerProcess
     job: Path
@@ -142,9 +176,110 @@ class Pending:
     armed: bool = False  # set up on the GPU (or answered already: refused, failed)
     closed: bool = False  # killed and reaped
 
+    def place(self, record: Path, inputs: Path, layout: Path) -> Pending | Replayed:
+        """The record checked and copied into the started replay's job folder with the call's
+        inputs, then READY: the process reads them. A refused record stops the process (a
+        Replayed that says why)."""
+        job = self.job
+        try:
+            checked_copy(Path(record), job / "record", input_sizes(inputs, layout), fresh=False)
+        except LaunchRecordError as exc:
+            self.cancel()
+            return Replayed(refused=str(exc)[:400])
+        try:  # the grader's own file, read-only in the replay's view: linked where it can be, else copied
+            os.link(inputs, job / "inputs.safetensors")
+        except OSError:
+            shutil.copyfile(inputs, job / "inputs.safetensors")
+        shutil.copyfile(layout, job / "layout.json")
+        for f in [job / "inputs.safetensors", job / "layout.json", *(job / "record").iterdir()]:
+            os.chmod(f, 0o644)
+        (job / READY).touch()
+        return self
+
+    def loaded(self) -> Pending | Replayed:
+        """Waited for until it has read its inputs and checked its record on the host (before
+        the GPU is held: what is left for `arm` is the GPU's part). A replay that answers
+        instead, or ends, is read back as `arm` does; one that overruns is stopped."""
+        if self.armed:
+            return self
+        return _until(self, LOADED, "did not read its inputs", 0.005) or self
+
+    def arm(self) -> Pending | Replayed:
+        """Told to set up on the GPU (its context, the kernels loaded, the inputs and the first
+        placement's buffers), and waited for: the caller holds the GPU shared meanwhile. A replay
+        that answers instead (no GPU, a record refused against this GPU) or ends is read back."""
+        if self.armed:
+            return self
+        if not (self.job / ARM).exists():
+            (self.job / ARM).touch()
+        stopped = _until(self, ARMED, "was not set up", 0.002)
+        if stopped is not None:
+            return stopped
+        self.armed = True
+        return self
+
+    def go(self, allowed: frozenset[int] = frozenset()) -> Replayed:
+        """Armed here if it is not yet, told to go, its times waited for and read back bounded:
+        a process that fails or overruns is a failed replay. The times end the wait; the last
+        rep's result is written after them (`settle` waits for it, outside the hold). `allowed`:
+        GPU processes not counted as sharing the GPU."""
+        armed = self.arm()
+        if isinstance(armed, Replayed):
+            return armed
+        result = self.job / "result"
+        self.done = True
+        own = process_tree(self.proc.proc.pid)  # the replay itself holds the GPU since its set-up
+        before = gpu_processes() or []
+        (self.job / GO).touch()
+        answer, deadline = result / "replay.json", time.monotonic() + self.timeout
+        while not answer.exists():  # its answer, once in place, ends the wait
+            ended = _ended(self)
+            if ended is not None and not answer.exists():
+                _close(self)
+                return ended
+            if time.monotonic() > deadline:
+                _close(self)
+                return Replayed(failed=f"the replay did not finish in {self.timeout:.0f} s")
+            time.sleep(0.002)
+        replay = read(result)
+        own |= process_tree(self.proc.proc.pid)
+        others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid() and p not in allowed | own})
+        replay.others = others[:16]
+        if replay.folder is None:  # refused or failed: nothing more to wait for
+            _close(self)
+        else:
+            replay.pending = self
+        return replay
+
+    def settle(self, replay: Replayed) -> Replayed:
+        """`replay`'s last result in place (the process writes it after its times) and the
+        process gone. A process that ends or overruns without writing it is a failed replay."""
+        last, deadline = replay.folder / "last.safetensors" if replay.folder else None, time.monotonic() + self.timeout
+        try:
+            while last is not None and not last.exists():
+                if self.proc.proc.poll() is not None and not last.exists():
+                    replay.failed = "the replay ended before its last result was written"
+                    break
+                if time.monotonic() > deadline:
+                    replay.failed = f"the replay's last result was not written in {self.timeout:.0f} s"
+                    break
+                time.sleep(0.002)
+        finally:
+            _close(self)
+        return replay
+
+    def cancel(self) -> None:
+        if not self.done:
+            self.done = True
+            _close(self)
+
+    def stop(self) -> None:
+        self.done = True
+        _close(self)
+
 
 def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sandbox", gpu: str | None = None,
-          boot: str = BOOTSTRAP, placements: int = 1, settings: Settings = Settings()) -> Pending | Replayed:
+          boot: str = BOOTSTRAP, placements: int = 1, *, settings: Settings) -> Pending | Replayed:
     """A replay process started in `job` (a new folder) through the sandbox backend (as a worker
     is: the same view rules, uid, limits, no network) before its record exists: it imports torch
     and Triton, then waits for `place` to put its checked record and inputs there (READY), and
@@ -170,40 +305,23 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
     return Pending(proc, job, timeout)
 
 
-def place(pending: Pending | Replayed, record: Path, inputs: Path, layout: Path) -> Pending | Replayed:
-    """The record checked and copied into the started replay's job folder with the call's inputs,
-    then READY: the process reads them. A refused record stops the process (a Replayed that says
-    why)."""
-    if isinstance(pending, Replayed):
-        return pending
-    job = pending.job
-    try:
-        checked_copy(Path(record), job / "record", input_sizes(inputs, layout), fresh=False)
-    except RecordError as exc:
-        cancel(pending)
-        return Replayed(refused=str(exc)[:400])
-    try:  # the grader's own file, read-only in the replay's view: linked where it can be, else copied
-        os.link(inputs, job / "inputs.safetensors")
-    except OSError:
-        shutil.copyfile(inputs, job / "inputs.safetensors")
-    shutil.copyfile(layout, job / "layout.json")
-    for f in [job / "inputs.safetensors", job / "layout.json", *(job / "record").iterdir()]:
-        os.chmod(f, 0o644)
-    (job / READY).touch()
-    return pending
+def place(pending: ReplayProcess | Replayed, record: Path, inputs: Path, layout: Path) -> ReplayProcess | Replayed:
+    """`pending`'s record and inputs handed to it (ReplayProcess.place); a Replayed passes as it is."""
+    return pending if isinstance(pending, Replayed) else pending.place(record, inputs, layout)
 
 
 def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
           isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-          placements: int = 1, settings: Settings = Settings()) -> Pending | Replayed:
+          placements: int = 1, *, settings: Settings) -> ReplayProcess | Replayed:
     """`spawn` and `place` at once: a replay ready to go. A refused record starts nothing."""
     job = Path(job)
     job.mkdir(parents=True)
     try:
         checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
-    except RecordError as exc:
+    except LaunchRecordError as exc:
         return Replayed(refused=str(exc)[:400])
-    return place(spawn(job, reps, timeout, isolation, gpu, boot, placements, settings), record, inputs, layout)
+    started = spawn(job, reps, timeout, isolation, gpu, boot, placements, settings=settings)
+    return place(started, record, inputs, layout)
 
 
 READY = "ready"  # the file whose appearance tells a started replay its record and inputs are in place
@@ -243,83 +361,28 @@ def _until(pending: Pending, mark: str, late: str, poll_s: float) -> Replayed | 
     return None
 
 
-def loaded(pending: Pending | Replayed) -> Pending | Replayed:
-    """A placed replay waited for until it has read its inputs and checked its record on the host
-    (before the GPU is held: what is left for `arm` is the GPU's part). A replay that answers
-    instead, or ends, is read back as `arm` does; one that overruns is stopped."""
-    if isinstance(pending, Replayed) or pending.armed:
-        return pending
-    return _until(pending, LOADED, "did not read its inputs", 0.005) or pending
+def loaded(pending: ReplayProcess | Replayed) -> ReplayProcess | Replayed:
+    """A placed replay waited for until its inputs are read (ReplayProcess.loaded); a Replayed
+    passes as it is."""
+    return pending if isinstance(pending, Replayed) else pending.loaded()
 
 
-def arm(pending: Pending | Replayed) -> Pending | Replayed:
-    """A placed replay told to set up on the GPU (its context, the kernels loaded, the inputs and
-    the first placement's buffers), and waited for: the caller holds the GPU shared meanwhile. A
-    replay that answers instead (no GPU, a record refused against this GPU) or ends is read back."""
-    if isinstance(pending, Replayed) or pending.armed:
-        return pending
-    if not (pending.job / ARM).exists():
-        (pending.job / ARM).touch()
-    stopped = _until(pending, ARMED, "was not set up", 0.002)
-    if stopped is not None:
-        return stopped
-    pending.armed = True
-    return pending
+def arm(pending: ReplayProcess | Replayed) -> ReplayProcess | Replayed:
+    """A placed replay set up on the GPU (ReplayProcess.arm); a Replayed passes as it is."""
+    return pending if isinstance(pending, Replayed) else pending.arm()
 
 
-def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Replayed:
-    """A started replay (armed here if it is not yet) told to go, its times waited for and read
-    back bounded: a process that fails or overruns is a failed replay. The times end the wait;
-    the last rep's result is written after them (`settle` waits for it, outside the hold).
-    `allowed`: GPU processes not counted as sharing the GPU."""
-    pending = arm(pending)
-    if isinstance(pending, Replayed):
-        return pending
-    result = pending.job / "result"
-    pending.done = True
-    own = process_tree(pending.proc.proc.pid)  # the replay itself holds the GPU since its set-up
-    before = gpu_processes() or []
-    (pending.job / GO).touch()
-    answer, deadline = result / "replay.json", time.monotonic() + pending.timeout
-    while not answer.exists():  # its answer, once in place, ends the wait
-        ended = _ended(pending)
-        if ended is not None and not answer.exists():
-            _close(pending)
-            return ended
-        if time.monotonic() > deadline:
-            _close(pending)
-            return Replayed(failed=f"the replay did not finish in {pending.timeout:.0f} s")
-        time.sleep(0.002)
-    replay = read(result)
-    own |= process_tree(pending.proc.proc.pid)
-    others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid() and p not in allowed | own})
-    replay.others = others[:16]
-    if replay.folder is None:  # refused or failed: nothing more to wait for
-        _close(pending)
-    else:
-        replay.pending = pending
-    return replay
+def go(pending: ReplayProcess | Replayed, allowed: frozenset[int] = frozenset()) -> Replayed:
+    """A started replay told to go, its times read back (ReplayProcess.go); a Replayed passes as
+    it is."""
+    return pending if isinstance(pending, Replayed) else pending.go(allowed)
 
 
 def settle(replay: Replayed) -> Replayed:
-    """The replay's last result in place (its process writes it after its times) and the process
-    gone. A process that ends or overruns without writing it is a failed replay."""
+    """A replay's last result in place and its process gone (ReplayProcess.settle): what `go`
+    handed back, once only."""
     pending, replay.pending = replay.pending, None
-    if pending is None:
-        return replay
-    last, deadline = replay.folder / "last.safetensors" if replay.folder else None, time.monotonic() + pending.timeout
-    try:
-        while last is not None and not last.exists():
-            if pending.proc.proc.poll() is not None and not last.exists():
-                replay.failed = "the replay ended before its last result was written"
-                break
-            if time.monotonic() > deadline:
-                replay.failed = f"the replay's last result was not written in {pending.timeout:.0f} s"
-                break
-            time.sleep(0.002)
-    finally:
-        _close(pending)
-    return replay
+    return replay if pending is None else pending.settle(replay)
 
 
 def _close(pending: Pending) -> None:
@@ -329,28 +392,26 @@ def _close(pending: Pending) -> None:
         pending.proc.close()
 
 
-def cancel(pending: Pending | Replayed | None) -> None:
+def cancel(pending: ReplayProcess | Replayed | None) -> None:
     """A started replay not needed after all, never told to go: stopped."""
-    if isinstance(pending, Pending) and not pending.done:
-        pending.done = True
-        _close(pending)
+    if pending is not None and not isinstance(pending, Replayed):
+        pending.cancel()
 
 
-def stop(run: Pending | Replayed | None) -> None:
+def stop(run: ReplayProcess | Replayed | None) -> None:
     """A replay stopped wherever it is (told to go or not): on the way out of an error."""
     if isinstance(run, Replayed):
         run = run.pending
-    if isinstance(run, Pending):
-        run.done = True
-        _close(run)
+    if run is not None:
+        run.stop()
 
 
 def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
         isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-        placements: int = 1, allowed: frozenset[int] = frozenset(), settings: Settings = Settings()) -> Replayed:
+        placements: int = 1, allowed: frozenset[int] = frozenset(), *, settings: Settings) -> Replayed:
     """`start`, `go` and `settle` at once: one contender's replay, start to last result."""
-    return settle(go(start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings),
-                     allowed))
+    started = start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings=settings)
+    return settle(go(started, allowed))
 
 
 def read(out: Path) -> Replayed:

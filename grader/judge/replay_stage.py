@@ -1,26 +1,29 @@
 """The performance stage's scored path: the student's compiled kernels timed by replay
 (grader.replay), with no code of the student's running anywhere while anything is timed.
 
-`prepare`, while the student's worker is alive: two recorded calls at the scoring shape (the
-launches of each, grader.worker.launches; the first also its aten ops, for a vendor op at this
-size, and its compiled kernels, for why a kernel is slow) on two of the timing's input sets, the
-whole result of the first taken back; the trusted worker makes the same call with torch (the
-truth) and with the reference (how far a correct kernel strays from torch), recording the
+`spawn`, before the records exist: each replay process started, its imports overlapping the
+recorded calls. `prepare`, while the student's worker is alive: two recorded calls at the scoring
+shape (the launches of each, grader.worker.launches; the first also its aten ops, for a vendor op
+at this size, and its compiled kernels, for why a kernel is slow) on two of the timing's input
+sets, the whole result of the first taken back; the trusted worker makes the same call with torch
+(the truth) and with the reference (how far a correct kernel strays from torch), recording the
 reference's launches too. The student's result at this size is checked whole, and both records
-are checked and compared (grader.judge.replayed). A record that cannot be replayed leaves the
-timing to the fallback (grader.judge.perf's rounds, the witness on the grader's own clock), the
-worker still alive to be timed.
+are checked and compared (grader.judge.replay_process). A record that cannot be replayed leaves
+the timing to the fallback (grader.judge.perf's rounds, the witness on the grader's own clock),
+the worker still alive to be timed. `place`: each checked record and the input set handed to its
+started replay process.
 
 `stop_student`: the worker and every process it started gone, checked by the process table and
 the driver's list of GPU processes.
 
-`start`, before the worker is stopped: each replay process started (imports, record, inputs),
-waiting to be told to go. `go`, with the GPU held alone: the reference's and the student's
-records replayed, each in its own process over several placements of their buffers; nothing else
-happens in the hold. `judge`, after it: their results compared whole with the contender's own call
-and with the truth, and the decision made (`replayed.decide`). The reference's figure is kept for
-the run (`reference_key`): later jobs on the same GPU and input set reuse it while torch's time,
-measured in every job, stays within DRIFT of what it was when the figure was kept.
+`loaded` (no lock held) and `arm` (the GPU held shared, within a set-up slot): each replay's
+inputs read and set up on the GPU, waiting to be told to go. `go`, with the GPU held alone: the
+reference's and the student's records replayed, each in its own process over several placements
+of their buffers; nothing else happens in the hold. `judge`, after it: their results compared
+whole with the contender's own call and with the truth, and the decision made
+(`replay_process.decide`). The reference's figure is kept for the run (`reference_key`): later
+jobs on the same GPU and input set reuse it while torch's time, measured in every job, stays
+within DRIFT of what it was when the figure was kept.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ from pathlib import Path
 
 import torch
 
-from grader.judge import replayed
-from grader.judge.replayed import Decision, Replayed, process_tree
+from grader.judge import replay_process
+from grader.judge.replay_process import Decision, Replayed, ReplayFactory, ReplayProcess, process_tree
 from grader.protocol import Call, Compare, CompareReply, Failure, Sample
-from grader.replay.record import RecordError
+from grader.replay.launchrecord import LaunchRecordError
 from grader.results import Severity
 from grader.sandbox.files import output_path
 from grader.sandbox.process import WorkerFailure
@@ -208,26 +211,26 @@ def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trust
     inputs = staging / "inputs.safetensors"
     shutil.copyfile(timed_files[0], inputs)
     (staging / "layout.json").write_text(json.dumps(layout))
-    sizes = replayed.input_sizes(inputs, staging / "layout.json")
+    sizes = replay_process.input_sizes(inputs, staging / "layout.json")
     parsed = []
     for i, name in enumerate(rec):
         dest = staging / f"student-{i}"
         shutil.rmtree(dest, ignore_errors=True)
         try:
-            plan = replayed.checked_copy(workdir / "outputs" / name, dest, sizes if i == 0 else
-                                         replayed.input_sizes(Path(timed_files[1]), staging / "layout.json"))
-        except (RecordError, OSError) as exc:
+            set_sizes = sizes if i == 0 else replay_process.input_sizes(Path(timed_files[1]), staging / "layout.json")
+            plan = replay_process.checked_copy(workdir / "outputs" / name, dest, set_sizes)
+        except (LaunchRecordError, OSError) as exc:
             return Prepare(fallback=f"your kernels could not be replayed: {one_line(exc, 300)}")
         if i == 0:
             torch_work = [one_line(w, 200) for w in plan.torch_work]
         parsed.append(json.loads((dest / "launches.json").read_text()))
-    differ = replayed.launches_differ(parsed[0], parsed[1])
+    differ = replay_process.launches_differ(parsed[0], parsed[1])
     if differ:
         return Prepare(fallback=f"your function's launches change from call to call: {differ}")
     shutil.rmtree(staging / "reference", ignore_errors=True)
     try:
-        replayed.checked_copy(ref_folder, staging / "reference", sizes)
-    except (RecordError, OSError) as exc:
+        replay_process.checked_copy(ref_folder, staging / "reference", sizes)
+    except (LaunchRecordError, OSError) as exc:
         return Prepare(fallback=f"the reference could not be replayed: {one_line(exc, 300)}")
     student = staging / "student"
     shutil.rmtree(student, ignore_errors=True)
@@ -269,7 +272,7 @@ def stop_student(student, grace_s: float = 10.0) -> tuple[str, set[int]]:
     deadline = time.monotonic() + grace_s
     while True:
         alive = {p for p in pids if os.path.exists(f"/proc/{p}")}
-        on_gpu = set(replayed.gpu_processes() or []) & pids
+        on_gpu = set(replay_process.gpu_processes() or []) & pids
         if not alive and not on_gpu:
             return "", pids
         if time.monotonic() > deadline:
@@ -319,27 +322,26 @@ def expected_key(spec: Assignment, ctx, settings: Settings) -> str:
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def spawn(staging: Path, c: str, ctx, timeout: float, settings: Settings) -> replayed.Pending | Replayed:
-    """Contender `c`'s replay process started under the session's `settings` before its record
-    exists: its imports overlap the recorded calls, and it touches the GPU only when told to go
-    (`replayed.go`)."""
+def spawn(staging: Path, c: str, start: ReplayFactory, timeout: float) -> ReplayProcess | Replayed:
+    """Contender `c`'s replay process started by the session's factory (`start`:
+    grader.judge.resources.Resources.replay_process) before its record exists: its imports
+    overlap the recorded calls, and it touches the GPU only when told to go (`replay_process.go`)."""
     job = staging / f"run-{c}"
     shutil.rmtree(job, ignore_errors=True)
     staging.mkdir(parents=True, exist_ok=True)
-    return replayed.spawn(job, REPS, timeout * 4, isolation=ctx.isolation, gpu=ctx.gpu, placements=PLACEMENTS,
-                          settings=settings)
+    return start(job, REPS, timeout * 4, PLACEMENTS)
 
 
-def place(prepared: Prepared, c: str, pending: replayed.Pending | Replayed) -> replayed.Pending | Replayed:
+def place(prepared: Prepared, c: str, pending: ReplayProcess | Replayed) -> ReplayProcess | Replayed:
     """Contender `c`'s checked record and the input set handed to its started replay."""
-    return replayed.place(pending, prepared.staging / c, prepared.inputs, prepared.layout)
+    return replay_process.place(pending, prepared.staging / c, prepared.inputs, prepared.layout)
 
 
 def loaded(pending: dict) -> dict:
     """Each placed replay waited for until its inputs are read on the host (no lock held)."""
     for c in pending:
         if pending[c] is not None:
-            pending[c] = replayed.loaded(pending[c])
+            pending[c] = replay_process.loaded(pending[c])
     return pending
 
 
@@ -347,24 +349,24 @@ def arm(pending: dict) -> dict:
     """Each started replay told to set up on the GPU and waited for (the caller holds it shared)."""
     for c in pending:
         if pending[c] is not None:
-            pending[c] = replayed.arm(pending[c])
+            pending[c] = replay_process.arm(pending[c])
     return pending
 
 
 def go(pending: dict, kept: Replayed | None) -> tuple[Replayed, Replayed]:
     """With the GPU held alone by the caller: the reference's replay (unless its kept figure
     stands) and the student's, told to go one after the other. Nothing else happens in the hold."""
-    reference = kept if kept is not None else replayed.go(pending["reference"])
-    return reference, replayed.go(pending["student"])
+    reference = kept if kept is not None else replay_process.go(pending["reference"])
+    return reference, replay_process.go(pending["student"])
 
 
 def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool,
           timeout: float = 300, sharing=nullcontext) -> Replays:
-    """After the hold: the replays' last results in place (`replayed.settle`), compared whole by
+    """After the hold: the replays' last results in place (`replay_process.settle`), compared whole by
     the trusted worker on the GPU (held shared: `sharing()`) with each contender's own call and
     with the truth, and the decision made."""
     for run in (reference, student):  # only the student's own processes make a replay's time suspect (stop_student)
-        replayed.settle(run)
+        replay_process.settle(run)
         run.others = [p for p in run.others if p in prepared.student_pids]
     with sharing():
         return _judged(prepared, spec, reference, student, kept, timeout)
@@ -379,7 +381,7 @@ def _judged(prepared: Prepared, spec: Assignment, reference: Replayed, student: 
     wrong = ""
     if not (student.refused or student.failed or reference.refused or reference.failed):
         wrong = _compare(prepared.trusted, student, STUDENT, spec, timeout)
-    return Replays(replayed.decide(student, reference, wrong), student, reference, wrong, reference_kept=kept)
+    return Replays(replay_process.decide(student, reference, wrong), student, reference, wrong, reference_kept=kept)
 
 
 def _compare(trusted, run: Replayed, own: str, spec: Assignment, timeout: float) -> str:
@@ -398,7 +400,7 @@ def _compare(trusted, run: Replayed, own: str, spec: Assignment, timeout: float)
         return f"the last rep's result: {one_line(got.message, 200)}"
     if not got.same and got.wrong:
         return f"the last rep: {_words(got)}"
-    return replayed.reps_differ(run)
+    return replay_process.reps_differ(run)
 
 
 def keep(prepared: Prepared, store: Path | None) -> dict:

@@ -5,7 +5,7 @@ dtypes, grids, warps, shared memory, each argument's role against the call's rea
 the record's own outputs and scratch, offsets inside their buffers, the signature's types, and
 each compiled file (a regular file in the record's folder, not a link, bounded, its SHA-256 what
 the record says, its metadata naming the same kernel with the same warps and shared memory).
-A record that fails any check is refused with the reason (RecordError): the call is then timed
+A record that fails any check is refused with the reason (LaunchRecordError): the call is then timed
 the fallback way, never on the record's word.
 
 The standard library only: the judge imports this without torch's CUDA or Triton.
@@ -46,7 +46,7 @@ INT_RANGE = {"i1": (0, 1), "i8": (-2**7, 2**7 - 1), "i16": (-2**15, 2**15 - 1), 
              "u64": (0, 2**64 - 1)}
 
 
-class RecordError(ValueError):
+class LaunchRecordError(ValueError):
     """Why a launch record is refused."""
 
 
@@ -73,7 +73,7 @@ class Arg:
 
 
 @dataclass
-class Launch:
+class RecordedLaunch:
     kernel: Kernel
     grid: tuple[int, int, int]
     args: list[Arg]
@@ -108,10 +108,10 @@ class Output:
 
 
 @dataclass
-class Plan:
+class ReplayPlan:
     """A record that passed every check: what the replay does, in order."""
 
-    steps: list  # Fill | Launch, in the call's order
+    steps: list  # Fill | RecordedLaunch, in the call's order
     outputs: list[Output]
     scratch: list[tuple[int, float | None]]  # (bytes, fill value or None)
     kernels: dict[str, Kernel] = field(default_factory=dict)
@@ -121,7 +121,7 @@ class Plan:
 
 def _need(cond: bool, why: str) -> None:
     if not cond:
-        raise RecordError(why)
+        raise LaunchRecordError(why)
 
 
 def _int(value, lo: int, hi: int, what: str) -> int:
@@ -161,7 +161,7 @@ def read_file(path: Path, limit: int) -> bytes:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK)
     except OSError as exc:
-        raise RecordError(f"{path.name}: cannot be opened ({exc.strerror})") from None
+        raise LaunchRecordError(f"{path.name}: cannot be opened ({exc.strerror})") from None
     try:
         st = os.fstat(fd)
         _need(stat.S_ISREG(st.st_mode), f"{path.name}: not a regular file")
@@ -173,24 +173,24 @@ def read_file(path: Path, limit: int) -> bytes:
         os.close(fd)
 
 
-def load(folder: Path, input_bytes: dict[str, int], arch: int | None = None) -> Plan:
+def load(folder: Path, input_bytes: dict[str, int], arch: int | None = None) -> ReplayPlan:
     """The record in `folder` (launches.json and the files it names), checked against the call's
-    inputs (name -> bytes of its storage, the grader's own figures); RecordError if refused, or
+    inputs (name -> bytes of its storage, the grader's own figures); LaunchRecordError if refused, or
     if the record itself says why the call cannot be replayed."""
     folder = Path(folder)
     try:
         raw = json.loads(read_file(folder / "launches.json", MAX_RECORD_BYTES))
     except ValueError as exc:
-        raise RecordError(f"the record is not JSON ({str(exc)[:80]})") from None
+        raise LaunchRecordError(f"the record is not JSON ({str(exc)[:80]})") from None
     return check(_dict(raw, "the record"), folder, input_bytes, arch)
 
 
-def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None = None) -> Plan:
+def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None = None) -> ReplayPlan:
     """`load`'s checks on an already parsed record."""
     why_not = _list(raw.get("why_not", []), 8, "why_not")
     if why_not:
         _need(all(isinstance(w, str) for w in why_not), "why_not holds a non-string")
-        raise RecordError("not replayable: " + "; ".join(w[:200] for w in why_not))
+        raise LaunchRecordError("not replayable: " + "; ".join(w[:200] for w in why_not))
     outputs = []
     for i, o in enumerate(_list(raw.get("outputs"), 8, "outputs")):
         shape, stride, dtype, offset = _view(_dict(o, f"output {i}"), f"output {i}")
@@ -220,7 +220,7 @@ def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None
     for i, item in enumerate(_list(raw.get("launches"), MAX_LAUNCHES, "launches")):
         launches.append(_launch(_dict(item, f"launch {i}"), i, kernels, sizes))
     _need(bool(launches), "the record has no launch")
-    steps: list[Fill | Copy | Launch] = []
+    steps: list[Fill | Copy | RecordedLaunch] = []
     seen = 0
     sequence = _list(raw.get("sequence"), MAX_LAUNCHES + MAX_FILLS, "sequence")
     _need(sum(1 for s in sequence if isinstance(s, dict) and "launch" not in s) <= MAX_FILLS,
@@ -240,8 +240,8 @@ def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None
     _need(seen == len(launches), "the sequence does not hold every launch once")
     torch_work = _list(raw.get("torch_work", []), 8, "torch_work")
     _need(all(isinstance(w, str) for w in torch_work), "torch_work holds a non-string")
-    return Plan(steps=steps, outputs=outputs, scratch=scratch, kernels=kernels,
-                torch_work=[w[:200] for w in torch_work])
+    return ReplayPlan(steps=steps, outputs=outputs, scratch=scratch, kernels=kernels,
+                      torch_work=[w[:200] for w in torch_work])
 
 
 def _region(role, ref, sizes: dict, what: str) -> int:
@@ -279,7 +279,7 @@ def _copy(d: dict, j: int, sizes: dict) -> Copy:
     return Copy(views[0], views[1])
 
 
-def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> Launch:
+def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> RecordedLaunch:
     what = f"launch {i}"
     key = d.get("kernel")
     _need(type(key) is str and key in kernels, f"{what}: its kernel is not in the record")
@@ -321,7 +321,7 @@ def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> Launch:
             out.append(Arg(name, "value", value=value))
         else:
             _need(False, f"{what}: {name} is neither a tensor nor a value")
-    return Launch(kernel, grid, out)
+    return RecordedLaunch(kernel, grid, out)
 
 
 def _descriptor(a: dict, what: str, sizes: dict) -> Arg:
@@ -375,7 +375,7 @@ def _kernel(key: str, k: dict, folder: Path, arch: int | None) -> Kernel:
     try:
         metadata = json.loads(read_file(files[f"{name}.json"], MAX_METADATA_BYTES))
     except ValueError:
-        raise RecordError(f"{what}: its metadata is not JSON") from None
+        raise LaunchRecordError(f"{what}: its metadata is not JSON") from None
     metadata = _dict(metadata, f"{what}: metadata")
     _need(len(metadata) <= 128 and all(type(m) is str and NAME.match(m) for m in metadata),
           f"{what}: its metadata has a key that is not an identifier")
