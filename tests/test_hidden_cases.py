@@ -66,8 +66,8 @@ def test_the_tas_course_wins_over_a_kit_around_the_working_directory(monkeypatch
     must still use the course installed beside the grader, never the student's copy of the specs."""
     (tmp_path / "grader-kit.toml").write_text("")
     monkeypatch.chdir(tmp_path)
-    assert specs.course_folder(from_environment({})) == REPO_ROOT
-    assert specs.course_folder(from_environment({"GRADER_COURSE": str(tmp_path / "elsewhere")})) == tmp_path / "elsewhere"
+    assert from_environment({}).course_folder() == REPO_ROOT
+    assert from_environment({"GRADER_COURSE": str(tmp_path / "elsewhere")}).course_folder() == tmp_path / "elsewhere"
 
 
 def test_a_hidden_py_of_the_wrong_shape_says_so(tmp_path):

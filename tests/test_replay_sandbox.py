@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import REPO_ROOT, as_nobody
+from grader import proctable
 from grader.codec import write_inputs
 from grader.judge import replayed
 from grader.sandbox.isolation import Isolation
@@ -273,7 +274,7 @@ def test_the_replay_itself_on_the_gpu_is_not_another_process_sharing_it(tmp_path
     _, rec, inputs, layout = _call(tmp_path)
     pending = replayed.spawn(tmp_path / "own", 5, 300, boot=TIMES_THEN_LAST)
     monkeypatch.setattr(replayed, "gpu_processes",
-                        lambda: [4242, *replayed.process_tree(pending.proc.proc.pid)])
+                        lambda: [4242, *proctable.tree(pending.proc.proc.pid)])
     got = replayed.settle(replayed.go(replayed.place(pending, rec, inputs, layout)))
     assert got.ms == [1.0] and not got.failed and got.others == [4242], got
     assert (got.folder / "last.safetensors").read_bytes() == b"x", "settle waited for the last result"

@@ -454,7 +454,7 @@ def test_a_checks_kept_cache_is_hidden_though_its_job_folder_lies_inside_it(tmp_
     job folders; the worker sees its own job, not the cache. Hidden or not, the cache is not in
     the worker's view (an allowlist: its job folder, not what holds it), wherever it lies: here
     inside the grader package, as the course folder is never shown to a worker either."""
-    from grader.sandbox.launch import PACKAGE_PARENT
+    from grader.sandbox.interpreter import PACKAGE_PARENT
 
     cache = Path(PACKAGE_PARENT) / "grader" / f".test-cache-{os.getpid()}-{hidden}"
     try:

@@ -15,7 +15,8 @@ import pytest
 from grader.sandbox import process as sandbox
 from grader.sandbox import zygote
 from grader.protocol import Contender, Load, Ok, Ping
-from grader.sandbox.launch import PACKAGE_PARENT
+from grader.resident import stop_warm
+from grader.sandbox.interpreter import PACKAGE_PARENT
 from grader.sandbox.process import WorkerProcess
 from grader.settings import Settings, WarmStarts, from_environment
 
@@ -211,7 +212,7 @@ def test_a_warm_zygote_serves_the_next_command_and_ends_when_idle(tmp_path):
         out, _ = third.communicate(timeout=300)
         assert json.loads(out)["started_here"]
     finally:
-        zygote.stop_warm(folder)
+        stop_warm(folder)
 
 
 @needs_namespaces
@@ -230,13 +231,13 @@ def test_a_command_killed_takes_its_workers_but_not_the_warm_zygote(tmp_path):
         nxt = _warm_command(folder, tmp_path / "job1")
         out, _ = nxt.communicate(timeout=300)
         assert json.loads(out)["zygote"] == facts["zygote"]  # still serving the next command
-        assert zygote.stop_warm(folder) == 1
+        assert stop_warm(folder) == 1
         deadline = time.monotonic() + 10
         while _alive(facts["zygote"]) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _alive(facts["zygote"])
     finally:
-        zygote.stop_warm(folder)
+        stop_warm(folder)
 
 
 @needs_namespaces
@@ -249,7 +250,7 @@ def test_a_warm_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monk
         warm = _facts(tmp_path, "jobQQwarm", monkeypatch, forked=True)
     finally:
         zygote.close_all()
-        zygote.stop_warm(tmp_path / "kept" / "warm")
+        stop_warm(tmp_path / "kept" / "warm")
     assert warm["processes"] == [1, warm["pid"]] and not [f for f in warm["fds"] if f == "socket"]
     for key in fresh:
         if key not in ("ns", "pid", "processes", "ids"):
@@ -259,11 +260,11 @@ def test_a_warm_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monk
 def test_the_warm_zygote_is_new_when_the_grader_or_its_environment_changes(tmp_path, monkeypatch):
     import shutil
 
-    from grader.sandbox import launch
+    from grader.sandbox import interpreter
 
     copy = tmp_path / "pkg"
     shutil.copytree(Path(PACKAGE_PARENT) / "grader", copy / "grader", ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(launch, "PACKAGE_PARENT", str(copy))
+    monkeypatch.setattr(interpreter, "PACKAGE_PARENT", str(copy))
     env = {"PATH": "/usr/bin", "TRITON_INTERPRET": "1"}
     before = zygote.warm_name(env)
     assert zygote.warm_name(env) == before

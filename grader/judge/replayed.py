@@ -24,6 +24,7 @@ from pathlib import Path
 
 import torch
 
+from grader import proctable
 from grader.codec import rebuild
 from grader.replay import record as records
 from grader.replay.record import RecordError
@@ -61,27 +62,6 @@ class Replayed:
     @property
     def median_ms(self) -> float | None:
         return sorted(self.ms)[len(self.ms) // 2] if self.ms else None
-
-
-def process_tree(pid: int) -> set[int]:
-    """`pid` and every process below it, from the process table."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    tree, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        if p not in tree:
-            tree.add(p)
-            todo += children.get(p, [])
-    return tree
 
 
 def gpu_processes() -> list[int] | None:
@@ -277,7 +257,7 @@ def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Re
         return pending
     result = pending.job / "result"
     pending.done = True
-    own = process_tree(pending.proc.proc.pid)  # the replay itself holds the GPU since its set-up
+    own = proctable.tree(pending.proc.proc.pid)  # the replay itself holds the GPU since its set-up
     before = gpu_processes() or []
     (pending.job / GO).touch()
     answer, deadline = result / "replay.json", time.monotonic() + pending.timeout
@@ -291,7 +271,7 @@ def go(pending: Pending | Replayed, allowed: frozenset[int] = frozenset()) -> Re
             return Replayed(failed=f"the replay did not finish in {pending.timeout:.0f} s")
         time.sleep(0.002)
     replay = read(result)
-    own |= process_tree(pending.proc.proc.pid)
+    own |= proctable.tree(pending.proc.proc.pid)
     others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid() and p not in allowed | own})
     replay.others = others[:16]
     if replay.folder is None:  # refused or failed: nothing more to wait for

@@ -11,8 +11,9 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.sandbox.interpreter import BOOTSTRAP
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import BOOTSTRAP, Launch, Limits, Started, worker_code
+from grader.sandbox.launch import Launch, Limits, Started, worker_code
 from grader.sandbox.uids import chown_tree
 from grader.settings import Settings
 

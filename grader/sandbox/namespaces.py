@@ -24,10 +24,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.proctable import children_of
 from grader.sandbox import zygote
-from grader.sandbox.init import children_of
+from grader.sandbox.interpreter import CHECKOUT_TAG, PACKAGE_PARENT
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import CHECKOUT_TAG, PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv, worker_code
+from grader.sandbox.launch import Launch, Started, pipe_pair, worker_argv, worker_code
 from grader.sandbox.uids import JobLease, chown_tree
 from grader.settings import Settings
 
@@ -256,10 +257,8 @@ def private_folders(hide: list[Path], settings: Settings = Settings()) -> list[s
     """Folders no worker may see, wherever they lie: the course `settings` name or imply (its
     checkout, whatever it holds), the grader's own code, the grader's home, and `hide` (the
     submissions, the output folder, the references)."""
-    from grader.spec import course_folder
-
     installed = installed_package()
-    folders = [course_folder(settings), Path(PACKAGE_PARENT) if installed is None else Path(installed), Path.home(),
+    folders = [settings.course_folder(), Path(PACKAGE_PARENT) if installed is None else Path(installed), Path.home(),
                *hide]
     return sorted({os.path.realpath(p) for p in folders})
 
