@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import REPO_ROOT, as_nobody
+from grader.settings import Settings
 from grader import proctable
 from grader.codec import write_inputs
 from grader.judge import replayed
@@ -27,7 +28,7 @@ from grader.sandbox.isolation import Isolation
 from grader.sandbox.process import detect
 from test_replay_record import _record
 
-ISOLATION = detect("sandbox")
+ISOLATION = detect("sandbox", settings=Settings())
 ROOT = os.geteuid() == 0
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 MODES = {  # as test_sandbox_view: each way the namespaces backend may run
@@ -114,11 +115,12 @@ from pathlib import Path
 sys.path[:0] = [{root!r}, {tests!r}]
 from grader.judge import replayed
 from grader.sandbox.process import detect
+from grader.settings import Settings
 import test_replay_sandbox as t
 home = Path({home!r})
 student, rec, inputs, layout = t._call(home / "call")
 boot = t.PROBE.replace("sys.argv[-2:]", repr({course!r}) + ", " + repr(str(student)))
-iso = detect("sandbox")
+iso = detect("sandbox", settings=Settings())
 got = replayed.run(rec, inputs, layout, home / "job", 5, 120, isolation=iso, boot=boot)
 report = json.loads((home / "job" / "result" / "probe.json").read_text())
 files = json.loads((rec / "launches.json").read_text())["kernels"]["a" * 64]["files"].values()

@@ -234,6 +234,35 @@ def test_no_module_keeps_a_registry_it_changes_but_those_known():
     assert sorted(KNOWN_REGISTRIES - found) == []  # one moved away: off the list
 
 
+def default_settings(tree: ast.Module) -> list[int]:
+    """Lines where a parameter or a field defaults to a fresh `Settings()`: a stand-in for the
+    settings the command read, which the caller then need not hand down."""
+    def fresh(value: ast.AST | None) -> bool:
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and \
+            (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) == "Settings"
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines += [d.lineno for d in (*node.args.defaults, *node.args.kw_defaults) if d is not None and fresh(d)]
+        elif isinstance(node, ast.AnnAssign) and fresh(node.value):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_sandbox_and_the_resident_judge_are_handed_their_settings():
+    """In sandbox/ and resident.py `settings` is required: no signature or field defaults to
+    `Settings()`, so every worker, probe and view runs with the session's."""
+    found = []
+    for path in sorted([*(PACKAGE / "sandbox").rglob("*.py"), PACKAGE / "resident.py"]):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        found += [f"{rel}:{line}" for line in default_settings(ast.parse(path.read_text(), rel))]
+    assert found == []
+    source = "def f(a, settings=Settings()):\n    pass\nclass L:\n    settings: Settings = settings.Settings()\n" \
+             "def g(*, settings: Settings):\n    pass\n"
+    assert default_settings(ast.parse(source)) == [1, 4]
+
+
 def test_the_scans_of_the_package_would_see_a_reader_and_a_global():
     """The two checks above can fail: each form they look for is found where it is used."""
     source = ("from grader.settings import current, from_environment as env\nfrom grader import settings\n"

@@ -20,7 +20,7 @@ from grader.sandbox.interpreter import PACKAGE_PARENT
 from grader.sandbox.process import WorkerProcess
 from grader.settings import Settings, WarmStarts, from_environment
 
-ISOLATION = sandbox.detect("sandbox")
+ISOLATION = sandbox.detect("sandbox", settings=Settings())
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 
 # what the worker reports of itself, at import (the load request's error carries it back)
@@ -118,8 +118,9 @@ def test_the_zygote_and_its_workers_die_with_the_job_process(tmp_path):
         sys.path.insert(0, {PACKAGE_PARENT!r})
         from pathlib import Path
         from grader.sandbox.process import WorkerProcess
+        from grader.settings import Settings
         job = Path({str(tmp_path / "job")!r})
-        w = WorkerProcess(job / "repo", job / "scratch", interpret=True)
+        w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings())
         from grader.protocol import Ping
         w.request(Ping(), 120)
         print(w.proc.zygote.proc.pid, w.proc.pid, flush=True)
@@ -142,7 +143,7 @@ def test_a_zygote_that_cannot_start_costs_speed_not_the_worker(tmp_path, monkeyp
     monkeypatch.setattr(zygote, "_DISABLED", [])
     monkeypatch.setattr(zygote.Zygote, "__init__", lambda self, env: (_ for _ in ()).throw(zygote.ZygoteError("no fork here")))
     monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
-    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True)
+    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True, settings=Settings())
     try:
         assert isinstance(worker.proc, subprocess.Popen)  # a fresh interpreter, as before
         assert worker.request(Ping(), 120) == Ok()
@@ -167,11 +168,12 @@ WARM_COMMAND = textwrap.dedent("""
     from pathlib import Path
     from grader.sandbox import zygote
     from grader.sandbox.process import WorkerProcess
+    from grader.settings import Settings
     from grader.protocol import Ping
     zygote.keep_warm(Path({folder!r}), {idle!r})
     job = Path({job!r})
     began = time.monotonic()
-    w = WorkerProcess(job / "repo", job / "scratch", interpret=True)
+    w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings())
     w.request(Ping(), 300)
     z = w.proc.zygote
     peer = struct.unpack("3i", z.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
@@ -290,7 +292,7 @@ def test_a_job_process_closing_its_zygote_ends_it_at_once(tmp_path, monkeypatch)
     end, then killed it."""
     monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
     monkeypatch.setattr(zygote.client, "_WARM", [])
-    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True)
+    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True, settings=Settings())
     try:
         assert worker.request(Ping(), 120) == Ok()
         z = worker.proc.zygote
@@ -310,7 +312,7 @@ def test_the_reference_side_keeps_its_autotuning_and_a_batch_student_does_not(tm
         repo = tmp_path / name / "repo"
         repo.mkdir(parents=True)
         (repo / "mod.py").write_text("import os\nprint('autotune cache', os.environ.get('TRITON_CACHE_AUTOTUNING'))\n")
-        worker = WorkerProcess(repo, tmp_path / name / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options)
+        worker = WorkerProcess(repo, tmp_path / name / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options, settings=Settings())
         try:
             worker.proc.wait(timeout=60)
             seen[name] = worker.output.text()

@@ -140,7 +140,7 @@ class Launch:
     gpu: str | None
     command: list[str] | None = None
     probe: str | None = None
-    settings: Settings = Settings()  # the session's: warm starts, the uid range, the container command
+    settings: Settings = field(kw_only=True)  # the session's: warm starts, the uid range, the container command
 
 
 class StartedProcess(Protocol):

@@ -253,7 +253,7 @@ def _worker_sys_path() -> tuple[str, ...]:
         return tuple(sys.path)
 
 
-def private_folders(hide: list[Path], settings: Settings = Settings()) -> list[str]:
+def private_folders(hide: list[Path], settings: Settings) -> list[str]:
     """Folders no worker may see, wherever they lie: the course `settings` name or imply (its
     checkout, whatever it holds), the grader's own code, the grader's home, and `hide` (the
     submissions, the output folder, the references)."""
@@ -271,7 +271,7 @@ def installed_package() -> str | None:
     return os.path.realpath(parent / "grader") if parent.name in ("site-packages", "dist-packages") else None
 
 
-def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings = Settings()) -> dict:
+def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings) -> dict:
     """The worker's view (grader.sandbox.init.build_view): an allowlist, nothing else of the host.
     Read-only: the system folders, the Python install (prefixes, site-packages, the user site,
     what its .pth files add), CUDA's folders (LD_LIBRARY_PATH, CUDA_HOME), the worker's own copy
