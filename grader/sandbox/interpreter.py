@@ -1,7 +1,8 @@
 """How this Python is started as a sandboxed process, at the bottom of the sandbox (it imports
 nothing of it): where the grader's package lies, the isolated interpreter's command line, and
 the one line read from stdin that leaves no path of the grader's on a command line a worker
-can read. The launch, the zygote and the backends all start processes with these."""
+can read, and what "the same code" is for a process kept warm (code_identity). The launch, the
+zygote, the backends and the warm judge (grader.resident) all start processes with these."""
 
 from __future__ import annotations
 
