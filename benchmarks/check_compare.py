@@ -34,8 +34,7 @@ sys.path.insert(0, str(REPO_ROOT))
 
 from throughput_compare import installed_sides  # noqa: E402
 
-from grader.resident import stop as stop_resident  # noqa: E402
-from grader.sandbox.zygote import stop_warm  # noqa: E402
+from grader.resident import stop_warm  # noqa: E402
 
 
 def check(python: Path, source: Path, assignments: list[str], device: str, extra: list[str], env: dict,
@@ -94,8 +93,7 @@ def main() -> int:
                       f"timing phases {json.dumps(r.get('timing_phases', {}))}", flush=True)
     finally:
         for name in sides:
-            stop_warm(work / f"kept-{name}")
-            stop_resident(work / f"kept-{name}" / "resident")
+            stop_warm(work / f"kept-{name}")  # its warm zygotes and judge
     later = {name: statistics.median(r["seconds"] for r in runs[name]["kept"][1:]) if len(runs[name]["kept"]) > 1
              else None for name in sides}
     cold = {name: runs[name]["cold"][0]["seconds"] if runs[name]["cold"] else None for name in sides}

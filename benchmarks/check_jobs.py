@@ -28,7 +28,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.sandbox.zygote import stop_warm  # noqa: E402
+from grader.resident import stop_warm  # noqa: E402
 
 
 def run_check(submission: Path, jobs: int, device: str, assignments: list[str], cache: Path, out: Path) -> dict:

@@ -34,8 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from grader.resident import stop as stop_resident  # noqa: E402
-from grader.sandbox.zygote import stop_warm  # noqa: E402
+from grader.resident import stop_warm  # noqa: E402
 
 
 def run_check(submission: Path, assignments: list[str], device: str, extra: list[str], env: dict, out: Path) -> dict:
@@ -83,8 +82,7 @@ def main() -> int:
                 print(f"run {i} {name:5}: {r['seconds']:7.2f} s  exit {r['status']}  score {r['score']}  "
                       f"grading {r.get('grading_s') or 0:.2f} s  timing phases {json.dumps(r.get('timing_phases', {}))}", flush=True)
     finally:
-        stop_warm(Path(base))  # the warm zygotes of both settings
-        stop_resident(Path(base) / "kept" / "resident")  # and the kept setting's warm judge
+        stop_warm(Path(base))  # the warm zygotes of both settings and the kept setting's warm judge
         shutil.rmtree(base, ignore_errors=True)
     ok = all(r["score"] is not None and r["status"] in (0, 1) for rs in runs.values() for r in rs)
     scores = {r["score"] for rs in runs.values() for r in rs}

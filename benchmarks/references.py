@@ -25,6 +25,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from grader.settings import Settings
 from grader import spec as specs  # noqa: E402
 from grader.judge.perf import call_times  # noqa: E402
 from grader.codec import write_inputs
@@ -108,7 +109,7 @@ def main() -> None:
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for spec in chosen:
-            worker = WorkerProcess(folder, folder / f"scratch-{spec.name}", interpret=False, isolation="none")  # trusted code only
+            worker = WorkerProcess(folder, folder / f"scratch-{spec.name}", interpret=False, isolation="none", settings=Settings())  # trusted code only
             try:
                 ref = spec.reference_module()
                 contenders = {"reference": Contender(str(ref.parent), ref.name, spec.function),

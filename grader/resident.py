@@ -36,7 +36,9 @@ import sys
 import time
 from pathlib import Path
 
+from grader import proctable
 from grader.safefiles import UnsafeFolderError, trusted_folder
+from grader.sandbox.interpreter import FROM_STDIN, code_identity
 from grader.settings import Settings, from_environment
 
 # variables of the caller's terminal session, not of the grading: a judge started from another
@@ -73,21 +75,9 @@ def wanted(argv: list[str], settings: Settings) -> bool:
 
 
 def key(env: dict[str, str], settings: Settings) -> str:
-    """What a waiting judge must have been started with to serve this command."""
-    digest = hashlib.sha256()
-    digest.update(f"{sys.executable}\n{sys.version}\n".encode())
-    package = Path(__file__).resolve().parent
-    folders = [package] + ([settings.course] if settings.course is not None else [])
-    for folder in folders:
-        digest.update(f"{folder}\n".encode())
-        for path in sorted(folder.rglob("*")):
-            if "__pycache__" in path.parts or ".git" in path.parts:
-                continue
-            try:
-                st = path.stat()
-            except OSError:
-                continue
-            digest.update(f"{path.relative_to(folder)}\0{st.st_size}\0{st.st_mtime_ns}\n".encode())
+    """What a waiting judge must have been started with to serve this command: the same code
+    (the grader's and the course's, interpreter.code_identity) and environment."""
+    digest = hashlib.sha256(code_identity(*([settings.course] if settings.course is not None else [])).encode())
     for name, value in sorted(env.items()):
         if name not in VOLATILE:
             digest.update(f"{name}={value}\n".encode())
@@ -235,19 +225,29 @@ def start(folder: Path, k: str, idle_s: float) -> None:
                          close_fds=True, env=dict(os.environ), cwd="/")
 
 
-def stop(folder: Path) -> int:
-    """Stop the warm judges waiting in `folder` (a kept cache's resident/) now; returns how many.
-    A test's or a benchmark's cleanup: they end by themselves when idle."""
+def stop_warm(folder: Path) -> int:
+    """Stop now every process a check keeps warm in `folder` (a kept cache, or a folder in it);
+    returns how many: the judges waiting there (`grader.resident serve`, their folder on their
+    command line) and the zygotes (a zygote's command line names no path, see
+    interpreter.FROM_STDIN: its HOME, a folder of its own there, tells it). A test's or a
+    benchmark's cleanup: they end by themselves when idle."""
+    inside = os.fsencode(Path(folder))
+
+    def within(value: bytes) -> bool:
+        return value == inside or value.startswith(inside + b"/")
+
     stopped = 0
-    want = os.fsencode(str(Path(folder)))
-    for pid in filter(str.isdigit, os.listdir("/proc")):
-        try:
-            argv = open(f"/proc/{pid}/cmdline", "rb").read().split(b"\0")
-        except OSError:
+    for pid in proctable.pids():
+        argv = proctable.command_line(pid) or []
+        if b"grader.resident" in argv and b"serve" in argv:
+            ours = any(within(a) for a in argv)
+        elif FROM_STDIN.encode() in argv:
+            ours = any(e.startswith(b"HOME=") and within(e[5:]) for e in proctable.environment(pid) or [])
+        else:
             continue
-        if b"grader.resident" in argv and b"serve" in argv and want in argv:
+        if ours:
             try:
-                os.kill(int(pid), signal.SIGKILL)
+                os.kill(pid, signal.SIGKILL)
                 stopped += 1
             except OSError:
                 pass

@@ -38,6 +38,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Mapping
 
+KIT_MANIFEST = "grader-kit.toml"  # marks a student kit (grader release): public specs, no secret
 DEFAULT_WARM_SECONDS = 600.0  # how long a check's kept zygote waits for the next check
 DEFAULT_SANDBOX_UIDS = "60100-61099"  # above login.defs' UID_MAX (60000), below systemd's dynamic users (61184)
 
@@ -77,6 +78,23 @@ class Settings:
     def check_cache_base(self) -> Path:
         """Where `grader check` keeps what the next check reuses, unless GRADER_CACHE_DIR says."""
         return self.cache_dir or (self.xdg_cache_home or Path.home() / ".cache") / "grader"
+
+    def course_folder(self) -> Path:
+        """The course folder: $GRADER_COURSE (`course`); else the folder this package sits in
+        when it holds assignments/ (a TA's checkout); else the student kit around the working
+        directory (the grader installed from a wheel has no course of its own). The TA's course is
+        found before any kit, so a kit's public specs inside a submission never replace the TA's.
+        Here, not in grader.spec, so the sandbox keeps the course out of a worker's sight without
+        knowing the course model."""
+        if self.course is not None:
+            return self.course
+        home = Path(__file__).resolve().parent.parent
+        if (home / "assignments").is_dir():
+            return home
+        for folder in (Path.cwd(), *Path.cwd().parents):
+            if (folder / KIT_MANIFEST).is_file():
+                return folder
+        return home
 
 
 def from_environment(env: Mapping[str, str] | None = None) -> Settings:

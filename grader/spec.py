@@ -21,6 +21,8 @@ from typing import TYPE_CHECKING, Any, Callable
 
 import torch
 
+from grader.settings import KIT_MANIFEST
+
 if TYPE_CHECKING:
     from grader.settings import Settings
 
@@ -30,24 +32,7 @@ DTYPES: dict[str, torch.dtype] = {
     "bfloat16": torch.bfloat16,
 }
 
-KIT_MANIFEST = "grader-kit.toml"  # marks a student kit (grader release): public specs, no secret
 SECRET_FILE = "assignments/course-secret.txt"  # the course's secret (never released; out of the workers' sight)
-
-
-def course_folder(settings: "Settings") -> Path:
-    """The course folder: $GRADER_COURSE (`settings.course`); else the folder this package sits in
-    when it holds assignments/ (a TA's checkout); else the student kit around the working
-    directory (the grader installed from a wheel has no course of its own). The TA's course is
-    found before any kit, so a kit's public specs inside a submission never replace the TA's."""
-    if settings.course is not None:
-        return settings.course
-    home = Path(__file__).resolve().parent.parent
-    if (home / "assignments").is_dir():
-        return home
-    for folder in (Path.cwd(), *Path.cwd().parents):
-        if (folder / KIT_MANIFEST).is_file():
-            return folder
-    return home
 
 
 class CourseSecretError(ValueError):
@@ -68,8 +53,8 @@ class Course:
 
     @classmethod
     def find(cls, settings: "Settings") -> "Course":
-        """The course `settings` name or imply (`course_folder`), with their secret if they give one."""
-        return cls(course_folder(settings), settings.course_secret)
+        """The course `settings` name or imply (`Settings.course_folder`), with their secret if they give one."""
+        return cls(settings.course_folder(), settings.course_secret)
 
     @property
     def reference(self) -> Path:

@@ -128,7 +128,8 @@ def leftovers(marker: str = "", within: Path | None = None) -> list[str]:
     """Live processes of this checkout's workers (or with `marker` in their command line);
     with `within`, only those whose environment names that folder (a worker's HOME is its
     scratch folder), so tests running in parallel do not see each other's workers."""
-    from grader.sandbox.launch import CHECKOUT_TAG, PACKAGE_PARENT, worker_code
+    from grader.sandbox.interpreter import CHECKOUT_TAG, PACKAGE_PARENT
+    from grader.sandbox.launch import worker_code
 
     code = str(worker_code())  # where this process's workers import from
     found = []

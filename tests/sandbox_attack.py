@@ -171,9 +171,10 @@ def main(out: Path) -> None:
     """The ordinary user's run (tests/test_sandbox_view.py starts it as uid 65534): the sandbox
     it detects, the attack forked and fresh, its own reads, and three grades."""
     from grader.sandbox import process
+    from grader.settings import Settings
 
     course, roster, beside = (Path(p) for p in sys.argv[2:5])
-    isolation = process.detect("sandbox")
+    isolation = process.detect("sandbox", Settings())
     report: dict = {"uid": os.getuid(), "isolation": [isolation.namespaces, isolation.user_namespace, isolation.user_switch,
                                                       list(isolation.warnings)]}
     work = Path(tempfile.mkdtemp(prefix="attack-"))

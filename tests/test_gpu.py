@@ -220,7 +220,7 @@ def test_a_second_check_reuses_the_kept_inputs_kernels_and_warm_zygote(submissio
         assert phases[1]["inputs"] < phases[0]["inputs"]
         assert "kept for the next check" in second.stdout
     finally:
-        from grader.sandbox.zygote import stop_warm
+        from grader.resident import stop_warm
 
         stop_warm(kept / "warm")  # the warm zygote it left
 

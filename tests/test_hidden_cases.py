@@ -10,6 +10,7 @@ from dataclasses import replace
 import pytest
 
 from conftest import COURSE, REPO_ROOT
+from grader.settings import Settings
 from grader import spec as specs
 from grader.judge.grade import hidden_note
 from grader.judge.plan import cases_for, plan_calls
@@ -66,8 +67,8 @@ def test_the_tas_course_wins_over_a_kit_around_the_working_directory(monkeypatch
     must still use the course installed beside the grader, never the student's copy of the specs."""
     (tmp_path / "grader-kit.toml").write_text("")
     monkeypatch.chdir(tmp_path)
-    assert specs.course_folder(from_environment({})) == REPO_ROOT
-    assert specs.course_folder(from_environment({"GRADER_COURSE": str(tmp_path / "elsewhere")})) == tmp_path / "elsewhere"
+    assert from_environment({}).course_folder() == REPO_ROOT
+    assert from_environment({"GRADER_COURSE": str(tmp_path / "elsewhere")}).course_folder() == tmp_path / "elsewhere"
 
 
 def test_a_hidden_py_of_the_wrong_shape_says_so(tmp_path):
@@ -103,7 +104,7 @@ def test_the_secret_never_reaches_a_worker(monkeypatch, tmp_path):
     monkeypatch.setenv("GRADER_COURSE_SECRET", "do-not-pass")
     env = worker_env(tmp_path, interpret=True, gpu=None)
     assert "do-not-pass" not in "".join(env.values()) and "GRADER_COURSE_SECRET" not in env
-    bound = [path for path, _ in sandbox_view(tmp_path, [], [])["binds"]]
+    bound = [path for path, _ in sandbox_view(tmp_path, [], [], settings=Settings())["binds"]]
     assignments = str((COURSE.root / "assignments").resolve())
     # hidden.py files and the secret file: no bound folder holds them (the view is an allowlist)
     assert bound and not [b for b in bound if assignments == b or assignments.startswith(b.rstrip("/") + "/")], bound

@@ -157,7 +157,7 @@ def test_a_rename_exchange_race_never_gets_the_attackers_code_imported(submissio
         swapper.kill()
         swapper.wait()
         for folder in (cache / "resident", evil / "resident", evil):
-            resident.stop(folder)
+            resident.stop_warm(folder)
 
 
 def test_the_judge_serves_only_a_check_of_its_own_environment():

@@ -20,6 +20,7 @@ import torch
 from safetensors.torch import save_file
 
 from conftest import REPO_ROOT, as_nobody
+from grader import proctable
 from grader.codec import write_inputs
 from grader.judge import replay_process
 from grader.sandbox.isolation import Isolation
@@ -27,7 +28,7 @@ from grader.sandbox.process import detect
 from grader.settings import Settings
 from test_replay_record import _record
 
-ISOLATION = detect("sandbox")
+ISOLATION = detect("sandbox", settings=Settings())
 ROOT = os.geteuid() == 0
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 MODES = {  # as test_sandbox_view: each way the namespaces backend may run
@@ -119,7 +120,7 @@ import test_replay_sandbox as t
 home = Path({home!r})
 student, rec, inputs, layout = t._call(home / "call")
 boot = t.PROBE.replace("sys.argv[-2:]", repr({course!r}) + ", " + repr(str(student)))
-iso = detect("sandbox")
+iso = detect("sandbox", settings=Settings())
 got = replay_process.run(rec, inputs, layout, home / "job", 5, 120, isolation=iso, boot=boot, settings=Settings())
 report = json.loads((home / "job" / "result" / "probe.json").read_text())
 files = json.loads((rec / "launches.json").read_text())["kernels"]["a" * 64]["files"].values()
@@ -275,7 +276,7 @@ def test_the_replay_itself_on_the_gpu_is_not_another_process_sharing_it(tmp_path
     _, rec, inputs, layout = _call(tmp_path)
     pending = replay_process.spawn(tmp_path / "own", 5, 300, boot=TIMES_THEN_LAST, settings=Settings())
     monkeypatch.setattr(replay_process, "gpu_processes",
-                        lambda: [4242, *replay_process.process_tree(pending.proc.proc.pid)])
+                        lambda: [4242, *proctable.tree(pending.proc.proc.pid)])
     got = replay_process.settle(replay_process.go(replay_process.place(pending, rec, inputs, layout)))
     assert got.ms == [1.0] and not got.failed and got.others == [4242], got
     assert (got.folder / "last.safetensors").read_bytes() == b"x", "settle waited for the last result"

@@ -18,6 +18,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from grader import proctable
 from grader.codec import write_inputs
 from grader.judge import confirmation, perf, replay_process, replay_stage, witness
 from grader.judge.context import GradingContext
@@ -359,7 +360,7 @@ def test_stopping_the_student_leaves_none_of_its_processes(tmp_path):
                              "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"],
                             start_new_session=True)
     time.sleep(1.0)
-    tree = replay_stage.process_tree(proc.pid)
+    tree = proctable.tree(proc.pid)
     assert len(tree) == 2
 
     class Worker:

@@ -52,11 +52,8 @@ def _wait_for_socket(tmp_path: Path, timeout: float = 120) -> None:
 @pytest.fixture
 def judge(tmp_path):
     """A kept cache of this test's own; every warm judge and zygote in it stopped at the end."""
-    from grader.sandbox.zygote import stop_warm
-
     yield tmp_path
-    resident.stop(tmp_path / "cache" / "resident")
-    stop_warm(tmp_path / "cache")
+    resident.stop_warm(tmp_path / "cache")
 
 
 def _same(a: str, b: str, tmp_path: Path) -> None:
@@ -166,8 +163,6 @@ def test_another_user_cannot_reach_the_judge():
     import shutil
     import tempfile
 
-    from grader.sandbox.zygote import stop_warm
-
     base = Path(tempfile.mkdtemp(prefix="grader-resident-", dir="/tmp"))
     base.chmod(0o755)  # every folder above the judge's may be walked by anyone
     folder = base / "cache" / "resident"
@@ -193,7 +188,7 @@ def test_another_user_cannot_reach_the_judge():
     finally:
         server.kill()
         server.wait()
-        stop_warm(base / "cache")
+        resident.stop_warm(base / "cache")
         shutil.rmtree(base, ignore_errors=True)
 
 

@@ -24,7 +24,7 @@ from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import Limits
 from grader.sandbox.process import CappedOutput, WorkerFailure, WorkerProcess
 
-ISOLATION = process.detect("sandbox")
+ISOLATION = process.detect("sandbox", settings=Settings())
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 needs_user_switch = pytest.mark.skipif(not ISOLATION.user_switch, reason="the worker switches user only when the grader runs as root")
 
@@ -50,7 +50,7 @@ def _repo(tmp_path: Path, source: str, name: str = "mod.py") -> Path:
 def _run_module(repo: Path, tmp_path: Path, **options) -> tuple[int, str, object]:
     """Run the repo's mod.py in a sandboxed worker, as student code runs: its exit status,
     its captured output as text, and the capture itself."""
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options)
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options, settings=Settings())
     try:
         code = worker.proc.wait(timeout=60)
         return code, worker.output.text(), worker.output
@@ -77,7 +77,7 @@ def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
         def f():
             time.sleep(300)
         """)
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True)
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, settings=Settings())
     try:
         assert _load(worker, repo, "mod.py").ok
         start = time.monotonic()
@@ -93,7 +93,7 @@ def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
 @pytest.mark.slow
 def test_worker_death_is_reported_with_its_status(tmp_path):
     repo = _repo(tmp_path, "import os\nos._exit(7)\n")
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True)
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, settings=Settings())
     try:
         with pytest.raises(WorkerFailure) as info:
             _load(worker, repo, "mod.py")
@@ -133,10 +133,10 @@ def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
     inputs = tmp_path / "job" / "none.safetensors"
     save_file({}, str(inputs))
     inputs.chmod(0o644)
-    first = WorkerProcess(repo, tmp_path / "job" / "scratch-1", interpret=True, writable=[outputs])
+    first = WorkerProcess(repo, tmp_path / "job" / "scratch-1", interpret=True, writable=[outputs], settings=Settings())
     try:
         assert _load(first, repo, "mod.py").ok
-        second = WorkerProcess(repo, tmp_path / "job" / "scratch-2", interpret=True, writable=[outputs])
+        second = WorkerProcess(repo, tmp_path / "job" / "scratch-2", interpret=True, writable=[outputs], settings=Settings())
         try:
             assert _load(second, repo, "mod.py").ok
             assert second.lease.uid == first.lease.uid
@@ -150,7 +150,7 @@ def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
     # the job's lease was given back with its last worker ...
     assert not [job for job in uids.JobLease._held if job.startswith(str(tmp_path))]
     # ... and a new worker of the job starts cleanly, and writes its outputs as its own uid
-    third = WorkerProcess(repo, tmp_path / "job" / "scratch-3", interpret=True, writable=[outputs])
+    third = WorkerProcess(repo, tmp_path / "job" / "scratch-3", interpret=True, writable=[outputs], settings=Settings())
     try:
         assert _load(third, repo, "mod.py").ok
         reply = third.request(Run("s", str(inputs), {}, "cpu", str(outputs / "third.safetensors")), timeout=60)
@@ -234,7 +234,7 @@ def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, mo
     monkeypatch.setattr(namespaces.shutil, "which", lambda name: None if name == "unshare" else which(name))
     process.detect.cache_clear()
     try:
-        degraded = process.detect("sandbox")
+        degraded = process.detect("sandbox", settings=Settings())
         assert not degraded.namespaces  # as root, a dedicated uid where its Python is open to it (test_gradescope)
         assert len(degraded.warnings) == 1 and "the unshare command is missing" in degraded.warnings[0]
         assert "could outlive it" in degraded.warnings[0]
@@ -250,7 +250,7 @@ def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, mo
             def f():
                 time.sleep(300)
             """)
-        worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=degraded)
+        worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=degraded, settings=Settings())
         try:
             assert _load(worker, repo, "mod.py").ok
             with pytest.raises(WorkerFailure) as info:
@@ -319,7 +319,7 @@ def test_docker_command_contains_the_worker(tmp_path):
     job = tmp_path / "job"
     argv = docker.docker_command("grader-worker-x", job / "repo", job, [job / "repo", job / "scratch", job / "outputs"],
                                   launch.worker_env(job / "scratch", False, "2"), "2",
-                                  Limits(processes=256, memory=8 << 30), interpret=False, command=["python", "-c", "pass"])
+                                  Limits(processes=256, memory=8 << 30), interpret=False, command=["python", "-c", "pass"], settings=Settings())
     text = " ".join(argv)
     assert argv[:3] == ["docker", "run", "--rm"]
     for flags in (["--network", "none"], ["--read-only"], ["--pids-limit", "256"], ["--memory", "8192m"],
@@ -386,7 +386,7 @@ def test_docker_mode_speaks_through_fifos_and_is_killed_by_name(tmp_path, monkey
 
     layout = write_inputs({"x": torch.ones(5), "y": torch.ones(5)}, inputs)
     outputs = tmp_path / "job" / "outputs"
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=Isolation("docker"), writable=[outputs])
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=Isolation("docker"), writable=[outputs], settings=Settings())
     try:
         contenders = {"s": Contender(str(repo), "kernels/vector_add.py", "vector_add"),
                       "t": Contender(str(repo), "kernels/slow.py", "slow")}
@@ -442,7 +442,7 @@ def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch
     monkeypatch.setattr(process, "_probe", lambda isolation, settings: "the init failed")
     process.detect.cache_clear()
     try:
-        fallback = process.detect("sandbox")
+        fallback = process.detect("sandbox", settings=Settings())
         assert fallback.mode == "none" and "no sandbox can start here (the init failed" in fallback.warnings[0]
     finally:
         process.detect.cache_clear()
@@ -454,7 +454,7 @@ def test_a_checks_kept_cache_is_hidden_though_its_job_folder_lies_inside_it(tmp_
     job folders; the worker sees its own job, not the cache. Hidden or not, the cache is not in
     the worker's view (an allowlist: its job folder, not what holds it), wherever it lies: here
     inside the grader package, as the course folder is never shown to a worker either."""
-    from grader.sandbox.launch import PACKAGE_PARENT
+    from grader.sandbox.interpreter import PACKAGE_PARENT
 
     cache = Path(PACKAGE_PARENT) / "grader" / f".test-cache-{os.getpid()}-{hidden}"
     try:
@@ -480,7 +480,7 @@ def _kept_cache_visible(cache: Path, hidden: bool) -> None:
             except OSError as exc:
                 print(what, "no", exc.strerror)
         """))
-    worker = WorkerProcess(repo, job / "scratch", interpret=True, command=[sys.executable, "mod.py"], hide=[cache] if hidden else [])
+    worker = WorkerProcess(repo, job / "scratch", interpret=True, command=[sys.executable, "mod.py"], hide=[cache] if hidden else [], settings=Settings())
     try:
         worker.proc.wait(timeout=60)
         text = worker.output.text()

@@ -30,7 +30,7 @@ from grader.sandbox.launch import worker_code
 from grader.sandbox.process import WorkerProcess, detect
 from grader.settings import Settings
 
-ISOLATION = detect("sandbox")
+ISOLATION = detect("sandbox", settings=Settings())
 ROOT = os.geteuid() == 0
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 NOBODY = 65534
@@ -185,7 +185,7 @@ def test_the_view_binds_no_folder_that_holds_a_private_one(monkeypatch, tmp_path
     assert str(worker_code()) in bound and not (worker_code() / "grader" / "spec.py").exists()
     from grader.sandbox import process
 
-    process.detect("sandbox")  # the probe and the workers import from the copy: they write nothing into it
+    process.detect("sandbox", settings=Settings())  # the probe and the workers import from the copy: they write nothing into it
     assert sorted(p.name for p in (worker_code() / "grader").iterdir()) == ["__init__.py", "codec.py", "protocol.py", "replay", "worker"]
     assert not list(worker_code().rglob("__pycache__"))
     assert dict(view["binds"])[str((tmp_path / "job" / "repo").resolve())] is True  # its own folder, writable
@@ -202,14 +202,14 @@ def test_an_installed_grader_hides_its_package_not_the_site_packages_it_lies_in(
     monkeypatch.setattr(namespaces, "PACKAGE_PARENT", str(site_packages))
     real = namespaces._worker_sys_path()
     monkeypatch.setattr(namespaces, "_worker_sys_path", lambda: (*real, str(site_packages)))
-    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [])
+    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [], settings=Settings())
     bound = [path for path, _ in view["binds"]]
     assert any(namespaces._inside(str(site_packages / "torch"), b) for b in bound), bound
     assert str(site_packages / "grader") in view["covers"], view["covers"]
-    assert namespaces.private_folders([]) == sorted(set(namespaces.private_folders([])))
-    assert str(site_packages) not in namespaces.private_folders([])
+    assert namespaces.private_folders([], settings=Settings()) == sorted(set(namespaces.private_folders([], settings=Settings())))
+    assert str(site_packages) not in namespaces.private_folders([], settings=Settings())
     monkeypatch.setattr(namespaces, "PACKAGE_PARENT", str(prefix / "course"))  # a checkout: the course itself
-    assert str(prefix / "course") in namespaces.private_folders([])
+    assert str(prefix / "course") in namespaces.private_folders([], settings=Settings())
 
 
 @needs_namespaces
@@ -312,7 +312,7 @@ def test_a_job_folder_known_through_a_link_is_in_the_view(tmp_path):
     repo = tmp_path / "alias" / "job" / "repo"
     (repo / "mod.py").write_text(f"import os\nprint('own', os.path.exists({str(repo / 'mod.py')!r}))\n"
                                  f"print('other', os.path.exists({str(tmp_path / 'real' / 'other.txt')!r}))\n")
-    worker = WorkerProcess(repo, tmp_path / "alias" / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"])
+    worker = WorkerProcess(repo, tmp_path / "alias" / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"], settings=Settings())
     try:
         assert worker.proc.wait(timeout=120) == 0, (worker.status(), worker.output.text())
         text = worker.output.text()

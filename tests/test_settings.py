@@ -171,6 +171,98 @@ def test_the_course_is_an_object_handed_down_not_a_module_global():
     assert not hasattr(spec, "COURSE_ROOT") and not hasattr(spec, "catalogue") and not hasattr(spec, "get")
 
 
+MUTATORS = {"append", "extend", "insert", "add", "update", "setdefault", "pop", "popitem", "remove", "discard", "clear"}
+CONTAINERS = (ast.List, ast.Dict, ast.Set, ast.ListComp, ast.DictComp, ast.SetComp)
+
+
+def module_registries(tree: ast.Module) -> list[tuple[int, str]]:
+    """(line, name) of every module-level mutable container the module changes after import: a
+    list, dict or set bound at module level (or a `list()`, `dict()`, `set()`, `defaultdict()`)
+    that some code appends to, stores in, pops from or clears. Process-wide state by another name
+    than `global`: a constant table that is only read is not one."""
+    def mutable(value: ast.AST | None) -> bool:
+        if isinstance(value, CONTAINERS):
+            return True
+        f = value.func if isinstance(value, ast.Call) else None
+        name = f.id if isinstance(f, ast.Name) else f.attr if isinstance(f, ast.Attribute) else ""
+        return name in ("list", "dict", "set", "defaultdict", "OrderedDict", "deque")
+
+    bound = {}
+    for node in tree.body:
+        targets = node.targets if isinstance(node, ast.Assign) else \
+            [node.target] if isinstance(node, ast.AnnAssign) else []
+        for target in targets:
+            if isinstance(target, ast.Name) and mutable(node.value):
+                bound[target.id] = node.lineno
+
+    def named(n: ast.AST) -> str | None:
+        return n.id if isinstance(n, ast.Name) and n.id in bound else None
+
+    changed = set()
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr in MUTATORS:
+            changed.add(named(node.func.value))
+        targets = node.targets if isinstance(node, (ast.Assign, ast.Delete)) else \
+            [node.target] if isinstance(node, (ast.AugAssign, ast.AnnAssign)) else []
+        changed.update(named(t.value) for t in targets if isinstance(t, ast.Subscript))
+    return sorted((bound[n], n) for n in changed if n is not None)
+
+
+# Process-wide registries still kept: the sandbox's zygotes and their switches and the worker's copy
+# of its code (this process's: a session's workers share them, and they go when it ends), and the
+# worker's own state (a worker process serves one student's module).
+KNOWN_REGISTRIES = {
+    ("grader/sandbox/zygote/__init__.py", "_DISABLED"),  # the zygote failed once: off for the rest of the process
+    ("grader/sandbox/zygote/client.py", "_WARM"),  # keep_warm's folder and idle seconds
+    ("grader/sandbox/zygote/client.py", "_ZYGOTES"),  # one zygote per environment
+    ("grader/sandbox/launch.py", "_code"),  # the worker's private copy of the code, made once
+    ("grader/worker/memcheck.py", "_RANGES"),  # the worker's own process: the tensors it checks accesses against
+    ("grader/worker/server.py", "BLOCKS"),  # the worker's own process: what its one student module launched
+    ("grader/worker/server.py", "COMPILED"),
+    ("grader/worker/server.py", "RECORDING"),
+}
+
+
+def test_no_module_keeps_a_registry_it_changes_but_those_known():
+    """The other form of a module global: a container bound at import and changed from then on.
+    Every one in the package is listed above with why; a new one fails here."""
+    found = set()
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        found |= {(rel, name) for _, name in module_registries(ast.parse(path.read_text(), rel))}
+    assert sorted(found - KNOWN_REGISTRIES) == []
+    assert sorted(KNOWN_REGISTRIES - found) == []  # one moved away: off the list
+
+
+def default_settings(tree: ast.Module) -> list[int]:
+    """Lines where a parameter or a field defaults to a fresh `Settings()`: a stand-in for the
+    settings the command read, which the caller then need not hand down."""
+    def fresh(value: ast.AST | None) -> bool:
+        return isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and \
+            (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) == "Settings"
+
+    lines = []
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            lines += [d.lineno for d in (*node.args.defaults, *node.args.kw_defaults) if d is not None and fresh(d)]
+        elif isinstance(node, ast.AnnAssign) and fresh(node.value):
+            lines.append(node.lineno)
+    return lines
+
+
+def test_the_sandbox_and_the_resident_judge_are_handed_their_settings():
+    """In sandbox/ and resident.py `settings` is required: no signature or field defaults to
+    `Settings()`, so every worker, probe and view runs with the session's."""
+    found = []
+    for path in sorted([*(PACKAGE / "sandbox").rglob("*.py"), PACKAGE / "resident.py"]):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        found += [f"{rel}:{line}" for line in default_settings(ast.parse(path.read_text(), rel))]
+    assert found == []
+    source = "def f(a, settings=Settings()):\n    pass\nclass L:\n    settings: Settings = settings.Settings()\n" \
+             "def g(*, settings: Settings):\n    pass\n"
+    assert default_settings(ast.parse(source)) == [1, 4]
+
+
 def test_the_scans_of_the_package_would_see_a_reader_and_a_global():
     """The two checks above can fail: each form they look for is found where it is used."""
     source = ("from grader.settings import current, from_environment as env\nfrom grader import settings\n"
@@ -179,6 +271,9 @@ def test_the_scans_of_the_package_would_see_a_reader_and_a_global():
     assert _environment_reads(ast.parse(source)) == [(4, "f"), (5, "f"), (6, "f"), (9, "<module>")]
     assert _environment_reads(ast.parse("def g(current):\n    current()\n")) == []  # a name of its own
     assert [n.names for n in ast.walk(ast.parse("X = None\ndef f():\n    global X\n    X = 1\n")) if isinstance(n, ast.Global)]
+    source = ("A = []\nB: dict = {}\nC = set()\nD = {'k': 1}\nE = []\nF = dict()\n"
+              "def f(x):\n    A.append(x)\n    B[x] = 1\n    C.discard(x)\n    del F[x]\n    return D['k'], E[0]\n")
+    assert module_registries(ast.parse(source)) == [(1, "A"), (2, "B"), (3, "C"), (6, "F")]  # D, E only read
 
 
 def test_a_session_hands_its_settings_to_its_workers_and_its_device_lock(tmp_path, monkeypatch):

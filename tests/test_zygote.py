@@ -15,11 +15,12 @@ import pytest
 from grader.sandbox import process as sandbox
 from grader.sandbox import zygote
 from grader.protocol import Contender, Load, Ok, Ping
-from grader.sandbox.launch import PACKAGE_PARENT
+from grader.resident import stop_warm
+from grader.sandbox.interpreter import PACKAGE_PARENT
 from grader.sandbox.process import WorkerProcess
 from grader.settings import Settings, WarmStarts, from_environment
 
-ISOLATION = sandbox.detect("sandbox")
+ISOLATION = sandbox.detect("sandbox", settings=Settings())
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 
 # what the worker reports of itself, at import (the load request's error carries it back)
@@ -117,8 +118,9 @@ def test_the_zygote_and_its_workers_die_with_the_job_process(tmp_path):
         sys.path.insert(0, {PACKAGE_PARENT!r})
         from pathlib import Path
         from grader.sandbox.process import WorkerProcess
+        from grader.settings import Settings
         job = Path({str(tmp_path / "job")!r})
-        w = WorkerProcess(job / "repo", job / "scratch", interpret=True)
+        w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings())
         from grader.protocol import Ping
         w.request(Ping(), 120)
         print(w.proc.zygote.proc.pid, w.proc.pid, flush=True)
@@ -141,7 +143,7 @@ def test_a_zygote_that_cannot_start_costs_speed_not_the_worker(tmp_path, monkeyp
     monkeypatch.setattr(zygote, "_DISABLED", [])
     monkeypatch.setattr(zygote.Zygote, "__init__", lambda self, env: (_ for _ in ()).throw(zygote.ZygoteError("no fork here")))
     monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
-    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True)
+    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True, settings=Settings())
     try:
         assert isinstance(worker.proc, subprocess.Popen)  # a fresh interpreter, as before
         assert worker.request(Ping(), 120) == Ok()
@@ -166,11 +168,12 @@ WARM_COMMAND = textwrap.dedent("""
     from pathlib import Path
     from grader.sandbox import zygote
     from grader.sandbox.process import WorkerProcess
+    from grader.settings import Settings
     from grader.protocol import Ping
     zygote.keep_warm(Path({folder!r}), {idle!r})
     job = Path({job!r})
     began = time.monotonic()
-    w = WorkerProcess(job / "repo", job / "scratch", interpret=True)
+    w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings())
     w.request(Ping(), 300)
     z = w.proc.zygote
     peer = struct.unpack("3i", z.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
@@ -211,7 +214,7 @@ def test_a_warm_zygote_serves_the_next_command_and_ends_when_idle(tmp_path):
         out, _ = third.communicate(timeout=300)
         assert json.loads(out)["started_here"]
     finally:
-        zygote.stop_warm(folder)
+        stop_warm(folder)
 
 
 @needs_namespaces
@@ -230,13 +233,13 @@ def test_a_command_killed_takes_its_workers_but_not_the_warm_zygote(tmp_path):
         nxt = _warm_command(folder, tmp_path / "job1")
         out, _ = nxt.communicate(timeout=300)
         assert json.loads(out)["zygote"] == facts["zygote"]  # still serving the next command
-        assert zygote.stop_warm(folder) == 1
+        assert stop_warm(folder) == 1
         deadline = time.monotonic() + 10
         while _alive(facts["zygote"]) and time.monotonic() < deadline:
             time.sleep(0.1)
         assert not _alive(facts["zygote"])
     finally:
-        zygote.stop_warm(folder)
+        stop_warm(folder)
 
 
 @needs_namespaces
@@ -249,7 +252,7 @@ def test_a_warm_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monk
         warm = _facts(tmp_path, "jobQQwarm", monkeypatch, forked=True)
     finally:
         zygote.close_all()
-        zygote.stop_warm(tmp_path / "kept" / "warm")
+        stop_warm(tmp_path / "kept" / "warm")
     assert warm["processes"] == [1, warm["pid"]] and not [f for f in warm["fds"] if f == "socket"]
     for key in fresh:
         if key not in ("ns", "pid", "processes", "ids"):
@@ -259,11 +262,11 @@ def test_a_warm_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monk
 def test_the_warm_zygote_is_new_when_the_grader_or_its_environment_changes(tmp_path, monkeypatch):
     import shutil
 
-    from grader.sandbox import launch
+    from grader.sandbox import interpreter
 
     copy = tmp_path / "pkg"
     shutil.copytree(Path(PACKAGE_PARENT) / "grader", copy / "grader", ignore=shutil.ignore_patterns("__pycache__"))
-    monkeypatch.setattr(launch, "PACKAGE_PARENT", str(copy))
+    monkeypatch.setattr(interpreter, "PACKAGE_PARENT", str(copy))
     env = {"PATH": "/usr/bin", "TRITON_INTERPRET": "1"}
     before = zygote.warm_name(env)
     assert zygote.warm_name(env) == before
@@ -289,7 +292,7 @@ def test_a_job_process_closing_its_zygote_ends_it_at_once(tmp_path, monkeypatch)
     end, then killed it."""
     monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
     monkeypatch.setattr(zygote.client, "_WARM", [])
-    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True)
+    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True, settings=Settings())
     try:
         assert worker.request(Ping(), 120) == Ok()
         z = worker.proc.zygote
@@ -309,7 +312,7 @@ def test_the_reference_side_keeps_its_autotuning_and_a_batch_student_does_not(tm
         repo = tmp_path / name / "repo"
         repo.mkdir(parents=True)
         (repo / "mod.py").write_text("import os\nprint('autotune cache', os.environ.get('TRITON_CACHE_AUTOTUNING'))\n")
-        worker = WorkerProcess(repo, tmp_path / name / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options)
+        worker = WorkerProcess(repo, tmp_path / name / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options, settings=Settings())
         try:
             worker.proc.wait(timeout=60)
             seen[name] = worker.output.text()

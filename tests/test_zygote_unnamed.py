@@ -18,7 +18,7 @@ from conftest import COURSE, REPO_ROOT, build_submission
 def test_a_forked_worker_reads_no_command_line_or_environment_of_the_grader(tmp_path, monkeypatch):
     from grader.judge.context import GradingContext
     from grader.judge.session import open_session
-    from grader.sandbox.launch import CHECKOUT_TAG, PACKAGE_PARENT
+    from grader.sandbox.interpreter import CHECKOUT_TAG, PACKAGE_PARENT
     from grader.settings import from_environment
     from grader.submission import open_submission
 

@@ -26,6 +26,7 @@ from typing import Callable, Protocol
 
 import torch
 
+from grader import proctable
 from grader.codec import rebuild
 from grader.replay import launchrecord
 from grader.replay.launchrecord import LaunchRecordError
@@ -63,27 +64,6 @@ class Replayed:
     @property
     def median_ms(self) -> float | None:
         return sorted(self.ms)[len(self.ms) // 2] if self.ms else None
-
-
-def process_tree(pid: int) -> set[int]:
-    """`pid` and every process below it, from the process table."""
-    children: dict[int, list[int]] = {}
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/stat") as f:
-                parent = int(f.read().rsplit(")", 1)[1].split()[1])
-        except (OSError, ValueError, IndexError):
-            continue
-        children.setdefault(parent, []).append(int(entry))
-    tree, todo = set(), [pid]
-    while todo:
-        p = todo.pop()
-        if p not in tree:
-            tree.add(p)
-            todo += children.get(p, [])
-    return tree
 
 
 def gpu_processes() -> list[int] | None:
@@ -228,7 +208,7 @@ class Pending:
             return armed
         result = self.job / "result"
         self.done = True
-        own = process_tree(self.proc.proc.pid)  # the replay itself holds the GPU since its set-up
+        own = proctable.tree(self.proc.proc.pid)  # the replay itself holds the GPU since its set-up
         before = gpu_processes() or []
         (self.job / GO).touch()
         answer, deadline = result / "replay.json", time.monotonic() + self.timeout
@@ -242,7 +222,7 @@ class Pending:
                 return Replayed(failed=f"the replay did not finish in {self.timeout:.0f} s")
             time.sleep(0.002)
         replay = read(result)
-        own |= process_tree(self.proc.proc.pid)
+        own |= proctable.tree(self.proc.proc.pid)
         others = sorted({p for p in before + (gpu_processes() or []) if p != os.getpid() and p not in allowed | own})
         replay.others = others[:16]
         if replay.folder is None:  # refused or failed: nothing more to wait for

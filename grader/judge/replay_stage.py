@@ -40,8 +40,9 @@ from pathlib import Path
 
 import torch
 
+from grader import proctable
 from grader.judge import replay_process
-from grader.judge.replay_process import Decision, Replayed, ReplayFactory, ReplayProcess, process_tree
+from grader.judge.replay_process import Decision, Replayed, ReplayFactory, ReplayProcess
 from grader.protocol import Call, Compare, CompareReply, Failure, Sample
 from grader.replay.launchrecord import LaunchRecordError
 from grader.results import Severity
@@ -238,22 +239,6 @@ def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trust
     return Prepare(Prepared(staging, inputs, staging / "layout.json", trusted, torch_work, dict(first.kernels)))
 
 
-def processes_of(uid: int) -> set[int]:
-    """Every process whose real uid is `uid` (a worker's lent uid: no one else runs as it)."""
-    found = set()
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit():
-            continue
-        try:
-            with open(f"/proc/{entry}/status") as f:
-                line = next(x for x in f if x.startswith("Uid:"))
-        except (OSError, StopIteration):
-            continue
-        if int(line.split()[1]) == uid:
-            found.add(int(entry))
-    return found
-
-
 def stop_student(student, grace_s: float = 10.0) -> tuple[str, set[int]]:
     """The student's worker and all it started gone: '' when the process table and the driver's
     list of GPU processes hold none of them, else why not; and their pids (one of them seen on the
@@ -263,15 +248,15 @@ def stop_student(student, grace_s: float = 10.0) -> tuple[str, set[int]]:
     the tree by forking twice is still the student's)."""
     pids: set[int] = set()
     if student.process is not None:
-        pids = process_tree(student.process.proc.pid)
+        pids = proctable.tree(student.process.proc.pid)
         lease = getattr(getattr(student.process, "started", None), "lease", None)
         uid = getattr(lease, "uid", None)
         if uid is not None:
-            pids |= processes_of(uid)
+            pids |= proctable.of_uid(uid)
     student.close()
     deadline = time.monotonic() + grace_s
     while True:
-        alive = {p for p in pids if os.path.exists(f"/proc/{p}")}
+        alive = {p for p in pids if proctable.exists(p)}
         on_gpu = set(replay_process.gpu_processes() or []) & pids
         if not alive and not on_gpu:
             return "", pids

@@ -11,8 +11,9 @@ import subprocess
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.sandbox.interpreter import BOOTSTRAP
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import BOOTSTRAP, Launch, Limits, Started, worker_code
+from grader.sandbox.launch import Launch, Limits, Started, worker_code
 from grader.sandbox.uids import chown_tree
 from grader.settings import Settings
 
@@ -85,8 +86,8 @@ def exit_code(code: int) -> int:
 
 
 def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: dict[str, str], gpu: str | None,
-                   limits: Limits, interpret: bool, command: list[str], image: str | None = None,
-                   settings: Settings = Settings()) -> list[str]:
+                   limits: Limits, interpret: bool, command: list[str], image: str | None = None, *,
+                   settings: Settings) -> list[str]:
     """`docker run` for one worker: no network, a read-only root with a private /tmp, the job
     folder mounted at its own path (read-only, its writable folders on top), the worker's copy
     of the grader's code mounted read-only (so the worker speaks this grader's protocol), the

@@ -33,6 +33,8 @@ import signal
 import sys
 from typing import Callable
 
+from grader.proctable import children_of
+
 PR_SET_PDEATHSIG = 1
 PR_SET_NO_NEW_PRIVS = 38
 PR_SET_CHILD_SUBREAPER = 36
@@ -266,29 +268,6 @@ def contain(user: list[int] | None) -> None:
             if held.get(name)]
     if left or held.get("NoNewPrivs") != 1:
         raise OSError(f"the worker would keep capabilities ({', '.join(left) or 'no no_new_privs'})")
-
-
-def children_of(pid: int) -> list[int]:
-    """The pids whose parent is `pid` (from /proc/PID/task/*/children, else a scan of /proc)."""
-    kids: set[int] = set()
-    try:
-        for tid in os.listdir(f"/proc/{pid}/task"):
-            with open(f"/proc/{pid}/task/{tid}/children") as f:
-                kids.update(int(p) for p in f.read().split())
-    except FileNotFoundError:
-        if not os.path.exists(f"/proc/{pid}/task"):
-            return []
-        for entry in os.listdir("/proc"):
-            if entry.isdigit():
-                try:
-                    with open(f"/proc/{entry}/stat") as f:
-                        if int(f.read().rsplit(")", 1)[1].split()[1]) == pid:
-                            kids.add(int(entry))
-                except (OSError, ValueError, IndexError):
-                    pass
-    except OSError:
-        return []
-    return sorted(kids)
 
 
 def kill_everything(worker_pid: int | None, own_pid_namespace: bool = False) -> None:

@@ -5,29 +5,18 @@ channel (`Started`). No backend logic here, so backends and `WorkerProcess` shar
 from __future__ import annotations
 
 import atexit
-import hashlib
 import os
 import shutil
-import subprocess
-import sys
 import tempfile
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import IO, Protocol
 
-import grader
+from grader.sandbox.interpreter import BOOTSTRAP, PACKAGE_PARENT, isolated_python
 from grader.sandbox.uids import JobLease
 from grader.settings import Settings
 
-if TYPE_CHECKING:
-    from grader.sandbox.zygote.client import Forked
-
-PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
-# The worker's entry point: -I keeps the current folder (where a student could plant a
-# torch.py or a grader/ package) and PYTHON* variables out of sys.path; the worker's own code
-# (`worker_code`, never the course's grader/) is put first.
-BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.worker.server import main; main(sys.argv[1:])"
 # What a worker runs of the grader: the package's marker, the shared codec and protocol, worker/;
 # and replay/, which the replay process (grader.judge.replay_process.run) runs in a sandbox alike.
 WORKER_CODE = ("__init__.py", "codec.py", "protocol.py", "worker", "replay")
@@ -126,25 +115,6 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None, threads: int | N
     return env
 
 
-def isolated_python(boot: str, *args: str, path: str | None = None) -> list[str]:
-    """This Python as a worker is started (isolated mode, no user site, no bytecode written),
-    running `boot` (a template given `path`, by default this package's parent folder) with `args`."""
-    return [sys.executable, "-I", "-u", "-B", "-c", boot.format(path=path or PACKAGE_PARENT), *args]
-
-
-# What runs where a worker can read its command line (/proc/1/cmdline: the sandbox's init; a fork's
-# own: the zygote it was forked from): one line of code read from stdin, so the command line holds
-# no path of the grader's (the course folder, a cache's socket); what tells this checkout's processes
-# apart from another's is a digest of its folder (CHECKOUT_TAG), which says nothing of where it is
-CHECKOUT_TAG = "grader-" + hashlib.sha256(PACKAGE_PARENT.encode()).hexdigest()[:12]
-FROM_STDIN = f"import sys; exec(sys.stdin.readline())  # {CHECKOUT_TAG}"
-
-
-def unnamed_python() -> list[str]:
-    """`isolated_python`, for code written to its stdin as one line (see FROM_STDIN)."""
-    return [sys.executable, "-I", "-u", "-B", "-c", FROM_STDIN]
-
-
 def worker_argv(*channel: str, path: str | None = None) -> list[str]:
     """The worker, from its private copy of the code (`worker_code`) unless `path` names the
     folder to import the grader from (the plain backend's: it hides nothing)."""
@@ -170,7 +140,28 @@ class Launch:
     gpu: str | None
     command: list[str] | None = None
     probe: str | None = None
-    settings: Settings = Settings()  # the session's: warm starts, the uid range, the container command
+    settings: Settings = field(kw_only=True)  # the session's: warm starts, the uid range, the container command
+
+
+class StartedProcess(Protocol):
+    """A started worker's process as the sandbox uses it, whoever started it: a `subprocess.Popen`,
+    or a zygote's fork (`grader.sandbox.zygote.client.Forked`), which has no Popen of its own."""
+
+    @property
+    def pid(self) -> int: ...
+
+    @property
+    def returncode(self) -> int | None: ...
+
+    @property
+    def stdin(self) -> IO[bytes] | None: ...
+
+    @property
+    def stdout(self) -> IO[bytes] | None: ...
+
+    def poll(self) -> int | None: ...
+
+    def wait(self, timeout: float | None = None) -> int: ...
 
 
 @dataclass
@@ -179,7 +170,7 @@ class Started:
     pipe), the grader's ends of the request (`tx`) and reply (`rx`) channel, and what only some
     backends have: the init's status pipe and lifeline, a lent uid, a container's name."""
 
-    proc: subprocess.Popen | Forked
+    proc: StartedProcess  # a Popen, or a zygote's fork
     rx: int
     tx: int
     status_rx: int = -1

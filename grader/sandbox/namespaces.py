@@ -24,10 +24,11 @@ import tempfile
 from collections.abc import Callable
 from pathlib import Path
 
+from grader.proctable import children_of
 from grader.sandbox import zygote
-from grader.sandbox.init import children_of
+from grader.sandbox.interpreter import CHECKOUT_TAG, PACKAGE_PARENT
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import CHECKOUT_TAG, PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv, worker_code
+from grader.sandbox.launch import Launch, Started, pipe_pair, worker_argv, worker_code
 from grader.sandbox.uids import JobLease, chown_tree
 from grader.settings import Settings
 
@@ -252,14 +253,12 @@ def _worker_sys_path() -> tuple[str, ...]:
         return tuple(sys.path)
 
 
-def private_folders(hide: list[Path], settings: Settings = Settings()) -> list[str]:
+def private_folders(hide: list[Path], settings: Settings) -> list[str]:
     """Folders no worker may see, wherever they lie: the course `settings` name or imply (its
     checkout, whatever it holds), the grader's own code, the grader's home, and `hide` (the
     submissions, the output folder, the references)."""
-    from grader.spec import course_folder
-
     installed = installed_package()
-    folders = [course_folder(settings), Path(PACKAGE_PARENT) if installed is None else Path(installed), Path.home(),
+    folders = [settings.course_folder(), Path(PACKAGE_PARENT) if installed is None else Path(installed), Path.home(),
                *hide]
     return sorted({os.path.realpath(p) for p in folders})
 
@@ -272,7 +271,7 @@ def installed_package() -> str | None:
     return os.path.realpath(parent / "grader") if parent.name in ("site-packages", "dist-packages") else None
 
 
-def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings = Settings()) -> dict:
+def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings) -> dict:
     """The worker's view (grader.sandbox.init.build_view): an allowlist, nothing else of the host.
     Read-only: the system folders, the Python install (prefixes, site-packages, the user site,
     what its .pth files add), CUDA's folders (LD_LIBRARY_PATH, CUDA_HOME), the worker's own copy

@@ -10,8 +10,9 @@ from collections.abc import Callable
 
 from grader.sandbox import zygote
 from grader.sandbox.init import apply_limits
+from grader.sandbox.interpreter import PACKAGE_PARENT
 from grader.sandbox.isolation import Isolation
-from grader.sandbox.launch import PACKAGE_PARENT, Launch, Started, pipe_pair, worker_argv
+from grader.sandbox.launch import Launch, Started, pipe_pair, worker_argv
 from grader.settings import Settings
 
 SUMMARY = "a plain process with limits, for debugging"  # what `--isolation` help says of this mode

@@ -95,7 +95,7 @@ class CappedOutput:
 # -- what this machine allows ---------------------------------------------------------------
 
 @functools.lru_cache(maxsize=None)
-def detect(mode: str = "sandbox", settings: Settings = Settings()) -> Isolation:
+def detect(mode: str, settings: Settings) -> Isolation:
     """What `mode` can do here with `settings` (the uid range, the container command), tried for
     real once (a worker start that imports nothing of the student's); what is missing is said in
     `warnings`, to be shown once per run."""
@@ -104,7 +104,7 @@ def detect(mode: str = "sandbox", settings: Settings = Settings()) -> Isolation:
     return backend_for(mode).detect(lambda isolation: _probe(isolation, settings), settings)
 
 
-def as_asked(mode: str = "sandbox", settings: Settings = Settings()) -> Isolation:
+def as_asked(mode: str, settings: Settings) -> Isolation:
     """`detect(mode)`, where nothing less than `mode` will do: a batch and every CI run grade
     others' code unattended, so a sandbox that can only be built weaker here (no namespaces, no
     separate user, no sandbox at all) stops them with the reason and the fix, instead of a warning
@@ -165,7 +165,7 @@ class WorkerProcess:
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
                  isolation: Isolation | str = "sandbox", writable: Sequence[Path] = (), hide: Sequence[Path] = (),
                  job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
-                 probe: str | None = None, keep_autotuning: bool = False, settings: Settings = Settings()) -> None:
+                 probe: str | None = None, keep_autotuning: bool = False, *, settings: Settings) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation, settings)
         self.backend = backend_for(self.isolation)
         self._status = b""
@@ -184,7 +184,7 @@ class WorkerProcess:
             # a check's kept kernels are not tuned again on the next check
             env["TRITON_CACHE_AUTOTUNING"] = "1"
         launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command,
-                        probe, settings)
+                        probe, settings=settings)
         self.started = self.backend.start(launch, self.isolation)  # the one start, whatever the backend
         self.proc = self.started.proc
         self._rx, self._tx = self.started.rx, self.started.tx

@@ -11,6 +11,7 @@ import tempfile
 import threading
 from pathlib import Path
 
+from grader.proctable import uids_in_use
 from grader.sandbox.isolation import SandboxError
 
 # uids for workers: above login.defs' UID_MAX (60000), below systemd's dynamic users (61184)
@@ -32,7 +33,7 @@ class UidLease:
         folder.mkdir(mode=0o700, exist_ok=True)
         if folder.is_symlink() or folder.stat().st_uid != os.geteuid():
             raise SandboxError(f"{folder} is not the grader's own folder")
-        busy = _uids_in_use()
+        busy = uids_in_use()
         for uid in range(first, last + 1):
             if uid in busy or _has_account(uid):
                 continue
@@ -88,17 +89,6 @@ def _has_account(uid: int) -> bool:
         return True
     except KeyError:
         return False
-
-
-def _uids_in_use() -> set[int]:
-    uids = set()
-    for entry in os.listdir("/proc"):
-        if entry.isdigit():
-            try:
-                uids.add(os.stat(f"/proc/{entry}").st_uid)
-            except OSError:
-                pass
-    return uids
 
 
 def chown_tree(folder: Path, uid: int, gid: int) -> None:

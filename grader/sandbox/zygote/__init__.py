@@ -45,7 +45,7 @@ from typing import TYPE_CHECKING
 
 from grader.sandbox.zygote.client import Forked, Zygote, ZygoteError, close_all, get, keep_warm
 from grader.sandbox.zygote.server import PRELOAD
-from grader.sandbox.zygote.warm import stop_warm, warm_name
+from grader.sandbox.zygote.warm import warm_name
 
 if TYPE_CHECKING:
     from grader.sandbox.launch import Launch, Started
@@ -53,7 +53,7 @@ if TYPE_CHECKING:
     from grader.settings import Settings, WarmStarts
 
 __all__ = ["Forked", "PRELOAD", "Zygote", "ZygoteError", "close_all", "disable", "enabled", "get", "keep_warm",
-           "prewarm", "start", "stop_warm", "try_start", "usable", "warm_name", "zygote_key"]
+           "prewarm", "start", "try_start", "usable", "warm_name", "zygote_key"]
 
 _DISABLED: list[str] = []
 

@@ -16,17 +16,19 @@ import threading
 import time
 from pathlib import Path
 
+from grader.sandbox.files import private_folder
+from grader.sandbox.interpreter import PACKAGE_PARENT, unnamed_python
 from grader.sandbox.zygote.server import MAX_MESSAGE, _at
 from grader.sandbox.zygote.warm import warm_name
 
-# one line each, written to the zygote's stdin (launch.FROM_STDIN): a fork's command line is the zygote's
+# one line each, written to the zygote's stdin (interpreter.FROM_STDIN): a fork's command line is the zygote's
 BOOT = "import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote.server import serve; serve({fd}, {parent})"
 WARM_BOOT = ("import sys; sys.path.insert(0, {path!r}); from grader.sandbox.zygote.server import serve_warm; "
              "serve_warm({socket!r}, {idle!r})")
 
 
 def _boot(proc: subprocess.Popen, code: str) -> None:
-    """Give a zygote started with launch.unnamed_python its code (it waits on its stdin for it)."""
+    """Give a zygote started with interpreter.unnamed_python its code (it waits on its stdin for it)."""
     assert proc.stdin is not None  # started with stdin=PIPE
     try:
         proc.stdin.write((code + "\n").encode())
@@ -47,8 +49,6 @@ class Zygote:
     `keep_warm` named a folder, the warm one there that outlives this command."""
 
     def __init__(self, env: dict[str, str]) -> None:
-        from grader.sandbox.launch import PACKAGE_PARENT, unnamed_python
-
         self.proc: subprocess.Popen | None = None
         self.home: str | None = None
         self.started_here = True
@@ -104,9 +104,6 @@ class Zygote:
     def _attach_warm(self, folder: Path, idle: float, env: dict[str, str]) -> socket.socket | None:
         """Connect to the warm zygote for this environment and this grader's code, starting it
         (detached, in its own session) when none answers; one starter at a time (a lock)."""
-        from grader.sandbox.files import private_folder
-        from grader.sandbox.launch import PACKAGE_PARENT, unnamed_python
-
         name = warm_name(env)
         path = folder / f"{name}.sock"
         private_folder(folder)

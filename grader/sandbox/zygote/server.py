@@ -42,7 +42,7 @@ def _unnamed() -> None:
     (the interpreter's path, the checkout's tag, the zygote's HOME in the kept cache), so both
     are overwritten in place (as setproctitle does): the command line reads NAME, the initial
     environment nothing. sys.argv and sys.orig_argv go with them. The zygote keeps its own
-    (grader.sandbox.zygote.warm.stop_warm finds it by them), out of a sandboxed worker's view."""
+    (grader.resident.stop_warm finds it by them), out of a sandboxed worker's view."""
     fields = Path("/proc/self/stat").read_text().rsplit(")", 1)[1].split()
     arg_start, arg_end, env_start, env_end = (int(fields[i]) for i in (45, 46, 47, 48))  # fields 48..51
     for start, end, text in ((arg_start, arg_end, NAME.encode()), (env_start, env_end, b"")):

@@ -1,0 +1,37 @@
+"""grader.proctable, the one reader of the process table: a real process tree (a child that
+started a grandchild) seen through each of its questions, and a process gone is no answer."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import time
+
+from grader import proctable
+
+GRANDCHILD = "import time; time.sleep(60)"
+CHILD = ("import subprocess, sys, time; "
+         f"subprocess.Popen([sys.executable, '-c', {GRANDCHILD!r}]); time.sleep(60)")
+
+
+def test_a_tree_its_owner_and_what_it_was_started_with():
+    child = subprocess.Popen([sys.executable, "-c", CHILD], env=dict(os.environ, PROCTABLE_MARK="here"))
+    try:
+        deadline = time.monotonic() + 30
+        while not proctable.children_of(child.pid) and time.monotonic() < deadline:
+            time.sleep(0.05)
+        (grandchild,) = proctable.children_of(child.pid)
+        assert proctable.parent_of(grandchild) == child.pid and proctable.parent_of(child.pid) == os.getpid()
+        assert proctable.tree(child.pid) == {child.pid, grandchild}
+        assert child.pid in proctable.tree(os.getpid()) and grandchild in proctable.pids()
+        assert {child.pid, grandchild} <= proctable.of_uid(os.getuid()) and os.geteuid() in proctable.uids_in_use()
+        assert proctable.command_line(grandchild)[-2:] == [GRANDCHILD.encode(), b""]
+        assert b"PROCTABLE_MARK=here" in (proctable.environment(child.pid) or [])
+    finally:
+        for pid in proctable.tree(child.pid):
+            os.kill(pid, 9)
+        child.wait()
+    assert not proctable.exists(child.pid)
+    assert (proctable.parent_of(child.pid), proctable.children_of(child.pid), proctable.command_line(child.pid),
+            proctable.environment(child.pid)) == (None, [], None, None)
