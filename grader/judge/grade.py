@@ -43,6 +43,7 @@ from grader.judge.scoring import score_assignment, split_cents
 from grader.judge.verdict import judge_call, judge_runs, truth_of
 from grader.judge.workers import StudentWorker
 from grader.payloads import (
+    Ceilings,
     CorrectnessPayload,
     Kind,
     LargestPassing,
@@ -91,7 +92,7 @@ Progress = Callable[[str], None]
 def measured_roofline(result: AssignmentResult) -> dict | None:
     """The GPU's measured ceilings, as the assignment's timing used them (None: nothing timed)."""
     timed = [t.details for t in result.tests if isinstance(t.details, PerformancePayload)]
-    return next((d.roofline for d in timed if d.roofline), None)
+    return next((d.roofline.to_json() for d in timed if isinstance(d.roofline, Ceilings)), None)
 
 
 def count_steps(specs: list[Assignment], ctx: GradingContext) -> int:

@@ -44,7 +44,7 @@ from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.judge.resources import Resources
 from grader.judge.runcache import write_perf_set
-from grader.payloads import Figures, Kind, PerformancePayload
+from grader.payloads import Ceilings, Figures, FindingNote, Kind, PerformancePayload, ReplayInputs, Witnessed
 from grader.protocol import Burst, Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
@@ -65,6 +65,10 @@ ROOFLINE_MARGIN = 0.15
 class Finding:
     severity: Severity
     text: str
+
+    def note(self) -> FindingNote:
+        """The finding as results.json records it."""
+        return FindingNote(severity=self.severity.value, text=self.text)
 
 
 @dataclass
@@ -316,9 +320,9 @@ def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], 
     assert isinstance(details, PerformancePayload)  # test() makes a performance result
     if witnessed:
         details.witness = witnessed
-        if witnessed.get("note") and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
-            verdict.message += f"; {witnessed['note']}"
-    details.phase_seconds, details.roofline = stage.phases, stage.roofline
+        if witnessed.note and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
+            verdict.message += f"; {witnessed.note}"
+    details.phase_seconds, details.roofline = stage.phases, Ceilings.from_json(stage.roofline)
     details.timed_by = "fallback" if fallback else "rounds"
     if fallback:  # why the replay did not time it: the fallback's figure comes from the grader's clock and the worker
         details.replay_refused = fallback
@@ -339,7 +343,7 @@ def _hold(verdict: TestResult, details: PerformancePayload, why: str, text: str)
     fallback what to change to be replayed (grader.judge.confirmation.held)."""
     details.held = why
     details.evidence = [text]
-    details.findings = [{"severity": Severity.REVIEW.value, "text": text}]
+    details.findings = [Finding(Severity.REVIEW, text).note()]
     verdict.outcome, verdict.severity = Outcome.FLAGGED, Severity.REVIEW
     verdict.message = f"no speed credit yet: {text}; {verdict.message}"
 
@@ -604,11 +608,10 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witnes
     """What the replay's decision makes of the speed (grader.judge.replayed.decide), the figure
     confirmed by the grader's clock on the function's own calls (grader.judge.confirmation)."""
     spec, ctx = stage.spec, stage.ctx
-    details: dict[str, Any] = {
-        "timed_by": "replay",
-        "replay": {**replaying.describe(r), "kept": replaying.keep(prepared, _store(ctx)),
-                   "inputs": {"seed": ctx.performance_seed, "set": 0, "case": stage.perf.case.name,
-                              "dtype": stage.perf.dtype}}}
+    replay = dataclasses.replace(replaying.describe(r), kept=replaying.keep(prepared, _store(ctx)),
+                                 inputs=ReplayInputs(seed=ctx.performance_seed, set=0, case=stage.perf.case.name,
+                                                     dtype=stage.perf.dtype))
+    details: dict[str, Any] = {"timed_by": "replay", "replay": replay}
     decision = r.decision
     if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now ("retry":
         # the replay could not be set up, or the student's processes on the GPU after they were found gone)
@@ -647,7 +650,7 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witnes
     verdict = _verdict(spec, stage.roofline, t, len(r.student.placements), [], True, stage.test)
     payload = verdict.details
     assert isinstance(payload, PerformancePayload)  # test() makes a performance result
-    payload.timed_by, payload.replay, payload.roofline = "replay", details["replay"], stage.roofline
+    payload.timed_by, payload.replay, payload.roofline = "replay", replay, Ceilings.from_json(stage.roofline)
     payload.confirmation = confirmed
     if agreement.verdict == "unclear" and verdict.outcome == Outcome.PASSED:
         _hold(verdict, payload, agreement.message,
@@ -670,7 +673,7 @@ def _store(ctx: GradingContext) -> Path | None:
 def _flagged(test, findings: list[Finding], details: dict) -> TestResult:
     worst = Severity.CONCLUSIVE if any(f.severity == Severity.CONCLUSIVE for f in findings) else Severity.REVIEW
     details = {**details, "evidence": [f.text for f in findings],
-               "findings": [{"severity": f.severity.value, "text": f.text} for f in findings]}
+               "findings": [f.note() for f in findings]}
     return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details,
                 severity=worst.value)
 
@@ -814,13 +817,13 @@ def _bursts(spec, workers, t: Timings, inputs: str, layout, timeout, round_: int
     return None
 
 
-def _witnessed(t: Timings, findings: list[Finding]) -> dict:
+def _witnessed(t: Timings, findings: list[Finding]) -> Witnessed | None:
     """What the grader's own clock says of the student's figures (grader.judge.witness): a finding
     where they contradict it, and where it shows them too short the student's rounds scaled to
     it (the score then comes from the grader's clock). Returns the details to record."""
     w = t.witness
     if not w.calls or not w.student_s:
-        return {}
+        return None
     if w.wrong and t.unfinished:  # the same fault the timed loop saw: a caller reads results not yet computed
         findings.append(Finding(Severity.REVIEW, "the results of the calls the grader timed by its own clock "
                                 f"are wrong: {w.wrong}, as a caller reads them when a call returns "
@@ -832,18 +835,17 @@ def _witnessed(t: Timings, findings: list[Finding]) -> dict:
     host = [h for r in t.host_ms["student"] for h in r]
     c = witness.confirm(w, worker_ms, [statistics.median(r) for r in t.times["reference"]],
                         statistics.median(host) if host else None)
-    details = {"calls": w.calls, "cost_s": round(w.cost_s(), 3), "prepare_s": round(w.prepare_s, 3),
-               "agreement": c.agreement, "confirmed": c.confirmed, "graph": not w.eager,
-               "student_ms": [round(x, 5) for x in c.student_ms], "worker_ms": [round(x, 5) for x in worker_ms],
-               "brackets_ms": {"student": [round(x * 1e3, 3) for x in w.student_s],
-                               "reference": [round(x * 1e3, 3) for x in w.reference_s]}}
-    if w.eager:
-        details["eager"] = w.eager
+    details = Witnessed(calls=w.calls, cost_s=round(w.cost_s(), 3), prepare_s=round(w.prepare_s, 3),
+                        agreement=c.agreement, confirmed=c.confirmed, graph=not w.eager,
+                        student_ms=[round(x, 5) for x in c.student_ms], worker_ms=[round(x, 5) for x in worker_ms],
+                        brackets_ms={"student": [round(x * 1e3, 3) for x in w.student_s],
+                                     "reference": [round(x * 1e3, 3) for x in w.reference_s]},
+                        eager=w.eager or None)
     if c.tampered:
         findings.append(Finding(Severity.CONCLUSIVE, c.tampered))
     elif not c.confirmed:  # every round scaled to the grader's clock, by how far it disagreed in its own rounds
         t.times["student"] = [[x * c.agreement for x in r] for r in t.times["student"]]
-        details["note"] = c.note
+        details.note = c.note
     return details
 
 
@@ -947,7 +949,7 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
     details = PerformancePayload(figures=figures, bytes=nbytes, copy_gbps=roofline["copy_gbps"], gpu=roofline["gpu"],
                                  rounds=rounds, samples=len(t.all("student")), score_on=perf.score_on,
                                  floor_ms=round(floor, 5), roofline_kind=bound, evidence=[f.text for f in findings],
-                                 findings=[{"severity": f.severity.value, "text": f.text} for f in findings])
+                                 findings=[f.note() for f in findings])
     if flops:
         details.flops, details.gemm_tflops = flops, peak
     torch_ms = figures["torch"].median_ms

@@ -20,7 +20,9 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
+from grader.payloads import PerformancePayload, ReplayDetails, ReplayInputs
 from grader.profile import ncu
 from grader.profile.explain import Explanation, explain
 from grader.sanitize import one_line
@@ -51,41 +53,41 @@ def unavailable(device: str, isolation: str, params: Path = Path("/proc/driver/n
     return ""
 
 
-def _get(details, key: str):
-    """A performance payload's field, from the payload or from its stored JSON (a batch's record)."""
-    return details.get(key) if isinstance(details, dict) else getattr(details, key, None)
-
-
-def kept_replay(details) -> dict | None:
-    """The performance payload's replay (its kept records' hashes and input set), where it was timed by replay."""
-    replay = _get(details, "replay")
-    if _get(details, "timed_by") != "replay" or not isinstance(replay, dict) \
-            or not isinstance(replay.get("kept"), dict):
+def kept_replay(details: PerformancePayload | dict[str, Any]) -> ReplayDetails | None:
+    """The performance payload (or its stored JSON: a batch's record)'s replay (its kept records'
+    hashes and input set), where it was timed by replay."""
+    payload = details if isinstance(details, PerformancePayload) else PerformancePayload.from_json(details)
+    replay = payload.replay
+    if payload.timed_by != "replay" or not isinstance(replay, ReplayDetails) or not isinstance(replay.kept, dict):
         return None
     return replay
 
 
-def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | None, settings) -> Profile:
+def profile_assignment(spec, details: PerformancePayload | dict[str, Any], store: Path, isolation: str,
+                       gpu: str | None, settings) -> Profile:
     """`spec`'s graded performance test (its payload, `details`) profiled from the records kept in `store`."""
     from grader.judge import replayed
     from grader.judge.runcache import write_perf_set
     from grader.replay import record as records
 
     name = spec.name
-    replay = kept_replay(details)
-    if replay is None:
-        why = _get(details, "replay_refused") or "its speed was not timed by replay"
+    payload = details if isinstance(details, PerformancePayload) else PerformancePayload.from_json(details)
+    replay = kept_replay(payload)
+    if replay is None or not isinstance(replay.kept, dict):
+        why = payload.replay_refused or "its speed was not timed by replay"
         return Profile(name, why_not=f"no profile of {name}: {one_line(why, 200)}")
-    inputs = replay.get("inputs") or {}
+    inputs = replay.inputs if isinstance(replay.inputs, ReplayInputs) else ReplayInputs()
     perf = spec.performance
-    if perf is None or perf.case.name != inputs.get("case") or perf.dtype != inputs.get("dtype"):
+    if perf is None or perf.case.name != inputs.case or perf.dtype != inputs.dtype:
         return Profile(name, why_not=f"no profile of {name}: its scoring case is not the one graded")
-    folders = {c: Path(store) / str(replay["kept"].get(c, "")) for c in ("reference", "student")}
+    if not isinstance(inputs.seed, int):
+        return Profile(name, why_not=f"no profile of {name}: the replay's input set was not recorded")
+    folders = {c: Path(store) / str(replay.kept.get(c, "")) for c in ("reference", "student")}
     if not all((f / "launches.json").is_file() for f in folders.values()):
         return Profile(name, why_not=f"no profile of {name}: the replay's records were not kept")
     work = Path(tempfile.mkdtemp(prefix="grader-profile-"))
     try:
-        layout = write_perf_set(spec, perf.case, inputs["dtype"], int(inputs["seed"]), int(inputs.get("set", 0)),
+        layout = write_perf_set(spec, perf.case, perf.dtype, inputs.seed, int(inputs.set or 0),
                                 work / "inputs.safetensors")
         (work / "layout.json").write_text(json.dumps(layout))
         sizes = replayed.input_sizes(work / "inputs.safetensors", work / "layout.json")
@@ -106,7 +108,7 @@ def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | No
                 failed = f" (the replay: {one_line(run.failed or run.refused, 150)})" if run.failed or run.refused \
                     else ""
                 return Profile(name, why_not=f"no profile of {name}: {one_line(exc, 300)}{failed}")
-        return Profile(name, explain(launches["student"], launches["reference"], _get(details, "bytes")))
+        return Profile(name, explain(launches["student"], launches["reference"], payload.bytes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -154,7 +156,7 @@ def profile_run(run, course, store: Path, isolation: str, gpu: str | None, setti
 
     out = []
     for a in run.assignments:
-        perf = next((t for t in a.tests if t.kind == "performance" and _get(t.details, "timed_by")), None)
+        perf = next((t for t in a.tests if isinstance(t.details, PerformancePayload) and t.details.timed_by), None)
         if perf is None:
             continue
         try:

@@ -39,6 +39,7 @@ import torch
 
 from grader.judge import replayed
 from grader.judge.replayed import Decision, Replayed, process_tree
+from grader.payloads import ReplayDetails, ReplaySide
 from grader.protocol import Call, Compare, CompareReply, Failure, Sample
 from grader.replay.record import RecordError
 from grader.results import Severity
@@ -422,10 +423,11 @@ def keep(prepared: Prepared, store: Path | None) -> dict:
     return kept
 
 
-def describe(r: Replays) -> dict:
+def describe(r: Replays) -> ReplayDetails:
     """The replay's figures as the job's result records them."""
-    def side(x: Replayed) -> dict:
-        return {"median_ms": round(x.median_ms, 5) if x.median_ms else None, "reps": len(x.ms),
-                "launches": x.launches, "placements_ms": [round(sorted(p)[len(p) // 2], 5) for p in x.placements]}
-    return {"student": side(r.student), "reference": {**side(r.reference), "kept": r.reference_kept},
-            "placements": PLACEMENTS}
+    def side(x: Replayed, kept: bool | None = None) -> ReplaySide:
+        return ReplaySide(median_ms=round(x.median_ms, 5) if x.median_ms else None, reps=len(x.ms),
+                          launches=x.launches, placements_ms=[round(sorted(p)[len(p) // 2], 5) for p in x.placements],
+                          kept=kept)
+    return ReplayDetails(student=side(r.student), reference=side(r.reference, r.reference_kept),
+                         placements=PLACEMENTS)
