@@ -16,7 +16,7 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
@@ -34,7 +34,12 @@ from grader.results import Outcome, RunResult
 from grader.safefiles import DIR_FLAGS
 from grader.sanitize import strict_json, writable
 from grader.settings import Settings
-from grader.spec import Course
+from grader.spec import Assignment, Course
+
+if TYPE_CHECKING:  # the check imports these where it runs one, not when the CLI starts
+    from grader.judge.context import GradingContext
+    from grader.sandbox.isolation import Isolation
+    from grader.submission import Submission
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
@@ -45,10 +50,10 @@ class CheckSetup:
     assignments chosen, the grading context, how workers are contained here, and the folder kept
     for the next check (None: nothing is kept)."""
 
-    sub: Any  # grader.submission.Submission
-    chosen: list
-    ctx: Any  # grader.judge.context.GradingContext
-    contained: Any  # grader.sandbox.isolation.Isolation
+    sub: Submission
+    chosen: list[Assignment]
+    ctx: GradingContext
+    contained: Isolation
     keep: Path | None
 
 

@@ -44,6 +44,7 @@ from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.judge.resources import Resources
 from grader.judge.runcache import write_perf_set
+from grader.judge.workers import StudentWorker
 from grader.payloads import Ceilings, Figures, FindingNote, Kind, PerformancePayload, ReplayInputs, Witnessed
 from grader.protocol import Burst, Call, Contender, Failure, Load, PrepareBurst, Roofline, Sample, Time, TimeReply
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
@@ -160,7 +161,7 @@ class Stage:
 
     session: Resources
     spec: Assignment
-    student: Any  # the StudentWorker with the student's module loaded
+    student: StudentWorker  # the student's module loaded
     workdir: Path
     timeout: float
     roofline: dict | None
@@ -263,6 +264,7 @@ def _input_sets(stage: Stage) -> tuple[list[str], Path, dict]:
     folder.mkdir(parents=True, exist_ok=True)
     hidden = stage.workdir.parent / f"{spec.name}.perf"
     hidden.mkdir(parents=True, exist_ok=True)
+    assert stage.student.process is not None  # a timing starts only with the student's worker running (above)
     shareable = worker_cannot_write(stage.student.process.isolation)  # else each job gets its own copy
 
     def make(i: int) -> tuple[Path, dict]:

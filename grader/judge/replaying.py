@@ -44,7 +44,7 @@ from grader.protocol import Call, Compare, CompareReply, Failure, Sample
 from grader.replay.record import RecordError
 from grader.results import Severity
 from grader.sandbox.files import output_path
-from grader.sandbox.process import WorkerFailure
+from grader.sandbox.process import WorkerFailure, WorkerProcess
 from grader.sanitize import one_line
 from grader.settings import Settings
 from grader.spec import Assignment
@@ -61,7 +61,7 @@ class Prepared:
     staging: Path  # the checked copies: student/, reference/ (records), inputs.safetensors, layout.json
     inputs: Path
     layout: Path
-    trusted: object  # the trusted worker: it keeps torch's result (the truth, "truth"), the reference's ("rec0")
+    trusted: WorkerProcess  # the trusted worker: it keeps torch's result (the truth, "truth"), the reference's ("rec0")
     # and the student's own call's ("student"), and compares every replayed result with them (protocol.Compare)
     torch_work: list[str] = field(default_factory=list)  # what the student's call did in torch (not replayed)
     compiled: dict = field(default_factory=dict)  # the student's compiled kernels (grader.judge.slowness)
