@@ -22,6 +22,7 @@ from rich.markup import escape
 from rich.table import Table
 
 from grader.cli.common import STYLE, commands_stopped, console, err, in_actions, say, shown, shown_lines
+from grader.device import Device
 from grader.judge.feedback import (
     group_failures,
     points_line,
@@ -120,7 +121,7 @@ class TerminalSink(Sink):
 
                 print(f"::warning title=Weaker sandbox::{for_annotation(warning)}", flush=True)
         ctx = setup.ctx
-        mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
+        mode = "GPU" if ctx.device == Device.CUDA else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
         console.print(f"Checking [bold]{shown(setup.sub.root)}[/bold]: {', '.join(s.name for s in setup.chosen)} "
                       f"on {mode}, seed {ctx.seed}")
 
@@ -208,7 +209,7 @@ class Classroom50Sink(Sink):
             # said of the student's clone, not the runner's path
             reason = str(error).replace(str(Path(self.repo).resolve()), ".")
             ungraded = classroom50.ungraded(names, reason, catalogue=self.course)
-            return classroom50.report(ungraded, Path(self.repo), "cpu", echo=_echo, catalogue=self.course)
+            return classroom50.report(ungraded, Path(self.repo), Device.CPU, echo=_echo, catalogue=self.course)
         classroom50.report_error(str(error), self.repo, echo=_echo)
         return None
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
+from grader.device import Device
 from grader.judge import perf, shrink
 from grader.judge.context import GradingContext
 from grader.judge.evidence import EvidenceError, Expected, read_saved
@@ -434,7 +435,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     every access against the bounds of the kernel's tensors."""
     name = "memory safety (every load and store bounds-checked in the CPU interpreter)"
     ctx = session.context
-    cpu = replace(ctx, device="cpu", dtypes=("float32",), cases=None)
+    cpu = replace(ctx, device=Device.CPU, dtypes=("float32",), cases=None)
     calls = [c for c in cpu.calls(spec) if c.case in spec.cases
              and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values()
                      if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]

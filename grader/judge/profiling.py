@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from grader.device import Device
 from grader.payloads import PerformancePayload, ReplayDetails, ReplayInputs
 from grader.profile import ncu
 from grader.profile.explain import Explanation, explain
@@ -41,9 +42,9 @@ class Profile:
                 **(self.explanation.to_json() if self.explanation else {})}
 
 
-def unavailable(device: str, isolation: str, params: Path = Path("/proc/driver/nvidia/params")) -> str:
+def unavailable(device: Device, isolation: str, params: Path = Path("/proc/driver/nvidia/params")) -> str:
     """'' where a profile can be tried on this machine, else why not (one line)."""
-    if device != "cuda":
+    if device != Device.CUDA:
         return "no profile: it needs an NVIDIA GPU, and this ran in Triton's CPU interpreter"
     if ncu.find_ncu() is None:
         return f"no profile: Nsight Compute (ncu) is not installed here (not on PATH, nor {ncu.NCU_DEFAULT})"
