@@ -155,7 +155,7 @@ def _listed(values: tuple[str, ...] | None) -> list[str] | None:
 def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | None = None,
             dtypes: list[str] | None = None, timeout: float | None = None, isolation: str = "sandbox",
             hide: Sequence[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False,
-            course: Course | None = None, **more) -> GradingContext:
+            course: Course | None = None, **more: Any) -> GradingContext:
     """Check the options and fix the context. `device` auto picks the GPU when one is visible;
     a missing GPU, an unknown dtype or isolation mode, or a reference folder that does not
     exist is a ContextError (the CLI prints it and exits 2). `remote_gpu`: the jobs run on

@@ -28,7 +28,7 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
 from grader.device import Device
 from grader.judge import perf, shrink
@@ -244,6 +244,7 @@ _BOUNDS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bounds-check")
 
 def performance(g: Grading) -> None:
     if g.spec.performance is not None:
+        assert g.worker is not None  # started by prepare(), a stage before this one
         g.step(f"{g.spec.name}: performance")
         g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout,
                                            g.roofline))
@@ -510,7 +511,7 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
             return
         seen: dict[str, TestResult] = {}
 
-        def fails(case, dtype=start.dtype, seed=start.seed):
+        def fails(case: Case, dtype: str = start.dtype, seed: int = start.seed) -> bool | str | None:
             trial = PlannedCall(spec.name, case, dtype, seed)
             try:  # a size this assignment cannot make (a row index past the rows, a filter larger than the image)
                 inputs = make_inputs(spec, case, dtype, seed)
@@ -543,7 +544,7 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
                                                    boundary=shrink.boundary(found.smallest, found.passing))
 
 
-def _numel(case) -> int:
+def _numel(case: Case) -> int:
     dims = shrink.dims_of(case.params) or [1 << 40]
     n = 1
     for d in dims:
@@ -568,8 +569,8 @@ def _start(worker: StudentWorker, spec: Assignment) -> Failure | None:
     return reply if isinstance(reply, Failure) else None
 
 
-def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float,
-              integrity) -> TestResult:
+def _run_call(spec: Assignment, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path,
+              timeout: float, integrity: OwnKernelCheck) -> TestResult:
     runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
     refs: list = []  # the float64 truth on each call's inputs
     for i, (input_file, layout) in enumerate(call.runs):
@@ -618,7 +619,8 @@ def _merged(replies: list[RunReply]) -> dict:
             "ops": sorted({op for r in replies for op in r.ops})}
 
 
-def _from_failure(spec, call, ctx, failure: Failure, context: str) -> TestResult:
+def _from_failure(spec: Assignment, call: PlannedCall, ctx: GradingContext, failure: Failure,
+                  context: str) -> TestResult:
     # a worker failure, or the student's own error
     outcome = Outcome(failure.kind) if failure.kind in WORKER_FAILURES else Outcome.ERROR
     return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback,
@@ -652,7 +654,8 @@ def _case_option(spec: Assignment, case: Case) -> str:
     return f"--case '{name}'"
 
 
-def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str, **kw) -> TestResult:
+def _test(spec: Assignment, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str,
+          **kw: Any) -> TestResult:
     reproducer = (f"{ctx.reproducer} -a {spec.name} {_case_option(spec, call.case)} --dtype {call.dtype} "
                   f"--seed {call.seed}")
     return TestResult(spec.name, Kind.CORRECTNESS, call.test_name, outcome, message,

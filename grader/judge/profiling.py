@@ -20,13 +20,19 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from grader.device import Device
 from grader.payloads import PerformancePayload, ReplayDetails, ReplayInputs
 from grader.profile import ncu
 from grader.profile.explain import Explanation, explain
+from grader.results import RunResult
 from grader.sanitize import one_line
+from grader.settings import Settings
+from grader.spec import Assignment, Course
+
+if TYPE_CHECKING:  # the replay's side is imported where a profile is made
+    from grader.judge.replayed import Replayed
 
 TIMEOUT_S = 600.0  # one contender's replay under ncu: its start, ~40 metrics' passes over one rep
 
@@ -64,8 +70,8 @@ def kept_replay(details: PerformancePayload | dict[str, Any]) -> ReplayDetails |
     return replay
 
 
-def profile_assignment(spec, details: PerformancePayload | dict[str, Any], store: Path, isolation: str,
-                       gpu: str | None, settings) -> Profile:
+def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str, Any], store: Path, isolation: str,
+                       gpu: str | None, settings: Settings) -> Profile:
     """`spec`'s graded performance test (its payload, `details`) profiled from the records kept in `store`."""
     from grader.judge import replayed
     from grader.judge.runcache import write_perf_set
@@ -114,7 +120,8 @@ def profile_assignment(spec, details: PerformancePayload | dict[str, Any], store
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, gpu: str | None, settings):
+def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, gpu: str | None,
+               settings: Settings) -> Replayed:
     """One replay (a rep, no placements) through the sandbox with `entry` as its entry point, told
     to go at once; then, unlike a timed replay (whose process is stopped once its last result is
     written), waited for until it ends: ncu writes its CSV as the replayed process exits."""
@@ -151,18 +158,20 @@ def boot(ncu_path: Path, options: list[str]) -> str:
     return "import os, sys; P = {path!r}; A = " + argv.replace("{", "{{").replace("}", "}}") + "; os.execv(A[0], A)"
 
 
-def profile_run(run, course, store: Path, isolation: str, gpu: str | None, settings) -> list[Profile]:
+def profile_run(run: RunResult, course: Course, store: Path, isolation: str, gpu: str | None,
+                settings: Settings) -> list[Profile]:
     """Every assignment of a graded `run` (a RunResult) that has a performance test, profiled."""
     from grader.spec import UnknownAssignment
 
     out = []
     for a in run.assignments:
-        perf = next((t for t in a.tests if isinstance(t.details, PerformancePayload) and t.details.timed_by), None)
+        perf = next((t.details for t in a.tests if isinstance(t.details, PerformancePayload) and t.details.timed_by),
+                    None)
         if perf is None:
             continue
         try:
             spec = course.get(a.name)
         except UnknownAssignment:
             continue
-        out.append(profile_assignment(spec, perf.details, store, isolation, gpu, settings))
+        out.append(profile_assignment(spec, perf, store, isolation, gpu, settings))
     return out
