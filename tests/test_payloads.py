@@ -209,3 +209,15 @@ def test_the_report_reads_each_payloads_fields():
     assert f"Smallest failing case found: <code>{shrunk.smallest_failing.case}</code>" in page
     wrong = next(t.details for t in a.tests if isinstance(t.details, CorrectnessPayload) and t.details.nan_elements)
     assert f"{wrong.bad_elements} of {wrong.elements} elements wrong" in page and 'class="wrongmap"' in page
+
+
+def test_the_replays_figures_are_written_as_results_json_always_had_them():
+    from grader.judge import replaying
+    from grader.judge.replayed import Decision, Replayed
+
+    student = Replayed(ms=[0.5, 0.7, 0.6], placements=[[0.5, 0.7, 0.6]], launches=2)
+    r = replaying.Replays(Decision("scored", ""), student, Replayed(), reference_kept=True)
+    data = replaying.describe(r).to_json()
+    assert list(data) == ["student", "reference", "placements"]
+    assert list(data["student"]) == ["median_ms", "reps", "launches", "placements_ms"]
+    assert data["reference"] == {"median_ms": None, "reps": 0, "launches": 0, "placements_ms": [], "kept": True}
