@@ -7,6 +7,7 @@ import platform
 import sys
 
 import grader
+from grader.device import Device
 
 
 def has_gpu() -> bool:
@@ -16,7 +17,7 @@ def has_gpu() -> bool:
     return torch.cuda.is_available()
 
 
-def describe(device: str, isolation: dict | None = None) -> dict:
+def describe(device: Device, isolation: dict | None = None) -> dict:
     import torch
     import triton
 
@@ -26,10 +27,10 @@ def describe(device: str, isolation: dict | None = None) -> dict:
         "torch": torch.__version__,
         "triton": triton.__version__,
         "platform": platform.platform(),
-        "device": device,
-        "mode": "gpu" if device == "cuda" else "cpu-interpreter",
+        "device": str(device),
+        "mode": "gpu" if device == Device.CUDA else "cpu-interpreter",
     }
-    if device == "cuda":
+    if device == Device.CUDA:
         env["gpu"] = torch.cuda.get_device_name(0)
         env["cuda"] = torch.version.cuda
         env["gpu_count"] = torch.cuda.device_count()

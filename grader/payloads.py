@@ -39,10 +39,12 @@ _R = TypeVar("_R", bound="Record")
 @dataclass
 class Record:
     """The matched serialisation of a payload and of the records inside one. `_nested`: fields
-    holding another record type; `_nested_maps`: fields holding a dict of them (by name)."""
+    holding another record type; `_nested_maps`: fields holding a dict of them (by name);
+    `_nested_lists`: fields holding a list of them."""
 
     _nested: ClassVar[dict[str, type[Record]]] = {}
     _nested_maps: ClassVar[dict[str, type[Record]]] = {}
+    _nested_lists: ClassVar[dict[str, type[Record]]] = {}
 
     extra: dict[str, Any] = field(default_factory=dict, repr=False, metadata={"inline": True})  # keys no field names
     # the keys in the order they were read (a stored record, a spec's verdict): written back in it
@@ -61,6 +63,8 @@ class Record:
                 value = value.to_json()
             elif f.name in self._nested_maps and isinstance(value, dict):
                 value = {k: v.to_json() if isinstance(v, Record) else v for k, v in value.items()}
+            elif f.name in self._nested_lists and isinstance(value, list):
+                value = [v.to_json() if isinstance(v, Record) else v for v in value]
             data[f.metadata.get("key", f.name)] = value
         if not self.key_order:
             return data
@@ -82,6 +86,9 @@ class Record:
             elif name in cls._nested_maps and isinstance(value, dict):
                 inner = cls._nested_maps[name]
                 kwargs[name] = {k: inner.from_json(v) if isinstance(v, dict) else v for k, v in value.items()}
+            elif name in cls._nested_lists and isinstance(value, list):
+                inner = cls._nested_lists[name]
+                kwargs[name] = [inner.from_json(v) if isinstance(v, dict) else v for v in value]
             else:
                 kwargs[name] = value
         return cls(extra=extra, key_order=tuple(data), **kwargs)
@@ -183,12 +190,84 @@ class Figures(Record):
 
 
 @dataclass
+class FindingNote(Record):
+    """One timing finding as results.json records it (grader.judge.perf.Finding, in words)."""
+
+    severity: str | None = None  # a `Severity` value: "review" or "conclusive"
+    text: str | None = None
+
+
+@dataclass
+class Witnessed(Record):
+    """What the grader's own clock said of the worker's figures (grader.judge.witness, recorded
+    by grader.judge.perf._witnessed)."""
+
+    calls: int | None = None  # per burst
+    cost_s: float | None = None
+    prepare_s: float | None = None
+    agreement: float | None = None  # the grader's clock over the worker's figure: 1.0 honest
+    confirmed: bool | None = None
+    graph: bool | None = None  # the student's burst was a CUDA graph
+    student_ms: list[float] | None = None  # per round, by the grader's clock
+    worker_ms: list[float] | None = None  # per round, the worker's own figure
+    brackets_ms: dict[str, list[float]] | None = None  # by contender, each burst's bracket
+    eager: str | None = None  # why the student's burst is not a CUDA graph
+    note: str | None = None  # for the student, where the score moved to the grader's clock
+
+
+@dataclass
+class Ceilings(Record):
+    """The GPU's measured ceilings (grader.protocol.RooflineReply), for the run to reuse and record."""
+
+    gpu: str | None = None
+    copy_gbps: float | None = None
+    gemm_tflops: dict[str, float] | None = None  # by dtype
+
+
+@dataclass
+class ReplaySide(Record):
+    """One contender's replay figures (grader.judge.replay_stage.describe)."""
+
+    median_ms: float | None = field(default=None, metadata=NULL)  # null: no rep timed
+    reps: int | None = None
+    launches: int | None = None  # kernel launches per rep
+    placements_ms: list[float] | None = None  # the median of each placement of its buffers
+    kept: bool | None = None  # the reference's only: its figure came from the run's cache
+
+
+@dataclass
+class ReplayInputs(Record):
+    """The input set the replay timed, for `grader verify` and `--profile` to draw again."""
+
+    seed: int | None = None
+    set: int | None = None
+    case: str | None = None
+    dtype: str | None = None
+
+
+@dataclass
+class ReplayDetails(Record):
+    """The replay's figures and the records kept for `grader verify` (grader.judge.replay_stage)."""
+
+    _nested: ClassVar[dict[str, type[Record]]] = {"student": ReplaySide, "reference": ReplaySide,
+                                                  "inputs": ReplayInputs}
+
+    student: ReplaySide | None = None
+    reference: ReplaySide | None = None
+    placements: int | None = None  # placements of each contender's buffers
+    kept: dict[str, str] | None = None  # by contender, the SHA-256 naming its kept record's folder
+    inputs: ReplayInputs | None = None
+
+
+@dataclass
 class PerformancePayload(Payload):
     """The timing stage's record (grader.judge.perf): the figures, the roofline, the ratio and
     its interval, the findings, and what the grader's own clock and the compiler said. Every
     field optional: a check that stopped early records only what it reached."""
 
+    _nested: ClassVar[dict[str, type[Record]]] = {"witness": Witnessed, "roofline": Ceilings, "replay": ReplayDetails}
     _nested_maps: ClassVar[dict[str, type[Record]]] = {"figures": Figures}
+    _nested_lists: ClassVar[dict[str, type[Record]]] = {"findings": FindingNote}
 
     figures: dict[str, Figures] | None = None  # by contender
     bytes: int | None = None  # the bytes one call must move
@@ -200,7 +279,7 @@ class PerformancePayload(Payload):
     floor_ms: float | None = None  # the least time the roofline allows
     roofline_kind: str | None = None  # which ceiling sets the floor: "copy bandwidth" or "cuBLAS GEMM peak"
     evidence: list[str] | None = None  # the findings' words
-    findings: list[dict[str, str]] | None = None  # each finding: severity and text
+    findings: list[FindingNote] | None = None
     flops: int | None = None
     gemm_tflops: float | None = field(default=None, metadata={"with": "flops"})
     ratio_to_torch: float | None = None
@@ -209,14 +288,14 @@ class PerformancePayload(Payload):
     score_fraction: float | None = None  # of the performance points, from the ratio
     scored_against: str | None = None  # "faster": the faster of reference and torch, round by round
     rounds_vendor_faster: int | None = None
-    witness: dict[str, Any] | None = None  # what the grader's own clock said (grader.judge.witness)
+    witness: Witnessed | None = None  # what the grader's own clock said (grader.judge.witness)
     phase_seconds: dict[str, float] | None = None
-    roofline: dict[str, Any] | None = None  # the GPU's measured ceilings, for the run to reuse and record
+    roofline: Ceilings | None = None  # the GPU's measured ceilings, for the run to reuse and record
     compiled: dict[str, dict[str, Any]] | None = None  # what the compiler made of each kernel
     why_slow: dict[str, Any] | None = None  # grader.judge.slowness.why_slow
     timed_by: str | None = None  # "replay" (grader.judge.replay_stage), "fallback" (the worker's rounds) or "rounds"
     replay_refused: str | None = None  # why the fallback timed it
-    replay: dict[str, Any] | None = None  # the replay's figures and the records kept for `grader verify`
+    replay: ReplayDetails | None = None  # the replay's figures and the records kept for `grader verify`
     # the function's own calls by the grader's clock against its replayed figure (grader.judge.confirmation)
     confirmation: dict[str, Any] | None = None
     held: str | None = None  # why the figure's points wait for a TA's review (a figure the grader could not verify)

@@ -99,7 +99,7 @@ def test_the_fallbacks_figure_earns_nothing_until_a_ta_clears_it_and_then_its_cu
     perf._hold(verdict, verdict.details, why, confirmation.held(why, 1.013, 0.75))
     assert verdict.outcome == Outcome.FLAGGED and verdict.severity == "review"
     assert verdict.message.startswith("no speed credit yet: held for a TA's review") and "1.013x" in verdict.message
-    assert verdict.details.held and verdict.details.findings[0]["severity"] == "review"
+    assert verdict.details.held and verdict.details.findings[0].severity == "review"
     result = AssignmentResult("softmax", "Softmax", "kernels/softmax.py",
                               [TestResult("softmax", "correctness", "a", "passed", max_score=12), verdict])
     score_assignment(Spec(), result)

@@ -11,6 +11,9 @@ import pytest
 from conftest import COURSE, REPO_ROOT, has_gpu
 from grader import spec as specs
 from grader.batch.jobs import Job
+from grader.device import Device
+from grader.environment import describe
+from grader.judge.durations import key_of
 from grader.judge.context import ContextError, GradingContext, resolve
 
 
@@ -74,6 +77,20 @@ def test_a_job_carries_the_context_whole_and_adds_only_its_slot(tmp_path):
     again = Job(**wire).grading_context()
     assert again == dataclasses.replace(ctx, gpu="3", cache="/cache")
     assert (Job(**wire).device, Job(**wire).seed) == ("cpu", 11)
+
+
+def test_the_device_is_parsed_once_into_its_type_and_written_as_the_same_string(tmp_path):
+    ctx = resolve("cpu")
+    assert ctx.device is Device.CPU and ctx.interpret
+    assert GradingContext("cuda", 1).device is Device.CUDA  # a stored context's string, or a test's, is read as the type
+    with pytest.raises(ValueError):
+        GradingContext("gpu", 1)
+    stored = json.loads(json.dumps(ctx.to_json()))
+    assert stored["device"] == "cpu" and GradingContext.from_json(stored).device is Device.CPU
+    assert json.dumps(ctx.key()).startswith('{"device": "cpu"')
+    assert f"{Device.CUDA} {Device.CPU:>4}" == "cuda  cpu" and str(Device.CUDA) == "cuda"
+    assert type(describe(Device.CPU)["device"]) is str and describe(Device.CPU)["mode"] == "cpu-interpreter"
+    assert key_of(ctx)("vector_add").startswith("cpu:vector_add:")  # the kept durations' keys are unchanged
 
 
 def test_the_reuse_key_names_every_option_that_changes_a_grade():

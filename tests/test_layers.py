@@ -182,10 +182,10 @@ def profile_imports(found: list[Import]) -> list[str]:
 
 
 def replay_imports(found: list[Import]) -> list[str]:
-    """replay/ imports only grader.codec beside itself, and replay/record.py only the standard library."""
+    """replay/ imports only grader.codec beside itself, and replay/launchrecord.py only the standard library."""
     out = []
     for i in found:
-        if i.importer == "grader.replay.record" and i.target not in (*sys.stdlib_module_names, "__future__"):
+        if i.importer == "grader.replay.launchrecord" and i.target not in (*sys.stdlib_module_names, "__future__"):
             out.append(_say(i, "the launch record is read with the standard library alone"))
         elif _in(i.importer, "grader.replay") and _ours(i) and not _in(i.target, "grader.replay", "grader.codec") \
                 and i.target != "grader":
@@ -318,7 +318,7 @@ BROKEN = {  # a tree in which each rule is broken once, and only that rule
     "judge, batch, cli": {"grader/judge/x.py": "if True:\n    from grader.batch import y\n", "grader/batch/y.py": ""},
     "profile": {"grader/profile/ncu.py": "import grader.judge.perf\n", "grader/judge/perf.py": "",
                 "grader/cli/check.py": "from grader.profile import ncu\n"},
-    "replay": {"grader/replay/record.py": "from grader import codec\n", "grader/codec.py": "",
+    "replay": {"grader/replay/launchrecord.py": "from grader import codec\n", "grader/codec.py": "",
                "grader/replay/runner.py": "from grader.judge import perf\n", "grader/judge/perf.py": ""},
     "judge inside": {"grader/judge/grade.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
                                               "    from grader.judge.session import GradingSession\n",
@@ -385,6 +385,8 @@ DOC_RULES = {
     "The trust line's direction": "trust line",
     "In `sandbox/`:": "sandbox inside",
     "Only `proctable.py` reads the process table": "process table",
+    "No two classes of `grader/` share a name": "tests/test_names.py",
+    "every `settings` parameter or field is required": "tests/test_settings_required.py",
 }
 
 

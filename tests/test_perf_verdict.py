@@ -8,6 +8,7 @@ import pytest
 
 from grader.judge import perf
 from grader.judge.perf import Finding, Timings, UntrustedRecords, _conduct, _verdict, call_times, ratio_estimate
+from grader.payloads import FindingNote
 from grader.protocol import TimeReply
 from grader.results import Severity, TestResult
 
@@ -165,7 +166,7 @@ def test_an_impossible_memory_bound_time_names_the_bytes_and_the_bandwidth():
     text = ("faster than this GPU can go: 0.2000 ms per call, where 8e+08 bytes at the measured copy bandwidth "
             "(1900 GB/s) take at least 0.4211 ms (a 15% margin allowed): the timing missed work")
     assert v.outcome == "flagged" and v.severity == "review" and v.message == "no speed credit: " + text
-    assert v.details.evidence == [text] and v.details.findings == [{"severity": "review", "text": text}]
+    assert v.details.evidence == [text] and v.details.findings == [FindingNote(severity="review", text=text)]
     # just above the margin (0.36613 ms): not flagged
     ok = [x * 0.36614 / 0.8000246 for x in STUDENT]
     assert _verdict(_Spec, _Opts.roofline, _timings({"student": ok, "reference": REFERENCE, "torch": TORCH}), 7, [], True,
@@ -178,8 +179,8 @@ def test_every_finding_is_listed_and_the_worst_sets_the_severity():
     v = _verdict(_Spec, _Opts.roofline, t, 7, [review, conclusive], True, _test)
     assert (v.outcome, v.severity, v.message) == ("flagged", "conclusive", "no speed credit: late work; timers patched")
     assert v.details.evidence == ["late work", "timers patched"]
-    assert v.details.findings == [{"severity": "review", "text": "late work"},
-                                     {"severity": "conclusive", "text": "timers patched"}]
+    assert [f.to_json() for f in v.details.findings] == [{"severity": "review", "text": "late work"},
+                                                         {"severity": "conclusive", "text": "timers patched"}]
     assert v.details.score_fraction is None  # a flagged timing is not scored
     assert _verdict(_Spec, _Opts.roofline, t, 7, [review], True, _test).severity == "review"
 

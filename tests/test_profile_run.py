@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from conftest import REPO_ROOT, build_submission, has_gpu
+from grader.device import Device
 from grader.judge import profiling
 from grader.profile import ncu
 from grader.sandbox.launch import isolated_python
@@ -109,14 +110,14 @@ def test_the_replay_starts_under_ncu_with_its_own_arguments(tmp_path):
 def test_why_a_machine_cannot_profile(tmp_path, monkeypatch):
     monkeypatch.setenv("PATH", str(tmp_path))
     monkeypatch.setattr(ncu, "NCU_DEFAULT", tmp_path / "cuda" / "bin" / "ncu")
-    assert profiling.unavailable("cpu", "sandbox").startswith("no profile: it needs an NVIDIA GPU")
-    assert "Nsight Compute (ncu) is not installed here" in profiling.unavailable("cuda", "sandbox")
+    assert profiling.unavailable(Device.CPU, "sandbox").startswith("no profile: it needs an NVIDIA GPU")
+    assert "Nsight Compute (ncu) is not installed here" in profiling.unavailable(Device.CUDA, "sandbox")
     _fake_ncu(tmp_path)
     params = tmp_path / "params"
     params.write_text("RmProfilingAdminOnly: 1\n")
-    assert "NVreg_RestrictProfilingToAdminUsers=0" in profiling.unavailable("cuda", "sandbox", params)
+    assert "NVreg_RestrictProfilingToAdminUsers=0" in profiling.unavailable(Device.CUDA, "sandbox", params)
     params.write_text("RmProfilingAdminOnly: 0\n")
-    assert profiling.unavailable("cuda", "sandbox", params) == ""
+    assert profiling.unavailable(Device.CUDA, "sandbox", params) == ""
 
 
 def test_an_assignment_not_timed_by_replay_says_why(tmp_path):

@@ -40,6 +40,7 @@ from grader.cli.outputs import (
     is_default_folder,
     output_folder,
 )
+from grader.device import Device
 from grader.results import Outcome, RunResult
 from grader.sanitize import one_line
 from grader.settings import Settings
@@ -213,7 +214,7 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
         raise UsageError(f"--case and --dtype together choose no case of {', '.join(s.name for s in chosen)}")
     if options.profile_store is not None:  # --profile: the replay's records kept for the profile after grading
         ctx = replace(ctx, replay_store=str(options.profile_store))
-    if ctx.device == "cuda":  # the GPU locks another user may have planted: refused now, not mid-grading
+    if ctx.device == Device.CUDA:  # the GPU locks another user may have planted: refused now, not mid-grading
         from grader.judge.devicelock import refuse_unsafe_locks
 
         refuse_unsafe_locks([ctx.gpu], settings)
@@ -223,7 +224,7 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
     # in CI nothing less than the isolation asked for will do; on a student's own machine it may
     # fall back, said first (by the terminal's sink)
     contained = as_asked(ctx.isolation, settings) if options.ci_mode is not None else detect(ctx.isolation, settings)
-    if keep is not None and ctx.device == "cuda":  # input sets and kernels: the interpreter times and compiles nothing
+    if keep is not None and ctx.device == Device.CUDA:  # input sets, kernels: the interpreter times, compiles nothing
         # a CI runner may check every student's repository in turn: no student's kernels are kept there
         shared_runner = options.ci_mode is not None or settings.in_ci
         ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), options.seed is not None,
@@ -340,7 +341,8 @@ def _profiles(run: RunResult, options: CheckOptions, settings: Settings, course:
     stderr at once, in one line: the check goes on)."""
     from grader.judge import profiling
 
-    why = profiling.unavailable("cuda" if run.environment.get("mode") == "gpu" else "cpu", options.isolation)
+    why = profiling.unavailable(Device.CUDA if run.environment.get("mode") == "gpu" else Device.CPU,
+                                options.isolation)
     if why:
         err.print(f"[yellow]--profile:[/yellow] {escape(why)}")
         return []
@@ -399,13 +401,13 @@ def _no_progress(total: int):
 WORKER_MEMORY = 2 << 30  # what one interpreter worker may take (torch, Triton, the interpreted case's tensors)
 
 
-def check_jobs(asked: int | None, device: str, assignments: int) -> int:
+def check_jobs(asked: int | None, device: Device, assignments: int) -> int:
     """How many assignments a check grades at once: as asked; else in the interpreter one per
     core (each worker interprets on one core) while memory allows, on a GPU one (its phases
     share one device)."""
     if asked is not None:
         return asked
-    if device != "cpu":
+    if device != Device.CPU:
         return 1
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
     return max(1, min(cores, assignments, available_memory() // WORKER_MEMORY))

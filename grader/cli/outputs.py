@@ -16,12 +16,13 @@ import stat
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING
 
 from rich.markup import escape
 from rich.table import Table
 
 from grader.cli.common import STYLE, commands_stopped, console, err, in_actions, say, shown, shown_lines
+from grader.device import Device
 from grader.judge.feedback import (
     group_failures,
     points_line,
@@ -34,7 +35,12 @@ from grader.results import Outcome, RunResult
 from grader.safefiles import DIR_FLAGS
 from grader.sanitize import strict_json, writable
 from grader.settings import Settings
-from grader.spec import Course
+from grader.spec import Assignment, Course
+
+if TYPE_CHECKING:  # the check imports these where it runs one, not when the CLI starts
+    from grader.judge.context import GradingContext
+    from grader.sandbox.isolation import Isolation
+    from grader.submission import Submission
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
 
@@ -45,10 +51,10 @@ class CheckSetup:
     assignments chosen, the grading context, how workers are contained here, and the folder kept
     for the next check (None: nothing is kept)."""
 
-    sub: Any  # grader.submission.Submission
-    chosen: list
-    ctx: Any  # grader.judge.context.GradingContext
-    contained: Any  # grader.sandbox.isolation.Isolation
+    sub: Submission
+    chosen: list[Assignment]
+    ctx: GradingContext
+    contained: Isolation
     keep: Path | None
 
 
@@ -115,7 +121,7 @@ class TerminalSink(Sink):
 
                 print(f"::warning title=Weaker sandbox::{for_annotation(warning)}", flush=True)
         ctx = setup.ctx
-        mode = "GPU" if ctx.device == "cuda" else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
+        mode = "GPU" if ctx.device == Device.CUDA else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
         console.print(f"Checking [bold]{shown(setup.sub.root)}[/bold]: {', '.join(s.name for s in setup.chosen)} "
                       f"on {mode}, seed {ctx.seed}")
 
@@ -203,7 +209,7 @@ class Classroom50Sink(Sink):
             # said of the student's clone, not the runner's path
             reason = str(error).replace(str(Path(self.repo).resolve()), ".")
             ungraded = classroom50.ungraded(names, reason, catalogue=self.course)
-            return classroom50.report(ungraded, Path(self.repo), "cpu", echo=_echo, catalogue=self.course)
+            return classroom50.report(ungraded, Path(self.repo), Device.CPU, echo=_echo, catalogue=self.course)
         classroom50.report_error(str(error), self.repo, echo=_echo)
         return None
 

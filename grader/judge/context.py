@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from grader import environment
+from grader.device import Device
 from grader.judge.plan import PlannedCall, plan_calls
 from grader.sandbox.backend import ISOLATION_MODES
 from grader.settings import Settings
@@ -31,7 +32,7 @@ class ContextError(ValueError):
 
 @dataclass(frozen=True)
 class GradingContext:
-    device: str  # "cuda" runs kernels on the GPU; "cpu" in Triton's interpreter
+    device: Device  # CUDA runs kernels on the GPU; CPU in Triton's interpreter
     seed: int
     cases: tuple[str, ...] | None = None  # only these named cases (a reproducer, a dry run)
     dtypes: tuple[str, ...] | None = None
@@ -56,9 +57,12 @@ class GradingContext:
     perf_budget_s: float = 60.0  # per assignment, for extra rounds when the verdict is close
     replay_store: str | None = None  # where the replay's records are kept for `grader verify` (a batch's OUT/replay)
 
+    def __post_init__(self) -> None:  # "cuda" or "cpu" as given (a stored context, a test's): the type
+        object.__setattr__(self, "device", Device(self.device))
+
     @property
     def interpret(self) -> bool:
-        return self.device == "cpu"
+        return self.device == Device.CPU
 
     @property
     def partial(self) -> bool:
@@ -151,18 +155,18 @@ def _listed(values: tuple[str, ...] | None) -> list[str] | None:
 def resolve(device: str = "auto", seed: int | None = None, cases: list[str] | None = None,
             dtypes: list[str] | None = None, timeout: float | None = None, isolation: str = "sandbox",
             hide: Sequence[Path] = (), reference_dir: Path | None = None, remote_gpu: bool = False,
-            course: Course | None = None, **more) -> GradingContext:
+            course: Course | None = None, **more: Any) -> GradingContext:
     """Check the options and fix the context. `device` auto picks the GPU when one is visible;
     a missing GPU, an unknown dtype or isolation mode, or a reference folder that does not
     exist is a ContextError (the CLI prints it and exits 2). `remote_gpu`: the jobs run on
     another machine's GPUs (a Ray cluster), so this one need not have one. `course`: the
     command's (default: the one the default settings imply)."""
     course = course if course is not None else Course.find(Settings())
-    if device not in ("auto", "cuda", "cpu"):
+    if device not in ("auto", *(d.value for d in Device)):
         raise ContextError(f"--device must be auto, cuda or cpu, not {device!r}")
-    if device == "cuda" and not remote_gpu and not environment.has_gpu():
+    if device == Device.CUDA and not remote_gpu and not environment.has_gpu():
         raise ContextError("--device cuda: no CUDA GPU is visible here (use --device cpu for the interpreter)")
-    resolved = ("cuda" if environment.has_gpu() else "cpu") if device == "auto" else device
+    resolved = (Device.CUDA if environment.has_gpu() else Device.CPU) if device == "auto" else Device(device)
     for d in dtypes or []:
         if d not in DTYPES:
             raise ContextError(f"unknown dtype {d!r} (known: {', '.join(DTYPES)})")

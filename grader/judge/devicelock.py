@@ -35,7 +35,7 @@ import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
-from typing import Callable, Iterable, Iterator
+from typing import Callable, ContextManager, Iterable, Iterator
 
 from grader.safefiles import SHARED, UnsafeFolderError, trusted_folder
 from grader.settings import Settings
@@ -149,7 +149,7 @@ def gpu_phase(gpu: str | None, exclusive: bool, settings: Settings, enabled: boo
         os.close(turnstile)
 
 
-def timing_lock(gpu: str | None, settings: Settings, enabled: bool = True):
+def timing_lock(gpu: str | None, settings: Settings, enabled: bool = True) -> ContextManager[None]:
     """The GPU alone, for one timing phase."""
     return gpu_phase(gpu, True, settings, enabled=enabled)
 

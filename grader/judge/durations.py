@@ -9,15 +9,18 @@ import json
 import math
 import os
 from pathlib import Path
-from typing import Callable
+from typing import TYPE_CHECKING, Callable
 
 from grader.safefiles import read_plain, write_atomic
+
+if TYPE_CHECKING:
+    from grader.judge.context import GradingContext
 
 MAX_BYTES = 64 << 10
 MAX_ENTRIES = 256
 
 
-def key_of(ctx) -> Callable[[str], str]:
+def key_of(ctx: GradingContext) -> Callable[[str], str]:
     """An assignment's entry, per device and case selection (a check of one case is short)."""
     chosen = ",".join(ctx.cases or ()) + "|" + ",".join(ctx.dtypes or ())
     return lambda name: f"{ctx.device}:{name}:{chosen}"

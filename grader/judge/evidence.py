@@ -18,6 +18,7 @@ import os
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any, NoReturn, Sequence
 
 import torch
 from safetensors.torch import load
@@ -54,7 +55,7 @@ class Expected:
     most: int
 
     @classmethod
-    def of(cls, inputs: dict, refs) -> Expected:
+    def of(cls, inputs: dict, refs: Any) -> Expected:
         """From the trusted inputs and the float64 truth (None: a property check, no truth)."""
         tensors = {k: v for k, v in inputs.items() if isinstance(v, torch.Tensor)}
         shapes: tuple[tuple[int, ...], ...] | None = None
@@ -116,7 +117,7 @@ def _header(raw: bytes) -> dict:
     return header
 
 
-def _no_constant(name: str):
+def _no_constant(name: str) -> NoReturn:
     raise ValueError(f"{name} is not JSON")
 
 
@@ -168,11 +169,11 @@ def _expected_shape(expected: Expected, name: str) -> str:
     return str(expected.outputs[index]) if index < len(expected.outputs) else f"{len(expected.outputs)} results"
 
 
-def _ints(value) -> bool:
+def _ints(value: object) -> bool:
     return isinstance(value, list) and all(type(v) is int and 0 <= v < 1 << 62 for v in value)
 
 
-def _numel(shape) -> int:
+def _numel(shape: Sequence[int]) -> int:
     n = 1
     for d in shape:
         n *= d

@@ -28,8 +28,9 @@ from collections import Counter
 from concurrent.futures import Future, ThreadPoolExecutor, wait
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import Any, Callable, Sequence
 
+from grader.device import Device
 from grader.judge import perf, shrink
 from grader.judge.context import GradingContext
 from grader.judge.evidence import EvidenceError, Expected, read_saved
@@ -43,6 +44,7 @@ from grader.judge.scoring import score_assignment, split_cents
 from grader.judge.verdict import judge_call, judge_runs, truth_of
 from grader.judge.workers import StudentWorker
 from grader.payloads import (
+    Ceilings,
     CorrectnessPayload,
     Kind,
     LargestPassing,
@@ -91,7 +93,7 @@ Progress = Callable[[str], None]
 def measured_roofline(result: AssignmentResult) -> dict | None:
     """The GPU's measured ceilings, as the assignment's timing used them (None: nothing timed)."""
     timed = [t.details for t in result.tests if isinstance(t.details, PerformancePayload)]
-    return next((d.roofline for d in timed if d.roofline), None)
+    return next((d.roofline.to_json() for d in timed if isinstance(d.roofline, Ceilings)), None)
 
 
 def count_steps(specs: list[Assignment], ctx: GradingContext) -> int:
@@ -242,6 +244,7 @@ _BOUNDS = ThreadPoolExecutor(max_workers=16, thread_name_prefix="bounds-check")
 
 def performance(g: Grading) -> None:
     if g.spec.performance is not None:
+        assert g.worker is not None  # started by prepare(), a stage before this one
         g.step(f"{g.spec.name}: performance")
         g.result.tests.append(perf.measure(g.session, g.spec, g.result, g.worker, g.workdir, g.call_timeout,
                                            g.roofline))
@@ -433,7 +436,7 @@ def _bounds_check(session: Resources, spec: Assignment, target: tuple[str, str],
     every access against the bounds of the kernel's tensors."""
     name = "memory safety (every load and store bounds-checked in the CPU interpreter)"
     ctx = session.context
-    cpu = replace(ctx, device="cpu", dtypes=("float32",), cases=None)
+    cpu = replace(ctx, device=Device.CPU, dtypes=("float32",), cases=None)
     calls = [c for c in cpu.calls(spec) if c.case in spec.cases
              and sum(t.numel() for t in make_inputs(spec, c.case, c.dtype, c.seed).values()
                      if hasattr(t, "numel")) <= BOUNDS_CHECK_MAX_ELEMENTS]
@@ -508,7 +511,7 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
             return
         seen: dict[str, TestResult] = {}
 
-        def fails(case, dtype=start.dtype, seed=start.seed):
+        def fails(case: Case, dtype: str = start.dtype, seed: int = start.seed) -> bool | str | None:
             trial = PlannedCall(spec.name, case, dtype, seed)
             try:  # a size this assignment cannot make (a row index past the rows, a filter larger than the image)
                 inputs = make_inputs(spec, case, dtype, seed)
@@ -541,7 +544,7 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
                                                    boundary=shrink.boundary(found.smallest, found.passing))
 
 
-def _numel(case) -> int:
+def _numel(case: Case) -> int:
     dims = shrink.dims_of(case.params) or [1 << 40]
     n = 1
     for d in dims:
@@ -566,8 +569,8 @@ def _start(worker: StudentWorker, spec: Assignment) -> Failure | None:
     return reply if isinstance(reply, Failure) else None
 
 
-def _run_call(spec, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path, timeout: float,
-              integrity) -> TestResult:
+def _run_call(spec: Assignment, call: PlannedCall, ctx: GradingContext, worker: StudentWorker, workdir: Path,
+              timeout: float, integrity: OwnKernelCheck) -> TestResult:
     runs: list[tuple[dict, RunReply, dict]] = []  # (inputs, reply, saved) of each call this case makes: usually one
     refs: list = []  # the float64 truth on each call's inputs
     for i, (input_file, layout) in enumerate(call.runs):
@@ -616,7 +619,8 @@ def _merged(replies: list[RunReply]) -> dict:
             "ops": sorted({op for r in replies for op in r.ops})}
 
 
-def _from_failure(spec, call, ctx, failure: Failure, context: str) -> TestResult:
+def _from_failure(spec: Assignment, call: PlannedCall, ctx: GradingContext, failure: Failure,
+                  context: str) -> TestResult:
     # a worker failure, or the student's own error
     outcome = Outcome(failure.kind) if failure.kind in WORKER_FAILURES else Outcome.ERROR
     return _test(spec, call, ctx, outcome, f"{context}: {failure.message}", traceback=failure.traceback,
@@ -650,7 +654,8 @@ def _case_option(spec: Assignment, case: Case) -> str:
     return f"--case '{name}'"
 
 
-def _test(spec, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str, **kw) -> TestResult:
+def _test(spec: Assignment, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str,
+          **kw: Any) -> TestResult:
     reproducer = (f"{ctx.reproducer} -a {spec.name} {_case_option(spec, call.case)} --dtype {call.dtype} "
                   f"--seed {call.seed}")
     return TestResult(spec.name, Kind.CORRECTNESS, call.test_name, outcome, message,

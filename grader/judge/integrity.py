@@ -27,10 +27,15 @@ import os
 from collections import Counter
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from grader import repofiles
 from grader.payloads import IntegrityPayload, Kind
 from grader.results import Outcome, Severity, TestResult
+
+if TYPE_CHECKING:
+    from grader.judge.plan import PlannedCall
+    from grader.spec import Assignment
 
 MODULE_WARNINGS = {
     "subprocess": "starts other programs",
@@ -298,7 +303,7 @@ class OwnKernelCheck:
     launched (a right result with no launch is for a TA to review, and costs only those cases;
     a trivial result, all zeros or a copy of an input, proves nothing either way)."""
 
-    def __init__(self, spec) -> None:
+    def __init__(self, spec: Assignment) -> None:
         self.spec = spec
         self.forbidden: dict[str, list[str]] = {}
         self.no_kernel: list = []
@@ -306,7 +311,7 @@ class OwnKernelCheck:
         self.observed = 0
         self.all_trivial = True
 
-    def observe(self, call, reply: dict, passed: bool, trivial: bool = False) -> None:
+    def observe(self, call: PlannedCall, reply: dict, passed: bool, trivial: bool = False) -> None:
         self.observed += 1
         self.all_trivial = self.all_trivial and trivial
         self.kernels.update(reply["launches"])

@@ -116,7 +116,7 @@ def swapped_reading(t: torch.Tensor) -> torch.Tensor | None:
     return storage.as_strided(tuple(t.shape), strides, t.storage_offset())
 
 
-def low_precision_sum(parts, dtype: torch.dtype, round_each: bool) -> torch.Tensor:
+def low_precision_sum(parts: torch.Tensor, dtype: torch.dtype, round_each: bool) -> torch.Tensor:
     """A sum accumulated in `dtype` (float16, bfloat16) over `parts` (float32 partial sums, one
     per step of the kernel's loop): each step's partial sum rounded to `dtype` before it is added
     (round_each), or added in float32 and the running sum rounded after each step."""

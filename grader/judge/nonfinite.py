@@ -13,6 +13,7 @@ from __future__ import annotations
 import ast
 import os
 import stat
+from pathlib import Path
 
 import torch
 
@@ -112,7 +113,7 @@ def culprits(found: dict, operations: list[tuple[str, int]]) -> str:
     return f"in your kernel, what can compute {what}: {', '.join(shown)}."
 
 
-def read_source(path) -> str:
+def read_source(path: str | Path) -> str:
     """The student's module as text for parsing (never run): '' when it is not a regular file
     (a link is not followed), cannot be read, or is too large."""
     try:

@@ -32,7 +32,7 @@ import time
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Callable, cast
 
 import torch
 from safetensors.torch import load, save_file
@@ -44,12 +44,27 @@ from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.judge.resources import Resources
 from grader.judge.runcache import write_perf_set
-from grader.payloads import Figures, Kind, PerformancePayload
-from grader.protocol import Call, Contender, Failure, Load, PrepareBurst, Roofline, RunBurst, Sample, Time, TimeReply
+from grader.judge.workers import StudentWorker
+from grader.payloads import Ceilings, Figures, FindingNote, Kind, PerformancePayload, ReplayInputs, Witnessed
+from grader.protocol import (
+    BurstReady,
+    Call,
+    CallReply,
+    Contender,
+    Failure,
+    Load,
+    PrepareBurst,
+    Reply,
+    Roofline,
+    RunBurst,
+    Sample,
+    Time,
+    TimeReply,
+)
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
-from grader.sandbox.process import WorkerFailure
-from grader.spec import DTYPES, Assignment
+from grader.sandbox.process import WorkerFailure, WorkerProcess
+from grader.spec import DTYPES, Assignment, Performance
 
 SAMPLE_SIZE = 1 << 16
 MIN_ROUNDS, MAX_ROUNDS = 5, 25
@@ -65,6 +80,10 @@ ROOFLINE_MARGIN = 0.15
 class Finding:
     severity: Severity
     text: str
+
+    def note(self) -> FindingNote:
+        """The finding as results.json records it."""
+        return FindingNote(severity=self.severity.value, text=self.text)
 
 
 @dataclass
@@ -86,6 +105,16 @@ class Timings:
 
     def median(self, contender: str) -> float:
         return statistics.median(self.all(contender))
+
+
+# the replays timed: the rounds' figures, torch's median, the reference's and the student's replay
+_Timed = tuple[Timings, float, replay_process.Replayed, replay_process.Replayed]
+
+
+def _dtype(spec: Assignment) -> str:
+    """The dtype the speed is measured in."""
+    assert spec.performance is not None  # timed only for an assignment with a performance case
+    return spec.performance.dtype
 
 
 class UntrustedRecords(Exception):
@@ -119,7 +148,7 @@ def ratio_estimate(student: list[list[float]], reference: list[list[float]], dra
     return statistics.median(ratios), medians[int(0.025 * draws)], medians[int(0.975 * draws) - 1]
 
 
-def yardstick(perf, scored: dict[str, list[list[float]]]) -> list[list[float]] | None:
+def yardstick(perf: Performance, scored: dict[str, list[list[float]]]) -> list[list[float]] | None:
     """Per round, the samples the student's are divided by: the reference's, or (a spec with
     `against="faster"`) whichever of the reference's and the vendor baseline's has the lower
     median in that round. None without a reference."""
@@ -156,7 +185,7 @@ class Stage:
 
     session: Resources
     spec: Assignment
-    student: Any  # the StudentWorker with the student's module loaded
+    student: StudentWorker  # the student's module loaded
     workdir: Path
     timeout: float
     roofline: dict | None
@@ -168,12 +197,12 @@ class Stage:
         return self.session.context
 
     @property
-    def perf(self):
+    def perf(self) -> Performance:
         perf = self.spec.performance
         assert perf is not None  # measure() is called only for a spec with a performance part
         return perf
 
-    def test(self, outcome: str, message: str, **kw) -> TestResult:
+    def test(self, outcome: str, message: str, **kw: Any) -> TestResult:
         perf = self.perf
         return TestResult(self.spec.name, Kind.PERFORMANCE, f"performance {perf.case.name} [{perf.dtype}]",
                           Outcome(outcome), message, case=perf.case.name, dtype=perf.dtype, **kw)
@@ -184,7 +213,8 @@ class Stage:
         self.clock = now
 
 
-def measure(session: Resources, spec: Assignment, result: AssignmentResult, student, workdir: Path, timeout: float,
+def measure(session: Resources, spec: Assignment, result: AssignmentResult, student: StudentWorker, workdir: Path,
+            timeout: float,
             roofline: dict | None = None) -> TestResult:
     """`student` is the StudentWorker with the student's module loaded. The speed is scored by
     replay where the student's launches can be replayed (`_by_replay`), else by the fallback's
@@ -223,7 +253,7 @@ def _not_timed(stage: Stage, result: AssignmentResult) -> TestResult | None:
     return None
 
 
-def _timed(stage: Stage, trusted) -> TestResult:
+def _timed(stage: Stage, trusted: WorkerProcess) -> TestResult:
     """Input sets made and the trusted side loaded (before the GPU is taken: another job's
     correctness calls may run meanwhile), then the replay, or the fallback's rounds."""
     spec, ctx = stage.spec, stage.ctx
@@ -259,6 +289,7 @@ def _input_sets(stage: Stage) -> tuple[list[str], Path, dict]:
     folder.mkdir(parents=True, exist_ok=True)
     hidden = stage.workdir.parent / f"{spec.name}.perf"
     hidden.mkdir(parents=True, exist_ok=True)
+    assert stage.student.process is not None  # a timing starts only with the student's worker running (_not_timed)
     shareable = worker_cannot_write(stage.student.process.isolation)  # else each job gets its own copy
 
     def make(i: int) -> tuple[Path, dict]:
@@ -277,12 +308,15 @@ def _input_sets(stage: Stage) -> tuple[list[str], Path, dict]:
     return [str(f) for f in files[:-1]], files[-1], made[-1][1]
 
 
-def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], fresh_file: Path, layout: dict,
+def _by_rounds(stage: Stage, trusted: WorkerProcess, contenders: dict[str, Contender], timed_files: list[str],
+               fresh_file: Path, layout: dict,
                fallback: str) -> TestResult:
     """The fallback: rounds of student, reference and torch in their workers, the student's
     witnessed by the grader's own clock (grader.judge.witness), the timed outputs checked."""
     spec, ctx = stage.spec, stage.ctx
-    workers = {"student": stage.student.process, "torch": trusted, "reference": trusted}
+    student = stage.student.process
+    assert student is not None  # a timing starts only with the student's worker running (_not_timed)
+    workers = {"student": student, "torch": trusted, "reference": trusted}
     has_reference = "reference" in contenders
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
     t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order})
@@ -316,9 +350,9 @@ def _by_rounds(stage: Stage, trusted, contenders: dict, timed_files: list[str], 
     assert isinstance(details, PerformancePayload)  # test() makes a performance result
     if witnessed:
         details.witness = witnessed
-        if witnessed.get("note") and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
-            verdict.message += f"; {witnessed['note']}"
-    details.phase_seconds, details.roofline = stage.phases, stage.roofline
+        if witnessed.note and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
+            verdict.message += f"; {witnessed.note}"
+    details.phase_seconds, details.roofline = stage.phases, Ceilings.from_json(stage.roofline)
     details.timed_by = "fallback" if fallback else "rounds"
     if fallback:  # why the replay did not time it: the fallback's figure comes from the grader's clock and the worker
         details.replay_refused = fallback
@@ -339,12 +373,12 @@ def _hold(verdict: TestResult, details: PerformancePayload, why: str, text: str)
     fallback what to change to be replayed (grader.judge.confirmation.held)."""
     details.held = why
     details.evidence = [text]
-    details.findings = [{"severity": Severity.REVIEW.value, "text": text}]
+    details.findings = [Finding(Severity.REVIEW, text).note()]
     verdict.outcome, verdict.severity = Outcome.FLAGGED, Severity.REVIEW
     verdict.message = f"no speed credit yet: {text}; {verdict.message}"
 
 
-def _roofline(session: Resources, trusted) -> dict:
+def _roofline(session: Resources, trusted: WorkerProcess) -> dict:
     """The GPU's ceilings, from the run's cache or measured now by the trusted worker."""
     def probe() -> dict:
         reply = trusted.request(Roofline(), 300)
@@ -365,7 +399,8 @@ def _stop(runs: dict) -> None:
         replay_process.stop(c)
 
 
-def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> tuple[TestResult | None, str]:
+def _by_replay(stage: Stage, trusted: WorkerProcess, timed_files: list[str],
+               layout: dict) -> tuple[TestResult | None, str]:
     """The speed scored by replay (grader.judge.replay_stage): the result, or (None, why) where the
     fallback times it instead (the student's worker then still alive). The replay processes
     start first: their imports overlap the recorded calls; they set up on the GPU while the
@@ -427,7 +462,7 @@ def _by_replay(stage: Stage, trusted, timed_files: list[str], layout: dict) -> t
     return _replay_verdict(stage, prepared, r, t, burst), ""
 
 
-def _confirming_bursts(stage: Stage, trusted, inputs: str, layout: dict) -> witness.Witness | TestResult:
+def _confirming_bursts(stage: Stage, trusted: WorkerProcess, inputs: str, layout: dict) -> witness.Witness | TestResult:
     """The student's own calls at the timing size, timed by the grading process's clock while its
     worker is alone on the GPU and still alive (grader.judge.confirmation): BURST_ROUNDS bursts of
     the student's and the reference's (the trusted worker's), alternating which goes first, on
@@ -435,7 +470,9 @@ def _confirming_bursts(stage: Stage, trusted, inputs: str, layout: dict) -> witn
     reference's. Returns the brackets, or the result that ends the stage (wrong samples, a reply
     written ahead: conclusive; the student's function raised: error)."""
     spec, perf = stage.spec, stage.perf
-    workers = {"student": stage.student.process, "reference": trusted}
+    student = stage.student.process
+    assert student is not None  # a timing starts only with the student's worker running (_not_timed)
+    workers = {"student": student, "reference": trusted}
     w = witness.Witness()
     with stage.session.alone_on_gpu():
         stage.phase("waiting_for_gpu")
@@ -468,7 +505,7 @@ def _confirming_bursts(stage: Stage, trusted, inputs: str, layout: dict) -> witn
     return w
 
 
-def _eager_round(spec, workers, w: witness.Witness, inputs: str, layout: dict,
+def _eager_round(spec: Assignment, workers: dict[str, WorkerProcess], w: witness.Witness, inputs: str, layout: dict,
                  timeout: float) -> tuple[str, Failure] | None:
     """One more burst of each contender after the graph's rounds, eager: a CUDA graph replays the
     kernels its capture launched, so the function's own Python runs only at the capture; here it
@@ -495,12 +532,12 @@ def _eager_round(spec, workers, w: witness.Witness, inputs: str, layout: dict,
         w.checked_s[c] = seconds
         values[c] = reply.values
     tol = spec.tolerance
-    w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[spec.performance.dtype],
-                                   tol.rtol[spec.performance.dtype], oracle=spec.truth is not None)
+    w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[_dtype(spec)],
+                                   tol.rtol[_dtype(spec)], oracle=spec.truth is not None)
     return _let_go(workers, timeout)
 
 
-def _let_go(workers, timeout: float) -> tuple[str, Failure] | None:
+def _let_go(workers: dict[str, WorkerProcess], timeout: float) -> tuple[str, Failure] | None:
     """Each contender's burst run once more, untimed, and let go (its CUDA graph and memory): the
     freeing is no part of any bracket (it lengthened the last one by milliseconds on an H200)."""
     for c in ("student", "reference"):
@@ -514,7 +551,8 @@ def _let_go(workers, timeout: float) -> tuple[str, Failure] | None:
     return None
 
 
-def _confirm_rounds(spec, workers, w: witness.Witness, timeout: float) -> tuple[str, Failure] | None:
+def _confirm_rounds(spec: Assignment, workers: dict[str, WorkerProcess], w: witness.Witness,
+                    timeout: float) -> tuple[str, Failure] | None:
     """The confirmation's bursts (prepared): each round one seed, both contenders, the order
     alternating; the last round lets each burst's graph and memory go."""
     tol = spec.tolerance
@@ -530,13 +568,13 @@ def _confirm_rounds(spec, workers, w: witness.Witness, timeout: float) -> tuple[
             (w.student_s if c == "student" else w.reference_s).append(seconds)
             values[c] = reply.values
         if not w.wrong:
-            w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[spec.performance.dtype],
-                                           tol.rtol[spec.performance.dtype], oracle=spec.truth is not None)
+            w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[_dtype(spec)],
+                                           tol.rtol[_dtype(spec)], oracle=spec.truth is not None)
     return None if w.wrong else _let_go(workers, timeout)
 
 
-def _set_up_and_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, placed: dict,
-                      kept: dict | None):
+def _set_up_and_timed(stage: Stage, trusted: WorkerProcess, timed_files: list[str], layout: dict,
+                      prepared: replay_stage.Prepared, placed: dict, kept: dict | None) -> TestResult | _Timed:
     """The student's worker stopped and the replays' inputs read (no lock held); then, within one
     of the GPU's set-up slots (at most two timing phases' buffers at once), the replays set up on
     the GPU (held shared), timed (`_replays_timed`) and their last results written. Returns what
@@ -563,8 +601,8 @@ def _set_up_and_timed(stage: Stage, trusted, timed_files: list[str], layout: dic
     return timed
 
 
-def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, prepared, pending: dict,
-                   kept: dict | None):
+def _replays_timed(stage: Stage, trusted: WorkerProcess, timed_files: list[str], layout: dict,
+                   prepared: replay_stage.Prepared, pending: dict, kept: dict | None) -> TestResult | _Timed:
     """With the GPU held alone: torch's baseline in the trusted worker (which then stays, idle: it
     holds the truth the replays are compared with), then the replays told to go. Returns the
     timings, torch's median, and the reference's and the student's replays; or a TestResult."""
@@ -581,6 +619,7 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
             reply = trusted.request(Time("torch", timed_files, layout, ctx.perf_reps), stage.timeout * 4)
             if isinstance(reply, Failure):
                 return stage.test("infra_error", f"not scored: torch's baseline failed while timed: {reply.message}")
+            reply = cast(TimeReply, reply)  # request(): the reply its request expects, or a Failure
             times, events, _ = call_times(reply)
             t.times["torch"].append(times)
             t.event_ms["torch"] += events
@@ -600,15 +639,15 @@ def _replays_timed(stage: Stage, trusted, timed_files: list[str], layout: dict, 
     return t, torch_ms, ref_run, student_run
 
 
-def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witness) -> TestResult:
+def _replay_verdict(stage: Stage, prepared: replay_stage.Prepared, r: replay_stage.Replays, t: Timings,
+                    burst: witness.Witness) -> TestResult:
     """What the replay's decision makes of the speed (grader.judge.replay_process.decide), the figure
     confirmed by the grader's clock on the function's own calls (grader.judge.confirmation)."""
     spec, ctx = stage.spec, stage.ctx
-    details: dict[str, Any] = {
-        "timed_by": "replay",
-        "replay": {**replay_stage.describe(r), "kept": replay_stage.keep(prepared, _store(ctx)),
-                   "inputs": {"seed": ctx.performance_seed, "set": 0, "case": stage.perf.case.name,
-                              "dtype": stage.perf.dtype}}}
+    replay = dataclasses.replace(replay_stage.describe(r), kept=replay_stage.keep(prepared, _store(ctx)),
+                                 inputs=ReplayInputs(seed=ctx.performance_seed, set=0, case=stage.perf.case.name,
+                                                     dtype=stage.perf.dtype))
+    details: dict[str, Any] = {"timed_by": "replay", "replay": replay}
     decision = r.decision
     if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now ("retry":
         # the replay could not be set up, or the student's processes on the GPU after they were found gone)
@@ -647,7 +686,7 @@ def _replay_verdict(stage: Stage, prepared, r, t: Timings, burst: witness.Witnes
     verdict = _verdict(spec, stage.roofline, t, len(r.student.placements), [], True, stage.test)
     payload = verdict.details
     assert isinstance(payload, PerformancePayload)  # test() makes a performance result
-    payload.timed_by, payload.replay, payload.roofline = "replay", details["replay"], stage.roofline
+    payload.timed_by, payload.replay, payload.roofline = "replay", replay, Ceilings.from_json(stage.roofline)
     payload.confirmation = confirmed
     if agreement.verdict == "unclear" and verdict.outcome == Outcome.PASSED:
         _hold(verdict, payload, agreement.message,
@@ -667,10 +706,10 @@ def _store(ctx: GradingContext) -> Path | None:
     return store
 
 
-def _flagged(test, findings: list[Finding], details: dict) -> TestResult:
+def _flagged(test: Callable[..., TestResult], findings: list[Finding], details: dict) -> TestResult:
     worst = Severity.CONCLUSIVE if any(f.severity == Severity.CONCLUSIVE for f in findings) else Severity.REVIEW
     details = {**details, "evidence": [f.text for f in findings],
-               "findings": [{"severity": f.severity.value, "text": f.text} for f in findings]}
+               "findings": [f.note() for f in findings]}
     return test("flagged", "no speed credit: " + "; ".join(f.text for f in findings), details=details,
                 severity=worst.value)
 
@@ -721,12 +760,15 @@ def _conduct(t: Timings, timed_calls: int) -> list[Finding]:
     return findings
 
 
-def _timed_rounds(ctx: GradingContext, spec, workers, order, t: Timings, timed_files, layout, timeout,
-                  has_reference) -> tuple[int, tuple[str, Failure] | None]:
+def _timed_rounds(ctx: GradingContext, spec: Assignment, workers: dict[str, WorkerProcess], order: list[str],
+                  t: Timings,
+                  timed_files: list[str], layout: dict, timeout: float,
+                  has_reference: bool) -> tuple[int, tuple[str, Failure] | None]:
     """Rounds of student, reference, torch, until the ratio's interval is tight and clear of
     the scoring thresholds (or the budget is spent). Returns the rounds run, and the
     contender and reply of a call that raised."""
     perf = spec.performance
+    assert perf is not None  # timed only for an assignment with a performance case
     budget_end = time.monotonic() + ctx.perf_budget_s
     scored = "host_ms" if perf.score_on == "wall" else "times"
     rounds = 0
@@ -735,6 +777,7 @@ def _timed_rounds(ctx: GradingContext, spec, workers, order, t: Timings, timed_f
             reply = workers[c].request(Time(c, timed_files, layout, ctx.perf_reps), timeout * 4)
             if isinstance(reply, Failure):
                 return rounds, (c, reply)
+            reply = cast(TimeReply, reply)  # request(): the reply its request expects, or a Failure
             times, events, reading = call_times(reply)
             t.times[c].append(times)
             t.event_ms[c] += events
@@ -758,7 +801,8 @@ def _timed_rounds(ctx: GradingContext, spec, workers, order, t: Timings, timed_f
             return rounds, None
 
 
-def _prepare_bursts(spec, workers, w: witness.Witness, inputs: str, layout, timeout) -> tuple[str, Failure] | None:
+def _prepare_bursts(spec: Assignment, workers: dict[str, WorkerProcess], w: witness.Witness, inputs: str, layout: dict,
+                    timeout: float) -> tuple[str, Failure] | None:
     """Both bursts prepared at once (each worker compiles and captures its own), `w.calls` long.
     Where the student's cannot be a CUDA graph, the reference's is prepared again as its mirror:
     eager, synchronized after each call."""
@@ -766,7 +810,7 @@ def _prepare_bursts(spec, workers, w: witness.Witness, inputs: str, layout, time
         if workers[c].unasked():
             raise witness.WitnessRefused("the worker wrote a reply before it was asked")
 
-    def prepare(c: str, graph: bool = True):
+    def prepare(c: str, graph: bool = True) -> Reply | Failure:
         return workers[c].request(PrepareBurst(c, inputs, layout, w.calls, witness.SAMPLES, graph=graph), timeout * 4)
 
     started = time.monotonic()
@@ -774,6 +818,7 @@ def _prepare_bursts(spec, workers, w: witness.Witness, inputs: str, layout, time
         student, reference = pool.map(prepare, ("student", "reference"))
     if isinstance(student, Failure):
         return "student", student
+    student = cast(BurstReady, student)  # request(): the reply its request expects, or a Failure
     if student.eager:
         w.eager = sanitize.one_line(student.eager, 300)  # the worker's words: bounded here, whatever it sent
         reference = prepare("reference", graph=False)
@@ -783,13 +828,14 @@ def _prepare_bursts(spec, workers, w: witness.Witness, inputs: str, layout, time
     return None
 
 
-def _bursts(spec, workers, t: Timings, inputs: str, layout, timeout, round_: int) -> tuple[str, Failure] | None:
+def _bursts(spec: Assignment, workers: dict[str, WorkerProcess], t: Timings, inputs: str, layout: dict, timeout: float,
+            round_: int) -> tuple[str, Failure] | None:
     """This round's bursts by the grader's own clock (grader.judge.witness): the student's and the
     reference's on inputs drawn from one new seed, in alternating order (neither always goes
     first). The first round prepares them, `calls` long by the reference's time in it."""
     w = t.witness
     if round_ == 0:  # `calls` long by the reference's time in the first round
-        size = DTYPES[spec.performance.dtype].itemsize
+        size = DTYPES[_dtype(spec)].itemsize
         w.calls = witness.burst_calls(statistics.median(t.times["reference"][0]),
                                       t.output_numel * size if t.output_numel else os.path.getsize(inputs))
         failed = _prepare_bursts(spec, workers, w, inputs, layout, timeout)
@@ -809,18 +855,18 @@ def _bursts(spec, workers, t: Timings, inputs: str, layout, timeout, round_: int
         values[c] = reply.values
     if not w.wrong:
         tol = spec.tolerance
-        w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[spec.performance.dtype],
-                                       tol.rtol[spec.performance.dtype], oracle=spec.truth is not None)
+        w.wrong = witness.disagreement(values["student"], values["reference"], tol.atol[_dtype(spec)],
+                                       tol.rtol[_dtype(spec)], oracle=spec.truth is not None)
     return None
 
 
-def _witnessed(t: Timings, findings: list[Finding]) -> dict:
+def _witnessed(t: Timings, findings: list[Finding]) -> Witnessed | None:
     """What the grader's own clock says of the student's figures (grader.judge.witness): a finding
     where they contradict it, and where it shows them too short the student's rounds scaled to
     it (the score then comes from the grader's clock). Returns the details to record."""
     w = t.witness
     if not w.calls or not w.student_s:
-        return {}
+        return None
     if w.wrong and t.unfinished:  # the same fault the timed loop saw: a caller reads results not yet computed
         findings.append(Finding(Severity.REVIEW, "the results of the calls the grader timed by its own clock "
                                 f"are wrong: {w.wrong}, as a caller reads them when a call returns "
@@ -832,23 +878,24 @@ def _witnessed(t: Timings, findings: list[Finding]) -> dict:
     host = [h for r in t.host_ms["student"] for h in r]
     c = witness.confirm(w, worker_ms, [statistics.median(r) for r in t.times["reference"]],
                         statistics.median(host) if host else None)
-    details = {"calls": w.calls, "cost_s": round(w.cost_s(), 3), "prepare_s": round(w.prepare_s, 3),
-               "agreement": c.agreement, "confirmed": c.confirmed, "graph": not w.eager,
-               "student_ms": [round(x, 5) for x in c.student_ms], "worker_ms": [round(x, 5) for x in worker_ms],
-               "brackets_ms": {"student": [round(x * 1e3, 3) for x in w.student_s],
-                               "reference": [round(x * 1e3, 3) for x in w.reference_s]}}
-    if w.eager:
-        details["eager"] = w.eager
+    details = Witnessed(calls=w.calls, cost_s=round(w.cost_s(), 3), prepare_s=round(w.prepare_s, 3),
+                        agreement=c.agreement, confirmed=c.confirmed, graph=not w.eager,
+                        student_ms=[round(x, 5) for x in c.student_ms], worker_ms=[round(x, 5) for x in worker_ms],
+                        brackets_ms={"student": [round(x * 1e3, 3) for x in w.student_s],
+                                     "reference": [round(x * 1e3, 3) for x in w.reference_s]},
+                        eager=w.eager or None)
     if c.tampered:
         findings.append(Finding(Severity.CONCLUSIVE, c.tampered))
     elif not c.confirmed:  # every round scaled to the grader's clock, by how far it disagreed in its own rounds
         t.times["student"] = [[x * c.agreement for x in r] for r in t.times["student"]]
-        details["note"] = c.note
+        details.note = c.note
     return details
 
 
-def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed_files, fresh_file: Path,
-                   workdir: Path, timeout, numel: int, compiled: dict | None = None) -> list[Finding]:
+def _check_outputs(spec: Assignment, ctx: GradingContext, workers: dict[str, WorkerProcess], contenders: dict[str,
+                   Contender],
+                   layout: dict, timed_files: list[str], fresh_file: Path, workdir: Path, timeout: float, numel: int,
+                   compiled: dict | None = None) -> list[Finding]:
     """Sample the outputs of the last timed call on each set, and of an untimed call on a
     fresh set, at indices drawn now; compare them with torch's. Also record the aten ops of
     that fresh call (a vendor op used only at large sizes shows here) and, in `compiled`, what
@@ -865,6 +912,7 @@ def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed
                                         f"the {c} failed on a fresh input set after timing: {reply.message}", "")
                 return [Finding(Severity.REVIEW,
                                 f"your function failed on a fresh input set after timing: {reply.message}")]
+            reply = cast(CallReply, reply)  # request(): the reply its request expects, or a Failure
             if c == "student":
                 if compiled is not None:
                     compiled.update(reply.kernels)
@@ -897,7 +945,7 @@ def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed
     base = samples["torch"]
     yardstick = samples.get("reference", base)
     tol = spec.tolerance
-    dtype = spec.performance.dtype
+    dtype = _dtype(spec)
     for key in keys:
         t_ = base[key].to(torch.float64)
         # how far a correct kernel strays from torch
@@ -913,9 +961,10 @@ def _check_outputs(spec, ctx: GradingContext, workers, contenders, layout, timed
     return evidence
 
 
-def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Finding], has_reference: bool,
-             test) -> TestResult:
+def _verdict(spec: Assignment, roofline: dict, t: Timings, rounds: int, findings: list[Finding], has_reference: bool,
+             test: Callable[..., TestResult]) -> TestResult:
     perf = spec.performance
+    assert perf is not None  # timed only for an assignment with a performance case
     dt = DTYPES[perf.dtype]
     nbytes = perf.bytes_moved(perf.case.params, dt)
     flops = perf.flops(perf.case.params, dt) if perf.flops else None
@@ -947,7 +996,7 @@ def _verdict(spec, roofline: dict, t: Timings, rounds: int, findings: list[Findi
     details = PerformancePayload(figures=figures, bytes=nbytes, copy_gbps=roofline["copy_gbps"], gpu=roofline["gpu"],
                                  rounds=rounds, samples=len(t.all("student")), score_on=perf.score_on,
                                  floor_ms=round(floor, 5), roofline_kind=bound, evidence=[f.text for f in findings],
-                                 findings=[{"severity": f.severity.value, "text": f.text} for f in findings])
+                                 findings=[f.note() for f in findings])
     if flops:
         details.flops, details.gemm_tflops = flops, peak
     torch_ms = figures["torch"].median_ms

@@ -20,10 +20,19 @@ import tempfile
 import time
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
+from grader.device import Device
+from grader.payloads import PerformancePayload, ReplayDetails, ReplayInputs
 from grader.profile import ncu
 from grader.profile.explain import Explanation, explain
+from grader.results import RunResult
 from grader.sanitize import one_line
+from grader.settings import Settings
+from grader.spec import Assignment, Course
+
+if TYPE_CHECKING:  # the replay's side is imported where a profile is made
+    from grader.judge.replay_process import Replayed
 
 TIMEOUT_S = 600.0  # one contender's replay under ncu: its start, ~40 metrics' passes over one rep
 
@@ -39,9 +48,9 @@ class Profile:
                 **(self.explanation.to_json() if self.explanation else {})}
 
 
-def unavailable(device: str, isolation: str, params: Path = Path("/proc/driver/nvidia/params")) -> str:
+def unavailable(device: Device, isolation: str, params: Path = Path("/proc/driver/nvidia/params")) -> str:
     """'' where a profile can be tried on this machine, else why not (one line)."""
-    if device != "cuda":
+    if device != Device.CUDA:
         return "no profile: it needs an NVIDIA GPU, and this ran in Triton's CPU interpreter"
     if ncu.find_ncu() is None:
         return f"no profile: Nsight Compute (ncu) is not installed here (not on PATH, nor {ncu.NCU_DEFAULT})"
@@ -51,41 +60,41 @@ def unavailable(device: str, isolation: str, params: Path = Path("/proc/driver/n
     return ""
 
 
-def _get(details, key: str):
-    """A performance payload's field, from the payload or from its stored JSON (a batch's record)."""
-    return details.get(key) if isinstance(details, dict) else getattr(details, key, None)
-
-
-def kept_replay(details) -> dict | None:
-    """The performance payload's replay (its kept records' hashes and input set), where it was timed by replay."""
-    replay = _get(details, "replay")
-    if _get(details, "timed_by") != "replay" or not isinstance(replay, dict) \
-            or not isinstance(replay.get("kept"), dict):
+def kept_replay(details: PerformancePayload | dict[str, Any]) -> ReplayDetails | None:
+    """The performance payload (or its stored JSON: a batch's record)'s replay (its kept records'
+    hashes and input set), where it was timed by replay."""
+    payload = details if isinstance(details, PerformancePayload) else PerformancePayload.from_json(details)
+    replay = payload.replay
+    if payload.timed_by != "replay" or not isinstance(replay, ReplayDetails) or not isinstance(replay.kept, dict):
         return None
     return replay
 
 
-def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | None, settings) -> Profile:
+def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str, Any], store: Path, isolation: str,
+                       gpu: str | None, settings: Settings) -> Profile:
     """`spec`'s graded performance test (its payload, `details`) profiled from the records kept in `store`."""
     from grader.judge import replay_process
     from grader.judge.runcache import write_perf_set
     from grader.replay import launchrecord
 
     name = spec.name
-    replay = kept_replay(details)
-    if replay is None:
-        why = _get(details, "replay_refused") or "its speed was not timed by replay"
+    payload = details if isinstance(details, PerformancePayload) else PerformancePayload.from_json(details)
+    replay = kept_replay(payload)
+    if replay is None or not isinstance(replay.kept, dict):
+        why = payload.replay_refused or "its speed was not timed by replay"
         return Profile(name, why_not=f"no profile of {name}: {one_line(why, 200)}")
-    inputs = replay.get("inputs") or {}
+    inputs = replay.inputs if isinstance(replay.inputs, ReplayInputs) else ReplayInputs()
     perf = spec.performance
-    if perf is None or perf.case.name != inputs.get("case") or perf.dtype != inputs.get("dtype"):
+    if perf is None or perf.case.name != inputs.case or perf.dtype != inputs.dtype:
         return Profile(name, why_not=f"no profile of {name}: its scoring case is not the one graded")
-    folders = {c: Path(store) / str(replay["kept"].get(c, "")) for c in ("reference", "student")}
+    if not isinstance(inputs.seed, int):
+        return Profile(name, why_not=f"no profile of {name}: the replay's input set was not recorded")
+    folders = {c: Path(store) / str(replay.kept.get(c, "")) for c in ("reference", "student")}
     if not all((f / "launches.json").is_file() for f in folders.values()):
         return Profile(name, why_not=f"no profile of {name}: the replay's records were not kept")
     work = Path(tempfile.mkdtemp(prefix="grader-profile-"))
     try:
-        layout = write_perf_set(spec, perf.case, inputs["dtype"], int(inputs["seed"]), int(inputs.get("set", 0)),
+        layout = write_perf_set(spec, perf.case, perf.dtype, inputs.seed, int(inputs.set or 0),
                                 work / "inputs.safetensors")
         (work / "layout.json").write_text(json.dumps(layout))
         sizes = replay_process.input_sizes(work / "inputs.safetensors", work / "layout.json")
@@ -106,12 +115,13 @@ def profile_assignment(spec, details, store: Path, isolation: str, gpu: str | No
                 failed = f" (the replay: {one_line(run.failed or run.refused, 150)})" if run.failed or run.refused \
                     else ""
                 return Profile(name, why_not=f"no profile of {name}: {one_line(exc, 300)}{failed}")
-        return Profile(name, explain(launches["student"], launches["reference"], _get(details, "bytes")))
+        return Profile(name, explain(launches["student"], launches["reference"], payload.bytes))
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
 
-def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, gpu: str | None, settings):
+def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, gpu: str | None,
+               settings: Settings) -> Replayed:
     """One replay (a rep, no placements) through the sandbox with `entry` as its entry point, told
     to go at once; then, unlike a timed replay (whose process is stopped once its last result is
     written), waited for until it ends: ncu writes its CSV as the replayed process exits."""
@@ -149,18 +159,20 @@ def boot(ncu_path: Path, options: list[str]) -> str:
     return "import os, sys; P = {path!r}; A = " + argv.replace("{", "{{").replace("}", "}}") + "; os.execv(A[0], A)"
 
 
-def profile_run(run, course, store: Path, isolation: str, gpu: str | None, settings) -> list[Profile]:
+def profile_run(run: RunResult, course: Course, store: Path, isolation: str, gpu: str | None,
+                settings: Settings) -> list[Profile]:
     """Every assignment of a graded `run` (a RunResult) that has a performance test, profiled."""
     from grader.spec import UnknownAssignment
 
     out = []
     for a in run.assignments:
-        perf = next((t for t in a.tests if t.kind == "performance" and _get(t.details, "timed_by")), None)
+        perf = next((t.details for t in a.tests if isinstance(t.details, PerformancePayload) and t.details.timed_by),
+                    None)
         if perf is None:
             continue
         try:
             spec = course.get(a.name)
         except UnknownAssignment:
             continue
-        out.append(profile_assignment(spec, perf.details, store, isolation, gpu, settings))
+        out.append(profile_assignment(spec, perf, store, isolation, gpu, settings))
     return out

@@ -37,17 +37,21 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import nullcontext
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable, ContextManager, cast
 
 import torch
 
 from grader import proctable
 from grader.judge import replay_process
+from grader.judge.context import GradingContext
 from grader.judge.replay_process import Decision, Replayed, ReplayFactory, ReplayProcess
-from grader.protocol import Call, Compare, CompareReply, Failure, Sample
+from grader.judge.workers import StudentWorker
+from grader.payloads import ReplayDetails, ReplaySide
+from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Reply, Request, Sample
 from grader.replay.launchrecord import LaunchRecordError
 from grader.results import Severity
 from grader.sandbox.files import output_path
-from grader.sandbox.process import WorkerFailure
+from grader.sandbox.process import WorkerFailure, WorkerProcess
 from grader.sanitize import one_line
 from grader.settings import Settings
 from grader.spec import Assignment
@@ -64,7 +68,7 @@ class Prepared:
     staging: Path  # the checked copies: student/, reference/ (records), inputs.safetensors, layout.json
     inputs: Path
     layout: Path
-    trusted: object  # the trusted worker: it keeps torch's result (the truth, "truth"), the reference's ("rec0")
+    trusted: WorkerProcess  # the trusted worker: it keeps torch's result (the truth, "truth"), the reference's ("rec0")
     # and the student's own call's ("student"), and compares every replayed result with them (protocol.Compare)
     torch_work: list[str] = field(default_factory=list)  # what the student's call did in torch (not replayed)
     compiled: dict = field(default_factory=dict)  # the student's compiled kernels (grader.judge.slowness)
@@ -114,7 +118,8 @@ def wrong_against_truth(got: torch.Tensor, truth: torch.Tensor, reference: torch
             f"where {first[2]:.6g} is expected)")
 
 
-def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: dict, workdir: Path, staging: Path,
+def prepare(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, timed_files: list[str], layout: dict,
+            workdir: Path, staging: Path,
             timeout: float) -> Prepare:
     """Record, take back and check, with the student's worker alive (see the module's docstring).
     The trusted worker's calls (torch's truth, the reference's record) run beside the student's
@@ -134,6 +139,7 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
             if isinstance(reply, Failure):
                 return Prepare(fallback="your function failed when its launches were recorded: "
                                         f"{one_line(reply.message, 200)}")
+            reply = cast(CallReply, reply)  # request(): the reply its request expects, or a Failure
             replies.append(reply)
         forbidden = sorted(set(replies[0].ops) & spec.forbidden_ops)
         if forbidden:
@@ -148,7 +154,8 @@ def prepare(spec: Assignment, student, trusted, timed_files: list[str], layout: 
     return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0])
 
 
-def _trusted_calls(student, trusted, inputs: str, layout: dict, ref_folder: Path, timeout: float) -> str:
+def _trusted_calls(student: StudentWorker, trusted: WorkerProcess, inputs: str, layout: dict, ref_folder: Path,
+                   timeout: float) -> str:
     """Torch's call at the timing size (the truth) and the reference's (recorded), kept by the
     trusted worker: '' or why they failed (ours)."""
     shutil.rmtree(ref_folder, ignore_errors=True)
@@ -161,7 +168,8 @@ def _trusted_calls(student, trusted, inputs: str, layout: dict, ref_folder: Path
     return ""
 
 
-def _whole_result(spec: Assignment, student, trusted, workdir: Path, timeout: float) -> Prepare | None:
+def _whole_result(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, workdir: Path,
+                  timeout: float) -> Prepare | None:
     """The student's result at the timing size taken back whole and checked by the trusted worker
     against torch's: None when it is right, else what ends the stage."""
     perf = spec.performance
@@ -178,6 +186,7 @@ def _whole_result(spec: Assignment, student, trusted, workdir: Path, timeout: fl
                                     tol.rtol[perf.dtype], keep_as=STUDENT), timeout * 2)
     if isinstance(got, Failure) and got.kind == "infra_error":
         return Prepare(error=got.message)
+    got = cast("CompareReply | Failure", got)  # request(): the reply its request expects, or a Failure
     if isinstance(got, Failure):
         return Prepare(findings=[(Severity.CONCLUSIVE,
                                   f"your function's result at the timing size: {one_line(got.message, 200)}")])
@@ -189,7 +198,7 @@ def _whole_result(spec: Assignment, student, trusted, workdir: Path, timeout: fl
 TRUTH, REFERENCE, STUDENT = "truth", "rec0", "student"  # what the trusted worker keeps, by key
 
 
-def _ask(trusted, message, timeout: float):
+def _ask(trusted: WorkerProcess, message: Request, timeout: float) -> Reply | Failure:
     """A request to the trusted worker: its reply, or its Failure; the worker itself breaking is
     ours (an infra_error Failure), never the student's."""
     try:
@@ -205,7 +214,8 @@ def _words(got: CompareReply) -> str:
             f"{one_line(got.got, 24)} where {one_line(got.want, 24)} is expected)")
 
 
-def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, first) -> Prepare:
+def _checked(spec: Assignment, timed_files: list[str], layout: dict, workdir: Path, staging: Path, rec: list[str],
+             ref_folder: Path, trusted: WorkerProcess, first: CallReply) -> Prepare:
     """Both of the student's records and the reference's checked and copied into `staging`, the
     student's two compared; the input set copied beside them for the replay processes."""
     staging.mkdir(parents=True, exist_ok=True)
@@ -239,7 +249,7 @@ def _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trust
     return Prepare(Prepared(staging, inputs, staging / "layout.json", trusted, torch_work, dict(first.kernels)))
 
 
-def stop_student(student, grace_s: float = 10.0) -> tuple[str, set[int]]:
+def stop_student(student: StudentWorker, grace_s: float = 10.0) -> tuple[str, set[int]]:
     """The student's worker and all it started gone: '' when the process table and the driver's
     list of GPU processes hold none of them, else why not; and their pids (one of them seen on the
     GPU during the replay means it was not gone after all; other jobs' workers may hold a context
@@ -278,7 +288,7 @@ class Replays:
 DRIFT = 0.03  # a kept reference figure stands while torch's time in this job is within 3% of torch's when it was kept
 
 
-def reference_key(prepared: Prepared, spec: Assignment, ctx, settings: Settings) -> str:
+def reference_key(prepared: Prepared, spec: Assignment, ctx: GradingContext, settings: Settings) -> str:
     """What a kept reference replay stands for: this GPU (as `settings` see it), the reference's
     record (its kernels' binaries by hash, grids, arguments), the input set (spec, case, dtype,
     seed, index) and the grader's version. Torch's time in each job anchors it (DRIFT)."""
@@ -293,7 +303,7 @@ def reference_key(prepared: Prepared, spec: Assignment, ctx, settings: Settings)
     return hashlib.sha256("\n".join(parts).encode()).hexdigest()[:32]
 
 
-def expected_key(spec: Assignment, ctx, settings: Settings) -> str:
+def expected_key(spec: Assignment, ctx: GradingContext, settings: Settings) -> str:
     """`reference_key` without the reference's record (known only once it is recorded): under it
     the run keeps which record's figure it holds, so a job can tell before recording whether the
     reference's replay will likely be needed."""
@@ -346,7 +356,7 @@ def go(pending: dict, kept: Replayed | None) -> tuple[Replayed, Replayed]:
 
 
 def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool,
-          timeout: float = 300, sharing=nullcontext) -> Replays:
+          timeout: float = 300, sharing: Callable[[], ContextManager] = nullcontext) -> Replays:
     """After the hold: the replays' last results in place (`replay_process.settle`), compared whole by
     the trusted worker on the GPU (held shared: `sharing()`) with each contender's own call and
     with the truth, and the decision made."""
@@ -369,7 +379,7 @@ def _judged(prepared: Prepared, spec: Assignment, reference: Replayed, student: 
     return Replays(replay_process.decide(student, reference, wrong), student, reference, wrong, reference_kept=kept)
 
 
-def _compare(trusted, run: Replayed, own: str, spec: Assignment, timeout: float) -> str:
+def _compare(trusted: WorkerProcess, run: Replayed, own: str, spec: Assignment, timeout: float) -> str:
     """'' when the replay's last result is the contender's own call's (the same bytes: that
     result was checked whole already) or right by the error model (a kernel with atomics sums in
     another order), and every other rep's result sums are the last's; else the evidence."""
@@ -381,6 +391,7 @@ def _compare(trusted, run: Replayed, own: str, spec: Assignment, timeout: float)
                                   tol.atol[dtype], tol.rtol[dtype], own=own), timeout * 2)
     if isinstance(got, Failure) and got.kind == "infra_error":  # ours: the stage says so, nobody is accused
         raise WorkerFailure("infra_error", got.message, "")
+    got = cast("CompareReply | Failure", got)  # request(): the reply its request expects, or a Failure
     if isinstance(got, Failure):
         return f"the last rep's result: {one_line(got.message, 200)}"
     if not got.same and got.wrong:
@@ -409,10 +420,11 @@ def keep(prepared: Prepared, store: Path | None) -> dict:
     return kept
 
 
-def describe(r: Replays) -> dict:
+def describe(r: Replays) -> ReplayDetails:
     """The replay's figures as the job's result records them."""
-    def side(x: Replayed) -> dict:
-        return {"median_ms": round(x.median_ms, 5) if x.median_ms else None, "reps": len(x.ms),
-                "launches": x.launches, "placements_ms": [round(sorted(p)[len(p) // 2], 5) for p in x.placements]}
-    return {"student": side(r.student), "reference": {**side(r.reference), "kept": r.reference_kept},
-            "placements": PLACEMENTS}
+    def side(x: Replayed, kept: bool | None = None) -> ReplaySide:
+        return ReplaySide(median_ms=round(x.median_ms, 5) if x.median_ms else None, reps=len(x.ms),
+                          launches=x.launches, placements_ms=[round(sorted(p)[len(p) // 2], 5) for p in x.placements],
+                          kept=kept)
+    return ReplayDetails(student=side(r.student), reference=side(r.reference, r.reference_kept),
+                         placements=PLACEMENTS)

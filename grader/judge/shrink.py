@@ -62,7 +62,7 @@ def _template(spec: Assignment) -> dict:
     return spec.cases[0].params if spec.cases else {}
 
 
-def _value(v) -> str:
+def _value(v: object) -> str:
     if isinstance(v, str) and v.replace("_", "").isalnum():
         return v
     return json.dumps(v, separators=(",", ":"))
@@ -156,7 +156,7 @@ class Shrunk:
     tested: dict = field(default_factory=dict)  # dims -> failed?
 
 
-def search(spec: Assignment, case: Case, fails: Callable[[Case], bool | None], deadline: float,
+def search(spec: Assignment, case: Case, fails: Callable[[Case], bool | str | None], deadline: float,
            max_runs: int = MAX_RUNS) -> Shrunk:
     """Shrink `case` one dimension at a time (a binary search on its ladder, the others held),
     keeping each smaller size that still fails. `fails(case)` runs one case: True it failed, False

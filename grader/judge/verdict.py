@@ -9,6 +9,7 @@ the shape of the mismatch ("only columns >= 1024 are wrong").
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import Any
 
 import torch
 
@@ -34,7 +35,7 @@ class Verdict:
             self.details = CorrectnessPayload.from_json(self.details)
 
 
-def truth_of(spec: Assignment, inputs: dict):
+def truth_of(spec: Assignment, inputs: dict) -> Any:
     """The float64 truth on `inputs`: the spec's exact answer(s) (None: the assignment judges by a property)."""
     if spec.truth is None:
         return None
@@ -50,7 +51,7 @@ def judge_call(
     saved: dict[str, torch.Tensor],
     expected_device: str,
     kernel_source: str = "",
-    ref=None,
+    ref: Any = None,
 ) -> Verdict:
     """`inputs` are the originals (cpu); `reply` the worker's metadata; `saved` its file;
     `kernel_source` the student's module as text, only parsed (for what can compute a NaN);
@@ -121,7 +122,8 @@ def _modified_input(inputs: dict, saved: dict) -> Verdict | None:
     return None
 
 
-def _delivery(what: str, meta: dict, out: torch.Tensor, shape, dtype: str, expected_device: str) -> str | None:
+def _delivery(what: str, meta: dict, out: torch.Tensor, shape: tuple[int, ...] | None, dtype: str,
+              expected_device: str) -> str | None:
     """What is wrong with a result before its values are looked at (None: nothing);
     `shape` None leaves the shape to the assignment's property check. Dtype and shape are the
     saved tensor's; the device is the reply's word (a file holds no device); what the reply says
@@ -147,7 +149,8 @@ def _claimed_shape(meta: dict) -> str:
     return str(tuple(shape[:8])) + ("..." if len(shape) > 8 else "") if isinstance(shape, list) else "none"
 
 
-def _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, refs, kernel_source: str = "") -> Verdict:
+def _judge_parts(spec: Assignment, case: Case, dtype: str, inputs: dict[str, torch.Tensor], reply: dict,
+                 saved: dict[str, torch.Tensor], expected_device: str, refs: Any, kernel_source: str = "") -> Verdict:
     """A tuple result (e.g. dx, dw, db): each part against the truth's part, in the
     error model of its own torch baseline; the first wrong part is named."""
     n = len(refs)

@@ -39,8 +39,10 @@ import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
+from typing import cast
 
 from grader.protocol import BurstReply, Failure, RunBurst
+from grader.sandbox.process import WorkerProcess
 
 BURST_GPU_MS = 40.0  # the reference's GPU time in one burst: long enough that the pipe's jitter is small beside it
 MIN_CALLS, MAX_CALLS = 4, 256
@@ -76,14 +78,16 @@ def new_seed() -> int:
     return secrets.randbits(62)
 
 
-def bracketed(worker, contender: str, seed: int, timeout: float,
+def bracketed(worker: WorkerProcess, contender: str, seed: int, timeout: float,
               last: bool = False) -> tuple[BurstReply | Failure, float]:
     """The burst's reply and its seconds by the grading process's clock, request to reply."""
     if worker.unasked():
         raise WitnessRefused("the worker wrote a reply before it was asked")
     start = time.perf_counter()
     reply = worker.request(RunBurst(contender, seed, last), timeout)
-    return reply, time.perf_counter() - start
+    elapsed = time.perf_counter() - start
+    reply = cast("BurstReply | Failure", reply)  # request(): the reply its request expects, or a Failure
+    return reply, elapsed
 
 
 def disagreement(student: list[list[float]], reference: list[list[float]], atol: float, rtol: float,

@@ -70,7 +70,7 @@ class StudentWorker:
         assert isinstance(reply, (Ok, Failure))  # decode_reply answers a Load with one of these
         return reply
 
-    def sharing_gpu(self):
+    def sharing_gpu(self) -> ContextManager:
         """Held while this worker's import or call runs (none in the interpreter)."""
         if self.interpret or self._sharing_gpu is None:
             return nullcontext()

@@ -124,17 +124,17 @@ def _need(cond: bool, why: str) -> None:
         raise LaunchRecordError(why)
 
 
-def _int(value, lo: int, hi: int, what: str) -> int:
+def _int(value: Any, lo: int, hi: int, what: str) -> int:
     _need(type(value) is int and lo <= value <= hi, f"{what} is not an integer in [{lo}, {hi}]")
     return value
 
 
-def _list(value, most: int, what: str) -> list:
+def _list(value: Any, most: int, what: str) -> list:
     _need(isinstance(value, list) and len(value) <= most, f"{what} is not a list of at most {most}")
     return value
 
 
-def _dict(value, what: str) -> dict:
+def _dict(value: Any, what: str) -> dict:
     _need(isinstance(value, dict), f"{what} is not an object")
     return value
 
@@ -244,7 +244,7 @@ def check(raw: dict, folder: Path, input_bytes: dict[str, int], arch: int | None
                       torch_work=[w[:200] for w in torch_work])
 
 
-def _region(role, ref, sizes: dict, what: str) -> int:
+def _region(role: Any, ref: Any, sizes: dict, what: str) -> int:
     _need(role in ("input", "output", "scratch"),
           f"{what}: role {str(role)[:20]!r} is not input, output or scratch")
     _need((type(ref) is str if role == "input" else type(ref) is int) and ref in sizes[role],

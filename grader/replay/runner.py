@@ -26,14 +26,14 @@ from typing import Any
 import torch
 import triton
 
-from grader.replay.launchrecord import DTYPES, Copy, Fill, RecordedLaunch, ReplayPlan
+from grader.replay.launchrecord import DTYPES, Arg, Copy, Fill, RecordedLaunch, ReplayPlan
 
 LAUNCH_SHADOW_CYCLES = 2_000_000  # as grader.worker.timing: about 1 ms on Hopper, covers the host's launches
 
 _TORCH_DTYPES = {name: getattr(torch, name) for name in DTYPES}
 
 
-def _allocator(size: int, alignment: int, stream):
+def _allocator(size: int, alignment: int, stream: Any) -> torch.Tensor:
     """Triton's global scratch for kernels that ask for it, from torch's allocator."""
     return torch.empty(size, dtype=torch.int8, device="cuda")
 
@@ -91,7 +91,7 @@ class Replay:
         return torch.empty(0, dtype=_TORCH_DTYPES[v.dtype], device="cuda").set_(
             buf.untyped_storage(), v.offset // DTYPES[v.dtype], v.shape, v.stride)
 
-    def _prepared(self, step):
+    def _prepared(self, step: Fill | Copy | RecordedLaunch) -> Any:
         if isinstance(step, Fill):
             view = self._view(step)
             return lambda: view.fill_(step.value)
@@ -110,11 +110,12 @@ class Replay:
         launcher = self.kernels[step.kernel.hash][step.grid]
         return lambda: launcher(*args)
 
-    def _descriptor(self, a):
+    def _descriptor(self, a: Arg) -> Any:
         """Our own host TMA descriptor, over our own buffer, with the record's checked numbers."""
         from triton.tools.tensor_descriptor import TensorDescriptor
 
         d = a.desc
+        assert d is not None  # a descriptor argument: the record's check made sure it has one
         size = DTYPES[d["dtype"]]
         buf = self.storages[a.role][a.ref]
         base = torch.empty(0, dtype=_TORCH_DTYPES[d["dtype"]], device="cuda").set_(
