@@ -31,8 +31,7 @@ from pathlib import Path
 REPO_ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO_ROOT))
 
-from grader.resident import stop as stop_resident  # noqa: E402
-from grader.sandbox.zygote import stop_warm  # noqa: E402
+from grader.resident import stop_warm  # noqa: E402
 
 # each spec's scoring case as it is written in spec.py, and what a variant writes instead
 CASES = {
@@ -152,8 +151,7 @@ def main() -> int:
                         args.json.write_text(json.dumps(runs, indent=1))
     finally:
         for v in variants:
-            stop_warm(work / f"kept-{v}")
-            stop_resident(work / f"kept-{v}" / "resident")
+            stop_warm(work / f"kept-{v}")  # its warm zygotes and judge
     print(
         "\n| variant | assignment | scoring case | good: ratio (min-max, kept runs) | spread "
         "| slow10: slower every run (ratios) |"
