@@ -26,7 +26,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from grader.settings import Settings
-from grader import spec as specs  # noqa: E402
+from grader.spec import Course  # noqa: E402
 from grader.judge.perf import call_times  # noqa: E402
 from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs# noqa: E402
@@ -103,7 +103,7 @@ def main() -> None:
     parser.add_argument("--assignment", action="append")
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    chosen = [s for s in specs.catalogue().values()
+    chosen = [s for s in Course.find(Settings()).catalogue().values()
               if s.performance and s.reference_module().is_file() and (not args.assignment or s.name in args.assignment)]
     rows, roof = [], {}
     with tempfile.TemporaryDirectory() as tmp:
@@ -131,7 +131,7 @@ def main() -> None:
     for r in rows:
         unit = "tflops" if "reference_tflops" in r else "gbps"
         label = "TFLOP/s" if unit == "tflops" else "GB/s"
-        against = specs.get(r["assignment"]).performance.against
+        against = Course.find(Settings()).get(r["assignment"]).performance.against
         scored = "reference" if against == "reference" else ("faster: torch" if r["reference_speed_vs_torch"] < 1 else "faster: reference")
         print(f"| {r['assignment']} | {r['case']} | {r['dtype']} | {r['reference_ms']} ms, {r['reference_' + unit]} {label} | "
               f"{r['torch_ms']} ms, {r['torch_' + unit]} {label} | {r['reference_roof_pct']}% | {r['torch_roof_pct']}% | "

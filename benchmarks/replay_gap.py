@@ -217,7 +217,7 @@ def main() -> int:
     import torch
     from replay_vs_events import RECORD, _run
 
-    from grader import spec as specs
+    from grader.spec import Course
     from grader.codec import write_inputs
     from grader.judge import replay_process
     from grader.settings import Settings
@@ -227,7 +227,7 @@ def main() -> int:
     result = {"gpu": torch.cuda.get_device_name(0), "torch": torch.__version__, "triton": __import__("triton").__version__,
               "rows": []}
     for name in args.only.split(","):
-        spec = specs.get(name)
+        spec = Course.find(Settings()).get(name)
         perf = spec.performance
         inputs = spec.make_inputs(perf.case.params, getattr(torch, perf.dtype), torch.Generator().manual_seed(0))
         folder = work / name

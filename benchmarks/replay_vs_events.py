@@ -110,13 +110,14 @@ def main() -> int:
     sys.path.insert(0, str(ROOT))
     import torch
 
-    from grader import spec as specs
+    from grader.settings import Settings
+    from grader.spec import Course
     from grader.codec import write_inputs
 
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
     rows = []
     work = Path(tempfile.mkdtemp(prefix="replay-bench-"))
-    for name, spec in sorted(specs.catalogue().items()):
+    for name, spec in sorted(Course.find(Settings()).catalogue().items()):
         if args.only and name not in args.only.split(","):
             continue
         perf = spec.performance

@@ -83,10 +83,11 @@ def synthetic_class(assignment: str, students: int, copies: int, seed: int) -> t
 
 
 def run(assignment: str, students: int, copies: int, seed: int, out: Path) -> dict:
-    from grader import spec as specs
+    from grader.settings import Settings
+    from grader.spec import Course
     from grader.batch.similarity import DEFAULT_THRESHOLD, MAX_PAIRS, compare_class, side_by_side
 
-    spec = specs.get(assignment)
+    spec = Course.find(Settings()).get(assignment)
     starter = (Path(spec.folder) / "starter" / spec.module).read_text()
     files, planted = synthetic_class(assignment, students, copies, seed)
     t0 = time.perf_counter()

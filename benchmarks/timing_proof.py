@@ -32,7 +32,7 @@ sys.path[:0] = [str(ROOT), str(ROOT / "tests")]
 
 from conftest import build_submission  # noqa: E402
 
-from grader import spec as specs  # noqa: E402
+from grader.spec import Course  # noqa: E402
 from grader.judge.context import GradingContext  # noqa: E402
 from grader.judge.session import open_session  # noqa: E402
 from grader.judge.runcache import RunCache  # noqa: E402
@@ -46,7 +46,7 @@ SPREAD_BAR = 0.03
 
 def solved_by(fixture: str) -> list[str]:
     """The assignments with a performance check whose module the fixture holds."""
-    return [name for name, spec in specs.catalogue().items()
+    return [name for name, spec in Course.find(Settings()).catalogue().items()
             if spec.performance is not None and (FIXTURES / fixture / spec.module).is_file()]
 
 
@@ -63,7 +63,7 @@ def grade(fixture: str, assignments: list[str], cases: list[str] | None, opts_kw
 
     with tempfile.TemporaryDirectory() as tmp:
         sub = open_submission(build_submission(Path(tmp) / "repo", fixture))
-        chosen = [specs.get(a) for a in assignments]
+        chosen = [Course.find(Settings()).get(a) for a in assignments]
         first_cases = cases or sorted({s.cases[0].name for s in chosen})  # one small case each: the proof is the timing
         run = open_session(GradingContext("cuda", SEED, tuple(first_cases), ("float32",), **opts_kw), Settings()).grade(sub, chosen, progress)
         progress("done")

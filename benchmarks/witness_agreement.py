@@ -30,7 +30,8 @@ sys.path.insert(0, str(ROOT / "tests"))
 
 from conftest import build_submission  # noqa: E402 - the sample overlaid with a fixture, as the tests build it
 from grader.judge.witness import AGREEMENT_MARGIN  # noqa: E402
-from grader.spec import catalogue  # noqa: E402
+from grader.settings import Settings  # noqa: E402
+from grader.spec import Course  # noqa: E402
 
 def grade(sub: Path, assignment: str, case: str, dtype: str, seed: int, out: Path) -> dict:
     env = dict(os.environ, PYTHONPATH=str(ROOT))
@@ -58,7 +59,7 @@ def main() -> int:
     parser.add_argument("--fixture", action="append", default=[])
     parser.add_argument("--json", type=Path)
     args = parser.parse_args()
-    specs = {name: s for name, s in catalogue().items() if s.performance is not None}
+    specs = {name: s for name, s in Course.find(Settings()).catalogue().items() if s.performance is not None}
     plan = [("good", name) for name in (args.assignment or sorted(specs))] + [(f, "vector_add") for f in args.fixture]
     rows, bad = [], 0
     with tempfile.TemporaryDirectory(prefix="grader-witness-") as tmp:
