@@ -204,7 +204,7 @@ def test_the_grade_summary_names_no_gradebook_where_none_was_written(tmp_path, m
 
     from rich.console import Console
 
-    from grader.cli import classroom
+    from grader.cli import grade
 
     entry = {"graded": 1, "infra_error": 0, "reused": 0, "wall_s": 1.0}
     lock = SimpleNamespace(students=[])
@@ -212,8 +212,8 @@ def test_the_grade_summary_names_no_gradebook_where_none_was_written(tmp_path, m
         if written:
             (tmp_path / "grades.csv").write_text("student,total\n")
         buffer = io.StringIO()
-        monkeypatch.setattr(classroom, "console", Console(file=buffer, width=400))
-        classroom._print_summary(tmp_path, lock, entry)
+        monkeypatch.setattr(grade, "console", Console(file=buffer, width=400))
+        grade._print_summary(tmp_path, lock, entry)
         line = buffer.getvalue().strip().splitlines()[-1]
         assert ("gradebook: none written" in line) is not written
         assert (f"gradebook: {tmp_path / 'grades.csv'}" in line) is written
