@@ -17,7 +17,7 @@ import pytest
 from classbuild import make_class
 from conftest import COURSE, REPO_ROOT, run_cli
 from grader.batch.classview import Cell, Row
-from grader.batch.course import Course, CourseError, load_course
+from grader.batch.course import CourseConfig, CourseError, load_course
 from grader.batch.exporters import EXPORTS, IncompleteGrades
 from grader.results import AssignmentResult, RunResult, TestResult
 
@@ -31,7 +31,7 @@ def _view(gpu_points: float, incomplete: str = "mark", partial: dict | None = No
     alice = Row("alice", "alice", "fetched", name="=HYPERLINK(\"x\")", github_username="alice",
                 cells={"vector_add": va, "softmax": Cell("softmax", "graded", 12.0, 20.0)})
     return SimpleNamespace(assignments=["vector_add", "softmax"], rows=[alice], catalogue=COURSE, late={},
-                           course=Course(incomplete=incomplete), errors=[])
+                           course=CourseConfig(incomplete=incomplete), errors=[])
 
 
 def _table(text: str) -> list[list[str]]:

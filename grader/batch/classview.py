@@ -23,7 +23,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.batch import reviews
-from grader.batch.course import LATEST, Course, Late, exact, when
+from grader.batch.course import LATEST, CourseConfig, Late, exact, when
 from grader.batch.record import RecordError
 from grader.batch.store import LATE_NOTES, failed_path, read_record, read_records, rewrite_student, student_dir
 from grader.payloads import SubmissionPayload
@@ -172,7 +172,7 @@ class ClassView:
     checks: list[CheckRate]
     flags: list[dict]
     environment: dict
-    course: Course | None = None
+    course: CourseConfig | None = None
     catalogue: object = None  # grader.spec.Course: the course folder's assignments (titles, points)
     late: dict = field(default_factory=dict)  # (student, assignment) -> grader.batch.course.Late
     # assignment -> grader.batch.similarity.Pair list above the threshold
@@ -457,7 +457,7 @@ def _guarded(view: ClassView, what: str, step) -> None:
         view.errors.append(f"{what} failed: {type(exc).__name__}: {' '.join(str(exc).split())[:500]}")
 
 
-def _late_of_row(view, r: Row, course: Course) -> tuple[dict[str, str], bool]:
+def _late_of_row(view, r: Row, course: CourseConfig) -> tuple[dict[str, str], bool]:
     """One student's lateness per assignment, their penalty and the notes for their report; and
     whether the fetch pinned by the deadline used (False: course.toml's, the fetch had none).
     A graded commit whose date cannot be read counts as later than any deadline."""
@@ -505,7 +505,7 @@ def apply_late(view, out: Path) -> None:
     deadline (the lock's, which pinning used; else course.toml's), and its penalty: computed on
     each assignment's earned points, summed into the row's `penalty` (applied to the total by
     the gradebooks). Each student's report gets the explanation (rewritten only if it changed)."""
-    course = view.course or Course()
+    course = view.course or CourseConfig()
     unpinned = False  # a deadline from course.toml that the fetch did not pin by
     for r in view.rows:
         try:

@@ -38,7 +38,7 @@ class BatchOptions:
     address: str | None = None
     per_gpu: int = 2
     job_timeout: float | None = None
-    course: object = None  # grader.batch.course.Course: points, late policy (the class view applies them)
+    course: object = None  # grader.batch.course.CourseConfig: points, late policy (the class view applies them)
     similarity_threshold: float | None = None
     settings: Settings = Settings()  # the command's (grader.settings): the executors' warm starts and threads
     catalogue: Course | None = None  # grader.spec.Course: the course folder whose assignments are graded

@@ -28,10 +28,10 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
     """Roster -> WORKDIR/repos + WORKDIR/lock.json, one line per student. The deadline is
     --deadline, else course.toml's for the assignments fetched; its extensions and late policy
     decide each student's deadline and the last commit still graded."""
-    from grader.batch.course import Course, class_deadline
+    from grader.batch.course import CourseConfig, class_deadline
     from grader.batch.workspace import fetch_roster, parse_deadline
 
-    course = course or Course()
+    course = course or CourseConfig()
     from grader.batch import classroom50 as c50
 
     try:
