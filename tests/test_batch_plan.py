@@ -14,6 +14,7 @@ from grader.batch.run import BatchOptions, class_seed, plan_batch
 from grader.batch.store import store_record
 from grader.judge.context import GradingContext
 from grader.results import AssignmentResult, TestResult
+from grader.settings import Settings
 from grader.batch.workspace import Lock, Pinned
 from conftest import COURSE
 
@@ -38,7 +39,8 @@ def options(out: Path, seed: int | None = 3, cases=("n=1",), dtypes=("float32",)
     """The batch's options as `grader grade` makes them: the context fixed first (the seed as the CLI picks it)."""
     ctx = GradingContext(device, class_seed(out, seed), tuple(cases) if cases else None, tuple(dtypes) if dtypes else None,
                          timeout, isolation=isolation)
-    return replace(BatchOptions(out, ["vector_add"], ctx, [None], "cpu-interpreter", catalogue=COURSE), **kw)
+    return replace(BatchOptions(out, ["vector_add"], ctx, [None], "cpu-interpreter", catalogue=COURSE,
+                                settings=Settings()), **kw)
 
 
 def grade_everyone(lock, opts: BatchOptions, status: str = "graded") -> None:

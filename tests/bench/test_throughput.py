@@ -23,6 +23,7 @@ from conftest import COURSE, build_submission
 from grader import spec as specs
 from grader.judge.context import GradingContext
 from grader.judge.session import open_session
+from grader.settings import Settings
 from grader.submission import open_submission
 
 pytestmark = pytest.mark.bench
@@ -66,7 +67,7 @@ def test_one_call_as_a_pool_job(benchmark, good, tmp_path):
     def job():
         ctx = GradingContext("cpu", 1, cases=("n=1",), dtypes=("float32",))
         j = Job("alice", "alice", "vector_add", str(good.root), None, None, {}, str(out), ctx.to_json())
-        LocalExecutor([None]).run(Scheduler([j], 0, lambda *a: None))
+        LocalExecutor([None], settings=Settings()).run(Scheduler([j], 0, lambda *a: None))
         return read_json(record_path(out, "alice", "vector_add"))
 
     assert benchmark.pedantic(job, rounds=3, iterations=1)["status"] == "graded"
@@ -124,7 +125,7 @@ def test_eight_tiny_jobs_through_one_job_server(benchmark, good, tmp_path):
         out = tmp_path / f"out{next(runs)}"
         ctx = GradingContext("cpu", 1, cases=("n=1",), dtypes=("float32",))
         jobs = [Job(f"s{i}", f"s{i}", "vector_add", str(good.root), None, None, {}, str(out), ctx.to_json()) for i in range(8)]
-        LocalExecutor([None]).run(Scheduler(jobs, 0, lambda *a: None))
+        LocalExecutor([None], settings=Settings()).run(Scheduler(jobs, 0, lambda *a: None))
         return [read_json(record_path(out, j.folder, "vector_add")) for j in jobs]
 
     records = benchmark.pedantic(batch, rounds=2, iterations=1)
