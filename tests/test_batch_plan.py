@@ -217,7 +217,7 @@ def test_a_malformed_record_is_said_with_its_file_and_field_and_costs_only_its_s
     with pytest.raises(RecordError) as caught:
         read_records(out, "alice")
     assert str(caught.value) == f"{path}: {words}"
-    view = build_class_view(out, lock, ["vector_add"])
+    view = build_class_view(out, lock, ["vector_add"], catalogue=COURSE)
     rows = {r.student: r for r in view.rows}
     assert rows["alice"].problems == [f"records could not be read: RecordError: {path}: {words}"]
     assert rows["bob"].cells["vector_add"].status == "graded" and rows["bob"].cells["vector_add"].score == 6.0

@@ -255,7 +255,6 @@ REQUIRED_SETTINGS = ("batch", "cli", "kit")
 # where a caller that names no course folder gets the one the default settings imply: every caller
 # in the package names it; tests leave it out. Known, and to go the same way as `settings`.
 CATALOGUE_DEFAULTS = {
-    ("grader/batch/classview.py", "build_class_view"), ("grader/batch/course.py", "load_course"),
     ("grader/kit/classroom50.py", "_default_course"), ("grader/kit/classroom50_config.py", "write_classroom"),
     ("grader/kit/github.py", "report_github"), ("grader/kit/gradescope.py", "build_autograder"),
     ("grader/kit/gradescope.py", "locate_modules"), ("grader/kit/release.py", "build_kit"),

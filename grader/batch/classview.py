@@ -210,17 +210,12 @@ class ClassView:
                 "flagged": len(self.flags)}
 
 
-def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
-                     catalogue=None) -> ClassView:
-    """The class as its records say; `catalogue` (a grader.spec.Course; default: the one the default
-    settings imply) gives the assignments' titles and points."""
+def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None, *,
+                     catalogue) -> ClassView:
+    """The class as its records say; `catalogue` (the course folder, a grader.spec.Course) gives the
+    assignments' titles and points."""
     from datetime import datetime, timezone
 
-    if catalogue is None:
-        from grader.settings import Settings
-        from grader.spec import Course
-
-        catalogue = Course.find(Settings())
     out = Path(out)
     known = catalogue.catalogue()
     titles = {a: known[a].title if a in known else a for a in assignments}
@@ -421,7 +416,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
 
 
 def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
-                        similarity_threshold: float | None = None, catalogue=None) -> ClassView:
+                        similarity_threshold: float | None = None, *, catalogue) -> ClassView:
     """index.html, summary.json and the gradebooks (grader.batch.exporters), each written atomically
     (a grade of a partial run, --case/--dtype, marked partial in each);
     with course.toml's late policy applied (grader.batch.course), the similar pairs
@@ -431,7 +426,7 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
     from grader.batch.similarity import update_similarity
 
     out = Path(out)
-    view = build_class_view(out, lock, assignments, manifest, course, catalogue)
+    view = build_class_view(out, lock, assignments, manifest, course, catalogue=catalogue)
     _guarded(view, "late penalties", lambda: apply_late(view, out))
     for a in assignments:
         view.speed[a] = []

@@ -223,14 +223,9 @@ def find_course(path: Path | None, catalogue: "Catalogue") -> CourseConfig:
     return load_course(default, catalogue) if default.is_file() else CourseConfig()
 
 
-def load_course(path: Path, catalogue: "Catalogue | None" = None) -> CourseConfig:
-    """course.toml at `path`, its assignments checked against `catalogue` (default: the course
-    folder the default settings imply)."""
-    if catalogue is None:
-        from grader.settings import Settings
-        from grader.spec import Course as Catalogue
-
-        catalogue = Catalogue.find(Settings())
+def load_course(path: Path, catalogue: "Catalogue") -> CourseConfig:
+    """course.toml at `path`, its assignments checked against `catalogue` (the course folder, a
+    grader.spec.Course)."""
     text = Path(path).read_text()
     try:
         data = tomllib.loads(text)

@@ -158,7 +158,7 @@ def run_batch(lock, opts: BatchOptions, plan: Plan, on_event: Callable[[str, Job
         write_json_atomic(manifest, out / MANIFEST)
         repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
         view = write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold,
-                               opts.catalogue)
+                               catalogue=opts.catalogue)
         entry["class_errors"] = view.errors  # what of the class view could not be written (the rest was)
         entry["partial"] = view.partial  # some grade is of --case/--dtype: the chosen cases' share, marked partial
         if cache:

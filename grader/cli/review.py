@@ -66,7 +66,7 @@ def review(
     lock, manifest = class_lock(out)
     assignments = manifest.get("assignments") or []
     if list_:
-        _print_list(out, build_class_view(out, lock, assignments, manifest, course, catalogue))
+        _print_list(out, build_class_view(out, lock, assignments, manifest, course, catalogue=catalogue))
         return
     pinned = {p.student: p for p in lock.students}
     if student not in pinned:

@@ -41,7 +41,7 @@ def similarity(
         _fail(UsageError("--threshold must be in (0, 1]"))
     lock, manifest = class_lock(class_dir)
     view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold,
-                               catalogue)
+                               catalogue=catalogue)
     for a in view.assignments:
         pairs = view.similarity.get(a, [])
         console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"
