@@ -43,7 +43,7 @@ class Course:
     """The course folder a command grades with: assignments/ (the catalogue, each spec.py loaded
     once, on first use) and, for TAs only, reference/, the hidden.py files and the secret the
     graded random shapes come from. Each assignment it loads knows its course (`Assignment.course`).
-    Not grader.batch.course.Course, a class's course.toml (deadlines, points, roster policy)."""
+    Not grader.batch.course.CourseConfig, a class's course.toml (deadlines, points, roster policy)."""
 
     def __init__(self, root: Path, secret: str | None = None) -> None:
         """`secret`: $GRADER_COURSE_SECRET, which replaces the course's own file."""

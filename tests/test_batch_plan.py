@@ -14,6 +14,7 @@ from grader.batch.run import BatchOptions, class_seed, plan_batch
 from grader.batch.store import store_record
 from grader.judge.context import GradingContext
 from grader.results import AssignmentResult, TestResult
+from grader.settings import Settings
 from grader.batch.workspace import Lock, Pinned
 from conftest import COURSE
 
@@ -38,7 +39,8 @@ def options(out: Path, seed: int | None = 3, cases=("n=1",), dtypes=("float32",)
     """The batch's options as `grader grade` makes them: the context fixed first (the seed as the CLI picks it)."""
     ctx = GradingContext(device, class_seed(out, seed), tuple(cases) if cases else None, tuple(dtypes) if dtypes else None,
                          timeout, isolation=isolation)
-    return replace(BatchOptions(out, ["vector_add"], ctx, [None], "cpu-interpreter", catalogue=COURSE), **kw)
+    return replace(BatchOptions(out, ["vector_add"], ctx, [None], "cpu-interpreter", catalogue=COURSE,
+                                settings=Settings()), **kw)
 
 
 def grade_everyone(lock, opts: BatchOptions, status: str = "graded") -> None:
@@ -215,7 +217,7 @@ def test_a_malformed_record_is_said_with_its_file_and_field_and_costs_only_its_s
     with pytest.raises(RecordError) as caught:
         read_records(out, "alice")
     assert str(caught.value) == f"{path}: {words}"
-    view = build_class_view(out, lock, ["vector_add"])
+    view = build_class_view(out, lock, ["vector_add"], catalogue=COURSE)
     rows = {r.student: r for r in view.rows}
     assert rows["alice"].problems == [f"records could not be read: RecordError: {path}: {words}"]
     assert rows["bob"].cells["vector_add"].status == "graded" and rows["bob"].cells["vector_add"].score == 6.0

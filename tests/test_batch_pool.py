@@ -20,6 +20,7 @@ from grader.batch.record import JobRecord
 from grader.batch.store import failed_path, is_reusable, log_path, read_json, read_record, record_path, store_record
 from grader.judge.context import GradingContext
 from grader.results import AssignmentResult, TestResult
+from grader.settings import Settings
 
 # A job process stand-in: what it does depends on the student's name.
 FAKE_JOB = textwrap.dedent(f"""
@@ -70,7 +71,7 @@ def run_pool(jobs, runner, slots=2, retries=1):
     events = []
     sched = Scheduler(jobs, retries, lambda kind, job, record: events.append((kind, job.student)))
     limit = lambda job: HANG_LIMIT if job.student.startswith("hangs") else OTHER_LIMIT  # noqa: E731
-    LocalExecutor([None] * slots, job_timeout=limit, runner=runner).run(sched)
+    LocalExecutor([None] * slots, job_timeout=limit, runner=runner, settings=Settings()).run(sched)
     return events
 
 
@@ -120,7 +121,7 @@ def test_stopping_the_pool_writes_nothing_for_the_stopped_jobs(tmp_path, fake_ru
     jobs = [make_job(out, f"hangs-{i}") for i in range(3)]
     events = []
     sched = Scheduler(jobs, 1, lambda kind, job, record: events.append((kind, job.student)))
-    pool = LocalExecutor([None, None], job_timeout=lambda job: 300, runner=fake_runner)
+    pool = LocalExecutor([None, None], job_timeout=lambda job: 300, runner=fake_runner, settings=Settings())
     t = threading.Thread(target=pool.run, args=(sched,))
     t.start()
     deadline = time.monotonic() + 120

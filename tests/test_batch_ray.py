@@ -19,6 +19,7 @@ from grader.batch.jobs import new_record
 from grader.batch.store import log_path, read_json, record_path
 from grader.batch.executors import RayExecutor, Scheduler, _unpack, pack_repo
 from grader.results import AssignmentResult, TestResult
+from grader.settings import Settings
 from test_batch_pool import make_job
 
 
@@ -113,7 +114,8 @@ def test_ray_executor_stores_records_retries_lost_tasks_and_cancels_stuck_ones(t
     events = []
     fake = FakeRay()
     sched = Scheduler(jobs, 1, lambda kind, job, record: events.append((kind, job.student)))
-    RayExecutor(None, max_in_flight=2, job_timeout=lambda job: 0.5, ray_module=fake).run(sched)
+    RayExecutor(None, max_in_flight=2, job_timeout=lambda job: 0.5, ray_module=fake,
+                settings=Settings()).run(sched)
     assert fake.initialized and fake.options_seen[0] == {"max_retries": 0, "num_cpus": 1}
     first = tarfile.open(fileobj=io.BytesIO(fake.codes[0]), mode="r:gz")
     assert first.getnames() == ["kernels/vector_add.py"]

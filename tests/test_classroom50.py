@@ -30,7 +30,7 @@ import pytest
 
 import classroom50_rules as rules
 from classbuild import make_repo
-from conftest import FIXTURES, REPO_ROOT, run_cli
+from conftest import COURSE, FIXTURES, REPO_ROOT, run_cli
 from grader.batch import classroom50 as c50
 from grader.batch.roster import RosterError
 from grader.kit import classroom50 as ci
@@ -902,7 +902,7 @@ def test_fetch_a_classroom50_class_with_its_scores(tmp_path):
 
     lock = read_lock(tmp_path / "work")
     assert [(p.student, p.status) for p in lock.students] == [("Alice", "fetched"), ("bob", "unfetched")]
-    view = build_class_view(tmp_path / "reports", lock, ["vector_add"])
+    view = build_class_view(tmp_path / "reports", lock, ["vector_add"], catalogue=COURSE)
     assert view.rows[0].cells["vector_add"].ci == "Classroom 50: 4 / 10 (submit/2026-11-21T00:00:00Z)"
     assert view.rows[1].cells["vector_add"].ci == ""
     (tmp_path / "bad.json").write_text('[{"owner": "alice", "score": 1.5}]')

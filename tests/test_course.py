@@ -8,6 +8,7 @@ from fractions import Fraction
 
 import pytest
 
+from conftest import COURSE
 from grader.batch.course import CourseError, Late, LatePolicy, class_deadline, load_course
 
 D = datetime(2025, 2, 1, 0, 0, tzinfo=timezone.utc)
@@ -84,7 +85,7 @@ def test_without_a_policy_late_work_costs_nothing():
 
 
 def test_course_file_is_read(tmp_path):
-    c = load_course(write(tmp_path, GOOD))
+    c = load_course(write(tmp_path, GOOD), COURSE)
     assert c.name == "Kernels 101" and c.order == ["vector_add", "softmax"]
     assert c.points == {"vector_add": Fraction(20)}
     assert c.deadlines["softmax"] == datetime(2025, 2, 8, tzinfo=timezone.utc)  # a TOML datetime works too
@@ -98,7 +99,7 @@ def test_course_file_is_read(tmp_path):
 
 
 def test_an_extension_moves_the_deadline_for_that_student_only(tmp_path):
-    c = load_course(write(tmp_path, GOOD))
+    c = load_course(write(tmp_path, GOOD), COURSE)
     assert c.deadline_for("alice", "vector_add") == D + timedelta(hours=48)
     assert c.deadline_for("alice", "softmax") == datetime(2025, 2, 8, tzinfo=timezone.utc)  # hers names vector_add only
     assert c.deadline_for("dan", "vector_add") == D
@@ -113,7 +114,7 @@ def test_an_extension_moves_the_deadline_for_that_student_only(tmp_path):
 
 
 def test_one_fetch_needs_one_deadline(tmp_path):
-    c = load_course(write(tmp_path, GOOD))
+    c = load_course(write(tmp_path, GOOD), COURSE)
     with pytest.raises(ValueError, match="different deadlines.*vector_add 2025-02-01.*softmax 2025-02-08.*-a NAME"):
         class_deadline(c, ["vector_add", "softmax"], None)
     base, per_student = class_deadline(c, ["vector_add"], None)
@@ -140,7 +141,7 @@ def test_one_fetch_needs_one_deadline(tmp_path):
 def test_a_bad_course_file_names_the_line(tmp_path, text, line, words):
     path = write(tmp_path, text)
     with pytest.raises(CourseError) as err:
-        load_course(path)
+        load_course(path, COURSE)
     message = str(err.value)
     assert message.startswith(f"{path}, line {line}: "), message
     assert words in message, message
@@ -152,6 +153,6 @@ def test_the_documented_example_is_a_valid_course_file(tmp_path):
 
     doc = (Path(__file__).resolve().parent.parent / "docs" / "course.md").read_text()
     example = re.search(r"```toml\n(.*?)```", doc, re.S).group(1)
-    c = load_course(write(tmp_path, example))
+    c = load_course(write(tmp_path, example), COURSE)
     assert c.order == ["vector_add", "softmax"] and c.policy.accept_days == 5 and c.named == {"bob"}
     assert c.similarity_threshold == 0.6 and c.similarity_common_share == 0.5

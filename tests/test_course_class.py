@@ -19,7 +19,7 @@ from pathlib import Path
 import pytest
 
 from classbuild import commit, make_class, unmarked
-from conftest import run_cli
+from conftest import COURSE as CATALOGUE, run_cli
 
 COURSE = """\
 [course]
@@ -216,7 +216,8 @@ def test_a_course_deadline_the_fetch_did_not_pin_by_is_applied_with_a_warning(co
     lock = read_lock(work / "ws" / "lock.json")
     for p in lock.students:
         p.deadline = p.cutoff = None
-    view = write_class_outputs(work / "out", lock, ["vector_add", "softmax"], None, load_course(work / "course.toml"))
+    view = write_class_outputs(work / "out", lock, ["vector_add", "softmax"], None, load_course(work / "course.toml", CATALOGUE),
+                               catalogue=CATALOGUE)
     g = table(work / "out" / "grades.csv")
     assert g["alice"]["total"], (g, view.errors)
     assert float(g["alice"]["late_penalty"]) == pytest.approx(float(g["alice"]["total"]) / 10)

@@ -12,7 +12,7 @@ from pathlib import Path
 import pytest
 
 from classbuild import make_class
-from conftest import run_cli
+from conftest import COURSE, run_cli
 from grader.batch.course import CourseError, FetchLimits, load_course
 
 
@@ -66,14 +66,14 @@ def test_the_count_of_files_and_the_whole_checkout_are_bounded_too(tmp_path):
 def test_course_toml_sets_the_fetch_limits_and_refuses_nonsense(tmp_path):
     course = tmp_path / "course.toml"
     course.write_text("[fetch]\nmax_checkout_mb = 10\nmax_files = 7\nmax_file_mb = 2\n")
-    assert load_course(course).fetch == FetchLimits(10 << 20, 7, 2 << 20)
+    assert load_course(course, COURSE).fetch == FetchLimits(10 << 20, 7, 2 << 20)
     course.write_text("[course]\nname = 'x'\n")
-    assert load_course(course).fetch == FetchLimits()
+    assert load_course(course, COURSE).fetch == FetchLimits()
     for bad, words in (("max_files = 0", "max_files must be a number at least 1"), ("max_file_mb = 'big'", "max_file_mb must"),
                        ("max_inodes = 3", "unknown key 'max_inodes' in [fetch]")):
         course.write_text(f"[fetch]\n{bad}\n")
         with pytest.raises(CourseError, match=words.replace("[", r"\[").replace("]", r"\]")):
-            load_course(course)
+            load_course(course, COURSE)
 
 
 def test_history_the_head_deleted_is_bounded_too_and_costs_no_more_disk_than_the_limit(tmp_path):

@@ -17,7 +17,7 @@ import pytest
 from classbuild import make_class
 from conftest import COURSE, REPO_ROOT, run_cli
 from grader.batch.classview import Cell, Row
-from grader.batch.course import Course, CourseError, load_course
+from grader.batch.course import CourseConfig, CourseError, load_course
 from grader.batch.exporters import EXPORTS, IncompleteGrades
 from grader.results import AssignmentResult, RunResult, TestResult
 
@@ -31,7 +31,7 @@ def _view(gpu_points: float, incomplete: str = "mark", partial: dict | None = No
     alice = Row("alice", "alice", "fetched", name="=HYPERLINK(\"x\")", github_username="alice",
                 cells={"vector_add": va, "softmax": Cell("softmax", "graded", 12.0, 20.0)})
     return SimpleNamespace(assignments=["vector_add", "softmax"], rows=[alice], catalogue=COURSE, late={},
-                           course=Course(incomplete=incomplete), errors=[])
+                           course=CourseConfig(incomplete=incomplete), errors=[])
 
 
 def _table(text: str) -> list[list[str]]:
@@ -204,7 +204,7 @@ def test_the_grade_summary_names_no_gradebook_where_none_was_written(tmp_path, m
 
     from rich.console import Console
 
-    from grader.cli import classroom
+    from grader.cli import grade
 
     entry = {"graded": 1, "infra_error": 0, "reused": 0, "wall_s": 1.0}
     lock = SimpleNamespace(students=[])
@@ -212,8 +212,8 @@ def test_the_grade_summary_names_no_gradebook_where_none_was_written(tmp_path, m
         if written:
             (tmp_path / "grades.csv").write_text("student,total\n")
         buffer = io.StringIO()
-        monkeypatch.setattr(classroom, "console", Console(file=buffer, width=400))
-        classroom._print_summary(tmp_path, lock, entry)
+        monkeypatch.setattr(grade, "console", Console(file=buffer, width=400))
+        grade._print_summary(tmp_path, lock, entry)
         line = buffer.getvalue().strip().splitlines()[-1]
         assert ("gradebook: none written" in line) is not written
         assert (f"gradebook: {tmp_path / 'grades.csv'}" in line) is written

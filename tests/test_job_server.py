@@ -14,6 +14,7 @@ from grader.batch.executors import LocalExecutor, Scheduler
 from grader.batch.jobs import Job
 from grader.batch.store import log_path, read_json, record_path
 from grader.judge.context import GradingContext
+from grader.settings import Settings
 
 # a job server stand-in: one JSON job per line; what it does depends on the student's name
 FAKE_SERVER = textwrap.dedent(f"""
@@ -47,7 +48,7 @@ def make_job(out: Path, student: str, repo: str = "", assignment: str = "vector_
 def run(jobs, server, slots=1, limit=lambda job: 300.0):
     events = []
     sched = Scheduler(jobs, 1, lambda kind, job, record: events.append((kind, job.student)))
-    LocalExecutor([None] * slots, job_timeout=limit, server=server).run(sched)
+    LocalExecutor([None] * slots, job_timeout=limit, server=server, settings=Settings()).run(sched)
     return events
 
 
@@ -76,7 +77,7 @@ def test_real_jobs_share_a_server_and_each_logs_to_its_own_file(tmp_path):
     jobs = [make_job(out, "alice", str(repo)), make_job(out, "alice", str(repo), "softmax"), make_job(out, "bob", str(repo))]
     jobs[1].context = dict(jobs[1].context, cases=["1x1"])  # softmax has no n=1
     started = []
-    pool = LocalExecutor([None], job_timeout=lambda job: 600.0)
+    pool = LocalExecutor([None], job_timeout=lambda job: 600.0, settings=Settings())
     original = pool._start_server
     pool._start_server = lambda job: started.append(job.student) or original(job)
     pool.run(Scheduler(jobs, 0, lambda *a: None))

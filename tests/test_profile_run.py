@@ -157,7 +157,7 @@ def test_the_report_shows_the_profile_under_its_assignment():
 def test_grade_profile_without_a_gpu_says_why_once(tmp_path, capsys):
     from types import SimpleNamespace
 
-    from grader.cli.classroom import _profile_class
+    from grader.cli.grade import _profile_class
 
     _profile_class(tmp_path, ["vector_add"], None, SimpleNamespace(device="cpu", isolation="sandbox", gpu=None), None)
     said = [ln for ln in capsys.readouterr().err.splitlines() if ln.strip()]

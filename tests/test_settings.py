@@ -314,3 +314,70 @@ def test_a_session_hands_its_settings_to_its_workers_and_its_device_lock(tmp_pat
     assert session.course is COURSE and session.settings == settings
     with open_session(GradingContext("cuda", 1, gpu="2"), settings, COURSE).alone_on_gpu():
         assert (tmp_path / "locks" / "gpu-2.lock").is_file()
+
+
+def _defaulted_settings(tree: ast.AST) -> list[tuple[int, str, str]]:
+    """(line, what, the function it is in) where `settings` can be left out: a parameter or a
+    dataclass field named settings with a default, or a `Settings()` made on the spot (the
+    defaults, not the command's)."""
+    found: list[tuple[int, str, str]] = []
+
+    def visit(node: ast.AST, where: str) -> None:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+            a = node.args
+            positional = a.posonlyargs + a.args
+            pairs = list(zip(positional[len(positional) - len(a.defaults):], a.defaults))
+            pairs += [(arg, d) for arg, d in zip(a.kwonlyargs, a.kw_defaults) if d is not None]
+            found.extend((node.lineno, "a settings parameter with a default", node.name)
+                         for arg, _ in pairs if arg.arg == "settings")
+            where = node.name
+        elif isinstance(node, ast.AnnAssign) and isinstance(node.target, ast.Name) and node.target.id == "settings":
+            required = (isinstance(node.value, ast.Call) and getattr(node.value.func, "id", "") == "field"
+                        and not any(k.arg in ("default", "default_factory") for k in node.value.keywords))
+            if node.value is not None and not required:
+                found.append((node.lineno, "a settings field with a default", where))
+        elif isinstance(node, ast.Call) and getattr(node.func, "id", getattr(node.func, "attr", None)) == "Settings":
+            found.append((node.lineno, "Settings() made on the spot", where))
+        for child in ast.iter_child_nodes(node):
+            visit(child, where)
+
+    visit(tree, "<module>")
+    return found
+
+
+# the folders whose signatures take the command's settings, never a default one
+REQUIRED_SETTINGS = ("batch", "cli", "kit")
+# where a caller that names no course folder gets the one the default settings imply: every caller
+# in the package names it; tests leave it out. Known, and to go the same way as `settings`.
+CATALOGUE_DEFAULTS = {
+    ("grader/kit/classroom50.py", "_default_course"), ("grader/kit/classroom50_config.py", "write_classroom"),
+    ("grader/kit/github.py", "report_github"), ("grader/kit/gradescope.py", "build_autograder"),
+    ("grader/kit/gradescope.py", "locate_modules"), ("grader/kit/release.py", "build_kit"),
+    ("grader/kit/release.py", "private_needles"),
+}
+
+
+def test_settings_are_a_required_argument_never_a_default():
+    """A function or record of these folders that works with settings is handed the command's:
+    a default (`settings: Settings = Settings()`) would hide a caller that forgot them, and the
+    batch would run with the defaults instead of the TA's GRADER_* variables."""
+    defaulted = []
+    for folder in REQUIRED_SETTINGS:
+        for path in sorted((PACKAGE / folder).rglob("*.py")):
+            rel = path.relative_to(PACKAGE.parent).as_posix()
+            defaulted += [f"{rel}:{line}: {what} in {where}"
+                          for line, what, where in _defaulted_settings(ast.parse(path.read_text(), rel))
+                          if (rel, where) not in CATALOGUE_DEFAULTS or what != "Settings() made on the spot"]
+    assert defaulted == []
+
+
+def test_the_scan_for_defaulted_settings_would_see_each_form():
+    source = ("def f(settings=Settings()):\n    pass\n"
+              "def g(x, *, settings: Settings = None):\n    pass\n"
+              "class C:\n    settings: Settings = Settings()\n"
+              "class D:\n    settings: Settings = field(kw_only=True)\n"
+              "def h(x, *, settings):\n    return grader.settings.Settings()\n")
+    assert _defaulted_settings(ast.parse(source)) == [
+        (1, "a settings parameter with a default", "f"), (1, "Settings() made on the spot", "f"),
+        (3, "a settings parameter with a default", "g"), (6, "a settings field with a default", "<module>"),
+        (6, "Settings() made on the spot", "<module>"), (10, "Settings() made on the spot", "h")]

@@ -163,6 +163,40 @@ def test_annotations_escape_the_students_message_and_keep_pointing_at_their_line
     assert only_our_commands("\n".join(lines)) == lines
 
 
+
+def test_the_annotation_writer_escapes_every_property_and_the_message():
+    """One writer of `::error`/`::warning`/`::notice` (grader.kit.annotations): a property value
+    cannot end its property or the command, the message cannot end the command or start a line."""
+    from grader.kit.annotations import command
+
+    line = command("error", "m%\n::error::forged\r", file="a,b:c.py", line=12, title="t\n::warning::x")
+    assert line == "::error file=a%2Cb%3Ac.py,line=12,title=t%0A%3A%3Awarning%3A%3Ax::m%25%0A::error::forged%0D"
+    assert only_our_commands(line) == [line]
+    assert command("notice", "2 / 6 points", title="Points") == "::notice title=Points::2 / 6 points"
+    assert command("warning", "no properties") == "::warning::no properties"
+
+
+def test_every_annotation_is_written_by_the_one_annotation_writer():
+    """No module but grader/kit/annotations.py starts a `::error`, `::warning` or `::notice` line
+    itself (a string or f-string that begins with one), so none can skip its escaping. The
+    autograder.py that `release --classroom50` writes is a script of its own (it runs before the
+    grader is installed): its template is one string, not a command of ours."""
+    import ast
+
+    import grader
+
+    root = Path(grader.__file__).parent
+    start = re.compile(r"\s*::(error|warning|notice)\b")
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        if path == root / "kit" / "annotations.py":
+            continue
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            first = node.values[0] if isinstance(node, ast.JoinedStr) and node.values else node
+            if isinstance(first, ast.Constant) and isinstance(first.value, str) and start.match(first.value):
+                found.append(f"{path.relative_to(root)}:{node.lineno}")
+    assert found == []
+
 def test_the_classroom_payload_keeps_student_text_off_the_start_of_a_log_line(tmp_path):
     """The reporter prints each test's name and message in the job log: every line of a message
     starts with the grader's words."""

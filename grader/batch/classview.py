@@ -23,7 +23,7 @@ from pathlib import Path
 from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.batch import reviews
-from grader.batch.course import LATEST, Course, Late, exact, when
+from grader.batch.course import LATEST, CourseConfig, Late, exact, when
 from grader.batch.record import RecordError
 from grader.batch.store import LATE_NOTES, failed_path, read_record, read_records, rewrite_student, student_dir
 from grader.payloads import SubmissionPayload
@@ -172,7 +172,7 @@ class ClassView:
     checks: list[CheckRate]
     flags: list[dict]
     environment: dict
-    course: Course | None = None
+    course: CourseConfig | None = None
     catalogue: object = None  # grader.spec.Course: the course folder's assignments (titles, points)
     late: dict = field(default_factory=dict)  # (student, assignment) -> grader.batch.course.Late
     # assignment -> grader.batch.similarity.Pair list above the threshold
@@ -210,17 +210,12 @@ class ClassView:
                 "flagged": len(self.flags)}
 
 
-def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
-                     catalogue=None) -> ClassView:
-    """The class as its records say; `catalogue` (a grader.spec.Course; default: the one the default
-    settings imply) gives the assignments' titles and points."""
+def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None, *,
+                     catalogue) -> ClassView:
+    """The class as its records say; `catalogue` (the course folder, a grader.spec.Course) gives the
+    assignments' titles and points."""
     from datetime import datetime, timezone
 
-    if catalogue is None:
-        from grader.settings import Settings
-        from grader.spec import Course
-
-        catalogue = Course.find(Settings())
     out = Path(out)
     known = catalogue.catalogue()
     titles = {a: known[a].title if a in known else a for a in assignments}
@@ -421,7 +416,7 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
 
 
 def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict | None = None, course=None,
-                        similarity_threshold: float | None = None, catalogue=None) -> ClassView:
+                        similarity_threshold: float | None = None, *, catalogue) -> ClassView:
     """index.html, summary.json and the gradebooks (grader.batch.exporters), each written atomically
     (a grade of a partial run, --case/--dtype, marked partial in each);
     with course.toml's late policy applied (grader.batch.course), the similar pairs
@@ -431,7 +426,7 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
     from grader.batch.similarity import update_similarity
 
     out = Path(out)
-    view = build_class_view(out, lock, assignments, manifest, course, catalogue)
+    view = build_class_view(out, lock, assignments, manifest, course, catalogue=catalogue)
     _guarded(view, "late penalties", lambda: apply_late(view, out))
     for a in assignments:
         view.speed[a] = []
@@ -457,7 +452,7 @@ def _guarded(view: ClassView, what: str, step) -> None:
         view.errors.append(f"{what} failed: {type(exc).__name__}: {' '.join(str(exc).split())[:500]}")
 
 
-def _late_of_row(view, r: Row, course: Course) -> tuple[dict[str, str], bool]:
+def _late_of_row(view, r: Row, course: CourseConfig) -> tuple[dict[str, str], bool]:
     """One student's lateness per assignment, their penalty and the notes for their report; and
     whether the fetch pinned by the deadline used (False: course.toml's, the fetch had none).
     A graded commit whose date cannot be read counts as later than any deadline."""
@@ -505,7 +500,7 @@ def apply_late(view, out: Path) -> None:
     deadline (the lock's, which pinning used; else course.toml's), and its penalty: computed on
     each assignment's earned points, summed into the row's `penalty` (applied to the total by
     the gradebooks). Each student's report gets the explanation (rewritten only if it changed)."""
-    course = view.course or Course()
+    course = view.course or CourseConfig()
     unpinned = False  # a deadline from course.toml that the fetch did not pin by
     for r in view.rows:
         try:

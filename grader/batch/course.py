@@ -57,7 +57,7 @@ else:  # pragma: no cover
     import tomli as tomllib
 
 if TYPE_CHECKING:
-    from grader.spec import Course as Catalogue  # the course folder (its assignments), not this module's Course
+    from grader.spec import Course as Catalogue  # the course folder (its assignments), not course.toml
 
 COURSE_FILE = "course.toml"
 # [gradebook] incomplete: what the gradebooks do with a grade that is not the assignment's whole grade
@@ -168,7 +168,10 @@ class FetchLimits:
 
 
 @dataclass
-class Course:
+class CourseConfig:
+    """course.toml: how a class is graded (its points, deadlines, extensions, late policy,
+    gradebooks and fetch limits), not the course folder whose assignments it names (grader.spec.Course)."""
+
     path: Path | None = None
     name: str = ""
     points: dict[str, Fraction] = field(default_factory=dict)
@@ -209,7 +212,7 @@ class Course:
         return score * points / max_score, points
 
 
-def find_course(path: Path | None, catalogue: "Catalogue") -> Course:
+def find_course(path: Path | None, catalogue: "Catalogue") -> CourseConfig:
     """`path`, or course.toml in the course folder (`catalogue`, a grader.spec.Course: the
     assignments it may name) if there is one, else an empty course."""
     if path is not None:
@@ -217,17 +220,12 @@ def find_course(path: Path | None, catalogue: "Catalogue") -> Course:
             raise CourseError(f"{path}: no such course file")
         return load_course(Path(path), catalogue)
     default = catalogue.root / COURSE_FILE
-    return load_course(default, catalogue) if default.is_file() else Course()
+    return load_course(default, catalogue) if default.is_file() else CourseConfig()
 
 
-def load_course(path: Path, catalogue: "Catalogue | None" = None) -> Course:
-    """course.toml at `path`, its assignments checked against `catalogue` (default: the course
-    folder the default settings imply)."""
-    if catalogue is None:
-        from grader.settings import Settings
-        from grader.spec import Course as Catalogue
-
-        catalogue = Catalogue.find(Settings())
+def load_course(path: Path, catalogue: "Catalogue") -> CourseConfig:
+    """course.toml at `path`, its assignments checked against `catalogue` (the course folder, a
+    grader.spec.Course)."""
     text = Path(path).read_text()
     try:
         data = tomllib.loads(text)
@@ -270,11 +268,11 @@ class _Reader:
                 return i
         return header or 1
 
-    def course(self, data: dict) -> Course:
+    def course(self, data: dict) -> CourseConfig:
         for key in data:
             if key not in self.TOP:
                 self.fail(f"unknown table [{key}] (known: {', '.join(sorted(self.TOP))})", key, key)
-        c = Course(self.path)
+        c = CourseConfig(self.path)
         meta = self.table(data, "course")
         self.known_keys(meta, "course", {"name"})
         self.known_keys(self.table(data, "leaderboard"), "leaderboard", {"named"})
@@ -430,7 +428,7 @@ def exact(x) -> Fraction:
     return Fraction(repr(float(x)))
 
 
-def class_deadline(course: Course, names: list[str], override: datetime | None):
+def class_deadline(course: CourseConfig, names: list[str], override: datetime | None):
     """(the class's deadline, per_student) for a fetch of these assignments: `override` (the
     command line's) or the course's, which must be one deadline for all of them (one lock pins
     one commit per student). per_student(student) -> (deadline, cutoff), or None where no

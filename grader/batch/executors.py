@@ -135,8 +135,8 @@ class LocalExecutor:
     """`slots` job processes at once on this machine; slot i owns GPU slots[i] (None: CPU)."""
 
     def __init__(self, slots: list[str | None], job_timeout: Callable[[Job], float] | None = None,
-                 runner: list[str] | None = None, server: list[str] | None = None,
-                 settings: Settings = Settings()) -> None:
+                 runner: list[str] | None = None, server: list[str] | None = None, *,
+                 settings: Settings) -> None:
         """`server` (default: `python -m grader.batch.jobs --serve`, unless GRADER_JOB_SERVER=0 or a
         one-shot `runner` is given) keeps one job process per slot for job after job; `settings`
         are the batch command's; `job_timeout` (default: `default_job_timeout` of the course the
@@ -406,11 +406,13 @@ class RayExecutor:
     overlap their correctness phases; the lock files serialize timing on each node)."""
 
     def __init__(self, address: str | None, max_in_flight: int, per_gpu: int = 2,
-                 job_timeout: Callable[[Job], float] | None = None, ray_module=None) -> None:
+                 job_timeout: Callable[[Job], float] | None = None, ray_module=None, *, settings: Settings) -> None:
+        """`settings`: the batch command's; `job_timeout` (default: `default_job_timeout` of the
+        course they name) a job's time limit."""
         self.address = address
         self.max_in_flight = max(1, max_in_flight)
         self.per_gpu = max(1, per_gpu)
-        self.job_timeout = job_timeout or default_job_timeout(Course.find(Settings()))
+        self.job_timeout = job_timeout or default_job_timeout(Course.find(settings))
         self.ray = ray_module
         self.stopping = False
 

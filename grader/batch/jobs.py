@@ -155,8 +155,8 @@ def _shown(log: Callable[[str], None]) -> Callable[[str], None]:
     return lambda text: log(for_terminal(text))
 
 
-def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None = None,
-            settings: Settings = Settings()) -> JobRecord:
+def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None = None, *,
+            settings: Settings) -> JobRecord:
     """Grade one job here (the sandboxed worker is started from here) and return its record.
     Student failures are outcomes inside the result; only our own failures are infra_error.
     `sessions`: the grading sessions this process has opened, reused by a later job on the

@@ -38,9 +38,10 @@ class BatchOptions:
     address: str | None = None
     per_gpu: int = 2
     job_timeout: float | None = None
-    course: object = None  # grader.batch.course.Course: points, late policy (the class view applies them)
+    course: object = None  # grader.batch.course.CourseConfig: points, late policy (the class view applies them)
     similarity_threshold: float | None = None
-    settings: Settings = Settings()  # the command's (grader.settings): the executors' warm starts and threads
+    # the command's (grader.settings): the executors' warm starts and threads; given by name, never defaulted
+    settings: Settings = field(kw_only=True)
     catalogue: Course | None = None  # grader.spec.Course: the course folder whose assignments are graded
 
 
@@ -108,7 +109,8 @@ def make_executor(opts: BatchOptions, slots: list[str | None]):
     assert opts.catalogue is not None  # the command gives the course folder it grades
     timeout = (lambda job: opts.job_timeout) if opts.job_timeout else default_job_timeout(opts.catalogue)
     if opts.executor == "ray":
-        return RayExecutor(opts.address, max_in_flight=len(slots), per_gpu=opts.per_gpu, job_timeout=timeout)
+        return RayExecutor(opts.address, max_in_flight=len(slots), per_gpu=opts.per_gpu, job_timeout=timeout,
+                           settings=opts.settings)
     return LocalExecutor(slots, job_timeout=timeout, settings=opts.settings)
 
 
@@ -156,7 +158,7 @@ def run_batch(lock, opts: BatchOptions, plan: BatchPlan, on_event: Callable[[str
         write_json_atomic(manifest, out / MANIFEST)
         repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
         view = write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold,
-                               opts.catalogue)
+                               catalogue=opts.catalogue)
         entry["class_errors"] = view.errors  # what of the class view could not be written (the rest was)
         entry["partial"] = view.partial  # some grade is of --case/--dtype: the chosen cases' share, marked partial
         if cache:

@@ -1,6 +1,7 @@
-"""Command line: `grader check` and `grader list` (grader.cli.check), the TA's class
-commands (grader.cli.classroom), a TA's review (grader.cli.review) and the course's kit
-commands (grader.cli.kit), and `grader verify` (grader.cli.verify): a stored speed figure re-timed.
+"""Command line: `grader check` and `grader list` (grader.cli.check), the TA's class commands,
+one module each (grader.cli.fetch, .grade, .similarity, .leaderboard), a TA's review
+(grader.cli.review) and the course's kit commands (grader.cli.kit), and `grader verify`
+(grader.cli.verify): a stored speed figure re-timed.
 
 Exit codes: 0 every check that ran passed; 1 some check failed; 2 usage or infrastructure
 error, with a one-line message.
@@ -10,7 +11,7 @@ from __future__ import annotations
 
 import typer
 
-from grader.cli import check, classroom, kit, review, verify
+from grader.cli import check, fetch, grade, kit, leaderboard, review, similarity, verify
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
 
@@ -44,7 +45,10 @@ def _main(version: bool = typer.Option(False, "--version", callback=_version, is
     """Grade Triton kernel assignments."""
 
 check.register(app)
-classroom.register(app)
+fetch.register(app)
+grade.register(app)
+similarity.register(app)
+leaderboard.register(app)
 review.register(app)
 kit.register(app)
 verify.register(app)

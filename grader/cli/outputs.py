@@ -117,9 +117,9 @@ class TerminalSink(Sink):
         for warning in setup.contained.warnings:  # once per run, before any worker starts
             err.print(f"[yellow]warning:[/yellow] {escape(warning)}")
             if self.ci or in_actions():  # a CI run that lost a layer says so where its log is read, not only on stderr
-                from grader.sanitize import for_annotation
+                from grader.kit.annotations import command
 
-                print(f"::warning title=Weaker sandbox::{for_annotation(warning)}", flush=True)
+                print(command("warning", warning, title="Weaker sandbox"), flush=True)
         ctx = setup.ctx
         mode = "GPU" if ctx.device == Device.CUDA else "CPU interpreter (TRITON_INTERPRET=1): no timing, no bf16"
         console.print(f"Checking [bold]{shown(setup.sub.root)}[/bold]: {', '.join(s.name for s in setup.chosen)} "

@@ -47,7 +47,7 @@ def review(
     from grader.batch.classview import build_class_view, write_class_outputs
     from grader.batch.record import RecordError
     from grader.batch.store import read_record, record_path, rewrite_student
-    from grader.cli.classroom import _class_lock, load_course_or_fail
+    from grader.cli.classfiles import class_lock, load_course_or_fail
 
     decisions = [d for d, on in (("clear", clear), ("uphold", uphold), ("points", points is not None)) if on]
     if list_:
@@ -63,10 +63,10 @@ def review(
 
     catalogue = specs.Course.find(current())
     course = load_course_or_fail(course_file, catalogue)
-    lock, manifest = _class_lock(out)
+    lock, manifest = class_lock(out)
     assignments = manifest.get("assignments") or []
     if list_:
-        _print_list(out, build_class_view(out, lock, assignments, manifest, course, catalogue))
+        _print_list(out, build_class_view(out, lock, assignments, manifest, course, catalogue=catalogue))
         return
     pinned = {p.student: p for p in lock.students}
     if student not in pinned:

@@ -19,7 +19,7 @@ summary, the places the runner leaves alone.
 
 Everything a student wrote (messages, tracebacks, a module path from grader.toml) reaches
 Markdown through `grader.sanitize.for_markdown`, the log's workflow commands through
-`for_annotation`, and the commit status through `one_line`.
+grader.kit.annotations (`for_annotation`), and the commit status through `one_line`.
 """
 
 import os
@@ -29,10 +29,11 @@ from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 
+from grader.kit.annotations import command, failures
 from grader.kit.github import failures_markdown
 from grader.payloads import Kind
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, TestResult, cents
-from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line
+from grader.sanitize import for_markdown, for_markdown_code, one_line
 
 SCHEMA = "classroom50/result/v1"
 RESULT = "result.json"
@@ -261,24 +262,9 @@ def summary_line(run: RunResult) -> str:
 
 
 def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
-    """`::error` commands where a failure points at a line of the student's code."""
-    from grader.kit.github import source_line
-
-    lines, seen = [], set()
-    for t in run.tests:
-        if t.outcome not in BAD_OUTCOMES:
-            continue
-        where = source_line(t, repo)
-        if not where:
-            continue
-        file = os.path.relpath(repo / where[0], workspace)
-        if (file, where[1], t.message) in seen:
-            continue
-        seen.add((file, where[1], t.message))
-        title = f"{t.assignment} {t.name}: {t.outcome}"
-        lines.append(f"::error file={for_annotation(file, True)},line={where[1]},title={for_annotation(title, True)}::"
-                     f"{for_annotation(one_line(t.message, MESSAGE_LIMIT))}")
-    return lines
+    """`::error` commands where a failure points at a line of the student's code; each message on
+    one line, cut at MESSAGE_LIMIT."""
+    return failures(run, repo, workspace, lambda message: one_line(message, MESSAGE_LIMIT))
 
 
 def _outputs(env: Mapping[str, str], status: str, summary: str) -> None:
@@ -342,8 +328,7 @@ def report_error(message: str, repo: Path | None, env: Mapping[str, str] | None 
     env = os.environ if env is None else env
     if repo is not None and repo.is_dir():
         remove_stale(repo)
-    echo(f"::error title={for_annotation('The grader could not run', True)}::"
-         f"{for_annotation(one_line(message, MESSAGE_LIMIT))}")
+    echo(command("error", one_line(message, MESSAGE_LIMIT), title="The grader could not run"))
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(f"## Triton kernels: the grader could not run\n\n{for_markdown(message, 2000)}\n\n"

@@ -18,21 +18,22 @@
 All of it comes from the same RunResult as results.json. Every piece of it that a student's
 repo or worker decided (a module or function name, a message, a reproducer, a file name) goes
 through its sink's neutraliser (grader.sanitize): Markdown-escaped in the summary, escaped as
-the runner's toolkit does in a command, and on one line in the payload (a step that prints its
-names and messages in the job log must not see a line of their own run as a workflow command).
+the runner's toolkit does in a command (grader.kit.annotations writes every one), and on one
+line in the payload (a step that prints its names and messages in the job log must not see a
+line of their own run as a workflow command).
 """
 
 import base64
 import json
 import os
-import re
 from collections.abc import Mapping
 from pathlib import Path
 
 from grader.judge.feedback import group_failures
+from grader.kit.annotations import command, failures, source_line
 from grader.payloads import CorrectnessPayload
-from grader.results import BAD_OUTCOMES, Outcome, RunResult, TestResult, cents
-from grader.sanitize import for_annotation, for_markdown, for_markdown_code, one_line, strict_json
+from grader.results import BAD_OUTCOMES, Outcome, RunResult, cents
+from grader.sanitize import for_markdown, for_markdown_code, one_line, strict_json
 from grader.settings import from_environment
 
 # Classroom's three statuses; skipped tests are left out of the payload (they carry no points here)
@@ -40,27 +41,11 @@ CLASSROOM_STATUS: dict[Outcome, str] = {
     Outcome.PASSED: "pass", **{o: "fail" for o in BAD_OUTCOMES}, Outcome.INFRA_ERROR: "error"}
 MESSAGE_LIMIT = 1000  # a step that prints messages in the job log: keep each one short
 ARTIFACT = "grader-report"  # the kit workflow's upload step names the report's artifact so
-_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
 
 
 def enabled(ci: str | None, env: Mapping[str, str]) -> bool:
     """--ci github, or --ci left unset inside GitHub Actions (GITHUB_ACTIONS=true in `env`)."""
     return ci == "github" or (ci is None and from_environment(env).in_actions)
-
-
-def source_line(test: TestResult, repo: Path) -> tuple[str, int] | None:
-    """(path relative to the repo, line) of the deepest traceback frame in a file of the repo.
-    Frames name the worker's private copy (or a path relative to it), so a frame's path is
-    matched on its trailing components."""
-    found = None
-    for path, line in _FRAME.findall(test.traceback or ""):
-        parts = Path(path).parts
-        for i in range(len(parts)):
-            rel = Path(*parts[i:])
-            if not rel.is_absolute() and (repo / rel).is_file() and not rel.parts[0].startswith("."):
-                found = (rel.as_posix(), int(line))
-                break
-    return found
 
 
 def classroom_payload(run: RunResult, repo: Path) -> dict:
@@ -97,24 +82,9 @@ def encode(payload: dict) -> str:
 
 def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
     """One `::error` command per distinct failure that points at a line of the student's code;
-    file= is relative to the workspace (the repository's root in Actions)."""
-    lines, seen = [], set()
-    for t in run.tests:
-        if t.outcome not in BAD_OUTCOMES:
-            continue
-        where = source_line(t, repo)
-        if not where:
-            continue
-        file = os.path.relpath(repo / where[0], workspace)
-        key = (file, where[1], t.message)
-        if key in seen:
-            continue
-        seen.add(key)
-        title = f"{t.assignment} {t.name}: {t.outcome}"
-        lines.append(f"::error file={for_annotation(file, property=True)},line={where[1]},"
-                     f"title={for_annotation(title, property=True)}::"
-                     f"{for_annotation(_short(t.message, MESSAGE_LIMIT))}")
-    return lines
+    file= is relative to the workspace (the repository's root in Actions). Its message keeps
+    its lines (escaped), cut at MESSAGE_LIMIT."""
+    return failures(run, repo, workspace, lambda message: _short(message, MESSAGE_LIMIT))
 
 
 def score_words(run: RunResult) -> str:
@@ -194,7 +164,7 @@ def report_github(run: RunResult, repo: Path, device: str, env: Mapping[str, str
     hidden = {a.name: catalogue.get(a.name).hidden_count for a in run.assignments}
     for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or Path.cwd())):
         echo(line)
-    echo(f"::notice title=Points::{for_annotation(score_words(run))}")  # the run page's first line: our numbers
+    echo(command("notice", score_words(run), title="Points"))  # the run page's first line: our numbers
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(step_summary(run, device, hidden))

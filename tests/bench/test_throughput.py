@@ -24,6 +24,7 @@ from grader.settings import Settings
 from grader import spec as specs
 from grader.judge.context import GradingContext
 from grader.judge.session import open_session
+from grader.settings import Settings
 from grader.submission import open_submission
 from grader.settings import Settings
 
@@ -68,7 +69,7 @@ def test_one_call_as_a_pool_job(benchmark, good, tmp_path):
     def job():
         ctx = GradingContext("cpu", 1, cases=("n=1",), dtypes=("float32",))
         j = Job("alice", "alice", "vector_add", str(good.root), None, None, {}, str(out), ctx.to_json())
-        LocalExecutor([None]).run(Scheduler([j], 0, lambda *a: None))
+        LocalExecutor([None], settings=Settings()).run(Scheduler([j], 0, lambda *a: None))
         return read_json(record_path(out, "alice", "vector_add"))
 
     assert benchmark.pedantic(job, rounds=3, iterations=1)["status"] == "graded"
@@ -126,7 +127,7 @@ def test_eight_tiny_jobs_through_one_job_server(benchmark, good, tmp_path):
         out = tmp_path / f"out{next(runs)}"
         ctx = GradingContext("cpu", 1, cases=("n=1",), dtypes=("float32",))
         jobs = [Job(f"s{i}", f"s{i}", "vector_add", str(good.root), None, None, {}, str(out), ctx.to_json()) for i in range(8)]
-        LocalExecutor([None]).run(Scheduler(jobs, 0, lambda *a: None))
+        LocalExecutor([None], settings=Settings()).run(Scheduler(jobs, 0, lambda *a: None))
         return [read_json(record_path(out, j.folder, "vector_add")) for j in jobs]
 
     records = benchmark.pedantic(batch, rounds=2, iterations=1)
@@ -150,7 +151,7 @@ def test_class_view_of_200_students(benchmark, tmp_path):
                                 float(bool((i + k) % 7))) for k in range(20)]
             store_record(tmp_path, new_record(job, "graded", result=AssignmentResult(a, a, "m", tests)))
     lock = Lock(students, "now", root=tmp_path)
-    view = benchmark.pedantic(lambda: write_class_outputs(tmp_path, lock, ["vector_add", "softmax"]), rounds=3, iterations=1)
+    view = benchmark.pedantic(lambda: write_class_outputs(tmp_path, lock, ["vector_add", "softmax"], catalogue=COURSE), rounds=3, iterations=1)
     assert len(view.rows) == 200 and (tmp_path / "index.html").stat().st_size > 0
 
 

@@ -1,12 +1,10 @@
-"""The TA's commands, `grader fetch`, `grader grade`, `grader similarity` and `grader
-leaderboard`, registered on the `grader` CLI. All read course.toml (grader.batch.course); its flags
-override it.
+"""`grader grade`: a whole class graded (GradeOptions read once, grade_setup -> run_grade),
+from a lock, or from a roster fetched first (grader.cli.fetch). Reads course.toml
+(grader.batch.course); its flags override it.
 
-Exit codes of `fetch`: 0 every student fetched; 1 some could not be (each has its line, and
-the lock file is written for the others). Of `grade`: 0 every job graded (students failing
-checks is not an error of the batch); 1 some job ended in infra_error after its retries, or
-nothing at all was graded (no student could be fetched);
-130 interrupted (everything finished so far is kept: run again with --resume). All: 2 for a
+Exit codes: 0 every job graded (students failing checks is not an error of the batch); 1 some
+job ended in infra_error after its retries, or nothing at all was graded (no student could be
+fetched); 130 interrupted (everything finished so far is kept: run again with --resume); 2 for a
 usage error or a malformed roster, lock or course file, with one line.
 """
 
@@ -24,129 +22,15 @@ from rich.markup import escape
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn, TimeRemainingColumn
 
 from grader import spec as specs
-from grader.batch.roster import RosterError, load_roster
+from grader.cli.classfiles import load_course_or_fail
 from grader.cli.common import ISOLATION_HELP, STYLE, UsageError, console, err, shown
 from grader.cli.common import fail as _fail
+from grader.cli.fetch import fetch_class
 from grader.environment import has_gpu
 from grader.sandbox import docker
 from grader.settings import Settings, current
 
 DEFAULT_JOBS_PER_GPU = 2
-
-
-def load_course_or_fail(path: Optional[Path], catalogue: specs.Course):
-    """course.toml (--course, or the course root's), or an empty course; exit 2 if it is bad.
-    `catalogue`: the course folder (grader.spec.Course) whose assignments it may name."""
-    from grader.batch.course import CourseError, find_course
-
-    try:
-        return find_course(path, catalogue)
-    except CourseError as exc:
-        _fail(exc)
-
-
-def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[str], prefix: Optional[str],
-                branch: Optional[str], jobs: int, course=None, names: Optional[List[str]] = None,
-                classroom50: Optional[tuple[str, str]] = None, scores: Optional[Path] = None, catalogue=None):
-    """Roster -> WORKDIR/repos + WORKDIR/lock.json, one line per student. The deadline is
-    --deadline, else course.toml's for the assignments fetched; its extensions and late policy
-    decide each student's deadline and the last commit still graded."""
-    from grader.batch.course import Course, class_deadline
-    from grader.batch.workspace import fetch_roster, parse_deadline
-
-    course = course or Course()
-    from grader.batch import classroom50 as c50
-
-    try:
-        if classroom50:  # (classroom, slug): repos ORG/<classroom>-<slug>-<user>
-            entries = c50.load_roster(roster, org, *classroom50)
-        else:
-            entries = load_roster(roster, org, prefix)
-        collected = c50.load_scores(scores) if scores else None
-        when = parse_deadline(deadline) if deadline else None
-        when, per_student = class_deadline(course, names or course.order or list(catalogue.catalogue()), when)
-    except (RosterError, c50.ScoresError, ValueError) as exc:
-        _fail(exc)
-    console.print(f"Fetching {len(entries)} repos into {out}"
-                  + (f", pinned at the deadline {when.isoformat()}" if when else ""))
-    if course.policy and when:
-        console.print(f"Late policy ({course.path}): {course.policy.describe()}; commits up to "
-                      f"{course.cutoff(when).isoformat()} are graded, with the penalty")
-    lock_print = threading.Lock()
-
-    def show(p) -> None:
-        with lock_print:
-            if p.status == "fetched":
-                late = ""
-                if p.late and p.cutoff:
-                    late = f"  [yellow]late: the graded commit is dated after the deadline {p.deadline}[/yellow]"
-                elif p.late:
-                    late = f"  [yellow]late: {p.late_commits} commit(s) after the deadline not graded[/yellow]"
-                console.print(f"  [green]ok[/green]  {shown(p.student)}: {shown(p.branch)} @ {p.commit[:12]} "
-                              f"({shown(p.commit_date or 'no readable date')}){late}")
-            else:
-                console.print(f"  [red]unfetched[/red]  {shown(p.student)}: {shown(p.reason, 500)}")
-
-    lock = fetch_roster(entries, out, when, branch, jobs=jobs, roster=roster, progress=show, per_student=per_student,
-                        limits=course.fetch)
-    if collected is not None:
-        console.print(f"Classroom 50 scores: {len(collected)} kept (the latest per student and assignment) in "
-                      f"{c50.save_scores(collected, out)}; the class view shows them beside the grades")
-    bad = [p for p in lock.students if p.status != "fetched"]
-    console.print(f"{len(lock.students) - len(bad)} fetched, {len(bad)} unfetched; lock file: {out / 'lock.json'}")
-    if lock.warning:
-        console.print(f"[yellow]{shown(lock.warning)}[/yellow]")
-    return lock
-
-
-def fetch(
-    roster: Path = typer.Option(..., "--roster",
-                                help="CSV: student,repo[,commit], or GitHub Classroom's roster export; "
-                                "with --classroom50, usernames one a line or a CSV with a username column."),
-    out: Path = typer.Option(..., "--out", help="The workspace: repos/ and lock.json are written there."),
-    deadline: Optional[str] = typer.Option(None,
-                                           help="ISO 8601 with a time zone: pin the last commit dated on or before it "
-                                           "(default: course.toml's deadline for the assignments)."),
-    org: Optional[str] = typer.Option(None, help="GitHub Classroom: the organization (or a base URL)."),
-    prefix: Optional[str] = typer.Option(None, help="GitHub Classroom: the assignment's repo prefix."),
-    branch: Optional[str] = typer.Option(None, help="The branch to grade (default: each repo's default branch)."),
-    jobs: int = typer.Option(8, help="Repos fetched at once."),
-    assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
-                                                   help="The assignments this fetch is for: "
-                                                   "their deadline in course.toml applies (default: the course's)."),
-    course_file: Optional[Path] = typer.Option(None, "--course",
-                                               help="The course file (default: COURSE/course.toml if there is one)."),
-    classroom50: Optional[str] = typer.Option(None, "--classroom50",
-                                              help="Classroom 50: the classroom's name; each repo "
-                                              "is ORG/<classroom>-<slug>-<username>, lower case (with --org)."),
-    slug: Optional[str] = typer.Option(None, help="Classroom 50: the assignment's slug (default: that of the one -a)."),
-    scores: Optional[Path] = typer.Option(None, help="Classroom 50: a collected scores.json, shown beside the grades."),
-) -> None:
-    """Clone or update every student's repo and pin the commit to grade in WORKDIR/lock.json."""
-    catalogue = specs.Course.find(current())
-    course = load_course_or_fail(course_file, catalogue)
-    try:
-        for n in assignment or []:
-            catalogue.get(n)
-        if (slug or scores) and not classroom50:
-            raise UsageError("--slug and --scores go with --classroom50 CLASSROOM")
-        if classroom50 and not slug:
-            if not assignment or len(assignment) != 1:
-                raise UsageError("--classroom50: name the assignment's slug with --slug, or one assignment with -a")
-            from grader.kit.classroom50 import slug_of
-
-            slug = slug_of(assignment[0])
-    except specs.UnknownAssignment as exc:
-        _fail(UsageError(exc.args[0]))
-    except UsageError as exc:
-        _fail(exc)
-    classroom_slug = None
-    if classroom50:
-        assert slug is not None  # given, or the one assignment's
-        classroom_slug = (classroom50, slug)
-    lock = fetch_class(roster, out, deadline, org, prefix, branch, jobs, course, assignment, classroom_slug, scores,
-                       catalogue)
-    raise typer.Exit(1 if any(p.status != "fetched" for p in lock.students) else 0)
 
 
 def resolve_slots(device: str, gpus: str, jobs: Optional[int], settings: Settings) -> tuple[list, str]:
@@ -530,82 +414,5 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
     console.print(f"dashboard: {out / 'index.html'}   gradebook: {book}   summary: {out / 'summary.json'}")
 
 
-def _class_lock(class_dir: Path):
-    """The lock a graded class folder was graded from (its batch.json names it)."""
-    from grader.batch.store import MANIFEST, read_json
-    from grader.batch.workspace import LockError, read_lock
-
-    manifest = read_json(class_dir / MANIFEST)
-    if not manifest or not manifest.get("lock"):
-        _fail(UsageError(f"{class_dir}: not a class folder graded by grader grade (no {MANIFEST})"))
-    try:
-        return read_lock(Path(manifest["lock"])), manifest
-    except LockError as exc:
-        _fail(exc)
-
-
-def similarity(
-    class_dir: Path = typer.Option(Path("reports"), "--class", help="The graded class folder (grader grade --out)."),
-    threshold: Optional[float] = typer.Option(None,
-                                              help="List pairs at least this similar (0-1; default: course.toml's, "
-                                                   "else 0.6)."),
-    course_file: Optional[Path] = typer.Option(None, "--course",
-                                               help="The course file (default: COURSE/course.toml if there is one)."),
-) -> None:
-    """Compare every pair of students' modules per assignment; rebuild the dashboard's list of similar pairs."""
-    from grader.batch import similarity as compare
-    from grader.batch.classview import write_class_outputs
-
-    if compare.MISSING is not None:
-        _fail(UsageError("grader similarity needs copydetect, which comes with the TA's extra: "
-                         "pip install \"grader[ta]\""))
-    catalogue = specs.Course.find(current())
-    course = load_course_or_fail(course_file, catalogue)
-    if threshold is not None and not 0 < threshold <= 1:
-        _fail(UsageError("--threshold must be in (0, 1]"))
-    lock, manifest = _class_lock(class_dir)
-    view = write_class_outputs(class_dir, lock, manifest.get("assignments") or [], manifest, course, threshold,
-                               catalogue)
-    for a in view.assignments:
-        pairs = view.similarity.get(a, [])
-        console.print(f"{a}: {len(pairs)} pair(s) at or above {view.similarity_meta['threshold']:g}"
-                      + "".join(f"\n  {p.score:.0%}  {shown(p.a)} ~ {shown(p.b)}  {shown(class_dir / p.page)}"
-                                for p in pairs[:10]))
-        for student, why in (view.similarity_meta["per_assignment"].get(a) or {}).get("not_compared", {}).items():
-            console.print(f"  [yellow]not compared[/yellow] {shown(student)}: {shown(why, 300)}")
-    console.print(f"dashboard: {class_dir / 'index.html'}")
-    for line in view.errors:
-        err.print(f"[red]error:[/red] {shown(line, 600)}")
-    if view.errors:
-        raise typer.Exit(1)
-
-
-def leaderboard(
-    out: Path = typer.Option(..., "--out", help="Where to write the page (index.html) to publish."),
-    class_dir: Path = typer.Option(Path("reports"), "--class", help="The graded class folder (grader grade --out)."),
-    anonymize: bool = typer.Option(False,
-                                   help="Pseudonyms for everyone but the students course.toml names under "
-                                        "[leaderboard] named."),
-    course_file: Optional[Path] = typer.Option(None, "--course",
-                                               help="The course file (default: COURSE/course.toml if there is one)."),
-) -> None:
-    """Write a speed leaderboard of the graded class, as a page a TA can publish."""
-    from grader.batch.leaderboard import PSEUDONYMS, LeaderboardError, write_leaderboard
-
-    course = load_course_or_fail(course_file, specs.Course.find(current()))
-    try:
-        page = write_leaderboard(class_dir, out, anonymize, course.named, course.name)
-    except LeaderboardError as exc:
-        _fail(exc)
-    console.print(f"leaderboard: {page}")
-    if anonymize:
-        console.print(f"pseudonyms (private, not for publishing): {class_dir / PSEUDONYMS}")
-    else:
-        console.print("[yellow]names are shown: use --anonymize for pseudonyms unless every student agreed[/yellow]")
-
-
 def register(app: typer.Typer) -> None:
-    app.command("fetch")(fetch)
     app.command("grade")(grade)
-    app.command("similarity")(similarity)
-    app.command("leaderboard")(leaderboard)
