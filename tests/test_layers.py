@@ -386,7 +386,7 @@ DOC_RULES = {
     "In `sandbox/`:": "sandbox inside",
     "Only `proctable.py` reads the process table": "process table",
     "No two classes of `grader/` share a name": "tests/test_names.py",
-    "every `settings` parameter or field is required": "tests/test_settings_required.py",
+    "No `settings` parameter or field anywhere": "tests/test_settings.py",
 }
 
 

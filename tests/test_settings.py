@@ -234,35 +234,6 @@ def test_no_module_keeps_a_registry_it_changes_but_those_known():
     assert sorted(KNOWN_REGISTRIES - found) == []  # one moved away: off the list
 
 
-def default_settings(tree: ast.Module) -> list[int]:
-    """Lines where a parameter or a field defaults to a fresh `Settings()`: a stand-in for the
-    settings the command read, which the caller then need not hand down."""
-    def fresh(value: ast.AST | None) -> bool:
-        return isinstance(value, ast.Call) and isinstance(value.func, ast.Name | ast.Attribute) and \
-            (getattr(value.func, "id", None) or getattr(value.func, "attr", None)) == "Settings"
-
-    lines = []
-    for node in ast.walk(tree):
-        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
-            lines += [d.lineno for d in (*node.args.defaults, *node.args.kw_defaults) if d is not None and fresh(d)]
-        elif isinstance(node, ast.AnnAssign) and fresh(node.value):
-            lines.append(node.lineno)
-    return lines
-
-
-def test_the_sandbox_and_the_resident_judge_are_handed_their_settings():
-    """In sandbox/ and resident.py `settings` is required: no signature or field defaults to
-    `Settings()`, so every worker, probe and view runs with the session's."""
-    found = []
-    for path in sorted([*(PACKAGE / "sandbox").rglob("*.py"), PACKAGE / "resident.py"]):
-        rel = path.relative_to(PACKAGE.parent).as_posix()
-        found += [f"{rel}:{line}" for line in default_settings(ast.parse(path.read_text(), rel))]
-    assert found == []
-    source = "def f(a, settings=Settings()):\n    pass\nclass L:\n    settings: Settings = settings.Settings()\n" \
-             "def g(*, settings: Settings):\n    pass\n"
-    assert default_settings(ast.parse(source)) == [1, 4]
-
-
 def test_the_scans_of_the_package_would_see_a_reader_and_a_global():
     """The two checks above can fail: each form they look for is found where it is used."""
     source = ("from grader.settings import current, from_environment as env\nfrom grader import settings\n"
@@ -345,29 +316,27 @@ def _defaulted_settings(tree: ast.AST) -> list[tuple[int, str, str]]:
     return found
 
 
-# the folders whose signatures take the command's settings, never a default one
-REQUIRED_SETTINGS = ("batch", "cli", "kit")
 # where a caller that names no course folder gets the one the default settings imply: every caller
 # in the package names it; tests leave it out. Known, and to go the same way as `settings`.
 CATALOGUE_DEFAULTS = {
     ("grader/kit/classroom50.py", "_default_course"), ("grader/kit/classroom50_config.py", "write_classroom"),
     ("grader/kit/github.py", "report_github"), ("grader/kit/gradescope.py", "build_autograder"),
     ("grader/kit/gradescope.py", "locate_modules"), ("grader/kit/release.py", "build_kit"),
-    ("grader/kit/release.py", "private_needles"),
+    ("grader/kit/release.py", "private_needles"), ("grader/judge/context.py", "resolve"),
+    ("grader/settings.py", "from_environment"),  # where the command's settings are made, once
 }
 
 
 def test_settings_are_a_required_argument_never_a_default():
-    """A function or record of these folders that works with settings is handed the command's:
-    a default (`settings: Settings = Settings()`) would hide a caller that forgot them, and the
-    batch would run with the defaults instead of the TA's GRADER_* variables."""
+    """A function or record of the package that works with settings is handed the command's: a
+    default (`settings: Settings = Settings()`) would hide a caller that forgot them, and a worker,
+    a replay process or a batch would run with the defaults instead of the TA's GRADER_* variables."""
     defaulted = []
-    for folder in REQUIRED_SETTINGS:
-        for path in sorted((PACKAGE / folder).rglob("*.py")):
-            rel = path.relative_to(PACKAGE.parent).as_posix()
-            defaulted += [f"{rel}:{line}: {what} in {where}"
-                          for line, what, where in _defaulted_settings(ast.parse(path.read_text(), rel))
-                          if (rel, where) not in CATALOGUE_DEFAULTS or what != "Settings() made on the spot"]
+    for path in sorted(PACKAGE.rglob("*.py")):
+        rel = path.relative_to(PACKAGE.parent).as_posix()
+        defaulted += [f"{rel}:{line}: {what} in {where}"
+                      for line, what, where in _defaulted_settings(ast.parse(path.read_text(), rel))
+                      if (rel, where) not in CATALOGUE_DEFAULTS or what != "Settings() made on the spot"]
     assert defaulted == []
 
 
