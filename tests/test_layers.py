@@ -387,6 +387,7 @@ DOC_RULES = {
     "Only `proctable.py` reads the process table": "process table",
     "No two classes of `grader/` share a name": "tests/test_names.py",
     "No `settings` parameter or field anywhere": "tests/test_settings.py",
+    "Only `kit/annotations.py` writes a workflow command annotation": "tests/test_sinks.py",
 }
 
 
