@@ -32,6 +32,7 @@ from grader.codec import write_inputs
 from grader.judge.plan import derive_seed, make_inputs# noqa: E402
 from grader.protocol import Contender, Load, Roofline, Sample, Time  # noqa: E402
 from grader.sandbox.process import WorkerProcess  # noqa: E402
+from grader.sandbox.zygote import SandboxState  # noqa: E402
 from grader.spec import DTYPES  # noqa: E402
 
 ROUNDS, REPS, SETS = 7, 20, 3
@@ -106,10 +107,11 @@ def main() -> None:
     chosen = [s for s in Course.find(Settings()).catalogue().values()
               if s.performance and s.reference_module().is_file() and (not args.assignment or s.name in args.assignment)]
     rows, roof = [], {}
+    sandbox = SandboxState()  # one session: its workers share the copy of the code
     with tempfile.TemporaryDirectory() as tmp:
         folder = Path(tmp)
         for spec in chosen:
-            worker = WorkerProcess(folder, folder / f"scratch-{spec.name}", interpret=False, isolation="none", settings=Settings())  # trusted code only
+            worker = WorkerProcess(folder, folder / f"scratch-{spec.name}", interpret=False, isolation="none", settings=Settings(), sandbox=sandbox)  # trusted code only
             try:
                 ref = spec.reference_module()
                 contenders = {"reference": Contender(str(ref.parent), ref.name, spec.function),

@@ -220,6 +220,7 @@ def main() -> int:
     from grader.spec import Course
     from grader.codec import write_inputs
     from grader.judge import replay_process
+    from grader.sandbox.zygote import SandboxState
     from grader.settings import Settings
 
     env = dict(os.environ, PYTHONPATH=f"{ROOT}:{os.environ.get('PYTHONPATH', '')}")
@@ -252,7 +253,7 @@ def main() -> int:
             row["variants"] = json.loads(so.strip().splitlines()[-1]) if rc == 0 and so.strip() else {"failed": se[-2000:]}
             t0 = time.perf_counter()
             got = replay_process.run(rec, folder / "inputs.safetensors", folder / "layout.json", folder / f"{who}.job", args.reps, 240,
-                                     settings=Settings())
+                                     settings=Settings(), sandbox=SandboxState())
             row["sandboxed_replay"] = {"median_ms": got.median_ms, "refused": got.refused, "failed": got.failed, "others": got.others,
                                        "wall_s": time.perf_counter() - t0}
             if got.folder is not None:

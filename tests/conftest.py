@@ -27,6 +27,9 @@ os.environ.setdefault("GRADER_WARM_SECONDS", "0")
 
 from grader.settings import Settings  # noqa: E402 (after the environment above)
 from grader.spec import Course  # noqa: E402
+from grader.sandbox.zygote import SandboxState  # noqa: E402
+
+SANDBOX = SandboxState()  # what the sandbox keeps for this test process's workers (their zygotes, code copy)
 
 COURSE = Course.find(Settings())  # the repository's course, as a command run here finds it: loaded once for every test
 
@@ -129,9 +132,8 @@ def leftovers(marker: str = "", within: Path | None = None) -> list[str]:
     with `within`, only those whose environment names that folder (a worker's HOME is its
     scratch folder), so tests running in parallel do not see each other's workers."""
     from grader.sandbox.interpreter import CHECKOUT_TAG, PACKAGE_PARENT
-    from grader.sandbox.launch import worker_code
 
-    code = str(worker_code())  # where this process's workers import from
+    code = str(SANDBOX.worker_code())  # where the tests' workers import from
     found = []
     for pid in filter(str.isdigit, os.listdir("/proc")):
         try:

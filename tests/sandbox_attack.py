@@ -97,11 +97,13 @@ ATTACK = textwrap.dedent("""
 WRITE_TARGETS = ("/pwned-by-view", "/usr/pwned-by-view", "/etc/pwned-by-view", "/pwned-by-unshare")
 
 
-def attack(job: Path, isolation, course: Path, roster: Path, beside: Path, forked: bool | None = None) -> dict:
+def attack(job: Path, isolation, course: Path, roster: Path, beside: Path, forked: bool | None = None,
+           sandbox=None) -> dict:
     """Run the attack in one worker (`forked`: by the zygote, or as a fresh interpreter) and
-    return its report."""
+    return its report; `sandbox`: the session's SandboxState (default: one of its own)."""
     from grader.protocol import Contender, Load
     from grader.sandbox.process import WorkerProcess
+    from grader.sandbox.zygote import SandboxState
 
     from grader.settings import Settings, WarmStarts
 
@@ -111,7 +113,7 @@ def attack(job: Path, isolation, course: Path, roster: Path, beside: Path, forke
                                                     outer=os.readlink("/proc/self/ns/mnt")))
     settings = Settings(warm=WarmStarts(fork_server=forked is not False))
     worker = WorkerProcess(repo, job / "scratch", interpret=True, isolation=isolation, writable=[job / "outputs"], job=job,
-                           settings=settings)
+                           settings=settings, sandbox=sandbox if sandbox is not None else SandboxState())
     try:
         reply = worker.request(Load({"s": Contender(str(repo), "attack.py", "f")}), 300)
     finally:
@@ -171,15 +173,17 @@ def main(out: Path) -> None:
     """The ordinary user's run (tests/test_sandbox_view.py starts it as uid 65534): the sandbox
     it detects, the attack forked and fresh, its own reads, and three grades."""
     from grader.sandbox import process
+    from grader.sandbox.zygote import SandboxState
     from grader.settings import Settings
 
     course, roster, beside = (Path(p) for p in sys.argv[2:5])
-    isolation = process.detect("sandbox", Settings())
+    sandbox = SandboxState()
+    isolation = process.detect("sandbox", Settings(), sandbox=sandbox)
     report: dict = {"uid": os.getuid(), "isolation": [isolation.namespaces, isolation.user_namespace, isolation.user_switch,
                                                       list(isolation.warnings)]}
     work = Path(tempfile.mkdtemp(prefix="attack-"))
     for forked in (False, True):
-        report[f"attack forked={forked}"] = attack(work / f"job-{forked}", isolation, course, roster, beside, forked)
+        report[f"attack forked={forked}"] = attack(work / f"job-{forked}", isolation, course, roster, beside, forked, sandbox)
     report["own reads"] = own_reads(course, roster, beside)
     report["good"] = grade(build(work / "good"), ("1x1", "n=1"))
     trick = build(work / "trick")

@@ -354,7 +354,7 @@ def test_no_namespaces_and_no_other_uid_is_refused_with_the_reason(tmp_path, mon
     from grader.sandbox import process
     from grader.sandbox.isolation import Isolation
 
-    monkeypatch.setattr(process, "detect", lambda mode, settings: Isolation(
+    monkeypatch.setattr(process, "detect", lambda mode, settings, sandbox: Isolation(
         "sandbox", warnings=("sandbox without namespaces (unshare: Operation not permitted): ...",)))
     (tmp_path / "submission").mkdir()
     assert gradescope.main([str(tmp_path), str(tmp_path / "submission"), "vector_add"], Settings()) == 3
@@ -364,7 +364,7 @@ def test_no_namespaces_and_no_other_uid_is_refused_with_the_reason(tmp_path, mon
                                      "namespaces nor run the submission as another user here")
     assert "Operation not permitted" in data["output"]
     # with another uid to run it as, it goes on, and the course's folder is closed
-    monkeypatch.setattr(process, "detect", lambda mode, settings: Isolation("sandbox", user_switch=True))
+    monkeypatch.setattr(process, "detect", lambda mode, settings, sandbox: Isolation("sandbox", user_switch=True))
     (tmp_path / "source" / "course").mkdir(parents=True)
     (tmp_path / "source" / "course" / "hidden.py").write_text("x")
     os.chmod(tmp_path / "source" / "course" / "hidden.py", 0o644)

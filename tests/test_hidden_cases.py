@@ -9,7 +9,7 @@ from dataclasses import replace
 
 import pytest
 
-from conftest import COURSE, REPO_ROOT
+from conftest import SANDBOX, COURSE, REPO_ROOT
 from grader.settings import Settings
 from grader import spec as specs
 from grader.judge.grade import hidden_note
@@ -104,7 +104,7 @@ def test_the_secret_never_reaches_a_worker(monkeypatch, tmp_path):
     monkeypatch.setenv("GRADER_COURSE_SECRET", "do-not-pass")
     env = worker_env(tmp_path, interpret=True, gpu=None)
     assert "do-not-pass" not in "".join(env.values()) and "GRADER_COURSE_SECRET" not in env
-    bound = [path for path, _ in sandbox_view(tmp_path, [], [], settings=Settings())["binds"]]
+    bound = [path for path, _ in sandbox_view(tmp_path, [], [], settings=Settings(), code=SANDBOX.worker_code())["binds"]]
     assignments = str((COURSE.root / "assignments").resolve())
     # hidden.py files and the secret file: no bound folder holds them (the view is an allowlist)
     assert bound and not [b for b in bound if assignments == b or assignments.startswith(b.rstrip("/") + "/")], bound

@@ -28,7 +28,7 @@ import pytest
 import torch
 from markupsafe import escape
 
-from conftest import COURSE, REPO_ROOT, assert_nothing_left, build_submission, run_cli
+from conftest import SANDBOX, COURSE, REPO_ROOT, assert_nothing_left, build_submission, run_cli
 from grader.settings import Settings
 from grader.sandbox.launch import worker_env
 from grader.sandbox.process import detect
@@ -39,7 +39,7 @@ from grader.report import render
 from grader.submission import open_submission
 from grader.settings import Settings
 
-ISOLATION = detect("sandbox", settings=Settings())
+ISOLATION = detect("sandbox", settings=Settings(), sandbox=SANDBOX)
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 MARKS = ("pwned-by-escape",)
 pytestmark = pytest.mark.slow  # each grades hostile code in sandboxed workers

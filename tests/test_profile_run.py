@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from conftest import REPO_ROOT, build_submission, has_gpu
+from conftest import SANDBOX, REPO_ROOT, build_submission, has_gpu
 from grader.device import Device
 from grader.judge import profiling
 from grader.profile import ncu
@@ -199,7 +199,7 @@ def test_the_profiled_replay_is_waited_for_until_ncu_has_written(tmp_path):
     work = inputs.parent
     log = work / "profiled" / "result" / ncu.LOG_NAME
     entry = profiling.boot(fake, ncu.options(["add_kernel"], 1, str(log)))
-    run = profiling._under_ncu(rec, work, work / "profiled", entry, "none", None, Settings())
+    run = profiling._under_ncu(rec, work, work / "profiled", entry, "none", None, Settings(), sandbox=SANDBOX)
     assert not run.failed and run.ms == [0.5], run
     (launch,) = ncu.parse(profiling._read(log))
     assert launch.kernel == "softmax_one_warp"

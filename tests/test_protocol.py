@@ -14,7 +14,7 @@ import time
 import pytest
 from safetensors.torch import save_file
 
-from conftest import REPO_ROOT
+from conftest import SANDBOX, REPO_ROOT
 from grader.settings import Settings
 from grader import protocol as p
 from grader.protocol import (Call, CallReply, Contender, Description, Exit, Failure, Load, Ok, Ping, ProtocolError, Roofline,
@@ -233,7 +233,7 @@ def test_a_reply_forged_by_student_code_fails_the_call_as_a_crash(tmp_path, forg
     inputs.chmod(0o644)
     outputs = tmp_path / "job" / "outputs"
     outputs.mkdir()
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, writable=[outputs], settings=Settings())
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, writable=[outputs], settings=Settings(), sandbox=SANDBOX)
     try:
         assert worker.request(Load({"s": Contender(str(repo), "mod.py", "f")}), 300) == Ok()
         with pytest.raises(WorkerFailure) as info:
@@ -253,7 +253,7 @@ def test_a_real_worker_answers_an_unknown_op_with_a_failure_and_goes_on(tmp_path
     from grader.sandbox.process import WorkerProcess
 
     (tmp_path / "repo").mkdir()
-    worker = WorkerProcess(tmp_path / "repo", tmp_path / "scratch", interpret=True, settings=Settings())
+    worker = WorkerProcess(tmp_path / "repo", tmp_path / "scratch", interpret=True, settings=Settings(), sandbox=SANDBOX)
     try:
         assert worker.request(Ping(), 300) == Ok()
         os.write(worker._tx, b'{"op": "__init__"}\n')

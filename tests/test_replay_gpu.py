@@ -19,7 +19,7 @@ from grader import spec as specs
 from grader.codec import write_inputs
 from grader.judge import replay_process
 from grader.settings import Settings
-from conftest import COURSE, build_submission
+from conftest import SANDBOX, COURSE, build_submission
 
 pytestmark = pytest.mark.gpu
 ROOT = Path(__file__).resolve().parents[1]
@@ -60,7 +60,7 @@ def case(tmp_path_factory):
                               capture_output=True, text=True, env=env, timeout=300)
         assert done.returncode == 0, done.stderr[-2000:]
         event_ms = json.loads(done.stdout.strip().splitlines()[-1])["event_ms"]
-        return replay_process.run(rec, work / "inputs.safetensors", work / "layout.json", out, 20, 300, settings=Settings()), event_ms
+        return replay_process.run(rec, work / "inputs.safetensors", work / "layout.json", out, 20, 300, settings=Settings(), sandbox=SANDBOX), event_ms
 
     reference = run("reference", ROOT / "reference", "vector_add.py")
 

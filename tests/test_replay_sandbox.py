@@ -19,7 +19,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from conftest import REPO_ROOT, as_nobody
+from conftest import SANDBOX, REPO_ROOT, as_nobody
 from grader import proctable
 from grader.codec import write_inputs
 from grader.judge import replay_process
@@ -28,7 +28,7 @@ from grader.sandbox.process import detect
 from grader.settings import Settings
 from test_replay_record import _record
 
-ISOLATION = detect("sandbox", settings=Settings())
+ISOLATION = detect("sandbox", settings=Settings(), sandbox=SANDBOX)
 ROOT = os.geteuid() == 0
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 MODES = {  # as test_sandbox_view: each way the namespaces backend may run
@@ -93,7 +93,7 @@ def test_the_replay_process_sees_its_record_and_nothing_of_the_course_or_the_stu
     assert (REPO_ROOT / "reference").is_dir() and (rec / "planted.py").is_file()  # the controls: there outside
     job = tmp_path / "job"
     boot = PROBE.replace("sys.argv[-2:]", f"{str(REPO_ROOT.resolve())!r}, {str(student)!r}")
-    got = replay_process.run(rec, inputs, layout, job, 5, 120, isolation=MODES[mode], boot=boot, settings=Settings())
+    got = replay_process.run(rec, inputs, layout, job, 5, 120, isolation=MODES[mode], boot=boot, settings=Settings(), sandbox=SANDBOX)
     assert got.failed == "the replay process ended without an answer (exit 0: no output)", got
     report = json.loads((job / "result" / "probe.json").read_text())
     digests = json.loads((rec / "launches.json").read_text())["kernels"]["a" * 64]["files"].values()
@@ -120,8 +120,8 @@ import test_replay_sandbox as t
 home = Path({home!r})
 student, rec, inputs, layout = t._call(home / "call")
 boot = t.PROBE.replace("sys.argv[-2:]", repr({course!r}) + ", " + repr(str(student)))
-iso = detect("sandbox", settings=Settings())
-got = replay_process.run(rec, inputs, layout, home / "job", 5, 120, isolation=iso, boot=boot, settings=Settings())
+iso = detect("sandbox", settings=Settings(), sandbox=t.SANDBOX)
+got = replay_process.run(rec, inputs, layout, home / "job", 5, 120, isolation=iso, boot=boot, settings=Settings(), sandbox=t.SANDBOX)
 report = json.loads((home / "job" / "result" / "probe.json").read_text())
 files = json.loads((rec / "launches.json").read_text())["kernels"]["a" * 64]["files"].values()
 report.update(isolation=[iso.namespaces, iso.user_namespace, iso.user_switch], failed=got.failed,
@@ -166,7 +166,7 @@ def test_the_real_replay_process_checks_the_record_in_its_sandbox_and_answers(tm
     judge's own observation."""
     monkeypatch.setattr(replay_process, "gpu_processes", lambda: [os.getpid(), 4242])
     _, rec, inputs, layout = _call(tmp_path)
-    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 300, settings=Settings())
+    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 300, settings=Settings(), sandbox=SANDBOX)
     if torch.cuda.is_available():  # its fake binary is loaded there, and fails to: a failed replay, said in one line
         assert got.failed and not got.ms, got
     else:
@@ -192,7 +192,7 @@ def test_a_hostile_record_is_refused_with_the_reason_before_any_process_starts(t
     monkeypatch.setattr(replay_process, "WorkerProcess", no_start)
     _, rec, inputs, layout = _call(tmp_path)
     change(rec, json.loads((rec / "launches.json").read_text()))
-    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 60, settings=Settings())
+    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 60, settings=Settings(), sandbox=SANDBOX)
     assert reason in got.refused and not got.failed and got.median_ms is None, got
     assert replay_process.decide(got, replay_process.Replayed(ms=[1.0]), wrong="").kind == "fallback"
 
@@ -206,11 +206,11 @@ def test_a_replay_that_overruns_is_killed_and_fails(tmp_path):
     to go fails the replay."""
     _, rec, inputs, layout = _call(tmp_path)
     start = time.monotonic()
-    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 5, boot="import time; time.sleep(600)", settings=Settings())
+    got = replay_process.run(rec, inputs, layout, tmp_path / "job", 5, 5, boot="import time; time.sleep(600)", settings=Settings(), sandbox=SANDBOX)
     assert got.failed == "the replay was not set up in 5 s" and got.ours and time.monotonic() - start < 60, got
     assert replay_process.decide(got, replay_process.Replayed(ms=[1.0]), wrong="").kind == "retry"
     start = time.monotonic()
-    got = replay_process.run(rec, inputs, layout, tmp_path / "job2", 5, 5, boot=ARMED_THEN_HANGS, settings=Settings())
+    got = replay_process.run(rec, inputs, layout, tmp_path / "job2", 5, 5, boot=ARMED_THEN_HANGS, settings=Settings(), sandbox=SANDBOX)
     assert got.failed == "the replay did not finish in 5 s" and not got.ours and time.monotonic() - start < 60, got
 
 
@@ -257,12 +257,12 @@ def test_a_replay_started_early_waits_for_its_record_and_a_cancelled_one_is_gone
     import time as clock
 
     _, rec, inputs, layout = _call(tmp_path)
-    pending = replay_process.spawn(tmp_path / "early", 5, 300, settings=Settings())
+    pending = replay_process.spawn(tmp_path / "early", 5, 300, settings=Settings(), sandbox=SANDBOX)
     clock.sleep(3)
     assert pending.proc.proc.poll() is None and not (tmp_path / "early" / "result" / "replay.json").exists()
     got = replay_process.go(replay_process.place(pending, rec, inputs, layout))
     assert got.failed or got.ms, got  # on this machine's CPU: "no GPU is visible"; on a GPU its times
-    unused = replay_process.spawn(tmp_path / "unused", 5, 300, settings=Settings())
+    unused = replay_process.spawn(tmp_path / "unused", 5, 300, settings=Settings(), sandbox=SANDBOX)
     pid = unused.proc.proc.pid
     replay_process.cancel(unused)
     clock.sleep(0.5)
@@ -274,7 +274,7 @@ def test_the_replay_itself_on_the_gpu_is_not_another_process_sharing_it(tmp_path
     """The replay holds the GPU from its set-up on, and is still writing its last result when its
     times are read: its own processes are never counted as others sharing the GPU."""
     _, rec, inputs, layout = _call(tmp_path)
-    pending = replay_process.spawn(tmp_path / "own", 5, 300, boot=TIMES_THEN_LAST, settings=Settings())
+    pending = replay_process.spawn(tmp_path / "own", 5, 300, boot=TIMES_THEN_LAST, settings=Settings(), sandbox=SANDBOX)
     monkeypatch.setattr(replay_process, "gpu_processes",
                         lambda: [4242, *proctable.tree(pending.proc.proc.pid)])
     got = replay_process.settle(replay_process.go(replay_process.place(pending, rec, inputs, layout)))

@@ -15,16 +15,17 @@ from pathlib import Path
 import pytest
 from safetensors.torch import load_file, save_file
 
-from conftest import COURSE, FIXTURES, REPO_ROOT, assert_nothing_left, run_cli
+from conftest import SANDBOX, COURSE, FIXTURES, REPO_ROOT, assert_nothing_left, run_cli
 from grader import spec as specs
 from grader.settings import Settings, from_environment
 from grader.protocol import Contender, Load, Run
 from grader.sandbox import docker, files, launch, namespaces, process, uids
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import Limits
+from grader.sandbox.zygote import SandboxState
 from grader.sandbox.process import CappedOutput, WorkerFailure, WorkerProcess
 
-ISOLATION = process.detect("sandbox", settings=Settings())
+ISOLATION = process.detect("sandbox", settings=Settings(), sandbox=SANDBOX)
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 needs_user_switch = pytest.mark.skipif(not ISOLATION.user_switch, reason="the worker switches user only when the grader runs as root")
 
@@ -50,7 +51,7 @@ def _repo(tmp_path: Path, source: str, name: str = "mod.py") -> Path:
 def _run_module(repo: Path, tmp_path: Path, **options) -> tuple[int, str, object]:
     """Run the repo's mod.py in a sandboxed worker, as student code runs: its exit status,
     its captured output as text, and the capture itself."""
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options, settings=Settings())
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options, settings=Settings(), sandbox=SANDBOX)
     try:
         code = worker.proc.wait(timeout=60)
         return code, worker.output.text(), worker.output
@@ -77,7 +78,7 @@ def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
         def f():
             time.sleep(300)
         """)
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, settings=Settings())
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, settings=Settings(), sandbox=SANDBOX)
     try:
         assert _load(worker, repo, "mod.py").ok
         start = time.monotonic()
@@ -93,7 +94,7 @@ def test_timeout_kills_the_worker_and_everything_it_started(tmp_path):
 @pytest.mark.slow
 def test_worker_death_is_reported_with_its_status(tmp_path):
     repo = _repo(tmp_path, "import os\nos._exit(7)\n")
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, settings=Settings())
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, settings=Settings(), sandbox=SANDBOX)
     try:
         with pytest.raises(WorkerFailure) as info:
             _load(worker, repo, "mod.py")
@@ -133,10 +134,10 @@ def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
     inputs = tmp_path / "job" / "none.safetensors"
     save_file({}, str(inputs))
     inputs.chmod(0o644)
-    first = WorkerProcess(repo, tmp_path / "job" / "scratch-1", interpret=True, writable=[outputs], settings=Settings())
+    first = WorkerProcess(repo, tmp_path / "job" / "scratch-1", interpret=True, writable=[outputs], settings=Settings(), sandbox=SANDBOX)
     try:
         assert _load(first, repo, "mod.py").ok
-        second = WorkerProcess(repo, tmp_path / "job" / "scratch-2", interpret=True, writable=[outputs], settings=Settings())
+        second = WorkerProcess(repo, tmp_path / "job" / "scratch-2", interpret=True, writable=[outputs], settings=Settings(), sandbox=SANDBOX)
         try:
             assert _load(second, repo, "mod.py").ok
             assert second.lease.uid == first.lease.uid
@@ -150,7 +151,7 @@ def test_workers_of_one_job_alive_together_share_its_uid(tmp_path):
     # the job's lease was given back with its last worker ...
     assert not [job for job in uids.JobLease._held if job.startswith(str(tmp_path))]
     # ... and a new worker of the job starts cleanly, and writes its outputs as its own uid
-    third = WorkerProcess(repo, tmp_path / "job" / "scratch-3", interpret=True, writable=[outputs], settings=Settings())
+    third = WorkerProcess(repo, tmp_path / "job" / "scratch-3", interpret=True, writable=[outputs], settings=Settings(), sandbox=SANDBOX)
     try:
         assert _load(third, repo, "mod.py").ok
         reply = third.request(Run("s", str(inputs), {}, "cpu", str(outputs / "third.safetensors")), timeout=60)
@@ -232,9 +233,9 @@ def test_worker_sees_only_its_job_and_writes_only_its_own_folders(tmp_path):
 def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, monkeypatch):
     which = shutil.which
     monkeypatch.setattr(namespaces.shutil, "which", lambda name: None if name == "unshare" else which(name))
-    process.detect.cache_clear()
+    own = SandboxState()  # a session of its own: the degraded probe is not the tests' cached one
     try:
-        degraded = process.detect("sandbox", settings=Settings())
+        degraded = process.detect("sandbox", settings=Settings(), sandbox=own)
         assert not degraded.namespaces  # as root, a dedicated uid where its Python is open to it (test_gradescope)
         assert len(degraded.warnings) == 1 and "the unshare command is missing" in degraded.warnings[0]
         assert "could outlive it" in degraded.warnings[0]
@@ -250,7 +251,7 @@ def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, mo
             def f():
                 time.sleep(300)
             """)
-        worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=degraded, settings=Settings())
+        worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=degraded, settings=Settings(), sandbox=own)
         try:
             assert _load(worker, repo, "mod.py").ok
             with pytest.raises(WorkerFailure) as info:
@@ -260,7 +261,7 @@ def test_without_namespaces_it_says_so_and_still_sweeps_every_child(tmp_path, mo
             worker.close()
         assert_nothing_left(marker)
     finally:
-        process.detect.cache_clear()
+        own.close()
 
 
 def test_chown_of_the_job_never_follows_a_planted_symlink(tmp_path):
@@ -319,7 +320,7 @@ def test_docker_command_contains_the_worker(tmp_path):
     job = tmp_path / "job"
     argv = docker.docker_command("grader-worker-x", job / "repo", job, [job / "repo", job / "scratch", job / "outputs"],
                                   launch.worker_env(job / "scratch", False, "2"), "2",
-                                  Limits(processes=256, memory=8 << 30), interpret=False, command=["python", "-c", "pass"], settings=Settings())
+                                  Limits(processes=256, memory=8 << 30), interpret=False, command=["python", "-c", "pass"], settings=Settings(), code=SANDBOX.worker_code())
     text = " ".join(argv)
     assert argv[:3] == ["docker", "run", "--rm"]
     for flags in (["--network", "none"], ["--read-only"], ["--pids-limit", "256"], ["--memory", "8192m"],
@@ -332,7 +333,7 @@ def test_docker_command_contains_the_worker(tmp_path):
     assert "CUDA_VISIBLE_DEVICES" not in text  # the container sees its one GPU as device 0
     assert "--env PYTHONPATH=/opt/grader-host" in text and "target=/opt/grader-host/grader,readonly" in text
     # the worker's own copy of its code, never the course's grader/ or anything beside it
-    assert f"type=bind,source={launch.worker_code() / 'grader'},target=/opt/grader-host/grader,readonly" in argv
+    assert f"type=bind,source={SANDBOX.worker_code() / 'grader'},target=/opt/grader-host/grader,readonly" in argv
     assert str(REPO_ROOT.resolve()) not in text.replace(str(job), "")
     assert f"type=tmpfs,target={docker.IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" in argv  # the image's assignments/
     # the command replaces the image's entrypoint (the grader's CLI)
@@ -386,7 +387,7 @@ def test_docker_mode_speaks_through_fifos_and_is_killed_by_name(tmp_path, monkey
 
     layout = write_inputs({"x": torch.ones(5), "y": torch.ones(5)}, inputs)
     outputs = tmp_path / "job" / "outputs"
-    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=Isolation("docker"), writable=[outputs], settings=Settings())
+    worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, isolation=Isolation("docker"), writable=[outputs], settings=Settings(), sandbox=SANDBOX)
     try:
         contenders = {"s": Contender(str(repo), "kernels/vector_add.py", "vector_add"),
                       "t": Contender(str(repo), "kernels/slow.py", "slow")}
@@ -427,11 +428,11 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path
     # process would lease the uid out of the monkeypatch's reach), the sandbox found with them before
     # the range breaks
     settings = from_environment()
-    assert process.detect("sandbox", settings).user_switch
+    assert process.detect("sandbox", settings, sandbox=SANDBOX).user_switch
     monkeypatch.setattr(uids, "UID_RANGE", "0-0")  # root's: never lent to a worker
     repo = tmp_path / "good"
     shutil.copytree(FIXTURES / "good", repo)
-    session = open_session(GradingContext("cpu", 1, ("n=1",), ("float32",)), settings)
+    session = open_session(GradingContext("cpu", 1, ("n=1",), ("float32",)), settings, sandbox=SANDBOX)  # its probe kept
     run = session.grade(open_submission(repo), [COURSE.get("vector_add")])
     test = run.tests[0]  # one result for the whole assignment: no case could run
     assert test.outcome == "infra_error" and "no free worker uid in 0-0" in test.message, test
@@ -439,13 +440,9 @@ def test_a_sandbox_that_cannot_start_is_an_infra_error_not_the_students(tmp_path
 
 
 def test_where_nothing_can_start_it_says_so_and_runs_plain_processes(monkeypatch):
-    monkeypatch.setattr(process, "_probe", lambda isolation, settings: "the init failed")
-    process.detect.cache_clear()
-    try:
-        fallback = process.detect("sandbox", settings=Settings())
-        assert fallback.mode == "none" and "no sandbox can start here (the init failed" in fallback.warnings[0]
-    finally:
-        process.detect.cache_clear()
+    monkeypatch.setattr(process, "_probe", lambda isolation, settings, sandbox: "the init failed")
+    fallback = process.detect("sandbox", settings=Settings(), sandbox=SandboxState())  # probed afresh
+    assert fallback.mode == "none" and "no sandbox can start here (the init failed" in fallback.warnings[0]
 
 
 @pytest.mark.parametrize("hidden", [True, False])
@@ -480,7 +477,7 @@ def _kept_cache_visible(cache: Path, hidden: bool) -> None:
             except OSError as exc:
                 print(what, "no", exc.strerror)
         """))
-    worker = WorkerProcess(repo, job / "scratch", interpret=True, command=[sys.executable, "mod.py"], hide=[cache] if hidden else [], settings=Settings())
+    worker = WorkerProcess(repo, job / "scratch", interpret=True, command=[sys.executable, "mod.py"], hide=[cache] if hidden else [], settings=Settings(), sandbox=SANDBOX)
     try:
         worker.proc.wait(timeout=60)
         text = worker.output.text()
@@ -501,7 +498,7 @@ def test_the_trusted_sides_plain_worker_loads_an_assignments_spec_forked_or_fres
 
     spec = COURSE.get("vector_add")
     worker = WorkerProcess(tmp_path / "trusted", tmp_path / "trusted" / "scratch", interpret=True, isolation="none",
-                           settings=from_environment({"GRADER_ZYGOTE": zygote_on}))
+                           settings=from_environment({"GRADER_ZYGOTE": zygote_on}), sandbox=SANDBOX)
     try:
         reply = worker.request(Load({"torch": Contender(str(spec.folder), "spec.py", "baseline")}), 120)
         assert not hasattr(reply, "kind"), reply  # a Failure has a kind; Ok does not
@@ -513,12 +510,12 @@ def test_the_trusted_sides_plain_worker_loads_an_assignments_spec_forked_or_fres
     real_popen = subprocess.Popen
     monkeypatch.setattr(subprocess, "Popen", lambda argv, **kw: started.append(argv) or real_popen(argv, **kw))
     worker = WorkerProcess(tmp_path / "fresh", tmp_path / "fresh" / "scratch", interpret=True, isolation="none",
-                           settings=from_environment({"GRADER_ZYGOTE": "0"}))
+                           settings=from_environment({"GRADER_ZYGOTE": "0"}), sandbox=SANDBOX)
     worker.close()
     boot = next(a for a in started if "-c" in a)
     code = boot[boot.index("-c") + 1].split("; from grader.worker")[0]
     has_spec = "; import grader, os; sys.exit(0 if os.path.isfile(os.path.join(grader.__path__[0], 'spec.py')) else 3)"
     assert subprocess.run([sys.executable, "-I", "-B", "-c", code + has_spec]).returncode == 0
-    sandboxed = launch.worker_argv("3", "4")
+    sandboxed = launch.worker_argv("3", "4", path=str(SANDBOX.worker_code()))
     code = sandboxed[sandboxed.index("-c") + 1].split("; from grader.worker")[0]
     assert subprocess.run([sys.executable, "-I", "-B", "-c", code + has_spec]).returncode == 3

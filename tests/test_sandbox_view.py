@@ -21,16 +21,15 @@ from pathlib import Path
 import pytest
 
 import sandbox_attack
-from conftest import AS_NOBODY, REPO_ROOT, assert_nothing_left
+from conftest import SANDBOX, AS_NOBODY, REPO_ROOT, assert_nothing_left
 from grader import spec as specs
 from grader.judge.runcache import TritonKeep
 from grader.sandbox import files, namespaces
 from grader.sandbox.isolation import Isolation
-from grader.sandbox.launch import worker_code
 from grader.sandbox.process import WorkerProcess, detect
 from grader.settings import Settings
 
-ISOLATION = detect("sandbox", settings=Settings())
+ISOLATION = detect("sandbox", settings=Settings(), sandbox=SANDBOX)
 ROOT = os.geteuid() == 0
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 NOBODY = 65534
@@ -86,7 +85,7 @@ def test_a_worker_sees_nothing_of_the_course_and_cannot_undo_its_view(tmp_path, 
     if mode != "user namespace" and not ROOT:
         pytest.skip("as root only (the uid switch, or root in its namespaces)")
     monkeypatch.setenv("GRADER_ZYGOTE", "1")  # sandbox_attack.attack sets it per run; restored after
-    report = sandbox_attack.attack(tmp_path / "job", MODES[mode], *course_files, forked=forked)
+    report = sandbox_attack.attack(tmp_path / "job", MODES[mode], *course_files, forked=forked, sandbox=SANDBOX)
     assert_contained(report, sandbox_attack.own_reads(*course_files))
     assert_nothing_left()
 
@@ -177,17 +176,17 @@ def test_the_view_binds_no_folder_that_holds_a_private_one(monkeypatch, tmp_path
     a bound folder (/usr here) is covered; the worker's code is its own copy, not the course's."""
     real = namespaces._worker_sys_path()
     monkeypatch.setattr(namespaces, "_worker_sys_path", lambda: (*real, str(REPO_ROOT.parent), str(REPO_ROOT)))
-    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [], Settings(course=Path("/usr/share/doc")))
+    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [], Settings(course=Path("/usr/share/doc")), code=SANDBOX.worker_code())
     bound = [path for path, _ in view["binds"]]
     for private in (str(REPO_ROOT.resolve()), "/usr/share/doc", os.path.realpath(Path.home())):
         assert not [b for b in bound if namespaces._inside(private, b) and b not in ("/usr",)], (private, bound)
     assert "/usr/share/doc" in view["covers"] and "/usr" in bound
-    assert str(worker_code()) in bound and not (worker_code() / "grader" / "spec.py").exists()
+    assert str(SANDBOX.worker_code()) in bound and not (SANDBOX.worker_code() / "grader" / "spec.py").exists()
     from grader.sandbox import process
 
-    process.detect("sandbox", settings=Settings())  # the probe and the workers import from the copy: they write nothing into it
-    assert sorted(p.name for p in (worker_code() / "grader").iterdir()) == ["__init__.py", "codec.py", "protocol.py", "replay", "worker"]
-    assert not list(worker_code().rglob("__pycache__"))
+    process.detect("sandbox", settings=Settings(), sandbox=SANDBOX)  # the probe and the workers import from the copy: they write nothing into it
+    assert sorted(p.name for p in (SANDBOX.worker_code() / "grader").iterdir()) == ["__init__.py", "codec.py", "protocol.py", "replay", "worker"]
+    assert not list(SANDBOX.worker_code().rglob("__pycache__"))
     assert dict(view["binds"])[str((tmp_path / "job" / "repo").resolve())] is True  # its own folder, writable
 
 
@@ -202,7 +201,7 @@ def test_an_installed_grader_hides_its_package_not_the_site_packages_it_lies_in(
     monkeypatch.setattr(namespaces, "PACKAGE_PARENT", str(site_packages))
     real = namespaces._worker_sys_path()
     monkeypatch.setattr(namespaces, "_worker_sys_path", lambda: (*real, str(site_packages)))
-    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [], settings=Settings())
+    view = namespaces.sandbox_view(tmp_path / "job", [tmp_path / "job" / "repo"], [], settings=Settings(), code=SANDBOX.worker_code())
     bound = [path for path, _ in view["binds"]]
     assert any(namespaces._inside(str(site_packages / "torch"), b) for b in bound), bound
     assert str(site_packages / "grader") in view["covers"], view["covers"]
@@ -223,7 +222,7 @@ def test_a_private_folder_inside_an_allowed_one_is_blank(tmp_path, monkeypatch):
     (repo / "mod.py").write_text(f"import os\nprint('doc', os.listdir({str(doc)!r}))\nprint('usr', os.path.isdir('/usr/share'))\n"
                                  f"print('read', os.path.exists({str(inside)!r}))\n")
     worker = WorkerProcess(repo, tmp_path / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"],
-                           settings=Settings(course=doc))  # a course kept in /usr/share/doc
+                           settings=Settings(course=doc), sandbox=SANDBOX)  # a course kept in /usr/share/doc
     try:
         worker.proc.wait(timeout=120)
         text = worker.output.text()
@@ -312,7 +311,7 @@ def test_a_job_folder_known_through_a_link_is_in_the_view(tmp_path):
     repo = tmp_path / "alias" / "job" / "repo"
     (repo / "mod.py").write_text(f"import os\nprint('own', os.path.exists({str(repo / 'mod.py')!r}))\n"
                                  f"print('other', os.path.exists({str(tmp_path / 'real' / 'other.txt')!r}))\n")
-    worker = WorkerProcess(repo, tmp_path / "alias" / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"], settings=Settings())
+    worker = WorkerProcess(repo, tmp_path / "alias" / "job" / "scratch", interpret=True, command=[sys.executable, "mod.py"], settings=Settings(), sandbox=SANDBOX)
     try:
         assert worker.proc.wait(timeout=120) == 0, (worker.status(), worker.output.text())
         text = worker.output.text()

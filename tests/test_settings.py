@@ -208,14 +208,10 @@ def module_registries(tree: ast.Module) -> list[tuple[int, str]]:
     return sorted((bound[n], n) for n in changed if n is not None)
 
 
-# Process-wide registries still kept: the sandbox's zygotes and their switches and the worker's copy
-# of its code (this process's: a session's workers share them, and they go when it ends), and the
-# worker's own state (a worker process serves one student's module).
+# Process-wide registries kept: only the worker's own state (a worker process serves one student's
+# module). The trusted side's (the sandbox's zygotes, their switch, the workers' copy of the code)
+# are fields of the object a session holds (grader.sandbox.zygote.SandboxState).
 KNOWN_REGISTRIES = {
-    ("grader/sandbox/zygote/__init__.py", "_DISABLED"),  # the zygote failed once: off for the rest of the process
-    ("grader/sandbox/zygote/client.py", "_WARM"),  # keep_warm's folder and idle seconds
-    ("grader/sandbox/zygote/client.py", "_ZYGOTES"),  # one zygote per environment
-    ("grader/sandbox/launch.py", "_code"),  # the worker's private copy of the code, made once
     ("grader/worker/memcheck.py", "_RANGES"),  # the worker's own process: the tensors it checks accesses against
     ("grader/worker/server.py", "BLOCKS"),  # the worker's own process: what its one student module launched
     ("grader/worker/server.py", "COMPILED"),
@@ -249,7 +245,8 @@ def test_the_scans_of_the_package_would_see_a_reader_and_a_global():
 
 def test_a_session_hands_its_settings_to_its_workers_and_its_device_lock(tmp_path, monkeypatch):
     """What a command read reaches what the session starts: every worker's launch carries the
-    session's settings (threads, warm starts, uid range, container command), and the GPU lock
+    session's settings (threads, warm starts, uid range, container command) and the session's
+    sandbox state (its zygotes), and the GPU lock
     lives in the session's lock folder. None of it is read from the environment again."""
     from conftest import COURSE
     from grader.judge.context import GradingContext
@@ -260,7 +257,7 @@ def test_a_session_hands_its_settings_to_its_workers_and_its_device_lock(tmp_pat
     settings = from_environment({"GRADER_THREADS": "3", "GRADER_ZYGOTE": "0", "GRADER_SANDBOX_UIDS": "70000-70010",
                                  "GRADER_LOCK_DIR": str(tmp_path / "locks")})
     monkeypatch.setenv("GRADER_THREADS", "9")  # the environment now: not what the command read
-    launches = []
+    launches, sandboxes = [], []
 
     class Backend:  # records each launch instead of starting a process
         @staticmethod
@@ -268,8 +265,9 @@ def test_a_session_hands_its_settings_to_its_workers_and_its_device_lock(tmp_pat
             return Isolation("none")
 
         @staticmethod
-        def start(launch, isolation):
+        def start(launch, isolation, sandbox):
             launches.append(launch)
+            sandboxes.append(sandbox)
             raise OSError("not started")
 
     monkeypatch.setattr(process, "backend_for", lambda isolation: Backend)
@@ -281,6 +279,7 @@ def test_a_session_hands_its_settings_to_its_workers_and_its_device_lock(tmp_pat
     with pytest.raises(process.WorkerFailure, match="not started"):
         worker.start()
     assert len(launches) == 2 and all(launch.settings == settings for launch in launches)
+    assert sandboxes == [session.sandbox, session.sandbox]  # what the sandbox keeps is the session's, handed down
     assert [launch.env.get("OMP_NUM_THREADS") for launch in launches] == ["3", "3"]
     assert session.course is COURSE and session.settings == settings
     with open_session(GradingContext("cuda", 1, gpu="2"), settings, COURSE).alone_on_gpu():

@@ -19,8 +19,11 @@ from grader.resident import stop_warm
 from grader.sandbox.interpreter import PACKAGE_PARENT
 from grader.sandbox.process import WorkerProcess
 from grader.settings import Settings, WarmStarts, from_environment
+from grader.sandbox.zygote import SandboxState
 
-ISOLATION = sandbox.detect("sandbox", settings=Settings())
+SANDBOX = SandboxState()  # this test process's session: its workers fork from one zygote
+
+ISOLATION = sandbox.detect("sandbox", settings=Settings(), sandbox=SANDBOX)
 needs_namespaces = pytest.mark.skipif(not ISOLATION.namespaces, reason=f"no namespaces here: {ISOLATION.warnings}")
 
 # what the worker reports of itself, at import (the load request's error carries it back)
@@ -53,13 +56,15 @@ FACTS = textwrap.dedent("""
 """)
 
 
-def _facts(tmp_path: Path, name: str, monkeypatch, forked: bool, module: str = "student_facts") -> dict:
+def _facts(tmp_path: Path, name: str, monkeypatch, forked: bool, module: str = "student_facts",
+           sandbox: SandboxState = SANDBOX) -> dict:
     job = tmp_path / name
     repo = job / "repo"
     repo.mkdir(parents=True)
     (repo / f"{module}.py").write_text(FACTS)
     worker = WorkerProcess(repo, job / "scratch", interpret=True, writable=[job / "outputs"], job=job,
-                           settings=Settings() if forked else Settings(warm=WarmStarts(fork_server=False)))
+                           settings=Settings() if forked else Settings(warm=WarmStarts(fork_server=False)),
+                           sandbox=sandbox)
     try:
         assert isinstance(worker.proc, zygote.Forked) == forked
         reply = worker.request(Load({"s": Contender(str(repo), f"{module}.py", "f")}), 120)
@@ -119,8 +124,9 @@ def test_the_zygote_and_its_workers_die_with_the_job_process(tmp_path):
         from pathlib import Path
         from grader.sandbox.process import WorkerProcess
         from grader.settings import Settings
+        from grader.sandbox.zygote import SandboxState
         job = Path({str(tmp_path / "job")!r})
-        w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings())
+        w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings(), sandbox=SandboxState())
         from grader.protocol import Ping
         w.request(Ping(), 120)
         print(w.proc.zygote.proc.pid, w.proc.pid, flush=True)
@@ -140,16 +146,19 @@ def test_the_zygote_and_its_workers_die_with_the_job_process(tmp_path):
 
 
 def test_a_zygote_that_cannot_start_costs_speed_not_the_worker(tmp_path, monkeypatch):
-    monkeypatch.setattr(zygote, "_DISABLED", [])
-    monkeypatch.setattr(zygote.Zygote, "__init__", lambda self, env: (_ for _ in ()).throw(zygote.ZygoteError("no fork here")))
-    monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
-    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True, settings=Settings())
+    """A zygote that fails turns warm starts off for the rest of its session (once, said on
+    stderr), and only that session's: another session still forks."""
+    monkeypatch.setattr(zygote.Zygote, "__init__", lambda self, env, warm=None: (_ for _ in ()).throw(zygote.ZygoteError("no fork here")))
+    failed = SandboxState()
+    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True, settings=Settings(), sandbox=failed)
     try:
         assert isinstance(worker.proc, subprocess.Popen)  # a fresh interpreter, as before
         assert worker.request(Ping(), 120) == Ok()
-        assert not zygote.enabled(WarmStarts())
+        assert not zygote.enabled(WarmStarts(), failed) and failed.disabled == "no fork here"
+        assert zygote.enabled(WarmStarts(), SandboxState())  # another session's is its own
     finally:
         worker.close()
+        failed.close()
 
 
 def _alive(pid: int) -> bool:
@@ -166,14 +175,15 @@ WARM_COMMAND = textwrap.dedent("""
     import json, os, socket, struct, sys, time
     sys.path.insert(0, {parent!r})
     from pathlib import Path
-    from grader.sandbox import zygote
+    from grader.sandbox.zygote import SandboxState
     from grader.sandbox.process import WorkerProcess
     from grader.settings import Settings
     from grader.protocol import Ping
-    zygote.keep_warm(Path({folder!r}), {idle!r})
+    sandbox = SandboxState()
+    sandbox.keep_warm(Path({folder!r}), {idle!r})
     job = Path({job!r})
     began = time.monotonic()
-    w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings())
+    w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings(), sandbox=sandbox)
     w.request(Ping(), 300)
     z = w.proc.zygote
     peer = struct.unpack("3i", z.sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i")))[0]
@@ -244,14 +254,13 @@ def test_a_command_killed_takes_its_workers_but_not_the_warm_zygote(tmp_path):
 
 @needs_namespaces
 def test_a_warm_forked_worker_is_contained_exactly_as_a_fresh_one(tmp_path, monkeypatch):
-    fresh = _facts(tmp_path, "jobQQfresh", monkeypatch, forked=False)
-    monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
-    monkeypatch.setattr(zygote.client, "_WARM", [])
-    zygote.keep_warm(tmp_path / "kept" / "warm", 30)
+    kept = SandboxState()  # one session: the fresh worker imports from the same copy of the code
+    fresh = _facts(tmp_path, "jobQQfresh", monkeypatch, forked=False, sandbox=kept)
+    kept.keep_warm(tmp_path / "kept" / "warm", 30)
     try:
-        warm = _facts(tmp_path, "jobQQwarm", monkeypatch, forked=True)
+        warm = _facts(tmp_path, "jobQQwarm", monkeypatch, forked=True, sandbox=kept)
     finally:
-        zygote.close_all()
+        kept.close()
         stop_warm(tmp_path / "kept" / "warm")
     assert warm["processes"] == [1, warm["pid"]] and not [f for f in warm["fds"] if f == "socket"]
     for key in fresh:
@@ -290,16 +299,15 @@ def test_a_job_process_closing_its_zygote_ends_it_at_once(tmp_path, monkeypatch)
     """The zygote must see its socket close: closing the descriptor alone (our reader thread
     blocked in recv on it) kept the socket open, and every command waited 5 s for its zygote to
     end, then killed it."""
-    monkeypatch.setattr(zygote.client, "_ZYGOTES", {})
-    monkeypatch.setattr(zygote.client, "_WARM", [])
-    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True, settings=Settings())
+    own = SandboxState()
+    worker = WorkerProcess(tmp_path / "job" / "repo", tmp_path / "job" / "scratch", interpret=True, settings=Settings(), sandbox=own)
     try:
         assert worker.request(Ping(), 120) == Ok()
         z = worker.proc.zygote
     finally:
         worker.close()
     began = time.monotonic()
-    zygote.close_all()
+    own.close()
     assert time.monotonic() - began < 3 and z.proc.returncode == 0  # it ended by itself, not killed after 5 s
 
 
@@ -312,7 +320,7 @@ def test_the_reference_side_keeps_its_autotuning_and_a_batch_student_does_not(tm
         repo = tmp_path / name / "repo"
         repo.mkdir(parents=True)
         (repo / "mod.py").write_text("import os\nprint('autotune cache', os.environ.get('TRITON_CACHE_AUTOTUNING'))\n")
-        worker = WorkerProcess(repo, tmp_path / name / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options, settings=Settings())
+        worker = WorkerProcess(repo, tmp_path / name / "scratch", interpret=True, command=[sys.executable, "mod.py"], **options, settings=Settings(), sandbox=SANDBOX)
         try:
             worker.proc.wait(timeout=60)
             seen[name] = worker.output.text()
@@ -331,9 +339,9 @@ def test_a_forked_worker_keeps_site_packages_when_the_grader_lies_there(tmp_path
         sys.path.insert(0, {PACKAGE_PARENT!r})
         sys.path.append({PACKAGE_PARENT!r})  # where site-packages stands in an install from the wheel
         import grader, grader.worker
-        from grader.sandbox.launch import worker_code
+        from grader.sandbox.launch import copy_worker_code
         from grader.sandbox.zygote.server import _use_worker_code
-        code = str(worker_code())
+        code = str(copy_worker_code())
         _use_worker_code(code)
         print(json.dumps([code, sys.path]))
     """)

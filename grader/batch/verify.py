@@ -119,6 +119,7 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
 
     from grader.judge import replay_process, replay_stage
     from grader.judge.runcache import write_perf_set
+    from grader.sandbox.zygote import SandboxState
     from grader.spec import UnknownAssignment
 
     record = find_record(out, student, assignment)
@@ -147,9 +148,11 @@ def verify(out: Path, student: str, assignment: str, course: "Course", settings:
                                 int(inputs.get("set", 0)), work / "inputs.safetensors")
         (work / "layout.json").write_text(json.dumps(layout))
         truth = _truth(spec, work / "inputs.safetensors", layout)
+        sandbox = SandboxState()  # the two replays' own: no grading session runs here
         runs = {c: replay_process.run(records[c], work / "inputs.safetensors", work / "layout.json", work / c,
                                       replay_stage.REPS, timeout,
-                                      placements=replay.get("placements", replay_stage.PLACEMENTS), settings=settings)
+                                      placements=replay.get("placements", replay_stage.PLACEMENTS), settings=settings,
+                                      sandbox=sandbox)
                 for c in ("reference", "student")}
         for c, r in runs.items():
             if r.refused or r.failed:

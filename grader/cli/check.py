@@ -200,8 +200,8 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
     """The grading context of the chosen assignments, the kept cache and warm zygote, the sandbox."""
     from grader.judge.context import resolve
     from grader.judge.runcache import check_cache_folder, check_cache_limit
-    from grader.sandbox import zygote
     from grader.sandbox.process import as_asked, detect
+    from grader.sandbox.zygote import SandboxState
 
     keep = usable_cache(check_cache_folder(settings))  # what the next check on this machine reuses
     ctx = resolve(options.device, options.seed, options.cases, options.dtypes, options.timeout, options.isolation,
@@ -218,19 +218,21 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
         from grader.judge.devicelock import refuse_unsafe_locks
 
         refuse_unsafe_locks([ctx.gpu], settings)
+    sandbox = SandboxState()  # the check's session's: its workers, the probe and the replays fork from its zygotes
     if keep is not None:  # workers forked at once by a zygote that outlives this command
-        zygote.keep_warm(keep / "warm", settings.warm.keep_seconds)
+        sandbox.keep_warm(keep / "warm", settings.warm.keep_seconds)
         ctx = replace(ctx, durations=str(keep / "durations.json"))
     # in CI nothing less than the isolation asked for will do; on a student's own machine it may
     # fall back, said first (by the terminal's sink)
-    contained = as_asked(ctx.isolation, settings) if options.ci_mode is not None else detect(ctx.isolation, settings)
+    contained = (as_asked(ctx.isolation, settings, sandbox) if options.ci_mode is not None
+                 else detect(ctx.isolation, settings, sandbox))
     if keep is not None and ctx.device == Device.CUDA:  # input sets, kernels: the interpreter times, compiles nothing
         # a CI runner may check every student's repository in turn: no student's kernels are kept there
         shared_runner = options.ci_mode is not None or settings.in_ci
         ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), options.seed is not None,
                                       own_uid=not contained.user_switch,
                                       kernels_of=None if shared_runner else sub.identity())
-    return CheckSetup(sub, chosen, ctx, contained, keep)
+    return CheckSetup(sub, chosen, ctx, contained, keep, sandbox)
 
 
 def run_check(options: CheckOptions, settings: Settings, course: specs.Course, sinks: Sequence[Sink] = (),
@@ -248,7 +250,7 @@ def run_check(options: CheckOptions, settings: Settings, course: specs.Course, s
         sink.started(setup)
     jobs = check_jobs(options.jobs, setup.ctx.device, len(setup.chosen))
     with (progress or _no_progress)(count_steps(setup.chosen, setup.ctx)) as step:
-        run = open_session(setup.ctx, settings, course).grade(setup.sub, setup.chosen, step, jobs=jobs)
+        run = open_session(setup.ctx, settings, course, setup.sandbox).grade(setup.sub, setup.chosen, step, jobs=jobs)
     return RunResult.from_json(run.to_json())
 
 

@@ -187,9 +187,10 @@ def resolve_context(options: GradeOptions, names: list[str], seed: int, remote: 
 def _isolation_as_asked(mode: str, settings: Settings) -> None:
     from grader.sandbox.isolation import SandboxError
     from grader.sandbox.process import as_asked
+    from grader.sandbox.zygote import SandboxState
 
-    try:
-        as_asked(mode, settings)
+    try:  # probed here, before any job starts; the jobs' own sessions probe their own
+        as_asked(mode, settings, SandboxState())
     except SandboxError as exc:
         raise UsageError(str(exc)) from None
 

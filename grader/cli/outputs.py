@@ -40,6 +40,7 @@ from grader.spec import Assignment, Course
 if TYPE_CHECKING:  # the check imports these where it runs one, not when the CLI starts
     from grader.judge.context import GradingContext
     from grader.sandbox.isolation import Isolation
+    from grader.sandbox.zygote import SandboxState
     from grader.submission import Submission
 
 OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the current folder, ignored by git
@@ -48,14 +49,16 @@ OUTPUT_DIR = Path(".grader")  # grader check's results and report, in the curren
 @dataclass
 class CheckSetup:
     """What a check grades, as its sinks are told once it is known: the submission, the
-    assignments chosen, the grading context, how workers are contained here, and the folder kept
-    for the next check (None: nothing is kept)."""
+    assignments chosen, the grading context, how workers are contained here, the folder kept
+    for the next check (None: nothing is kept), and what the sandbox keeps for the check's
+    session (its zygotes: the warm ones in the kept folder, the probed isolation)."""
 
     sub: Submission
     chosen: list[Assignment]
     ctx: GradingContext
     contained: Isolation
     keep: Path | None
+    sandbox: SandboxState
 
 
 class Sink:

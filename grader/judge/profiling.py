@@ -33,6 +33,7 @@ from grader.spec import Assignment, Course
 
 if TYPE_CHECKING:  # the replay's side is imported where a profile is made
     from grader.judge.replay_process import Replayed
+    from grader.sandbox.zygote import SandboxState
 
 TIMEOUT_S = 600.0  # one contender's replay under ncu: its start, ~40 metrics' passes over one rep
 
@@ -76,6 +77,7 @@ def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str,
     from grader.judge import replay_process
     from grader.judge.runcache import write_perf_set
     from grader.replay import launchrecord
+    from grader.sandbox.zygote import SandboxState
 
     name = spec.name
     payload = details if isinstance(details, PerformancePayload) else PerformancePayload.from_json(details)
@@ -93,6 +95,7 @@ def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str,
     if not all((f / "launches.json").is_file() for f in folders.values()):
         return Profile(name, why_not=f"no profile of {name}: the replay's records were not kept")
     work = Path(tempfile.mkdtemp(prefix="grader-profile-"))
+    sandbox = SandboxState()  # the profiled replays' own: they run after the grading session
     try:
         layout = write_perf_set(spec, perf.case, perf.dtype, inputs.seed, int(inputs.set or 0),
                                 work / "inputs.safetensors")
@@ -108,7 +111,7 @@ def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str,
             count = sum(1 for s in plan.steps if isinstance(s, launchrecord.RecordedLaunch))
             log = work / c / "result" / ncu.LOG_NAME
             entry = boot(ncu.find_ncu() or ncu.NCU_DEFAULT, ncu.options(kernels, count, str(log)))
-            run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings)
+            run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings, sandbox)
             try:
                 launches[c] = ncu.parse(_read(log))
             except ncu.NcuError as exc:
@@ -121,7 +124,7 @@ def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str,
 
 
 def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, gpu: str | None,
-               settings: Settings) -> Replayed:
+               settings: Settings, sandbox: SandboxState) -> Replayed:
     """One replay (a rep, no placements) through the sandbox with `entry` as its entry point, told
     to go at once; then, unlike a timed replay (whose process is stopped once its last result is
     written), waited for until it ends: ncu writes its CSV as the replayed process exits."""
@@ -129,7 +132,7 @@ def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, 
 
     run = replay_process.go(replay_process.start(record, work / "inputs.safetensors", work / "layout.json", job, 1,
                                                  TIMEOUT_S, isolation=isolation, gpu=gpu, boot=entry,
-                                                 settings=settings))
+                                                 settings=settings, sandbox=sandbox))
     pending = run.pending
     if isinstance(pending, replay_process.Pending):  # the real process, started here
         deadline = time.monotonic() + TIMEOUT_S

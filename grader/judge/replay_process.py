@@ -32,8 +32,9 @@ from grader.replay import launchrecord
 from grader.replay.launchrecord import LaunchRecordError
 from grader.sandbox.files import WorkerFileError, read_worker_file
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import isolated_python, worker_code
+from grader.sandbox.launch import isolated_python
 from grader.sandbox.process import WorkerProcess
+from grader.sandbox.zygote import SandboxState
 from grader.sanitize import one_line
 from grader.settings import Settings
 
@@ -259,14 +260,16 @@ class Pending:
 
 
 def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sandbox", gpu: str | None = None,
-          boot: str = BOOTSTRAP, placements: int = 1, *, settings: Settings) -> Pending | Replayed:
+          boot: str = BOOTSTRAP, placements: int = 1, *, settings: Settings,
+          sandbox: SandboxState) -> Pending | Replayed:
     """A replay process started in `job` (a new folder) through the sandbox backend (as a worker
     is: the same view rules, uid, limits, no network) before its record exists: it imports torch
     and Triton, then waits for `place` to put its checked record and inputs there (READY), and
     touches the GPU only once told to go (GO). `boot` replaces the entry point (a test's probe
     of the view), given the same arguments. `placements`: the reps spread over that many fresh
     sets of buffers at other addresses. `settings`: the grading session's (its uids, threads,
-    container command), handed to the process as to a worker."""
+    container command) and `sandbox` what its sandbox keeps (the copy of the code the process
+    imports), handed to the process as to a worker."""
     job = Path(job)
     job.mkdir(parents=True, exist_ok=True)
     (job / "record").mkdir(exist_ok=True)
@@ -276,10 +279,10 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
                            str(result), "--reps", str(int(reps)), "--placements", str(int(placements)),
                            "--ready", str(job / READY), "--loaded", str(result / LOADED), "--arm", str(job / ARM),
                            "--armed", str(result / ARMED),
-                           "--go", str(job / GO), path=str(worker_code()))
+                           "--go", str(job / GO), path=str(sandbox.worker_code()))
     try:
         proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job,
-                             command=argv, settings=settings)
+                             command=argv, settings=settings, sandbox=sandbox)
     except (OSError, SandboxError) as exc:
         return Replayed(failed=f"the replay process could not be started: {one_line(exc, 200)}")
     return Pending(proc, job, timeout)
@@ -292,7 +295,7 @@ def place(pending: ReplayProcess | Replayed, record: Path, inputs: Path, layout:
 
 def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
           isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-          placements: int = 1, *, settings: Settings) -> ReplayProcess | Replayed:
+          placements: int = 1, *, settings: Settings, sandbox: SandboxState) -> ReplayProcess | Replayed:
     """`spawn` and `place` at once: a replay ready to go. A refused record starts nothing."""
     job = Path(job)
     job.mkdir(parents=True)
@@ -300,7 +303,7 @@ def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeou
         checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
     except LaunchRecordError as exc:
         return Replayed(refused=str(exc)[:400])
-    started = spawn(job, reps, timeout, isolation, gpu, boot, placements, settings=settings)
+    started = spawn(job, reps, timeout, isolation, gpu, boot, placements, settings=settings, sandbox=sandbox)
     return place(started, record, inputs, layout)
 
 
@@ -388,9 +391,11 @@ def stop(run: ReplayProcess | Replayed | None) -> None:
 
 def run(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
         isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-        placements: int = 1, allowed: frozenset[int] = frozenset(), *, settings: Settings) -> Replayed:
+        placements: int = 1, allowed: frozenset[int] = frozenset(), *, settings: Settings,
+        sandbox: SandboxState) -> Replayed:
     """`start`, `go` and `settle` at once: one contender's replay, start to last result."""
-    started = start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings=settings)
+    started = start(record, inputs, layout, job, reps, timeout, isolation, gpu, boot, placements, settings=settings,
+                    sandbox=sandbox)
     return settle(go(started, allowed))
 
 

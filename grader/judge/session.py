@@ -23,6 +23,7 @@ from grader.judge import grade as pipeline
 from grader.judge.context import GradingContext
 from grader.judge.resources import Resources
 from grader.results import AssignmentResult, RunResult
+from grader.sandbox.zygote import SandboxState
 from grader.settings import Settings
 from grader.spec import Assignment, Course
 from grader.submission import Submission
@@ -91,9 +92,11 @@ class GradingSession(Resources):
                                      AssignmentResult(spec.name, spec.title, f"{spec.module}:{spec.function}()"), why)
 
 
-def open_session(context: GradingContext, settings: Settings, course: Course | None = None) -> GradingSession:
+def open_session(context: GradingContext, settings: Settings, course: Course | None = None,
+                 sandbox: SandboxState | None = None) -> GradingSession:
     """The session for `context` with the command's `settings` and its `course` (default: the one
-    the settings name or imply, found here). It holds no process of its own (workers end with
-    each assignment; a warm fork server ends with this process or when idle), so there is nothing
-    to close."""
-    return GradingSession(context, settings, course if course is not None else Course.find(settings))
+    the settings name or imply, found here), and `sandbox`, what its sandbox keeps (default: a new
+    one; `grader check` hands the one whose zygotes it kept warm). It holds no process of its own
+    (workers end with each assignment; its fork servers end with this process or when idle), so
+    there is nothing to close."""
+    return GradingSession(context, settings, course if course is not None else Course.find(settings), sandbox)

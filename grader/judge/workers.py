@@ -14,6 +14,7 @@ from grader.judge.runcache import TritonKeep
 from grader.protocol import Contender, Failure, Load, Ok, Ping, Reply, Request
 from grader.sandbox.isolation import SandboxError
 from grader.sandbox.process import WorkerFailure, WorkerProcess
+from grader.sandbox.zygote import SandboxState
 from grader.settings import Settings
 from grader.spec import Assignment
 
@@ -26,10 +27,10 @@ class StudentWorker:
     def __init__(self, context: GradingContext, spec: Assignment, repo: Path, target: tuple[str, str], scratch: Path,
                  hide: Sequence[Path] = (), interpret: bool = False, kept: TritonKeep | None = None,
                  sharing_gpu: Callable[[Callable[[float], None]], ContextManager] | None = None, *,
-                 settings: Settings) -> None:
+                 settings: Settings, sandbox: SandboxState) -> None:
         """`kept`: the student's compiled kernels a check keeps between runs; `sharing_gpu(waited)`:
         held while its import or a call runs (grader.judge.devicelock), None in the interpreter;
-        `settings`: the session's, for its workers (grader.sandbox.process.WorkerProcess)."""
+        `settings` and `sandbox`: the session's, for its workers (grader.sandbox.process.WorkerProcess)."""
         self.context, self.spec, self.repo, self.target, self.scratch = context, spec, repo, target, scratch
         self.interpret = interpret
         self.hide = [*map(Path, context.hide), *hide]  # the submission's folder and its neighbours (other students)
@@ -40,6 +41,7 @@ class StudentWorker:
         self.kept = kept if not interpret else None  # the interpreter compiles nothing
         self._sharing_gpu = sharing_gpu
         self.settings = settings
+        self.sandbox = sandbox
 
     def start(self) -> Ok | Failure:
         """Start and import; returns the worker's reply (ok, or the student's error)."""
@@ -53,7 +55,7 @@ class StudentWorker:
             self.process = WorkerProcess(self.repo, scratch, self.interpret, ctx.gpu,
                                          isolation=ctx.isolation, writable=[self.repo.parent / "outputs"],
                                          hide=self.hide, job=self.repo.parent, keep_autotuning=self.kept is not None,
-                                         settings=self.settings)
+                                         settings=self.settings, sandbox=self.sandbox)
             self.process.request(Ping(), WORKER_START_TIMEOUT)
         except (OSError, SandboxError) as exc:
             raise WorkerFailure("infra_error", f"the sandbox could not start a worker: {exc}", "") from None

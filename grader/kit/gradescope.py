@@ -184,8 +184,9 @@ def contain(autograder: Path, settings: Settings) -> str:
     then keep out). Returns how workers are contained (one line); NotContained where neither can be
     had (not root and no namespaces), as grading there would hand the course to the submission."""
     from grader.sandbox.process import detect
+    from grader.sandbox.zygote import SandboxState
 
-    isolation = detect("sandbox", settings)  # as the check's own (its uid range, say)
+    isolation = detect("sandbox", settings, SandboxState())  # as the check's own (its uid range, say)
     if not (isolation.namespaces or isolation.user_switch):
         raise NotContained("the sandbox can neither make namespaces nor run the submission as another user here "
                            f"({'; '.join(isolation.warnings) or isolation.mode}), so the submission's code could read "

@@ -12,6 +12,7 @@ from typing import Protocol
 from grader.sandbox import docker, namespaces, plain
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import Launch, Started
+from grader.sandbox.zygote import SandboxState
 from grader.settings import Settings
 
 
@@ -22,7 +23,7 @@ class Backend(Protocol):
         """What this backend can do on this machine with `settings` (`probe` starts a test worker
         under a candidate: None if it works, else why not); raises SandboxError if nothing can."""
 
-    def start(self, launch: Launch, isolation: Isolation) -> Started:
+    def start(self, launch: Launch, isolation: Isolation, sandbox: SandboxState) -> Started:
         """Start one worker with its private channel; raises OSError or SandboxError if it
         cannot (an infrastructure problem). The one place a worker is started."""
 

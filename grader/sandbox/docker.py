@@ -13,8 +13,9 @@ from pathlib import Path
 
 from grader.sandbox.interpreter import BOOTSTRAP
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import Launch, Limits, Started, worker_code
+from grader.sandbox.launch import Launch, Limits, Started
 from grader.sandbox.uids import chown_tree
+from grader.sandbox.zygote import SandboxState
 from grader.settings import Settings
 
 IMAGE_COURSE = "/opt/grader"  # the course folder the Dockerfile copies into the image (GRADER_COURSE there)
@@ -41,7 +42,7 @@ def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isol
     return Isolation("docker")
 
 
-def start(launch: Launch, isolation: Isolation) -> Started:
+def start(launch: Launch, isolation: Isolation, sandbox: SandboxState) -> Started:
     """`docker run` in the background; the channel is a FIFO pair in the scratch folder, which
     the container sees at the same path."""
     channel = Path(launch.scratch) / ".channel"
@@ -59,7 +60,7 @@ def start(launch: Launch, isolation: Isolation) -> Started:
                           launch.interpret, launch.command or ["python", "-I", "-u", "-B", "-c",
                                                               BOOTSTRAP.format(path="/opt/grader-host"),
                                                               str(requests), str(replies)],
-                          settings=launch.settings)
+                          settings=launch.settings, code=sandbox.worker_code())
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -87,7 +88,7 @@ def exit_code(code: int) -> int:
 
 def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: dict[str, str], gpu: str | None,
                    limits: Limits, interpret: bool, command: list[str], image: str | None = None, *,
-                   settings: Settings) -> list[str]:
+                   settings: Settings, code: Path) -> list[str]:
     """`docker run` for one worker: no network, a read-only root with a private /tmp, the job
     folder mounted at its own path (read-only, its writable folders on top), the worker's copy
     of the grader's code mounted read-only (so the worker speaks this grader's protocol), the
@@ -106,7 +107,7 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
     for w in writable:
         argv += ["--mount", f"type=bind,source={w},target={w}"]
     # the worker's own copy of the grader's code, not the course's grader/ (nor anything beside it)
-    argv += ["--mount", f"type=bind,source={worker_code() / 'grader'},target=/opt/grader-host/grader,readonly"]
+    argv += ["--mount", f"type=bind,source={code / 'grader'},target=/opt/grader-host/grader,readonly"]
     # the image's course folder (its assignments/, hidden cases included: see the Dockerfile), blank
     # (podman would copy the image's folder into the tmpfs unless told not to)
     podman = Path(argv[0]).name == "podman"

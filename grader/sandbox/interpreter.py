@@ -16,7 +16,7 @@ import grader
 PACKAGE_PARENT = str(Path(grader.__file__).resolve().parent.parent)
 # The worker's entry point: -I keeps the current folder (where a student could plant a
 # torch.py or a grader/ package) and PYTHON* variables out of sys.path; the worker's own code
-# (`launch.worker_code`, never the course's grader/) is put first.
+# (`launch.copy_worker_code`, never the course's grader/) is put first.
 BOOTSTRAP = "import sys; sys.path.insert(0, {path!r}); from grader.worker.server import main; main(sys.argv[1:])"
 
 

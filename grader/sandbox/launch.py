@@ -8,7 +8,6 @@ import atexit
 import os
 import shutil
 import tempfile
-import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Protocol
@@ -21,36 +20,30 @@ from grader.settings import Settings
 # and replay/, which the replay process (grader.judge.replay_process.run) runs in a sandbox alike.
 WORKER_CODE = ("__init__.py", "codec.py", "protocol.py", "worker", "replay")
 
-_code_lock = threading.Lock()
-_code: list[Path] = []
 
-
-def worker_code() -> Path:
+def copy_worker_code() -> Path:
     """A private read-only copy of the grader code a worker runs (WORKER_CODE), made once per
-    process: the folder to put on a worker's sys.path, and all a sandbox shows it of the grader.
-    So a worker's view holds no part of the course folder (its .git, tests, reference/, rosters),
-    whatever else lies beside the grader package there."""
-    with _code_lock:
-        if _code and (_code[0] / "grader" / "worker" / "server.py").is_file():
-            return _code[0]
-        private = Path(tempfile.mkdtemp(prefix="grader-worker-code-"))
-        os.chmod(private, 0o711)  # entered, never listed: a worker uid without namespaces reaches lib/ by name
-        atexit.register(shutil.rmtree, private, True)
-        stage = private / "lib"
-        source = Path(PACKAGE_PARENT) / "grader"
-        for name in WORKER_CODE:
-            if (source / name).is_dir():
-                shutil.copytree(source / name, stage / "grader" / name, ignore=lambda _, names: [
-                    n for n in names if not n.endswith(".py")])
-            else:
-                (stage / "grader").mkdir(parents=True, exist_ok=True)
-                shutil.copyfile(source / name, stage / "grader" / name)
-        for folder, _, names in os.walk(stage):  # any worker uid reads it (its view binds it read-only)
-            os.chmod(folder, 0o755)
-            for name in names:
-                os.chmod(os.path.join(folder, name), 0o644)
-        _code[:] = [stage]
-        return stage
+    session (grader.sandbox.zygote.SandboxState.worker_code): the folder to put on a worker's
+    sys.path, and all a sandbox shows it of the grader. So a worker's view holds no part of the
+    course folder (its .git, tests, reference/, rosters), whatever else lies beside the grader
+    package there. Removed when this process ends."""
+    private = Path(tempfile.mkdtemp(prefix="grader-worker-code-"))
+    os.chmod(private, 0o711)  # entered, never listed: a worker uid without namespaces reaches lib/ by name
+    atexit.register(shutil.rmtree, private, True)
+    stage = private / "lib"
+    source = Path(PACKAGE_PARENT) / "grader"
+    for name in WORKER_CODE:
+        if (source / name).is_dir():
+            shutil.copytree(source / name, stage / "grader" / name, ignore=lambda _, names: [
+                n for n in names if not n.endswith(".py")])
+        else:
+            (stage / "grader").mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source / name, stage / "grader" / name)
+    for folder, _, names in os.walk(stage):  # any worker uid reads it (its view binds it read-only)
+        os.chmod(folder, 0o755)
+        for name in names:
+            os.chmod(os.path.join(folder, name), 0o644)
+    return stage
 
 
 @dataclass
@@ -115,10 +108,10 @@ def worker_env(scratch: Path, interpret: bool, gpu: str | None, threads: int | N
     return env
 
 
-def worker_argv(*channel: str, path: str | None = None) -> list[str]:
-    """The worker, from its private copy of the code (`worker_code`) unless `path` names the
-    folder to import the grader from (the plain backend's: it hides nothing)."""
-    return isolated_python(BOOTSTRAP, *channel, path=path or str(worker_code()))
+def worker_argv(*channel: str, path: str) -> list[str]:
+    """The worker, importing the grader from `path`: its session's private copy of the code
+    (SandboxState.worker_code), or the package itself (the plain backend's: it hides nothing)."""
+    return isolated_python(BOOTSTRAP, *channel, path=path)
 
 
 @dataclass

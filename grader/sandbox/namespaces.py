@@ -28,8 +28,9 @@ from grader.proctable import children_of
 from grader.sandbox import zygote
 from grader.sandbox.interpreter import CHECKOUT_TAG, PACKAGE_PARENT
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import Launch, Started, pipe_pair, worker_argv, worker_code
+from grader.sandbox.launch import Launch, Started, pipe_pair, worker_argv
 from grader.sandbox.uids import JobLease, chown_tree
+from grader.sandbox.zygote import SandboxState
 from grader.settings import Settings
 
 SUMMARY = "namespaces, no Docker"  # what `--isolation` help says of this mode
@@ -121,23 +122,24 @@ def _container_hint() -> str:
             "or grade with --isolation docker from the host (docs/security.md, \"The grading image\")")
 
 
-def start(launch: Launch, isolation: Isolation) -> Started:
+def start(launch: Launch, isolation: Isolation, sandbox: SandboxState) -> Started:
     """The init (under `unshare` where namespaces work), its configuration on stdin, the worker
     its child; the init reports the worker's end on a status pipe and dies with the grader
     (its lifeline)."""
     # the same init, view, uid, limits
-    forked = zygote.try_start(launch, isolation, lambda channel, status_tx, lifeline_rx:
-                              _config(launch, isolation, worker_argv(*map(str, channel)), channel, status_tx,
-                                      lifeline_rx))
+    code = sandbox.worker_code()
+    forked = zygote.try_start(launch, sandbox, isolation, lambda channel, status_tx, lifeline_rx:
+                              _config(launch, isolation, worker_argv(*map(str, channel), path=str(code)), channel,
+                                      status_tx, lifeline_rx, code))
     if forked is not None:
         return forked
     (rx, tx), channel = pipe_pair()
-    argv = launch.command or worker_argv(*map(str, channel))
+    argv = launch.command or worker_argv(*map(str, channel), path=str(code))
     status_rx, status_tx = os.pipe()
     lifeline_rx, lifeline = os.pipe()  # the init's lifeline: EOF when the grader is gone
     lease = None
     try:
-        config, lease = _config(launch, isolation, argv, channel, status_tx, lifeline_rx)
+        config, lease = _config(launch, isolation, argv, channel, status_tx, lifeline_rx, code)
         # the configuration goes in on stdin, not argv, and so does the grader's folder: the worker
         # can read its init's /proc/1/cmdline
         init = [sys.executable, "-I", "-c", "import sys, json; sys.path.insert(0, json.loads(sys.stdin.readline())); "
@@ -167,8 +169,9 @@ def start(launch: Launch, isolation: Isolation) -> Started:
 
 
 def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tuple[int, int], status_tx: int,
-            lifeline_rx: int) -> tuple[dict, JobLease | None]:
-    """What the init is told (grader.sandbox.init.main), and the job's uid lease it takes."""
+            lifeline_rx: int, code: Path) -> tuple[dict, JobLease | None]:
+    """What the init is told (grader.sandbox.init.main), and the job's uid lease it takes;
+    `code`: the session's copy of the worker's code (SandboxState.worker_code)."""
     lease = None
     user = None
     if isolation.user_switch:
@@ -184,13 +187,13 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
         "env": launch.env,
         "limits": launch.limits.for_worker(user is not None, launch.interpret),
         "user": user,
-        "view": (sandbox_view(launch.job, launch.writable, launch.hide, launch.settings)
+        "view": (sandbox_view(launch.job, launch.writable, launch.hide, launch.settings, code)
                  if isolation.namespaces else None),
         "pass_fds": list(channel),
         "status_fd": status_tx,
         "lifeline_fd": lifeline_rx,
         "own_pid_namespace": isolation.namespaces,
-        "code": str(worker_code()),  # a forked worker's imports from here on (grader.sandbox.zygote)
+        "code": str(code),  # a forked worker's imports from here on (grader.sandbox.zygote)
     }, lease
 
 
@@ -271,11 +274,11 @@ def installed_package() -> str | None:
     return os.path.realpath(parent / "grader") if parent.name in ("site-packages", "dist-packages") else None
 
 
-def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings) -> dict:
+def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings, code: Path) -> dict:
     """The worker's view (grader.sandbox.init.build_view): an allowlist, nothing else of the host.
     Read-only: the system folders, the Python install (prefixes, site-packages, the user site,
     what its .pth files add), CUDA's folders (LD_LIBRARY_PATH, CUDA_HOME), the worker's own copy
-    of the grader's code (launch.worker_code), the job folder; /dev and /sys read-only, the
+    of the grader's code (`code`, SandboxState.worker_code), the job folder; /dev and /sys read-only, the
     namespace's own /proc; the worker's own folders writable; /tmp, /var/tmp, /dev/shm and the
     temp folder private and empty. No folder that holds a private one (the course, above all) is
     bound; a private folder inside a bound one is covered by an empty read-only tmpfs."""
@@ -291,7 +294,7 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Se
     readable = {os.path.realpath(p) for p in wanted
                 if not any(_inside(c, os.path.realpath(p)) for c in private if c != installed_package())}
     readable |= {os.path.realpath(p) for p in (*SYSTEM, *DEVICES) if os.path.isdir(p) and not os.path.islink(p)}
-    readable.add(str(worker_code()))
+    readable.add(str(code))
     readable.add(os.path.realpath(job))
     # one bind for a folder and what it holds (the prefix and its site-packages), unless a private
     # folder lies between them (a course's own .venv: its prefix is bound, the course is not)

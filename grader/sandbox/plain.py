@@ -13,6 +13,7 @@ from grader.sandbox.init import apply_limits
 from grader.sandbox.interpreter import PACKAGE_PARENT
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import Launch, Started, pipe_pair, worker_argv
+from grader.sandbox.zygote import SandboxState
 from grader.settings import Settings
 
 SUMMARY = "a plain process with limits, for debugging"  # what `--isolation` help says of this mode
@@ -23,9 +24,9 @@ def detect(probe: Callable[[Isolation], str | None], settings: Settings) -> Isol
                                        "and sees every file you can",))
 
 
-def start(launch: Launch, isolation: Isolation) -> Started:
+def start(launch: Launch, isolation: Isolation, sandbox: SandboxState) -> Started:
     # the same limits and environment
-    forked = zygote.try_start(launch, isolation, lambda channel, status_tx, lifeline_rx: (
+    forked = zygote.try_start(launch, sandbox, isolation, lambda channel, status_tx, lifeline_rx: (
         {"cwd": str(launch.cwd), "env": launch.env, "limits": launch.limits.for_worker(False, launch.interpret),
          "pass_fds": list(channel), "status_fd": status_tx, "lifeline_fd": lifeline_rx}, None))
     if forked is not None:

@@ -16,7 +16,6 @@ a fresh worker for what is left.
 
 from __future__ import annotations
 
-import functools
 import json
 import os
 import select
@@ -34,7 +33,8 @@ from grader.environment import has_gpu
 from grader.protocol import Failure
 from grader.sandbox.backend import ISOLATION_MODES, backend_for
 from grader.sandbox.isolation import Isolation, SandboxError
-from grader.sandbox.launch import Launch, Limits, worker_code, worker_env
+from grader.sandbox.launch import Launch, Limits, worker_env
+from grader.sandbox.zygote import SandboxState
 from grader.settings import Settings
 
 MAX_REPLY_BYTES = 16 << 20
@@ -94,22 +94,25 @@ class CappedOutput:
 
 # -- what this machine allows ---------------------------------------------------------------
 
-@functools.lru_cache(maxsize=None)
-def detect(mode: str, settings: Settings) -> Isolation:
+def detect(mode: str, settings: Settings, sandbox: SandboxState) -> Isolation:
     """What `mode` can do here with `settings` (the uid range, the container command), tried for
-    real once (a worker start that imports nothing of the student's); what is missing is said in
-    `warnings`, to be shown once per run."""
+    real once per session (`sandbox`: a worker start that imports nothing of the student's); what
+    is missing is said in `warnings`, to be shown once per run."""
     if mode not in ISOLATION_MODES:
         raise SandboxError(f"--isolation must be one of {', '.join(ISOLATION_MODES)}, not {mode!r}")
-    return backend_for(mode).detect(lambda isolation: _probe(isolation, settings), settings)
+    key = (mode, settings)
+    if key not in sandbox.isolations:
+        sandbox.isolations[key] = backend_for(mode).detect(lambda isolation: _probe(isolation, settings, sandbox),
+                                                           settings)
+    return sandbox.isolations[key]
 
 
-def as_asked(mode: str, settings: Settings) -> Isolation:
+def as_asked(mode: str, settings: Settings, sandbox: SandboxState) -> Isolation:
     """`detect(mode)`, where nothing less than `mode` will do: a batch and every CI run grade
     others' code unattended, so a sandbox that can only be built weaker here (no namespaces, no
     separate user, no sandbox at all) stops them with the reason and the fix, instead of a warning
     nobody reads. `--isolation none` is the one way to grade without it, asked for by name."""
-    isolation = detect(mode, settings)
+    isolation = detect(mode, settings, sandbox)
     if mode == "none" or not isolation.warnings:
         return isolation
     raise SandboxError(f"the {mode} isolation cannot be built as asked on this machine: "
@@ -129,7 +132,7 @@ PROBE = ("import os, sys, grader.worker.server, numpy, safetensors, torch, trito
          "    torch.zeros(1, device='cuda')\n")
 
 
-def _probe(isolation: Isolation, settings: Settings) -> str | None:
+def _probe(isolation: Isolation, settings: Settings, sandbox: SandboxState) -> str | None:
     """None if a worker can start under `isolation`, else why not (one line)."""
     with tempfile.TemporaryDirectory(prefix="grader-probe-") as tmp:
         job = Path(tmp)
@@ -137,8 +140,8 @@ def _probe(isolation: Isolation, settings: Settings) -> str | None:
         try:
             proc = WorkerProcess(job / "repo", job / "scratch", interpret=not has_gpu(), isolation=isolation,
                                  command=[sys.executable, "-I", "-B", "-c",
-                                          f"import sys; sys.path.insert(0, {str(worker_code())!r})\n" + PROBE],
-                                 probe=PROBE, settings=settings)
+                                          f"import sys; sys.path.insert(0, {str(sandbox.worker_code())!r})\n" + PROBE],
+                                 probe=PROBE, settings=settings, sandbox=sandbox)
         except (OSError, SandboxError) as exc:
             return str(exc)
         try:
@@ -160,13 +163,15 @@ class WorkerProcess:
     """One worker: `cwd` is the private repo copy, `scratch` its home/temp/Triton cache, both
     writable, as is every folder in `writable` (where it saves outputs); `job` (default: the
     folder holding cwd and scratch) is readable; `hide` names more private folders; `settings`
-    are the session's (its warm starts, uid range, container command and threads)."""
+    are the session's (its warm starts, uid range, container command and threads), and so is
+    `sandbox`, what its sandbox keeps (the zygote it forks from, the copy of the code it runs)."""
 
     def __init__(self, cwd: Path, scratch: Path, interpret: bool, gpu: str | None = None, limits: Limits | None = None,
                  isolation: Isolation | str = "sandbox", writable: Sequence[Path] = (), hide: Sequence[Path] = (),
                  job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
-                 probe: str | None = None, keep_autotuning: bool = False, *, settings: Settings) -> None:
-        self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation, settings)
+                 probe: str | None = None, keep_autotuning: bool = False, *, settings: Settings,
+                 sandbox: SandboxState) -> None:
+        self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation, settings, sandbox)
         self.backend = backend_for(self.isolation)
         self._status = b""
         scratch.mkdir(parents=True, exist_ok=True)
@@ -185,7 +190,7 @@ class WorkerProcess:
             env["TRITON_CACHE_AUTOTUNING"] = "1"
         launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command,
                         probe, settings=settings)
-        self.started = self.backend.start(launch, self.isolation)  # the one start, whatever the backend
+        self.started = self.backend.start(launch, self.isolation, sandbox)  # the one start, whatever the backend
         self.proc = self.started.proc
         self._rx, self._tx = self.started.rx, self.started.tx
         self._status_rx, self._lifeline = self.started.status_rx, self.started.lifeline

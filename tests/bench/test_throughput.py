@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import COURSE, build_submission
+from conftest import SANDBOX, COURSE, build_submission
 from grader.settings import Settings
 from grader import spec as specs
 from grader.judge.context import GradingContext
@@ -80,7 +80,7 @@ def test_bare_worker_start(benchmark, tmp_path):
     from grader.sandbox.process import WorkerProcess
 
     def start():
-        w = WorkerProcess(tmp_path, tmp_path / "scratch", interpret=True, settings=Settings())
+        w = WorkerProcess(tmp_path, tmp_path / "scratch", interpret=True, settings=Settings(), sandbox=SANDBOX)
         try:
             return w.request(Load({}), 60)
         finally:
@@ -99,12 +99,12 @@ def test_worker_start_forked_or_fresh(benchmark, tmp_path, monkeypatch, start):
 
     monkeypatch.setenv("GRADER_ZYGOTE", "1" if start == "forked" else "0")
     if start == "forked":  # the zygote's own start is paid once per job process: not in the rounds
-        WorkerProcess(tmp_path / "warm", tmp_path / "warm-scratch", interpret=True, settings=Settings()).close()
+        WorkerProcess(tmp_path / "warm", tmp_path / "warm-scratch", interpret=True, settings=Settings(), sandbox=SANDBOX).close()
     rounds = iter(range(100))
 
     def one():
         job = tmp_path / f"job{next(rounds)}"
-        w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings())
+        w = WorkerProcess(job / "repo", job / "scratch", interpret=True, settings=Settings(), sandbox=SANDBOX)
         try:
             assert isinstance(w.proc, zygote.Forked) == (start == "forked")
             return w.request(Ping(), 120)

@@ -29,9 +29,9 @@ with its pipe ends as SCM_RIGHTS; the reply is the pid of A; the zygote reports 
 status when it ends, so the grader sees exit codes as it would of its own child.
 
 The package: `server` is the zygote process; `client` the grader's side of it (start or attach,
-fork, the registry); `warm` the zygote kept between checks; this module is what a backend
-uses (`try_start`, behind its own `start`: grader.sandbox.namespaces, grader.sandbox.plain) and
-what a session warms up ahead (`prewarm`).
+fork, and `SandboxState`, the session's zygotes); `warm` the zygote kept between checks; this
+module is what a backend uses (`try_start`, behind its own `start`: grader.sandbox.namespaces,
+grader.sandbox.plain) and what a session warms up ahead (`prewarm`).
 """
 
 from __future__ import annotations
@@ -43,7 +43,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.sandbox.zygote.client import Forked, Zygote, ZygoteError, close_all, get, keep_warm
+from grader.sandbox.zygote.client import Forked, SandboxState, Zygote, ZygoteError
 from grader.sandbox.zygote.server import PRELOAD
 from grader.sandbox.zygote.warm import warm_name
 
@@ -52,29 +52,19 @@ if TYPE_CHECKING:
     from grader.sandbox.uids import JobLease
     from grader.settings import Settings, WarmStarts
 
-__all__ = ["Forked", "PRELOAD", "Zygote", "ZygoteError", "close_all", "disable", "enabled", "get", "keep_warm",
-           "prewarm", "start", "try_start", "usable", "warm_name", "zygote_key"]
-
-_DISABLED: list[str] = []
+__all__ = ["Forked", "PRELOAD", "SandboxState", "Zygote", "ZygoteError", "enabled", "prewarm", "start", "try_start",
+           "usable", "warm_name", "zygote_key"]
 
 
-def enabled(warm: "WarmStarts") -> bool:
+def enabled(warm: "WarmStarts", sandbox: SandboxState) -> bool:
     """GRADER_ZYGOTE=0 (`warm.fork_server` off) starts every worker as a fresh interpreter (the
-    exec path), as before; so does a process whose zygote failed once."""
-    return warm.fork_server and sys.platform.startswith("linux") and not _DISABLED
+    exec path), as before; so does a session whose zygote failed once (`sandbox.disabled`)."""
+    return warm.fork_server and sys.platform.startswith("linux") and sandbox.disabled is None
 
 
-def disable(why: str) -> None:
-    """No zygote for the rest of this process (said once on stderr: it costs speed, not safety)."""
-    if not _DISABLED:
-        print(f"warning: workers start as fresh interpreters: {why}", file=sys.stderr, flush=True)
-    _DISABLED.append(why)
-
-
-
-def usable(launch: "Launch") -> bool:
+def usable(launch: "Launch", sandbox: SandboxState) -> bool:
     """A worker (or the sandbox's probe) can be forked; a test's own command needs its exec."""
-    return enabled(launch.settings.warm) and (launch.command is None or launch.probe is not None)
+    return enabled(launch.settings.warm, sandbox) and (launch.command is None or launch.probe is not None)
 
 
 def zygote_key(env: dict[str, str]) -> tuple[tuple, dict[str, str]]:
@@ -84,9 +74,9 @@ def zygote_key(env: dict[str, str]) -> tuple[tuple, dict[str, str]]:
     return tuple(sorted(base.items())), base
 
 
-def start(launch: "Launch", isolation,
+def start(launch: "Launch", sandbox: SandboxState, isolation,
           config: Callable[[tuple[int, int], int, int], tuple[dict, "JobLease | None"]]) -> "Started":
-    """The worker `launch` describes, forked by this process's zygote: `config(channel,
+    """The worker `launch` describes, forked by its session's zygote (`sandbox`): `config(channel,
     status_fd, lifeline_fd)` is the backend's own configuration of its init (and the uid lease
     it took), the same one its exec path sends, so the view, uid and limits are the same."""
     from grader.sandbox.launch import Started, pipe_pair
@@ -98,7 +88,7 @@ def start(launch: "Launch", isolation,
     lease = None
     try:
         settings, lease = config(channel, status_tx, lifeline_rx)
-        z = get(*zygote_key(launch.env))
+        z = sandbox.zygote(*zygote_key(launch.env))
         pid = z.fork({"mode": isolation.mode, "namespaces": isolation.namespaces,
                       "user_namespace": isolation.user_namespace,
                       "config": settings, "probe": launch.probe},
@@ -115,29 +105,30 @@ def start(launch: "Launch", isolation,
     return Started(Forked(z, pid, os.fdopen(out_rx, "rb")), rx, tx, status_rx, lifeline, lease)
 
 
-def try_start(launch: "Launch", isolation,
+def try_start(launch: "Launch", sandbox: SandboxState, isolation,
               config: Callable[[tuple[int, int], int, int], tuple[dict, "JobLease | None"]]) -> "Started | None":
     """A backend's first choice: the worker forked by the zygote (see `start`); None where it
     cannot be (off, a test's own command) or the zygote failed, which turns it off for the rest
-    of this process (ours, not the student's): the backend then starts a fresh interpreter."""
-    if not usable(launch):
+    of the session (ours, not the student's): the backend then starts a fresh interpreter."""
+    if not usable(launch, sandbox):
         return None
     try:
-        return start(launch, isolation, config)
+        return start(launch, sandbox, isolation, config)
     except ZygoteError as exc:
-        disable(str(exc))
+        sandbox.disable(str(exc))
         return None
 
 
-def prewarm(interpret: bool, gpu: str | None, isolation: str, settings: "Settings") -> None:
+def prewarm(interpret: bool, gpu: str | None, isolation: str, settings: "Settings", sandbox: SandboxState) -> None:
     """Start the zygotes a grade will fork from (a GPU run also replays in the interpreter),
     so their imports overlap whatever comes first. Starting one does not wait for it."""
     from grader.sandbox.launch import worker_env
 
-    if isolation == "docker" or not enabled(settings.warm):
+    if isolation == "docker" or not enabled(settings.warm, sandbox):
         return
     for interp in ({True} if interpret else {False, True}):
         try:
-            get(*zygote_key(worker_env(Path(tempfile.gettempdir()), interp, None if interp else gpu, settings.threads)))
+            env = worker_env(Path(tempfile.gettempdir()), interp, None if interp else gpu, settings.threads)
+            sandbox.zygote(*zygote_key(env))
         except ZygoteError:
             return

@@ -1,6 +1,7 @@
 """The grader's side of a zygote: `Zygote` (start or attach, fork a worker, learn how each fork
-ended), `Forked` (a fork as the sandbox sees a Popen) and this process's registry of zygotes,
-one per (interpreter, GPU) setting, warm where `keep_warm` named a folder."""
+ended), `Forked` (a fork as the sandbox sees a Popen) and `SandboxState`, what one grading
+session's sandbox keeps: its zygotes, one per (interpreter, GPU) setting, warm where `keep_warm`
+named a folder, whether they failed, the workers' copy of the code and the probed isolations."""
 
 from __future__ import annotations
 
@@ -11,6 +12,7 @@ import shutil
 import signal
 import socket
 import subprocess
+import sys
 import tempfile
 import threading
 import time
@@ -18,6 +20,8 @@ from pathlib import Path
 
 from grader.sandbox.files import private_folder
 from grader.sandbox.interpreter import PACKAGE_PARENT, unnamed_python
+from grader.sandbox.isolation import Isolation
+from grader.sandbox.launch import copy_worker_code
 from grader.sandbox.zygote.server import MAX_MESSAGE, _at
 from grader.sandbox.zygote.warm import warm_name
 
@@ -41,20 +45,17 @@ class ZygoteError(OSError):
     """The zygote could not be started or did not answer: workers start the old way instead."""
 
 
-_WARM: list = []  # [folder, idle seconds] once keep_warm was called
-
-
 class Zygote:
     """A running zygote for one (interpreter, GPU) setting: this job process's own, or, where
     `keep_warm` named a folder, the warm one there that outlives this command."""
 
-    def __init__(self, env: dict[str, str]) -> None:
+    def __init__(self, env: dict[str, str], warm: tuple[Path, float] | None = None) -> None:
         self.proc: subprocess.Popen | None = None
         self.home: str | None = None
         self.started_here = True
         ours: socket.socket | None
-        if _WARM:
-            ours = self._attach_warm(Path(_WARM[0]), float(_WARM[1]), env)
+        if warm is not None:
+            ours = self._attach_warm(warm[0], warm[1], env)
         else:
             ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
             self.home = tempfile.mkdtemp(prefix="grader-zygote-")
@@ -233,13 +234,6 @@ def _connect(path: Path) -> socket.socket | None:
 
 
 
-def keep_warm(folder: Path, idle: float) -> None:
-    """This process's zygotes are the warm ones in `folder` (grader check: kept between
-    commands for `idle` seconds); set before the first worker starts."""
-    if idle > 0 and not _ZYGOTES:
-        _WARM[:] = [str(folder), idle]
-
-
 class Forked:
     """A worker's process A as the sandbox sees a Popen: pid, poll, wait, stdout."""
 
@@ -276,25 +270,58 @@ def _exists(pid: int) -> bool:
         return True
 
 
-_ZYGOTES: dict[tuple, Zygote] = {}
-_ZYGOTES_LOCK = threading.Lock()
+class SandboxState:
+    """What the sandbox keeps for one grading session, made once by whoever opens it (a session's
+    resources, `grader check`'s set-up, a replay's caller) and handed down with its settings: the
+    zygotes its workers fork from, one per environment (`zygote`), warm ones in a folder once
+    `keep_warm` named it, the reason they were turned off once one failed (`disabled`), the
+    workers' private copy of the code (`worker_code`) and what each isolation was found to allow
+    here (`isolations`, grader.sandbox.process.detect). Its zygotes end with it (`close`) or with
+    this process."""
 
+    def __init__(self) -> None:
+        self._zygotes: dict[tuple, Zygote] = {}
+        self._lock = threading.Lock()
+        self._warm: tuple[Path, float] | None = None
+        self.disabled: str | None = None
+        self._code: Path | None = None
+        self._code_lock = threading.Lock()
+        self.isolations: dict[tuple, Isolation] = {}
+        atexit.register(self.close)
 
-def get(key: tuple, env: dict[str, str]) -> Zygote:
-    """This process's zygote for `key` (started on first use, restarted if it died)."""
-    with _ZYGOTES_LOCK:
-        z = _ZYGOTES.get(key)
-        if z is None or not z.alive():
-            if z is not None:
+    def disable(self, why: str) -> None:
+        """No zygote for the rest of this session (said once on stderr: it costs speed, not safety)."""
+        if self.disabled is None:
+            print(f"warning: workers start as fresh interpreters: {why}", file=sys.stderr, flush=True)
+            self.disabled = why
+
+    def keep_warm(self, folder: Path, idle: float) -> None:
+        """This session's zygotes are the warm ones in `folder` (grader check: kept between
+        commands for `idle` seconds); set before the first worker starts."""
+        if idle > 0 and not self._zygotes:
+            self._warm = (Path(folder), float(idle))
+
+    def zygote(self, key: tuple, env: dict[str, str]) -> Zygote:
+        """This session's zygote for `key` (started on first use, restarted if it died)."""
+        with self._lock:
+            z = self._zygotes.get(key)
+            if z is None or not z.alive():
+                if z is not None:
+                    z.close()
+                z = self._zygotes[key] = Zygote(env, self._warm)
+            return z
+
+    def worker_code(self) -> Path:
+        """The private read-only copy of the grader code this session's workers run
+        (grader.sandbox.launch.copy_worker_code), made on first use."""
+        with self._code_lock:
+            if self._code is None or not (self._code / "grader" / "worker" / "server.py").is_file():
+                self._code = copy_worker_code()
+            return self._code
+
+    def close(self) -> None:
+        """Close this session's zygotes (a warm one stays for the next check)."""
+        with self._lock:
+            for z in self._zygotes.values():
                 z.close()
-            z = _ZYGOTES[key] = Zygote(env)
-        return z
-
-
-@atexit.register
-def close_all() -> None:
-    with _ZYGOTES_LOCK:
-        for z in _ZYGOTES.values():
-            z.close()
-        _ZYGOTES.clear()
-
+            self._zygotes.clear()

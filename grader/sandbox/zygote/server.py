@@ -265,7 +265,7 @@ def _run_init(config: dict, probe: str | None) -> None:
 
 def _use_worker_code(code: str | None) -> None:
     """A fork imports what it has not yet imported from the worker's own copy of the code
-    (launch.worker_code), where an exec'd worker's bootstrap imports all of it: the zygote's
+    (launch.copy_worker_code), where an exec'd worker's bootstrap imports all of it: the zygote's
     grader package lies in the course folder, which the worker's view does not hold."""
     if not code:
         return
