@@ -110,7 +110,7 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=5)
     parser.add_argument("--assignment", "-a", action="append", default=[], help="only these (default: all that tests/fixtures/good solves)")
     parser.add_argument("--json", type=Path)
-    parser.add_argument("--skip-cheats", action="store_true", help="stability and resolution only (tests/test_gpu.py grades the cheats too)")
+    parser.add_argument("--skip-cheats", action="store_true", help="stability and resolution only (tests/gpu/test_gpu.py grades the cheats too)")
     parser.add_argument("--jobs", type=int, default=1, help="grades at once (timing phases still one at a time)")
     parser.add_argument("--verbose", "-v", action="store_true", help="print each grading step with its time")
     parser.add_argument("--isolation", default="sandbox", help="how workers are contained (see grader check --isolation)")

@@ -9,7 +9,7 @@ cheat) is graded on vector_add (its scoring size for the timing, one small case 
 performance outcome, its severity, whether it earned speed points and whether every correctness
 case passed. The table shows each fixture's verdicts at each --jobs value and whether they are
 all the same and the expected one (honest: passed, never flagged; each cheat: no speed credit,
-with the severity tests/test_gpu.py names). Exit 1 if any is not.
+with the severity tests/gpu/test_gpu.py names). Exit 1 if any is not.
 """
 
 from __future__ import annotations

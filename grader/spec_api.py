@@ -1,7 +1,7 @@
 """What an assignment's spec.py and hidden.py use of the grader, declared in one place.
 
 A spec file imports from this module and from no other module of the package
-(tests/test_spec_contract.py reads every spec file to hold it to that): the spec's model
+(tests/core/test_spec.py reads every spec file to hold it to that): the spec's model
 (`Assignment`, `Case`, `Performance`, `Tolerance`, `aten_ops` for forbidden_ops), what an `explain`
 hook is handed and may test as hypotheses (`Mismatch` and the readings of a wrong kernel), and what
 a `check` returns (`Verdict`, with an `Outcome`). So the names a course depends on are this list:

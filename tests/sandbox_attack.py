@@ -1,5 +1,5 @@
 """Student code that attacks the worker's view and its capabilities, run in a sandboxed worker:
-shared by tests/test_sandbox_view.py (as root) and the ordinary user's run it starts
+shared by tests/sandbox/test_namespaces.py (as root) and the ordinary user's run it starts
 (`python tests/sandbox_attack.py OUT`, as uid 65534), so both attack alike.
 
 The attack is a module that does everything at import and raises its report (a Load's failure
@@ -170,7 +170,7 @@ def link_to_the_good_solution(repo: Path, course: Path) -> None:
 
 
 def main(out: Path) -> None:
-    """The ordinary user's run (tests/test_sandbox_view.py starts it as uid 65534): the sandbox
+    """The ordinary user's run (tests/sandbox/test_namespaces.py starts it as uid 65534): the sandbox
     it detects, the attack forked and fresh, its own reads, and three grades."""
     from grader.sandbox import process
     from grader.sandbox.zygote import SandboxState

@@ -19,7 +19,7 @@ import sys
 
 import pytest
 
-from conftest import SANDBOX, COURSE, build_submission
+from tests.conftest import SANDBOX, COURSE, build_submission
 from grader.settings import Settings
 from grader import spec as specs
 from grader.judge.context import GradingContext

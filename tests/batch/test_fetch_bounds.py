@@ -1,0 +1,103 @@
+"""`grader fetch` is bounded: a repo small on the wire and huge on disk (one blob of hundreds of
+megabytes of one byte, compressed to a few hundred kilobytes) is refused from its objects, before
+anything is checked out, with the reason; the others are fetched as before. The limits are
+course.toml's [fetch], with defaults no course's kernels come near."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from tests.classbuild import make_class
+from tests.conftest import COURSE, run_cli
+from grader.batch.course import CourseError, FetchLimits, load_course
+
+
+def folder_bytes(path: Path) -> int:
+    return sum(p.lstat().st_size for p in path.rglob("*") if p.is_file() and not p.is_symlink())
+
+
+def add_blob_of_one_byte(repo: Path, mib: int, name: str = "weights.bin") -> None:
+    """A commit on top adding `name`: `mib` MiB of the letter a, written straight into git's
+    objects (never to the disk as a file)."""
+    sha = subprocess.run(f"head -c {mib << 20} /dev/zero | tr '\\0' a | git hash-object -w --stdin", shell=True, cwd=repo,
+                         capture_output=True, text=True, check=True).stdout.strip()
+    subprocess.run(["git", "update-index", "--add", "--cacheinfo", f"100644,{sha},{name}"], cwd=repo, check=True)
+    subprocess.run(["git", "-c", "user.name=m", "-c", "user.email=m@x", "commit", "-q", "-m", "weights"], cwd=repo, check=True)
+
+
+@pytest.mark.slow
+def test_a_repo_huge_on_disk_is_not_graded_and_costs_no_one_else_disk(tmp_path):
+    roster = make_class(tmp_path, {"alice": "good", "mallory": "good"})
+    add_blob_of_one_byte(tmp_path / "repos" / "mallory", 300)
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws"], tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lock = {p["student"]: p for p in json.loads((tmp_path / "ws" / "lock.json").read_text())["students"]}
+    assert lock["alice"]["status"] == "fetched"
+    assert lock["mallory"]["status"] == "unfetched"
+    assert lock["mallory"]["reason"] == ("not graded: the repository is larger than the course allows (a file of 300 MiB; "
+                                         "at most 256 MiB per file; course.toml's [fetch] sets the limits)")
+    assert "not graded: the repository is larger than the course allows" in " ".join(run.stdout.split())
+    assert not (tmp_path / "ws" / "repos" / "mallory" / "weights.bin").exists()
+    assert folder_bytes(tmp_path / "ws") < 20 << 20  # the blob's pack only, never its 300 MiB
+    # a course that allows it: fetched as any other
+    course = tmp_path / "course.toml"
+    course.write_text("[fetch]\nmax_file_mb = 400\nmax_checkout_mb = 400\n")
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws2", "--course", str(course)], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert (tmp_path / "ws2" / "repos" / "mallory" / "weights.bin").stat().st_size == 300 << 20
+
+
+@pytest.mark.slow
+def test_the_count_of_files_and_the_whole_checkout_are_bounded_too(tmp_path):
+    roster = make_class(tmp_path, {"alice": "good"})
+    course = tmp_path / "course.toml"
+    course.write_text("[fetch]\nmax_files = 3\n")
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--course", str(course)], tmp_path)
+    lock = json.loads((tmp_path / "ws" / "lock.json").read_text())["students"][0]
+    assert run.returncode == 1 and lock["reason"].startswith("not graded: the repository is larger than the course allows "
+                                                             "(more than 3 files;"), lock
+    assert not list((tmp_path / "ws" / "repos" / "alice").glob("kernels"))
+
+
+def test_course_toml_sets_the_fetch_limits_and_refuses_nonsense(tmp_path):
+    course = tmp_path / "course.toml"
+    course.write_text("[fetch]\nmax_checkout_mb = 10\nmax_files = 7\nmax_file_mb = 2\n")
+    assert load_course(course, COURSE).fetch == FetchLimits(10 << 20, 7, 2 << 20)
+    course.write_text("[course]\nname = 'x'\n")
+    assert load_course(course, COURSE).fetch == FetchLimits()
+    for bad, words in (("max_files = 0", "max_files must be a number at least 1"), ("max_file_mb = 'big'", "max_file_mb must"),
+                       ("max_inodes = 3", "unknown key 'max_inodes' in [fetch]")):
+        course.write_text(f"[fetch]\n{bad}\n")
+        with pytest.raises(CourseError, match=words.replace("[", r"\[").replace("]", r"\]")):
+            load_course(course, COURSE)
+
+
+def test_history_the_head_deleted_is_bounded_too_and_costs_no_more_disk_than_the_limit(tmp_path):
+    """#47: a repository whose history holds 60 MiB of random data, deleted at its head, passes
+    every checkout limit; the whole clone is bounded (course.toml's max_clone_mb): it is refused
+    with the reason and its folder removed (its pack stopped at the limit: the write failed, not the disk)."""
+    roster = make_class(tmp_path, {"alice": "good", "mallory": "good"})
+    repo = tmp_path / "repos" / "mallory"
+    (repo / "noise.bin").write_bytes(__import__("os").urandom(60 << 20))
+    git = ["git", "-c", "user.name=m", "-c", "user.email=m@x"]
+    subprocess.run([*git, "add", "noise.bin"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "noise"], cwd=repo, check=True)
+    subprocess.run([*git, "rm", "-q", "noise.bin"], cwd=repo, check=True)
+    subprocess.run([*git, "commit", "-q", "-m", "gone"], cwd=repo, check=True)
+    course = tmp_path / "course.toml"
+    course.write_text("[fetch]\nmax_clone_mb = 20\n")
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--course", str(course)], tmp_path)
+    assert run.returncode == 1, run.stdout + run.stderr
+    lock = {p["student"]: p for p in json.loads((tmp_path / "ws" / "lock.json").read_text())["students"]}
+    assert lock["alice"]["status"] == "fetched"
+    assert lock["mallory"]["status"] == "unfetched"
+    assert lock["mallory"]["reason"] == ("not graded: the repository is larger than the course allows (more than "
+                                         "20 MiB of git history; course.toml's [fetch] max_clone_mb sets the limit)")
+    assert not (tmp_path / "ws" / "repos" / "mallory").exists()
+    assert folder_bytes(tmp_path / "ws") < 20 << 20
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws2"], tmp_path)  # the default allows it
+    assert run.returncode == 0, run.stdout + run.stderr

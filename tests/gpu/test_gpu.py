@@ -1,0 +1,283 @@
+"""On a GPU: verdicts, performance figures, and timing cheats that must earn no speed credit.
+
+Skipped, with the reason, where no CUDA GPU is visible (see conftest)."""
+
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+from tests.conftest import build_submission
+
+pytestmark = pytest.mark.gpu
+
+
+def test_good_submission_passes_on_the_gpu_with_speed_figures(submission, cli):
+    run = cli(submission("good"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "-a", "softmax")
+    for assignment in ("vector_add", "softmax"):
+        _log_confirmation(f"good/{assignment}", _perf(run, assignment)["extra_data"]["details"])
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert {t["outcome"] for t in run.results["tests"]} == {"passed"}, [t["output"] for t in run.results["tests"] if t["outcome"] != "passed"]
+    for assignment in ("vector_add", "softmax"):
+        perf = [t for t in run.tests_of(assignment) if t["tags"][1] == "performance"][0]
+        figures = perf["extra_data"]["details"]["figures"]
+        assert set(figures) == {"student", "reference", "torch"}
+        assert all(f["gbps"] > 0 and 0 < f["roofline_pct"] < 120 for f in figures.values())
+        lo, hi = perf["extra_data"]["details"]["ratio_interval"]
+        assert lo <= perf["extra_data"]["details"]["ratio_to_reference"] <= hi
+    assert run.results["extra_data"]["environment"]["roofline"]["copy_gbps"] > 500
+    assert "<svg" in run.report
+
+
+def test_buggy_submission_fails_on_the_gpu_too(submission, cli):
+    run = cli(submission("row_stride"), "--seed", "3", "--device", "cuda", "-a", "softmax", "--case", "sliced-97x300")
+    assert run.returncode == 1
+    for dtype in ("float32", "float16", "bfloat16"):
+        t = run.test("softmax", f"sliced-97x300 [{dtype}]")
+        # the same diagnosis as in the interpreter (tests/e2e/test_check_fixtures.py): the cause, not only the symptom
+        assert t["outcome"] == "failed" and "reading x as if it were contiguous" in t["output"], t["output"]
+
+
+def test_ten_percent_slower_is_measured_slower(submission, cli):
+    run = cli(submission("gpu/slow10"), "--seed", "3", "--device", "cuda", "--case", "n=1", "--case", "1x1", "--dtype", "float32")
+    for assignment in ("vector_add", "softmax"):
+        perf = [t for t in run.tests_of(assignment) if t["tags"][1] == "performance"][0]
+        assert perf["outcome"] == "passed", perf["output"]
+        assert perf["extra_data"]["details"]["ratio_interval"][0] > 1.0, perf["output"]
+
+
+# each cheat the replay (grader.judge.replay_stage) or its fallback catches: the severity it must get
+# and words its evidence must contain
+CHEATS = {
+    "cheat_graph_replay": ("conclusive", "wrong results"),  # no Triton launch in its call: the fallback's checks
+    "cheat_cache": ("conclusive", "wrong results"),
+    # right for its first 40 calls: the recorded calls may fall among them, the grader's clock bursts come after
+    "cheat_first_n": ("conclusive", "wrong"),
+    "cheat_vendor_large": ("conclusive", "aten::add.Tensor ran inside vector_add()"),
+    "cheat_sampled_at_scale": ("conclusive", "wrong results at the timing size"),
+}
+
+
+def _perf(run, assignment="vector_add") -> dict:
+    return [t for t in run.tests_of(assignment) if t["tags"][1] == "performance"][0]
+
+
+def _check(submission, cli, fixture):
+    return cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
+
+
+@pytest.mark.parametrize("fixture", sorted(CHEATS))
+def test_timing_cheats_earn_no_speed_credit_with_evidence(submission, cli, fixture):
+    run = _check(submission, cli, fixture)
+    perf = _perf(run)
+    severity, words = CHEATS[fixture]
+    assert perf["score"] == 0 and run.returncode == 1
+    assert perf["outcome"] == "flagged", perf["output"]
+    assert perf["extra_data"]["severity"] == severity, perf["output"]
+    assert "no speed credit" in perf["output"] and words in perf["output"], perf["output"]
+    assert run.results["score"] == 0
+
+
+# cheats against the worker's own timing: timed by replay, with the worker gone, each is scored on
+# the true time of the kernels it launched, no better than its honest twin (the slow kernel of
+# gpu/forged, about 1.6x the reference) or the plain reference-like kernel
+AGAINST_THE_WORKER = {
+    "cheat_side_stream": "good", "cheat_side_stream_waits_inputs": "good", "cheat_thread": "good",
+    "cheat_patch_elapsed": "good", "cheat_patch_sync": "good",
+    "cheat_unwatched_vendor": "gpu/forged", "cheat_gpu_load": "gpu/forged", "cheat_gpu_load_child": "gpu/forged",
+}
+
+
+@pytest.fixture(scope="module")
+def twins(tmp_path_factory):
+    """The honest twins' ratios, graded once for the module."""
+    from tests.conftest import build_submission, run_cli
+
+    ratios = {}
+    for name in ("good", "gpu/forged"):
+        repo = build_submission(tmp_path_factory.mktemp("twin") / "repo", name)
+        run = run_cli(["check", str(repo), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577",
+                       "--json", str(repo.parent / "out" / "results.json")], repo.parent)
+        perf = _perf(run)
+        assert perf["extra_data"]["details"]["timed_by"] == "replay", perf["output"]
+        ratios[name] = perf["extra_data"]["details"]["ratio_to_reference"]
+    return ratios
+
+
+@pytest.mark.parametrize("fixture", sorted(AGAINST_THE_WORKER))
+def test_cheats_against_the_workers_timing_gain_nothing_over_their_honest_twin(submission, cli, fixture, twins):
+    run = _check(submission, cli, fixture)
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    twin = twins[AGAINST_THE_WORKER[fixture]]
+    if perf["outcome"] in ("flagged", "infra_error") or (perf["outcome"] == "failed" and "not timed" in perf["output"]):
+        assert perf["score"] == 0, perf["output"]  # caught another way (a race read unfinished, a process left behind)
+        return
+    assert details["timed_by"] == "replay", perf["output"]
+    assert details["ratio_to_reference"] > 0.95 * twin, (perf["output"], twin)
+
+
+def _log_confirmation(name: str, details: dict) -> None:
+    """The grader's clock against the replay, per fixture, where GRADER_CONFIRMATION_LOG names a
+    file (the honest spread docs/performance.md records)."""
+    log = os.environ.get("GRADER_CONFIRMATION_LOG")
+    if log:
+        with open(log, "a") as f:
+            f.write(json.dumps({"fixture": name, "timed_by": details.get("timed_by"),
+                                "confirmation": details.get("confirmation"), "replay": details.get("replay"),
+                                "ratio": details.get("ratio_to_reference"), "witness": details.get("witness")}) + "\n")
+
+
+HONEST = ["honest_two_streams", "honest_slow_wrapper", "honest_syncs", "honest_pipeline_scratch"]
+
+
+@pytest.mark.parametrize("fixture", HONEST)
+def test_honest_kernels_are_timed_whole_and_never_flagged(submission, cli, fixture):
+    run = _check(submission, cli, fixture)
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    _log_confirmation(fixture, details)
+    if fixture == "honest_two_streams":  # launches on two streams: the fallback times it, says why, and holds its
+        # points for a TA's review (a figure the grader could not verify), telling the student what to change
+        assert perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review", perf["output"]
+        assert "held for a TA's review (not an accusation)" in perf["output"] and "caller's stream" in perf["output"]
+        assert details["timed_by"] == "fallback" and "launches on 2 streams" in details["replay_refused"], details
+        assert details["witness"]["confirmed"] and details["held"] and details["score_fraction"] > 0.5, details
+        assert perf["score"] == 0
+    else:
+        assert perf["outcome"] == "passed" and not perf["extra_data"]["severity"], perf["output"]
+        assert not any(t["outcome"] == "flagged" for t in run.results["tests"])
+        assert details["confirmation"]["verdict"] in (("agrees", "host") if fixture == "honest_syncs" else ("agrees",))
+    figures = details["figures"]["student"]
+    low = 1.5 if fixture == "honest_pipeline_scratch" else 0.8  # two passes over the data: about twice the bytes
+    assert low * 0.8 < details["ratio_to_reference"] < low + 1.0, perf["output"]
+    assert figures["median_ms"] >= details["floor_ms"] / 1.15
+    if fixture != "honest_two_streams":
+        assert details["timed_by"] == "replay", perf["output"]
+        assert details["replay"]["student"]["reps"] >= 40 and len(details["replay"]["student"]["placements_ms"]) == 4
+        assert details["replay"]["student"]["launches"] == (2 if fixture == "honest_pipeline_scratch" else 1), details["replay"]
+
+
+def _forged(tmp_path, forgery: str):
+    """gpu/forged's honest slow kernel with one forgery of kernels/_forgeries.py applied at import."""
+    sub = build_submission(tmp_path / "forged", "gpu/forged")
+    name = forgery.split("(")[0]
+    (sub / "kernels" / "vector_add.py").write_text(f"from kernels._forgeries import {name}\n\n{forgery}\n\n"
+                                                   "from kernels._slow_add import vector_add  # noqa: E402,F401\n")
+    return sub
+
+
+FORGERIES = ["collector(0.8)", "reply(0.8)", "stale_burst()", "answer_ahead()", "collector(0.93)"]
+
+
+@pytest.mark.parametrize("forgery", FORGERIES)
+def test_figures_forged_inside_the_worker_earn_no_speed_credit(tmp_path, cli, forgery, twins):
+    """A student who has read the grader's source rewrites, from inside its worker, what the
+    worker reports (the activity collector and torch's C event class, the reply, the grader's
+    own burst), by any amount. The replay times its kernels with the worker gone: no figure of the
+    worker's is read, so the forged kernel is scored as its honest twin."""
+    run = cli(_forged(tmp_path, forgery), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577")
+    perf = _perf(run)
+    if perf["outcome"] == "flagged":
+        assert perf["score"] == 0, perf["output"]
+        return
+    details = perf["extra_data"]["details"]
+    assert details["timed_by"] == "replay", perf["output"]
+    assert details["ratio_to_reference"] > 0.95 * twins["gpu/forged"], (perf["output"], twins)
+
+
+def test_missing_mask_is_caught_on_a_gpu_run_by_the_interpreter_bounds_check(submission, cli):
+    run = cli(submission("missing_mask"), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577", "--dtype", "float32")
+    check = next(t for t in run.tests_of("vector_add") if t["name"].startswith("vector_add: memory safety"))
+    assert check["outcome"] == "failed" and "out-of-bounds load" in check["output"]
+    assert 'kernels/vector_add.py", line 11' in check["output"]
+    perf = next(t for t in run.tests_of("vector_add") if t["tags"][1] == "performance")
+    assert perf["score"] == 0 and "not timed" in perf["output"]
+    assert run.returncode == 1
+
+
+def test_a_second_check_reuses_the_kept_inputs_kernels_and_warm_zygote(submission, cli, tmp_path, monkeypatch):
+    """What `grader check` keeps between runs on a machine: the second check makes no input set
+    (the same files), compiles from the kept kernels, and gets the same verdict."""
+    kept = tmp_path / "kept"
+    monkeypatch.setenv("GRADER_CACHE_DIR", str(kept))
+    monkeypatch.setenv("GRADER_WARM_SECONDS", "120")
+    sub = submission("good")
+    try:
+        first = cli(sub, "--device", "cuda", "-a", "vector_add")
+        assert first.returncode == 0, first.stdout + first.stderr
+        sets = {p.name: p.stat().st_ino for p in (kept / "run").glob("inputs-*.safetensors")}
+        assert len(sets) == 4  # three timed sets and the fresh one
+        kernels = {p.name for p in (kept / "kernels").glob("*/*")}  # under this repository's identity
+        assert kernels and list((kept / "warm").glob("*.sock"))
+        second = cli(sub, "--device", "cuda", "-a", "vector_add")
+        assert second.returncode == 0, second.stdout + second.stderr
+        assert {p.name: p.stat().st_ino for p in (kept / "run").glob("inputs-*.safetensors")} == sets  # not made again
+        assert kernels <= {p.name for p in (kept / "kernels").glob("*/*")}
+        assert first.results["score"] == second.results["score"]
+        phases = [_perf(r)["extra_data"]["details"]["phase_seconds"] for r in (first, second)]
+        assert phases[1]["inputs"] < phases[0]["inputs"]
+        assert "kept for the next check" in second.stdout
+    finally:
+        from grader.resident import stop_warm
+
+        stop_warm(kept / "warm")  # the warm zygote it left
+
+
+def test_a_correct_but_slow_kernel_is_told_why_in_its_own_terms(submission, cli):
+    """16x16 tiles and one warp: correct, honest, slow; the performance result adds what the
+    compiled kernel is (its registers, warps, grid against the SMs) and never flags it."""
+    run = cli(submission("gpu/slow_matmul"), "--seed", "3", "--device", "cuda", "-a", "matmul_relu", "--case", "127x129x131")
+    tests = run.tests_of("matmul_relu")
+    assert all(t["outcome"] == "passed" for t in tests if t["tags"][1] == "correctness"), [t["output"] for t in tests]
+    perf = next(t for t in tests if t["tags"][1] == "performance")
+    assert perf["outcome"] in ("passed", "failed"), perf["output"]  # scored (few points), never flagged nor infra_error
+    details = perf["extra_data"]["details"]
+    kernel = details["compiled"]["matmul_relu_kernel"]
+    assert kernel["num_warps"] == 1 and kernel["n_regs"] > 0 and kernel["grid"][:2] == [256, 256]
+    assert details["why_slow"]["share"] < 0.7 and "Why it is slow" in perf["output"], perf["output"]
+    assert "registers per thread" in perf["output"] and "1 warps" in perf["output"] and "SMs" in perf["output"]
+
+
+# issue #51: a record that does not describe the function the student submitted. Each of these always
+# runs a kernel about 3.3x the reference's (gpu/forged's _loop_add), and makes its record say otherwise:
+# the grader's own clock on its calls disagrees with the replay (conclusive, both figures), or the
+# record holds the binary that really ran (scored on it, no better than 3x: no points)
+RECORD_CHEATS = ["cheat_record_rewritten", "cheat_binary_swapped", "cheat_slow_at_home", "cheat_fast_when_recorded"]
+
+
+@pytest.mark.parametrize("fixture", RECORD_CHEATS)
+def test_a_record_that_does_not_describe_the_function_earns_no_speed_credit(submission, cli, fixture):
+    run = _check(submission, cli, fixture)
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    _log_confirmation(fixture, details)
+    assert perf["score"] == 0, perf["output"]
+    if perf["outcome"] == "flagged":
+        assert perf["extra_data"]["severity"] == "conclusive", perf["output"]
+        assert "than the kernels its record names" in perf["output"] and "by the grader's clock" in perf["output"]
+    else:  # the record held what ran: scored at its true speed
+        assert details["timed_by"] == "replay" and details["ratio_to_reference"] > 2.5, perf["output"]
+        assert details["confirmation"]["verdict"] == "agrees", details["confirmation"]
+
+
+# issue #51: opting out of the replay (a second stream, a device buffer kept at module level, the result's
+# address as an integer, a grid that changes between calls) combined with forged figures, skipped work or
+# torch doing the work unwatched: the fallback's figure is unverified, so it earns no points on its own
+OPT_OUTS = {"cheat_optout_stream": "vector_add", "cheat_optout_counter": "vector_add",
+            "cheat_optout_address": "vector_add", "cheat_optout_grid": "vector_add",
+            "cheat_torch_unrecorded": "softmax"}
+
+
+@pytest.mark.parametrize("fixture", sorted(OPT_OUTS))
+def test_opting_out_of_the_replay_earns_no_speed_points_without_a_review(submission, cli, fixture):
+    assignment = OPT_OUTS[fixture]
+    case = "n=1048577" if assignment == "vector_add" else "sliced-97x300"
+    run = cli(submission(f"gpu/{fixture}"), "--seed", "3", "--device", "cuda", "-a", assignment, "--case", case)
+    perf = _perf(run, assignment)
+    details = perf["extra_data"]["details"]
+    _log_confirmation(fixture, details)
+    assert perf["score"] == 0 and perf["outcome"] in ("flagged", "failed"), perf["output"]
+    if perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review":
+        assert details["timed_by"] == "fallback" and "held for a TA's review" in perf["output"], perf["output"]

@@ -1,0 +1,582 @@
+"""The timing stage's scored path (grader.judge.perf._by_replay, grader.judge.replay_stage) on the
+CPU, with fake workers that answer as real ones do and a fake replay process: what the stage
+decides from each kind of record and replay, and that an honest record is scored on the
+replay's own times, placement by placement. The GPU halves are in tests/gpu/test_replay_gpu.py."""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+from types import SimpleNamespace
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from grader import proctable
+from grader.codec import write_inputs
+from grader.judge import confirmation, perf, replay_process, replay_stage, witness
+from grader.judge.context import GradingContext
+from grader import protocol as p
+from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Ok, Sample, Time
+from grader.results import Outcome
+from grader.settings import Settings
+from tests.conftest import COURSE
+from tests.replay.test_launchrecord import _record
+
+N = 4096
+CALLS = 8  # calls per burst of the grader's clock (as at vector_add's timing size)
+SPEC = COURSE.get("vector_add")
+ROOFLINE = {"copy_gbps": 1e9, "gpu": "fake", "gemm_tflops": {}}
+SETTINGS = Settings(threads=3, sandbox_uids="70000-70010")  # the session's: what its replay processes start with
+
+
+def _d(result) -> dict:
+    """A result's details as results.json has them."""
+    return result.details.to_json()
+
+
+class FakeWorker:
+    """A worker's answers: recorded calls write a launch record (changed by `edit`), whole
+    results are written as the worker's Sample does, Time replies carry fixed times."""
+
+    def __init__(self, result: torch.Tensor, ops=(), edit=None, fail_record: str = "") -> None:
+        self.result, self.ops, self.edit, self.fail_record = result, list(ops), edit, fail_record
+        self.kept: dict[str, torch.Tensor] = {}
+        self.closed = False
+        # the worker's process as the timing stage reaches it: bursts for the grader's clock go to it
+        self.process = SimpleNamespace(proc=SimpleNamespace(pid=999_999_999), request=self.request, unasked=lambda: False)
+        self.eager = ""  # why its burst cannot be a CUDA graph ("" where it can)
+        self.prepared: list[p.PrepareBurst] = []
+        self.let_go: list[str] = []
+        self.calls = 0
+        self.timed = 0  # torch's rounds asked for (Time requests)
+
+    def sharing_gpu(self):
+        return contextlib.nullcontext()
+
+    def request(self, message, timeout):
+        if isinstance(message, Call):
+            if self.fail_record and message.record_launches:
+                return Failure("error", self.fail_record)
+            self.kept[message.key] = self.result.clone()
+            if message.record_launches:
+                folder = Path(message.record_launches)
+                folder.mkdir(parents=True, exist_ok=True)
+                raw = _record(folder)
+                if self.edit:
+                    self.edit(raw, self.calls)
+                self.calls += 1
+                (folder / "launches.json").write_text(json.dumps(raw))
+            return CallReply(ops=self.ops, launches=1)
+        if isinstance(message, Sample):
+            save_file({k: self.kept[k].reshape(-1).contiguous() for k in message.keys}, message.output)
+            return Ok()
+        if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
+            return self.compare(message)
+        if isinstance(message, p.RunBurst):  # untimed: a burst run once more and let go
+            self.let_go.append(message.contender)
+            return p.BurstReply(values=[])
+        if isinstance(message, p.PrepareBurst):
+            self.prepared.append(message)
+            return p.BurstReady(eager=self.eager if message.graph else "asked to run eagerly")
+        if isinstance(message, Time):
+            self.timed += 1
+            return SimpleNamespace(host_ms=[0.5] * 3, first_call_ms=1.0)
+        raise AssertionError(message)
+
+    def close(self):
+        self.closed = True
+
+    def unasked(self) -> bool:  # a reply written before its request: none here
+        return False
+
+    def compare(self, req):
+        """The trusted worker's own comparison (grader.worker.server.Worker.compare), over what
+        this fake keeps."""
+        from grader.worker import server
+
+        worker = server.Worker.__new__(server.Worker)  # only its comparison: no torch set-up, no pipe
+        worker.torch, worker.retained = torch, {("kept", k): v for k, v in self.kept.items()}
+        reply = worker.compare(req)
+        self.kept.update({k: v for (_, k), v in worker.retained.items()})
+        return reply
+
+
+class FakeReplay:
+    """A replay process as the session's factory hands one to the stage (ReplayProcess): the
+    record it is given noted in `asked`, each step in `events`; at `go` it answers `answers[who]`
+    (a dict of times and result, a Replayed, or an exception raised when its record is placed),
+    its result folder written as the real one writes it."""
+
+    def __init__(self, job: Path, placements: int, answers: dict, truth: torch.Tensor, asked: list,
+                 events: list) -> None:
+        self.job, self.placements, self.answers, self.truth = job, placements, answers, truth
+        self.asked, self.events = asked, events
+        self.who = ""
+        self.stopped = False
+
+    def place(self, record, inputs, layout):
+        self.who = "reference" if Path(record).name == "reference" else "student"
+        self.asked.append((self.who, self.placements))
+        got = self.answers.get(self.who, {})
+        if isinstance(got, Exception):
+            raise got
+        return got if isinstance(got, replay_process.Replayed) else self
+
+    def loaded(self):
+        return self
+
+    def arm(self):
+        self.events.append(f"arm {self.who}")
+        return self
+
+    def go(self, allowed=frozenset()):
+        self.events.append(f"go {self.who}")
+        got = self.answers.get(self.who, {})
+        out = self.job / "result"
+        out.mkdir(parents=True)
+        result = got.get("result", self.truth)
+        save_file({"output.0": result.clone()}, str(out / "last.safetensors"))
+        placements = got.get("placements", [[1.0] * 8] * 6)
+        ms = [t for p in placements for t in p]
+        finite = result[torch.isfinite(result)].double()
+        sums = got.get("sums", [[[float(finite.sum()), float(finite.abs().sum()),
+                                  float((~torch.isfinite(result)).sum())]]] * len(ms))
+        return replay_process.Replayed(ms=ms, folder=out, placements=placements, others=got.get("others", []),
+                                       sums=sums, pending=self)
+
+    def settle(self, replay):
+        self.events.append(f"settle {self.who}")
+        self.stopped = True
+        return replay
+
+    def cancel(self):
+        self.stopped = True
+
+    def stop(self):
+        self.stopped = True
+
+
+@pytest.fixture
+def stage(tmp_path, monkeypatch):
+    """Runs `_by_replay` with the given workers and replay answers; returns the TestResult (or
+    the fallback's reason) and what the fake replay was asked."""
+    x, y = torch.randn(N), torch.randn(N)
+    workdir = tmp_path / "job" / "vector_add"
+    workdir.mkdir(parents=True)
+    files = []
+    layout = None
+    for i in range(2):
+        layout = write_inputs({"x": x, "y": y}, tmp_path / f"set{i}.safetensors")
+        files.append(str(tmp_path / f"set{i}.safetensors"))
+    truth = x + y
+    monkeypatch.setattr(perf, "call_times", lambda reply: ([0.4] * 3, [0.4] * 3, None))
+    monkeypatch.setattr(replay_stage, "stop_student", lambda student: (student.close() or "", {4242}))
+    asked, events, spawned, brackets = [], [], [], []
+
+    @contextlib.contextmanager
+    def held(lock):  # the session's GPU locks, each taking and release noted in order
+        events.append(f"{lock}+")
+        yield
+        events.append(f"{lock}-")
+
+    def run(student, trusted=None, replays=None, store=None, cache=None, clock_ms=None, samples=None,
+            eager_ms=None, eager_samples=None):
+        """`clock_ms`: the student's time per call by the grader's clock (its bursts' brackets), by
+        default its replayed median; `samples`: what its bursts' samples are (the reference's: 1.0);
+        `eager_*`: the same of the eager round after the graph's (by default as the graph's)."""
+        trusted = trusted or FakeWorker(truth)
+        answers = dict(replays or {})
+        got_student = answers.get("student", {})
+        replay_ms = statistics.median(t for p_ in got_student.get("placements", [[1.0]]) for t in p_) \
+            if isinstance(got_student, dict) else 1.0
+
+        def fake_bracketed(worker, c, seed, timeout, last=False):  # the grader's clock around a burst of CALLS
+            checked = len(brackets) >= 2 * confirmation.BURST_ROUNDS  # the eager round after the graph's
+            brackets.append((c, last))
+            calls = confirmation.EAGER_CALLS if checked else CALLS
+            per_call = 1.0 if c == "reference" else (replay_ms if clock_ms is None else clock_ms)
+            if checked and eager_ms is not None and c == "student":
+                per_call = eager_ms
+            values = [[1.0] * 4] * calls if c == "reference" or samples is None else samples
+            if checked and eager_samples is not None and c == "student":
+                values = eager_samples
+            return p.BurstReply(values=values), 0.05 + per_call * calls / 1e3
+
+        monkeypatch.setattr(witness, "bracketed", fake_bracketed)
+        monkeypatch.setattr(witness, "burst_calls", lambda *a: CALLS)
+
+        def replay_process_factory(job, reps, timeout, placements):  # the session's (Resources.replay_process)
+            spawned.append(Path(job).name)
+            return FakeReplay(Path(job), placements, answers, truth, asked, events)
+
+        ctx = GradingContext("cuda", 1, replay_store=str(store) if store else None)
+        session = SimpleNamespace(context=ctx, alone_on_gpu=lambda: held("alone"), sharing_gpu=lambda: held("shared"),
+                                  setup_slot=lambda: held("slot"), cache=cache, settings=SETTINGS,
+                                  replay_process=replay_process_factory)
+
+        stage = perf.Stage(session, SPEC, student, workdir, 30, dict(ROOFLINE))
+        got, fallback = perf._by_replay(stage, trusted, files, layout)
+        return got if got is not None else fallback
+
+    run.truth, run.asked, run.events, run.spawned, run.brackets = truth, asked, events, spawned, brackets
+    return run
+
+
+def test_the_sessions_factory_starts_each_replay_process_with_its_isolation_gpu_and_settings(tmp_path, monkeypatch):
+    """Resources.replay_process, the one place a grading starts a replay process: the session's
+    isolation, GPU and settings handed to it as to a worker, the stage's reps and placements."""
+    from grader.judge.resources import Resources
+
+    started = []
+
+    class Started:  # the sandboxed process, as WorkerProcess would start it
+        def __init__(self, *args, **kw) -> None:
+            started.append(kw)
+
+    monkeypatch.setattr(replay_process, "WorkerProcess", Started)
+    ctx = GradingContext("cuda", 1, isolation="none", gpu="3")
+    got = Resources(ctx, SETTINGS, COURSE).replay_process(tmp_path / "run-student", 7, 30.0, 3)
+    assert isinstance(got, replay_process.Pending) and got.job == tmp_path / "run-student" and got.timeout == 30.0
+    [kw] = started
+    assert kw["settings"] is SETTINGS and kw["isolation"] == "none" and kw["gpu"] == "3"
+    argv = kw["command"]
+    assert argv[argv.index("--reps") + 1] == "7" and argv[argv.index("--placements") + 1] == "3"
+
+
+def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(stage, tmp_path):
+    student = FakeWorker(stage.truth)
+    placements = [[1.2] * 8, [1.1] * 8, [1.3] * 8, [1.2] * 8, [1.2] * 8, [1.2] * 8]
+    got = stage(student, replays={"student": {"placements": placements}}, store=tmp_path / "store")
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED), got.message
+    assert _d(got)["timed_by"] == "replay"
+    assert _d(got)["ratio_to_reference"] == pytest.approx(1.2)
+    assert _d(got)["figures"]["student"]["median_ms"] == pytest.approx(1.2)
+    assert _d(got)["figures"]["torch"]["median_ms"] == pytest.approx(0.4)
+    assert student.closed, "the student's worker must be gone before anything is timed"
+    # set up under the GPU held shared, timed alone, the last results written before the set-up slot is left,
+    # and compared with the GPU shared again (the recorded calls' sharing is the student worker's own)
+    locks = [e for e in stage.events if e[-1] in "+-" or e.split()[0] in ("arm", "go")]
+    # first the function's own calls by the grader's clock, the GPU held alone, the student's worker still alive
+    # rounds in a CUDA graph, alternating which goes first, then one eager round (the function's Python at each
+    # call); each burst let go untimed after its rounds, never inside a bracket
+    assert locks[:2] == ["alone+", "alone-"] and [b[0] for b in stage.brackets] == \
+        ["student", "reference", "reference", "student"] * 2 + ["student", "reference"] * 2
+    assert not any(b[1] for b in stage.brackets) and student.let_go == ["student", "student"]
+    assert [m.graph for m in student.prepared] == [True, False]
+    assert [m.calls for m in student.prepared] == [CALLS, confirmation.EAGER_CALLS]
+    locks = locks[2:]
+    assert locks[:10] == ["slot+", "shared+", "arm student", "arm reference", "shared-",
+                          "alone+", "go reference", "go student", "alone-", "slot-"], stage.events
+    settled = [i for i, e in enumerate(stage.events) if e.startswith("settle")]
+    assert len(settled) == 2 and max(settled) < stage.events.index("slot-") and locks[10:] == ["shared+", "shared-"]
+    assert _d(got)["confirmation"]["verdict"] == "agrees" and _d(got)["confirmation"]["clock_ms"] == pytest.approx(1.2)
+    assert [a[0] for a in stage.asked] == ["student", "reference"] and stage.asked[0][1] == replay_stage.PLACEMENTS
+    kept = _d(got)["replay"]["kept"]
+    assert (tmp_path / "store" / kept["student"] / "launches.json").is_file()
+    assert (tmp_path / "store" / kept["reference"] / "launches.json").is_file()
+    assert _d(got)["replay"]["inputs"] == {"seed": 1, "set": 0, "case": SPEC.performance.case.name,
+                                               "dtype": SPEC.performance.dtype}
+
+
+def test_a_result_the_kernels_do_not_compute_alone_is_conclusive_with_the_evidence(stage):
+    wrong = stage.truth.clone()
+    wrong[100:] = float("nan")  # only what a sample would check was computed: the rest is the replay's poison
+    got = stage(FakeWorker(stage.truth), replays={"student": {"result": wrong}})
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive"
+    assert "do not compute the result on their own" in got.message
+    assert f"{N - 100} of {N} elements" in got.message and "flat index 100" in got.message
+
+
+def test_work_done_openly_in_torch_is_named_and_sent_for_review_not_called_cheating(stage):
+    def torch_work(raw, i):
+        raw["torch_work"] = ["torch wrote output 0 (aten::add_.Tensor)"]
+
+    wrong = stage.truth - 1.0
+    got = stage(FakeWorker(stage.truth, edit=torch_work), replays={"student": {"result": wrong}})
+    assert got.outcome == Outcome.FLAGGED and got.severity == "review"
+    assert "torch wrote output 0 (aten::add_.Tensor)" in got.message and "not replayed" in got.message
+
+
+def test_a_vendor_op_at_the_timing_size_is_conclusive_before_anything_is_replayed(stage):
+    student = FakeWorker(stage.truth, ops=["aten::add.Tensor"])
+    got = stage(student)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive" and "aten::add.Tensor" in got.message
+    assert stage.asked == [] and not student.closed
+
+
+def test_a_wrong_result_at_the_timing_size_is_conclusive_and_checked_whole(stage):
+    almost = stage.truth.clone()
+    almost[N - 1] += 10.0  # one element, the last: no sample of 16 finds it reliably, the whole comparison does
+    got = stage(FakeWorker(almost))
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive"
+    assert f"1 of {N} elements are wrong (the first at flat index {N - 1}" in got.message
+
+
+@pytest.mark.parametrize("edit, why", [
+    (lambda raw, i: raw.update(why_not=["launches on 2 streams"]), "launches on 2 streams"),
+    (lambda raw, i: raw["launches"][0].update(grid=[4 + i, 1, 1]), "launches change from call to call"),
+    (lambda raw, i: raw["launches"][0]["args"][0].update(ref="../etc"), "could not be replayed"),
+])
+def test_a_record_that_cannot_be_replayed_leaves_the_worker_alive_for_the_fallback(stage, edit, why):
+    student = FakeWorker(stage.truth, edit=edit)
+    got = stage(student)
+    assert isinstance(got, str) and why in got
+    assert not student.closed and stage.asked == []
+
+
+def test_the_students_processes_on_the_gpu_twice_is_not_scored_and_other_jobs_workers_are_not_counted(stage):
+    got = stage(FakeWorker(stage.truth), replays={"student": {"others": [777]}})  # another job's idle worker: fine
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED), got.message
+    stage.asked.clear()
+    got = stage(FakeWorker(stage.truth), replays={"student": {"others": [4242]}})  # one of the stopped student's
+    assert got.outcome == Outcome.INFRA_ERROR and "other processes held the GPU" in got.message
+
+
+def test_a_reference_whose_replay_is_wrong_is_ours_to_fix_not_a_grade(stage):
+    got = stage(FakeWorker(stage.truth), replays={"reference": {"result": torch.zeros(N)}})
+    assert got.outcome == Outcome.INFRA_ERROR and "the reference's replay is wrong" in got.message
+
+
+def test_a_replay_that_breaks_goes_to_review(stage):
+    got = stage(FakeWorker(stage.truth), replays={"student": replay_process.Replayed(failed="RuntimeError: illegal memory access")})
+    assert got.outcome == Outcome.FLAGGED and got.severity == "review" and "illegal memory access" in got.message
+
+
+def test_the_whole_result_is_bounded_by_the_truths_size(stage, monkeypatch):
+    huge = torch.zeros(N * 9)  # more bytes than the truth's elements could take in float64
+    got = stage(FakeWorker(huge))
+    assert got.outcome == Outcome.FLAGGED and "cannot be read" in got.message and "larger than" in got.message
+
+
+def test_stopping_the_student_leaves_none_of_its_processes(tmp_path):
+    proc = subprocess.Popen([sys.executable, "-c", "import subprocess, sys, time; "
+                             "subprocess.Popen([sys.executable, '-c', 'import time; time.sleep(60)']); time.sleep(60)"],
+                            start_new_session=True)
+    time.sleep(1.0)
+    tree = proctable.tree(proc.pid)
+    assert len(tree) == 2
+
+    class Worker:
+        process = SimpleNamespace(proc=proc)
+
+        def close(self):
+            import os
+            import signal
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait()
+
+    assert replay_stage.stop_student(Worker(), grace_s=5) == ("", tree)
+    assert not any(Path(f"/proc/{p}").exists() and "Z" not in Path(f"/proc/{p}/stat").read_text().split()[2] for p in tree)
+
+
+def test_a_process_left_behind_by_the_student_is_named(tmp_path):
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    try:
+        class Worker:
+            process = SimpleNamespace(proc=child)
+
+            def close(self):  # a worker whose stop leaves its process running
+                pass
+
+        assert "still running after it was stopped" in replay_stage.stop_student(Worker(), grace_s=0.5)[0]
+    finally:
+        child.kill()
+        child.wait()
+
+
+def test_the_references_figure_is_kept_for_the_run_while_torchs_time_holds(stage, tmp_path, monkeypatch):
+    from grader.judge.runcache import RunCache
+
+    cache = RunCache(tmp_path / "cache")
+    trusted = FakeWorker(stage.truth)
+    first = stage(FakeWorker(stage.truth), trusted=trusted, cache=cache)
+    assert _d(first)["replay"]["reference"]["kept"] is False and trusted.timed == 3, "torch's three rounds"
+    assert [a[0] for a in stage.asked] == ["student", "reference"]
+    assert stage.spawned == ["run-student", "run-reference"]
+    stage.asked.clear()
+    stage.spawned.clear()
+    trusted = FakeWorker(stage.truth)
+    again = stage(FakeWorker(stage.truth), trusted=trusted, cache=cache)  # the next student: the reference is kept
+    assert [a[0] for a in stage.asked] == ["student"] and _d(again)["replay"]["reference"]["kept"] is True
+    assert trusted.timed == 1, "one round of torch's anchors the kept figure"
+    assert stage.spawned == ["run-student"], "no replay process is started for a reference whose figure is kept"
+    assert _d(again)["ratio_to_reference"] == _d(first)["ratio_to_reference"]
+    stage.asked.clear()
+    monkeypatch.setattr(perf, "call_times", lambda reply: ([0.45] * 3, [0.45] * 3, None))  # the GPU drifted by 12%
+    drifted = stage(FakeWorker(stage.truth), cache=cache)
+    assert sorted(a[0] for a in stage.asked) == ["reference", "student"] and _d(drifted)["replay"]["reference"]["kept"] is False
+
+
+def test_the_trusted_workers_comparison_reads_a_hostile_file_as_data(tmp_path):
+    """What the trusted worker is handed (a student's result, a replay's) is read bounded and never
+    through a link; anything but one floating-point tensor is refused in one line."""
+    from grader.worker import server
+
+    worker = server.Worker.__new__(server.Worker)
+    truth = torch.arange(8.0)
+    worker.torch, worker.retained = torch, {("torch", "truth"): truth, ("reference", "rec0"): truth.clone()}
+
+    def compare(tensors=None, link=None, **kw):
+        path = tmp_path / f"r{len(list(tmp_path.iterdir()))}.safetensors"
+        if link:
+            path.symlink_to(link)
+        else:
+            save_file(tensors, str(path))
+        return worker.compare(Compare(str(path), "output.0", kw.pop("limit", 0), "truth", "rec0", 1e-6, 1e-6, **kw))
+
+    assert compare({"output.0": truth.clone()}, own="truth").same
+    wrong = truth.clone()
+    wrong[5] = 99.0
+    got = compare({"output.0": wrong})
+    assert (got.wrong, got.first, got.got, got.want) == (1, 5, "99", "5")
+    never_written = truth.clone()
+    never_written[2] = float("nan")  # memory the kernel never wrote: a NaN in the words, not a broken reply
+    got = compare({"output.0": never_written})
+    assert (got.wrong, got.first, got.got) == (1, 2, "nan")
+    assert p.decode_reply(Compare("f", "o", 0, "t", "r", 0.0, 0.0), p.encode(got)) == got
+    assert "cannot be read" in compare(link="/etc/passwd").message
+    assert "larger than" in compare({"output.0": torch.zeros(20_000)}).message  # bounded by the truth's size (and a header)
+    assert "not one floating-point tensor" in compare({"output.0": torch.zeros(8, dtype=torch.int32)}).message
+    assert "not one floating-point tensor" in compare({"other": truth.clone()}).message
+    assert compare({"output.0": truth.clone()}, keep_as="student").wrong == 0 and ("trusted", "student") in worker.retained
+
+
+def test_a_rep_faster_and_wrong_beside_a_right_last_one_is_conclusive(stage):
+    """A kernel right only now and then (by the GPU's clock, say): the last rep is checked whole,
+    every other rep by its sums."""
+    sums = [[[1.0, 1.0, 0.0]]] * 40 + [[[float(stage.truth.double().sum()), float(stage.truth.double().abs().sum()), 0.0]]] * 8
+    got = stage(FakeWorker(stage.truth), replays={"student": {"sums": sums}})
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "rep 1 of 48 computed another result 0 than the last rep" in got.message
+
+
+def test_the_trusted_worker_breaking_is_ours_never_the_students(stage):
+    from grader.sandbox.process import WorkerFailure
+
+    class Broken(FakeWorker):
+        def compare(self, req):
+            raise WorkerFailure("crashed", "the worker sent a malformed reply", "")
+
+    got = stage(FakeWorker(stage.truth), trusted=Broken(stage.truth))
+    assert got.outcome == Outcome.INFRA_ERROR and "the trusted worker failed" in got.message and not got.severity
+
+
+def test_a_spec_scored_against_the_faster_keeps_torchs_three_rounds(stage, tmp_path, monkeypatch):
+    """Where the yardstick is the faster of the reference and torch per round, torch's rounds are
+    part of the score: a kept reference figure does not cut them to one."""
+    import dataclasses
+    import sys
+
+    from grader.judge.runcache import RunCache
+
+    faster = dataclasses.replace(SPEC, performance=dataclasses.replace(SPEC.performance, against="faster"))
+    monkeypatch.setattr(sys.modules[__name__], "SPEC", faster)  # the stage fixture's spec
+    cache = RunCache(tmp_path / "cache")
+    stage(FakeWorker(stage.truth), cache=cache)
+    trusted = FakeWorker(stage.truth)
+    again = stage(FakeWorker(stage.truth), trusted=trusted, cache=cache)
+    assert _d(again)["replay"]["reference"]["kept"] is True and trusted.timed == 3
+
+
+# the function's own calls by the grader's clock against its replayed kernels (grader.judge.confirmation)
+
+def test_calls_faster_than_their_own_replayed_kernels_are_conclusive_with_both_figures(stage):
+    """A record that names more work than the calls do (a scalar of the launch rewritten, a slower
+    binary swapped in, a slow path only at the replay's buffers): the calls by the grader's clock
+    beat their own kernels."""
+    got = stage(FakeWorker(stage.truth), replays={"student": {"placements": [[4.0] * 8] * 6}}, clock_ms=1.0)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "faster than the kernels its record names" in got.message
+    assert "1.0000 ms per call by the grader's clock" in got.message and "4.0000 ms" in got.message
+    assert _d(got)["confirmation"]["verdict"] == "faster"
+
+
+def test_calls_slower_than_their_replayed_kernels_in_a_graph_are_conclusive(stage):
+    """A record faster than what runs (a scalar rewritten, a faster binary over the cache file, a fast
+    path only while recorded): in a CUDA graph no host work explains the difference."""
+    got = stage(FakeWorker(stage.truth), clock_ms=4.0)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "4.00x slower than the kernels its record names" in got.message and "do not run what" in got.message
+
+
+def test_calls_slower_in_an_eager_burst_are_scored_on_the_graders_clock_not_accused(stage):
+    """A function that synchronizes runs its burst eagerly, its host work then in the bracket: no
+    accusation, the score comes from the slower figure."""
+    student = FakeWorker(stage.truth)
+    student.eager = "RuntimeError: operation not permitted when stream is capturing"
+    trusted = FakeWorker(stage.truth)
+    got = stage(student, trusted=trusted, clock_ms=2.0)
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED) and not got.severity, got.message
+    assert _d(got)["ratio_to_reference"] == pytest.approx(2.0) and _d(got)["confirmation"]["verdict"] == "host"
+    assert "scored on the grader's own clock" in got.message and "could not be captured" in got.message
+    # asked for a graph first; the reference's burst then prepared again as its eager mirror, and no eager round after
+    assert [m.graph for m in student.prepared] == [True] and [m.graph for m in trusted.prepared] == [True, False]
+    assert len(stage.brackets) == 2 * confirmation.BURST_ROUNDS
+
+
+def test_calls_that_agree_within_the_margins_are_scored_on_the_replay(stage):
+    got = stage(FakeWorker(stage.truth), clock_ms=1.2)
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED) and not got.severity, got.message
+    assert _d(got)["ratio_to_reference"] == pytest.approx(1.0) and _d(got)["confirmation"]["verdict"] == "agrees"
+
+
+def test_wrong_samples_in_the_graders_bursts_are_conclusive_before_anything_is_replayed(stage):
+    """Right for the recorded calls, wrong later (cheat_first_n): the bursts' calls come after the
+    record, each on fresh inputs, and their samples are checked."""
+    student = FakeWorker(stage.truth)
+    got = stage(student, samples=[[1.0] * 4] * (CALLS - 1) + [[0.0] * 4])
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "timed by its own clock are wrong" in got.message and "call 8 of 8" in got.message
+    assert stage.asked == [], "no replay is timed for a function whose own calls are wrong"
+
+
+def test_calls_right_in_the_graph_and_wrong_when_run_eagerly_are_conclusive(stage):
+    """A graph replays what its capture launched: the eager round after it calls the function itself
+    each time, and checks those results too (right only for the first calls is wrong there)."""
+    calls = confirmation.EAGER_CALLS
+    got = stage(FakeWorker(stage.truth), eager_samples=[[1.0] * 4] * (calls - 1) + [[7.0] * 4])
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "timed by its own clock are wrong" in got.message and f"call {calls} of {calls}" in got.message
+    assert stage.asked == []
+
+
+def test_calls_faster_only_when_run_eagerly_are_conclusive(stage):
+    """Fast only outside a graph's capture (which the function can detect): host work only lengthens
+    a bracket, so an eager figure faster than the replay is less work than the record too."""
+    got = stage(FakeWorker(stage.truth), replays={"student": {"placements": [[3.0] * 8] * 6}}, eager_ms=1.0)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "run eagerly" in got.message and "1.0000 ms per call" in got.message and "3.0000 ms" in got.message
+
+
+def test_a_clock_that_measured_nothing_holds_the_replayed_points_for_review(stage):
+    """The reference's bursts beside the student's took longer than its own work explains: no figure
+    from the grader's clock, so the replay's is unconfirmed: held for a TA, no accusation."""
+    got = stage(FakeWorker(stage.truth), clock_ms=-2.0)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "review", got.message
+    assert "held for a TA's review" in got.message and "could not be confirmed" in got.message
+    assert _d(got)["held"] and _d(got)["confirmation"]["verdict"] == "unclear" and _d(got)["score_fraction"] == 1.0
+
+
+def test_a_burst_that_raises_is_the_students_error_and_out_of_memory_is_ours(stage, monkeypatch):
+    real = FakeWorker.request
+
+    def raising(message):
+        def request(self, m, timeout):
+            if isinstance(m, p.PrepareBurst) and m.contender == "student":
+                return Failure("error", message)
+            return real(self, m, timeout)
+        return request
+
+    monkeypatch.setattr(FakeWorker, "request", raising("ValueError: boom"))
+    got = stage(FakeWorker(stage.truth))
+    assert got.outcome == Outcome.ERROR and "raised while timed by the grader's clock: ValueError: boom" in got.message
+    monkeypatch.setattr(FakeWorker, "request", raising("torch.OutOfMemoryError: CUDA out of memory"))
+    got = stage(FakeWorker(stage.truth))
+    assert got.outcome == Outcome.INFRA_ERROR and "ran out of GPU memory" in got.message
