@@ -202,8 +202,9 @@ def stage(tmp_path, monkeypatch):
             brackets.append((c, last))
             calls = confirmation.EAGER_CALLS if checked else CALLS
             per_call = 1.0 if c == "reference" else (replay_ms if clock_ms is None else clock_ms)
-            if checked and eager_ms is not None and c == "student":
-                per_call = eager_ms
+            if checked and eager_ms is not None and c == "student":  # one figure, or one per eager round
+                eager_round = (len(brackets) - 1 - 2 * confirmation.BURST_ROUNDS) // 2
+                per_call = eager_ms[eager_round] if isinstance(eager_ms, list) else eager_ms
             values = [[1.0] * 4] * calls if c == "reference" or samples is None else samples
             if checked and eager_samples is not None and c == "student":
                 values = eager_samples
@@ -264,10 +265,11 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     # and compared with the GPU shared again (the recorded calls' sharing is the student worker's own)
     locks = [e for e in stage.events if e[-1] in "+-" or e.split()[0] in ("arm", "go")]
     # first the function's own calls by the grader's clock, the GPU held alone, the student's worker still alive
-    # rounds in a CUDA graph, alternating which goes first, then one eager round (the function's Python at each
-    # call); each burst let go untimed after its rounds, never inside a bracket
+    # rounds in a CUDA graph, alternating which goes first, then the eager rounds (the function's Python at each
+    # call), alternating too; each burst let go untimed after its rounds, never inside a bracket
     assert locks[:2] == ["alone+", "alone-"] and [b[0] for b in stage.brackets] == \
-        ["student", "reference", "reference", "student"] * 2 + ["student", "reference"] * 2
+        ["student", "reference", "reference", "student"] * 2 + ["student", "reference"] + \
+        ["student", "reference", "reference", "student", "student", "reference"]
     assert not any(b[1] for b in stage.brackets) and student.let_go == ["student", "student"]
     assert [m.graph for m in student.prepared] == [True, False]
     assert [m.calls for m in student.prepared] == [CALLS, confirmation.EAGER_CALLS]
@@ -553,6 +555,20 @@ def test_calls_faster_only_when_run_eagerly_are_conclusive(stage):
     got = stage(FakeWorker(stage.truth), replays={"student": {"placements": [[3.0] * 8] * 6}}, eager_ms=1.0)
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
     assert "run eagerly" in got.message and "1.0000 ms per call" in got.message and "3.0000 ms" in got.message
+
+
+def test_one_eager_round_slowed_by_a_busy_host_accuses_no_one(stage):
+    """An honest kernel's eager round read 0.38x its replay once with eight checks beside it: each
+    bracket holds every call's host work, which the scheduler can lengthen for either contender.
+    Faster in one round of three is noise; faster in every round is less work (the test above)."""
+    got = stage(FakeWorker(stage.truth), replays={"student": {"placements": [[3.0] * 8] * 6}},
+                eager_ms=[1.0, 3.0, 1.0])
+    # scored on its replay (3x the reference's time: no speed points), never flagged
+    assert got.outcome == Outcome.FAILED and not got.severity and "3.000x the reference" in got.message, got.message
+    eager_rounds = [b for b in stage.brackets[2 * confirmation.BURST_ROUNDS:] if not b[1]]
+    assert len(eager_rounds) == 2 * confirmation.EAGER_ROUNDS  # every round, both contenders, were bracketed
+    assert [c for c, _ in eager_rounds[:4]] == ["student", "reference", "reference", "student"]  # order alternating
+    assert got.details.confirmation["eager_ms"] == 3.0  # the round most in the student's favour decided
 
 
 def test_a_clock_that_measured_nothing_holds_the_replayed_points_for_review(stage):
