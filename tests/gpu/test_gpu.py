@@ -101,6 +101,7 @@ def twins(tmp_path_factory):
                        "--json", str(repo.parent / "out" / "results.json")], repo.parent)
         perf = _perf(run)
         assert perf["extra_data"]["details"]["timed_by"] == "replay", perf["output"]
+        assert "ratio_to_reference" in perf["extra_data"]["details"], perf["output"]  # scored, not held or flagged
         ratios[name] = perf["extra_data"]["details"]["ratio_to_reference"]
     return ratios
 
