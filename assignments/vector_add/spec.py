@@ -48,7 +48,7 @@ SPEC = Assignment(
     random_cases=random_cases,
     correctness_points=6,
     performance=Performance(
-        case=Case("n=2^25", {"n": 1 << 25}),
+        case=Case("n=2^28", {"n": 1 << 28}),
         dtype="float32",
         bytes_moved=lambda p, dt: 3 * p["n"] * torch.finfo(dt).bits // 8,
         flops=lambda p, dt: p["n"],  # one add per element
