@@ -477,7 +477,9 @@ def test_release_refuses_an_autograder_that_would_publish_a_hidden_case(released
     planted = copy.copy(kit)
     planted.root = tmp_path / "kit"
     shutil.copytree(kit.root, planted.root)
-    hidden = next(n for names in __import__("test_release")._hidden_names().values() for n in names)
+    from tests.kit.test_release import _hidden_names
+
+    hidden = next(n for names in _hidden_names().values() for n in names)
     (planted.root / "assignments" / "vector_add" / "notes.py").write_text(f"# {hidden}\n")
     classroom = tmp_path / "cs101"
     with pytest.raises(release.ReleaseError, match=f"would publish private material:\n  autograders/.*hidden case {re.escape(repr(hidden))}"):
