@@ -8,6 +8,10 @@ clock on its parts: the imports, the setup before grading (options, submission, 
 cache, sandbox probe), each assignment's pipeline stages (grader.judge.grade.STAGES, from the
 thread that grades it), the performance stage's own phases (from results.json), and what comes
 after grading (results, report, summary). Prints a table; `--json` writes every figure.
+
+With `--requests`, also every request the judge makes of a worker (its kind, the contender, the
+seconds until the reply) and the replay's steps (grader.judge.replay_stage, replay_process): where
+inside a performance phase its seconds go.
 """
 
 from __future__ import annotations
@@ -69,13 +73,41 @@ def instrument() -> None:
         sink.finished = timed(sink.finished, f"output {sink.__name__}")
 
 
+def instrument_requests() -> None:
+    """A clock on each worker request and on the replay's steps (their module attributes: the
+    stage calls them through the module, so the wrapped one is the one called)."""
+    from grader.judge import perf, replay_process, replay_stage
+    from grader.sandbox import process
+
+    request = process.WorkerProcess.request
+
+    def clocked(self, message, timeout):
+        began = time.monotonic()
+        try:
+            return request(self, message, timeout)
+        finally:
+            note(f"request {type(message).__name__} {getattr(message, 'contender', '')}".rstrip(), began)
+
+    process.WorkerProcess.request = clocked
+    for module, names in ((replay_stage, ("prepare", "_trusted_calls", "_whole_result", "_checked", "stop_student",
+                                          "loaded", "arm", "go", "judge", "keep")),
+                          (replay_process, ("place", "settle", "checked_copy", "input_sizes")),
+                          (perf, ("_input_sets", "_confirming_bursts", "_eager_round", "_prepare_bursts",
+                                  "_confirm_rounds", "_replays_timed"))):
+        for name in names:
+            setattr(module, name, timed(getattr(module, name), f"{module.__name__.split('.')[-1]}.{name}"))
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--json", type=Path, default=None)
+    ap.add_argument("--requests", action="store_true", help="clock every worker request and the replay's steps")
     ap.add_argument("check", nargs=argparse.REMAINDER)
     args = ap.parse_args()
     argv = [a for a in args.check if a != "--"]
     instrument()
+    if args.requests:
+        instrument_requests()
     from grader.cli import main as cli
 
     code = 0

@@ -76,3 +76,87 @@ def rebuild(storages: dict[str, torch.Tensor], layout: dict, device: str = "cpu"
         else storages[name].to(device).as_strided(spec["size"], spec["stride"], spec["offset"])
         for name, spec in layout.items()
     }
+
+
+# Results of a gigabyte (a whole result at the timing size) cross a process as a safetensors file
+# written and read here without the intermediate copies of safetensors' own save and load (each
+# a full copy of the bytes in host memory): the tensor's bytes go to the file from where they
+# lie, and come back into one buffer the size the header says, bounded and checked.
+_ST_DTYPES = {torch.float64: "F64", torch.float32: "F32", torch.float16: "F16", torch.bfloat16: "BF16",
+              torch.int64: "I64", torch.int32: "I32", torch.int16: "I16", torch.int8: "I8", torch.uint8: "U8",
+              torch.bool: "BOOL"}
+_FROM_ST = {v: k for k, v in _ST_DTYPES.items()}
+MAX_HEADER_BYTES = 64 << 10
+
+
+class ResultFileError(ValueError):
+    """A result file that is not what it must be: not safetensors, not the tensor asked for."""
+
+
+class ResultTooLarge(ResultFileError):
+    """A result file larger than its reader allows: not read at all."""
+
+
+def write_tensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
+    """`tensors` (on any device) as one safetensors file, each tensor's bytes written from a
+    contiguous host copy of it, never copied again."""
+    import json
+
+    host = {k: t.detach().reshape(-1).to("cpu").contiguous() for k, t in tensors.items()}
+    header: dict[str, object] = {}
+    offset = 0
+    for k, t in host.items():
+        n = t.numel() * t.element_size()
+        header[k] = {"dtype": _ST_DTYPES[t.dtype], "shape": list(tensors[k].shape),
+                     "data_offsets": [offset, offset + n]}
+        offset += n
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with open(path, "wb") as f:
+        f.write(len(text).to_bytes(8, "little") + text)
+        for t in host.values():
+            if t.numel():
+                f.write(t.view(torch.uint8).numpy().data)
+
+
+def read_tensor(fd: int, name: str, limit: int) -> torch.Tensor:
+    """Tensor `name` of the safetensors file open at `fd` (another process wrote it: read as
+    data), on the host: at most `limit` bytes of it read, straight into the tensor's own buffer;
+    ResultFileError where the file is larger, its header malformed or longer than 64 KiB, or the
+    tensor missing, of another size than its header says, or cut short."""
+    import json
+    import os
+
+    size = os.fstat(fd).st_size
+    if size > limit:
+        raise ResultTooLarge(f"the file is larger than {limit} bytes")
+    head = os.pread(fd, 8, 0)
+    length = int.from_bytes(head, "little") if len(head) == 8 else -1
+    if not 0 < length <= MAX_HEADER_BYTES or 8 + length > size:
+        raise ResultFileError("the file is not safetensors (its header's length)")
+    try:
+        header = json.loads(os.pread(fd, length, 8))
+    except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's depth
+        raise ResultFileError("the file is not safetensors (its header is not JSON)") from None
+    entry = header.get(name) if isinstance(header, dict) else None
+    if not isinstance(entry, dict):
+        raise ResultFileError(f"the file holds no tensor {name!r}")
+    dtype, shape, offsets = _FROM_ST.get(str(entry.get("dtype"))), entry.get("shape"), entry.get("data_offsets")
+    if dtype is None or not isinstance(shape, list) or not all(type(d) is int and d >= 0 for d in shape) \
+            or not (isinstance(offsets, list) and len(offsets) == 2 and all(type(o) is int for o in offsets)):
+        raise ResultFileError(f"the tensor {name!r} is not described as safetensors describes one")
+    numel = 1
+    for d in shape:
+        numel *= d
+    start, end = offsets
+    itemsize = torch.empty(0, dtype=dtype).element_size()
+    if not 0 <= start <= end or end - start != numel * itemsize or 8 + length + end > size:
+        raise ResultFileError(f"the tensor {name!r} does not fit its header")
+    buf = torch.empty(end - start, dtype=torch.uint8)
+    view, done = buf.numpy().data, 0
+    while done < len(view):
+        got = os.preadv(fd, [view[done:]], 8 + length + start + done)
+        if got <= 0:
+            raise ResultFileError(f"the tensor {name!r} is cut short")
+        done += got
+    return buf.view(dtype).reshape(shape)

@@ -274,6 +274,26 @@ class RunBurst:
 
 
 @dataclass
+class DropBurst:
+    """Let a prepared burst go (its CUDA graph and memory) without running it again."""
+
+    op: ClassVar[str] = "drop_burst"
+    reply: ClassVar[type] = Ok
+    contender: str
+
+
+@dataclass
+class Preload:
+    """Read input sets onto the GPU and keep them there for later requests (as `keep_inputs`
+    does), so that no request timed later reads a file."""
+
+    op: ClassVar[str] = "preload"
+    reply: ClassVar[type] = Ok
+    inputs: list[str]
+    layout: dict[str, dict]
+
+
+@dataclass
 class Call:
     """One untimed call on the GPU; its output kept under `key`."""
 
@@ -340,9 +360,11 @@ class Exit:
     reply: ClassVar[type | None] = None
 
 
-Request = Union[Ping, Load, Run, Time, PrepareBurst, RunBurst, Call, Sample, Roofline, Compare, Exit]
+Request = Union[Ping, Load, Run, Time, PrepareBurst, RunBurst, DropBurst, Preload, Call, Sample, Roofline,
+                Compare, Exit]
 Reply = Union[Ok, RunReply, TimeReply, BurstReady, BurstReply, CallReply, RooflineReply, CompareReply]
-_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, RunBurst, Call, Sample, Roofline, Compare, Exit)
+_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, RunBurst, DropBurst, Preload, Call, Sample, Roofline,
+                    Compare, Exit)
 REQUESTS: dict[str, type] = {cls.op: cls for cls in _REQUEST_CLASSES}
 
 

@@ -51,12 +51,13 @@ from grader.protocol import (
     Call,
     CallReply,
     Contender,
+    DropBurst,
     Failure,
     Load,
+    Preload,
     PrepareBurst,
     Reply,
     Roofline,
-    RunBurst,
     Sample,
     Time,
     TimeReply,
@@ -543,12 +544,13 @@ def _eager_round(spec: Assignment, workers: dict[str, WorkerProcess], w: witness
 
 
 def _let_go(workers: dict[str, WorkerProcess], timeout: float) -> tuple[str, Failure] | None:
-    """Each contender's burst run once more, untimed, and let go (its CUDA graph and memory): the
-    freeing is no part of any bracket (it lengthened the last one by milliseconds on an H200)."""
+    """Each contender's burst let go (its CUDA graph and memory) after its rounds, untimed and not
+    run again: the freeing is no part of any bracket (it lengthened the last one by milliseconds
+    on an H200)."""
     for c in ("student", "reference"):
         if workers[c].unasked():
             raise witness.WitnessRefused("the worker wrote a reply before it was asked")
-        reply = workers[c].request(RunBurst(c, witness.new_seed(), True), timeout * 4)
+        reply = workers[c].request(DropBurst(c), timeout * 4)
         if isinstance(reply, Failure):
             if c != "student":
                 raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
@@ -591,8 +593,19 @@ def _set_up_and_timed(stage: Stage, trusted: WorkerProcess, timed_files: list[st
     replay_stage.loaded(placed)
     stage.phase("replay_stop_worker")
     with stage.session.setup_slot():
-        with stage.session.sharing_gpu():
-            replay_stage.arm(placed)
+        try:
+            with stage.session.sharing_gpu(), ThreadPoolExecutor(max_workers=1) as pool:
+                # torch's input sets onto the GPU beside the replays' set-up: no file is read inside the hold
+                preloaded = pool.submit(trusted.request, Preload(timed_files, layout), stage.timeout * 4)
+                replay_stage.arm(placed)
+                loaded = preloaded.result()
+        except BaseException:
+            _stop(placed)
+            raise
+        if isinstance(loaded, Failure):
+            _stop(placed)
+            return stage.test("infra_error", f"not scored: torch's input sets could not be read onto the GPU: "
+                              f"{loaded.message}")
         stage.phase("replay_set_up")
         try:
             timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)

@@ -27,7 +27,6 @@ from typing import Callable, Protocol
 import torch
 
 from grader import proctable
-from grader.codec import rebuild
 from grader.replay import launchrecord
 from grader.replay.launchrecord import LaunchRecordError
 from grader.sandbox.files import WorkerFileError, read_worker_file
@@ -82,11 +81,25 @@ def gpu_processes() -> list[int] | None:
 
 
 def input_sizes(inputs: Path, layout: Path) -> dict[str, int]:
-    """Each tensor input's storage in bytes, from the grader's own inputs file."""
-    from safetensors.torch import load_file
+    """Each tensor input's storage in bytes, from the grader's own inputs file: its safetensors
+    header alone (each stored tensor is one input's whole storage, grader.codec), so a set of
+    gigabytes is not read to learn its sizes."""
+    import struct
 
-    rebuilt = rebuild(load_file(str(inputs)), json.loads(Path(layout).read_text()), "cpu")
-    return {k: v.untyped_storage().nbytes() for k, v in rebuilt.items() if isinstance(v, torch.Tensor)}
+    tensors = [name for name, entry in json.loads(Path(layout).read_text()).items() if "value" not in entry]
+    with open(inputs, "rb") as f:
+        (length,) = struct.unpack("<Q", f.read(8))
+        if length > MAX_HEADER_BYTES:
+            raise LaunchRecordError(f"the inputs file's header is {length} bytes long")
+        header = json.loads(f.read(length))
+    sizes = {}
+    for name in tensors:
+        entry = header.get(name)
+        if not isinstance(entry, dict) or not isinstance(entry.get("data_offsets"), list):
+            raise LaunchRecordError(f"the inputs file holds no storage for {name!r}")
+        start, end = entry["data_offsets"]
+        sizes[name] = int(end) - int(start)
+    return sizes
 
 
 def checked_copy(record: Path, dest: Path, sizes: dict[str, int], fresh: bool = True) -> launchrecord.ReplayPlan:

@@ -50,7 +50,7 @@ from grader.payloads import ReplayDetails, ReplaySide
 from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Reply, Request, Sample
 from grader.replay.launchrecord import LaunchRecordError
 from grader.results import Severity
-from grader.sandbox.files import output_path
+from grader.sandbox.files import output_path, worker_cannot_write
 from grader.sandbox.process import WorkerFailure, WorkerProcess
 from grader.sanitize import one_line
 from grader.settings import Settings
@@ -151,7 +151,8 @@ def prepare(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, ti
     found = _whole_result(spec, student, trusted, workdir, timeout)
     if found is not None:
         return found
-    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0])
+    linkable = student.process is not None and worker_cannot_write(student.process.isolation)
+    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0], linkable)
 
 
 def _trusted_calls(student: StudentWorker, trusted: WorkerProcess, inputs: str, layout: dict, ref_folder: Path,
@@ -215,12 +216,17 @@ def _words(got: CompareReply) -> str:
 
 
 def _checked(spec: Assignment, timed_files: list[str], layout: dict, workdir: Path, staging: Path, rec: list[str],
-             ref_folder: Path, trusted: WorkerProcess, first: CallReply) -> Prepare:
+             ref_folder: Path, trusted: WorkerProcess, first: CallReply, linkable: bool) -> Prepare:
     """Both of the student's records and the reference's checked and copied into `staging`, the
-    student's two compared; the input set copied beside them for the replay processes."""
+    student's two compared; the input set beside them for the replay processes: a hard link
+    where the student's worker cannot write it (`linkable`), else a copy."""
     staging.mkdir(parents=True, exist_ok=True)
     inputs = staging / "inputs.safetensors"
-    shutil.copyfile(timed_files[0], inputs)
+    inputs.unlink(missing_ok=True)
+    if linkable:  # the worker cannot write the set (grader.sandbox.files.worker_cannot_write): the same file serves
+        os.link(timed_files[0], inputs)
+    else:  # a copy the student's worker never saw
+        shutil.copyfile(timed_files[0], inputs)
     (staging / "layout.json").write_text(json.dumps(layout))
     sizes = replay_process.input_sizes(inputs, staging / "layout.json")
     parsed = []

@@ -40,9 +40,9 @@ def main(argv: list[str]) -> int:
     out.mkdir(parents=True, exist_ok=True)
 
     import torch
-    from safetensors.torch import load_file, save_file
+    from safetensors.torch import load_file
 
-    from grader.codec import rebuild
+    from grader.codec import rebuild, write_tensors
     from grader.replay import launchrecord, runner
 
     _wait_for(args.ready, 0.01)
@@ -87,7 +87,7 @@ def main(argv: list[str]) -> int:
     launches = sum(1 for s in plan.steps if isinstance(s, launchrecord.RecordedLaunch))
     # the times first (they end the judge's hold), then the last rep's result, whole, for the comparison
     _answer(out, json.dumps({**timed, "gpu": torch.cuda.get_device_name(0), "launches": launches}))
-    save_file({f"output.{i}": t for i, t in enumerate(ready.last())}, str(out / ".last.safetensors.tmp"))
+    write_tensors({f"output.{i}": t for i, t in enumerate(ready.last())}, out / ".last.safetensors.tmp")
     (out / ".last.safetensors.tmp").replace(out / "last.safetensors")
     return 0
 

@@ -30,10 +30,12 @@ from grader.protocol import (
     CompareReply,
     CompiledKernel,
     Description,
+    DropBurst,
     Failure,
     Load,
     Ok,
     Ping,
+    Preload,
     PrepareBurst,
     Roofline,
     RooflineReply,
@@ -261,6 +263,18 @@ class Worker:
             self.torch.cuda.empty_cache()
         return BurstReply(values=values)
 
+    def drop_burst(self, req: DropBurst) -> Ok:
+        """A prepared burst let go, not run again (its graph and memory freed)."""
+        if self.bursts.pop(req.contender, None) is not None:
+            self.torch.cuda.empty_cache()
+        return Ok()
+
+    def preload(self, req: Preload) -> Ok:
+        """Input sets read onto the GPU and kept (`_load_cuda`'s cache) before they are timed."""
+        for path in req.inputs:
+            self._kept(path)
+        return Ok()
+
     def call(self, req: Call) -> CallReply:
         """One untimed call on the GPU at timing size, its output kept under `key`; with
         record_ops, the aten ops it dispatched (a vendor op used only at large sizes shows here);
@@ -284,7 +298,9 @@ class Worker:
     def sample(self, req: Sample) -> Ok | Failure:
         """Write the kept outputs' elements at the judge's flat indices (chosen after the
         timing, so they cannot be anticipated) to a safetensors file."""
-        from safetensors.torch import load_file, save_file
+        from safetensors.torch import load_file
+
+        from grader.codec import write_tensors
 
         torch = self.torch
         idx = None if req.whole else load_file(req.indices)["idx"]
@@ -292,31 +308,34 @@ class Worker:
         for key in req.keys:
             out = self.retained.get((req.contender, key))
             if req.whole and isinstance(out, torch.Tensor):
-                samples[key] = out.detach().reshape(-1).to("cpu").contiguous()
+                samples[key] = out.detach().reshape(-1)
                 continue
             if not isinstance(out, torch.Tensor) or idx is None or out.numel() <= int(idx.max()):
                 return Failure("error", f"the result of the timed call on {key} is not a tensor of the expected size")
-            samples[key] = out.detach().reshape(-1)[idx.to(out.device)].to("cpu").contiguous()
-        save_file(samples, req.output)
+            samples[key] = out.detach().reshape(-1)[idx.to(out.device)]
+        write_tensors(samples, req.output)
         return Ok()
 
     def compare(self, req: Compare) -> CompareReply | Failure:
         """A result file written by another process compared whole on the GPU with what this
         (trusted) worker keeps (grader.protocol.Compare): no byte of it reaches the judge."""
-        from safetensors.torch import load
+        from grader.codec import MAX_HEADER_BYTES, ResultFileError, ResultTooLarge, read_tensor
 
         torch = self.torch
         truth = self._flat(req.truth)
         # 0: by the truth's size
         limit = req.limit if req.limit > 0 else (truth.numel() * 8 if truth is not None else 0)
         try:
-            tensors = load(_read_bounded(req.file, limit + (64 << 10)))
-        except OSError as exc:
+            fd = _open_plain(req.file)
+            try:
+                got = read_tensor(fd, req.name, limit + 8 + MAX_HEADER_BYTES)
+            finally:
+                os.close(fd)
+        except (OSError, ResultTooLarge) as exc:
             return Failure("error", f"the result cannot be read ({str(exc)[:160]})")
-        except Exception as exc:  # noqa: BLE001 - safetensors' own error for a malformed header
-            return Failure("error", f"the result is not a safetensors file ({type(exc).__name__})")
-        got = tensors.get(req.name)
-        if not isinstance(got, torch.Tensor) or not got.is_floating_point():
+        except ResultFileError as exc:
+            return Failure("error", f"the result is not a safetensors file of it: {str(exc)[:160]}")
+        if not got.is_floating_point():
             return Failure("error", "the result is not one floating-point tensor")
         got = got.reshape(-1).to("cuda" if torch.cuda.is_available() else "cpu")
         if req.keep_as:
@@ -358,9 +377,15 @@ class Worker:
 
         if not keep:
             return rebuild(load_file(path), layout, "cuda")
+        return rebuild({k: v.clone() for k, v in self._kept(path).items()}, layout, "cuda")
+
+    def _kept(self, path: str) -> dict:
+        """An input set's storages on the GPU, read from its file the first time only."""
+        from safetensors.torch import load_file
+
         if path not in self.input_cache:
             self.input_cache[path] = {k: v.to("cuda") for k, v in load_file(path).items()}
-        return rebuild({k: v.clone() for k, v in self.input_cache[path].items()}, layout, "cuda")
+        return self.input_cache[path]
 
     def ping(self, req: Ping) -> Ok:
         """Ready: torch and Triton are imported (before any student code)."""
@@ -375,28 +400,22 @@ class Worker:
         """The requests a worker answers, each by its own method: nothing else is callable
         through the pipe (exit ends the loop in `serve`)."""
         return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, PrepareBurst: self.prepare_burst,
-                RunBurst: self.burst, Call: self.call, Sample: self.sample, Roofline: self.roofline,
-                Compare: self.compare}
+                RunBurst: self.burst, DropBurst: self.drop_burst, Preload: self.preload, Call: self.call,
+                Sample: self.sample, Roofline: self.roofline, Compare: self.compare}
 
 
-def _read_bounded(path: str, limit: int) -> bytes:
-    """A file another process wrote, as grader.sandbox.files.read_worker_file reads one (the
-    worker imports nothing of the sandbox): never through a link, never blocking, a regular file
-    of at most `limit` bytes, or OSError saying why."""
+def _open_plain(path: str) -> int:
+    """A file another process wrote, opened as grader.sandbox.files.read_worker_file opens one
+    (the worker imports nothing of the sandbox): never through a link, never blocking, a regular
+    file, or OSError saying why. The caller bounds what it reads (grader.codec.read_tensor)."""
     import errno
     import stat
 
     fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC)
-    with os.fdopen(fd, "rb") as f:
-        info = os.fstat(fd)
-        if not stat.S_ISREG(info.st_mode):
-            raise OSError(errno.EINVAL, f"{os.path.basename(path)} is not a regular file")
-        if info.st_size > limit:
-            raise OSError(errno.EFBIG, f"{os.path.basename(path)} is larger than {limit} bytes")
-        data = f.read(limit + 1)
-    if len(data) > limit:
-        raise OSError(errno.EFBIG, f"{os.path.basename(path)} is larger than {limit} bytes")
-    return data
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise OSError(errno.EINVAL, f"{os.path.basename(path)} is not a regular file")
+    return fd
 
 
 THREAD_GRACE_S = 2.0

@@ -111,3 +111,23 @@ def test_a_reps_result_sums_are_the_finite_sum_magnitudes_and_non_finite_count_i
     finite = torch.isfinite(as64)
     expected = [float(as64[finite].sum()), float(as64[finite].abs().sum()), float((~finite).sum())]
     assert result_sums(result) == pytest.approx(expected, rel=1e-12, abs=1e-12)
+
+
+def test_the_input_sizes_come_from_the_header_alone_and_match_the_storages_a_load_rebuilds(tmp_path):
+    """Each input's storage size, as a record is checked against, read from the set's header (a
+    set of gigabytes is not loaded for it): the same sizes a whole load and rebuild give, views
+    and plain values included; a header that lacks an input's storage is refused, not guessed."""
+    from safetensors.torch import load_file, save_file
+
+    from grader.codec import rebuild, write_inputs
+
+    inputs = {"x": torch.randn(300)[::3], "y": torch.randn(7, 5).to(torch.bfloat16).t(), "eps": 1e-5, "seed": 3}
+    layout = write_inputs(inputs, tmp_path / "set.safetensors")
+    (tmp_path / "layout.json").write_text(json.dumps(layout))
+    loaded = rebuild(load_file(str(tmp_path / "set.safetensors")), layout)
+    whole = {k: v.untyped_storage().nbytes() for k, v in loaded.items() if isinstance(v, torch.Tensor)}
+    assert replay_process.input_sizes(tmp_path / "set.safetensors", tmp_path / "layout.json") == whole == \
+        {"x": 1200, "y": 70}
+    save_file({"x": torch.zeros(3)}, str(tmp_path / "short.safetensors"))
+    with pytest.raises(replay_process.LaunchRecordError, match="no storage for 'y'"):
+        replay_process.input_sizes(tmp_path / "short.safetensors", tmp_path / "layout.json")

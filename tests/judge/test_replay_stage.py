@@ -45,15 +45,20 @@ class FakeWorker:
     """A worker's answers: recorded calls write a launch record (changed by `edit`), whole
     results are written as the worker's Sample does, Time replies carry fixed times."""
 
-    def __init__(self, result: torch.Tensor, ops=(), edit=None, fail_record: str = "") -> None:
+    def __init__(self, result: torch.Tensor, ops=(), edit=None, fail_record: str = "", can_write: bool = False) -> None:
         self.result, self.ops, self.edit, self.fail_record = result, list(ops), edit, fail_record
         self.kept: dict[str, torch.Tensor] = {}
         self.closed = False
-        # the worker's process as the timing stage reaches it: bursts for the grader's clock go to it
-        self.process = SimpleNamespace(proc=SimpleNamespace(pid=999_999_999), request=self.request, unasked=lambda: False)
+        # the worker's process as the timing stage reaches it: bursts for the grader's clock go to it; its isolation
+        # as grader.sandbox.files.worker_cannot_write reads it (`can_write`: it runs as the grader's uid, unmounted)
+        isolation = SimpleNamespace(mode="plain" if can_write else "sandbox", user_switch=not can_write,
+                                    namespaces=False)
+        self.process = SimpleNamespace(proc=SimpleNamespace(pid=999_999_999), request=self.request,
+                                       unasked=lambda: False, isolation=isolation)
         self.eager = ""  # why its burst cannot be a CUDA graph ("" where it can)
         self.prepared: list[p.PrepareBurst] = []
         self.let_go: list[str] = []
+        self.preloaded: list[list[str]] = []
         self.calls = 0
         self.timed = 0  # torch's rounds asked for (Time requests)
 
@@ -79,9 +84,12 @@ class FakeWorker:
             return Ok()
         if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
             return self.compare(message)
-        if isinstance(message, p.RunBurst):  # untimed: a burst run once more and let go
+        if isinstance(message, p.DropBurst):  # untimed: a burst let go, not run again
             self.let_go.append(message.contender)
-            return p.BurstReply(values=[])
+            return Ok()
+        if isinstance(message, p.Preload):  # torch's input sets onto the GPU before the hold
+            self.preloaded.append(list(message.inputs))
+            return Ok()
         if isinstance(message, p.PrepareBurst):
             self.prepared.append(message)
             return p.BurstReady(eager=self.eager if message.graph else "asked to run eagerly")
@@ -252,9 +260,9 @@ def test_the_sessions_factory_starts_each_replay_process_with_its_isolation_gpu_
 
 
 def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(stage, tmp_path):
-    student = FakeWorker(stage.truth)
+    student, trusted = FakeWorker(stage.truth), FakeWorker(stage.truth)
     placements = [[1.2] * 8, [1.1] * 8, [1.3] * 8, [1.2] * 8, [1.2] * 8, [1.2] * 8]
-    got = stage(student, replays={"student": {"placements": placements}}, store=tmp_path / "store")
+    got = stage(student, trusted=trusted, replays={"student": {"placements": placements}}, store=tmp_path / "store")
     assert got.outcome in (Outcome.PASSED, Outcome.FAILED), got.message
     assert _d(got)["timed_by"] == "replay"
     assert _d(got)["ratio_to_reference"] == pytest.approx(1.2)
@@ -271,6 +279,8 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
         ["student", "reference", "reference", "student"] * 2 + ["student", "reference"] + \
         ["student", "reference", "reference", "student", "student", "reference"]
     assert not any(b[1] for b in stage.brackets) and student.let_go == ["student", "student"]
+    # torch's timed sets read onto the GPU once, before the hold: its rounds inside it read no file
+    assert trusted.preloaded == [[str(tmp_path / "set0.safetensors"), str(tmp_path / "set1.safetensors")]]
     assert [m.graph for m in student.prepared] == [True, False]
     assert [m.calls for m in student.prepared] == [CALLS, confirmation.EAGER_CALLS]
     locks = locks[2:]
@@ -285,6 +295,19 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     assert (tmp_path / "store" / kept["reference"] / "launches.json").is_file()
     assert _d(got)["replay"]["inputs"] == {"seed": 1, "set": 0, "case": SPEC.performance.case.name,
                                                "dtype": SPEC.performance.dtype}
+
+
+@pytest.mark.parametrize("can_write", [False, True])
+def test_the_replays_input_set_is_the_timed_file_itself_only_where_the_worker_cannot_write_it(stage, tmp_path,
+                                                                                             can_write):
+    """The set handed to the replays is the first timed set: the same file (a hard link, no
+    gigabytes copied) where the student's worker cannot write it, else a copy made after its
+    recorded calls, which it never saw. Either way the bytes are the set's."""
+    got = stage(FakeWorker(stage.truth, can_write=can_write))
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED), got.message
+    timed, handed = tmp_path / "set0.safetensors", tmp_path / "job" / "vector_add.replay" / "inputs.safetensors"
+    assert handed.read_bytes() == timed.read_bytes()
+    assert handed.stat().st_ino != timed.stat().st_ino if can_write else handed.stat().st_ino == timed.stat().st_ino
 
 
 def test_a_result_the_kernels_do_not_compute_alone_is_conclusive_with_the_evidence(stage):
@@ -446,7 +469,7 @@ def test_the_trusted_workers_comparison_reads_a_hostile_file_as_data(tmp_path):
     assert "cannot be read" in compare(link="/etc/passwd").message
     assert "larger than" in compare({"output.0": torch.zeros(20_000)}).message  # bounded by the truth's size (and a header)
     assert "not one floating-point tensor" in compare({"output.0": torch.zeros(8, dtype=torch.int32)}).message
-    assert "not one floating-point tensor" in compare({"other": truth.clone()}).message
+    assert "holds no tensor 'output.0'" in compare({"other": truth.clone()}).message
     assert compare({"output.0": truth.clone()}, keep_as="student").wrong == 0 and ("trusted", "student") in worker.retained
 
 
