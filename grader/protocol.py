@@ -283,17 +283,6 @@ class DropBurst:
 
 
 @dataclass
-class Preload:
-    """Read input sets onto the GPU and keep them there for later requests (as `keep_inputs`
-    does), so that no request timed later reads a file."""
-
-    op: ClassVar[str] = "preload"
-    reply: ClassVar[type] = Ok
-    inputs: list[str]
-    layout: dict[str, dict]
-
-
-@dataclass
 class Call:
     """One untimed call on the GPU; its output kept under `key`."""
 
@@ -360,10 +349,10 @@ class Exit:
     reply: ClassVar[type | None] = None
 
 
-Request = Union[Ping, Load, Run, Time, PrepareBurst, RunBurst, DropBurst, Preload, Call, Sample, Roofline,
+Request = Union[Ping, Load, Run, Time, PrepareBurst, RunBurst, DropBurst, Call, Sample, Roofline,
                 Compare, Exit]
 Reply = Union[Ok, RunReply, TimeReply, BurstReady, BurstReply, CallReply, RooflineReply, CompareReply]
-_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, RunBurst, DropBurst, Preload, Call, Sample, Roofline,
+_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, RunBurst, DropBurst, Call, Sample, Roofline,
                     Compare, Exit)
 REQUESTS: dict[str, type] = {cls.op: cls for cls in _REQUEST_CLASSES}
 

@@ -54,7 +54,6 @@ from grader.protocol import (
     DropBurst,
     Failure,
     Load,
-    Preload,
     PrepareBurst,
     Reply,
     Roofline,
@@ -593,19 +592,8 @@ def _set_up_and_timed(stage: Stage, trusted: WorkerProcess, timed_files: list[st
     replay_stage.loaded(placed)
     stage.phase("replay_stop_worker")
     with stage.session.setup_slot():
-        try:
-            with stage.session.sharing_gpu(), ThreadPoolExecutor(max_workers=1) as pool:
-                # torch's input sets onto the GPU beside the replays' set-up: no file is read inside the hold
-                preloaded = pool.submit(trusted.request, Preload(timed_files, layout), stage.timeout * 4)
-                replay_stage.arm(placed)
-                loaded = preloaded.result()
-        except BaseException:
-            _stop(placed)
-            raise
-        if isinstance(loaded, Failure):
-            _stop(placed)
-            return stage.test("infra_error", f"not scored: torch's input sets could not be read onto the GPU: "
-                              f"{loaded.message}")
+        with stage.session.sharing_gpu():
+            replay_stage.arm(placed)
         stage.phase("replay_set_up")
         try:
             timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)

@@ -35,7 +35,6 @@ from grader.protocol import (
     Load,
     Ok,
     Ping,
-    Preload,
     PrepareBurst,
     Roofline,
     RooflineReply,
@@ -269,12 +268,6 @@ class Worker:
             self.torch.cuda.empty_cache()
         return Ok()
 
-    def preload(self, req: Preload) -> Ok:
-        """Input sets read onto the GPU and kept (`_load_cuda`'s cache) before they are timed."""
-        for path in req.inputs:
-            self._kept(path)
-        return Ok()
-
     def call(self, req: Call) -> CallReply:
         """One untimed call on the GPU at timing size, its output kept under `key`; with
         record_ops, the aten ops it dispatched (a vendor op used only at large sizes shows here);
@@ -321,7 +314,6 @@ class Worker:
         (trusted) worker keeps (grader.protocol.Compare): no byte of it reaches the judge."""
         from grader.codec import MAX_HEADER_BYTES, ResultFileError, ResultTooLarge, read_tensor
 
-        torch = self.torch
         truth = self._flat(req.truth)
         # 0: by the truth's size
         limit = req.limit if req.limit > 0 else (truth.numel() * 8 if truth is not None else 0)
@@ -337,6 +329,14 @@ class Worker:
             return Failure("error", f"the result is not a safetensors file of it: {str(exc)[:160]}")
         if not got.is_floating_point():
             return Failure("error", "the result is not one floating-point tensor")
+        try:
+            return self._compared(req, got, truth)
+        except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: this (trusted) worker's failure, no one's result
+            return Failure("infra_error", f"the trusted worker could not compare the result: "
+                           f"{type(exc).__name__}: {str(exc)[:200]}")
+
+    def _compared(self, req: Compare, got, truth) -> CompareReply | Failure:
+        torch = self.torch
         got = got.reshape(-1).to("cuda" if torch.cuda.is_available() else "cpu")
         if req.keep_as:
             self.retained[("trusted", req.keep_as)] = got
@@ -400,7 +400,7 @@ class Worker:
         """The requests a worker answers, each by its own method: nothing else is callable
         through the pipe (exit ends the loop in `serve`)."""
         return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, PrepareBurst: self.prepare_burst,
-                RunBurst: self.burst, DropBurst: self.drop_burst, Preload: self.preload, Call: self.call,
+                RunBurst: self.burst, DropBurst: self.drop_burst, Call: self.call,
                 Sample: self.sample, Roofline: self.roofline, Compare: self.compare}
 
 

@@ -60,7 +60,7 @@ def test_every_message_round_trips(request_, reply):
 
 def test_exit_and_every_op_have_a_request_class():
     assert p.decode_request(p.encode(Exit())) == Exit()
-    assert set(p.REQUESTS) == {"ping", "load", "run", "time", "prepare_burst", "burst", "drop_burst", "preload", "call",
+    assert set(p.REQUESTS) == {"ping", "load", "run", "time", "prepare_burst", "burst", "drop_burst", "call",
                                "sample", "roofline", "compare", "exit"}
 
 

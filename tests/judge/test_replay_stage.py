@@ -58,7 +58,6 @@ class FakeWorker:
         self.eager = ""  # why its burst cannot be a CUDA graph ("" where it can)
         self.prepared: list[p.PrepareBurst] = []
         self.let_go: list[str] = []
-        self.preloaded: list[list[str]] = []
         self.calls = 0
         self.timed = 0  # torch's rounds asked for (Time requests)
 
@@ -86,9 +85,6 @@ class FakeWorker:
             return self.compare(message)
         if isinstance(message, p.DropBurst):  # untimed: a burst let go, not run again
             self.let_go.append(message.contender)
-            return Ok()
-        if isinstance(message, p.Preload):  # torch's input sets onto the GPU before the hold
-            self.preloaded.append(list(message.inputs))
             return Ok()
         if isinstance(message, p.PrepareBurst):
             self.prepared.append(message)
@@ -260,9 +256,9 @@ def test_the_sessions_factory_starts_each_replay_process_with_its_isolation_gpu_
 
 
 def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(stage, tmp_path):
-    student, trusted = FakeWorker(stage.truth), FakeWorker(stage.truth)
+    student = FakeWorker(stage.truth)
     placements = [[1.2] * 8, [1.1] * 8, [1.3] * 8, [1.2] * 8, [1.2] * 8, [1.2] * 8]
-    got = stage(student, trusted=trusted, replays={"student": {"placements": placements}}, store=tmp_path / "store")
+    got = stage(student, replays={"student": {"placements": placements}}, store=tmp_path / "store")
     assert got.outcome in (Outcome.PASSED, Outcome.FAILED), got.message
     assert _d(got)["timed_by"] == "replay"
     assert _d(got)["ratio_to_reference"] == pytest.approx(1.2)
@@ -279,8 +275,6 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
         ["student", "reference", "reference", "student"] * 2 + ["student", "reference"] + \
         ["student", "reference", "reference", "student", "student", "reference"]
     assert not any(b[1] for b in stage.brackets) and student.let_go == ["student", "student"]
-    # torch's timed sets read onto the GPU once, before the hold: its rounds inside it read no file
-    assert trusted.preloaded == [[str(tmp_path / "set0.safetensors"), str(tmp_path / "set1.safetensors")]]
     assert [m.graph for m in student.prepared] == [True, False]
     assert [m.calls for m in student.prepared] == [CALLS, confirmation.EAGER_CALLS]
     locks = locks[2:]
@@ -491,6 +485,21 @@ def test_the_trusted_worker_breaking_is_ours_never_the_students(stage):
 
     got = stage(FakeWorker(stage.truth), trusted=Broken(stage.truth))
     assert got.outcome == Outcome.INFRA_ERROR and "the trusted worker failed" in got.message and not got.severity
+
+
+def test_the_trusted_worker_out_of_memory_while_comparing_flags_no_one(stage, monkeypatch):
+    """Several jobs on one GPU can leave the trusted worker no memory to compare the student's whole
+    result: not scored, said as ours, no flag (a run of the GPU tests eight at once once flagged an
+    honest result this way)."""
+    from grader.worker import server
+
+    def no_memory(self, *args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(server.Worker, "_compared", no_memory)
+    got = stage(FakeWorker(stage.truth))
+    assert got.outcome == Outcome.INFRA_ERROR and not got.severity
+    assert "the trusted worker could not compare the result: OutOfMemoryError" in got.message
 
 
 def test_a_spec_scored_against_the_faster_keeps_torchs_three_rounds(stage, tmp_path, monkeypatch):

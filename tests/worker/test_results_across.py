@@ -113,3 +113,19 @@ def test_a_hostile_result_file_is_a_failure_not_a_crash_a_hang_or_a_link_followe
     _raw(tmp_path / "bad.safetensors", b"[" * 5000 + b"]" * 5000)
     got = _compare(worker, tmp_path / "bad.safetensors")
     assert isinstance(got, Failure) and "not JSON" in got.message
+
+
+def test_the_trusted_workers_own_failure_while_comparing_is_ours_never_the_students(tmp_path, trusted, monkeypatch):
+    """Out of GPU memory while comparing (several jobs on one GPU): an infra_error, which the stage
+    reports as not scored (grader.judge.replay_stage), never a finding against the student's result."""
+    worker, truth = trusted
+    write_tensors({"rec0": truth}, tmp_path / "r.safetensors")
+
+    def no_memory(*args):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
+
+    monkeypatch.setattr(worker, "_compared", no_memory)
+    got = _compare(worker, tmp_path / "r.safetensors")
+    assert isinstance(got, Failure) and got.kind == "infra_error"
+    assert got.message == ("the trusted worker could not compare the result: OutOfMemoryError: CUDA out of memory. "
+                           "Tried to allocate 2.00 GiB")
