@@ -129,3 +129,20 @@ def test_the_trusted_workers_own_failure_while_comparing_is_ours_never_the_stude
     assert isinstance(got, Failure) and got.kind == "infra_error"
     assert got.message == ("the trusted worker could not compare the result: OutOfMemoryError: CUDA out of memory. "
                            "Tried to allocate 2.00 GiB")
+
+
+def test_a_sample_at_the_judges_indices_is_read_back_as_the_judge_reads_one(tmp_path):
+    """The fallback's samples of the timed outputs (grader.judge.perf._check_outputs reads them with
+    safetensors' own loader): the elements at the judge's indices, per input set, bit for bit."""
+    from safetensors.torch import load
+
+    worker = Worker()
+    outs = {f"set{i}": torch.randn(5000) + i for i in range(2)}
+    for key, out in outs.items():
+        worker.retained[("student", key)] = out
+    idx = torch.tensor([0, 4999, 17, 17, 2500])
+    save_file({"idx": idx}, str(tmp_path / "indices.safetensors"))
+    assert worker.sample(Sample("student", list(outs), str(tmp_path / "indices.safetensors"),
+                                str(tmp_path / "sample.safetensors"))).ok
+    got = load((tmp_path / "sample.safetensors").read_bytes())
+    assert sorted(got) == ["set0", "set1"] and all(torch.equal(got[k], outs[k][idx]) for k in outs)
