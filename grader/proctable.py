@@ -11,6 +11,17 @@ from __future__ import annotations
 import os
 
 
+def runnable() -> int | None:
+    """Threads ready to run on the host now (/proc/loadavg's fourth field, this reader included),
+    None where it cannot be read: more of them than CPUs, and a clock on the host measures the
+    scheduler's queue as much as the work it brackets."""
+    try:
+        with open("/proc/loadavg") as f:
+            return int(f.read().split()[3].split("/")[0])
+    except (OSError, ValueError, IndexError):
+        return None
+
+
 def pids() -> list[int]:
     """Every process in this PID namespace's table now."""
     try:

@@ -192,6 +192,9 @@ class CompareReply:
     first: int = -1  # the first wrong element's flat index
     got: str = ""  # its value and the truth's there, in words ("nan" where memory was never written)
     want: str = ""
+    # the trusted worker's own failure while comparing (out of GPU memory, say): no verdict, and no one's fault but
+    # ours (a worker may not report an infra_error Failure: a student's could claim one)
+    ours: str = ""
 
 
 @dataclass

@@ -44,6 +44,14 @@ BURST_ROUNDS = 5  # bursts per contender, alternating which goes first (the medi
 # Calls in the eager burst after the graph's: the function's own Python runs at each, so a function right
 # only for its first calls is wrong in it (its results are not kept: no memory bound)
 EAGER_CALLS = 64
+# An accusation needs steady measurements. Both clocks are read on the host (the grader's brackets hold the
+# host's scheduling; a replay's events hold any wait of the GPU for its launches past the sleep that covers
+# them), and eight checks on one H200 read honest kernels 1.50x slower by the grader's clock and at 1.8x
+# their own time replayed. So a conclusive verdict stands only where the host had no more threads ready to
+# run than CPUs around every bracket and replay, and a replay's reps on one placement of its buffers (the
+# same kernels on the same buffers) spread by no more than STEADY; else it is held for a TA's review
+# (`steadied`), its reading kept for the TA.
+STEADY = 0.25
 # Eager bursts of each contender, alternating which goes first: one bracket holds each call's host
 # work, which a busy machine's scheduler can lengthen for either contender at random (an honest
 # kernel's single eager round read 0.38x its replay with eight checks beside it); the round most in
@@ -113,6 +121,32 @@ def decide(clock: list[float], replay_ms: float, launches: int, eager: str, call
                          f"scored on the grader's own clock: {figures}; your function could not be captured in a "
                          f"CUDA graph ({eager}), so its host work counts there")
     return Agreement("agrees", by_clock, replay_ms, ratio, "")
+
+
+def unsteady(busiest: int, cpus: int, placements: list[list[float]]) -> str:
+    """Why the measurements were too unsteady to accuse anyone ("" where they were steady): the
+    host's run queue around the brackets and replays (`busiest` threads ready to run, grader.proctable.runnable)
+    longer than its `cpus`, or the reps of a replay on one placement of its buffers (each list of
+    `placements`) spread by more than STEADY."""
+    if busiest > cpus:
+        return f"the host had {busiest} threads ready to run on its {cpus} CPUs while the calls were timed"
+    for reps in placements:
+        timed = [x for x in reps if x > 0]
+        if len(timed) >= 2 and max(timed) / min(timed) - 1 > STEADY:
+            return (f"the replay's reps on one placement of its buffers, the same kernels on the same buffers, took "
+                    f"from {min(timed):.4f} to {max(timed):.4f} ms")
+    return ""
+
+
+def steadied(agreement: Agreement, why: str) -> Agreement:
+    """A conclusive verdict reached while the measurements were unsteady (`unsteady`): no
+    accusation, the figure unconfirmed (its points held for a TA's review), the clock's reading
+    kept in the words for the TA."""
+    if not agreement.conclusive or not why:
+        return agreement
+    return Agreement("unclear", agreement.clock_ms, agreement.replay_ms, agreement.ratio,
+                     f"the machine was too busy for the grader's own clock to confirm it ({why}; the clock read "
+                     f"{agreement.clock_ms:.4f} ms per call against {agreement.replay_ms:.4f} ms replayed)")
 
 
 # What a student changes so that the replay can time the function, by why it could not (the

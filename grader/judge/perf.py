@@ -37,7 +37,7 @@ from typing import Any, Callable, cast
 import torch
 from safetensors.torch import load, save_file
 
-from grader import sanitize
+from grader import proctable, sanitize
 from grader.judge import activity, confirmation, replay_process, replay_stage, slowness, witness
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import device_id
@@ -191,6 +191,7 @@ class Stage:
     roofline: dict | None
     phases: dict[str, float] = field(default_factory=dict)
     clock: float = field(default_factory=time.monotonic)
+    busiest: int = 0  # the most threads the host had ready to run around the replays (grader.proctable.runnable)
 
     @property
     def ctx(self) -> GradingContext:
@@ -527,7 +528,9 @@ def _eager_round(spec: Assignment, workers: dict[str, WorkerProcess], w: witness
     for round_ in range(confirmation.EAGER_ROUNDS):
         seed, values, seconds = witness.new_seed(), {}, {}
         for c in (("student", "reference") if round_ % 2 == 0 else ("reference", "student")):
+            w.note_load()
             reply, seconds[c] = witness.bracketed(workers[c], c, seed, timeout * 4)
+            w.note_load()
             if isinstance(reply, Failure):
                 if c != "student":
                     raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
@@ -566,7 +569,9 @@ def _confirm_rounds(spec: Assignment, workers: dict[str, WorkerProcess], w: witn
         seed = witness.new_seed()
         values = {}
         for c in (("student", "reference") if round_ % 2 == 0 else ("reference", "student")):
+            w.note_load()
             reply, seconds = witness.bracketed(workers[c], c, seed, timeout * 4)
+            w.note_load()
             if isinstance(reply, Failure):
                 if c != "student":
                     raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
@@ -640,7 +645,9 @@ def _replays_timed(stage: Stage, trusted: WorkerProcess, timed_files: list[str],
         elif pending["reference"] is None:  # kept, but the GPU drifted since: timed again
             late = replay_stage.spawn(prepared.staging, "reference-again", stage.session.replay_process, stage.timeout)
             pending["reference"] = replay_stage.place(prepared, "reference", late)
+        stage.busiest = max(stage.busiest, proctable.runnable() or 0)
         ref_run, student_run = replay_stage.go(pending, reference)
+        stage.busiest = max(stage.busiest, proctable.runnable() or 0)
         stage.phase("replays")
     return t, torch_ms, ref_run, student_run
 
@@ -673,6 +680,11 @@ def _replay_verdict(stage: Stage, prepared: replay_stage.Prepared, r: replay_sta
     agreement = confirmation.decide(confirmation.clock_ms(burst.student_s, burst.reference_s, burst.calls,
                                                           reference_ms),
                                     student_ms, r.student.launches, burst.eager, burst.calls, eager_ms)
+    # an accusation needs steady measurements: else the figure is held for a TA's review, the reading kept
+    unsteady = confirmation.unsteady(max(burst.busiest, stage.busiest), os.cpu_count() or 1,
+                                     r.student.placements + r.reference.placements) if agreement.conclusive else ""
+    accused = agreement.verdict
+    agreement = confirmation.steadied(agreement, unsteady)
     details["confirmation"] = confirmed = {
         "verdict": agreement.verdict, "clock_ms": round(agreement.clock_ms, 5), "replay_ms": round(student_ms, 5),
         "ratio": round(agreement.ratio, 4), "calls": burst.calls, "graph": not burst.eager,
@@ -681,6 +693,8 @@ def _replay_verdict(stage: Stage, prepared: replay_stage.Prepared, r: replay_sta
         "cost_s": round(burst.cost_s(), 3), "prepare_s": round(burst.prepare_s, 3),
         "brackets_ms": {"student": [round(x * 1e3, 3) for x in burst.student_s],
                         "reference": [round(x * 1e3, 3) for x in burst.reference_s]}}
+    if unsteady:  # what the clock would have said on a steady machine, for the TA who reviews the hold
+        confirmed["unsteady"], confirmed["unsteady_verdict"] = unsteady, accused
     if agreement.conclusive:
         return _flagged(stage.test, [Finding(Severity.CONCLUSIVE, agreement.message)], details)
     for c, run in (("student", r.student), ("reference", r.reference)):
@@ -852,7 +866,9 @@ def _bursts(spec: Assignment, workers: dict[str, WorkerProcess], t: Timings, inp
     # the calls are set by the reference's time: a kernel far slower than it takes as many times longer
     patience = max(timeout * 2, 4 * w.calls * statistics.median(t.times["student"][round_]) / 1e3)
     for c in (("student", "reference") if round_ % 2 == 0 else ("reference", "student")):
+        w.note_load()
         reply, seconds = witness.bracketed(workers[c], c, seed, patience, last=round_ == witness.ROUNDS - 1)
+        w.note_load()
         if isinstance(reply, Failure):
             if c != "student":
                 raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
@@ -890,11 +906,16 @@ def _witnessed(t: Timings, findings: list[Finding]) -> Witnessed | None:
                         brackets_ms={"student": [round(x * 1e3, 3) for x in w.student_s],
                                      "reference": [round(x * 1e3, 3) for x in w.reference_s]},
                         eager=w.eager or None)
-    if c.tampered:
+    # an accusation needs steady measurements (grader.judge.confirmation.unsteady): on a busy host the grader's
+    # brackets hold the scheduler's queue, and the worker's figures look short beside them
+    unsteady = confirmation.unsteady(w.busiest, os.cpu_count() or 1, []) if c.tampered else ""
+    if c.tampered and not unsteady:
         findings.append(Finding(Severity.CONCLUSIVE, c.tampered))
     elif not c.confirmed:  # every round scaled to the grader's clock, by how far it disagreed in its own rounds
         t.times["student"] = [[x * c.agreement for x in r] for r in t.times["student"]]
-        details.note = c.note
+        details.note = c.note if not unsteady else (
+            f"scored on the grader's own clock, no accusation ({unsteady}): "
+            f"{c.tampered.rsplit(': the timing was', 1)[0]}")
     return details
 
 

@@ -188,6 +188,8 @@ def _whole_result(spec: Assignment, student: StudentWorker, trusted: WorkerProce
     if isinstance(got, Failure) and got.kind == "infra_error":
         return Prepare(error=got.message)
     got = cast("CompareReply | Failure", got)  # request(): the reply its request expects, or a Failure
+    if isinstance(got, CompareReply) and got.ours:  # the trusted worker's own failure: ours, nobody is accused
+        return Prepare(error=one_line(got.ours, 300))
     if isinstance(got, Failure):
         return Prepare(findings=[(Severity.CONCLUSIVE,
                                   f"your function's result at the timing size: {one_line(got.message, 200)}")])
@@ -398,6 +400,8 @@ def _compare(trusted: WorkerProcess, run: Replayed, own: str, spec: Assignment, 
     if isinstance(got, Failure) and got.kind == "infra_error":  # ours: the stage says so, nobody is accused
         raise WorkerFailure("infra_error", got.message, "")
     got = cast("CompareReply | Failure", got)  # request(): the reply its request expects, or a Failure
+    if isinstance(got, CompareReply) and got.ours:  # the trusted worker's own failure: ours, nobody is accused
+        raise WorkerFailure("infra_error", one_line(got.ours, 300), "")
     if isinstance(got, Failure):
         return f"the last rep's result: {one_line(got.message, 200)}"
     if not got.same and got.wrong:

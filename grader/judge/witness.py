@@ -41,6 +41,7 @@ import time
 from dataclasses import dataclass, field
 from typing import cast
 
+from grader import proctable
 from grader.protocol import BurstReply, Failure, RunBurst
 from grader.sandbox.process import WorkerProcess
 
@@ -132,6 +133,11 @@ class Witness:
     # Python at every call, after the graph's calls), its brackets
     checked_s: dict[str, float] = field(default_factory=dict)
     checked_calls: int = 0  # the calls of that eager burst
+    busiest: int = 0  # the most threads the host had ready to run around any bracket (grader.proctable.runnable)
+
+    def note_load(self) -> None:
+        """The host's run queue now, kept where it is the longest seen (grader.proctable.runnable)."""
+        self.busiest = max(self.busiest, proctable.runnable() or 0)
 
     def cost_s(self) -> float:
         """What the witness adds to a job: preparing the bursts and running them."""

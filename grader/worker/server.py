@@ -332,8 +332,8 @@ class Worker:
         try:
             return self._compared(req, got, truth)
         except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: this (trusted) worker's failure, no one's result
-            return Failure("infra_error", f"the trusted worker could not compare the result: "
-                           f"{type(exc).__name__}: {str(exc)[:200]}")
+            return CompareReply(numel=0, same=False, wrong=0, ours="the trusted worker could not compare the result: "
+                                f"{type(exc).__name__}: {str(exc)[:200]}")
 
     def _compared(self, req: Compare, got, truth) -> CompareReply | Failure:
         torch = self.torch

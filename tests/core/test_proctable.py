@@ -35,3 +35,18 @@ def test_a_tree_its_owner_and_what_it_was_started_with():
     assert not proctable.exists(child.pid)
     assert (proctable.parent_of(child.pid), proctable.children_of(child.pid), proctable.command_line(child.pid),
             proctable.environment(child.pid)) == (None, [], None, None)
+
+
+def test_the_hosts_run_queue_is_read_from_loadavg_and_counts_the_reader(monkeypatch, tmp_path):
+    """/proc/loadavg's fourth field, "running/total": the reader itself is running, so at least 1;
+    a file that cannot be read or parsed is no answer, never an error."""
+    import builtins
+
+    got = proctable.runnable()
+    assert isinstance(got, int) and got >= 1
+    real_open = builtins.open
+    (tmp_path / "loadavg").write_text("0.52 0.58 0.59 7/1053 12345\n")
+    monkeypatch.setattr(builtins, "open", lambda path, *a, **k: real_open(tmp_path / "loadavg" if path == "/proc/loadavg" else path, *a, **k))
+    assert proctable.runnable() == 7
+    (tmp_path / "loadavg").write_text("garbage\n")
+    assert proctable.runnable() is None

@@ -209,3 +209,21 @@ def test_ratios_are_over_the_replayed_time_and_the_eager_edge_takes_each_launchs
     # the eager edge: half the replayed time less 5 us per launch (two launches: 0.49)
     assert decide([1.0] * 3, 1.0, 2, "", 50, eager_ms=0.492).verdict == "agrees"
     assert decide([1.0] * 3, 1.0, 2, "", 50, eager_ms=0.488).verdict == "faster"
+
+
+def test_an_accusation_stands_only_where_the_host_was_not_oversubscribed_and_the_reps_were_steady():
+    steady = [[1.0, 1.02, 0.99]] * 4
+    assert confirmation.unsteady(16, 16, steady) == ""  # as many ready as CPUs: steady
+    assert confirmation.unsteady(17, 16, steady) == \
+        "the host had 17 threads ready to run on its 16 CPUs while the calls were timed"
+    spread = steady + [[1.0, 1.0, 1.0 * (1 + confirmation.STEADY) + 1e-3]]
+    assert "took from 1.0000 to 1.2510 ms" in confirmation.unsteady(1, 16, spread)
+    assert confirmation.unsteady(1, 16, steady + [[1.0, 1.0 * (1 + confirmation.STEADY) - 1e-3]]) == ""
+    slower = decide([4.0] * 5, 1.0, 1, "", 7)
+    held = confirmation.steadied(slower, "the host had 40 threads ready to run on its 16 CPUs")
+    assert slower.verdict == "slower" and held.verdict == "unclear" and not held.conclusive
+    assert held.message == ("the machine was too busy for the grader's own clock to confirm it (the host had 40 threads "
+                            "ready to run on its 16 CPUs; the clock read 4.0000 ms per call against 1.0000 ms replayed)")
+    assert confirmation.steadied(slower, "") is slower  # steady: the accusation stands as it was
+    agrees = decide([1.0] * 5, 1.0, 1, "", 7)
+    assert confirmation.steadied(agrees, "busy") is agrees  # only an accusation is withheld

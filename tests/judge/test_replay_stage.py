@@ -105,11 +105,11 @@ class FakeWorker:
         this fake keeps."""
         from grader.worker import server
 
-        worker = server.Worker.__new__(server.Worker)  # only its comparison: no torch set-up, no pipe
+        worker = server.Worker.__new__(server.Worker)  # only its comparison: no torch set-up
         worker.torch, worker.retained = torch, {("kept", k): v for k, v in self.kept.items()}
         reply = worker.compare(req)
         self.kept.update({k: v for (_, k), v in worker.retained.items()})
-        return reply
+        return p.decode_reply(req, p.encode(reply))  # through the pipe's encoding, as the real worker's reply comes
 
 
 class FakeReplay:
@@ -182,6 +182,9 @@ def stage(tmp_path, monkeypatch):
     truth = x + y
     monkeypatch.setattr(perf, "call_times", lambda reply: ([0.4] * 3, [0.4] * 3, None))
     monkeypatch.setattr(replay_stage, "stop_student", lambda student: (student.close() or "", {4242}))
+    # a quiet host around every bracket and replay (this machine's own run queue is not the test's): a test sets
+    # `run.load` to the threads ready to run it wants the stage to see
+    monkeypatch.setattr(proctable, "runnable", lambda: run.load)
     asked, events, spawned, brackets = [], [], [], []
 
     @contextlib.contextmanager
@@ -231,6 +234,7 @@ def stage(tmp_path, monkeypatch):
         return got if got is not None else fallback
 
     run.truth, run.asked, run.events, run.spawned, run.brackets = truth, asked, events, spawned, brackets
+    run.load = 1
     return run
 
 
@@ -538,6 +542,55 @@ def test_calls_slower_than_their_replayed_kernels_in_a_graph_are_conclusive(stag
     got = stage(FakeWorker(stage.truth), clock_ms=4.0)
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
     assert "4.00x slower than the kernels its record names" in got.message and "do not run what" in got.message
+
+
+@pytest.mark.parametrize("clock, placements", [(4.0, None), (0.5, [[1.0] * 8] * 6)])
+def test_a_busy_host_turns_the_clocks_accusation_into_a_hold_with_its_reading(stage, monkeypatch, clock, placements):
+    """Both clocks are read on the host: with more threads ready to run than CPUs around the
+    brackets and replays (eight checks on one H200 read honest kernels 1.50x slower, and one's
+    replay at 1.8x its own time), neither a slower nor a faster reading accuses anyone. The points
+    wait for a TA's review (no credit meanwhile), the reading and the load in the words and details."""
+    monkeypatch.setattr(perf.os, "cpu_count", lambda: 16)
+    stage.load = 40
+    replays = {"student": {"placements": placements}} if placements else None
+    got = stage(FakeWorker(stage.truth), clock_ms=clock, replays=replays)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "review", got.message
+    assert "held for a TA's review (not an accusation)" in got.message
+    assert "the host had 40 threads ready to run on its 16 CPUs while the calls were timed" in got.message
+    confirmed = _d(got)["confirmation"]
+    assert confirmed["verdict"] == "unclear" and confirmed["unsteady_verdict"] == ("slower" if clock > 1 else "faster")
+    assert _d(got)["held"] and _d(got)["score_fraction"] == 1.0
+
+
+@pytest.mark.parametrize("clock, placements", [(4.0, None), (0.5, [[1.0] * 8] * 6)])
+def test_as_many_threads_ready_as_cpus_is_steady_and_the_accusation_stands(stage, monkeypatch, clock, placements):
+    monkeypatch.setattr(perf.os, "cpu_count", lambda: 16)
+    stage.load = 16
+    replays = {"student": {"placements": placements}} if placements else None
+    got = stage(FakeWorker(stage.truth), clock_ms=clock, replays=replays)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
+    assert "unsteady" not in _d(got)["confirmation"]
+
+
+def test_a_replay_whose_reps_spread_on_one_placement_accuses_no_one(stage):
+    """The same kernels on the same buffers, rep after rep: reps from 0.5 to 1.0 ms on one placement
+    mean the replay's events held the host's delays, so its figure cannot support "faster"."""
+    placements = [[0.5, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0, 1.0]] + [[1.0] * 8] * 5
+    got = stage(FakeWorker(stage.truth), replays={"student": {"placements": placements}}, clock_ms=0.4)
+    assert got.outcome == Outcome.FLAGGED and got.severity == "review", got.message
+    assert "the replay's reps on one placement of its buffers, the same kernels on the same buffers, took from " \
+           "0.5000 to 1.0000 ms" in got.message
+    assert _d(got)["confirmation"]["unsteady_verdict"] == "faster"
+
+
+@pytest.mark.parametrize("load", [1, 40])
+def test_an_honest_reading_is_scored_alike_on_a_busy_host_and_a_quiet_one(stage, monkeypatch, load):
+    """The load only withholds accusations: a reading that agrees is scored, busy or not."""
+    monkeypatch.setattr(perf.os, "cpu_count", lambda: 16)
+    stage.load = load
+    got = stage(FakeWorker(stage.truth), clock_ms=1.0)
+    assert got.outcome == Outcome.PASSED and _d(got)["score_fraction"] == 1.0, got.message
+    assert _d(got)["confirmation"]["verdict"] == "agrees" and "unsteady" not in _d(got)["confirmation"]
 
 
 def test_calls_slower_in_an_eager_burst_are_scored_on_the_graders_clock_not_accused(stage):

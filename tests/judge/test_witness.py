@@ -296,3 +296,23 @@ def test_a_reply_written_ahead_stops_the_witness_before_anything_is_prepared():
     with pytest.raises(witness.WitnessRefused):
         _run_bursts(_FakeWorker("student", log, ahead=True), _FakeWorker("reference", log))
     assert log == []
+
+
+def test_a_busy_host_turns_the_fallbacks_forgery_finding_into_the_clocks_score_without_accusation(monkeypatch):
+    """The fallback's brackets are the grader's host clock too: with more threads ready to run than
+    CPUs around them, the worker's figures looking short beside them accuse no one; the score still
+    comes from the clock (the slower figure), and the note says why there is no finding."""
+    monkeypatch.setattr(perf.os, "cpu_count", lambda: 16)
+    w = _witness(1.3, 1.0)
+    w.busiest = 40
+    forged = _timings(1.04, 1.0, w)
+    findings: list = []
+    details = perf._witnessed(forged, findings)
+    assert not findings and details and not details.confirmed
+    assert details.note.startswith("scored on the grader's own clock, no accusation (the host had 40 threads ready to "
+                                   "run on its 16 CPUs while the calls were timed): the worker's timings are")
+    assert forged.times["student"][0] == pytest.approx([1.3] * 3)
+    w.busiest = 16  # as many as CPUs: steady, the finding stands
+    findings = []
+    perf._witnessed(_timings(1.04, 1.0, w), findings)
+    assert [f.severity for f in findings] == [Severity.CONCLUSIVE]

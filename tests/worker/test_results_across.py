@@ -14,7 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from grader.codec import ResultFileError, read_tensor, write_tensors
-from grader.protocol import Compare, CompareReply, Failure, Sample
+from grader.protocol import Compare, CompareReply, Failure, ProtocolError, Sample, decode_reply, encode
 from grader.worker.server import Worker
 
 
@@ -126,9 +126,14 @@ def test_the_trusted_workers_own_failure_while_comparing_is_ours_never_the_stude
 
     monkeypatch.setattr(worker, "_compared", no_memory)
     got = _compare(worker, tmp_path / "r.safetensors")
-    assert isinstance(got, Failure) and got.kind == "infra_error"
-    assert got.message == ("the trusted worker could not compare the result: OutOfMemoryError: CUDA out of memory. "
-                           "Tried to allocate 2.00 GiB")
+    assert isinstance(got, CompareReply) and got.wrong == 0 and got.ours == (
+        "the trusted worker could not compare the result: OutOfMemoryError: CUDA out of memory. "
+        "Tried to allocate 2.00 GiB")
+    # a reply, not an infra_error Failure, which no worker may send (a student's could claim one): it crosses the pipe
+    request = Compare(str(tmp_path / "r.safetensors"), "rec0", 0, "truth", "rec0", 1e-5, 1e-5)
+    assert decode_reply(request, encode(got)) == got
+    with pytest.raises(ProtocolError, match="not one a worker may report"):
+        decode_reply(request, encode(Failure("infra_error", "claimed")))
 
 
 def test_a_sample_at_the_judges_indices_is_read_back_as_the_judge_reads_one(tmp_path):
