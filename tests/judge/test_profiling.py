@@ -179,8 +179,9 @@ def wait(path):
 wait(flag("--ready")); open(flag("--loaded"), "w").close()
 wait(flag("--arm")); open(flag("--armed"), "w").close()
 wait(flag("--go"))
-json.dump({{"ms": [0.5], "placements": [[0.5]], "sums": [[[1.0, 1.0, 0.0]]], "median_ms": 0.5, "launches": 1}},
-          open(os.path.join(out, "replay.json"), "w"))
+with open(os.path.join(out, ".replay.json.tmp"), "w") as f:  # whole before it appears, as the replay writes it
+    json.dump({{"ms": [0.5], "placements": [[0.5]], "sums": [[[1.0, 1.0, 0.0]]], "median_ms": 0.5, "launches": 1}}, f)
+os.replace(os.path.join(out, ".replay.json.tmp"), os.path.join(out, "replay.json"))
 open(os.path.join(out, "last.safetensors"), "wb").write(b"x")
 time.sleep(1.0)  # ncu writes its results as the profiled process exits: after the replay's answer
 open(log, "w").write({csv!r})
