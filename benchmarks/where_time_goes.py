@@ -78,19 +78,25 @@ def instrument_requests() -> None:
     stage calls them through the module, so the wrapped one is the one called)."""
     from grader.judge import perf, replay_process, replay_stage
     from grader.sandbox import process
+    from grader.sanitize import one_line
 
     request = process.WorkerProcess.request
 
     def clocked(self, message, timeout):
         began = time.monotonic()
+        reply = None
         try:
-            return request(self, message, timeout)
+            reply = request(self, message, timeout)
+            return reply
         finally:
             note(f"request {type(message).__name__} {getattr(message, 'contender', '')}".rstrip(), began)
+            for step, seconds in (getattr(reply, "steps", None) or {}).items():  # the worker's own breakdown
+                print(f"  {type(message).__name__} {getattr(message, 'contender', '')}: {one_line(step, 40)} "
+                      f"{seconds:.3f} s (worker's clock)", file=sys.stderr)
 
     process.WorkerProcess.request = clocked
-    for module, names in ((replay_stage, ("prepare", "_trusted_calls", "_whole_result", "_checked", "stop_student",
-                                          "loaded", "arm", "go", "judge", "keep")),
+    for module, names in ((replay_stage, ("prepare", "_trusted_calls", "_student_result", "_checked", "stop_student",
+                                          "loaded", "arm", "go", "settle", "judge", "keep")),
                           (replay_process, ("place", "settle", "checked_copy", "input_sizes")),
                           (perf, ("_input_sets", "_confirming_bursts", "_eager_round", "_prepare_bursts",
                                   "_confirm_rounds", "_replays_timed"))):

@@ -148,6 +148,9 @@ class BurstReady:
 
     ok: ClassVar[bool] = True
     eager: str
+    # the seconds of each step of the preparation by the worker's own clock: its word, shown by
+    # benchmarks/where_time_goes.py --requests and never used to judge anything
+    steps: dict[str, float] = field(default_factory=dict)
 
 
 @dataclass
@@ -181,17 +184,19 @@ class CallReply:
     ops: list[str]
     launches: int
     kernels: dict[str, CompiledKernel] = field(default_factory=dict)  # by kernel name (GPU only; a few at most)
+    numel: int = -1  # the result's elements, where it is one tensor
 
 
 @dataclass
 class CompareReply:
     ok: ClassVar[bool] = True
-    numel: int  # elements in the file's tensor
+    numel: int  # elements in the result (the file's tensor; where sampled, the whole size it gives)
     same: bool  # the same bytes as the kept tensor `own`
     wrong: int  # elements outside the error model (0: right, or not checked because `same`)
     first: int = -1  # the first wrong element's flat index
     got: str = ""  # its value and the truth's there, in words ("nan" where memory was never written)
     want: str = ""
+    sampled: int = 0  # where sampled (Compare.indices): how many elements were compared
     # the trusted worker's own failure while comparing (out of GPU memory, say): no verdict, and no one's fault but
     # ours (a worker may not report an infra_error Failure: a student's could claim one)
     ours: str = ""
@@ -303,8 +308,9 @@ class Call:
 
 @dataclass
 class Sample:
-    """Write the kept outputs' elements at the flat indices in `indices` to `output`; with
-    `whole`, every element of each (flattened; `indices` unused): the replay's comparison."""
+    """Write the kept outputs' elements at the flat indices in `indices` to `output` (each
+    `key`, and its whole size as `numel.<key>`); with `whole`, every element of each (flattened;
+    `indices` unused)."""
 
     op: ClassVar[str] = "sample"
     reply: ClassVar[type] = Ok
@@ -329,7 +335,11 @@ class Compare:
     student's worker, a replay process: read as theirs, never through a link, at most `limit`
     bytes) compared on the GPU, whole, with the results this worker keeps: first with `own`
     (the same bytes?), then, unless the same, with `truth` by the error model (`atol`, `rtol`,
-    twice how far `reference` strays from `truth`, 1% of the value). `keep_as`: keep it too."""
+    twice how far `reference` strays from `truth`, 1% of the value). `keep_as`: keep it too.
+    `indices` (a file of the judge's, never one a worker could write): the result file holds only
+    the elements at those flat indices (`name`) and the whole result's size (`numel.<name>`), and
+    they are compared with the kept results' elements there (grader.judge.picks says why that is
+    enough)."""
 
     op: ClassVar[str] = "compare"
     reply: ClassVar[type] = CompareReply
@@ -342,6 +352,7 @@ class Compare:
     rtol: float
     own: str = ""
     keep_as: str = ""
+    indices: str = ""
 
 
 @dataclass

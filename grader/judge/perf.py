@@ -603,8 +603,7 @@ def _set_up_and_timed(stage: Stage, trusted: WorkerProcess, timed_files: list[st
         try:
             timed = _replays_timed(stage, trusted, timed_files, layout, prepared, placed, kept)
             if not isinstance(timed, TestResult):
-                for run in timed[2:]:
-                    replay_process.settle(run)
+                replay_stage.settle(prepared, list(timed[2:]))
         except BaseException:
             _stop(placed)
             raise

@@ -1,6 +1,7 @@
 """The judge's side of a replay (grader.replay): one contender's replay run in a process of its
-own, contained by the same sandbox backend as a worker, what it hands back read as data, the
-replayed result compared whole with the expected one, and what the figure is worth.
+own, contained by the same sandbox backend as a worker, what it hands back read as data (its
+last result whole, or at the judge's indices where it was started `picked`), and what the figure
+is worth.
 
 A student's compiled kernel runs in the replay process's GPU context, so that process is treated
 as a worker: its view holds the grader's own code, the record checked here first and copied
@@ -142,8 +143,9 @@ class ReplayProcess(Protocol):
     def go(self, allowed: frozenset[int] = frozenset()) -> Replayed:
         """Told to go: its times, read back (its last result may still be on its way)."""
 
-    def settle(self, replay: Replayed) -> Replayed:
-        """`replay`, its answer to `go`, with its last result in place; the process gone."""
+    def settle(self, replay: Replayed, picks: Path | None = None) -> Replayed:
+        """`replay`, its answer to `go`, with its last result in place (with `picks`, the judge's
+        indices file, only the result's elements there); the process gone."""
 
     def cancel(self) -> None:
         """Stopped, unless it was told to go."""
@@ -169,6 +171,7 @@ class Pending:
     done: bool = False  # told to go and waited for (or stopped)
     armed: bool = False  # set up on the GPU (or answered already: refused, failed)
     closed: bool = False  # killed and reaped
+    picked: bool = False  # started with --pick: it hands back the elements at the judge's indices (`settle`)
 
     def place(self, record: Path, inputs: Path, layout: Path) -> Pending | Replayed:
         """The record checked and copied into the started replay's job folder with the call's
@@ -245,11 +248,17 @@ class Pending:
             replay.pending = self
         return replay
 
-    def settle(self, replay: Replayed) -> Replayed:
+    def settle(self, replay: Replayed, picks: Path | None = None) -> Replayed:
         """`replay`'s last result in place (the process writes it after its times) and the
-        process gone. A process that ends or overruns without writing it is a failed replay."""
+        process gone. A process that ends or overruns without writing it is a failed replay.
+        Started with `picked`, it is told the judge's indices first (`picks`, copied into its
+        job folder, which it reads and cannot write) and writes only the elements there."""
         last, deadline = replay.folder / "last.safetensors" if replay.folder else None, time.monotonic() + self.timeout
         try:
+            if self.picked and last is not None:
+                if picks is None:
+                    raise ValueError("a replay started to hand back picked elements needs the judge's indices")
+                _appear(Path(picks), self.job / PICK)
             while last is not None and not last.exists():
                 if self.proc.proc.poll() is not None and not last.exists():
                     replay.failed = "the replay ended before its last result was written"
@@ -273,14 +282,15 @@ class Pending:
 
 
 def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sandbox", gpu: str | None = None,
-          boot: str = BOOTSTRAP, placements: int = 1, *, settings: Settings,
+          boot: str = BOOTSTRAP, placements: int = 1, picked: bool = False, *, settings: Settings,
           sandbox: SandboxState) -> Pending | Replayed:
     """A replay process started in `job` (a new folder) through the sandbox backend (as a worker
     is: the same view rules, uid, limits, no network) before its record exists: it imports torch
     and Triton, then waits for `place` to put its checked record and inputs there (READY), and
     touches the GPU only once told to go (GO). `boot` replaces the entry point (a test's probe
     of the view), given the same arguments. `placements`: the reps spread over that many fresh
-    sets of buffers at other addresses. `settings`: the grading session's (its uids, threads,
+    sets of buffers at other addresses. `picked`: it hands back its last result's elements at the
+    judge's indices (`settle`), not the whole result. `settings`: the grading session's (its uids, threads,
     container command) and `sandbox` what its sandbox keeps (the copy of the code the process
     imports), handed to the process as to a worker."""
     job = Path(job)
@@ -292,13 +302,14 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
                            str(result), "--reps", str(int(reps)), "--placements", str(int(placements)),
                            "--ready", str(job / READY), "--loaded", str(result / LOADED), "--arm", str(job / ARM),
                            "--armed", str(result / ARMED),
-                           "--go", str(job / GO), path=str(sandbox.worker_code()))
+                           "--go", str(job / GO), *(["--pick", str(job / PICK)] if picked else []),
+                           path=str(sandbox.worker_code()))
     try:
         proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job,
                              command=argv, settings=settings, sandbox=sandbox)
     except (OSError, SandboxError) as exc:
         return Replayed(failed=f"the replay process could not be started: {one_line(exc, 200)}")
-    return Pending(proc, job, timeout)
+    return Pending(proc, job, timeout, picked=picked)
 
 
 def place(pending: ReplayProcess | Replayed, record: Path, inputs: Path, layout: Path) -> ReplayProcess | Replayed:
@@ -325,6 +336,17 @@ LOADED = "loaded"  # the file the replay makes in its result folder once its inp
 ARM = "arm"  # ... that it may set up on the GPU (the judge holds it shared)
 ARMED = "armed"  # the file the replay makes in its result folder once set up
 GO = "go"  # the file whose appearance in the job folder lets a started replay run the record's kernels
+PICK = "pick.safetensors"  # the judge's indices in the job folder: which elements of its last result it hands back
+
+
+def _appear(source: Path, dest: Path) -> None:
+    """A copy of `source` (the judge's file, which stays the judge's alone) at `dest`, whole the
+    moment it appears there, readable by the replay's uid."""
+    tmp = dest.with_name(f".{dest.name}.tmp")
+    tmp.unlink(missing_ok=True)
+    shutil.copyfile(source, tmp)
+    os.chmod(tmp, 0o644)
+    tmp.replace(dest)
 
 
 def _ended(pending: Pending) -> Replayed | None:
@@ -374,11 +396,11 @@ def go(pending: ReplayProcess | Replayed, allowed: frozenset[int] = frozenset())
     return pending if isinstance(pending, Replayed) else pending.go(allowed)
 
 
-def settle(replay: Replayed) -> Replayed:
+def settle(replay: Replayed, picks: Path | None = None) -> Replayed:
     """A replay's last result in place and its process gone (ReplayProcess.settle): what `go`
-    handed back, once only."""
+    handed back, once only; `picks`: the judge's indices, for a replay started `picked`."""
     pending, replay.pending = replay.pending, None
-    return replay if pending is None else pending.settle(replay)
+    return replay if pending is None else pending.settle(replay, picks)
 
 
 def _close(pending: Pending) -> None:

@@ -5,13 +5,13 @@
 recorded calls. `prepare`, while the student's worker is alive: two recorded calls at the scoring
 shape (the launches of each, grader.worker.launches; the first also its aten ops, for a vendor op
 at this size, and its compiled kernels, for why a kernel is slow) on two of the timing's input
-sets, the whole result of the first taken back; the trusted worker makes the same call with torch
-(the truth) and with the reference (how far a correct kernel strays from torch), recording the
-reference's launches too. The student's result at this size is checked whole, and both records
-are checked and compared (grader.judge.replay_process). A record that cannot be replayed leaves
-the timing to the fallback (grader.judge.perf's rounds, the witness on the grader's own clock),
-the worker still alive to be timed. `place`: each checked record and the input set handed to its
-started replay process.
+sets; the trusted worker makes the same call with torch (the truth) and with the reference (how
+far a correct kernel strays from torch), recording the reference's launches too. The student's
+result at this size is checked at the judge's indices (grader.judge.picks: only those elements
+cross a process), and both records are checked and compared (grader.judge.replay_process). A
+record that cannot be replayed leaves the timing to the fallback (grader.judge.perf's rounds, the
+witness on the grader's own clock), the worker still alive to be timed. `place`: each checked
+record and the input set handed to its started replay process.
 
 `stop_student`: the worker and every process it started gone, checked by the process table and
 the driver's list of GPU processes.
@@ -19,11 +19,11 @@ the driver's list of GPU processes.
 `loaded` (no lock held) and `arm` (the GPU held shared, within a set-up slot): each replay's
 inputs read and set up on the GPU, waiting to be told to go. `go`, with the GPU held alone: the
 reference's and the student's records replayed, each in its own process over several placements
-of their buffers; nothing else happens in the hold. `judge`, after it: their results compared
-whole with the contender's own call and with the truth, and the decision made
-(`replay_process.decide`). The reference's figure is kept for the run (`reference_key`): later
-jobs on the same GPU and input set reuse it while torch's time, measured in every job, stays
-within DRIFT of what it was when the figure was kept.
+of their buffers; nothing else happens in the hold. `settle`, after it: the judge's indices drawn
+and told to each replay, which hands back its last result's elements there. `judge`: those
+compared with the truth, and the decision made (`replay_process.decide`). The reference's figure
+is kept for the run (`reference_key`): later jobs on the same GPU and input set reuse it while
+torch's time, measured in every job, stays within DRIFT of what it was when the figure was kept.
 """
 
 from __future__ import annotations
@@ -42,7 +42,8 @@ from typing import Callable, ContextManager, cast
 import torch
 
 from grader import proctable
-from grader.judge import replay_process
+from grader.codec import write_tensors
+from grader.judge import picks, replay_process
 from grader.judge.context import GradingContext
 from grader.judge.replay_process import Decision, Replayed, ReplayFactory, ReplayProcess
 from grader.judge.workers import StudentWorker
@@ -68,11 +69,13 @@ class Prepared:
     staging: Path  # the checked copies: student/, reference/ (records), inputs.safetensors, layout.json
     inputs: Path
     layout: Path
-    trusted: WorkerProcess  # the trusted worker: it keeps torch's result (the truth, "truth"), the reference's ("rec0")
-    # and the student's own call's ("student"), and compares every replayed result with them (protocol.Compare)
+    trusted: WorkerProcess  # the trusted worker: it keeps torch's result (the truth, "truth") and the reference's
+    # ("rec0"), and compares every result taken back with them (protocol.Compare)
     torch_work: list[str] = field(default_factory=list)  # what the student's call did in torch (not replayed)
     compiled: dict = field(default_factory=dict)  # the student's compiled kernels (grader.judge.slowness)
     student_pids: set[int] = field(default_factory=set)
+    numel: int = 0  # the truth's elements: what the judge's indices are drawn from (grader.judge.picks)
+    picks: Path | None = None  # the judge's indices the replays were told (`settle`)
 
 
 @dataclass
@@ -145,38 +148,68 @@ def prepare(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, ti
         if forbidden:
             return Prepare(findings=[(Severity.CONCLUSIVE, "torch computed the result at the timing size: "
                                       f"{', '.join(forbidden)} ran inside {spec.function}()")])
-        error = ours.result()
+        error, numel = ours.result()
     if error:
         return Prepare(error=error)
-    found = _whole_result(spec, student, trusted, workdir, timeout)
+    found = _student_result(spec, student, trusted, workdir, staging, numel, timeout)
     if found is not None:
         return found
     linkable = student.process is not None and worker_cannot_write(student.process.isolation)
-    return _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0], linkable)
+    checked = _checked(spec, timed_files, layout, workdir, staging, rec, ref_folder, trusted, replies[0], linkable)
+    if checked.prepared is not None:
+        checked.prepared.numel = numel
+    return checked
 
 
 def _trusted_calls(student: StudentWorker, trusted: WorkerProcess, inputs: str, layout: dict, ref_folder: Path,
-                   timeout: float) -> str:
+                   timeout: float) -> tuple[str, int]:
     """Torch's call at the timing size (the truth) and the reference's (recorded), kept by the
-    trusted worker: '' or why they failed (ours)."""
+    trusted worker: ('' or why they failed (ours), the truth's elements)."""
     shutil.rmtree(ref_folder, ignore_errors=True)
+    numel = 0
     for c, key, launches in (("torch", "truth", ""), ("reference", "rec0", str(ref_folder))):
         with student.sharing_gpu():  # the trusted worker's calls as the student's: never inside another job's timing
             reply = _ask(trusted, Call(c, inputs, layout, key, record_launches=launches, keep_inputs=True),
                          timeout * 2)
         if isinstance(reply, Failure):
-            return f"the {c} failed at the timing size: {one_line(reply.message, 200)}"
-    return ""
+            return f"the {c} failed at the timing size: {one_line(reply.message, 200)}", 0
+        if c == "torch":
+            numel = cast(CallReply, reply).numel
+            if numel <= 0:
+                return "torch's result at the timing size is not one tensor", 0
+    return "", numel
 
 
-def _whole_result(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, workdir: Path,
-                  timeout: float) -> Prepare | None:
-    """The student's result at the timing size taken back whole and checked by the trusted worker
-    against torch's: None when it is right, else what ends the stage."""
+def _drawn(numel: int, ours: Path, shown: Path | None = None) -> Path:
+    """The judge's indices into a result of `numel` elements (grader.judge.picks), drawn afresh and
+    written to `ours` (the judge's private copy, which the trusted worker reads); with `shown`, a
+    copy of them there too, a new file (never through a link left in its place), readable by a
+    worker's uid. Returns `ours`."""
+    ours.parent.mkdir(parents=True, exist_ok=True)
+    ours.unlink(missing_ok=True)
+    write_tensors({"idx": picks.picks(numel)}, ours)
+    os.chmod(ours, 0o644)
+    if shown is not None:
+        shown.parent.mkdir(parents=True, exist_ok=True)
+        shown.unlink(missing_ok=True)
+        fd = os.open(shown, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
+        with os.fdopen(fd, "wb") as f:
+            f.write(ours.read_bytes())
+    return ours
+
+
+def _student_result(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, workdir: Path, staging: Path,
+                    numel: int, timeout: float) -> Prepare | None:
+    """The student's result at the timing size, at the judge's indices drawn now (its worker is
+    told them in a file of its view; the trusted worker reads the judge's own copy, out of the
+    worker's reach), checked by the trusted worker against torch's: None when it is right, else
+    what ends the stage."""
     perf = spec.performance
     assert perf is not None  # the replay runs only for an assignment with a performance case
+    shown = workdir / "perf" / "picks-student.safetensors"
+    ours = _drawn(numel, staging / "picks-student.safetensors", shown)
     sample = output_path(workdir, "replay-student.safetensors")
-    reply = student.request(Sample("student", ["rec0"], "", str(sample), whole=True), timeout)
+    reply = student.request(Sample("student", ["rec0"], str(shown), str(sample)), timeout)
     if isinstance(reply, Failure):
         return Prepare(findings=[(Severity.CONCLUSIVE,
                                   "your function's result at the timing size could not be taken back: "
@@ -184,7 +217,7 @@ def _whole_result(spec: Assignment, student: StudentWorker, trusted: WorkerProce
     tol = spec.tolerance
     with student.sharing_gpu():
         got = _ask(trusted, Compare(str(sample), "rec0", 0, TRUTH, REFERENCE, tol.atol[perf.dtype],
-                                    tol.rtol[perf.dtype], keep_as=STUDENT), timeout * 2)
+                                    tol.rtol[perf.dtype], indices=str(ours)), timeout * 2)
     if isinstance(got, Failure) and got.kind == "infra_error":
         return Prepare(error=got.message)
     got = cast("CompareReply | Failure", got)  # request(): the reply its request expects, or a Failure
@@ -198,7 +231,7 @@ def _whole_result(spec: Assignment, student: StudentWorker, trusted: WorkerProce
     return None
 
 
-TRUTH, REFERENCE, STUDENT = "truth", "rec0", "student"  # what the trusted worker keeps, by key
+TRUTH, REFERENCE = "truth", "rec0"  # what the trusted worker keeps, by key
 
 
 def _ask(trusted: WorkerProcess, message: Request, timeout: float) -> Reply | Failure:
@@ -213,7 +246,8 @@ def _ask(trusted: WorkerProcess, message: Request, timeout: float) -> Reply | Fa
 def _words(got: CompareReply) -> str:
     if got.first < 0:
         return f"{got.numel} elements where the truth has another number"
-    return (f"{got.wrong} of {got.numel} elements are wrong (the first at flat index {got.first}: "
+    of = f"{got.sampled} elements checked (of {got.numel})" if 0 < got.sampled < got.numel else f"{got.numel} elements"
+    return (f"{got.wrong} of {of} are wrong (the first at flat index {got.first}: "
             f"{one_line(got.got, 24)} where {one_line(got.want, 24)} is expected)")
 
 
@@ -363,13 +397,23 @@ def go(pending: dict, kept: Replayed | None) -> tuple[Replayed, Replayed]:
     return reference, replay_process.go(pending["student"])
 
 
+def settle(prepared: Prepared, runs: list[Replayed]) -> None:
+    """After the hold, every replay's reps over: the judge's indices drawn (grader.judge.picks),
+    told to each replay, and the elements of its last result there in place
+    (`replay_process.settle`); each process then gone."""
+    prepared.picks = _drawn(prepared.numel, prepared.staging / "picks-replay.safetensors")
+    for run in runs:
+        replay_process.settle(run, prepared.picks)
+
+
 def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool,
           timeout: float = 300, sharing: Callable[[], ContextManager] = nullcontext) -> Replays:
-    """After the hold: the replays' last results in place (`replay_process.settle`), compared whole by
-    the trusted worker on the GPU (held shared: `sharing()`) with each contender's own call and
-    with the truth, and the decision made."""
+    """After the hold: the replays' last results at the judge's indices in place (`settle`),
+    compared by the trusted worker on the GPU (held shared: `sharing()`) with the truth, and the
+    decision made."""
+    if any(run.pending is not None for run in (reference, student)):
+        settle(prepared, [reference, student])
     for run in (reference, student):  # only the student's own processes make a replay's time suspect (stop_student)
-        replay_process.settle(run)
         run.others = [p for p in run.others if p in prepared.student_pids]
     with sharing():
         return _judged(prepared, spec, reference, student, kept, timeout)
@@ -378,25 +422,25 @@ def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Re
 def _judged(prepared: Prepared, spec: Assignment, reference: Replayed, student: Replayed, kept: bool,
             timeout: float) -> Replays:
     if not kept and not (reference.refused or reference.failed):
-        ref_wrong = _compare(prepared.trusted, reference, REFERENCE, spec, timeout)
+        ref_wrong = _compare(prepared, reference, spec, timeout)
         if ref_wrong:
             reference.failed = f"the reference's replay is wrong: {ref_wrong}"
     wrong = ""
     if not (student.refused or student.failed or reference.refused or reference.failed):
-        wrong = _compare(prepared.trusted, student, STUDENT, spec, timeout)
+        wrong = _compare(prepared, student, spec, timeout)
     return Replays(replay_process.decide(student, reference, wrong), student, reference, wrong, reference_kept=kept)
 
 
-def _compare(trusted: WorkerProcess, run: Replayed, own: str, spec: Assignment, timeout: float) -> str:
-    """'' when the replay's last result is the contender's own call's (the same bytes: that
-    result was checked whole already) or right by the error model (a kernel with atomics sums in
-    another order), and every other rep's result sums are the last's; else the evidence."""
+def _compare(prepared: Prepared, run: Replayed, spec: Assignment, timeout: float) -> str:
+    """'' when the replay's last result is right at the judge's indices by the error model (a
+    kernel with atomics sums in another order) and every other rep's result sums are the last's;
+    else the evidence."""
     assert spec.performance is not None  # the replay runs only for an assignment with a performance case
     dtype = spec.performance.dtype
     tol = spec.tolerance
-    assert run.folder is not None
-    got = _ask(trusted, Compare(str(run.folder / "last.safetensors"), "output.0", 0, TRUTH, REFERENCE,
-                                  tol.atol[dtype], tol.rtol[dtype], own=own), timeout * 2)
+    assert run.folder is not None and prepared.picks is not None  # told its indices at `settle`
+    got = _ask(prepared.trusted, Compare(str(run.folder / "last.safetensors"), "output.0", 0, TRUTH, REFERENCE,
+                                         tol.atol[dtype], tol.rtol[dtype], indices=str(prepared.picks)), timeout * 2)
     if isinstance(got, Failure) and got.kind == "infra_error":  # ours: the stage says so, nobody is accused
         raise WorkerFailure("infra_error", got.message, "")
     got = cast("CompareReply | Failure", got)  # request(): the reply its request expects, or a Failure

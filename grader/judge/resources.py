@@ -84,7 +84,7 @@ class Resources:
         """A replay process for one contender's record (grader.judge.replay_process.spawn), started
         in `job` with this session's isolation, GPU and settings, waiting for its record."""
         return replay_process.spawn(job, reps, timeout, isolation=self.context.isolation, gpu=self.context.gpu,
-                                    placements=placements, settings=self.settings, sandbox=self.sandbox)
+                                    placements=placements, picked=True, settings=self.settings, sandbox=self.sandbox)
 
     def sharing_gpu(self, waited: Callable[[float], None] | None = None) -> ContextManager:
         """Held while a correctness call or an import runs: waits while another job times."""

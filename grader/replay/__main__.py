@@ -4,8 +4,9 @@ backend (grader.judge.replay_process.run), with only the grader's own code, the 
 read-only) and the call's inputs as grader.codec wrote them (INPUTS, LAYOUT: the grader's own
 files) in its view. It writes OUT/replay.json (times, or why the record was refused or the replay
 failed, and every rep's result sums) and the last rep's result (last.safetensors, after the
-times: the judge's hold of the GPU ends with the times); the judge's side reads them back bounded
-and compares them with the truth itself: nothing here knows the answer.
+times: the judge's hold of the GPU ends with the times; with --pick, only its elements at the
+judge's indices, told once the times are written); the judge's side reads them back bounded and
+compares them with the truth itself: nothing here knows the answer.
 
 Started early (--ready, --loaded, --arm, --go): it imports, and reads its inputs on the host once
 its record is placed (then says so: loaded); sets up on the GPU (context, kernels loaded, inputs
@@ -20,6 +21,10 @@ import argparse
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import torch
 
 
 def main(argv: list[str]) -> int:
@@ -35,6 +40,8 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--arm", default="", help="wait for this file before touching the GPU (setting up)")
     parser.add_argument("--armed", default="", help="made once set up on the GPU, waiting for the go")
     parser.add_argument("--go", default="", help="wait for this file to appear before running any kernel")
+    parser.add_argument("--pick", default="", help="after the times, wait for this file of flat indices and hand "
+                                                   "back the last result's elements there, not the whole result")
     args = parser.parse_args(argv)
     out = Path(args.out)
     out.mkdir(parents=True, exist_ok=True)
@@ -87,9 +94,26 @@ def main(argv: list[str]) -> int:
     launches = sum(1 for s in plan.steps if isinstance(s, launchrecord.RecordedLaunch))
     # the times first (they end the judge's hold), then the last rep's result, whole, for the comparison
     _answer(out, json.dumps({**timed, "gpu": torch.cuda.get_device_name(0), "launches": launches}))
-    write_tensors({f"output.{i}": t for i, t in enumerate(ready.last())}, out / ".last.safetensors.tmp")
+    if args.pick:  # the judge's indices, told only now that no kernel of the record runs any more
+        _wait_for(args.pick)
+        write_tensors(ready.picked(_indices(args.pick)), out / ".last.safetensors.tmp")
+    else:
+        write_tensors({f"output.{i}": t for i, t in enumerate(ready.last())}, out / ".last.safetensors.tmp")
     (out / ".last.safetensors.tmp").replace(out / "last.safetensors")
     return 0
+
+
+def _indices(path: str) -> torch.Tensor:
+    """The judge's flat indices (grader.judge.picks), as the judge wrote them."""
+    import os
+
+    from grader.codec import read_tensor
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        return read_tensor(fd, "idx", 64 << 20).reshape(-1)
+    finally:
+        os.close(fd)
 
 
 def _mark(path: str) -> None:

@@ -136,14 +136,17 @@ class Replay:
         for call in self.calls:
             call()
 
-    def outputs(self) -> list[torch.Tensor]:
+    def views(self) -> list[torch.Tensor]:
+        """The results as the record describes them, where they lie on the GPU."""
         result = []
         for i, o in enumerate(self.plan.outputs):
             buf = self.storages["output"][i]
-            view = torch.empty(0, dtype=_TORCH_DTYPES[o.dtype], device="cuda").set_(
-                buf.untyped_storage(), o.offset // DTYPES[o.dtype], o.shape, o.stride)
-            result.append(view.to("cpu", copy=True).contiguous())
+            result.append(torch.empty(0, dtype=_TORCH_DTYPES[o.dtype], device="cuda").set_(
+                buf.untyped_storage(), o.offset // DTYPES[o.dtype], o.shape, o.stride))
         return result
+
+    def outputs(self) -> list[torch.Tensor]:
+        return [view.to("cpu", copy=True).contiguous() for view in self.views()]
 
     def sums(self) -> list[list[float]]:
         """Per result: the sum of its finite elements, the sum of their magnitudes and its count
@@ -228,4 +231,18 @@ class Placements:
         """The last rep's result, on the host (after `time`: outside the judge's hold)."""
         assert self.final is not None  # `time` ran
         return self.final.outputs()
+
+    def picked(self, idx: torch.Tensor) -> dict[str, torch.Tensor]:
+        """The last rep's results' elements at the flat indices `idx` (the judge's, told after
+        `time`), on the host: `output.<i>` and the whole result's size, `numel.output.<i>` (no
+        elements where the result is smaller than the indices reach)."""
+        assert self.final is not None  # `time` ran
+        picked = {}
+        for i, view in enumerate(self.final.views()):
+            flat = view.reshape(-1)
+            reach = int(idx.max()) + 1 if idx.numel() else 0
+            values = flat[idx.to(flat.device)] if flat.numel() >= reach else flat[:0]
+            picked[f"output.{i}"] = values.to("cpu")
+            picked[f"numel.output.{i}"] = torch.tensor([flat.numel()], dtype=torch.int64)
+        return picked
 

@@ -243,12 +243,16 @@ class Worker:
         a private copy of an input set; captured in a CUDA graph where the function allows."""
         from grader.worker import timing
 
+        began = time.perf_counter()
         args = list(self._load_cuda(req.inputs, req.layout, keep=True).values())
+        loaded = time.perf_counter() - began
         with _timing_mode(self.torch):
+            began = time.perf_counter()
             burst = timing.Burst(self.functions[req.contender], args, req.calls, req.samples, req.graph)
+            made = time.perf_counter() - began
             eager = burst.prepare()
         self.bursts[req.contender] = burst
-        return BurstReady(eager=eager)
+        return BurstReady(eager=eager, steps={"inputs": loaded, "buffers": made, **burst.steps})
 
     def burst(self, req: RunBurst) -> BurstReply | Failure:
         """Run a prepared burst on inputs drawn from the seed, told only now."""
@@ -286,7 +290,8 @@ class Worker:
         self.torch.cuda.synchronize()
         self.retained[(req.contender, req.key)] = out
         return CallReply(ops=sorted(ops), launches=sum(LAUNCHES.values()),
-                         kernels={k[:80]: CompiledKernel(**v) for k, v in COMPILED.items()})
+                         kernels={k[:80]: CompiledKernel(**v) for k, v in COMPILED.items()},
+                         numel=out.numel() if isinstance(out, self.torch.Tensor) else -1)
 
     def sample(self, req: Sample) -> Ok | Failure:
         """Write the kept outputs' elements at the judge's flat indices (chosen after the
@@ -306,21 +311,28 @@ class Worker:
             if not isinstance(out, torch.Tensor) or idx is None or out.numel() <= int(idx.max()):
                 return Failure("error", f"the result of the timed call on {key} is not a tensor of the expected size")
             samples[key] = out.detach().reshape(-1)[idx.to(out.device)]
+            samples[f"numel.{key}"] = idx.new_tensor([out.numel()])  # int64, as the indices are
         write_tensors(samples, req.output)
         return Ok()
 
     def compare(self, req: Compare) -> CompareReply | Failure:
-        """A result file written by another process compared whole on the GPU with what this
-        (trusted) worker keeps (grader.protocol.Compare): no byte of it reaches the judge."""
+        """A result file written by another process compared on the GPU with what this (trusted)
+        worker keeps, whole or at the judge's indices (grader.protocol.Compare): no byte of it
+        reaches the judge."""
         from grader.codec import MAX_HEADER_BYTES, ResultFileError, ResultTooLarge, read_tensor
 
         truth = self._flat(req.truth)
-        # 0: by the truth's size
-        limit = req.limit if req.limit > 0 else (truth.numel() * 8 if truth is not None else 0)
+        idx = self._indices(req.indices) if req.indices else None
+        # 0: by the truth's size (or the sample's, where one is asked for)
+        size = truth.numel() if idx is None and truth is not None else (idx.numel() if idx is not None else 0)
+        limit = req.limit if req.limit > 0 else size * 8
+        numel = None
         try:
             fd = _open_plain(req.file)
             try:
                 got = read_tensor(fd, req.name, limit + 8 + MAX_HEADER_BYTES)
+                if idx is not None:
+                    numel = read_tensor(fd, f"numel.{req.name}", limit + 8 + MAX_HEADER_BYTES)
             finally:
                 os.close(fd)
         except (OSError, ResultTooLarge) as exc:
@@ -329,7 +341,11 @@ class Worker:
             return Failure("error", f"the result is not a safetensors file of it: {str(exc)[:160]}")
         if not got.is_floating_point():
             return Failure("error", "the result is not one floating-point tensor")
+        if numel is not None and (numel.dtype != self.torch.int64 or numel.numel() != 1):
+            return Failure("error", "the result's size is not one integer")
         try:
+            if idx is not None and numel is not None:
+                return self._sampled(req, got, truth, idx, int(numel.reshape(-1)[0]))
             return self._compared(req, got, truth)
         except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: this (trusted) worker's failure, no one's result
             return CompareReply(numel=0, same=False, wrong=0, ours="the trusted worker could not compare the result: "
@@ -360,6 +376,41 @@ class Worker:
         first = int(bad.nonzero()[0])
         return CompareReply(numel=got.numel(), same=False, wrong=count, first=first, got=f"{float(g[first]):.6g}",
                             want=f"{float(t[first]):.6g}")
+
+    def _indices(self, path: str):
+        """The judge's flat indices (grader.judge.picks), from its own file."""
+        from safetensors.torch import load_file
+
+        return load_file(path)["idx"].reshape(-1).to(self.torch.int64)
+
+    def _sampled(self, req: Compare, got, truth, idx, numel: int) -> CompareReply | Failure:
+        """`got`: the result's elements at `idx`, of a result of `numel` elements, compared with the
+        kept results' elements there by the error model (`_compared`'s, its bound from the whole
+        reference and truth)."""
+        torch = self.torch
+        reference = self._flat(req.reference)
+        if truth is None or reference is None:
+            return Failure("error", "the kept truth or reference result is missing")
+        if numel != truth.numel():
+            return CompareReply(numel=numel, same=False, wrong=max(numel, truth.numel()))
+        if got.numel() != idx.numel():
+            return Failure("error", f"the sample holds {got.numel()} elements where {idx.numel()} were asked for")
+        if idx.numel() and not (0 <= int(idx.min()) and int(idx.max()) < numel):
+            return Failure("error", "the judge's indices lie outside the result")
+        got = got.reshape(-1).to(truth.device)
+        on = idx.to(truth.device)
+        t = truth.float()
+        d = (reference.float() - t).abs()
+        normal = float(d[~torch.isnan(d)].max()) if d.numel() and not torch.isnan(d).all() else 0.0
+        t, g = t[on], got.float()
+        bad = ~((g - t).abs() <= 2 * normal + req.atol + req.rtol * t.abs() + 1e-2 * t.abs()) \
+            & ~(torch.isnan(g) & torch.isnan(t))
+        count = int(bad.sum())
+        if not count:
+            return CompareReply(numel=numel, same=False, wrong=0, sampled=idx.numel())
+        first = int(bad.nonzero()[0])
+        return CompareReply(numel=numel, same=False, wrong=count, first=int(on[first]), got=f"{float(g[first]):.6g}",
+                            want=f"{float(t[first]):.6g}", sampled=idx.numel())
 
     def _flat(self, key: str):
         """A kept result, flattened (a call's, under any contender, or one `compare` kept)."""

@@ -208,6 +208,7 @@ class Burst:
         self.flush = _flush_buffer()
         self.numel = 0
         self.graph: torch.cuda.CUDAGraph | None = None
+        self.steps: dict[str, float] = {}
 
     def _body(self, calls: int | None = None) -> None:
         for i in range(self.calls if calls is None else calls):
@@ -224,25 +225,34 @@ class Burst:
             self.taken[i].copy_(flat[self.idx % max(1, self.numel)].float())
 
     def prepare(self) -> str:
-        """Warm up and capture; returns why the burst runs eagerly ("" if captured)."""
+        """Warm up and capture; returns why the burst runs eagerly ("" if captured). `steps`: the
+        seconds each step took (for the benchmarks' breakdown)."""
+        began = time.perf_counter()
         self._body(1)  # compiles what the first call compiles
         _synchronize()
+        self.steps["first call"] = time.perf_counter() - began
         if not self.capture:
             return "asked to run eagerly"
         why_eager = ""
         side = torch.cuda.Stream()
         side.wait_stream(torch.cuda.current_stream())
         try:
+            began = time.perf_counter()
             with torch.cuda.stream(side):  # a warm-up on a side stream first, as graph capture asks
                 self._body(1)
             torch.cuda.current_stream().wait_stream(side)
+            self.steps["side stream call"] = time.perf_counter() - began
+            began = time.perf_counter()
             graph = torch.cuda.CUDAGraph()
             with torch.cuda.graph(graph):
                 self._body()
             self.graph = graph
+            self.steps["capture"] = time.perf_counter() - began
         except Exception as exc:  # noqa: BLE001 - whatever stops a capture, the burst runs eagerly
             why_eager = f"{type(exc).__name__}: {exc}"[:300]
+        began = time.perf_counter()
         _synchronize()
+        self.steps["synchronized"] = time.perf_counter() - began
         return why_eager
 
     def run(self, seed: int) -> list[list[float]]:

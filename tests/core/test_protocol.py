@@ -318,12 +318,13 @@ def test_the_gpu_handlers_replies_decode_on_the_trusted_side(monkeypatch, tmp_pa
     assert timed == TimeReply([0.5] * 4, [(1, 2, 3)] * 4, [(4, 5, 6)], [0.75], [("add_kernel", 7, 10, 20)], None, 3.0,
                               launches=4, tampered=[], output_numel=6)
     called = exchange(Call("s", "/fresh", {}, "fresh", record_ops=True))
-    assert called == CallReply(ops=["aten::mul.Tensor"], launches=0)  # x * 2 is torch's multiply (with its overload), recorded
+    assert called == CallReply(ops=["aten::mul.Tensor"], launches=0, numel=6)  # x * 2 is torch's multiply (with its overload), recorded
     idx = tmp_path / "idx.safetensors"
     save_file({"idx": torch.tensor([5, 0])}, str(idx))
     assert exchange(Sample("s", ["set0", "set1", "fresh"], str(idx), str(tmp_path / "s.safetensors"))) == Ok()
     assert {k: v.tolist() for k, v in load_file(tmp_path / "s.safetensors").items()} == \
-        {"set0": [10.0, 0.0], "set1": [10.0, 0.0], "fresh": [10.0, 0.0]}  # x * 2 at [5, 0]
+        {"set0": [10.0, 0.0], "set1": [10.0, 0.0], "fresh": [10.0, 0.0],  # x * 2 at [5, 0]
+         "numel.set0": [6], "numel.set1": [6], "numel.fresh": [6]}  # and each whole result's size
     too_far = tmp_path / "far.safetensors"
     save_file({"idx": torch.tensor([6])}, str(too_far))  # past the 6 elements of a result
     missed = exchange(Sample("s", ["set0"], str(too_far), str(tmp_path / "t.safetensors")))

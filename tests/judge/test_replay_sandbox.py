@@ -303,3 +303,50 @@ def test_a_stage_shows_its_files_beside_anothers_without_taking_them_away(tmp_pa
         with shown_to_worker(source, tmp_path / "job", prefix="bounds-") as bounds:
             assert bounds != calls and bounds.read_bytes() == b"inputs"
         assert calls.read_bytes() == b"inputs", "the correctness call's file is still there"
+
+
+# a replay as the stage starts one (picked): its times answered, then the judge's indices awaited; it tries to
+# change them in place, then hands back the elements "at" them (here the indices themselves, as numbers)
+PICKED = ("import sys, time, json, pathlib\n"
+          "from safetensors.torch import load_file, save_file\n"
+          "import torch\n"
+          "a = sys.argv[1:]; out = pathlib.Path(a[3]); pick = pathlib.Path(a[a.index('--pick') + 1])\n"
+          "pathlib.Path(a[a.index('--armed') + 1]).touch()\n"
+          "while not pathlib.Path(a[a.index('--go') + 1]).exists(): time.sleep(0.01)\n"
+          "(out / '.t').write_text(json.dumps(dict(ms=[1.0], sums=[[[1.0, 1.0, 0]]])))\n"
+          "(out / '.t').replace(out / 'replay.json')\n"
+          "while not pick.exists(): time.sleep(0.01)\n"
+          "idx = load_file(str(pick))['idx']\n"
+          "try:\n"
+          "    pick.write_bytes(b'changed'); changed = 'yes'\n"
+          "except OSError as exc:\n"
+          "    changed = 'no: ' + type(exc).__name__\n"
+          "(out / 'changed').write_text(changed)\n"
+          "save_file({{'output.0': idx.float(), 'numel.output.0': torch.tensor([4096])}}, str(out / '.l'))\n"
+          "(out / '.l').replace(out / 'last.safetensors')\n")
+
+
+def test_a_replay_is_told_the_judges_indices_only_after_its_times_and_cannot_change_them(tmp_path):
+    """The stage's replays hand back only their last result's elements at the judge's indices: told
+    once the times are in (never before: it waits for them), copied into its job folder, which it
+    reads and cannot write; the judge's own copy, which the trusted worker reads, stays the judge's."""
+    from safetensors.torch import load_file
+
+    from grader.codec import write_tensors
+
+    _, rec, inputs, layout = _call(tmp_path)
+    pending = replay_process.spawn(tmp_path / "picked", 5, 300, boot=PICKED, picked=True, settings=Settings(),
+                                   sandbox=SANDBOX)
+    got = replay_process.go(replay_process.place(pending, rec, inputs, layout))
+    assert got.ms == [1.0] and not got.failed, got
+    time.sleep(0.5)
+    assert not (got.folder / "last.safetensors").exists(), "nothing handed back before the indices are told"
+    ours = tmp_path / "picks.safetensors"
+    idx = torch.tensor([0, 7, 4095], dtype=torch.int64)
+    write_tensors({"idx": idx}, ours)
+    got = replay_process.settle(got, ours)
+    assert not got.failed, got
+    assert torch.equal(load_file(str(got.folder / "last.safetensors"))["output.0"], idx.float())
+    assert torch.equal(load_file(str(ours))["idx"], idx), "the judge's own copy is never the replay's to change"
+    if ISOLATION.namespaces:
+        assert (got.folder / "changed").read_text().startswith("no"), "its job folder is read-only to it"

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 
 import pytest
 import torch
-from safetensors.torch import save_file
+from safetensors.torch import load_file, save_file
 
 from grader import proctable
 from grader.codec import write_inputs
@@ -77,10 +77,13 @@ class FakeWorker:
                     self.edit(raw, self.calls)
                 self.calls += 1
                 (folder / "launches.json").write_text(json.dumps(raw))
-            return CallReply(ops=self.ops, launches=1)
-        if isinstance(message, Sample):
-            save_file({k: self.kept[k].reshape(-1).contiguous() for k in message.keys}, message.output)
-            return Ok()
+            return CallReply(ops=self.ops, launches=1, numel=self.result.numel())
+        if isinstance(message, Sample):  # as grader.worker.server does it, over what this fake keeps
+            from grader.worker import server
+
+            worker = server.Worker.__new__(server.Worker)
+            worker.torch, worker.retained = torch, {(message.contender, k): v for k, v in self.kept.items()}
+            return worker.sample(message)
         if isinstance(message, Compare):  # the trusted worker's comparison, as grader.worker.server does it
             return self.compare(message)
         if isinstance(message, p.DropBurst):  # untimed: a burst let go, not run again
@@ -155,9 +158,16 @@ class FakeReplay:
         return replay_process.Replayed(ms=ms, folder=out, placements=placements, others=got.get("others", []),
                                        sums=sums, pending=self)
 
-    def settle(self, replay):
+    def settle(self, replay, picks=None):
+        """As the real replay does when told the judge's indices: only the elements there."""
         self.events.append(f"settle {self.who}")
         self.stopped = True
+        self.picks = picks
+        if picks is not None and replay.folder is not None:
+            whole = load_file(str(replay.folder / "last.safetensors"))["output.0"].reshape(-1)
+            idx = load_file(str(picks))["idx"]
+            save_file({"output.0": whole[idx].contiguous(), "numel.output.0": torch.tensor([whole.numel()])},
+                      str(replay.folder / "last.safetensors"))
         return replay
 
     def cancel(self):
@@ -334,9 +344,9 @@ def test_a_vendor_op_at_the_timing_size_is_conclusive_before_anything_is_replaye
     assert stage.asked == [] and not student.closed
 
 
-def test_a_wrong_result_at_the_timing_size_is_conclusive_and_checked_whole(stage):
+def test_a_wrong_result_at_the_timing_size_is_conclusive_even_at_one_element(stage):
     almost = stage.truth.clone()
-    almost[N - 1] += 10.0  # one element, the last: no sample of 16 finds it reliably, the whole comparison does
+    almost[N - 1] += 10.0  # one element, the last: the judge's indices always hold a result's ends
     got = stage(FakeWorker(almost))
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive"
     assert f"1 of {N} elements are wrong (the first at flat index {N - 1}" in got.message
@@ -372,9 +382,27 @@ def test_a_replay_that_breaks_goes_to_review(stage):
     assert got.outcome == Outcome.FLAGGED and got.severity == "review" and "illegal memory access" in got.message
 
 
-def test_the_whole_result_is_bounded_by_the_truths_size(stage, monkeypatch):
-    huge = torch.zeros(N * 9)  # more bytes than the truth's elements could take in float64
-    got = stage(FakeWorker(huge))
+def test_a_result_of_another_size_is_wrong_and_says_its_size(stage, monkeypatch):
+    got = stage(FakeWorker(torch.zeros(N * 9)))  # right at every index the judge asks for: zeros where x + y is not
+    assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive"
+    assert f"wrong results at the timing size: {N * 9} elements where the truth has another number" in got.message
+
+
+def test_the_students_sample_is_bounded_by_the_judges_indices(stage, monkeypatch):
+    """A worker that answers the judge's indices with a file far larger than they ask for: refused
+    unread past the bound, the student's (conclusive), never the trusted worker's memory."""
+    worker = FakeWorker(stage.truth)
+    answer = worker.request
+
+    def bloated(message, timeout):
+        if isinstance(message, Sample):
+            save_file({"rec0": torch.zeros(N * 9), "numel.rec0": torch.tensor([N])}, message.output)
+            return Ok()
+        return answer(message, timeout)
+
+    worker.request = bloated
+    worker.process.request = bloated
+    got = stage(worker)
     assert got.outcome == Outcome.FLAGGED and "cannot be read" in got.message and "larger than" in got.message
 
 
@@ -501,6 +529,7 @@ def test_the_trusted_worker_out_of_memory_while_comparing_flags_no_one(stage, mo
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
     monkeypatch.setattr(server.Worker, "_compared", no_memory)
+    monkeypatch.setattr(server.Worker, "_sampled", no_memory)
     got = stage(FakeWorker(stage.truth))
     assert got.outcome == Outcome.INFRA_ERROR and not got.severity
     assert "the trusted worker could not compare the result: OutOfMemoryError" in got.message

@@ -150,4 +150,5 @@ def test_a_sample_at_the_judges_indices_is_read_back_as_the_judge_reads_one(tmp_
     assert worker.sample(Sample("student", list(outs), str(tmp_path / "indices.safetensors"),
                                 str(tmp_path / "sample.safetensors"))).ok
     got = load((tmp_path / "sample.safetensors").read_bytes())
-    assert sorted(got) == ["set0", "set1"] and all(torch.equal(got[k], outs[k][idx]) for k in outs)
+    assert sorted(got) == ["numel.set0", "numel.set1", "set0", "set1"]
+    assert all(torch.equal(got[k], outs[k][idx]) and got[f"numel.{k}"].tolist() == [5000] for k in outs)
