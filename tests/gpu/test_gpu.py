@@ -119,6 +119,16 @@ def test_cheats_against_the_workers_timing_gain_nothing_over_their_honest_twin(s
     assert details["ratio_to_reference"] > 0.95 * twin, (perf["output"], twin)
 
 
+def _held_on_a_busy_host(perf: dict, details: dict) -> bool:
+    """The clock's accusation held for a TA's review, no credit meanwhile, because the host had more
+    threads ready to run than CPUs (the GPU tests run side by side: grader.judge.confirmation.unsteady),
+    with the reading that would have accused kept for the TA: on a steady host it is conclusive."""
+    c = details.get("confirmation") or {}
+    return (perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review" and perf["score"] == 0
+            and bool(c.get("unsteady")) and c.get("unsteady_verdict") in ("faster", "slower")
+            and "held for a TA's review" in perf["output"])
+
+
 def _log_confirmation(name: str, details: dict) -> None:
     """The grader's clock against the replay, per fixture, where GRADER_CONFIRMATION_LOG names a
     file (the honest spread docs/performance.md records)."""
@@ -255,7 +265,7 @@ def test_a_record_that_does_not_describe_the_function_earns_no_speed_credit(subm
     details = perf["extra_data"]["details"]
     _log_confirmation(fixture, details)
     assert perf["score"] == 0, perf["output"]
-    if perf["outcome"] == "flagged":
+    if perf["outcome"] == "flagged" and not _held_on_a_busy_host(perf, details):
         assert perf["extra_data"]["severity"] == "conclusive", perf["output"]
         assert "than the kernels its record names" in perf["output"] and "by the grader's clock" in perf["output"]
     else:  # the record held what ran: scored at its true speed
@@ -281,4 +291,5 @@ def test_opting_out_of_the_replay_earns_no_speed_points_without_a_review(submiss
     _log_confirmation(fixture, details)
     assert perf["score"] == 0 and perf["outcome"] in ("flagged", "failed"), perf["output"]
     if perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review":
-        assert details["timed_by"] == "fallback" and "held for a TA's review" in perf["output"], perf["output"]
+        assert (details["timed_by"] == "fallback" and "held for a TA's review" in perf["output"]) \
+            or _held_on_a_busy_host(perf, details), perf["output"]
