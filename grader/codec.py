@@ -119,17 +119,13 @@ def write_tensors(tensors: dict[str, torch.Tensor], path: str | Path) -> None:
                 f.write(t.view(torch.uint8).numpy().data)
 
 
-def read_tensor(fd: int, name: str, limit: int) -> torch.Tensor:
-    """Tensor `name` of the safetensors file open at `fd` (another process wrote it: read as
-    data), on the host: at most `limit` bytes of it read, straight into the tensor's own buffer;
-    ResultFileError where the file is larger, its header malformed or longer than 64 KiB, or the
-    tensor missing, of another size than its header says, or cut short."""
+def read_header(fd: int) -> tuple[dict, int]:
+    """The safetensors header of the file open at `fd` (read as data: at most 64 KiB of JSON, an
+    object) and its length in bytes; ResultFileError where it is not one."""
     import json
     import os
 
     size = os.fstat(fd).st_size
-    if size > limit:
-        raise ResultTooLarge(f"the file is larger than {limit} bytes")
     head = os.pread(fd, 8, 0)
     length = int.from_bytes(head, "little") if len(head) == 8 else -1
     if not 0 < length <= MAX_HEADER_BYTES or 8 + length > size:
@@ -138,7 +134,23 @@ def read_tensor(fd: int, name: str, limit: int) -> torch.Tensor:
         header = json.loads(os.pread(fd, length, 8))
     except (ValueError, RecursionError):  # RecursionError: brackets nested past the parser's depth
         raise ResultFileError("the file is not safetensors (its header is not JSON)") from None
-    entry = header.get(name) if isinstance(header, dict) else None
+    if not isinstance(header, dict):
+        raise ResultFileError("the file is not safetensors (its header is not an object)")
+    return header, length
+
+
+def read_tensor(fd: int, name: str, limit: int) -> torch.Tensor:
+    """Tensor `name` of the safetensors file open at `fd` (another process wrote it: read as
+    data), on the host: at most `limit` bytes of it read, straight into the tensor's own buffer;
+    ResultFileError where the file is larger, its header malformed or longer than 64 KiB, or the
+    tensor missing, of another size than its header says, or cut short."""
+    import os
+
+    size = os.fstat(fd).st_size
+    if size > limit:
+        raise ResultTooLarge(f"the file is larger than {limit} bytes")
+    header, length = read_header(fd)
+    entry = header.get(name)
     if not isinstance(entry, dict):
         raise ResultFileError(f"the file holds no tensor {name!r}")
     dtype, shape, offsets = _FROM_ST.get(str(entry.get("dtype"))), entry.get("shape"), entry.get("data_offsets")

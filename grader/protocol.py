@@ -270,6 +270,18 @@ class PrepareBurst:
 
 
 @dataclass
+class WarmBurst:
+    """Compile the burst's own input-drawing kernel (grader.worker.timing.warm) for the dtypes of
+    an input set's storages, on a few elements each, untimed: a worker's first burst then loads no
+    compiler inside the timing's exclusive hold, where the GPU would wait for it."""
+
+    op: ClassVar[str] = "warm_burst"
+    reply: ClassVar[type] = Ok
+    inputs: str
+    layout: dict[str, dict]
+
+
+@dataclass
 class RunBurst:
     """Run a prepared burst on inputs drawn from `seed`, told only now, for the grading process
     to time from outside."""
@@ -363,10 +375,10 @@ class Exit:
     reply: ClassVar[type | None] = None
 
 
-Request = Union[Ping, Load, Run, Time, PrepareBurst, RunBurst, DropBurst, Call, Sample, Roofline,
+Request = Union[Ping, Load, Run, Time, PrepareBurst, WarmBurst, RunBurst, DropBurst, Call, Sample, Roofline,
                 Compare, Exit]
 Reply = Union[Ok, RunReply, TimeReply, BurstReady, BurstReply, CallReply, RooflineReply, CompareReply]
-_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, RunBurst, DropBurst, Call, Sample, Roofline,
+_REQUEST_CLASSES = (Ping, Load, Run, Time, PrepareBurst, WarmBurst, RunBurst, DropBurst, Call, Sample, Roofline,
                     Compare, Exit)
 REQUESTS: dict[str, type] = {cls.op: cls for cls in _REQUEST_CLASSES}
 

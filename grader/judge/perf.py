@@ -60,6 +60,7 @@ from grader.protocol import (
     Sample,
     Time,
     TimeReply,
+    WarmBurst,
 )
 from grader.results import AssignmentResult, Outcome, Severity, TestResult
 from grader.sandbox.files import output_path, read_worker_file, shown_to_worker, worker_cannot_write
@@ -322,6 +323,8 @@ def _by_rounds(stage: Stage, trusted: WorkerProcess, contenders: dict[str, Conte
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
     t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order})
     compiled: dict = {}  # what the compiler made of the student's kernels (the untimed call after timing)
+    if has_reference and spec.performance is not None and spec.performance.score_on == "gpu":
+        _warm_bursts(stage, workers, timed_files[0], layout)
     with stage.session.alone_on_gpu():
         stage.phase("waiting_for_gpu")
         stage.roofline = stage.roofline or _roofline(stage.session, trusted)
@@ -818,6 +821,15 @@ def _timed_rounds(ctx: GradingContext, spec: Assignment, workers: dict[str, Work
         if not needs_more_rounds(rounds, getattr(t, scored)["student"], reference, perf.full_at, perf.zero_at,
                                  time.monotonic() > budget_end):
             return rounds, None
+
+
+def _warm_bursts(stage: Stage, workers: dict[str, WorkerProcess], inputs: str, layout: dict) -> None:
+    """The grader's clock's own kernel compiled in both workers before the exclusive hold
+    (protocol.WarmBurst), the GPU held shared: its first launch in a process costs seconds. A
+    worker that fails it fails its burst's preparation later, which says why."""
+    for c in ("student", "reference"):
+        with stage.session.sharing_gpu():
+            workers[c].request(WarmBurst(inputs, layout), stage.timeout * 2)
 
 
 def _prepare_bursts(spec: Assignment, workers: dict[str, WorkerProcess], w: witness.Witness, inputs: str, layout: dict,

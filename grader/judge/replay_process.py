@@ -85,14 +85,16 @@ def input_sizes(inputs: Path, layout: Path) -> dict[str, int]:
     """Each tensor input's storage in bytes, from the grader's own inputs file: its safetensors
     header alone (each stored tensor is one input's whole storage, grader.codec), so a set of
     gigabytes is not read to learn its sizes."""
-    import struct
+    from grader.codec import ResultFileError, read_header
 
     tensors = [name for name, entry in json.loads(Path(layout).read_text()).items() if "value" not in entry]
-    with open(inputs, "rb") as f:
-        (length,) = struct.unpack("<Q", f.read(8))
-        if length > MAX_HEADER_BYTES:
-            raise LaunchRecordError(f"the inputs file's header is {length} bytes long")
-        header = json.loads(f.read(length))
+    fd = os.open(inputs, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        header, _ = read_header(fd)
+    except ResultFileError as exc:
+        raise LaunchRecordError(f"the inputs file: {exc}") from None
+    finally:
+        os.close(fd)
     sizes = {}
     for name in tensors:
         entry = header.get(name)

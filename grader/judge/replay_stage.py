@@ -48,7 +48,7 @@ from grader.judge.context import GradingContext
 from grader.judge.replay_process import Decision, Replayed, ReplayFactory, ReplayProcess
 from grader.judge.workers import StudentWorker
 from grader.payloads import ReplayDetails, ReplaySide
-from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Reply, Request, Sample
+from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Reply, Request, Sample, WarmBurst
 from grader.replay.launchrecord import LaunchRecordError
 from grader.results import Severity
 from grader.sandbox.files import output_path, worker_cannot_write
@@ -144,6 +144,8 @@ def prepare(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, ti
                                         f"{one_line(reply.message, 200)}")
             reply = cast(CallReply, reply)  # request(): the reply its request expects, or a Failure
             replies.append(reply)
+        with student.sharing_gpu():  # the grader's clock's own kernel compiled now, not inside its exclusive hold
+            student.request(WarmBurst(timed_files[0], layout), timeout * 2)  # failing, its burst says why later
         forbidden = sorted(set(replies[0].ops) & spec.forbidden_ops)
         if forbidden:
             return Prepare(findings=[(Severity.CONCLUSIVE, "torch computed the result at the timing size: "
@@ -177,6 +179,8 @@ def _trusted_calls(student: StudentWorker, trusted: WorkerProcess, inputs: str, 
             numel = cast(CallReply, reply).numel
             if numel <= 0:
                 return "torch's result at the timing size is not one tensor", 0
+    with student.sharing_gpu():  # the grader's clock's own kernel compiled before its exclusive hold, as the student's
+        _ask(trusted, WarmBurst(inputs, layout), timeout * 2)  # failing, the reference's burst says why later
     return "", numel
 
 

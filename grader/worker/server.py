@@ -44,6 +44,7 @@ from grader.protocol import (
     Sample,
     Time,
     TimeReply,
+    WarmBurst,
 )
 from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
 
@@ -254,6 +255,15 @@ class Worker:
         self.bursts[req.contender] = burst
         return BurstReady(eager=eager, steps={"inputs": loaded, "buffers": made, **burst.steps})
 
+    def warm_burst(self, req: WarmBurst) -> Ok:
+        """The burst's own kernel compiled for the input set's floating-point dtypes, ahead of the
+        exclusive hold (grader.protocol.WarmBurst)."""
+        from grader.worker import timing
+
+        storages = self._kept(req.inputs)
+        timing.warm([t.dtype for t in storages.values() if t.is_floating_point()])
+        return Ok()
+
     def burst(self, req: RunBurst) -> BurstReply | Failure:
         """Run a prepared burst on inputs drawn from the seed, told only now."""
         burst = self.bursts.get(req.contender)
@@ -451,7 +461,7 @@ class Worker:
         """The requests a worker answers, each by its own method: nothing else is callable
         through the pipe (exit ends the loop in `serve`)."""
         return {Ping: self.ping, Load: self.load, Run: self.run, Time: self.time, PrepareBurst: self.prepare_burst,
-                RunBurst: self.burst, DropBurst: self.drop_burst, Call: self.call,
+                WarmBurst: self.warm_burst, RunBurst: self.burst, DropBurst: self.drop_burst, Call: self.call,
                 Sample: self.sample, Roofline: self.roofline, Compare: self.compare}
 
 

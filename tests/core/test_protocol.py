@@ -42,6 +42,9 @@ EXCHANGES = [
     (Call("student", "/job/inputs/fresh.safetensors", LAYOUT, "fresh", record_ops=True), CallReply(["aten::mul"], 1)),
     (Sample("reference", ["set0", "fresh"], "/job/perf/indices.safetensors", "/job/outputs/s.safetensors"), Ok()),
     (Roofline(), RooflineReply("NVIDIA H200", 3900.5, {"float16": 700.0, "float32": 400.25})),
+    (p.WarmBurst("/p/set0.safetensors", LAYOUT), Ok()),
+    (p.PrepareBurst("student", "/p/set0.safetensors", LAYOUT, 8, 16), p.BurstReady("", {"first call": 0.04})),
+    (Call("torch", "/p/set0.safetensors", LAYOUT, "truth"), CallReply([], 0, numel=1 << 28)),
 ]
 
 
@@ -60,7 +63,7 @@ def test_every_message_round_trips(request_, reply):
 
 def test_exit_and_every_op_have_a_request_class():
     assert p.decode_request(p.encode(Exit())) == Exit()
-    assert set(p.REQUESTS) == {"ping", "load", "run", "time", "prepare_burst", "burst", "drop_burst", "call",
+    assert set(p.REQUESTS) == {"ping", "load", "run", "time", "prepare_burst", "warm_burst", "burst", "drop_burst", "call",
                                "sample", "roofline", "compare", "exit"}
 
 

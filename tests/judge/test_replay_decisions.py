@@ -131,3 +131,9 @@ def test_the_input_sizes_come_from_the_header_alone_and_match_the_storages_a_loa
     save_file({"x": torch.zeros(3)}, str(tmp_path / "short.safetensors"))
     with pytest.raises(replay_process.LaunchRecordError, match="no storage for 'y'"):
         replay_process.input_sizes(tmp_path / "short.safetensors", tmp_path / "layout.json")
+    # the header read as grader.codec reads a result's: bounded, JSON, an object, else refused with why
+    (tmp_path / "long.safetensors").write_bytes((1 << 40).to_bytes(8, "little") + b"{}")
+    (tmp_path / "list.safetensors").write_bytes((2).to_bytes(8, "little") + b"[]")
+    for name, why in (("long", "header's length"), ("list", "not an object")):
+        with pytest.raises(replay_process.LaunchRecordError, match=why):
+            replay_process.input_sizes(tmp_path / f"{name}.safetensors", tmp_path / "layout.json")

@@ -60,6 +60,8 @@ class FakeWorker:
         self.let_go: list[str] = []
         self.calls = 0
         self.timed = 0  # torch's rounds asked for (Time requests)
+        self.log: list | None = None  # the stage's events, where a test wants this worker's warm-ups among them
+        self.name = ""
 
     def sharing_gpu(self):
         return contextlib.nullcontext()
@@ -88,6 +90,10 @@ class FakeWorker:
             return self.compare(message)
         if isinstance(message, p.DropBurst):  # untimed: a burst let go, not run again
             self.let_go.append(message.contender)
+            return Ok()
+        if isinstance(message, p.WarmBurst):  # untimed: the grader's clock's own kernel compiled ahead
+            if self.log is not None:
+                self.log.append(f"warm {self.name}")
             return Ok()
         if isinstance(message, p.PrepareBurst):
             self.prepared.append(message)
@@ -209,6 +215,9 @@ def stage(tmp_path, monkeypatch):
         default its replayed median; `samples`: what its bursts' samples are (the reference's: 1.0);
         `eager_*`: the same of the eager round after the graph's (by default as the graph's)."""
         trusted = trusted or FakeWorker(truth)
+        for worker, name in ((student, "student"), (trusted, "trusted")):
+            if isinstance(worker, FakeWorker):
+                worker.log, worker.name = events, name
         answers = dict(replays or {})
         got_student = answers.get("student", {})
         replay_ms = statistics.median(t for p_ in got_student.get("placements", [[1.0]]) for t in p_) \
@@ -267,6 +276,8 @@ def test_the_sessions_factory_starts_each_replay_process_with_its_isolation_gpu_
     assert kw["settings"] is SETTINGS and kw["isolation"] == "none" and kw["gpu"] == "3"
     argv = kw["command"]
     assert argv[argv.index("--reps") + 1] == "7" and argv[argv.index("--placements") + 1] == "3"
+    # the stage's replays hand back their last result at the judge's indices, copied there after their times
+    assert argv[argv.index("--pick") + 1] == str(tmp_path / "run-student" / replay_process.PICK) and got.picked
 
 
 def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(stage, tmp_path):
@@ -282,6 +293,9 @@ def test_an_honest_record_is_scored_on_the_replays_times_placement_by_placement(
     # set up under the GPU held shared, timed alone, the last results written before the set-up slot is left,
     # and compared with the GPU shared again (the recorded calls' sharing is the student worker's own)
     locks = [e for e in stage.events if e[-1] in "+-" or e.split()[0] in ("arm", "go")]
+    # the grader's clock's own kernel compiled in both workers first, the GPU shared: not inside its exclusive hold
+    assert stage.events.index("warm student") < stage.events.index("alone+"), stage.events
+    assert stage.events.index("warm trusted") < stage.events.index("alone+"), stage.events
     # first the function's own calls by the grader's clock, the GPU held alone, the student's worker still alive
     # rounds in a CUDA graph, alternating which goes first, then the eager rounds (the function's Python at each
     # call), alternating too; each burst let go untimed after its rounds, never inside a bracket

@@ -316,3 +316,26 @@ def test_a_busy_host_turns_the_fallbacks_forgery_finding_into_the_clocks_score_w
     findings = []
     perf._witnessed(_timings(1.04, 1.0, w), findings)
     assert [f.severity for f in findings] == [Severity.CONCLUSIVE]
+
+
+def test_the_fallback_compiles_the_clocks_kernel_in_both_workers_with_the_gpu_shared_before_its_hold():
+    """The burst's own kernel costs seconds at its first launch in a process: each worker is asked to
+    compile it (WarmBurst) while the GPU is held shared, so that the exclusive hold does not wait on a
+    compiler (grader.judge.perf._warm_bursts, called by the fallback before its hold)."""
+    import contextlib
+    from types import SimpleNamespace
+
+    log: list = []
+
+    @contextlib.contextmanager
+    def shared():
+        log.append("shared+")
+        yield
+        log.append("shared-")
+
+    workers = {c: SimpleNamespace(request=lambda m, t, c=c: log.append((c, m)) or protocol.Ok())
+               for c in ("student", "reference")}
+    stage = SimpleNamespace(session=SimpleNamespace(sharing_gpu=shared), timeout=10.0)
+    perf._warm_bursts(stage, workers, "/p/set0.safetensors", {"x": {}})
+    assert log == ["shared+", ("student", protocol.WarmBurst("/p/set0.safetensors", {"x": {}})), "shared-",
+                   "shared+", ("reference", protocol.WarmBurst("/p/set0.safetensors", {"x": {}})), "shared-"]
