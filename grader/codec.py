@@ -139,6 +139,20 @@ def read_header(fd: int) -> tuple[dict, int]:
     return header, length
 
 
+def floating_dtypes(path: str | Path) -> list[str]:
+    """The floating-point dtypes ("float32", ...) of the tensors in a safetensors file of the
+    grader's own (an input set), from its header alone: a set of gigabytes is not read for them."""
+    import os
+
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        header, _ = read_header(fd)
+    finally:
+        os.close(fd)
+    dtypes = [_FROM_ST.get(str(e.get("dtype"))) for e in header.values() if isinstance(e, dict)]
+    return sorted({str(d).removeprefix("torch.") for d in dtypes if d is not None and d.is_floating_point})
+
+
 def read_tensor(fd: int, name: str, limit: int) -> torch.Tensor:
     """Tensor `name` of the safetensors file open at `fd` (another process wrote it: read as
     data), on the host: at most `limit` bytes of it read, straight into the tensor's own buffer;

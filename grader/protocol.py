@@ -271,14 +271,14 @@ class PrepareBurst:
 
 @dataclass
 class WarmBurst:
-    """Compile the burst's own input-drawing kernel (grader.worker.timing.warm) for the dtypes of
-    an input set's storages, on a few elements each, untimed: a worker's first burst then loads no
-    compiler inside the timing's exclusive hold, where the GPU would wait for it."""
+    """Compile the burst's own input-drawing kernel (grader.worker.timing.warm) for `dtypes` (an
+    input set's floating-point ones, by name), on a few elements each, untimed and with no input
+    loaded: a worker's first burst then runs no compiler inside the timing's exclusive hold, where
+    the GPU would wait for it."""
 
     op: ClassVar[str] = "warm_burst"
     reply: ClassVar[type] = Ok
-    inputs: str
-    layout: dict[str, dict]
+    dtypes: list[str]
 
 
 @dataclass

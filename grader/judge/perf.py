@@ -38,6 +38,7 @@ import torch
 from safetensors.torch import load, save_file
 
 from grader import proctable, sanitize
+from grader.codec import floating_dtypes
 from grader.judge import activity, confirmation, replay_process, replay_stage, slowness, witness
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import device_id
@@ -324,7 +325,7 @@ def _by_rounds(stage: Stage, trusted: WorkerProcess, contenders: dict[str, Conte
     t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order})
     compiled: dict = {}  # what the compiler made of the student's kernels (the untimed call after timing)
     if has_reference and spec.performance is not None and spec.performance.score_on == "gpu":
-        _warm_bursts(stage, workers, timed_files[0], layout)
+        _warm_bursts(stage, workers, timed_files[0])
     with stage.session.alone_on_gpu():
         stage.phase("waiting_for_gpu")
         stage.roofline = stage.roofline or _roofline(stage.session, trusted)
@@ -823,13 +824,15 @@ def _timed_rounds(ctx: GradingContext, spec: Assignment, workers: dict[str, Work
             return rounds, None
 
 
-def _warm_bursts(stage: Stage, workers: dict[str, WorkerProcess], inputs: str, layout: dict) -> None:
+def _warm_bursts(stage: Stage, workers: dict[str, WorkerProcess], inputs: str) -> None:
     """The grader's clock's own kernel compiled in both workers before the exclusive hold
-    (protocol.WarmBurst), the GPU held shared: its first launch in a process costs seconds. A
-    worker that fails it fails its burst's preparation later, which says why."""
+    (protocol.WarmBurst: the input set's dtypes, no input loaded), the GPU held shared: its first
+    launch in a process costs seconds. A worker that fails it fails its burst's preparation
+    later, which says why."""
+    dtypes = floating_dtypes(inputs)
     for c in ("student", "reference"):
         with stage.session.sharing_gpu():
-            workers[c].request(WarmBurst(inputs, layout), stage.timeout * 2)
+            workers[c].request(WarmBurst(dtypes), stage.timeout * 2)
 
 
 def _prepare_bursts(spec: Assignment, workers: dict[str, WorkerProcess], w: witness.Witness, inputs: str, layout: dict,

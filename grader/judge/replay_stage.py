@@ -42,7 +42,7 @@ from typing import Callable, ContextManager, cast
 import torch
 
 from grader import proctable
-from grader.codec import write_tensors
+from grader.codec import floating_dtypes, write_tensors
 from grader.judge import picks, replay_process
 from grader.judge.context import GradingContext
 from grader.judge.replay_process import Decision, Replayed, ReplayFactory, ReplayProcess
@@ -145,7 +145,7 @@ def prepare(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, ti
             reply = cast(CallReply, reply)  # request(): the reply its request expects, or a Failure
             replies.append(reply)
         with student.sharing_gpu():  # the grader's clock's own kernel compiled now, not inside its exclusive hold
-            student.request(WarmBurst(timed_files[0], layout), timeout * 2)  # failing, its burst says why later
+            student.request(WarmBurst(floating_dtypes(timed_files[0])), timeout * 2)  # failing, its burst says why
         forbidden = sorted(set(replies[0].ops) & spec.forbidden_ops)
         if forbidden:
             return Prepare(findings=[(Severity.CONCLUSIVE, "torch computed the result at the timing size: "
@@ -180,7 +180,7 @@ def _trusted_calls(student: StudentWorker, trusted: WorkerProcess, inputs: str, 
             if numel <= 0:
                 return "torch's result at the timing size is not one tensor", 0
     with student.sharing_gpu():  # the grader's clock's own kernel compiled before its exclusive hold, as the student's
-        _ask(trusted, WarmBurst(inputs, layout), timeout * 2)  # failing, the reference's burst says why later
+        _ask(trusted, WarmBurst(floating_dtypes(inputs)), timeout * 2)  # failing, the reference's burst says why
     return "", numel
 
 

@@ -42,7 +42,7 @@ EXCHANGES = [
     (Call("student", "/job/inputs/fresh.safetensors", LAYOUT, "fresh", record_ops=True), CallReply(["aten::mul"], 1)),
     (Sample("reference", ["set0", "fresh"], "/job/perf/indices.safetensors", "/job/outputs/s.safetensors"), Ok()),
     (Roofline(), RooflineReply("NVIDIA H200", 3900.5, {"float16": 700.0, "float32": 400.25})),
-    (p.WarmBurst("/p/set0.safetensors", LAYOUT), Ok()),
+    (p.WarmBurst(["float32", "bfloat16"]), Ok()),
     (p.PrepareBurst("student", "/p/set0.safetensors", LAYOUT, 8, 16), p.BurstReady("", {"first call": 0.04})),
     (Call("torch", "/p/set0.safetensors", LAYOUT, "truth"), CallReply([], 0, numel=1 << 28)),
 ]

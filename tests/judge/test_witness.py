@@ -318,12 +318,16 @@ def test_a_busy_host_turns_the_fallbacks_forgery_finding_into_the_clocks_score_w
     assert [f.severity for f in findings] == [Severity.CONCLUSIVE]
 
 
-def test_the_fallback_compiles_the_clocks_kernel_in_both_workers_with_the_gpu_shared_before_its_hold():
+def test_the_fallback_compiles_the_clocks_kernel_in_both_workers_with_the_gpu_shared_before_its_hold(tmp_path):
     """The burst's own kernel costs seconds at its first launch in a process: each worker is asked to
     compile it (WarmBurst) while the GPU is held shared, so that the exclusive hold does not wait on a
     compiler (grader.judge.perf._warm_bursts, called by the fallback before its hold)."""
     import contextlib
     from types import SimpleNamespace
+
+    import torch
+
+    from grader.codec import write_inputs
 
     log: list = []
 
@@ -336,6 +340,9 @@ def test_the_fallback_compiles_the_clocks_kernel_in_both_workers_with_the_gpu_sh
     workers = {c: SimpleNamespace(request=lambda m, t, c=c: log.append((c, m)) or protocol.Ok())
                for c in ("student", "reference")}
     stage = SimpleNamespace(session=SimpleNamespace(sharing_gpu=shared), timeout=10.0)
-    perf._warm_bursts(stage, workers, "/p/set0.safetensors", {"x": {}})
-    assert log == ["shared+", ("student", protocol.WarmBurst("/p/set0.safetensors", {"x": {}})), "shared-",
-                   "shared+", ("reference", protocol.WarmBurst("/p/set0.safetensors", {"x": {}})), "shared-"]
+    inputs = tmp_path / "set0.safetensors"
+    write_inputs({"x": torch.zeros(8, dtype=torch.float16), "w": torch.zeros(4), "idx": torch.arange(3), "eps": 1e-5},
+                 inputs)
+    perf._warm_bursts(stage, workers, str(inputs))
+    warm = protocol.WarmBurst(["float16", "float32"])  # the set's floating dtypes, from its header: nothing loaded
+    assert log == ["shared+", ("student", warm), "shared-", "shared+", ("reference", warm), "shared-"]
