@@ -209,6 +209,7 @@ class TritonKeep:
     one student's files into another's worker."""
 
     ENTRY_LIMIT = 64 << 20  # one kernel's compiled files; more is not a Triton cache entry
+    GROUP_LIMIT = 1 << 16  # a group file (Triton's list of one kernel's files), read as data
 
     def __init__(self, folder: Path, limit: int = 512 << 20) -> None:
         self.folder = Path(folder)
@@ -224,8 +225,37 @@ class TritonKeep:
                     and not (dest / entry.name).exists()):
                 try:
                     shutil.copytree(entry, dest / entry.name, symlinks=True)
+                    self._repoint(dest / entry.name)
                 except (OSError, shutil.Error):  # trimmed by another check meanwhile: compiled anew
                     shutil.rmtree(dest / entry.name, ignore_errors=True)
+
+    def _repoint(self, entry: Path) -> None:
+        """Triton finds a compiled kernel through its group file (`__grp__<name>.json`), which
+        names each of the kernel's files by absolute path: in the cache of the worker that
+        compiled it, gone by the next check. Copied into a new worker's cache, each path is made
+        the copy's own (the same file name in `entry`), or the group file is dropped (Triton then
+        compiles anew). The group file was a worker's: read bounded, as data; only names of
+        plain files in `entry` are written back."""
+        import json
+
+        for group in entry.glob("__grp__*.json"):
+            try:
+                if group.is_symlink() or group.stat().st_size > self.GROUP_LIMIT:
+                    raise ValueError("not a group file")
+                paths = json.loads(group.read_bytes()).get("child_paths")
+                if not isinstance(paths, dict):
+                    raise ValueError("no child paths")
+                here = {}
+                for child, path in paths.items():
+                    name = Path(path).name if isinstance(path, str) else ""
+                    mine = entry / name
+                    if not (isinstance(child, str) and name and not name.startswith(".")
+                            and mine.is_file() and not mine.is_symlink()):
+                        raise ValueError("a child path that is not a file of the entry")
+                    here[child] = str(mine)
+                group.write_text(json.dumps({"child_paths": here}))
+            except (OSError, ValueError, AttributeError, RecursionError):
+                group.unlink(missing_ok=True)
 
     def keep(self, source: Path) -> int:
         """Copy back the entries a finished worker added; returns how many were kept."""

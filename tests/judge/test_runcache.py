@@ -1,6 +1,8 @@
 """The run cache: one performance input set per seed for the whole class, the roofline once."""
 
+import json
 import os
+import shutil
 import stat
 from pathlib import Path
 
@@ -173,3 +175,30 @@ def test_input_sets_are_made_side_by_side_only_as_far_as_memory_allows(monkeypat
     monkeypatch.setattr(perf.os, "cpu_count", lambda: 2)
     pages["SC_AVPHYS_PAGES"] = (48 << 30) // 4096
     assert perf.parallel_sets(3, 1 << 20) == 2  # a core each
+
+
+def test_a_kept_kernel_is_found_by_triton_in_the_next_workers_cache(tmp_path, monkeypatch):
+    """Triton finds a compiled kernel through its group file, which names the kernel's files by
+    absolute path in the cache that compiled it: copied as it was into the next check's worker,
+    every kept kernel missed and was compiled anew (2.9 s for the grader's own redraw kernel on an
+    H200, in every check). Seeded, the paths are the copy's own, and Triton's own cache manager
+    finds the kernel there; a hostile group file is dropped (compiled anew), never followed."""
+    from triton.runtime.cache import FileCacheManager
+
+    keep = runcache.TritonKeep(tmp_path / "kept")
+    first = tmp_path / "check1" / "worker-1" / "triton-cache"
+    entry = _entry(first, "HASHA", {"k.cubin": b"\x7fELF", "k.json": b"{}"})
+    group = {"k.cubin": str(entry / "k.cubin"), "k.json": str(entry / "k.json")}
+    (entry / "__grp__k.json").write_text(json.dumps({"child_paths": group}))
+    hostile = _entry(first, "HASHB", {"k.cubin": b"\x7fELF", "k.json": b"{}"})
+    (hostile / "__grp__k.json").write_text(json.dumps({"child_paths": {"k.cubin": "/etc/passwd"}}))
+    assert keep.keep(first) == 2
+    shutil.rmtree(tmp_path / "check1")  # the first check's folders are gone when the next one starts
+
+    second = tmp_path / "check2" / "worker-1" / "triton-cache"
+    keep.seed(second)
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(second))
+    found = FileCacheManager("HASHA").get_group("k.json")
+    assert found == {"k.cubin": str(second / "HASHA" / "k.cubin"), "k.json": str(second / "HASHA" / "k.json")}
+    assert FileCacheManager("HASHB").get_group("k.json") is None  # a name not in its entry: compiled anew
+    assert not (second / "HASHB" / "__grp__k.json").exists() and (second / "HASHB" / "k.cubin").is_file()
