@@ -440,15 +440,9 @@ class Worker:
 
         if not keep:
             return rebuild(load_file(path), layout, "cuda")
-        return rebuild({k: v.clone() for k, v in self._kept(path).items()}, layout, "cuda")
-
-    def _kept(self, path: str) -> dict:
-        """An input set's storages on the GPU, read from its file the first time only."""
-        from safetensors.torch import load_file
-
-        if path not in self.input_cache:
+        if path not in self.input_cache:  # the set's storages on the GPU, read from its file the first time only
             self.input_cache[path] = {k: v.to("cuda") for k, v in load_file(path).items()}
-        return self.input_cache[path]
+        return rebuild({k: v.clone() for k, v in self.input_cache[path].items()}, layout, "cuda")
 
     def ping(self, req: Ping) -> Ok:
         """Ready: torch and Triton are imported (before any student code)."""
