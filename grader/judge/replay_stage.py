@@ -51,7 +51,7 @@ from grader.payloads import ReplayDetails, ReplaySide
 from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Reply, Request, Sample, WarmBurst
 from grader.replay.launchrecord import LaunchRecordError
 from grader.results import Severity
-from grader.sandbox.files import output_path, worker_cannot_write
+from grader.sandbox.files import output_path, shown_to_worker, worker_cannot_write
 from grader.sandbox.process import WorkerFailure, WorkerProcess
 from grader.sanitize import one_line
 from grader.settings import Settings
@@ -184,36 +184,28 @@ def _trusted_calls(student: StudentWorker, trusted: WorkerProcess, inputs: str, 
     return "", numel
 
 
-def _drawn(numel: int, ours: Path, shown: Path | None = None) -> Path:
+def _drawn(numel: int, ours: Path) -> Path:
     """The judge's indices into a result of `numel` elements (grader.judge.picks), drawn afresh and
-    written to `ours` (the judge's private copy, which the trusted worker reads); with `shown`, a
-    copy of them there too, a new file (never through a link left in its place), readable by a
-    worker's uid. Returns `ours`."""
+    written to `ours` (the judge's private copy, which the trusted worker reads); returns it."""
     ours.parent.mkdir(parents=True, exist_ok=True)
     ours.unlink(missing_ok=True)
     write_tensors({"idx": picks.picks(numel)}, ours)
     os.chmod(ours, 0o644)
-    if shown is not None:
-        shown.parent.mkdir(parents=True, exist_ok=True)
-        shown.unlink(missing_ok=True)
-        fd = os.open(shown, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW | os.O_CLOEXEC, 0o644)
-        with os.fdopen(fd, "wb") as f:
-            f.write(ours.read_bytes())
     return ours
 
 
 def _student_result(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, workdir: Path, staging: Path,
                     numel: int, timeout: float) -> Prepare | None:
     """The student's result at the timing size, at the judge's indices drawn now (its worker is
-    told them in a file of its view; the trusted worker reads the judge's own copy, out of the
-    worker's reach), checked by the trusted worker against torch's: None when it is right, else
-    what ends the stage."""
+    shown a copy of them for this request alone, grader.sandbox.files.shown_to_worker; the
+    trusted worker reads the judge's own, out of the worker's reach), checked by the trusted
+    worker against torch's: None when it is right, else what ends the stage."""
     perf = spec.performance
     assert perf is not None  # the replay runs only for an assignment with a performance case
-    shown = workdir / "perf" / "picks-student.safetensors"
-    ours = _drawn(numel, staging / "picks-student.safetensors", shown)
+    ours = _drawn(numel, staging / "picks-student.safetensors")
     sample = output_path(workdir, "replay-student.safetensors")
-    reply = student.request(Sample("student", ["rec0"], str(shown), str(sample)), timeout)
+    with shown_to_worker(ours, workdir) as shown:
+        reply = student.request(Sample("student", ["rec0"], str(shown), str(sample)), timeout)
     if isinstance(reply, Failure):
         return Prepare(findings=[(Severity.CONCLUSIVE,
                                   "your function's result at the timing size could not be taken back: "
@@ -415,8 +407,6 @@ def judge(prepared: Prepared, spec: Assignment, reference: Replayed, student: Re
     """After the hold: the replays' last results at the judge's indices in place (`settle`),
     compared by the trusted worker on the GPU (held shared: `sharing()`) with the truth, and the
     decision made."""
-    if any(run.pending is not None for run in (reference, student)):
-        settle(prepared, [reference, student])
     for run in (reference, student):  # only the student's own processes make a replay's time suspect (stop_student)
         run.others = [p for p in run.others if p in prepared.student_pids]
     with sharing():
