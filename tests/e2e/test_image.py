@@ -23,6 +23,7 @@ import socket
 import subprocess
 import sys
 from pathlib import Path
+from typing import Iterator
 
 import pytest
 
@@ -275,7 +276,7 @@ def vector_add(x, y):
 
 
 @pytest.fixture(scope="module")
-def gradescope_image(image, tmp_path_factory) -> str:
+def gradescope_image(image, tmp_path_factory) -> Iterator[str]:
     """The zip of `grader gradescope -a vector_add`, unpacked in /autograder/source of the Debian base
     and set up by its own setup.sh, as root (Gradescope's image build), committed as an image."""
     from grader.kit.gradescope import build_autograder
@@ -290,10 +291,14 @@ def gradescope_image(image, tmp_path_factory) -> str:
         proc = subprocess.run([PODMAN, "run", "--name", build, "-v", f"{tmp}:/zip:ro", "-v", "/var/tmp/grader-image/wheels:/wheels:ro",
                                BASE, "bash", "-c", script], capture_output=True, text=True, timeout=1800)
         assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+        # one an interrupted run left is removed first: committing over it would leave it untagged, unremoved
+        subprocess.run([PODMAN, "rmi", "-f", GRADESCOPE_TAG], capture_output=True, timeout=300)
         subprocess.run([PODMAN, "commit", "--quiet", build, GRADESCOPE_TAG], check=True, capture_output=True, timeout=600)
     finally:
         subprocess.run([PODMAN, "rm", "-f", build], capture_output=True, timeout=120)
-    return GRADESCOPE_TAG
+    yield GRADESCOPE_TAG
+    # gigabytes of its own (setup.sh's installs), rebuilt by every run: not left on the machine
+    subprocess.run([PODMAN, "rmi", "-f", GRADESCOPE_TAG], capture_output=True, timeout=300)
 
 
 def test_gradescope_autograder_keeps_the_course_from_a_hostile_submission(gradescope_image, tmp_path):

@@ -54,5 +54,12 @@ find "$context" -name __pycache__ -prune -exec rm -rf {} +
 rm -f "$context/assignments/course-secret.txt"
 cp -al "$cache/wheels" "$context/wheels" 2>/dev/null || cp -r "$cache/wheels" "$context/wheels"
 
+# the image the tag named before this build is removed once the tag moves (each is gigabytes; the
+# layers the new one shares stay); one still used by a container or another tag stays, and says so
+before=$(podman image inspect --format '{{.Id}}' "$tag" 2>/dev/null || true)
 podman build --quiet --tag "$tag" --build-arg BASE="$base" --build-arg TORCH_VERSION=2.13.0+cpu \
     --build-arg PIP_OPTIONS=--no-index "$context"
+after=$(podman image inspect --format '{{.Id}}' "$tag")
+if [ -n "$before" ] && [ "$before" != "$after" ]; then
+    podman rmi "$before" >/dev/null || echo "build.sh: the previous $tag ($before) is still in use; kept" >&2
+fi
