@@ -190,13 +190,12 @@ class CallReply:
 @dataclass
 class CompareReply:
     ok: ClassVar[bool] = True
-    numel: int  # elements in the result (the file's tensor; where sampled, the whole size it gives)
-    same: bool  # the same bytes as the kept tensor `own`
-    wrong: int  # elements outside the error model (0: right, or not checked because `same`)
+    numel: int  # elements in the whole result (the size its file gives)
+    wrong: int  # elements of the sample outside the error model (0: right)
     first: int = -1  # the first wrong element's flat index
     got: str = ""  # its value and the truth's there, in words ("nan" where memory was never written)
     want: str = ""
-    sampled: int = 0  # where sampled (Compare.indices): how many elements were compared
+    sampled: int = 0  # how many elements were compared (Compare.indices)
     # the trusted worker's own failure while comparing (out of GPU memory, say): no verdict, and no one's fault but
     # ours (a worker may not report an infra_error Failure: a student's could claim one)
     ours: str = ""
@@ -321,8 +320,7 @@ class Call:
 @dataclass
 class Sample:
     """Write the kept outputs' elements at the flat indices in `indices` to `output` (each
-    `key`, and its whole size as `numel.<key>`); with `whole`, every element of each (flattened;
-    `indices` unused)."""
+    `key`, and its whole size as `numel.<key>`)."""
 
     op: ClassVar[str] = "sample"
     reply: ClassVar[type] = Ok
@@ -330,7 +328,6 @@ class Sample:
     keys: list[str]
     indices: str
     output: str
-    whole: bool = False
 
 
 @dataclass
@@ -343,15 +340,13 @@ class Roofline:
 
 @dataclass
 class Compare:
-    """The trusted worker only: the tensor `name` of a result file written elsewhere (a
+    """The trusted worker only: the elements of a result at the judge's flat indices (`indices`, a
+    file of the judge's, never one a worker could write), from a result file written elsewhere (a
     student's worker, a replay process: read as theirs, never through a link, at most `limit`
-    bytes) compared on the GPU, whole, with the results this worker keeps: first with `own`
-    (the same bytes?), then, unless the same, with `truth` by the error model (`atol`, `rtol`,
-    twice how far `reference` strays from `truth`, 1% of the value). `keep_as`: keep it too.
-    `indices` (a file of the judge's, never one a worker could write): the result file holds only
-    the elements at those flat indices (`name`) and the whole result's size (`numel.<name>`), and
-    they are compared with the kept results' elements there (grader.judge.picks says why that is
-    enough)."""
+    bytes): the tensor `name` holds those elements and `numel.<name>` the whole result's size. They
+    are compared on the GPU with the kept `truth` there, by the error model (`atol`, `rtol`, twice
+    how far the whole `reference` strays from the whole `truth`, 1% of the value);
+    grader.judge.picks says why a sample is enough."""
 
     op: ClassVar[str] = "compare"
     reply: ClassVar[type] = CompareReply
@@ -362,9 +357,7 @@ class Compare:
     reference: str
     atol: float
     rtol: float
-    own: str = ""
-    keep_as: str = ""
-    indices: str = ""
+    indices: str
 
 
 @dataclass

@@ -484,7 +484,7 @@ def reps_differ(replay: Replayed, rtol: float = 1e-5) -> str:
             if x[2] != y[2] or abs(x[0] - y[0]) > rtol * max(x[1], y[1]) + 1e-30 \
                     or abs(x[1] - y[1]) > rtol * max(x[1], y[1]) + 1e-30:
                 return (f"rep {i + 1} of {len(replay.sums)} computed another result {j} than the last rep, "
-                        f"which was checked whole (sums {x[0]:.6g} and {y[0]:.6g}, "
+                        f"which was checked against torch's (sums {x[0]:.6g} and {y[0]:.6g}, "
                         f"{int(x[2])} and {int(y[2])} non-finite)")
     return ""
 

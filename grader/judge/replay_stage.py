@@ -442,7 +442,7 @@ def _compare(prepared: Prepared, run: Replayed, spec: Assignment, timeout: float
         raise WorkerFailure("infra_error", one_line(got.ours, 300), "")
     if isinstance(got, Failure):
         return f"the last rep's result: {one_line(got.message, 200)}"
-    if not got.same and got.wrong:
+    if got.wrong:
         return f"the last rep: {_words(got)}"
     return replay_process.reps_differ(run)
 

@@ -313,14 +313,11 @@ class Worker:
         from grader.codec import write_tensors
 
         torch = self.torch
-        idx = None if req.whole else load_file(req.indices)["idx"]
+        idx = load_file(req.indices)["idx"]
         samples = {}
         for key in req.keys:
             out = self.retained.get((req.contender, key))
-            if req.whole and isinstance(out, torch.Tensor):
-                samples[key] = out.detach().reshape(-1)
-                continue
-            if not isinstance(out, torch.Tensor) or idx is None or out.numel() <= int(idx.max()):
+            if not isinstance(out, torch.Tensor) or out.numel() <= int(idx.max()):
                 return Failure("error", f"the result of the timed call on {key} is not a tensor of the expected size")
             samples[key] = out.detach().reshape(-1)[idx.to(out.device)]
             samples[f"numel.{key}"] = idx.new_tensor([out.numel()])  # int64, as the indices are
@@ -328,23 +325,19 @@ class Worker:
         return Ok()
 
     def compare(self, req: Compare) -> CompareReply | Failure:
-        """A result file written by another process compared on the GPU with what this (trusted)
-        worker keeps, whole or at the judge's indices (grader.protocol.Compare): no byte of it
-        reaches the judge."""
+        """A result file written by another process, at the judge's indices, compared on the GPU
+        with what this (trusted) worker keeps (grader.protocol.Compare): no byte of it reaches the
+        judge."""
         from grader.codec import MAX_HEADER_BYTES, ResultFileError, ResultTooLarge, read_tensor
 
         truth = self._flat(req.truth)
-        idx = self._indices(req.indices) if req.indices else None
-        # 0: by the truth's size (or the sample's, where one is asked for)
-        size = truth.numel() if idx is None and truth is not None else (idx.numel() if idx is not None else 0)
-        limit = req.limit if req.limit > 0 else size * 8
-        numel = None
+        idx = self._indices(req.indices)
+        limit = req.limit if req.limit > 0 else idx.numel() * 8  # 0: by the sample's size
         try:
             fd = _open_plain(req.file)
             try:
                 got = read_tensor(fd, req.name, limit + 8 + MAX_HEADER_BYTES)
-                if idx is not None:
-                    numel = read_tensor(fd, f"numel.{req.name}", limit + 8 + MAX_HEADER_BYTES)
+                numel = read_tensor(fd, f"numel.{req.name}", limit + 8 + MAX_HEADER_BYTES)
             finally:
                 os.close(fd)
         except (OSError, ResultTooLarge) as exc:
@@ -353,41 +346,13 @@ class Worker:
             return Failure("error", f"the result is not a safetensors file of it: {str(exc)[:160]}")
         if not got.is_floating_point():
             return Failure("error", "the result is not one floating-point tensor")
-        if numel is not None and (numel.dtype != self.torch.int64 or numel.numel() != 1):
+        if numel.dtype != self.torch.int64 or numel.numel() != 1:
             return Failure("error", "the result's size is not one integer")
         try:
-            if idx is not None and numel is not None:
-                return self._sampled(req, got, truth, idx, int(numel.reshape(-1)[0]))
-            return self._compared(req, got, truth)
+            return self._sampled(req, got, truth, idx, int(numel.reshape(-1)[0]))
         except Exception as exc:  # noqa: BLE001 - out of GPU memory, say: this (trusted) worker's failure, no one's result
-            return CompareReply(numel=0, same=False, wrong=0, ours="the trusted worker could not compare the result: "
+            return CompareReply(numel=0, wrong=0, ours="the trusted worker could not compare the result: "
                                 f"{type(exc).__name__}: {str(exc)[:200]}")
-
-    def _compared(self, req: Compare, got, truth) -> CompareReply | Failure:
-        torch = self.torch
-        got = got.reshape(-1).to("cuda" if torch.cuda.is_available() else "cpu")
-        if req.keep_as:
-            self.retained[("trusted", req.keep_as)] = got
-        own = self._flat(req.own) if req.own else None
-        if own is not None and own.dtype == got.dtype and own.numel() == got.numel() and torch.equal(own, got):
-            return CompareReply(numel=got.numel(), same=True, wrong=0)
-        reference = self._flat(req.reference)
-        if truth is None or reference is None:
-            return Failure("error", "the kept truth or reference result is missing")
-        if got.numel() != truth.numel():
-            return CompareReply(numel=got.numel(), same=False, wrong=max(got.numel(), truth.numel()))
-        t = truth.float()
-        d = (reference.float() - t).abs()
-        normal = float(d[~torch.isnan(d)].max()) if d.numel() and not torch.isnan(d).all() else 0.0
-        g = got.float()
-        bad = ~((g - t).abs() <= 2 * normal + req.atol + req.rtol * t.abs() + 1e-2 * t.abs()) \
-            & ~(torch.isnan(g) & torch.isnan(t))
-        count = int(bad.sum())
-        if not count:
-            return CompareReply(numel=got.numel(), same=False, wrong=0)
-        first = int(bad.nonzero()[0])
-        return CompareReply(numel=got.numel(), same=False, wrong=count, first=first, got=f"{float(g[first]):.6g}",
-                            want=f"{float(t[first]):.6g}")
 
     def _indices(self, path: str):
         """The judge's flat indices (grader.judge.picks), from its own file."""
@@ -397,14 +362,13 @@ class Worker:
 
     def _sampled(self, req: Compare, got, truth, idx, numel: int) -> CompareReply | Failure:
         """`got`: the result's elements at `idx`, of a result of `numel` elements, compared with the
-        kept results' elements there by the error model (`_compared`'s, its bound from the whole
-        reference and truth)."""
+        kept truth's elements there by the error model (its bound from the whole reference and truth)."""
         torch = self.torch
         reference = self._flat(req.reference)
         if truth is None or reference is None:
             return Failure("error", "the kept truth or reference result is missing")
         if numel != truth.numel():
-            return CompareReply(numel=numel, same=False, wrong=max(numel, truth.numel()))
+            return CompareReply(numel=numel, wrong=max(numel, truth.numel()))
         if got.numel() != idx.numel():
             return Failure("error", f"the sample holds {got.numel()} elements where {idx.numel()} were asked for")
         if idx.numel() and not (0 <= int(idx.min()) and int(idx.max()) < numel):
@@ -419,9 +383,9 @@ class Worker:
             & ~(torch.isnan(g) & torch.isnan(t))
         count = int(bad.sum())
         if not count:
-            return CompareReply(numel=numel, same=False, wrong=0, sampled=idx.numel())
+            return CompareReply(numel=numel, wrong=0, sampled=idx.numel())
         first = int(bad.nonzero()[0])
-        return CompareReply(numel=numel, same=False, wrong=count, first=int(on[first]), got=f"{float(g[first]):.6g}",
+        return CompareReply(numel=numel, wrong=count, first=int(on[first]), got=f"{float(g[first]):.6g}",
                             want=f"{float(t[first]):.6g}", sampled=idx.numel())
 
     def _flat(self, key: str):

@@ -93,7 +93,7 @@ def test_a_rep_that_computed_something_else_than_the_checked_last_one_is_named()
     assert replay_process.reps_differ(Replayed(ms=[1.0] * 2, sums=atomics)) == ""
     skipped = [[[1.0, 2.0, 0.0]], [[10.0, 20.0, 0.0]], [[10.0, 20.0, 0.0]]]
     assert replay_process.reps_differ(Replayed(ms=[0.1, 1.0, 1.0], sums=skipped)).startswith(
-        "rep 1 of 3 computed another result 0 than the last rep, which was checked whole")
+        "rep 1 of 3 computed another result 0 than the last rep, which was checked against torch's")
     poisoned = [[[10.0, 20.0, 4.0]], [[10.0, 20.0, 0.0]]]  # NaN left where the rep did not write
     assert "4 and 0 non-finite" in replay_process.reps_differ(Replayed(ms=[1.0] * 2, sums=poisoned))
 

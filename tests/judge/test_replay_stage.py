@@ -487,16 +487,21 @@ def test_the_trusted_workers_comparison_reads_a_hostile_file_as_data(tmp_path):
     worker = server.Worker.__new__(server.Worker)
     truth = torch.arange(8.0)
     worker.torch, worker.retained = torch, {("torch", "truth"): truth, ("reference", "rec0"): truth.clone()}
+    indices = tmp_path / "picks.safetensors"
+    save_file({"idx": torch.arange(8)}, str(indices))  # the judge's: every element of so small a result
 
-    def compare(tensors=None, link=None, **kw):
+    def compare(tensors=None, link=None, limit=0, sized=True):
         path = tmp_path / f"r{len(list(tmp_path.iterdir()))}.safetensors"
         if link:
             path.symlink_to(link)
         else:
+            if sized and "output.0" in tensors:  # as a worker writes it: the result's size beside its elements
+                tensors = dict(tensors, **{"numel.output.0": torch.tensor([8])})
             save_file(tensors, str(path))
-        return worker.compare(Compare(str(path), "output.0", kw.pop("limit", 0), "truth", "rec0", 1e-6, 1e-6, **kw))
+        return worker.compare(Compare(str(path), "output.0", limit, "truth", "rec0", 1e-6, 1e-6, str(indices)))
 
-    assert compare({"output.0": truth.clone()}, own="truth").same
+    right = compare({"output.0": truth.clone()})
+    assert (right.numel, right.wrong, right.sampled) == (8, 0, 8)
     wrong = truth.clone()
     wrong[5] = 99.0
     got = compare({"output.0": wrong})
@@ -505,17 +510,19 @@ def test_the_trusted_workers_comparison_reads_a_hostile_file_as_data(tmp_path):
     never_written[2] = float("nan")  # memory the kernel never wrote: a NaN in the words, not a broken reply
     got = compare({"output.0": never_written})
     assert (got.wrong, got.first, got.got) == (1, 2, "nan")
-    assert p.decode_reply(Compare("f", "o", 0, "t", "r", 0.0, 0.0), p.encode(got)) == got
+    assert p.decode_reply(Compare("f", "o", 0, "t", "r", 0.0, 0.0, "i"), p.encode(got)) == got
     assert "cannot be read" in compare(link="/etc/passwd").message
-    assert "larger than" in compare({"output.0": torch.zeros(20_000)}).message  # bounded by the truth's size (and a header)
+    assert "larger than" in compare({"output.0": torch.zeros(20_000)}).message  # bounded by the sample's size (and a header)
     assert "not one floating-point tensor" in compare({"output.0": torch.zeros(8, dtype=torch.int32)}).message
     assert "holds no tensor 'output.0'" in compare({"other": truth.clone()}).message
-    assert compare({"output.0": truth.clone()}, keep_as="student").wrong == 0 and ("trusted", "student") in worker.retained
+    assert "holds no tensor 'numel.output.0'" in compare({"output.0": truth.clone()}, sized=False).message
+    assert "size is not one integer" in compare({"output.0": truth.clone(), "numel.output.0": torch.tensor([8.0])},
+                                                sized=False).message
 
 
 def test_a_rep_faster_and_wrong_beside_a_right_last_one_is_conclusive(stage):
-    """A kernel right only now and then (by the GPU's clock, say): the last rep is checked whole,
-    every other rep by its sums."""
+    """A kernel right only now and then (by the GPU's clock, say): the last rep is checked against
+    torch's result, every other rep by its sums."""
     sums = [[[1.0, 1.0, 0.0]]] * 40 + [[[float(stage.truth.double().sum()), float(stage.truth.double().abs().sum()), 0.0]]] * 8
     got = stage(FakeWorker(stage.truth), replays={"student": {"sums": sums}})
     assert got.outcome == Outcome.FLAGGED and got.severity == "conclusive", got.message
@@ -534,7 +541,7 @@ def test_the_trusted_worker_breaking_is_ours_never_the_students(stage):
 
 
 def test_the_trusted_worker_out_of_memory_while_comparing_flags_no_one(stage, monkeypatch):
-    """Several jobs on one GPU can leave the trusted worker no memory to compare the student's whole
+    """Several jobs on one GPU can leave the trusted worker no memory to compare the student's
     result: not scored, said as ours, no flag (a run of the GPU tests eight at once once flagged an
     honest result this way)."""
     from grader.worker import server
@@ -542,7 +549,6 @@ def test_the_trusted_worker_out_of_memory_while_comparing_flags_no_one(stage, mo
     def no_memory(self, *args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(server.Worker, "_compared", no_memory)
     monkeypatch.setattr(server.Worker, "_sampled", no_memory)
     got = stage(FakeWorker(stage.truth))
     assert got.outcome == Outcome.INFRA_ERROR and not got.severity

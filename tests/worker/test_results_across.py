@@ -1,8 +1,8 @@
-"""A result at the timing size crossing a process (grader.codec.write_tensors, read_tensor): the
-student's worker writes its whole result, a replay its last rep's, and the trusted worker reads
-it back into one buffer and compares it whole (grader.worker.server.Worker.compare). What it
-reads was written by student code, so every malformed file is a Failure that says why: never a
-crash, a hang on a FIFO, a link followed, or more read than the truth's size allows."""
+"""A result crossing a process (grader.codec.write_tensors, read_tensor): the student's worker
+writes its result's elements at the judge's indices, a replay its last rep's, and the trusted
+worker reads them back and compares them (grader.worker.server.Worker.compare). What it reads
+was written by student code, so every malformed file is a Failure that says why: never a crash,
+a hang on a FIFO, a link followed, or more read than the sample's size allows."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ import torch
 from safetensors.torch import load_file, save_file
 
 from grader.codec import ResultFileError, read_tensor, write_tensors
+from grader.judge.picks import picks
 from grader.protocol import Compare, CompareReply, Failure, ProtocolError, Sample, decode_reply, encode
 from grader.worker.server import Worker
 
@@ -67,47 +68,56 @@ def test_a_malformed_result_file_is_refused_with_the_reason(tmp_path, make, why)
 
 
 @pytest.fixture
-def trusted():
-    """A trusted worker keeping torch's result (the truth) and the reference's, as after its calls."""
+def trusted(tmp_path):
+    """A trusted worker keeping torch's result (the truth) and the reference's, as after its calls;
+    and the judge's indices into a result of its size, in the judge's own file."""
     worker = Worker()
     truth = torch.linspace(-3, 3, 1000)
     worker.retained[("torch", "truth")] = truth
     worker.retained[("reference", "rec0")] = truth + 1e-7
+    save_file({"idx": picks(truth.numel())}, str(tmp_path / "picks.safetensors"))
     return worker, truth
 
 
 def _compare(worker, path, limit=0):
-    return worker.compare(Compare(str(path), "rec0", limit, "truth", "rec0", 1e-5, 1e-5, keep_as="student"))
+    return worker.compare(Compare(str(path), "rec0", limit, "truth", "rec0", 1e-5, 1e-5,
+                                  indices=str(path.parent / "picks.safetensors")))
 
 
-def test_a_students_whole_result_written_by_sample_is_compared_whole_by_the_trusted_worker(tmp_path, trusted):
+def _with_size(tensor):
+    """A sample file's tensors as a worker writes them: the elements, and the result's size."""
+    return {"rec0": tensor, "numel.rec0": torch.tensor([tensor.numel()])}
+
+
+def test_a_students_result_sampled_at_the_judges_indices_is_compared_by_the_trusted_worker(tmp_path, trusted):
     worker, truth = trusted
     student = Worker()
     wrong = truth.clone()
     student.retained[("student", "rec0")] = wrong
-    assert student.sample(Sample("student", ["rec0"], "", str(tmp_path / "whole.safetensors"), whole=True)).ok
-    got = _compare(worker, tmp_path / "whole.safetensors")
-    assert isinstance(got, CompareReply) and (got.numel, got.wrong) == (1000, 0)
+    indices = str(tmp_path / "picks.safetensors")
+    assert student.sample(Sample("student", ["rec0"], indices, str(tmp_path / "sample.safetensors"))).ok
+    got = _compare(worker, tmp_path / "sample.safetensors")
+    assert isinstance(got, CompareReply) and (got.numel, got.wrong, got.sampled) == (1000, 0, 1000)
     wrong[417] = 99.0
-    student.sample(Sample("student", ["rec0"], "", str(tmp_path / "whole.safetensors"), whole=True))
-    got = _compare(worker, tmp_path / "whole.safetensors")
+    student.sample(Sample("student", ["rec0"], indices, str(tmp_path / "sample.safetensors")))
+    got = _compare(worker, tmp_path / "sample.safetensors")
     assert isinstance(got, CompareReply) and (got.wrong, got.first, got.got) == (1, 417, "99")
 
 
 def test_a_hostile_result_file_is_a_failure_not_a_crash_a_hang_or_a_link_followed(tmp_path, trusted):
     worker, truth = trusted
     secret = tmp_path / "secret.safetensors"
-    write_tensors({"rec0": truth}, secret)  # right bytes, but not the worker's file: a link to it is not read
+    write_tensors(_with_size(truth), secret)  # right bytes, but not the worker's file: a link to it is not read
     os.symlink(secret, tmp_path / "link.safetensors")
     got = _compare(worker, tmp_path / "link.safetensors")
     assert isinstance(got, Failure) and "cannot be read" in got.message
     os.mkfifo(tmp_path / "fifo.safetensors")
     got = _compare(worker, tmp_path / "fifo.safetensors")
     assert isinstance(got, Failure) and "not a regular file" in got.message
-    write_tensors({"rec0": torch.zeros(1 << 16)}, tmp_path / "big.safetensors")  # past the truth's size allows
-    got = _compare(worker, tmp_path / "big.safetensors", limit=4000)
+    write_tensors(_with_size(torch.zeros(1 << 16)), tmp_path / "big.safetensors")  # past the sample's size allows
+    got = _compare(worker, tmp_path / "big.safetensors")  # bounded by the sample's size (and a header)
     assert isinstance(got, Failure) and "cannot be read (the file is larger than" in got.message
-    write_tensors({"rec0": torch.arange(1000)}, tmp_path / "ints.safetensors")
+    write_tensors(_with_size(torch.arange(1000)), tmp_path / "ints.safetensors")
     got = _compare(worker, tmp_path / "ints.safetensors")
     assert isinstance(got, Failure) and "not one floating-point tensor" in got.message
     _raw(tmp_path / "bad.safetensors", b"[" * 5000 + b"]" * 5000)
@@ -119,18 +129,18 @@ def test_the_trusted_workers_own_failure_while_comparing_is_ours_never_the_stude
     """Out of GPU memory while comparing (several jobs on one GPU): an infra_error, which the stage
     reports as not scored (grader.judge.replay_stage), never a finding against the student's result."""
     worker, truth = trusted
-    write_tensors({"rec0": truth}, tmp_path / "r.safetensors")
+    write_tensors(_with_size(truth), tmp_path / "r.safetensors")
 
     def no_memory(*args):
         raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 2.00 GiB")
 
-    monkeypatch.setattr(worker, "_compared", no_memory)
+    monkeypatch.setattr(worker, "_sampled", no_memory)
     got = _compare(worker, tmp_path / "r.safetensors")
     assert isinstance(got, CompareReply) and got.wrong == 0 and got.ours == (
         "the trusted worker could not compare the result: OutOfMemoryError: CUDA out of memory. "
         "Tried to allocate 2.00 GiB")
     # a reply, not an infra_error Failure, which no worker may send (a student's could claim one): it crosses the pipe
-    request = Compare(str(tmp_path / "r.safetensors"), "rec0", 0, "truth", "rec0", 1e-5, 1e-5)
+    request = Compare(str(tmp_path / "r.safetensors"), "rec0", 0, "truth", "rec0", 1e-5, 1e-5, "picks.safetensors")
     assert decode_reply(request, encode(got)) == got
     with pytest.raises(ProtocolError, match="not one a worker may report"):
         decode_reply(request, encode(Failure("infra_error", "claimed")))
