@@ -130,8 +130,9 @@ def prepare(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, ti
     perf = spec.performance
     assert perf is not None  # the replay runs only for an assignment with a performance case
     ref_folder = workdir.parent / f"{spec.name}.trusted-record"
+    dtypes = floating_dtypes(timed_files[0])  # what the grader's clock's kernel is compiled for, in both workers
     with ThreadPoolExecutor(max_workers=1, thread_name_prefix="trusted-calls") as pool:
-        ours = pool.submit(_trusted_calls, student, trusted, timed_files[0], layout, ref_folder, timeout)
+        ours = pool.submit(_trusted_calls, student, trusted, timed_files[0], layout, ref_folder, dtypes, timeout)
         rec = [f"replay-record-{i}" for i in range(2)]
         replies = []
         for i in range(2):
@@ -145,7 +146,7 @@ def prepare(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, ti
             reply = cast(CallReply, reply)  # request(): the reply its request expects, or a Failure
             replies.append(reply)
         with student.sharing_gpu():  # the grader's clock's own kernel compiled now, not inside its exclusive hold
-            student.request(WarmBurst(floating_dtypes(timed_files[0])), timeout * 2)  # failing, its burst says why
+            student.request(WarmBurst(dtypes), timeout * 2)  # failing, its burst says why
         forbidden = sorted(set(replies[0].ops) & spec.forbidden_ops)
         if forbidden:
             return Prepare(findings=[(Severity.CONCLUSIVE, "torch computed the result at the timing size: "
@@ -164,9 +165,10 @@ def prepare(spec: Assignment, student: StudentWorker, trusted: WorkerProcess, ti
 
 
 def _trusted_calls(student: StudentWorker, trusted: WorkerProcess, inputs: str, layout: dict, ref_folder: Path,
-                   timeout: float) -> tuple[str, int]:
+                   dtypes: list[str], timeout: float) -> tuple[str, int]:
     """Torch's call at the timing size (the truth) and the reference's (recorded), kept by the
-    trusted worker: ('' or why they failed (ours), the truth's elements)."""
+    trusted worker, then the grader's clock's kernel compiled for `dtypes`: ('' or why they
+    failed (ours), the truth's elements)."""
     shutil.rmtree(ref_folder, ignore_errors=True)
     numel = 0
     for c, key, launches in (("torch", "truth", ""), ("reference", "rec0", str(ref_folder))):
@@ -180,7 +182,7 @@ def _trusted_calls(student: StudentWorker, trusted: WorkerProcess, inputs: str, 
             if numel <= 0:
                 return "torch's result at the timing size is not one tensor", 0
     with student.sharing_gpu():  # the grader's clock's own kernel compiled before its exclusive hold, as the student's
-        _ask(trusted, WarmBurst(floating_dtypes(inputs)), timeout * 2)  # failing, the reference's burst says why
+        _ask(trusted, WarmBurst(dtypes), timeout * 2)  # failing, the reference's burst says why
     return "", numel
 
 

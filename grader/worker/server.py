@@ -389,7 +389,7 @@ class Worker:
                             want=f"{float(t[first]):.6g}", sampled=idx.numel())
 
     def _flat(self, key: str):
-        """A kept result, flattened (a call's, under any contender, or one `compare` kept)."""
+        """A kept result of a call, under any contender, flattened."""
         for (_, k), out in self.retained.items():
             if k == key and isinstance(out, self.torch.Tensor):
                 return out.detach().reshape(-1)
