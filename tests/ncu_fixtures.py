@@ -67,3 +67,48 @@ H200_RAW = """==PROF== Connected to process 485 (/usr/bin/python3.12)
 "0","485","python3.12","void unnamed>::distribution_elementwise_grid_stride_kernel<float, 4, void normal_and_transform<float, float, CUDAGeneratorImpl *, void normal_kernel<CUDAGeneratorImpl *>(const TensorBase &, double, double, T1)::[lambda() (instance 1)]::operator ()() lambda() (instance 2)]::operator ()() lambda(float) (instance 1)]>(TensorIteratorBase &, T3, T4)::[lambda(curandStatePhilox4_32_10 *) (instance 2)], void unnamed>::distribution_nullary_kernel<float, float, float4, CUDAGeneratorImpl *, void normal_and_transform<float, float, CUDAGeneratorImpl *, void normal_kernel<CUDAGeneratorImpl *>(const TensorBase &, double, double, T1)::[lambda() (instance 1)]::operator ()() lambda() (instance 2)]::operator ()() lambda(float) (instance 1)]>(TensorIteratorBase &, T3, T4)::[lambda(curandStatePhilox4_32_10 *) (instance 2)], void normal_kernel<CUDAGeneratorImpl *>(const TensorBase &, double, double, T1)::[lambda() (instance 1)]::operator ()() lambda() (instance 2)]::operator ()() lambda(float) (instance 1)]>(TensorIteratorBase &, T4, const T5 &, T6)::[lambda(int, float) (instance 1)]>(long, PhiloxCudaState, T3, T4)","(256, 1, 1)","(1056, 1, 1)","0","9.0","54,816","12,032","40,017,664","24.60","15.19","73.74","50.53","62.50","44","0","0","256","1,056","32","5","32","8","99.98","0.00","0.50","0","0.08","0.06","0","1.80","1.88","3.69","0.31","0.10","0.00","0.02","1.11","0","0"
 ==PROF== Disconnected from process 485
 """
+
+
+# Nsight Compute as NVIDIA installs it (the CUDA toolkit's packages, 2025.x): the `ncu` on PATH,
+# <cuda>/bin/ncu, is a launcher script that looks for its install folder beside the toolkit
+# (<cuda>/nsight-compute-VERSION), then under /opt/nvidia/nsight-compute/VERSION (`opt` here), and
+# execs the install's own `ncu`, a script that runs the real binary under target/<platform>/
+LAUNCHER = """#!/bin/sh
+NSIGHT_COMPUTE_VERSION="{version}"
+CUDA_INSTALL_DIR="$(dirname "$(dirname "$(readlink -f "$0")")")"
+if [ -d "$CUDA_INSTALL_DIR/nsight-compute-$NSIGHT_COMPUTE_VERSION" ]; then
+    NSIGHT_COMPUTE_DIR="$CUDA_INSTALL_DIR/nsight-compute-$NSIGHT_COMPUTE_VERSION"
+elif [ -d "{opt}/$NSIGHT_COMPUTE_VERSION" ]; then
+    NSIGHT_COMPUTE_DIR="{opt}/$NSIGHT_COMPUTE_VERSION"
+else
+    echo "ERROR : nsight-compute directory is not found under $CUDA_INSTALL_DIR or {opt}/$NSIGHT_COMPUTE_VERSION"
+    exit 1
+fi
+exec "$NSIGHT_COMPUTE_DIR/ncu" "$@"
+"""
+INSTALL_NCU = """#!/bin/sh
+exec "$(dirname "$(readlink -f "$0")")/target/linux-desktop-glibc_2_11_3-x64/ncu" "$@"
+"""
+PLATFORM = "target/linux-desktop-glibc_2_11_3-x64"
+
+
+def install_ncu(root, binary: str, version: str = "2025.3.1", beside_toolkit: bool = False):
+    """A stand-in Nsight Compute under `root`: the toolkit's launcher at root/cuda/bin/ncu, the
+    install at root/opt/nvidia/nsight-compute/VERSION (or beside the toolkit), its real `binary`
+    (a script's text) under target/. Returns (the launcher, the install folder)."""
+    from pathlib import Path
+
+    root = Path(root)
+    opt = root / "opt" / "nvidia" / "nsight-compute"
+    install = root / "cuda" / f"nsight-compute-{version}" if beside_toolkit else opt / version
+    launcher = root / "cuda" / "bin" / "ncu"
+    for path, text in ((launcher, LAUNCHER.format(version=version, opt=opt)), (install / "ncu", INSTALL_NCU),
+                       (install / PLATFORM / "ncu", binary)):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text)
+        path.chmod(0o755)
+    (install / "host" / "linux-desktop-glibc_2_11_3-x64").mkdir(parents=True, exist_ok=True)
+    (install / "sections").mkdir(exist_ok=True)
+    for folder in (root, *[p for p in install.parents if root in p.parents], install):
+        folder.chmod(0o755)  # read by a sandboxed replay's own uid
+    return launcher, install

@@ -4,9 +4,11 @@ After grading, apart from it: for each assignment the timing stage timed by repl
 kept (GradingContext.replay_store) are replayed again, the reference's and the student's each in a
 sandboxed replay process of its own (grader.judge.replay_process, as `grader verify` does), this time
 started under `ncu` (grader.profile.ncu) for one rep of the record's launches, on the input set
-made again from the run's seed. No student Python runs; the grade is made and written before, and
-nothing here changes it. ncu's CSV comes back from the replay's result folder, read bounded, and
-grader.profile.explain says what it shows. Imported only when `--profile` is asked for.
+made again from the run's seed. ncu runs inside the sandbox with the replay (it injects itself into
+the process it profiles): Nsight Compute's install folder, resolved here (ncu.locate), is added to
+that replay's view read-only, and the install's own `ncu` runs it. No student Python runs; the grade
+is made and written before, and nothing here changes it. ncu's CSV comes back from the replay's
+result folder, read bounded, and grader.profile.explain says what it shows. Imported only when `--profile` is asked for.
 
 Where no profile can be made (no GPU, no ncu, counters open to admin users only, an assignment not
 timed by replay), `unavailable` / `Profile.why_not` say why in one line and the check goes on."""
@@ -53,8 +55,13 @@ def unavailable(device: Device, isolation: str, params: Path = Path("/proc/drive
     """'' where a profile can be tried on this machine, else why not (one line)."""
     if device != Device.CUDA:
         return "no profile: it needs an NVIDIA GPU, and this ran in Triton's CPU interpreter"
-    if ncu.find_ncu() is None:
+    found = ncu.find_ncu()
+    if found is None:
         return f"no profile: Nsight Compute (ncu) is not installed here (not on PATH, nor {ncu.NCU_DEFAULT})"
+    install = ncu.locate(found)
+    if isinstance(install, str):
+        return "no profile: Nsight Compute's install folder, which the profiled replay must see, was not found: " \
+            + one_line(install, 400)
     # the replay runs as an unprivileged user without capabilities, unless --isolation none as root
     if ncu.counters_restricted(params) and not (isolation == "none" and os.geteuid() == 0):
         return "no profile: " + ncu.RESTRICTED
@@ -94,6 +101,10 @@ def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str,
     folders = {c: Path(store) / str(replay.kept.get(c, "")) for c in ("reference", "student")}
     if not all((f / "launches.json").is_file() for f in folders.values()):
         return Profile(name, why_not=f"no profile of {name}: the replay's records were not kept")
+    found = ncu.find_ncu()
+    install = ncu.locate(found) if found is not None else "no ncu on PATH"
+    if isinstance(install, str):
+        return Profile(name, why_not=f"no profile of {name}: Nsight Compute's install folder: {one_line(install, 300)}")
     work = Path(tempfile.mkdtemp(prefix="grader-profile-"))
     sandbox = SandboxState()  # the profiled replays' own: they run after the grading session
     try:
@@ -110,8 +121,8 @@ def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str,
             kernels = [k.name for k in plan.kernels.values()]
             count = sum(1 for s in plan.steps if isinstance(s, launchrecord.RecordedLaunch))
             log = work / c / "result" / ncu.LOG_NAME
-            entry = boot(ncu.find_ncu() or ncu.NCU_DEFAULT, ncu.options(kernels, count, str(log)))
-            run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings, sandbox)
+            entry = boot(install.command, ncu.options(kernels, count, str(log)))
+            run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings, sandbox, (install.folder,))
             try:
                 launches[c] = ncu.parse(_read(log))
             except ncu.NcuError as exc:
@@ -124,15 +135,17 @@ def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str,
 
 
 def _under_ncu(record: Path, work: Path, job: Path, entry: str, isolation: str, gpu: str | None,
-               settings: Settings, sandbox: SandboxState) -> Replayed:
+               settings: Settings, sandbox: SandboxState, readable: tuple[Path, ...] = ()) -> Replayed:
     """One replay (a rep, no placements) through the sandbox with `entry` as its entry point, told
     to go at once; then, unlike a timed replay (whose process is stopped once its last result is
-    written), waited for until it ends: ncu writes its CSV as the replayed process exits."""
+    written), waited for until it ends: ncu writes its CSV as the replayed process exits.
+    `readable`: Nsight Compute's install folder, which the sandbox's view shows read-only (ncu runs
+    inside the sandbox with the replay it profiles: it injects itself into that process)."""
     from grader.judge import replay_process
 
     run = replay_process.go(replay_process.start(record, work / "inputs.safetensors", work / "layout.json", job, 1,
                                                  TIMEOUT_S, isolation=isolation, gpu=gpu, boot=entry,
-                                                 settings=settings, sandbox=sandbox))
+                                                 settings=settings, sandbox=sandbox, readable=readable))
     pending = run.pending
     if isinstance(pending, replay_process.Pending):  # the real process, started here
         deadline = time.monotonic() + TIMEOUT_S

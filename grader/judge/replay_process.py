@@ -285,7 +285,7 @@ class Pending:
 
 def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sandbox", gpu: str | None = None,
           boot: str = BOOTSTRAP, placements: int = 1, picked: bool = False, *, settings: Settings,
-          sandbox: SandboxState) -> Pending | Replayed:
+          sandbox: SandboxState, readable: tuple[Path, ...] = ()) -> Pending | Replayed:
     """A replay process started in `job` (a new folder) through the sandbox backend (as a worker
     is: the same view rules, uid, limits, no network) before its record exists: it imports torch
     and Triton, then waits for `place` to put its checked record and inputs there (READY), and
@@ -294,7 +294,8 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
     sets of buffers at other addresses. `picked`: it hands back its last result's elements at the
     judge's indices (`settle`), not the whole result. `settings`: the grading session's (its uids, threads,
     container command) and `sandbox` what its sandbox keeps (the copy of the code the process
-    imports), handed to the process as to a worker."""
+    imports), handed to the process as to a worker; `readable`: host folders its view shows
+    read-only besides (Nsight Compute's install, for a replay run under ncu)."""
     job = Path(job)
     job.mkdir(parents=True, exist_ok=True)
     (job / "record").mkdir(exist_ok=True)
@@ -308,7 +309,7 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
                            path=str(sandbox.worker_code()))
     try:
         proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job,
-                             command=argv, settings=settings, sandbox=sandbox)
+                             command=argv, settings=settings, sandbox=sandbox, readable=readable)
     except (OSError, SandboxError) as exc:
         return Replayed(failed=f"the replay process could not be started: {one_line(exc, 200)}")
     return Pending(proc, job, timeout, picked=picked)
@@ -321,7 +322,8 @@ def place(pending: ReplayProcess | Replayed, record: Path, inputs: Path, layout:
 
 def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeout: float,
           isolation: Isolation | str = "sandbox", gpu: str | None = None, boot: str = BOOTSTRAP,
-          placements: int = 1, *, settings: Settings, sandbox: SandboxState) -> ReplayProcess | Replayed:
+          placements: int = 1, *, settings: Settings, sandbox: SandboxState,
+          readable: tuple[Path, ...] = ()) -> ReplayProcess | Replayed:
     """`spawn` and `place` at once: a replay ready to go. A refused record starts nothing."""
     job = Path(job)
     job.mkdir(parents=True)
@@ -329,7 +331,8 @@ def start(record: Path, inputs: Path, layout: Path, job: Path, reps: int, timeou
         checked_copy(Path(record), job / "record", input_sizes(inputs, layout))
     except LaunchRecordError as exc:
         return Replayed(refused=str(exc)[:400])
-    started = spawn(job, reps, timeout, isolation, gpu, boot, placements, settings=settings, sandbox=sandbox)
+    started = spawn(job, reps, timeout, isolation, gpu, boot, placements, settings=settings, sandbox=sandbox,
+                    readable=readable)
     return place(started, record, inputs, layout)
 
 

@@ -58,11 +58,84 @@ def metric_names() -> list[str]:
 
 
 def find_ncu(path_env: str | None = None) -> Path | None:
-    """The `ncu` binary: on PATH, else where the CUDA toolkit installs it; None without one."""
+    """The `ncu` command: on PATH, else where the CUDA toolkit installs it; None without one."""
     found = shutil.which("ncu", path=path_env)
     if found:
         return Path(found)
     return NCU_DEFAULT if NCU_DEFAULT.is_file() and os.access(NCU_DEFAULT, os.X_OK) else None
+
+
+# Nsight Compute's install folder: its own `ncu` (a script that runs the real binary beside it) and the
+# binary's folders, target/<platform>/ and host/<platform>/ (the sections, the libraries it loads)
+OPT_ROOT = Path("/opt/nvidia/nsight-compute")  # where its own installer and NVIDIA's packages put each version
+MAX_LAUNCHER_BYTES = 64 << 10
+VERSION = re.compile(r"\b(20\d\d\.\d+(?:\.\d+){0,2})\b")
+# an absolute path the launcher names (not one after a variable), up to a variable or a quote
+NAMED_FOLDER = re.compile(r"(?<![\w$}/.])/[\w.+/-]*nsight-compute[\w.+/-]*")
+
+
+@dataclass(frozen=True)
+class Install:
+    """Where Nsight Compute lies: `command`, what the replay runs as ncu (the install's own `ncu`),
+    and `folder`, the install folder the profiled process must see (read-only) for it to start."""
+
+    command: Path
+    folder: Path
+
+
+def is_install(folder: Path) -> bool:
+    """`folder` holds an Nsight Compute install: its `ncu` and the real binary's target/ folder."""
+    ncu = folder / "ncu"
+    return ncu.is_file() and os.access(ncu, os.X_OK) and (folder / "target").is_dir()
+
+
+def _version_key(folder: Path) -> tuple[int, ...]:
+    m = VERSION.search(folder.name)
+    return tuple(int(x) for x in m.group(1).split(".")) if m else ()
+
+
+def locate(found: Path) -> Install | str:
+    """The install behind `found` (the `ncu` on PATH), resolved here on the trusted side as the
+    launcher would: `found` itself where it lies in an install (or links into one, or is the real
+    binary under target/); else `found` is the CUDA toolkit's launcher, a script that looks for
+    nsight-compute-VERSION beside the toolkit, then OPT_ROOT/VERSION: the folders it names and the
+    version it names are looked for, the newest install where it names none. Else why not, one line."""
+    real = Path(os.path.realpath(found))
+    for folder in (real.parent, *list(real.parents)[1:3]):  # <install>/ncu, <install>/target/<platform>/ncu
+        if is_install(folder):
+            return Install(folder / "ncu", folder)
+    try:
+        with open(real, "rb") as f:
+            text = f.read(MAX_LAUNCHER_BYTES).decode("utf-8", errors="replace")
+    except OSError as exc:
+        return f"{found} cannot be read ({exc.strerror or exc})"
+    if not text.startswith("#!"):  # a binary of its own outside any install: what it needs lies beside it
+        return Install(real, real.parent)
+    versions = VERSION.findall(text)
+    roots = [real.parent.parent]  # the toolkit's folder (<cuda>/bin/ncu), then the folders it names
+    for named in NAMED_FOLDER.findall(text):
+        path = Path(named.rstrip("/"))
+        roots += [path.parent, path] if VERSION.search(path.name) or path.name.endswith("-") else [path]
+    roots = list(dict.fromkeys([*roots, OPT_ROOT]))
+    candidates: set[Path] = set()
+    for root in roots:
+        if not root.is_dir():
+            continue
+        try:
+            inside = [p for p in root.iterdir() if "nsight-compute" in p.name or VERSION.search(p.name)]
+        except OSError:
+            continue
+        candidates |= {p for p in [root, *inside] if is_install(p)}
+    if versions:  # the version the launcher asks for, where it says one
+        named_version = [c for c in candidates if any(v in c.name for v in versions)]
+        candidates = set(named_version) or candidates
+    if not candidates:
+        where = ", ".join(str(r) for r in roots)
+        version = f" {versions[0]}" if versions else ""
+        return (f"{found} is a launcher script, and no Nsight Compute{version} install (a folder with its ncu and "
+                f"target/) was found where it looks: {where}")
+    best = max(candidates, key=lambda c: (_version_key(c), str(c)))
+    return Install(best / "ncu", best)
 
 
 def counters_restricted(params: Path = Path("/proc/driver/nvidia/params")) -> bool | None:

@@ -120,7 +120,9 @@ class Launch:
     `writable` are its own (writable); `job` is readable; `hide` names more private folders;
     `command` replaces the worker (a probe, a test), else the backend runs the worker with its
     channel's ends as arguments; `probe` is the code a forked start runs for the probe's command
-    (grader.sandbox.zygote: a fork has no command line to exec)."""
+    (grader.sandbox.zygote: a fork has no command line to exec); `readable` names more folders of
+    the host its view shows read-only (the grader's choice, never the student's: Nsight Compute's
+    install folder for a profiled replay)."""
 
     cwd: Path
     scratch: Path
@@ -134,6 +136,7 @@ class Launch:
     command: list[str] | None = None
     probe: str | None = None
     settings: Settings = field(kw_only=True)  # the session's: warm starts, the uid range, the container command
+    readable: list[Path] = field(default_factory=list, kw_only=True)
 
 
 class StartedProcess(Protocol):

@@ -187,7 +187,7 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
         "env": launch.env,
         "limits": launch.limits.for_worker(user is not None, launch.interpret),
         "user": user,
-        "view": (sandbox_view(launch.job, launch.writable, launch.hide, launch.settings, code)
+        "view": (sandbox_view(launch.job, launch.writable, launch.hide, launch.settings, code, launch.readable)
                  if isolation.namespaces else None),
         "pass_fds": list(channel),
         "status_fd": status_tx,
@@ -274,11 +274,13 @@ def installed_package() -> str | None:
     return os.path.realpath(parent / "grader") if parent.name in ("site-packages", "dist-packages") else None
 
 
-def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings, code: Path) -> dict:
+def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Settings, code: Path,
+                 also_readable: list[Path] | None = None) -> dict:
     """The worker's view (grader.sandbox.init.build_view): an allowlist, nothing else of the host.
     Read-only: the system folders, the Python install (prefixes, site-packages, the user site,
     what its .pth files add), CUDA's folders (LD_LIBRARY_PATH, CUDA_HOME), the worker's own copy
-    of the grader's code (`code`, SandboxState.worker_code), the job folder; /dev and /sys read-only, the
+    of the grader's code (`code`, SandboxState.worker_code), the job folder, the folders in `also_readable`
+    (the grader's own choice: Nsight Compute's install for a profiled replay); /dev and /sys read-only, the
     namespace's own /proc; the worker's own folders writable; /tmp, /var/tmp, /dev/shm and the
     temp folder private and empty. No folder that holds a private one (the course, above all) is
     bound; a private folder inside a bound one is covered by an empty read-only tmpfs."""
@@ -288,7 +290,8 @@ def sandbox_view(job: Path, writable: list[Path], hide: list[Path], settings: Se
     if user_site:
         site_dirs.add(user_site)
     libraries = os.environ.get("LD_LIBRARY_PATH", "").split(os.pathsep) + [os.environ.get("CUDA_HOME", "")]
-    wanted = [p for p in (*site_dirs, *libraries) if p and os.path.isabs(p) and os.path.isdir(p)]
+    wanted = [p for p in (*site_dirs, *libraries, *map(str, also_readable or ()))
+              if p and os.path.isabs(p) and os.path.isdir(p)]
     # never a folder that is, or holds, the course or another private folder
     # (an installed grader's package is covered instead: its site-packages is the worker's too)
     readable = {os.path.realpath(p) for p in wanted

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -112,12 +113,19 @@ def test_why_a_machine_cannot_profile(tmp_path, monkeypatch):
     monkeypatch.setattr(ncu, "NCU_DEFAULT", tmp_path / "cuda" / "bin" / "ncu")
     assert profiling.unavailable(Device.CPU, "sandbox").startswith("no profile: it needs an NVIDIA GPU")
     assert "Nsight Compute (ncu) is not installed here" in profiling.unavailable(Device.CUDA, "sandbox")
-    _fake_ncu(tmp_path)
+    monkeypatch.setattr(ncu, "OPT_ROOT", tmp_path / "nowhere")
+    launcher, install = fx.install_ncu(tmp_path / "host", "#!/bin/sh\n")
+    monkeypatch.setenv("PATH", str(launcher.parent))
     params = tmp_path / "params"
     params.write_text("RmProfilingAdminOnly: 1\n")
     assert "NVreg_RestrictProfilingToAdminUsers=0" in profiling.unavailable(Device.CUDA, "sandbox", params)
     params.write_text("RmProfilingAdminOnly: 0\n")
     assert profiling.unavailable(Device.CUDA, "sandbox", params) == ""
+    shutil.rmtree(install)  # the toolkit's launcher left behind without the install it runs
+    why = profiling.unavailable(Device.CUDA, "sandbox", params)
+    assert why.startswith("no profile: Nsight Compute's install folder, which the profiled replay must see, was not "
+                          f"found: {launcher} is a launcher script, and no Nsight Compute 2025.3.1 install"), why
+    assert "\n" not in why and str(install.parent) in why, why
 
 
 def test_an_assignment_not_timed_by_replay_says_why(tmp_path):
@@ -204,3 +212,43 @@ def test_the_profiled_replay_is_waited_for_until_ncu_has_written(tmp_path):
     assert not run.failed and run.ms == [0.5], run
     (launch,) = ncu.parse(profiling._read(log))
     assert launch.kernel == "softmax_one_warp"
+
+
+def _namespaces() -> bool:
+    from grader.sandbox.process import detect
+
+    return detect("sandbox", settings=Settings(), sandbox=SANDBOX).namespaces
+
+
+@pytest.mark.skipif(not _namespaces(), reason="no namespaces here: the sandbox's view is what this tests")
+def test_the_sandboxed_replay_runs_under_ncu_only_with_its_install_folder_shown_read_only(tmp_path):
+    """The `ncu` on PATH is the CUDA toolkit's launcher (a stand-in of it here, as NVIDIA ships it),
+    which looks for Nsight Compute's install folder (under /opt) and fails without it: so it did
+    in the sandbox, whose view holds no /opt. Resolved here, the install is shown to the profiled
+    replay read-only, and the install's own ncu runs it there."""
+    from tests.judge.test_replay_sandbox import _call
+
+    writes = ("import json, os, sys, time\ntry:\n    open(os.path.realpath(__file__) + '.written', 'w').close()\n"
+              "except OSError:\n    pass\n")
+    binary = LATE_NCU.format(python=sys.executable, csv=fx.ncu_csv(fx.TINY_BLOCK)).replace(
+        "import json, os, sys, time\n", writes, 1)
+    launcher, install = fx.install_ncu(tmp_path / "host", binary)
+    _, rec, inputs, layout = _call(tmp_path / "call")
+    work = inputs.parent
+
+    def profiled(name: str, command: Path, readable: tuple[Path, ...]):
+        log = work / name / "result" / ncu.LOG_NAME
+        entry = profiling.boot(command, ncu.options(["add_kernel"], 1, str(log)))
+        return profiling._under_ncu(rec, work, work / name, entry, "sandbox", None, Settings(), SANDBOX, readable), log
+
+    # as before: the launcher run in the sandbox, its own folder seen (as /usr/local/cuda is), the install not
+    bare, _ = profiled("bare", launcher, (launcher.parent.parent,))
+    assert "nsight-compute directory is not found" in bare.failed and not bare.ms, bare
+    found = ncu.locate(launcher)
+    assert found == ncu.Install(install / "ncu", install)
+    run, log = profiled("shown", found.command, (found.folder,))
+    assert not run.failed and run.ms == [0.5], run
+    (launch,) = ncu.parse(profiling._read(log))
+    assert launch.kernel == "softmax_one_warp"
+    assert not (install / fx.PLATFORM / "ncu.written").exists()  # shown read-only: the profiled side wrote nothing there
+    assert os.access(install / fx.PLATFORM, os.W_OK)  # the control: outside the view the folder is writable
