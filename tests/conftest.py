@@ -104,6 +104,8 @@ def run_cli(args: list[str], cwd: Path, timeout: float = 900) -> CliRun:
     out = cwd / "out"
     # this checkout's grader, whatever is installed, and wide enough lines to assert on
     env = dict(os.environ, COLUMNS="200", PYTHONPATH=os.pathsep.join(filter(None, [str(REPO_ROOT), os.environ.get("PYTHONPATH")])))
+    for own in ("PYTEST_CURRENT_TEST", "PYTEST_XDIST_WORKER"):  # pytest's own, per test and worker: without them
+        env.pop(own, None)  # every test's check fits the same warm judge (where GRADER_WARM_SECONDS keeps one)
     proc = subprocess.run([sys.executable, "-m", "grader", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=timeout)
     results_file = out / "results.json"
     report_file = out / "report.html"

@@ -69,22 +69,34 @@ H200_RAW = """==PROF== Connected to process 485 (/usr/bin/python3.12)
 """
 
 
-# Nsight Compute as NVIDIA installs it (the CUDA toolkit's packages, 2025.x): the `ncu` on PATH,
-# <cuda>/bin/ncu, is a launcher script that looks for its install folder beside the toolkit
-# (<cuda>/nsight-compute-VERSION), then under /opt/nvidia/nsight-compute/VERSION (`opt` here), and
-# execs the install's own `ncu`, a script that runs the real binary under target/<platform>/
+# Nsight Compute as the CUDA toolkit installs it (CUDA 13.0 on the H200 machine, Nsight Compute 2025.3.1): the
+# `ncu` on PATH, <cuda>/bin/ncu, is a POSIX sh launcher that picks the latest version among the folders
+# /opt/nvidia/nsight-compute/<year.major.minor> (`opt` here) and <cuda>/bin/../nsight-compute-<version>,
+# fails with "nsight-compute directory is not found" where there is none, and execs that folder's
+# own `ncu`, a script that runs the real binary under target/<platform>/
 LAUNCHER = """#!/bin/sh
-NSIGHT_COMPUTE_VERSION="{version}"
-CUDA_INSTALL_DIR="$(dirname "$(dirname "$(readlink -f "$0")")")"
-if [ -d "$CUDA_INSTALL_DIR/nsight-compute-$NSIGHT_COMPUTE_VERSION" ]; then
-    NSIGHT_COMPUTE_DIR="$CUDA_INSTALL_DIR/nsight-compute-$NSIGHT_COMPUTE_VERSION"
-elif [ -d "{opt}/$NSIGHT_COMPUTE_VERSION" ]; then
-    NSIGHT_COMPUTE_DIR="{opt}/$NSIGHT_COMPUTE_VERSION"
-else
-    echo "ERROR : nsight-compute directory is not found under $CUDA_INSTALL_DIR or {opt}/$NSIGHT_COMPUTE_VERSION"
+CUDA_TOOLKIT_BIN_DIR="$(dirname "$(readlink -f -- "$0")")"
+NSIGHT_COMPUTE_DIR=""
+best=0
+for dir in {opt}/* "$CUDA_TOOLKIT_BIN_DIR"/../nsight-compute-*; do
+    [ -d "$dir" ] || continue
+    version="${{dir##*/}}"
+    version="${{version#nsight-compute-}}"
+    case "$version" in *[!0-9.]* | "") continue ;; esac
+    year="${{version%%.*}}"; rest="${{version#*.}}"; major="${{rest%%.*}}"; minor="${{rest#*.}}"; minor="${{minor%%.*}}"
+    value=$((year * 10000 + major * 100 + minor))
+    if [ "$value" -gt "$best" ]; then best=$value; NSIGHT_COMPUTE_DIR="$dir"; fi
+done
+if [ -z "$NSIGHT_COMPUTE_DIR" ]; then
+    echo "ERROR : nsight-compute directory is not found under $CUDA_TOOLKIT_BIN_DIR/../ or {opt}. Nsight Compute is not installed on your system."
     exit 1
 fi
-exec "$NSIGHT_COMPUTE_DIR/ncu" "$@"
+NSIGHT_COMPUTE_CLI="$NSIGHT_COMPUTE_DIR/ncu"
+if [ ! -x "$NSIGHT_COMPUTE_CLI" ]; then
+    echo "ERROR : $NSIGHT_COMPUTE_CLI not found."
+    exit 1
+fi
+exec "$NSIGHT_COMPUTE_CLI" "$@"
 """
 INSTALL_NCU = """#!/bin/sh
 exec "$(dirname "$(readlink -f "$0")")/target/linux-desktop-glibc_2_11_3-x64/ncu" "$@"
@@ -102,7 +114,7 @@ def install_ncu(root, binary: str, version: str = "2025.3.1", beside_toolkit: bo
     opt = root / "opt" / "nvidia" / "nsight-compute"
     install = root / "cuda" / f"nsight-compute-{version}" if beside_toolkit else opt / version
     launcher = root / "cuda" / "bin" / "ncu"
-    for path, text in ((launcher, LAUNCHER.format(version=version, opt=opt)), (install / "ncu", INSTALL_NCU),
+    for path, text in ((launcher, LAUNCHER.format(opt=opt)), (install / "ncu", INSTALL_NCU),
                        (install / PLATFORM / "ncu", binary)):
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(text)

@@ -97,9 +97,9 @@ def _version_key(folder: Path) -> tuple[int, ...]:
 def locate(found: Path) -> Install | str:
     """The install behind `found` (the `ncu` on PATH), resolved here on the trusted side as the
     launcher would: `found` itself where it lies in an install (or links into one, or is the real
-    binary under target/); else `found` is the CUDA toolkit's launcher, a script that looks for
-    nsight-compute-VERSION beside the toolkit, then OPT_ROOT/VERSION: the folders it names and the
-    version it names are looked for, the newest install where it names none. Else why not, one line."""
+    binary under target/); else `found` is the CUDA toolkit's launcher, a script that runs the
+    latest version among <cuda>/nsight-compute-VERSION and OPT_ROOT/VERSION: those folders and the
+    ones the script names are looked in, and the newest install there wins. Else why not, in one line."""
     real = Path(os.path.realpath(found))
     for folder in (real.parent, *list(real.parents)[1:3]):  # <install>/ncu, <install>/target/<platform>/ncu
         if is_install(folder):
@@ -111,7 +111,6 @@ def locate(found: Path) -> Install | str:
         return f"{found} cannot be read ({exc.strerror or exc})"
     if not text.startswith("#!"):  # a binary of its own outside any install: what it needs lies beside it
         return Install(real, real.parent)
-    versions = VERSION.findall(text)
     roots = [real.parent.parent]  # the toolkit's folder (<cuda>/bin/ncu), then the folders it names
     for named in NAMED_FOLDER.findall(text):
         path = Path(named.rstrip("/"))
@@ -126,14 +125,10 @@ def locate(found: Path) -> Install | str:
         except OSError:
             continue
         candidates |= {p for p in [root, *inside] if is_install(p)}
-    if versions:  # the version the launcher asks for, where it says one
-        named_version = [c for c in candidates if any(v in c.name for v in versions)]
-        candidates = set(named_version) or candidates
     if not candidates:
         where = ", ".join(str(r) for r in roots)
-        version = f" {versions[0]}" if versions else ""
-        return (f"{found} is a launcher script, and no Nsight Compute{version} install (a folder with its ncu and "
-                f"target/) was found where it looks: {where}")
+        return (f"{found} is a launcher script, and no Nsight Compute install (a folder with its ncu and target/) "
+                f"was found where it looks: {where}")
     best = max(candidates, key=lambda c: (_version_key(c), str(c)))
     return Install(best / "ncu", best)
 

@@ -22,12 +22,16 @@ def test_the_launcher_is_followed_to_the_install_it_would_run(tmp_path, monkeypa
     assert out.stdout == "real ncu --version\n", out
 
 
-def test_the_version_the_launcher_names_wins_over_a_newer_one(tmp_path, monkeypatch):
+def test_the_latest_version_of_both_places_wins_as_the_launcher_picks_it(tmp_path, monkeypatch):
     monkeypatch.setattr(ncu, "OPT_ROOT", tmp_path / "nowhere")
-    launcher, named = fx.install_ncu(tmp_path, BINARY, "2025.3.1")
-    _, newer = fx.install_ncu(tmp_path / "other", BINARY, "2026.1.0")
-    os.rename(newer, named.parent / "2026.1.0")
-    assert ncu.locate(launcher).folder == named
+    launcher, older = fx.install_ncu(tmp_path, BINARY.replace("real", "2025.3.1"), "2025.3.1")
+    _, newer = fx.install_ncu(tmp_path / "other", BINARY.replace("real", "2026.1.0"), "2026.1.0", beside_toolkit=True)
+    os.rename(newer, launcher.parent.parent / newer.name)
+    assert ncu.locate(launcher).folder == launcher.parent.parent / "nsight-compute-2026.1.0"
+    out = subprocess.run([str(launcher)], capture_output=True, text=True, timeout=30)
+    assert out.stdout == "2026.1.0 ncu\n", out  # the launcher's own choice
+    shutil.rmtree(launcher.parent.parent / newer.name)
+    assert ncu.locate(launcher).folder == older
 
 
 def test_an_install_beside_the_toolkit_and_links_into_an_install(tmp_path, monkeypatch):
@@ -49,7 +53,7 @@ def test_a_launcher_whose_install_is_missing_says_where_it_looked(tmp_path, monk
     shutil.rmtree(install)
     (install.parent / "2025.3.1-old").mkdir()  # a folder that holds no install is none
     why = ncu.locate(launcher)
-    assert isinstance(why, str) and "no Nsight Compute 2025.3.1 install" in why, why
+    assert isinstance(why, str) and "is a launcher script, and no Nsight Compute install" in why, why
     assert str(tmp_path / "cuda") in why and str(tmp_path / "opt" / "nvidia" / "nsight-compute") in why, why
     out = subprocess.run([str(launcher)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "nsight-compute directory is not found" in out.stdout  # as the launcher says
