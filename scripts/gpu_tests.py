@@ -26,6 +26,7 @@ was skipped with its reason and none was left unrun.
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import re
 import shutil
@@ -61,6 +62,7 @@ class FileResult:
     errors: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
     unrun: list[str] = field(default_factory=list)
+    why_skipped: set[str] = field(default_factory=set)  # pytest's reasons, as junit keeps them
     seconds: float = 0.0  # the sum of its tests' own durations (in a pool they overlap)
 
     @property
@@ -73,6 +75,8 @@ class FileResult:
         bad = [f"FAILED {n}" for n in self.failed] + [f"ERROR {n}" for n in self.errors] + \
             [f"NOT RUN {n}" for n in self.unrun]
         head = f"{'ok  ' if self.ok else 'FAIL'} {self.path}: {', '.join(counts)} ({self.seconds:.0f} s of tests)"
+        if self.why_skipped:
+            head += " skipped: " + "; ".join(sorted(self.why_skipped))[:300]
         return head + ("".join(f"\n       {b}" for b in bad) if bad else "")
 
 
@@ -106,13 +110,13 @@ def live_statuses(output: str) -> dict[str, str]:
     return found
 
 
-def junit_results(xml: Path) -> dict[str, tuple[str, float]]:
-    """node id -> (outcome, seconds) from pytest's --junitxml file; {} where there is none."""
+def junit_results(xml: Path) -> dict[str, tuple[str, float, str]]:
+    """node id -> (outcome, seconds, why skipped) from pytest's --junitxml file; {} where there is none."""
     try:
         tree = ET.parse(xml)
     except (OSError, ET.ParseError):
         return {}
-    out: dict[str, tuple[str, float]] = {}
+    out: dict[str, tuple[str, float, str]] = {}
     for case in tree.iter("testcase"):
         parts, name = case.get("classname", "").split("."), case.get("name", "")
         cut = next((i for i in range(len(parts), 0, -1) if (ROOT / ("/".join(parts[:i]) + ".py")).is_file()),
@@ -122,9 +126,10 @@ def junit_results(xml: Path) -> dict[str, tuple[str, float]]:
         status = "FAILED" if "failure" in kinds else "ERROR" if "error" in kinds else \
             "SKIPPED" if "skipped" in kinds else "PASSED"
         seconds = float(case.get("time") or 0)
+        skip = next((child.get("message", "") for child in case if child.tag == "skipped"), "")
         if node in out and out[node][0] != "PASSED":
             status = out[node][0]  # a test's setup and call, or its call and teardown: the worse one
-        out[node] = (status, seconds + (out[node][1] if node in out else 0.0))
+        out[node] = (status, seconds + (out[node][1] if node in out else 0.0), skip)
     return out
 
 
@@ -141,7 +146,8 @@ def collect(files: list[str], env: dict[str, str]) -> dict[str, list[str]]:
     return ids
 
 
-def run_phase(phase: Phase, env: dict[str, str], deadline: float, reports: Path) -> tuple[str, dict]:
+def run_phase(phase: Phase, env: dict[str, str], deadline: float,
+              reports: Path) -> tuple[str, dict[str, tuple[str, float, str]]]:
     """One phase's pytest, interrupted at `deadline`: its output and junit results."""
     xml = reports / f"{phase.name}.xml"
     argv = [sys.executable, "-m", "pytest", "-v", "-rA", "-p", "no:cacheprovider", f"--junitxml={xml}",
@@ -167,7 +173,8 @@ def run_phase(phase: Phase, env: dict[str, str], deadline: float, reports: Path)
     return log.read_text(errors="replace"), junit_results(xml)
 
 
-def summarize(ids: dict[str, list[str]], output: str, junit: dict[str, tuple[str, float]]) -> list[FileResult]:
+def summarize(ids: dict[str, list[str]], output: str, junit: dict[str, tuple[str, float, str]]) -> list[FileResult]:
+    """Each file's tests by outcome: junit's word where the phase wrote it, else its -v line, else not run."""
     live = live_statuses(output)
     results = []
     for path, tests in ids.items():
@@ -175,8 +182,10 @@ def summarize(ids: dict[str, list[str]], output: str, junit: dict[str, tuple[str
         if not tests:
             r.errors.append(f"{path} (collected no test)")
         for node in tests:
-            status, seconds = junit.get(node, (live.get(node, ""), 0.0))
+            status, seconds, skip = junit.get(node, (live.get(node, ""), 0.0, ""))
             r.seconds += seconds
+            if skip:
+                r.why_skipped.add(skip)
             short = node.split("::", 1)[1]
             {"PASSED": r.passed, "XPASS": r.passed, "FAILED": r.failed, "ERROR": r.errors, "SKIPPED": r.skipped,
              "XFAIL": r.skipped}.get(status, r.unrun).append(short)
@@ -197,9 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     deadline = start + args.budget
     files = args.files or sorted(str(p.relative_to(ROOT)) for p in (ROOT / GPU).glob("test_*.py"))
     workers = args.workers or max(2, min(8, (os.cpu_count() or 4) // 2))
-    try:
-        import xdist  # noqa: F401 - pytest-xdist, for the pool's workers
-    except ImportError:
+    if importlib.util.find_spec("xdist") is None:  # pytest-xdist, for the pool's workers
         print("pytest-xdist is not installed: the pool runs serially", flush=True)
         workers = 0
     shared = Path(tempfile.mkdtemp(prefix="grader-gpu-suite-"))
@@ -218,13 +225,14 @@ def main(argv: list[str] | None = None) -> int:
         for phase in plan(files, workers):
             if time.monotonic() >= deadline:
                 break
-            got, results = run_phase(phase, env, deadline, reports)
+            got, phase_junit = run_phase(phase, env, deadline, reports)
             output += got
-            junit.update(results)
+            junit.update(phase_junit)
         results = summarize(ids, output, junit)
         took = time.monotonic() - start
         lines = [r.line() for r in results]
-        total = {k: sum(len(getattr(r, k)) for r in results) for k in ("passed", "failed", "errors", "skipped", "unrun")}
+        total = {k: sum(len(getattr(r, k)) for r in results)
+                 for k in ("passed", "failed", "errors", "skipped", "unrun")}
         lines.append(f"{'ok  ' if all(r.ok for r in results) else 'FAIL'} the GPU suite: {total['passed']} passed, "
                      f"{total['failed']} failed, {total['errors']} errors, {total['skipped']} skipped, "
                      f"{total['unrun']} not run, in {took:.0f} s of {args.budget:.0f} (pool: -n {workers}"
