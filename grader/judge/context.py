@@ -48,6 +48,7 @@ class GradingContext:
     scratch_root: str | None = None  # where a grade's job folders go (None: the system's temp): a check puts
     #                                  them beside its kept cache, on one file system, so input sets are linked
     kept_kernels: str | None = None  # a check only: the student's compiled kernels kept between runs
+    kept_bounds: str | None = None  # a check only: the interpreter's bounds check of an unchanged repository
     durations: str | None = None  # a check only: each assignment's seconds last time (a file of the kept cache),
     #                               so assignments graded at once start the longest first
     reproducer: str = "grader check ."  # the command a failure's one-line reproducer starts with
@@ -119,7 +120,8 @@ class GradingContext:
         (grader.judge.runcache.check_cache_folder): the performance input sets of a fixed seed
         (the run's, when --seed was given), the roofline, the reference's compiled kernels,
         and with `kernels_of` (the repository's identity: Submission.identity) that
-        repository's own compiled kernels, kept apart from every other's. The folder is hidden
+        repository's own compiled kernels and its bounds check (runcache.BoundsKeep), kept apart
+        from every other's. The folder is hidden
         from every worker. `own_uid`: workers run as this user, so their job folders can live
         beside the cache and be linked into."""
         folder = Path(folder)
@@ -127,6 +129,7 @@ class GradingContext:
                        else CHECK_PERF_SEED,
                        scratch_root=str(folder / "jobs") if own_uid else None,
                        kept_kernels=str(folder / "kernels" / kernels_of) if kernels_of else None,
+                       kept_bounds=str(folder / "bounds" / kernels_of) if kernels_of else None,
                        hide=tuple(dict.fromkeys((*self.hide, str(folder.resolve())))))
 
     def for_slot(self, gpu: str | None, cache: str | None = None) -> "GradingContext":

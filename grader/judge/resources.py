@@ -17,7 +17,7 @@ from grader.judge import replay_process
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import gpu_phase, setup_slot, timing_lock
 from grader.judge.replay_process import Replayed, ReplayProcess
-from grader.judge.runcache import RunCache, TritonKeep
+from grader.judge.runcache import BoundsKeep, RunCache, TritonKeep
 from grader.judge.workers import StudentWorker
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.process import WorkerProcess, detect
@@ -45,6 +45,7 @@ class Resources:
         # a check keeps the student's compiled kernels between runs (the interpreter compiles nothing)
         self.kept_kernels = (TritonKeep(Path(context.kept_kernels))
                              if context.kept_kernels and not context.interpret else None)
+        self.kept_bounds = BoundsKeep(Path(context.kept_bounds)) if context.kept_bounds else None
         self._warm = False
 
     @cached_property

@@ -24,12 +24,14 @@ input sets of its fixed performance seed, the roofline and the reference's kerne
 second check skips what the first one built. Its input sets are trimmed to a size
 (GRADER_CACHE_GB, least recently used first); the student's own compiled kernels are kept
 beside it (`TritonKeep`), copied into each worker's private cache and back, never shared with
-anyone else's worker. A class batch never uses either: its cache lives for one run.
+anyone else's worker, and so is the interpreter's bounds check of an unchanged repository
+(`BoundsKeep`). A class batch never uses any of them: its cache lives for one run.
 """
 
 from __future__ import annotations
 
 import fcntl
+import hashlib
 import json
 import os
 import shutil
@@ -322,3 +324,71 @@ def _regular_files(parent: int, name: str, limit: int) -> dict[str, bytes]:
     finally:
         os.close(folder)
     return files
+
+
+class BoundsKeep:
+    """The interpreter's bounds check (grader.judge.grade._bounds_check) of a repository, kept
+    between `grader check` runs on the student's machine: the check replays the small cases in
+    Triton's CPU interpreter (seconds of CPU), and its answer is a function of the repository's
+    files, the assignment's spec folder, the grader's and the worker's code and installs, and the
+    calls it replays (case, dtype, seed). Kept by the hash of all of them, a check of an unchanged
+    repository reads it back; any changed byte checks again. Only a verdict is kept (no access out of
+    bounds, or the first one found), never a check that could not run. The folder is the check's own
+    kept cache (the student's, hidden from every worker), beside the repository's kept kernels; a
+    batch or a CI run keeps none."""
+
+    MAX_FILES = 4096  # a repository larger than this, or MAX_BYTES, is checked every time
+    MAX_BYTES = 64 << 20
+    MAX_ENTRY_BYTES = 1 << 20
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = Path(folder)
+
+    def key(self, repo: Path, spec_folder: Path, calls: list[tuple]) -> str | None:
+        """The hash of what decides the check's answer; None where the repository is too large to
+        hash (or cannot be read whole): then it is checked again."""
+        from grader.sandbox.interpreter import code_identity
+
+        h = hashlib.sha256(code_identity().encode())
+        h.update(json.dumps(calls, sort_keys=True).encode())
+        total = 0
+        for label, root in (("spec", Path(spec_folder)), ("repo", Path(repo))):
+            files = []
+            for folder, dirs, names in os.walk(root):  # never through a link: a link is hashed as its target's name
+                dirs[:] = sorted(d for d in dirs if d not in ("__pycache__", ".git"))
+                files += [Path(folder) / n for n in names]
+                if len(files) > self.MAX_FILES:
+                    return None
+            for path in sorted(files):
+                rel = str(path.relative_to(root))
+                try:
+                    if path.is_symlink():
+                        data = b"link:" + os.readlink(path).encode("utf-8", "surrogateescape")
+                    else:
+                        data = read_plain(path, self.MAX_BYTES - total + 1)
+                except OSError:
+                    return None
+                total += len(data)
+                if total > self.MAX_BYTES:
+                    return None
+                h.update(f"{label}\0{rel}\0{len(data)}\0".encode("utf-8", "surrogateescape"))
+                h.update(data)
+        return h.hexdigest()[:32]
+
+    def get(self, key: str) -> dict | None:
+        """The kept check's result (a TestResult's JSON), or None."""
+        try:
+            data = json.loads(read_plain(self.folder / f"{key}.json", self.MAX_ENTRY_BYTES))
+        except (OSError, ValueError):
+            return None
+        return data if isinstance(data, dict) else None
+
+    def put(self, key: str, result: dict) -> None:
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=self.folder, prefix=".bounds-")
+            with os.fdopen(fd, "w") as f:
+                json.dump(result, f)
+            os.replace(tmp, self.folder / f"{key}.json")
+        except OSError:
+            pass  # not kept: the next check checks again

@@ -91,3 +91,37 @@ def test_the_bounds_check_runs_beside_the_correctness_calls_and_lands_in_its_pla
     g.ctx.interpret = True  # in the interpreter the calls themselves are checked: no bounds check
     grade.load_module(g)
     assert g.bounds is None
+
+
+def _kept_session(tmp_path, seed: int):
+    ctx = GradingContext("cuda", seed=seed).kept_between_checks(tmp_path / "kept", 1 << 30, seed_given=False,
+                                                               own_uid=True, kernels_of="repo-identity")
+    return open_session(ctx, Settings())
+
+
+@pytest.mark.slow
+def test_a_kept_check_of_an_unchanged_repository_reads_its_bounds_check_back(submission, tmp_path, monkeypatch):
+    """Kept between checks (runcache.BoundsKeep): the second check of the same files, another
+    seed given to the check, starts no interpreter worker and says the same; one changed byte,
+    or a buggy kernel, is checked again, and a kept failure stays a failure."""
+    from grader.judge import workers
+
+    spec = COURSE.get("vector_add")
+    sub = open_submission(submission("good"))
+    sub.private_copy(tmp_path / "work" / "repo")
+    first = _bounds_check(_kept_session(tmp_path, 4), spec, sub.target(spec), tmp_path / "work", 300)
+    assert first.outcome == "passed", first.message
+    started = []
+    real = workers.WorkerProcess
+    monkeypatch.setattr(workers, "WorkerProcess", lambda *a, **k: started.append(1) or real(*a, **k))
+    again = _bounds_check(_kept_session(tmp_path, 5), spec, sub.target(spec), tmp_path / "work", 300)
+    assert again.to_json() == first.to_json() and started == []
+    kernel = tmp_path / "work" / "repo" / "kernels" / "vector_add.py"
+    kernel.write_text(kernel.read_text() + "\n# changed\n")
+    changed = _bounds_check(_kept_session(tmp_path, 4), spec, sub.target(spec), tmp_path / "work", 300)
+    assert changed.outcome == "passed" and started, changed.message  # checked again
+    bad = open_submission(submission("missing_mask"))
+    bad.private_copy(tmp_path / "bad" / "repo")
+    for _ in range(2):
+        failed = _bounds_check(_kept_session(tmp_path, 4), spec, bad.target(spec), tmp_path / "bad", 300)
+        assert failed.outcome == "failed" and "out-of-bounds load" in failed.message, failed.message

@@ -202,3 +202,34 @@ def test_a_kept_kernel_is_found_by_triton_in_the_next_workers_cache(tmp_path, mo
     assert found == {"k.cubin": str(second / "HASHA" / "k.cubin"), "k.json": str(second / "HASHA" / "k.json")}
     assert FileCacheManager("HASHB").get_group("k.json") is None  # a name not in its entry: compiled anew
     assert not (second / "HASHB" / "__grp__k.json").exists() and (second / "HASHB" / "k.cubin").is_file()
+
+
+def test_the_bounds_checks_key_is_every_byte_of_the_repository_and_the_calls(tmp_path):
+    from grader.judge.runcache import BoundsKeep
+
+    keep = BoundsKeep(tmp_path / "kept")
+    repo, spec = tmp_path / "repo", tmp_path / "spec"
+    (repo / "kernels").mkdir(parents=True)
+    spec.mkdir()
+    (spec / "spec.py").write_text("SPEC = 1\n")
+    (repo / "kernels" / "k.py").write_text("x = 1\n")
+    calls = [("n=127", "{'n': 127}", "float32", 11, "")]
+    key = keep.key(repo, spec, calls)
+    assert key is not None and keep.key(repo, spec, calls) == key
+    assert keep.key(repo, spec, [("n=127", "{'n': 127}", "float32", 12, "")]) != key  # another seed
+    (repo / "kernels" / "k.py").write_text("x = 2\n")
+    assert keep.key(repo, spec, calls) not in (None, key)  # one byte of the student's
+    (repo / "kernels" / "k.py").write_text("x = 1\n")
+    (spec / "spec.py").write_text("SPEC = 2\n")
+    assert keep.key(repo, spec, calls) not in (None, key)  # the assignment's spec
+    (spec / "spec.py").write_text("SPEC = 1\n")
+    assert keep.key(repo, spec, calls) == key
+    (repo / "kernels" / "link.py").symlink_to("/etc/passwd")  # a link is its target's name, never followed
+    linked = keep.key(repo, spec, calls)
+    assert linked not in (None, key)
+    keep.put(linked, {"outcome": "passed"})
+    assert keep.get(linked) == {"outcome": "passed"} and keep.get(key) is None
+    (keep.folder / f"{key}.json").symlink_to(keep.folder / f"{linked}.json")  # a kept entry is never read through a link
+    assert keep.get(key) is None
+    keep.MAX_FILES = 1
+    assert keep.key(repo, spec, calls) is None  # too large to hash: checked every time
