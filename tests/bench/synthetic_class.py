@@ -12,6 +12,8 @@ bar when jobs overlap:
 
 On the GPU machine (the figures for docs/performance.md):
     python tests/bench/synthetic_class.py --out /tmp/synthetic --device cuda --jobs 1 2 4 8
+    python tests/bench/synthetic_class.py --out /tmp/class --device cuda --students 12 -a vector_add -a softmax --jobs 0
+(`--jobs 0`: no --jobs given, the grader's own choice, 2 per GPU)
 On a CPU-only machine (Triton's interpreter, CI-sized cases; no timing, so no ratios):
     python tests/bench/synthetic_class.py --out /tmp/synthetic-cpu --device cpu --jobs 1 2 -a vector_add -a softmax \\
         --timeout 5 --case n=1 --case 1x1 --dtype float32
@@ -108,7 +110,8 @@ def main() -> int:
     ap.add_argument("--students", type=int, default=30)
     ap.add_argument("--device", default="cuda", choices=["cuda", "cpu"])
     ap.add_argument("--gpus", default="all")
-    ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2, 4, 8], help="--jobs values to compare (the first is the baseline)")
+    ap.add_argument("--jobs", type=int, nargs="+", default=[1, 2, 4, 8],
+                    help="--jobs values to compare (the first is the baseline); 0: none given, the grader's own choice")
     ap.add_argument("--timeout", default="10", help="seconds one call may take (bounds the hanging submissions)")
     ap.add_argument("--assignment", "-a", action="append", default=[], help="only these assignments (default: all)")
     ap.add_argument("--case", action="append", default=[])
@@ -139,7 +142,7 @@ def main() -> int:
     for jobs in args.jobs:
         out = root / f"jobs-{jobs}"
         rc, text, wall = grader("grade", "--lock", "ws/lock.json", "--out", str(out), "--device", args.device, "--gpus", args.gpus,
-                                "--jobs", str(jobs), "--seed", args.seed, "--timeout", args.timeout, *extra, cwd=root)
+                                *(["--jobs", str(jobs)] if jobs else []), "--seed", args.seed, "--timeout", args.timeout, *extra, cwd=root)
         summary = json.loads((out / "summary.json").read_text())
         run = {"jobs": jobs, "rc": rc, "wall_s": round(wall, 1), "load_average": os.getloadavg(), "students_per_hour": round(len(students) / wall * 3600, 1),
                "students_per_gpu_hour": round(len(students) / (wall / 3600 * n_gpus), 1), "counts": summary["counts"],
