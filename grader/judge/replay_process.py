@@ -295,7 +295,8 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
     judge's indices (`settle`), not the whole result. `settings`: the grading session's (its uids, threads,
     container command) and `sandbox` what its sandbox keeps (the copy of the code the process
     imports), handed to the process as to a worker; `readable`: host folders its view shows
-    read-only besides (Nsight Compute's install, for a replay run under ncu)."""
+    read-only besides (Nsight Compute's install, for a replay run under ncu, which also gets its
+    network namespace's loopback: ncu talks to the process it profiles over a local socket)."""
     job = Path(job)
     job.mkdir(parents=True, exist_ok=True)
     (job / "record").mkdir(exist_ok=True)
@@ -309,7 +310,8 @@ def spawn(job: Path, reps: int, timeout: float, isolation: Isolation | str = "sa
                            path=str(sandbox.worker_code()))
     try:
         proc = WorkerProcess(home, home, interpret=False, gpu=gpu, isolation=isolation, writable=[result], job=job,
-                             command=argv, settings=settings, sandbox=sandbox, readable=readable)
+                             command=argv, settings=settings, sandbox=sandbox, readable=readable,
+                             loopback=bool(readable))
     except (OSError, SandboxError) as exc:
         return Replayed(failed=f"the replay process could not be started: {one_line(exc, 200)}")
     return Pending(proc, job, timeout, picked=picked)

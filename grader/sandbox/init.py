@@ -383,6 +383,23 @@ def _wait_for(worker_pid: int, lifeline: int) -> int | None:
             return None
 
 
+SIOCGIFFLAGS, SIOCSIFFLAGS, IFF_UP = 0x8913, 0x8914, 0x1
+
+
+def loopback_up() -> None:
+    """The network namespace's own loopback, up (a fresh one has it down): for a tool that talks
+    to the process it watches over a local socket (Nsight Compute's ncu and its target). Nothing
+    outside the namespace is reached through it; the namespace has no other interface."""
+    import fcntl
+    import socket
+    import struct
+
+    with socket.socket(socket.AF_INET, socket.SOCK_DGRAM) as s:
+        request = struct.pack("16sH22x", b"lo", 0)
+        flags = struct.unpack("16sH22x", fcntl.ioctl(s, SIOCGIFFLAGS, request))[1]
+        fcntl.ioctl(s, SIOCSIFFLAGS, struct.pack("16sH22x", b"lo", flags | IFF_UP))
+
+
 def main(config: dict, start: Callable[[], None] | None = None) -> int:
     status_fd = config["status_fd"]
     worker_pid: int | None = None
@@ -396,6 +413,8 @@ def main(config: dict, start: Callable[[], None] | None = None) -> int:
         prctl(PR_SET_CHILD_SUBREAPER, 1)
         if config.get("view"):
             build_view(config["view"])
+        if config.get("loopback") and config.get("own_pid_namespace"):
+            loopback_up()
     except Exception as exc:  # noqa: BLE001
         _report(status_fd, {"setup_error": f"the sandbox could not be built: {exc}"})
         return SETUP_FAILED

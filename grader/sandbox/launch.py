@@ -137,6 +137,7 @@ class Launch:
     probe: str | None = None
     settings: Settings = field(kw_only=True)  # the session's: warm starts, the uid range, the container command
     readable: list[Path] = field(default_factory=list, kw_only=True)
+    loopback: bool = field(default=False, kw_only=True)  # its network namespace's loopback up (ncu talks over it)
 
 
 class StartedProcess(Protocol):

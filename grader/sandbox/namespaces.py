@@ -193,6 +193,7 @@ def _config(launch: Launch, isolation: Isolation, argv: list[str], channel: tupl
         "status_fd": status_tx,
         "lifeline_fd": lifeline_rx,
         "own_pid_namespace": isolation.namespaces,
+        "loopback": launch.loopback,
         "code": str(code),  # a forked worker's imports from here on (grader.sandbox.zygote)
     }, lease
 

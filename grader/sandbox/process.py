@@ -163,7 +163,9 @@ class WorkerProcess:
     """One worker: `cwd` is the private repo copy, `scratch` its home/temp/Triton cache, both
     writable, as is every folder in `writable` (where it saves outputs); `job` (default: the
     folder holding cwd and scratch) is readable, as is every folder in `readable` (a tool of the
-    host's the worker runs: Nsight Compute's install); `hide` names more private folders; `settings`
+    host's the worker runs: Nsight Compute's install), and `loopback` brings up its network
+    namespace's own loopback (that tool talks to the process it watches over it); `hide` names
+    more private folders; `settings`
     are the session's (its warm starts, uid range, container command and threads), and so is
     `sandbox`, what its sandbox keeps (the zygote it forks from, the copy of the code it runs)."""
 
@@ -171,7 +173,7 @@ class WorkerProcess:
                  isolation: Isolation | str = "sandbox", writable: Sequence[Path] = (), hide: Sequence[Path] = (),
                  job: Path | None = None, command: list[str] | None = None, triton_cache: Path | None = None,
                  probe: str | None = None, keep_autotuning: bool = False, *, settings: Settings,
-                 sandbox: SandboxState, readable: Sequence[Path] = ()) -> None:
+                 sandbox: SandboxState, readable: Sequence[Path] = (), loopback: bool = False) -> None:
         self.isolation = isolation if isinstance(isolation, Isolation) else detect(isolation, settings, sandbox)
         self.backend = backend_for(self.isolation)
         self._status = b""
@@ -190,7 +192,7 @@ class WorkerProcess:
             # a check's kept kernels are not tuned again on the next check
             env["TRITON_CACHE_AUTOTUNING"] = "1"
         launch = Launch(Path(cwd), Path(scratch), job, writable, list(hide), env, limits, interpret, gpu, command,
-                        probe, settings=settings, readable=[Path(r) for r in readable])
+                        probe, settings=settings, readable=[Path(r) for r in readable], loopback=loopback)
         self.started = self.backend.start(launch, self.isolation, sandbox)  # the one start, whatever the backend
         self.proc = self.started.proc
         self._rx, self._tx = self.started.rx, self.started.tx

@@ -225,11 +225,14 @@ def test_the_sandboxed_replay_runs_under_ncu_only_with_its_install_folder_shown_
     """The `ncu` on PATH is the CUDA toolkit's launcher (a stand-in of it here, as NVIDIA ships it),
     which looks for Nsight Compute's install folder (under /opt) and fails without it: so it did
     in the sandbox, whose view holds no /opt. Resolved here, the install is shown to the profiled
-    replay read-only, and the install's own ncu runs it there."""
+    replay read-only, and the install's own ncu runs it there, its loopback up (ncu's local socket)."""
     from tests.judge.test_replay_sandbox import _call
 
     writes = ("import json, os, sys, time\ntry:\n    open(os.path.realpath(__file__) + '.written', 'w').close()\n"
-              "except OSError:\n    pass\n")
+              "except OSError:\n    pass\n"
+              # ncu talks to the process it profiles over a local socket: the namespace's loopback must be up
+              "import socket\nserver = socket.socket()\nserver.bind(('127.0.0.1', 0))\nserver.listen(1)\n"
+              "socket.create_connection(server.getsockname(), timeout=5).close()\n")
     binary = LATE_NCU.format(python=sys.executable, csv=fx.ncu_csv(fx.TINY_BLOCK)).replace(
         "import json, os, sys, time\n", writes, 1)
     launcher, install = fx.install_ncu(tmp_path / "host", binary)
