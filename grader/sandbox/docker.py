@@ -8,7 +8,7 @@ import os
 import secrets
 import shutil
 import subprocess
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from grader.sandbox.interpreter import BOOTSTRAP
@@ -60,7 +60,7 @@ def start(launch: Launch, isolation: Isolation, sandbox: SandboxState) -> Starte
                           launch.interpret, launch.command or ["python", "-I", "-u", "-B", "-c",
                                                               BOOTSTRAP.format(path="/opt/grader-host"),
                                                               str(requests), str(replies)],
-                          settings=launch.settings, code=sandbox.worker_code())
+                          settings=launch.settings, code=sandbox.worker_code(), readable=launch.readable)
     try:
         proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                                 start_new_session=True)
@@ -88,12 +88,13 @@ def exit_code(code: int) -> int:
 
 def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: dict[str, str], gpu: str | None,
                    limits: Limits, interpret: bool, command: list[str], image: str | None = None, *,
-                   settings: Settings, code: Path) -> list[str]:
+                   settings: Settings, code: Path, readable: Sequence[Path] = ()) -> list[str]:
     """`docker run` for one worker: no network, a read-only root with a private /tmp, the job
     folder mounted at its own path (read-only, its writable folders on top), the worker's copy
     of the grader's code mounted read-only (so the worker speaks this grader's protocol), the
     image's course folder blanked, a non-root user, no capabilities, no privilege gain, a pids
-    limit, memory without swap, and one GPU. `settings` name the container command and image."""
+    limit, memory without swap, and one GPU. `settings` name the container command and image;
+    `readable`: host folders mounted read-only at their own paths (Nsight Compute's install)."""
     memory = f"{max(1, limits.memory >> 20)}m"
     argv = [
         settings.container_cli, "run", "--rm", "--name", name, "--init",
@@ -106,6 +107,8 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
     ]
     for w in writable:
         argv += ["--mount", f"type=bind,source={w},target={w}"]
+    for r in readable:
+        argv += ["--mount", f"type=bind,source={r},target={r},readonly"]
     # the worker's own copy of the grader's code, not the course's grader/ (nor anything beside it)
     argv += ["--mount", f"type=bind,source={code / 'grader'},target=/opt/grader-host/grader,readonly"]
     # the image's course folder (its assignments/, hidden cases included: see the Dockerfile), blank
