@@ -114,6 +114,8 @@ def locate(found: Path) -> Install | str:
     roots = [real.parent.parent]  # the toolkit's folder (<cuda>/bin/ncu), then the folders it names
     for named in NAMED_FOLDER.findall(text):
         path = Path(named.rstrip("/"))
+        if ".." in path.parts:  # the rest of a path after a variable ("$BIN"/../nsight-compute-*): the toolkit's
+            continue
         roots += [path.parent, path] if VERSION.search(path.name) or path.name.endswith("-") else [path]
     roots = list(dict.fromkeys([*roots, OPT_ROOT]))
     candidates: set[Path] = set()

@@ -55,6 +55,7 @@ def test_a_launcher_whose_install_is_missing_says_where_it_looked(tmp_path, monk
     why = ncu.locate(launcher)
     assert isinstance(why, str) and "is a launcher script, and no Nsight Compute install" in why, why
     assert str(tmp_path / "cuda") in why and str(tmp_path / "opt" / "nvidia" / "nsight-compute") in why, why
+    assert "/.." not in why, why  # "$CUDA_TOOLKIT_BIN_DIR"/../nsight-compute-*: the toolkit's folder, said once
     out = subprocess.run([str(launcher)], capture_output=True, text=True, timeout=30)
     assert out.returncode == 1 and "nsight-compute directory is not found" in out.stdout  # as the launcher says
 
