@@ -97,7 +97,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
                  "points": f"{s.max_points:g}",
                  "hidden": s.hidden_count} for s in chosen]
         (build / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
-            title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX))
+            title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX,
+            ci_score=ci_score))
         (build / WORKFLOW).parent.mkdir(parents=True)
         (build / WORKFLOW).write_text(workflow(gpu_runner))
         leaks = find_leaks(build, catalogue)
