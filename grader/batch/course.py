@@ -341,7 +341,8 @@ class _Reader:
         self.known_keys(ci, "ci", {"score"})
         c.ci_score = ci.get("score", CI_SCORES[0])
         if c.ci_score not in CI_SCORES:
-            self.fail(f"score must be one of {', '.join(repr(x) for x in CI_SCORES)}, not {c.ci_score!r}", "ci", "score")
+            self.fail(f"score must be one of {', '.join(repr(x) for x in CI_SCORES)}, not {c.ci_score!r}",
+                      "ci", "score")
         return c
 
     def fetch_limits(self, t: dict) -> FetchLimits:

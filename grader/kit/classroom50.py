@@ -166,7 +166,8 @@ def status_of(run: RunResult) -> str:
 
 def _assignment_message(a: AssignmentResult, score: int, top: int, basis: str) -> str:
     bad = [t for t in a.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
-    here = f", gradable here, of {a.max_score:g} at grading" if basis == "cpu-gradable" and a.gpu_points_not_graded else ""
+    counted_here = basis == "cpu-gradable" and a.gpu_points_not_graded
+    here = f", gradable here, of {a.max_score:g} at grading" if counted_here else ""
     words = [f"{score} of {top} points ({a.score:g} of {out_of(a, basis):g} exactly{here})",
              f"{a.count(Outcome.PASSED)} checks passed"]
     if bad and a.headline:  # one cause explains every failure (an untouched starter): that, not the first case

@@ -11,7 +11,8 @@
 - `result=<base64 JSON>` appended to $GITHUB_OUTPUT, in the format of classroom-resources'
   `autograding-command-grader` (version 1, status, max_score, tests[] with name, status,
   score, message, test_code, filename, line_no, duration), for a later step of the course's own:
-  its max_score is the same total as the summary's, points that need a GPU included. The kit's
+  its max_score is the same total as the summary's, out of what course.toml's [ci] score says
+  (`ci_score`: the points this runner can grade, or the whole with those that need a GPU). The kit's
   workflow reads none of it and depends on no reporter action: the grader writes what a student
   reads itself.
 
