@@ -410,11 +410,13 @@ def test_cli_in_a_fake_classroom50_run(tmp_path, submission, fixture, status):
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads((repo / "result.json").read_text())
     assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
-    assert data["max-score"] == 10 and outputs(env)["status"] == status
+    # out of what this CPU runner can grade (the default [ci] score): 4 of the spec's 10, the 6 a GPU needs named
+    assert data["max-score"] == 4 and outputs(env)["status"] == status
     test = data["tests"][0]
+    assert test["needs-gpu"]["points"] == "6" and test["needs-gpu"]["counted"] is False
     assert "need a GPU (bfloat16 cases, speed)" in test["message"]
     body = (repo / "release-body.md").read_text()
-    assert "need a GPU** (bfloat16 cases, speed)" in body
+    assert "**10 points at grading**: 6 more need a GPU (bfloat16 cases, speed)" in body
     if fixture == "good":
         assert data["score"] == 4 and test["passed"] is True
     else:
@@ -662,7 +664,8 @@ def test_the_generated_autograder_grades_a_fake_checkout(released, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((checkout / "result.json").read_text())
     assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
-    assert (data["score"], data["max-score"]) == (4, 10)  # the CPU's share of the released spec's 10 points
+    # out of the CPU's share of the released spec's 10 points (the kit's default [ci] score): perfect work is 4 / 4
+    assert (data["score"], data["max-score"]) == (4, 4)
     assert outputs(env)["status"] == "success"
     assert not marker.exists()
     assert (checkout / ".grader" / "report.html").is_file() and not (checkout / ".grader").is_symlink()
