@@ -184,3 +184,27 @@ def test_force_color_draws_no_live_bar_where_the_log_is_not_a_terminal(monkeypat
     text = log.getvalue()
     assert "[0/3] starting the workers" in text and "case 2" in text
     assert "\x1b[?25l" not in text and "\r" not in text, repr(text)  # no hidden cursor, no line redrawn
+
+
+@pytest.mark.slow
+def test_a_classmoji_check_leaves_no_warm_process_behind(tmp_path):
+    """A graded check under Classmoji's environment: even with GRADER_WARM_SECONDS asking for ten
+    minutes, `--ci classmoji` keeps no zygote or judge past the command (a student's own check
+    does, and says so)."""
+    from tests.conftest import leftovers
+
+    env = _classmoji_env(tmp_path)
+    env.update(PATH=os.environ["PATH"], GRADER_WARM_SECONDS="600", GRADER_CACHE_DIR=str(tmp_path / "cache"),
+               COLUMNS="200")  # namespaces as this machine allows them: it grades
+    repo = build_submission(tmp_path / "repo", "good")
+    args = [sys.executable, "-m", "grader", "check", *QUICK, "--isolation", "none"]
+    try:
+        ci = subprocess.run([*args, "--ci", "classmoji"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+        assert ci.returncode == 0, ci.stdout + ci.stderr
+        assert "warm" not in ci.stdout and not leftovers(within=tmp_path / "cache"), ci.stdout
+        own = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+        assert own.returncode == 0, own.stdout + own.stderr
+        assert "a warm worker start" in own.stdout  # the control: the same check off CI keeps one
+    finally:
+        for line in leftovers(within=tmp_path / "cache"):  # the control's, ended by its id
+            os.kill(int(line.split(":", 1)[0]), 9)
