@@ -62,7 +62,7 @@ class Shipped:
 
 def _clean_env(root: Path, wheelhouse: Path) -> dict:
     drop = ("PYTHONPATH", "GRADER_COURSE", "GRADER_COURSE_SECRET", "VIRTUAL_ENV", "PYTHONHOME", "GRADER_WARM",
-            "GRADER_ZYGOTE", "GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "CLASSROOM", "SUBMISSION_TAG")
+            "GRADER_ZYGOTE", "CI", "GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "CLASSROOM", "SUBMISSION_TAG")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
     env["PIP_FIND_LINKS"] = " ".join(filter(None, [str(wheelhouse), env.get("PIP_FIND_LINKS", "")]))

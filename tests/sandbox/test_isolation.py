@@ -87,7 +87,8 @@ def _weaker(base: Path, nobody: bool) -> None:
     summary, output = base / "summary.md", base / "output"
     for f in (summary, output):
         f.write_text("")
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CLASSROOM"))}
+    # no CI of the machine running the tests: the student's own check below must be one
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CLASSROOM")) and k != "CI"}
     env.update(PATH=path_without_unshare(base / "bin"), PYTHONPATH=str(REPO_ROOT), HOME=str(base / "home"),
                GRADER_CACHE_DIR=str(base / "cache"), GRADER_LOCK_DIR=str(base / "lock"), TMPDIR=str(base / "tmp"), COLUMNS="200",
                GRADER_COURSE_SECRET="a secret of this test's own")  # the course's file may be root's alone (grader release)
