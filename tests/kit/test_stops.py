@@ -199,7 +199,8 @@ def test_a_classmoji_check_leaves_no_warm_process_behind(tmp_path):
     repo = build_submission(tmp_path / "repo", "good")
     args = [sys.executable, "-m", "grader", "check", *QUICK, "--isolation", "none"]
     try:
-        ci = subprocess.run([*args, "--ci", "classmoji"], cwd=repo, env=env, capture_output=True, text=True, timeout=600)
+        ci = subprocess.run([*args, "--ci", "classmoji"], cwd=repo, env=env, capture_output=True, text=True,
+                            timeout=600)
         assert ci.returncode == 0, ci.stdout + ci.stderr
         assert "warm" not in ci.stdout and not leftovers(within=tmp_path / "cache"), ci.stdout
         own = subprocess.run(args, cwd=repo, env=env, capture_output=True, text=True, timeout=600)
