@@ -339,7 +339,8 @@ def test_classmojis_recipe_installs_and_grades_as_its_command_grader_runs_it(shi
                                   timeout=INSTALL_TIMEOUT)
 
         refused = as_runner("python3 -m pip install --dry-run six")  # the system Python refuses pip, as on the runner
-        assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, refused.stderr[-2000:]
+        if "No module named pip" not in refused.stderr:  # (a system Python without pip refuses it too)
+            assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, refused.stderr[-2000:]
         installed = as_runner(setup)
         assert installed.returncode == 0, installed.stdout[-4000:] + installed.stderr[-4000:]
         assert f"sysctl -w {USERNS}=0" in calls.read_text()
