@@ -29,12 +29,16 @@ kept zygote and a warm judge wait) |
 | GRADER_RESIDENT | 0: no warm judge for the next `grader check` (grader.resident) |
 | CUDA_VISIBLE_DEVICES | the GPUs a batch spreads its jobs over, and a worker's GPU |
 | CI, GITHUB_ACTIONS | we run in CI: nothing is kept warm, and no student's kernels are kept |
+
+A CI platform may strip the environment (Classmoji's command grader passes only PATH, HOME,
+FORCE_COLOR and a few more), so the runner's own folders say it too (`on_actions_runner`): a
+working directory inside an Actions runner's work folder is CI, whatever the variables say.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Mapping
 
@@ -56,6 +60,25 @@ class WarmStarts:
     resident: bool = True  # a judge that has done its imports, kept for the next check (grader.resident)
 
 
+# the work folder of a GitHub Actions runner: hosted (/home/runner/work), self-hosted (<runner>/_work),
+# a container job's (/__w); each holds the runner's `_temp` while a job runs
+RUNNER_WORK_FOLDERS = ("work", "_work", "__w")
+
+
+def on_actions_runner(cwd: Path | None = None) -> bool:
+    """`cwd` (default: the working directory) lies in a GitHub Actions runner's work folder
+    (`<work>/<repo>/<repo>`, beside the runner's `<work>/_temp`): a CI job, even where its
+    platform passed none of the runner's variables."""
+    try:
+        here = (cwd or Path.cwd()).resolve()
+    except OSError:
+        return False
+    for folder in here.parents:
+        if folder.name in RUNNER_WORK_FOLDERS and (folder / "_temp").is_dir():
+            return True
+    return False
+
+
 @dataclass(frozen=True)
 class Settings:
     course: Path | None = None
@@ -71,8 +94,14 @@ class Settings:
     container_cli: str = "docker"  # docker, or a command with its CLI (podman)
     warm: WarmStarts = WarmStarts()
     visible_gpus: str | None = None  # CUDA_VISIBLE_DEVICES: the GPUs this process may use (None: all)
-    in_ci: bool = False  # any CI (CI or GITHUB_ACTIONS set)
+    in_ci: bool = False  # any CI (CI or GITHUB_ACTIONS set, or a working directory in a runner's work folder)
     in_actions: bool = False  # GitHub Actions, whose log reads workflow commands at the start of a line
+
+    def for_ci(self) -> "Settings":
+        """These settings in a CI job (a `--ci` mode, or a runner found by its files): nothing is
+        kept warm past the command (no kept zygote, no warm judge: a job's machine is thrown
+        away, and a process left behind would outlive the job's own limits)."""
+        return replace(self, in_ci=True, warm=replace(self.warm, keep_seconds=0.0, resident=False))
 
     @property
     def check_cache_base(self) -> Path:
@@ -106,7 +135,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
     def path(name: str) -> Path | None:
         return Path(env[name]) if env.get(name) else None
 
-    in_ci = bool(env.get("CI") or env.get("GITHUB_ACTIONS"))
+    in_ci = bool(env.get("CI") or env.get("GITHUB_ACTIONS")) or on_actions_runner()
     all_warm = env.get("GRADER_WARM", "1") != "0"
     raw_seconds = env.get("GRADER_WARM_SECONDS")
     if raw_seconds is None:

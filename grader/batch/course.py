@@ -31,6 +31,8 @@ grades and for how many points, their deadlines, the late policy and per-student
     max_clone_mb = 2048                          # the whole clone: every commit's objects, not only the checkout
     [gradebook]
     incomplete = "mark"                          # a grade lacking GPU-only points or of a partial run: INCOMPLETE
+    [ci]
+    score = "cpu-gradable"                       # what a student's CI run reports its points out of: CI_SCORES
 
 The rule for lateness (one place, `Late.of`): the graded commit's date is compared with the
 student's deadline (an extension moves it). At or before deadline + grace: on time, no
@@ -65,6 +67,11 @@ COURSE_FILE = "course.toml"
 # mark: the score is written, its column and note say what it lacks; omit: the score cell is left
 # empty, the note says why; refuse: no gradebook is written, the command says why
 INCOMPLETE = ("mark", "omit", "refuse")
+# [ci] score: what a student's CI run (the kit's workflow, Classroom 50, Classmoji) reports its points out of
+# on a runner without a GPU: cpu-gradable, the points that runner can grade (4 / 4, "of 10 at grading"), or
+# whole, the assignment's (4 / 10). Written into the kit's grader-kit.toml by `grader release`; the
+# gradebooks never read it
+CI_SCORES = ("cpu-gradable", "whole")
 DAY = timedelta(hours=24)
 # the latest date a lock holds (grader.batch.workspace)
 LATEST = datetime(9999, 12, 31, 23, 59, 59, tzinfo=timezone.utc)
@@ -184,6 +191,7 @@ class CourseConfig:
     named: frozenset[str] = frozenset()  # opted in to their name on the leaderboard
     fetch: FetchLimits = FetchLimits()  # [fetch]: the largest checkout `grader fetch` writes
     incomplete: str = "mark"  # [gradebook]: one of INCOMPLETE
+    ci_score: str = CI_SCORES[0]  # [ci] score: one of CI_SCORES
 
     def deadline_for(self, student: str, assignment: str, base: datetime | None = None) -> datetime | None:
         """The student's deadline: `base` (the command line's) or the course's, moved by an
@@ -239,7 +247,8 @@ def load_course(path: Path, catalogue: "Catalogue") -> CourseConfig:
 class _Reader:
     """Validates the parsed file; every error names the file and the line it is about."""
 
-    TOP = {"course", "assignments", "late_policy", "extensions", "similarity", "leaderboard", "fetch", "gradebook"}
+    TOP = {"course", "assignments", "late_policy", "extensions", "similarity", "leaderboard", "fetch", "gradebook",
+           "ci"}
 
     def __init__(self, path: Path, text: str, catalogue: "Catalogue") -> None:
         self.path, self.lines = path, text.splitlines()
@@ -328,6 +337,12 @@ class _Reader:
         if c.incomplete not in INCOMPLETE:
             self.fail(f"incomplete must be one of {', '.join(repr(x) for x in INCOMPLETE)}, not {c.incomplete!r}",
                       "gradebook", "incomplete")
+        ci = self.table(data, "ci")
+        self.known_keys(ci, "ci", {"score"})
+        c.ci_score = ci.get("score", CI_SCORES[0])
+        if c.ci_score not in CI_SCORES:
+            self.fail(f"score must be one of {', '.join(repr(x) for x in CI_SCORES)}, not {c.ci_score!r}",
+                      "ci", "score")
         return c
 
     def fetch_limits(self, t: dict) -> FetchLimits:

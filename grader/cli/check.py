@@ -27,7 +27,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from rich.table import Table
 
 from grader import spec as specs
-from grader.cli.common import ISOLATION_HELP, UsageError, console, err, say, shown
+from grader.cli.common import ISOLATION_HELP, UsageError, console, err, is_terminal, say, shown
 from grader.cli.outputs import (
     OUTPUT_DIR,
     CheckSetup,
@@ -35,6 +35,7 @@ from grader.cli.outputs import (
     GitHubSink,
     HtmlSink,
     JsonSink,
+    RunnerStopSink,
     Sink,
     TerminalSink,
     is_default_folder,
@@ -101,7 +102,9 @@ def toml_problems(sub, catalogue: dict) -> list[str]:
     return problems
 
 
-CI_MODES = ("classroom50", "github", "none")
+# --ci: classroom50 and github write their platform's outputs; classmoji writes the plain output (Classmoji
+# reads a command's exit code alone) but is a CI job as the others are; none is plain output
+CI_MODES = ("classroom50", "github", "classmoji", "none")
 
 
 @dataclass(frozen=True)
@@ -136,15 +139,22 @@ class CheckOptions:
 
     def validate(self) -> None:
         if self.ci not in (None, *CI_MODES):
-            raise UsageError(f"--ci must be classroom50, github or none, not {self.ci!r}")
+            raise UsageError(f"--ci must be {', '.join(CI_MODES[:-1])} or none, not {self.ci!r}")
         if self.jobs is not None and self.jobs < 1:
             raise UsageError(f"--jobs must be 1 or more, not {self.jobs}")
+
+    def in_ci(self, settings: Settings) -> bool:
+        """This check is a CI job: a --ci mode of a platform (classroom50, github, classmoji), or
+        `settings` found CI (its variables, or a runner's work folder around the working
+        directory, where a platform passed none of them). A CI job never grades with a weaker
+        sandbox than asked and keeps nothing warm after it."""
+        return self.ci_mode is not None or self.ci == "classmoji" or settings.in_ci
 
     @property
     def reproducer(self) -> str:
         """The start of every reproducer: in CI the one the student pastes in their own clone (no
         path of the runner's)."""
-        where = "." if self.ci_mode is not None else shlex.quote(str(self.repo))
+        where = "." if self.ci_mode is not None or self.ci == "classmoji" else shlex.quote(str(self.repo))
         return f"grader check {where}" + ("" if self.device == "auto" else f" --device {self.device}")
 
 
@@ -161,12 +171,14 @@ def sinks_for(options: CheckOptions, settings: Settings, course: specs.Course) -
     """The outputs of a check of `course`: results.json, report.html and the terminal always, and
     the CI mode's; in this order, so the files exist before anything points at them."""
     html = HtmlSink(options.html_dir)
-    sinks: list[Sink] = [JsonSink(options.json_file), html,
-                         TerminalSink(settings, options.ci_mode is not None, options.json_file, html)]
+    ci = options.in_ci(settings)
+    sinks: list[Sink] = [JsonSink(options.json_file), html, TerminalSink(settings, ci, options.json_file, html)]
     if options.ci_mode == "classroom50":
         sinks.append(Classroom50Sink(options.repo, options.assignments, course))
     elif options.ci_mode == "github":
         sinks.append(GitHubSink(options.repo, course))
+    elif ci:  # Classmoji's command grader, or a plain CI job: a stop the runner caused says so, annotated
+        sinks.append(RunnerStopSink("classmoji" if options.ci == "classmoji" else "ci"))
     return sinks
 
 
@@ -224,11 +236,11 @@ def _setup(options: CheckOptions, settings: Settings, course: specs.Course, sub,
         ctx = replace(ctx, durations=str(keep / "durations.json"))
     # in CI nothing less than the isolation asked for will do; on a student's own machine it may
     # fall back, said first (by the terminal's sink)
-    contained = (as_asked(ctx.isolation, settings, sandbox) if options.ci_mode is not None
-                 else detect(ctx.isolation, settings, sandbox))
+    ci = options.in_ci(settings)
+    contained = as_asked(ctx.isolation, settings, sandbox) if ci else detect(ctx.isolation, settings, sandbox)
     if keep is not None and ctx.device == Device.CUDA:  # input sets, kernels: the interpreter times, compiles nothing
         # a CI runner may check every student's repository in turn: no student's kernels are kept there
-        shared_runner = options.ci_mode is not None or settings.in_ci
+        shared_runner = ci
         ctx = ctx.kept_between_checks(keep, check_cache_limit(settings), options.seed is not None,
                                       own_uid=not contained.user_switch,
                                       kernels_of=None if shared_runner else sub.identity())
@@ -280,7 +292,10 @@ def check(
     ci: Optional[str] = typer.Option(None, "--ci", help="classroom50: result.json, release-body.md and a commit status "
                                      "for Classroom 50 (default in GitHub Actions when CLASSROOM and SUBMISSION_TAG "
                                      "are set); github: a job summary, annotations and the classroom-resources result "
-                                     "output (default otherwise in GitHub Actions); none: plain."),
+                                     "output (default otherwise in GitHub Actions); classmoji: plain output for "
+                                     "Classmoji's command grader, whose environment says nothing of CI; none: plain. "
+                                     "Every CI job (any of these in CI) refuses a weaker sandbox and keeps nothing "
+                                     "warm."),
     profile: bool = typer.Option(False, "--profile", help="After grading, profile your kernels and the reference's "
                                  "with Nsight Compute on the GPU and say what explains the gap (never changes a "
                                  "grade)."),
@@ -292,6 +307,8 @@ def check(
     course = specs.Course.find(settings)  # and this course, found once
     options = CheckOptions.parse(repo, assignment, json_file, html_dir, device, seed, case, dtype, timeout, isolation,
                                  jobs, ci)
+    if options.in_ci(settings):  # a CI job's machine is thrown away: no process of ours outlives the job
+        settings = settings.for_ci()
     sinks = sinks_for(options, settings, course)
     store = None
     if profile:  # only asked for: nothing of the profile is imported or kept otherwise
@@ -374,7 +391,7 @@ def _progress(total: int):
     """A step callback: a live bar on a terminal; piped (a file, a CI log), where a bar shows
     nothing until the end, a line at the start and then at most one every PIPED_PROGRESS_EVERY
     seconds, so a check that takes minutes in the interpreter is never silent."""
-    if console.is_terminal:
+    if is_terminal(console):  # a terminal for real: FORCE_COLOR in a CI log draws no bar
         with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(),
                       console=console, transient=True) as bar:
             task = bar.add_task("starting", total=total)
@@ -497,7 +514,7 @@ def list_assignments(
         table.add_row(r["name"], r["module"], r["interface"], r["points_words"], r["cases_words"])
     cols = ("name", "module", "interface", "points_words", "cases_words")
     needed = sum(max(len(r[c]) for r in rows) + 3 for c in cols) + 1  # a cell's text, its padding and border
-    if console.is_terminal and needed <= console.width:
+    if is_terminal(console) and needed <= console.width:
         console.print(table)
         return
     # piped, or a terminal too narrow for the table: one block per assignment, nothing cut

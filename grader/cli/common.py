@@ -26,12 +26,22 @@ console = Console(highlight=False, emoji=False, soft_wrap=current().in_actions)
 PIPED_WIDTH = 1000  # columns a table may take where no terminal sets them: never cut, a log viewer wraps
 
 
+def is_terminal(c: Console) -> bool:
+    """`c` writes to a terminal for real. Rich takes FORCE_COLOR for a terminal, which a CI
+    platform sets for its log (Classmoji's command grader does): colours are welcome there, but
+    a live bar redrawn in a file fills the log, and a line wrapped at 80 columns cuts a reproducer."""
+    try:
+        return c.file.isatty()
+    except (AttributeError, ValueError, OSError):
+        return False
+
+
 def _fit_stream(c: Console) -> None:
     """Piped (a file, `| tee`, a CI log) nothing is wrapped or cut at rich's default 80 columns: a
     reproducer (`--seed 835908367`) is pasted whole, and a table keeps its whole case names
     (`5x5-whole-image-1x4x...` was cut), unless COLUMNS says how wide the reader is."""
-    c.soft_wrap = current().in_actions or not c.is_terminal
-    if not c.is_terminal and not os.environ.get("COLUMNS"):
+    c.soft_wrap = current().in_actions or not is_terminal(c)
+    if not is_terminal(c) and not os.environ.get("COLUMNS"):
         c.width = PIPED_WIDTH
     elif c._width == PIPED_WIDTH:  # a terminal now (a warm judge's fork was handed one): its own width
         c._width = None

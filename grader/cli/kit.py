@@ -55,21 +55,23 @@ def release(
         _fail(f"{'--runs-on' if runs_on else '--course'} goes with --classroom50 (the kit's own workflow takes "
               f"--gpu-runner)")
     try:
+        from grader.batch.course import CourseError, find_course
+
+        try:  # course.toml's [ci] score, which the kit's CI runs report by; its deadlines are Classroom 50's `due`
+            course = find_course(course_file, catalogue)
+        except CourseError as exc:
+            _fail(f"{exc} (its [ci] score and deadlines go into the kit)")
         if classroom50 is not None:
-            from grader.batch.course import CourseError, find_course
             from grader.kit.classroom50_config import check_runs_on
 
             check_runs_on(runs_on)  # said before the kit is built
-            try:  # course.toml's deadlines are the entries' `due`
-                deadlines = find_course(course_file, catalogue).deadlines
-            except CourseError as exc:
-                _fail(f"{exc} (its deadlines become Classroom 50's `due`)")
+            deadlines = course.deadlines
         made = ensure_secret(catalogue)
         if made:
             console.print(f"[yellow]made the course secret {made}: graded random shapes come from it. Keep it with the "
                           "course (never in a kit); every grader of this class needs the same one.[/yellow]")
         kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner,
-                        title=title, catalogue=catalogue)
+                        title=title, catalogue=catalogue, ci_score=course.ci_score)
         if classroom50 is not None:
             from grader.kit.classroom50_config import write_classroom
 

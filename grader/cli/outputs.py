@@ -175,9 +175,28 @@ class GitHubSink(Sink):
         return None
 
     def not_run(self, error: Exception, unreadable: bool) -> int | None:
-        from grader.kit import github
+        from grader.kit import github, stops
 
-        github.report_error(str(error))
+        if stops.is_runner_stop(error):  # not the student's fault: said so first, with the staff's fix
+            github.report_stop(error, "github", echo=_echo)
+        else:
+            github.report_error(str(error))
+        return None
+
+
+class RunnerStopSink(Sink):
+    """A CI job with plain output (`--ci classmoji`, or `--ci none` where the grader found CI):
+    a stop the runner caused (grader.kit.stops) is an `::error` annotation on the run's page,
+    and the job summary where the platform passed its file; nothing else of GitHub's is written."""
+
+    def __init__(self, platform: str) -> None:
+        self.platform = platform  # classmoji or ci: which fix the staff are given
+
+    def not_run(self, error: Exception, unreadable: bool) -> int | None:
+        from grader.kit import github, stops
+
+        if stops.is_runner_stop(error):
+            github.report_stop(error, self.platform, echo=_echo, payload=False)
         return None
 
 
@@ -213,7 +232,7 @@ class Classroom50Sink(Sink):
             reason = str(error).replace(str(Path(self.repo).resolve()), ".")
             ungraded = classroom50.ungraded(names, reason, catalogue=self.course)
             return classroom50.report(ungraded, Path(self.repo), Device.CPU, echo=_echo, catalogue=self.course)
-        classroom50.report_error(str(error), self.repo, echo=_echo)
+        classroom50.report_error(str(error), self.repo, echo=_echo, cause=error)
         return None
 
 

@@ -29,8 +29,9 @@ from datetime import datetime, timezone
 from fractions import Fraction
 from pathlib import Path
 
+from grader.kit import stops
 from grader.kit.annotations import command, failures
-from grader.kit.github import failures_markdown
+from grader.kit.github import CI_SCORES, ci_score, failures_markdown, out_of
 from grader.payloads import Kind
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, TestResult, cents
 from grader.sanitize import for_markdown, for_markdown_code, one_line
@@ -126,12 +127,15 @@ def apportion(exact: list[Fraction], total: int, caps: list[int] | None = None) 
     return parts
 
 
-def integer_points(assignments: list[AssignmentResult]) -> tuple[int, int, list[tuple[int, int]]]:
+def integer_points(assignments: list[AssignmentResult],
+                   basis: str = CI_SCORES[0]) -> tuple[int, int, list[tuple[int, int]]]:
     """(score, max-score, [(score, max-score) per assignment]) in whole points: the exact totals
     (kept in cents) rounded half up, each assignment's share by largest remainder, so the parts
-    add up exactly to the totals and no assignment scores above its own maximum."""
+    add up exactly to the totals and no assignment scores above its own maximum. Each maximum is
+    out of what `basis` says (grader.kit.github.ci_score: the points this runner can grade, or
+    the whole)."""
     scores = [Fraction(cents(a.score), 100) for a in assignments]
-    maxes = [Fraction(cents(a.max_score), 100) for a in assignments]
+    maxes = [Fraction(cents(out_of(a, basis)), 100) for a in assignments]
     top = round_half_up(sum(maxes, Fraction(0)))
     score = min(round_half_up(sum(scores, Fraction(0))), top)
     top_parts = apportion(maxes, top)
@@ -160,9 +164,11 @@ def status_of(run: RunResult) -> str:
     return "failure" if outcomes & BAD_OUTCOMES or not run.tests else "success"
 
 
-def _assignment_message(a: AssignmentResult, score: int, top: int) -> str:
+def _assignment_message(a: AssignmentResult, score: int, top: int, basis: str) -> str:
     bad = [t for t in a.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
-    words = [f"{score} of {top} points ({a.score:g} of {a.max_score:g} exactly)",
+    counted_here = basis == "cpu-gradable" and a.gpu_points_not_graded
+    here = f", gradable here, of {a.max_score:g} at grading" if counted_here else ""
+    words = [f"{score} of {top} points ({a.score:g} of {out_of(a, basis):g} exactly{here})",
              f"{a.count(Outcome.PASSED)} checks passed"]
     if bad and a.headline:  # one cause explains every failure (an untouched starter): that, not the first case
         words.append(f"{len(bad)} failed: {a.headline}")
@@ -170,13 +176,16 @@ def _assignment_message(a: AssignmentResult, score: int, top: int) -> str:
         words.append(f"{len(bad)} failed, first {bad[0].name}: {bad[0].outcome}: {bad[0].message}")
     gpu, kinds = _gpu_points(a)
     if gpu:
-        words.append(f"{gpu:g} points need a GPU ({', '.join(kinds)}) and this runner has none: they earn nothing here")
+        words.append(f"{gpu:g} points need a GPU ({', '.join(kinds)}) and this runner has none: "
+                     + ("they are graded on a GPU, not counted here" if here else "they earn nothing here"))
     return one_line("; ".join(words), MESSAGE_LIMIT)
 
 
-def result_json(run: RunResult, fields: dict[str, str], now: datetime | None = None) -> dict:
-    """result.json as Classroom 50's runner accepts it: no key of our own at the top, integer points."""
-    score, top, parts = integer_points(run.assignments)
+def result_json(run: RunResult, fields: dict[str, str], now: datetime | None = None,
+                basis: str = CI_SCORES[0]) -> dict:
+    """result.json as Classroom 50's runner accepts it: no key of our own at the top, integer points
+    out of what `basis` says."""
+    score, top, parts = integer_points(run.assignments, basis)
     tests = []
     for a, (s, m) in zip(run.assignments, parts):
         gpu, kinds = _gpu_points(a)
@@ -185,13 +194,14 @@ def result_json(run: RunResult, fields: dict[str, str], now: datetime | None = N
             "passed": not any(t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR for t in a.tests),
             "score": s,
             "max-score": m,
-            "message": _assignment_message(a, s, m),
+            "message": _assignment_message(a, s, m, basis),
             # kept by the runner: the exact points and what could not run here
-            "exact-score": f"{a.score:g}", "exact-max-score": f"{a.max_score:g}",
+            "exact-score": f"{a.score:g}", "exact-max-score": f"{out_of(a, basis):g}",
             "outcomes": {o.value: a.count(o) for o in Outcome if a.count(o)},
         })
         if gpu:
-            tests[-1]["needs-gpu"] = {"points": f"{gpu:g}", "what": kinds}
+            tests[-1]["needs-gpu"] = {"points": f"{gpu:g}", "what": kinds,
+                                      "counted": basis == "whole" or not a.gpu_points_not_graded}
     when = (now or datetime.now(timezone.utc)).astimezone(timezone.utc)
     return {"schema": SCHEMA, **fields, "datetime": when.strftime("%Y-%m-%dT%H:%M:%SZ"),
             "score": score, "max-score": top, "tests": tests}
@@ -210,16 +220,18 @@ def report_url(release_url: str) -> str:
     return f"{head}/releases/download/{tag}/report.html" if sep and tag else ""
 
 
-def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: dict[str, int]) -> str:
+def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: dict[str, int],
+                 basis: str = CI_SCORES[0]) -> str:
     """The release notes (GitHub Markdown): the score, each assignment, each failing check with
     its reproducer, the points that need a GPU, a link to the report asset."""
-    score, top, parts = integer_points(run.assignments)
+    score, top, parts = integer_points(run.assignments, basis)
+    here = basis == "cpu-gradable" and bool(run.gpu_points_not_graded)
     where = "a GPU" if device == "cuda" else "the CPU (Triton's interpreter: no timing, no bfloat16)"
     status = status_of(run)
-    out = [f"## Triton kernels: {score} / {top} points", "",
+    out = [f"## Triton kernels: {score} / {top} points{' gradable here' if here else ''}", "",
            f"Submission {for_markdown_code(fields['submission'], 120)}, "
            f"{_link('this commit', fields['commit'])}, graded on {where}, seed {run.seed}. "
-           f"Exact points: {run.score:g} / {run.max_score:g} (whole points: the totals rounded half up, "
+           f"Exact points: {run.score:g} / {out_of(run, basis):g} (whole points: the totals rounded half up, "
            "each assignment's share by largest remainder).", ""]
     if status == "error":
         out += ["> **The grader failed on its own side** (infra_error): this is no grade. Push again, or tell the "
@@ -227,8 +239,14 @@ def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: di
     gpu_total = run.skipped_points
     if gpu_total:
         what = sorted({k for a in run.assignments for k in _gpu_points(a)[1]})
-        out += [f"> **{gpu_total:g} of these points need a GPU** ({', '.join(what)}): this runner has none, so they "
-                "earn nothing here. They are graded on a GPU runner, or by the course staff after the deadline.", ""]
+        if here:
+            out += [f"> **{run.max_score:g} points at grading**: {gpu_total:g} more need a GPU ({', '.join(what)}), "
+                    "which this runner has none of, so they are not counted here. They are graded on a GPU runner, or "
+                    "by the course staff after the deadline.", ""]
+        else:
+            out += [f"> **{gpu_total:g} of these points need a GPU** ({', '.join(what)}): this runner has none, so "
+                    "they earn nothing here. They are graded on a GPU runner, or by the course staff after the "
+                    "deadline.", ""]
     out += ["| assignment | points | passed | failed | need a GPU | hidden cases |",
             "| --- | --- | --- | --- | --- | --- |"]
     for a, (s, m) in zip(run.assignments, parts):
@@ -244,9 +262,9 @@ def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: di
     return "\n".join(out)
 
 
-def summary_line(run: RunResult) -> str:
+def summary_line(run: RunResult, basis: str = CI_SCORES[0]) -> str:
     """The commit status: one line, at most 140 characters."""
-    score, top, _ = integer_points(run.assignments)
+    score, top, _ = integer_points(run.assignments, basis)
     status = status_of(run)
     words = [f"{score}/{top} points"]
     bad = sum(t.outcome in BAD_OUTCOMES for t in run.tests)
@@ -257,7 +275,8 @@ def summary_line(run: RunResult) -> str:
     else:
         words.append("every check passed")
     if run.skipped_points:
-        words.append(f"{run.skipped_points:g} need a GPU")
+        counted = basis == "whole" or not run.gpu_points_not_graded
+        words.append(f"{run.skipped_points:g} need a GPU" + ("" if counted else f" (of {run.max_score:g} at grading)"))
     return one_line(", ".join(words), SUMMARY_LIMIT)
 
 
@@ -283,14 +302,15 @@ def report(run: RunResult, repo: Path, device: str, env: Mapping[str, str] | Non
     fields = runner_fields(env)
     catalogue = catalogue if catalogue is not None else _default_course()
     hidden = {a.name: catalogue.get(a.name).hidden_count for a in run.assignments}
+    basis = ci_score(catalogue)  # the released grader-kit.toml's (the autograder's own course), not the checkout's
     for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or repo)):
         echo(line)
     from grader.results import write_json_atomic, write_text_atomic
 
-    write_text_atomic(release_body(run, fields, device, hidden), repo / BODY)
-    write_json_atomic(result_json(run, fields), repo / RESULT)
+    write_text_atomic(release_body(run, fields, device, hidden, basis), repo / BODY)
+    write_json_atomic(result_json(run, fields, basis=basis), repo / RESULT)
     status = status_of(run)
-    _outputs(env, status, summary_line(run))
+    _outputs(env, status, summary_line(run, basis))
     return 2 if status == "error" else 0
 
 
@@ -319,7 +339,7 @@ def _default_course():
 
 
 def report_error(message: str, repo: Path | None, env: Mapping[str, str] | None = None,
-                 echo=print) -> None:
+                 echo=print, cause: Exception | None = None) -> None:
     """Our own failure (no runner environment, the sandbox or an option that cannot work): no
     result.json, so no score is released and the exit is 2. The runner then writes its own
     result.json and release body ("autograder exited 2"), so what the student must know goes
@@ -328,6 +348,14 @@ def report_error(message: str, repo: Path | None, env: Mapping[str, str] | None 
     env = os.environ if env is None else env
     if repo is not None and repo.is_dir():
         remove_stale(repo)
+    if cause is not None and stops.is_runner_stop(cause):
+        # the runner's fault, on every push: said first, the staff's fix within the 300 characters kept
+        echo(command("error", stops.classroom50_annotation(cause), title=stops.TITLE))
+        if env.get("GITHUB_STEP_SUMMARY"):
+            with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+                f.write(stops.summary_markdown("classroom50", cause))
+        _outputs(env, "error", "the runner stopped the check, not your code: the course staff must fix it")
+        return
     echo(command("error", one_line(message, MESSAGE_LIMIT), title="The grader could not run"))
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:

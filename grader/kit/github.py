@@ -11,7 +11,8 @@
 - `result=<base64 JSON>` appended to $GITHUB_OUTPUT, in the format of classroom-resources'
   `autograding-command-grader` (version 1, status, max_score, tests[] with name, status,
   score, message, test_code, filename, line_no, duration), for a later step of the course's own:
-  its max_score is the same total as the summary's, points that need a GPU included. The kit's
+  its max_score is the same total as the summary's, out of what course.toml's [ci] score says
+  (`ci_score`: the points this runner can grade, or the whole with those that need a GPU). The kit's
   workflow reads none of it and depends on no reporter action: the grader writes what a student
   reads itself.
 
@@ -29,7 +30,9 @@ import os
 from collections.abc import Mapping
 from pathlib import Path
 
+from grader.batch.course import CI_SCORES
 from grader.judge.feedback import group_failures
+from grader.kit import stops
 from grader.kit.annotations import command, failures, source_line
 from grader.payloads import CorrectnessPayload
 from grader.results import BAD_OUTCOMES, Outcome, RunResult, cents
@@ -43,12 +46,35 @@ MESSAGE_LIMIT = 1000  # a step that prints messages in the job log: keep each on
 ARTIFACT = "grader-report"  # the kit workflow's upload step names the report's artifact so
 
 
+def ci_score(catalogue) -> str:
+    """What a CI run reports its points out of: course.toml's [ci] score as the kit carries it
+    (grader-kit.toml's [ci] score, written by `grader release`; `catalogue`, a grader.spec.Course),
+    cpu-gradable where it says nothing or what it says is not one of CI_SCORES (the file lies in
+    the student's repo: it may only change what CI shows the student, never a grade)."""
+    try:
+        value = (catalogue.kit_manifest().get("ci") or {}).get("score") if catalogue is not None else None
+    except (OSError, ValueError, UnicodeDecodeError, AttributeError):
+        value = None
+    return value if value in CI_SCORES else CI_SCORES[0]
+
+
+def out_of(result, basis: str) -> float:
+    """The maximum a CI run reports `result` (an AssignmentResult or a RunResult) out of: on the
+    cpu-gradable basis the points this runner can grade (those only a GPU can earn left out, to be
+    graded there), on the whole basis every point of the assignment."""
+    gpu = result.gpu_points_not_graded if basis == "cpu-gradable" else 0.0
+    return (cents(result.max_score) - cents(gpu)) / 100
+
+
 def enabled(ci: str | None, env: Mapping[str, str]) -> bool:
     """--ci github, or --ci left unset inside GitHub Actions (GITHUB_ACTIONS=true in `env`)."""
     return ci == "github" or (ci is None and from_environment(env).in_actions)
 
 
-def classroom_payload(run: RunResult, repo: Path) -> dict:
+def classroom_payload(run: RunResult, repo: Path, basis: str = CI_SCORES[0]) -> dict:
+    """classroom-resources' result: each test as it is; max_score the run's, out of what `basis`
+    says (ci_score): the tests that need a GPU are left out (skipped), so on the cpu-gradable basis
+    their points are not in the total either."""
     tests = []
     for t in run.tests:
         if t.outcome == Outcome.SKIPPED:
@@ -72,8 +98,8 @@ def classroom_payload(run: RunResult, repo: Path) -> dict:
         })
     statuses = {x["status"] for x in tests}
     status = "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
-    # the same total as the summary and the terminal: the points that need a GPU are in it, earning nothing here
-    return {"version": 1, "status": status, "max_score": cents(run.max_score) / 100, "tests": tests}
+    # the same total as the summary and the Points notice (on the whole basis the GPU's points are in it)
+    return {"version": 1, "status": status, "max_score": out_of(run, basis), "tests": tests}
 
 
 def encode(payload: dict) -> str:
@@ -87,21 +113,29 @@ def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
     return failures(run, repo, workspace, lambda message: _short(message, MESSAGE_LIMIT))
 
 
-def score_words(run: RunResult) -> str:
-    """'4 / 10 points (6 of them need a GPU: graded on the course's GPU after the deadline)': the
-    one total every output of a CI run says."""
-    gpu = run.skipped_points
+def score_words(run: RunResult, basis: str = CI_SCORES[0]) -> str:
+    """The one total every output of a CI run says: on the cpu-gradable basis '4 / 4 points
+    gradable here (of 10 at grading: 6 need a GPU, graded on the course's GPU after the
+    deadline)', on the whole basis '4 / 10 points (6 of them need a GPU: ...)'."""
+    gpu = run.gpu_points_not_graded
+    if basis == "cpu-gradable" and gpu:
+        return (f"{run.score:g} / {out_of(run, basis):g} points gradable here (of {run.max_score:g} at grading: "
+                f"{gpu:g} need a GPU, graded on the course's GPU after the deadline)")
     return (f"{run.score:g} / {run.max_score:g} points"
             + (f" ({gpu:g} of them need a GPU: graded on the course's GPU after the deadline)" if gpu else ""))
 
 
-def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
-    """The job summary (GitHub-flavoured Markdown)."""
+def step_summary(run: RunResult, device: str, hidden: dict[str, int], basis: str = CI_SCORES[0]) -> str:
+    """The job summary (GitHub-flavoured Markdown); its title's total as `basis` says (ci_score)."""
     where = "a GPU" if device == "cuda" else "the CPU (Triton's interpreter: no timing, no bfloat16)"
-    out = [f"## Triton kernels: {run.score:g} / {run.max_score:g} points", "",
+    gpu_points = run.gpu_points_not_graded
+    here = " gradable here" if basis == "cpu-gradable" and gpu_points else ""
+    out = [f"## Triton kernels: {run.score:g} / {out_of(run, basis):g} points{here}", "",
            f"Checked on {where}, seed {run.seed}.", ""]
-    gpu_points = run.skipped_points
-    if gpu_points:
+    if gpu_points and here:
+        out += [f"> **{run.max_score:g} points at grading**: {gpu_points:g} more need a GPU (bfloat16 cases and "
+                "speed) and cannot be earned here; they are graded on the course's GPU after the deadline.", ""]
+    elif gpu_points:
         out += [f"> **{gpu_points:g} of these points need a GPU** (bfloat16 cases and speed) and cannot be earned "
                 "here: they are graded on the course's GPU after the deadline.", ""]
     out += ["| assignment | points | passed | failed | not run here | hidden cases |",
@@ -110,7 +144,7 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int]) -> str:
         bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
         gpu = f"{a.count(Outcome.SKIPPED)} ({a.skipped_points:g} pts, GPU)" if a.count(Outcome.SKIPPED) else "0"
         out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200, table=True)}) | {a.score:g} / "
-                   f"{a.max_score:g} | {a.count(Outcome.PASSED)} | {bad} | {gpu} | "
+                   f"{out_of(a, basis):g} | {a.count(Outcome.PASSED)} | {bad} | {gpu} | "
                    f"{hidden.get(a.name, 0)} |")
     out += failures_markdown(run, hidden, 500, 500)
     out += ["", f"The full report (report.html, results.json) is the `{ARTIFACT}` artifact of this run: its "
@@ -162,15 +196,16 @@ def report_github(run: RunResult, repo: Path, device: str, env: Mapping[str, str
 
         catalogue = Course.find(Settings())
     hidden = {a.name: catalogue.get(a.name).hidden_count for a in run.assignments}
+    basis = ci_score(catalogue)
     for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or Path.cwd())):
         echo(line)
-    echo(command("notice", score_words(run), title="Points"))  # the run page's first line: our numbers
+    echo(command("notice", score_words(run, basis), title="Points"))  # the run page's first line: our numbers
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
-            f.write(step_summary(run, device, hidden))
+            f.write(step_summary(run, device, hidden, basis))
     if env.get("GITHUB_OUTPUT"):
         with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
-            f.write(f"result={encode(classroom_payload(run, repo))}\n")
+            f.write(f"result={encode(classroom_payload(run, repo, basis))}\n")
 
 
 def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
@@ -187,6 +222,27 @@ def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
                               "test_code": "grader check", "filename": "", "line_no": 0, "duration": 0}]}
         with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
             f.write(f"result={encode(payload)}\n")
+
+
+def report_stop(error: Exception, platform: str = "github", env: Mapping[str, str] | None = None, echo=print,
+                payload: bool = True) -> None:
+    """The runner stopped the check, not the student's code (grader.kit.stops: a sandbox it cannot
+    build): the first screen says so, with the course staff's one fix and the student told not to
+    push again for it; an `::error` annotation (printed after the terminal's error line, outside
+    its stop-commands block, so the runner reads it), the job summary, and with `payload` the
+    error `result` output."""
+    env = os.environ if env is None else env
+    echo(command("error", stops.annotation(platform, error, MESSAGE_LIMIT), title=stops.TITLE))
+    if env.get("GITHUB_STEP_SUMMARY"):
+        with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
+            f.write(stops.summary_markdown(platform, error))
+    if payload and env.get("GITHUB_OUTPUT"):
+        message = stops.annotation(platform, error, MESSAGE_LIMIT)
+        data = {"version": 1, "status": "error", "max_score": 0,
+                "tests": [{"name": "grader check", "status": "error", "score": 0, "message": message,
+                           "test_code": "grader check", "filename": "", "line_no": 0, "duration": 0}]}
+        with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
+            f.write(f"result={encode(data)}\n")
 
 
 def _short(text: str, limit: int) -> str:

@@ -188,10 +188,13 @@ def contain(autograder: Path, settings: Settings) -> str:
 
     isolation = detect("sandbox", settings, SandboxState())  # as the check's own (its uid range, say)
     if not (isolation.namespaces or isolation.user_switch):
-        raise NotContained("the sandbox can neither make namespaces nor run the submission as another user here "
+        raise NotContained("the autograder's machine, not your code, stopped this check: nothing was graded. Course "
+                           "staff: run the autograder as root (Gradescope's default, where the grader runs the "
+                           "submission as a user of its own) or where namespaces are allowed. Do not resubmit for "
+                           "this: every submission stops the same way until the staff fix it. The sandbox can "
+                           "neither make namespaces nor run the submission as another user here "
                            f"({'; '.join(isolation.warnings) or isolation.mode}), so the submission's code could read "
-                           "the course's hidden cases and reference kernels: nothing was graded. Course staff: run "
-                           "the autograder as root (Gradescope's default) or where namespaces are allowed.")
+                           "the course's hidden cases and reference kernels.")
     for folder in (autograder / "source", autograder / "results"):
         if folder.is_dir() and not folder.is_symlink():
             _close(folder)

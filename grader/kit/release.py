@@ -65,11 +65,12 @@ class Kit:
 
 def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False, requirement: str | None = None,
               gpu_runner: str | None = None, title: str = "Triton kernels",
-              catalogue: specs.Course | None = None) -> Kit:
+              catalogue: specs.Course | None = None, ci_score: str = "cpu-gradable") -> Kit:
     """Write the kit of `catalogue`'s assignments (default: the course the default settings imply)
     to `out`: empty or absent, or with force, a folder whose contents are replaced (all but .git:
     regenerate into a clone of the template repository and commit the difference). It is built
-    beside `out` and moved in only once scanned, so a failure leaves `out` as it was."""
+    beside `out` and moved in only once scanned, so a failure leaves `out` as it was. `ci_score`:
+    course.toml's [ci] score (grader.batch.course.CI_SCORES), which the kit's CI runs report by."""
     catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     chosen = [catalogue.get(n) for n in names] if names else list(catalogue.catalogue().values())
     out = Path(out).resolve()
@@ -88,7 +89,7 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
             _add_assignment(build, spec)
         manifest = {"grader": __version__, "title": title, "assignments": {
             s.name: {"module": s.module, "function": s.function, "points": s.max_points, "hidden_cases": s.hidden_count}
-            for s in chosen}}
+            for s in chosen}, "ci": {"score": ci_score}}
         (build / specs.KIT_MANIFEST).write_text(_toml(manifest))
         (build / "requirements-grader.txt").write_text(install + "\n")
         (build / ".gitignore").write_text(GITIGNORE)
@@ -96,7 +97,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
                  "points": f"{s.max_points:g}",
                  "hidden": s.hidden_count} for s in chosen]
         (build / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
-            title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX))
+            title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX,
+            ci_score=ci_score))
         (build / WORKFLOW).parent.mkdir(parents=True)
         (build / WORKFLOW).write_text(workflow(gpu_runner))
         leaks = find_leaks(build, catalogue)
@@ -304,4 +306,7 @@ def _toml(data: dict) -> str:
     lines += [f"{k} = {json.dumps(v)}" for k, v in top.items()]
     for name, entry in data["assignments"].items():
         lines += ["", f"[assignments.{name}]", *[f"{k} = {json.dumps(v)}" for k, v in entry.items()]]
+    for table, entry in data.items():
+        if isinstance(entry, dict) and table != "assignments":
+            lines += ["", f"[{table}]", *[f"{k} = {json.dumps(v)}" for k, v in entry.items()]]
     return "\n".join(lines) + "\n"

@@ -117,10 +117,11 @@ def as_asked(mode: str, settings: Settings, sandbox: SandboxState) -> Isolation:
         return isolation
     raise SandboxError(f"the {mode} isolation cannot be built as asked on this machine: "
                        f"{'; '.join(isolation.warnings)}. "
-                       "Fix it (the unshare command from util-linux; namespaces the kernel allows: as root, or for "
-                       "another user sysctl user.max_user_namespaces > 0 and, on Ubuntu 23.10 and later, "
-                       "kernel.apparmor_restrict_unprivileged_userns=0), or pass --isolation none to grade without "
-                       "a sandbox, knowingly")
+                       "Fix it (the unshare command from util-linux; user namespaces the kernel allows: sysctl "
+                       "user.max_user_namespaces > 0 and, on Ubuntu 23.10 and later, "
+                       "kernel.apparmor_restrict_unprivileged_userns=0; root is refused them too where a seccomp "
+                       "filter refuses them, as a container's default one does), or pass --isolation none to grade "
+                       "without a sandbox, knowingly")
 
 
 PROBE = ("import os, sys, grader.worker.server, numpy, safetensors, torch, triton\n"

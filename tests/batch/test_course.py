@@ -137,6 +137,8 @@ def test_one_fetch_needs_one_deadline(tmp_path):
     ("[course]\nname = 'x'\n[grading]\nfoo = 1\n", 3, "unknown table [grading]"),
     ("[similarity]\nthreshold = 60\n", 2, "threshold must be a number in (0, 1]"),
     ("[course]\nname = 'x'\ndeadline = 2025-02-01T00:00:00Z\n", 3, "unknown key 'deadline' in [course] (known: name)"),
+    ("[ci]\n\nscore = \"cpu\"\n", 3, "score must be one of 'cpu-gradable', 'whole', not 'cpu'"),
+    ("[ci]\nscores = \"whole\"\n", 2, "unknown key 'scores' in [ci] (known: score)"),
 ])
 def test_a_bad_course_file_names_the_line(tmp_path, text, line, words):
     path = write(tmp_path, text)
@@ -156,3 +158,4 @@ def test_the_documented_example_is_a_valid_course_file(tmp_path):
     c = load_course(write(tmp_path, example), COURSE)
     assert c.order == ["vector_add", "softmax"] and c.policy.accept_days == 5 and c.named == {"bob"}
     assert c.similarity_threshold == 0.6 and c.similarity_common_share == 0.5
+    assert c.ci_score == "cpu-gradable" and load_course(write(tmp_path, "[ci]\nscore = \"whole\"\n"), COURSE).ci_score == "whole"

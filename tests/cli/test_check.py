@@ -9,7 +9,7 @@ import pytest
 
 from tests.conftest import build_submission, has_gpu
 from grader.cli.check import CheckNotRun, CheckOptions, exit_code, run_check, sinks_for
-from grader.cli.outputs import Classroom50Sink, GitHubSink, HtmlSink, JsonSink, Sink, TerminalSink
+from grader.cli.outputs import Classroom50Sink, GitHubSink, HtmlSink, JsonSink, RunnerStopSink, Sink, TerminalSink
 from grader.results import Outcome
 from grader.settings import from_environment
 from grader.spec import Course
@@ -49,9 +49,11 @@ def _options(tmp_path: Path, repo: Path, **kw) -> CheckOptions:
 
 @pytest.mark.parametrize("env, ci, last", [({}, None, TerminalSink), ({"GITHUB_ACTIONS": "true"}, None, GitHubSink),
                                            (C50_ENV, None, Classroom50Sink), (C50_ENV, "github", GitHubSink),
-                                           ({"GITHUB_ACTIONS": "true"}, "none", TerminalSink)])
+                                           # plain output, but a CI job: a stop the runner caused is annotated
+                                           ({"GITHUB_ACTIONS": "true"}, "none", RunnerStopSink),
+                                           ({}, "classmoji", RunnerStopSink)])
 def test_the_ci_mode_chooses_the_sinks(tmp_path, monkeypatch, env, ci, last):
-    for name in ("GITHUB_ACTIONS", *C50_ENV):
+    for name in ("GITHUB_ACTIONS", "CI", *C50_ENV):
         monkeypatch.delenv(name, raising=False)
     for name, value in env.items():
         monkeypatch.setenv(name, value)

@@ -6,7 +6,11 @@ see the system's packages (torch's CPU build, the course's version), then
 (b) the kit's workflow `run:` steps, with GitHub Actions' variables;
 (c) the Classroom 50 autograder (`release --classroom50`), called as Classroom 50's runner calls it;
 (d) the Gradescope zip (`grader gradescope`) unpacked under a folder standing for /autograder,
-    its own setup.sh run (apt-get stood in for), then run_autograder.
+    its own setup.sh run (apt-get stood in for), then run_autograder;
+(e) README's Classmoji recipe, its setup and run commands as written, as Classmoji's command grader
+    runs them on ubuntu-latest: as a user of its own (`runner`), the system Python's PEP 668 marker
+    in place, the environment stripped to what the command grader passes, in the runner's work
+    folder, namespaces refused until its sysctl has run.
 
 One build, one kit venv and one Gradescope venv for the module; torch's wheel is fetched once into
 a wheelhouse kept between runs (`$XDG_CACHE_HOME/grader-tests/wheels`). Where a flag allows it a
@@ -20,6 +24,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import zipfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -57,7 +62,7 @@ class Shipped:
 
 def _clean_env(root: Path, wheelhouse: Path) -> dict:
     drop = ("PYTHONPATH", "GRADER_COURSE", "GRADER_COURSE_SECRET", "VIRTUAL_ENV", "PYTHONHOME", "GRADER_WARM",
-            "GRADER_ZYGOTE", "GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "CLASSROOM", "SUBMISSION_TAG")
+            "GRADER_ZYGOTE", "CI", "GITHUB_ACTIONS", "GITHUB_OUTPUT", "GITHUB_STEP_SUMMARY", "CLASSROOM", "SUBMISSION_TAG")
     env = {k: v for k, v in os.environ.items() if k not in drop}
     env["PATH"] = os.pathsep.join([str(Path(sys.executable).parent), env.get("PATH", "/usr/bin:/bin")])
     env["PIP_FIND_LINKS"] = " ".join(filter(None, [str(wheelhouse), env.get("PIP_FIND_LINKS", "")]))
@@ -240,9 +245,9 @@ def test_the_classroom50_autograder_grades_as_its_runner_calls_it(shipped, sampl
     assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
     result = json.loads((shipped.repo / "result.json").read_text())
     assert [t["passed"] for t in result["tests"]] == [sample == "good"], result
-    if sample == "good":  # the points a CPU runner can give: all of them but those that need a GPU
-        gpu = sum(float(t.get("needs-gpu", {}).get("points", 0)) for t in result["tests"])
-        assert result["score"] > 0 and result["score"] == pytest.approx(result["max-score"] - gpu, abs=1), result
+    if sample == "good":  # out of the points a CPU runner can grade (the kit's default [ci] score): all of them
+        assert result["score"] > 0 and result["score"] == result["max-score"], result
+        assert all(t["needs-gpu"]["counted"] is False for t in result["tests"] if "needs-gpu" in t), result
     else:
         assert result["score"] == 0 and (shipped.repo / "release-body.md").read_text().startswith("## Triton kernels: 0 / ")
     assert "status=error" not in output.read_text()
@@ -269,3 +274,84 @@ def test_the_gradescope_zip_sets_itself_up_and_grades(shipped, tmp_path):
     assert run.returncode == 0, run.stdout[-4000:] + run.stderr[-4000:]
     results = json.loads((root / "results" / "results.json").read_text())
     assert _graded_as("good", _outcomes(results)) and results["score"] > 0, results.get("output", results)
+
+
+# what classroom-resources' autograding-command-grader hands a Classmoji test's commands
+CLASSMOJI_ENV = {"FORCE_COLOR": "true", "DOTNET_CLI_HOME": "/tmp", "DOTNET_NOLOGO": "true"}
+SYSTEM_PYTHON = Path("/usr/bin/python3")
+
+
+def _classmoji_recipe() -> tuple[str, str]:
+    """README's Classmoji setup and run commands, as a course pastes them into Classmoji."""
+    block = _fenced_block_after((REPO_ROOT / "README.md").read_text(), "Classmoji, set up:")
+    lines = dict(line.split(": ", 1) for line in block.strip().splitlines())
+    return lines["setup"], lines["run"]
+
+
+def _externally_managed() -> bool:
+    """The system python3 carries the PEP 668 marker (in its stdlib folder), as ubuntu-24.04's does."""
+    if not SYSTEM_PYTHON.is_file():
+        return False
+    where = subprocess.run([SYSTEM_PYTHON, "-c", "import sysconfig; print(sysconfig.get_path('stdlib'))"],
+                           capture_output=True, text=True).stdout.strip()
+    return bool(where) and (Path(where) / "EXTERNALLY-MANAGED").is_file()
+
+
+@pytest.mark.skipif(os.geteuid() != 0 or not shutil.which("runuser"), reason="needs root to run as a user of its own")
+@pytest.mark.skipif(not _externally_managed(), reason="no system python3 with a PEP 668 EXTERNALLY-MANAGED marker")
+def test_classmojis_recipe_installs_and_grades_as_its_command_grader_runs_it(shipped, tmp_path):
+    """Classmoji's classroom.yml has only actions/checkout before its tests, and its command
+    grader runs a test's setup and run commands with PATH, HOME, FORCE_COLOR and a few more: no
+    setup-python, no CI variables. README's recipe, as written, as the user `runner` (made where
+    missing), with the system python3 whose PEP 668 marker refuses `pip install`, in the runner's
+    work folder, on a PATH where namespaces are refused until its `sudo -n sysctl` has run: it
+    installs, grades the correct sample (exit 0) and the starter (exit 1) in the sandbox."""
+    from tests.kit.test_classroom50 import USERNS, apparmor_runner
+
+    setup, run = _classmoji_recipe()
+    if subprocess.run(["id", "runner"], capture_output=True).returncode != 0:
+        subprocess.run(["useradd", "-m", "runner"], check=True)
+    base = Path(tempfile.mkdtemp(prefix="grader-classmoji-"))  # under /tmp: the runner user's to reach
+    try:
+        work = base / "work"
+        (work / "_temp").mkdir(parents=True)
+        repo = work / "kernels-alice" / "kernels-alice"
+        shutil.copytree(shipped.kit, repo)
+        home = base / "home"
+        (home / ".config" / "pip").mkdir(parents=True)
+        house = base / "wheels"  # torch's CPU wheel where this runner's pip finds it (no download here)
+        shutil.copytree(_wheelhouse(), house)
+        (home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nfind-links = {house}\n"
+                                                             "disable-pip-version-check = true\n")
+        saved = os.environ["PATH"]
+        os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"  # the runner image's, without this machine's pyenv
+        try:
+            path, calls = apparmor_runner(base / "bin", sudo=True)
+        finally:
+            os.environ["PATH"] = saved
+        subprocess.run(["chown", "-R", "runner:runner", str(base)], check=True)
+        base.chmod(0o755)
+        env = dict(CLASSMOJI_ENV, PATH=path, HOME=str(home))
+
+        def as_runner(command: str) -> subprocess.CompletedProcess:
+            return subprocess.run(["runuser", "-u", "runner", "--", "env", "-i", *[f"{k}={v}" for k, v in env.items()],
+                                   "bash", "-c", command], cwd=repo, capture_output=True, text=True,
+                                  timeout=INSTALL_TIMEOUT)
+
+        refused = as_runner("python3 -m pip install --dry-run six")  # the system Python refuses pip, as on the runner
+        if "No module named pip" not in refused.stderr:  # (a system Python without pip refuses it too)
+            assert refused.returncode != 0 and "externally-managed-environment" in refused.stderr, refused.stderr[-2000:]
+        installed = as_runner(setup)
+        assert installed.returncode == 0, installed.stdout[-4000:] + installed.stderr[-4000:]
+        assert f"sysctl -w {USERNS}=0" in calls.read_text()
+        for sample, code in (("good", 0), ("starter", 1)):
+            shutil.copy(GOOD if sample == "good" else shipped.kit / MODULE, repo / MODULE)
+            checked = as_runner(run)
+            assert checked.returncode == code, (sample, checked.stdout[-4000:] + checked.stderr[-4000:])
+            assert "sandbox without" not in checked.stderr and "Weaker sandbox" not in checked.stdout, checked.stderr
+            results = json.loads((repo / ".grader" / "results.json").read_text())
+            assert _graded_as(sample, _outcomes(results)), (sample, _outcomes(results))
+            assert "\x1b[?25l" not in checked.stdout  # FORCE_COLOR drew no live bar in the log
+            assert "::error" not in checked.stdout or sample == "starter"
+    finally:
+        shutil.rmtree(base, ignore_errors=True)

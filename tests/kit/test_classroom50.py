@@ -223,22 +223,45 @@ def _run(repo: Path, kind: str) -> RunResult:
     return run
 
 
-@pytest.mark.parametrize("kind, code, status, score", [
-    ("passing", 0, "success", 10), ("failing", 0, "failure", 8), ("gpu", 0, "success", 5), ("infra", 2, "error", 8)])
-def test_each_kind_of_submission_gives_a_valid_result(tmp_path, kind, code, status, score):
+class _Kit:
+    """The course an autograder grades with: its grader-kit.toml's [ci] score, no hidden case."""
+
+    def __init__(self, score: str | None) -> None:
+        self.manifest = {"ci": {"score": score}} if score is not None else {}
+
+    def kit_manifest(self) -> dict:
+        return self.manifest
+
+    def get(self, name):
+        return type("Spec", (), {"hidden_count": 0})()
+
+
+@pytest.mark.parametrize("kind, code, status, score, top, basis", [
+    ("passing", 0, "success", 10, 10, None), ("failing", 0, "failure", 8, 10, None),
+    ("gpu", 0, "success", 5, 5, None), ("gpu", 0, "success", 5, 10, "whole"), ("gpu", 0, "success", 5, 5, "cpu-gradable"),
+    ("infra", 2, "error", 8, 10, None)])
+def test_each_kind_of_submission_gives_a_valid_result(tmp_path, kind, code, status, score, top, basis):
+    """result.json, the commit status and the release body for each kind of run; the integer points
+    out of what the kit's [ci] score says: by default the points this runner can grade (perfect
+    work on a CPU is 5 / 5, "of 10 at grading"), with "whole" every point (5 / 10)."""
     repo = tmp_path / "checkout"
     run = _run(repo, kind)
     env = runner_env(tmp_path)
     echoed = []
-    assert ci.report(run, repo, "cpu", env, echo=echoed.append) == code
+    assert ci.report(run, repo, "cpu", env, echo=echoed.append, catalogue=_Kit(basis)) == code
     data = json.loads((repo / "result.json").read_text())
     assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
-    assert (data["score"], data["max-score"]) == (score, 10)  # 7.5 of 10 rounds half up to 8
+    assert (data["score"], data["max-score"]) == (score, top)  # 7.5 of 10 rounds half up to 8
+    assert sum(t["max-score"] for t in data["tests"]) == top and data["tests"][0]["exact-max-score"] == f"{top:g}"
     out = outputs(env)
-    assert out["status"] == status and out["summary"].startswith(f"{score}/10 points")
+    assert out["status"] == status and out["summary"].startswith(f"{score}/{top} points")
     assert Path(env["GITHUB_STEP_SUMMARY"]).read_text() == ""  # the runner mirrors release-body.md: not written twice
     body = (repo / "release-body.md").read_text()
-    assert body.startswith(f"## Triton kernels: {score} / 10 points")
+    assert body.startswith(f"## Triton kernels: {score} / {top} points")
+    if top != 10:  # the whole said beside the runner's share
+        assert body.startswith(f"## Triton kernels: {score} / {top} points gradable here\n")
+        assert "**10 points at grading**: 5 more need a GPU" in body and "(of 10 at grading)" in out["summary"]
+        assert "5 of 5 points (5 of 5 exactly, gradable here, of 10 at grading)" in data["tests"][0]["message"]
     assert f"{REPO_URL}/releases/download/{TAG}/report.html" in body
     if kind == "failing":
         assert "### Failing checks" in body and "`grader check . -a vector_add --case 'n=129' --dtype float32 --seed 7`" in body
@@ -248,7 +271,8 @@ def test_each_kind_of_submission_gives_a_valid_result(tmp_path, kind, code, stat
         test = data["tests"][0]
         assert "5 points need a GPU (bfloat16 cases, speed)" in test["message"] and test["needs-gpu"]["what"] == [
             "bfloat16 cases", "speed"]
-        assert "**5 of these points need a GPU** (bfloat16 cases, speed)" in body and "5 need a GPU" in out["summary"]
+        assert "5 need a GPU" in out["summary"]
+        assert ("**5 of these points need a GPU** (bfloat16 cases, speed)" in body) == (top == 10)
     if kind == "infra":
         assert "infra_error" in body and "no grade" in out["summary"]
     if kind == "passing":
@@ -386,11 +410,13 @@ def test_cli_in_a_fake_classroom50_run(tmp_path, submission, fixture, status):
     assert run.returncode == 0, run.stdout + run.stderr
     data = json.loads((repo / "result.json").read_text())
     assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
-    assert data["max-score"] == 10 and outputs(env)["status"] == status
+    # out of what this CPU runner can grade (the default [ci] score): 4 of the spec's 10, the 6 a GPU needs named
+    assert data["max-score"] == 4 and outputs(env)["status"] == status
     test = data["tests"][0]
+    assert test["needs-gpu"]["points"] == "6" and test["needs-gpu"]["counted"] is False
     assert "need a GPU (bfloat16 cases, speed)" in test["message"]
     body = (repo / "release-body.md").read_text()
-    assert "need a GPU** (bfloat16 cases, speed)" in body
+    assert "**10 points at grading**: 6 more need a GPU (bfloat16 cases, speed)" in body
     if fixture == "good":
         assert data["score"] == 4 and test["passed"] is True
     else:
@@ -638,7 +664,8 @@ def test_the_generated_autograder_grades_a_fake_checkout(released, tmp_path):
     assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
     data = json.loads((checkout / "result.json").read_text())
     assert validate(data, env) == [] and rules.result_problems(data, env["CLASSROOM"], env["ASSIGNMENT"]) == [], data
-    assert (data["score"], data["max-score"]) == (4, 10)  # the CPU's share of the released spec's 10 points
+    # out of the CPU's share of the released spec's 10 points (the kit's default [ci] score): perfect work is 4 / 4
+    assert (data["score"], data["max-score"]) == (4, 4)
     assert outputs(env)["status"] == "success"
     assert not marker.exists()
     assert (checkout / ".grader" / "report.html").is_file() and not (checkout / ".grader").is_symlink()
@@ -674,6 +701,20 @@ def apparmor_runner(folder: Path, sudo: bool) -> tuple[str, Path]:
         (folder / name).chmod(0o755)
     calls.touch()
     return path_without_unshare(folder), calls
+
+
+def commands_read(log: str) -> list[str]:
+    """The lines of `log` the runner reads as workflow commands: none between `::stop-commands::TOKEN`
+    and `::TOKEN::`."""
+    read, token = [], None
+    for line in log.splitlines():
+        if token is not None:
+            token = None if line == f"::{token}::" else token
+        elif line.startswith("::stop-commands::"):
+            token = line[len("::stop-commands::"):]
+        else:
+            read.append(line)
+    return read
 
 
 def _hosted_checkout(kit_root: Path, tmp_path: Path, sudo: bool, hosted: bool = True) -> tuple[Path, dict, Path]:
@@ -720,10 +761,21 @@ def test_where_namespaces_stay_refused_the_grade_is_an_error_that_says_why(relea
     graded = rules.run_autograder(classroom / "autograders" / "vector-add" / "autograder.py", checkout, env)
     assert graded.status == "error" and graded.summary.endswith("autograder exited 2"), graded.log[-4000:]
     assert ("sudo -n sysctl" in calls.read_text()) == hosted  # a self-hosted runner's settings are left alone
-    assert "::error title=The grader could not run::the sandbox isolation cannot be built as asked" in graded.log
-    assert f"{USERNS}=0" in graded.log
+    # the first screen: an annotation the runner reads (outside any stop-commands block) whose first sentence
+    # says whose fault it is, the staff's fix within the 300 characters Classroom 50 keeps, no push again
+    errors = [line for line in commands_read(graded.log) if line.startswith("::error ")]
+    assert len(errors) == 1, graded.log
+    title, message = errors[0][len("::error title="):].split("::", 1)
+    assert title == "The runner stopped this check (not your code)" and len(message) <= 300, errors
+    assert message.startswith("The runner, not your code, stopped this check.") and USERNS in message, message
+    assert "Do not push again" in message and message.rstrip().endswith("tell the staff."), message
+    assert "as root" not in message.replace("self-hosted: set it to 0 once, as root", ""), message
+    if hosted:  # sudo's own reason shown, not hidden
+        assert "sudo: a password is required" in graded.log
     summary = html.unescape(Path(env["GITHUB_STEP_SUMMARY"]).read_text())  # Markdown: every sign an entity
-    assert "the grader could not run" in summary and USERNS in summary and "not a grade of your work" in summary
+    assert "the runner stopped this check, not your code" in summary and USERNS in summary
+    assert "Do not push again" in summary and "Push again" not in summary
+    assert "cannot be built as asked" in summary  # the grader's finding, after the fix
     assert not (checkout / "result.json").exists() or graded.result is None  # nothing of ours released
 
 

@@ -69,8 +69,10 @@ def test_classroom_payload_has_the_reporters_fields_and_maps_outcomes(tmp_path):
         "vector_add: n=1 [float32]": "pass", "vector_add: n=129 [float32]": "fail", "vector_add: n=2 [float16]": "fail",
         "vector_add: uses its own Triton kernel": "pass", "softmax: 1x1 [float32]": "fail", "softmax: 2x2 [float32]": "fail",
         "softmax: uses its own Triton kernel": "fail", "softmax: 3x3 [float32]": "error"}
-    # out of the same total as the summary (12): the skipped 1.5 is in it, earning nothing here
-    assert sum(t["score"] for t in payload["tests"]) == 1.5 and payload["max_score"] == 12.0
+    # out of the same total as the summary: by default what this runner can grade (12 less the skipped 1.5);
+    # on the whole basis the skipped 1.5 is in it, earning nothing here
+    assert sum(t["score"] for t in payload["tests"]) == 1.5 and payload["max_score"] == 10.5
+    assert ci.classroom_payload(_run(tmp_path), tmp_path, "whole")["max_score"] == 12.0
     failing = next(t for t in payload["tests"] if t["name"] == "vector_add: n=129 [float32]")
     assert (failing["filename"], failing["line_no"]) == ("kernels/vector_add.py", 11)  # the deepest frame of their file
     assert "--case 'n=129'" in failing["message"] and failing["test_code"].startswith("grader check")
@@ -109,18 +111,42 @@ def test_enabled_by_flag_or_github_actions():
 
 
 def test_summary_names_score_failures_gpu_points_and_hidden_cases(tmp_path):
-    text = html.unescape(ci.step_summary(_run(tmp_path), "cpu", {"vector_add": 2, "softmax": 0}))  # as GitHub shows it
-    assert text.startswith("## Triton kernels: 1.5 / 12 points")
+    text = html.unescape(ci.step_summary(_run(tmp_path), "cpu", {"vector_add": 2, "softmax": 0}, "whole"))
+    assert text.startswith("## Triton kernels: 1.5 / 12 points\n")
     assert "**1.5 of these points need a GPU**" in text and "after the deadline" in text
     assert "| vector_add (<code>kernels/vector_add.py:vector_add()</code>) | 1.5 / 6 | 2 | 2 | 1 (1.5 pts, GPU) | 2 |" in text
+    # by default out of what this runner can grade, the whole said beside it
+    here = html.unescape(ci.step_summary(_run(tmp_path), "cpu", {"vector_add": 2, "softmax": 0}))
+    assert here.startswith("## Triton kernels: 1.5 / 10.5 points gradable here\n")
+    assert "**12 points at grading**: 1.5 more need a GPU" in here
+    assert "| vector_add (<code>kernels/vector_add.py:vector_add()</code>) | 1.5 / 4.5 | 2 | 2 | 1 (1.5 pts, GPU) | 2 |" in here
     assert "reproduce: `grader check . -a vector_add --case 'n=129' --dtype float32 --seed 7`" in text
     assert "Hidden cases are not run here" in text
 
 
-def test_every_output_of_a_run_says_the_same_total_in_clean_numbers(tmp_path):
-    """The summary's title, the Points notice and the `result` output agree (points that need a
-    GPU are in each total, earning nothing here), and no score carries a float's tail: ten cases
-    of 0.4 are 4, not 4.000000000000001."""
+class _Kit:
+    """A course as a kit's check sees it: its grader-kit.toml's [ci] score, no hidden case."""
+
+    def __init__(self, score: str | None) -> None:
+        self.manifest = {"ci": {"score": score}} if score is not None else {}
+
+    def kit_manifest(self) -> dict:
+        return self.manifest
+
+    def get(self, name):
+        return type("Spec", (), {"hidden_count": 0})()
+
+
+@pytest.mark.parametrize("score, total, notice", [
+    (None, "4 / 4 points gradable here", "4 / 4 points gradable here (of 10 at grading: 6 need a GPU, graded on the "
+     "course's GPU after the deadline)"),
+    ("bogus", "4 / 4 points gradable here", None),  # a value the grader does not know: the default
+    ("whole", "4 / 10 points", "4 / 10 points (6 of them need a GPU: graded on the course's GPU after the deadline)")])
+def test_every_output_of_a_run_says_the_same_total_in_clean_numbers(tmp_path, score, total, notice):
+    """The summary's title, the Points notice and the `result` output agree, out of what the kit's
+    [ci] score says (the points this runner can grade by default, the whole with "whole": those
+    that need a GPU in the total, earning nothing here), and no score carries a float's tail: ten
+    cases of 0.4 are 4, not 4.000000000000001."""
     run = RunResult(str(tmp_path), 7, {})
     a = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()")
     a.tests += [TestResult("vector_add", "correctness", f"n={i} [float32]", "passed", "ok", max_score=0.4, score=0.4)
@@ -130,15 +156,13 @@ def test_every_output_of_a_run_says_the_same_total_in_clean_numbers(tmp_path):
     run.assignments.append(a)
     said: list[str] = []
     output, summary = tmp_path / "output", tmp_path / "summary.md"
-    from grader.spec import Course
-    from grader.settings import Settings
-
     ci.report_github(run, tmp_path, "cpu", {"GITHUB_OUTPUT": str(output), "GITHUB_STEP_SUMMARY": str(summary)},
-                     echo=said.append, catalogue=Course.find(Settings()))
+                     echo=said.append, catalogue=_Kit(score))
     payload = _decode(output)
-    assert payload["max_score"] == 10 and all(t["score"] == 0.4 for t in payload["tests"])
-    assert summary.read_text().startswith("## Triton kernels: 4 / 10 points")
-    assert said[-1] == "::notice title=Points::4 / 10 points (6 of them need a GPU: graded on the course's GPU after the deadline)"
+    assert payload["max_score"] == (10 if score == "whole" else 4) and all(t["score"] == 0.4 for t in payload["tests"])
+    assert summary.read_text().startswith(f"## Triton kernels: {total}\n")
+    assert said[-1] == f"::notice title=Points::{notice or said[-1].split('::')[-1]}"
+    assert said[-1].startswith(f"::notice title=Points::{total}")
 
 
 def _decode(output_file):
@@ -175,11 +199,15 @@ def test_check_in_github_actions_writes_summary_output_and_annotations(tmp_path,
     assert by_name["vector_add: n=128 [float32]"]["status"] == "fail"  # 128 of its 1024 lanes are in bounds
     assert all(t["status"] in ("pass", "fail") for t in payload["tests"])
     results = run.results
-    # one total everywhere: the result output, the summary's title and the Points notice say the same
-    assert payload["max_score"] == results["max_score"] and sum(t["score"] for t in payload["tests"]) == results["score"]
+    # one total everywhere: the result output, the summary's title and the Points notice say the same, out of
+    # what this runner could grade (the default [ci] score: what it skipped is left out, said beside it)
+    here = round(sum(t["max_score"] for t in results["tests"] if t["outcome"] != "skipped"), 2)
+    assert here < results["max_score"] and payload["max_score"] == here
+    assert sum(t["score"] for t in payload["tests"]) == results["score"]
     text = html.unescape(summary.read_text())
-    assert text.startswith(f"earlier step\n## Triton kernels: {results['score']:g} / {results['max_score']:g} points")
-    assert re.search(rf"^::notice title=Points::{results['score']:g} / {results['max_score']:g} points ", run.stdout, re.M)
+    assert text.startswith(f"earlier step\n## Triton kernels: {results['score']:g} / {here:g} points gradable here\n")
+    assert re.search(rf"^::notice title=Points::{results['score']:g} / {here:g} points gradable here "
+                     rf"\(of {results['max_score']:g} at grading", run.stdout, re.M), run.stdout
     assert "### Failing checks" in text and "out-of-bounds load" in text and "reproduce: `grader check" in text
     assert "hidden case(s) of vector_add are not in this kit" not in text  # the TA's course has them here, not withheld
     assert re.search(r"^::error file=kernels/vector_add\.py,line=11,title=vector_add n=\S+ \[float32\]%3A failed::"

@@ -360,8 +360,12 @@ def test_no_namespaces_and_no_other_uid_is_refused_with_the_reason(tmp_path, mon
     assert gradescope.main([str(tmp_path), str(tmp_path / "submission"), "vector_add"], Settings()) == 3
     data = json.loads((tmp_path / "results" / "results.json").read_text())
     assert data["score"] == 0 and data["tests"] == []
-    assert data["output"].startswith("The autograder did not grade this submission: the sandbox can neither make "
-                                     "namespaces nor run the submission as another user here")
+    # whose fault it is first, then the staff's fix, then the reason
+    assert data["output"].startswith("The autograder did not grade this submission: the autograder's machine, not "
+                                     "your code, stopped this check: nothing was graded. Course staff: run the "
+                                     "autograder as root"), data["output"]
+    assert "Do not resubmit for this" in data["output"]
+    assert "The sandbox can neither make namespaces nor run the submission as another user here" in data["output"]
     assert "Operation not permitted" in data["output"]
     # with another uid to run it as, it goes on, and the course's folder is closed
     monkeypatch.setattr(process, "detect", lambda mode, settings, sandbox: Isolation("sandbox", user_switch=True))

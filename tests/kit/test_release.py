@@ -123,6 +123,7 @@ def test_kit_layout_starters_handouts_specs_and_manifest(kit):
     assert manifest["assignments"]["vector_add"] == {"module": "kernels/vector_add.py", "function": "vector_add",
                                                      "points": 10, "hidden_cases": 6}
     assert manifest["assignments"]["matmul_relu"]["hidden_cases"] == 0
+    assert manifest["ci"] == {"score": "cpu-gradable"}  # course.toml's [ci] score, the default where it says none
     readme = (root / "README.md").read_text()
     for words in ("pip install -r requirements-grader.txt", "grader check", "How points work", "hidden cases",
                   "download.pytorch.org/whl/cpu", "kernels/vector_add.py"):
@@ -351,7 +352,7 @@ def test_the_readmes_say_per_platform_what_a_student_sees_and_what_reaches_a_gra
     classmoji = " ".join(rows["Classmoji"])
     assert "advisory" in classmoji and "never change a grade" in classmoji and "pass or fail" in classmoji
     flat = " ".join(section.split())
-    assert f'pip install "torch=={release.TORCH}" --index-url {release.TORCH_CPU_INDEX}' in flat
+    assert f'pip" install "torch=={release.TORCH}" --index-url {release.TORCH_CPU_INDEX}' in flat  # the venv's pip
     assert "pip install torch " not in flat  # never an unpinned torch
     assert "kernel.apparmor_restrict_unprivileged_userns=0" in flat and "github-hosted" in flat
     workflow = (kit.root / ".github" / "workflows" / "grader.yml").read_text()
@@ -359,3 +360,17 @@ def test_the_readmes_say_per_platform_what_a_student_sees_and_what_reaches_a_gra
     assert "Nothing here reaches a gradebook" in " ".join(header.replace("#", "").split())
     kit_readme = (kit.root / "README.md").read_text()
     assert "grader-report" in kit_readme and "Artifacts" in kit_readme and "Nothing this workflow writes is a grade" in kit_readme
+
+
+def test_course_tomls_ci_score_reaches_the_kit_and_what_its_ci_reports(tmp_path):
+    """`[ci] score = "whole"` in course.toml: `grader release` writes it into grader-kit.toml, which
+    the kit's CI (and Classroom 50's autograder, which embeds it) reports its points by."""
+    import tomllib
+
+    from grader.kit.github import ci_score
+
+    kit = release.build_kit(tmp_path / "kit", ["vector_add"], catalogue=Course(COURSE.root, secret=SECRET),
+                            ci_score="whole")
+    assert tomllib.loads((kit.root / "grader-kit.toml").read_text())["ci"] == {"score": "whole"}
+    assert ci_score(Course(kit.root)) == "whole"
+    assert "they are counted in the total and named" in (kit.root / "README.md").read_text()
