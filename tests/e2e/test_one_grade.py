@@ -89,14 +89,20 @@ def build(root: Path):
     carol = read_record(record_path(out, "carol", "vector_add"))
     reviews.append(out, reviews.make("carol", "carol", "vector_add", carol, "points", 5, "partial credit", "ta-ann"))
     lock = Lock(students, "2025-02-03T00:00:00+00:00", root=root)
+    return out, rebuild(out, lock, course), lock
+
+
+def rebuild(out: Path, lock: Lock, course):
+    """The class view written again (after a review, as `grader review` does)."""
     view = write_class_outputs(out, lock, ASSIGNMENTS, {"seed": 3}, course, catalogue=COURSE)
     assert view.errors == []
-    return out, view
+    return view
 
 
 @pytest.fixture(scope="module")
 def graded(tmp_path_factory):
-    return build(tmp_path_factory.mktemp("one-grade"))
+    out, view, _ = build(tmp_path_factory.mktemp("one-grade"))
+    return out, view
 
 
 def _csv(out: Path, name: str) -> list[dict]:
