@@ -375,8 +375,9 @@ class RunResult:
                 },
             },
         }
-        if book is not None:
-            data["extra_data"]["gradebook"] = {a: gradebook[a] for a in sorted(gradebook) if isinstance(gradebook[a], dict)}
+        if book is not None and gradebook:
+            extra: dict = data["extra_data"]  # type: ignore[assignment]  # built just above, a dict
+            extra["gradebook"] = {a: gradebook[a] for a in sorted(gradebook) if isinstance(gradebook[a], dict)}
         if self.execution_time is not None:
             data["execution_time"] = round(self.execution_time)
         if board := self.leaderboard():

@@ -126,11 +126,11 @@ def plan(out: Path, course_id: int, include_incomplete: bool = False) -> list[Ch
         if not isinstance(s, dict) or not isinstance(s.get("student"), str):
             continue
         student = s["student"]
-        lms = s.get("lms") if isinstance(s.get("lms"), dict) else {}
+        lms: dict = s["lms"] if isinstance(s.get("lms"), dict) else {}
         identity = {k: str(v) for k, v in lms.items() if k in ("canvas_user_id", "sis_user_id", "sis_login_id")}
-        cells = s.get("assignments") if isinstance(s.get("assignments"), dict) else {}
+        cells: dict = s["assignments"] if isinstance(s.get("assignments"), dict) else {}
         for a in assignments:
-            cell = cells.get(a) if isinstance(cells.get(a), dict) else {}
+            cell: dict = cells[a] if isinstance(cells.get(a), dict) else {}
             grade, out_of = _number(cell.get("final")), _number(cell.get("max_score"))
             last = (sent.get(student) or {}).get(a) or {}
             before = _number(last.get("grade")) if isinstance(last, dict) else None
@@ -166,7 +166,8 @@ def _canvas(url: str, token: str):
 def _rate_limited(exc: Exception) -> bool:
     from canvasapi.exceptions import Forbidden, RateLimitExceeded
 
-    return isinstance(exc, RateLimitExceeded) or isinstance(exc, Forbidden) and "rate limit exceeded" in str(exc).lower()
+    return isinstance(exc, RateLimitExceeded) or (isinstance(exc, Forbidden)
+                                                  and "rate limit exceeded" in str(exc).lower())
 
 
 def _retrying(call: Callable[[], Any], sleep: Callable[[float], None]) -> Any:

@@ -239,7 +239,8 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     done: dict = {"done": [], "stale": []}
     for p in lock.students:
         row = Row(p.student, p.folder, p.status, p.reason, p.name, p.github_username, p.repo, p.commit, p.commit_date,
-                  p.late, p.late_commits, deadline=getattr(p, "deadline", None), lms=dict(getattr(p, "lms", None) or {}))
+                  p.late, p.late_commits, deadline=getattr(p, "deadline", None),
+                  lms=dict(getattr(p, "lms", None) or {}))
         try:
             found = _fill_row(row, out, p, assignments, course, rates, flags, log, done)
             environment = environment or found

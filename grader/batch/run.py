@@ -120,8 +120,8 @@ def run_batch(lock, opts: BatchOptions, plan: BatchPlan, on_event: Callable[[str
     flight, keeps every finished one and still writes the class view; returns this run's entry
     of the manifest."""
     from grader.batch.classview import write_class_outputs
-    from grader.batch.grades import class_grades
     from grader.batch.executors import Scheduler
+    from grader.batch.grades import class_grades
     from grader.judge.runcache import RunCache
 
     out = Path(opts.out).resolve()

@@ -169,5 +169,6 @@ def course_grades(folder: Path) -> dict[str, dict]:
     data = read_json(Path(folder) / GRADES)
     if not isinstance(data, dict):
         return {}
-    return {a: g for a, g in data.items() if isinstance(g, dict) and isinstance(g.get("final"), (int, float, type(None)))
-            and isinstance(g.get("out_of"), (int, float, type(None)))}
+    number = (int, float, type(None))
+    return {a: g for a, g in data.items()
+            if isinstance(g, dict) and isinstance(g.get("final"), number) and isinstance(g.get("out_of"), number)}

@@ -386,7 +386,6 @@ def _job_line(job, record, course=None) -> str:
     from collections import Counter
 
     from grader.batch.course import exact
-
     from grader.results import AssignmentResult, Outcome
 
     if record.status != "graded":  # a job status, shown in the infra_error outcome's style

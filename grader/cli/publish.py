@@ -23,6 +23,10 @@ from grader.cli.common import UsageError, console, err, fail, shown
 app = typer.Typer(no_args_is_help=True, help="Publish a graded class's grades into an LMS.")
 
 
+_WHY = {"no Canvas id": " (the roster has no canvas_user_id, sis_user_id or sis_login_id for this student)",
+        "incomplete": " (--include-incomplete sends it)", "held for review": " (--include-incomplete sends it)"}
+
+
 def _table(changes) -> Table:
     table = Table("student", "assignment", "last sent", "now", "out of", "action", title="Canvas: the change")
     for c in changes:
@@ -42,7 +46,8 @@ def canvas(
                                   help="The environment variable that holds the TA's Canvas access token."),
     dry_run: bool = typer.Option(False, "--dry-run", help="Show what would be sent; contact nothing."),
     include_incomplete: bool = typer.Option(False, "--include-incomplete",
-                                            help="Send CPU-only and partial-run grades, and those held for review, too."),
+                                            help="Send CPU-only and partial-run grades, and those held for "
+                                                 "review, too."),
     allow_unpublished: bool = typer.Option(False, "--allow-unpublished",
                                            help="Send grades to a course that is not published yet."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged grades in the table too."),
@@ -83,13 +88,12 @@ def canvas(
     for c in changes:
         if c.action not in ("send", "unchanged"):
             console.print(f"  [yellow]not sent[/yellow] {shown(c.student, 80)}/{shown(c.assignment, 80)}: {c.action}"
-                          + ("" if c.action != "no Canvas id" else
-                             " (the roster has no canvas_user_id, sis_user_id or sis_login_id for this student)")
-                          + ("" if not c.action.startswith(("incomplete", "held")) else " (--include-incomplete sends it)"))
+                          f"{_WHY.get(c.action.split(':')[0], '')}")
     for line in result.failed:
         err.print(f"[red]failed:[/red] {shown(line, 600)}")
-    console.print(f"{len(result.sent)} grade(s) sent to course {course_id}, {len(result.failed)} failed, "
-                  f"{sum(c.action == 'unchanged' for c in changes)} unchanged; record: {lms.record_path(out, course_id)}")
+    unchanged = sum(c.action == "unchanged" for c in changes)
+    console.print(f"{len(result.sent)} grade(s) sent to course {course_id}, {len(result.failed)} failed, {unchanged} "
+                  f"unchanged; record: {lms.record_path(out, course_id)}")
     raise typer.Exit(1 if result.failed else 0)
 
 
