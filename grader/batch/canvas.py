@@ -153,6 +153,13 @@ def plan(out: Path, course_id: int, include_incomplete: bool = False) -> list[Ch
 
 
 def _canvas(url: str, token: str):
+    from urllib.parse import urlsplit
+
+    where = urlsplit(url)
+    if where.scheme not in ("https", "http") or not where.hostname:
+        raise PublishError(f"{one_line(url, 200)!r} is not a Canvas address: give --url https://canvas.example.edu")
+    if where.scheme == "http" and where.hostname not in ("localhost", "127.0.0.1", "::1"):
+        raise PublishError(f"{one_line(url, 200)}: the token would cross the network unencrypted: use https://")
     try:
         from canvasapi import Canvas
     except ImportError:

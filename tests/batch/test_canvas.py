@@ -250,3 +250,11 @@ def test_a_student_without_canvas_ids_is_said_and_not_sent(graded):
     (out / "summary.json").write_text(json.dumps(summary))
     changes = lms.plan(out, COURSE_ID)
     assert {c.action for c in changes if c.student == "alice"} == {"no Canvas id"}
+
+
+@pytest.mark.parametrize("url, message", [("http://canvas.example.edu", "unencrypted: use https://"),
+                                          ("canvas.example.edu", "is not a Canvas address")])
+def test_the_token_never_crosses_the_network_in_the_clear(graded, url, message):
+    out, _, _ = graded
+    with pytest.raises(lms.PublishError, match=message):
+        lms.publish(out, COURSE_ID, url, TOKEN)
