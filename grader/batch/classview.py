@@ -254,7 +254,7 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
 
     ci = score_cells(read_saved(lock.root) if getattr(lock, "root", None) else [],
                      {p.github_username.lower(): p.student for p in lock.students if p.github_username},
-                     assignments)
+                     assignments, course)
     for row in rows:
         for a, cell in row.cells.items():
             cell.ci = ci.get((row.student, a), "")
