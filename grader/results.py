@@ -296,14 +296,19 @@ class RunResult:
         penalty applied), where that differs from the run's own points; None where it is the same."""
         if not gradebook:
             return None
-        found = [gradebook[a.name] for a in self.assignments if isinstance(gradebook.get(a.name), dict)]
-        if not found:
+        found = [(a, gradebook[a.name]) for a in self.assignments if isinstance(gradebook.get(a.name), dict)]
+
+        def own(a: AssignmentResult, g: dict) -> bool:  # the gradebook counts this one as the run does
+            whole = a.partial["assignment_points"] if a.partial else a.max_score
+            return g.get("final") == a.score and g.get("out_of") == whole and not g.get("late_penalty")
+
+        if not found or all(own(a, g) for a, g in found):
             return None
-        points = sum(cents(g["points"]) for g in found if g.get("points") is not None) / 100
-        final = round(points - sum(float(g.get("late_penalty") or 0) for g in found if g.get("points") is not None), 4)
-        out_of = sum(cents(g["out_of"]) for g in found if g.get("out_of") is not None) / 100
-        whole = sum(cents(a.partial["assignment_points"] if a.partial else a.max_score) for a in self.assignments) / 100
-        return None if (final, out_of) == (self.score, whole) else (final, out_of)
+        graded = [g for _, g in found if g.get("points") is not None]
+        points = sum(cents(g["points"]) for g in graded) / 100
+        final = round(points - sum(float(g.get("late_penalty") or 0) for g in graded), 4)
+        out_of = sum(cents(g["out_of"]) for _, g in found if g.get("out_of") is not None) / 100
+        return final, out_of
 
     def to_gradescope(self, gradebook: dict | None = None) -> dict:
         """Gradescope's autograder results (its specification's fields), plus our own. `gradebook`
