@@ -282,10 +282,18 @@ def _assignments(course, record: dict, changes: list[Change], outcome: Published
     return found
 
 
+def comment_of(c: Change) -> str:
+    """The submission comment sent with a grade (`comment`): the grade and where it comes from."""
+    top = "" if c.out_of is None else f" / {c.out_of:g}"
+    return (f"{c.assignment}: {c.grade:g}{top} points, from the course's grader (course points, any review and "
+            "late penalty applied). Your report.html has every check.")
+
+
 def publish(out: Path, course_id: int, url: str, token: str, *, include_incomplete: bool = False,
-            allow_unpublished: bool = False, sleep: Callable[[float], None] = time.sleep,
+            allow_unpublished: bool = False, comment: bool = False, sleep: Callable[[float], None] = time.sleep,
             on_sent: Callable[[Change], None] | None = None) -> tuple[list[Change], Published]:
-    """Send every changed grade of the class in `out` to the Canvas course; (the plan, what came of it)."""
+    """Send every changed grade of the class in `out` to the Canvas course, with a comment saying
+    it where `comment`; (the plan, what came of it)."""
     from canvasapi.submission import Submission
 
     out = Path(out)
@@ -321,7 +329,9 @@ def publish(out: Path, course_id: int, url: str, token: str, *, include_incomple
             grade = assignments[c.assignment]
             submission = Submission(requester, {"course_id": course_id, "assignment_id": grade.id, "user_id": uid})
             try:
-                _retrying(lambda: submission.edit(submission={"posted_grade": f"{c.grade:g}"}), sleep)  # noqa: B023
+                said = {"comment": {"text_comment": comment_of(c)}} if comment else {}
+                _retrying(lambda: submission.edit(submission={"posted_grade": f"{c.grade:g}"}, **said),  # noqa: B023
+                          sleep)
             except Exception as exc:
                 outcome.failed.append(f"{c.student}/{c.assignment}: not sent: {_why(exc)}")
                 continue

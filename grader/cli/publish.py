@@ -51,6 +51,7 @@ def canvas(
     allow_unpublished: bool = typer.Option(False, "--allow-unpublished",
                                            help="Send grades to a course that is not published yet."),
     show_all: bool = typer.Option(False, "--all", help="List unchanged grades in the table too."),
+    comment: bool = typer.Option(False, "--comment", help="Send a submission comment with each grade, saying it."),
 ) -> None:
     """Send the class's grades (course.toml's points, reviews and late penalties applied) to a Canvas course."""
     from grader.batch import canvas as lms
@@ -77,7 +78,7 @@ def canvas(
                         "New access token); it is never read from a file or the command line"))
     try:
         changes, result = lms.publish(out, course_id, base, token.strip(), include_incomplete=include_incomplete,
-                                      allow_unpublished=allow_unpublished,
+                                      allow_unpublished=allow_unpublished, comment=comment,
                                       on_sent=lambda c: console.print(f"  sent {shown(c.student, 80)}/"
                                                                       f"{shown(c.assignment, 80)}: {c.grade:g}"))
     except lms.PublishError as exc:

@@ -35,6 +35,7 @@ class StandIn:
 
     def __init__(self, rsps, students=tuple(USERS.values())):
         self.students, self.assignments, self.grades, self.puts = list(students), [], {}, []
+        self.comments: list = []
         self.fail_put: dict[int, list] = {}  # user id -> answers to give first (a status, or an exception)
         base = f"{URL}/api/v1/courses/{COURSE_ID}"
         rsps.add_callback("GET", re.compile(rf"{base}(\?.*)?$"), self.auth(lambda r: (200, {"id": COURSE_ID,
@@ -81,8 +82,11 @@ class StandIn:
             return answer, {"errors": "Rate Limit Exceeded"} if answer == 429 else {}
         if uid not in self.students:
             return 404, {}
-        grade = float(self.form(request)["submission[posted_grade]"])
+        form = self.form(request)
+        grade = float(form["submission[posted_grade]"])
         self.grades[(aid, uid)] = grade
+        if "comment[text_comment]" in form:
+            self.comments.append((aid, uid, form["comment[text_comment]"]))
         self.puts.append((aid, uid, grade))
         return 200, {"id": 1, "user_id": uid, "assignment_id": aid, "grade": str(grade)}
 
@@ -146,6 +150,16 @@ def test_incomplete_and_held_grades_are_sent_only_when_asked(graded):
         publish(out, include_incomplete=True)
         assert canvas.by_name() == {**SENT_FIRST, ("carol", "softmax"): 12, ("dan", "vector_add"): 12,
                                     ("dan", "softmax"): 12}
+        assert canvas.comments == []  # none unless asked
+
+
+def test_a_comment_says_the_grade_where_asked(graded):
+    out, _, _ = graded
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        canvas = StandIn(rsps)
+        publish(out, comment=True)
+        bob = [text for _, uid, text in canvas.comments if uid == 101]
+        assert len(canvas.comments) == len(SENT_FIRST) and any(t.startswith("vector_add: 7.2 / 20 points") for t in bob)
 
 
 def test_a_rate_limit_is_waited_out_and_retried(graded):
