@@ -270,8 +270,12 @@ def _assignments(course, record: dict, changes: list[Change], outcome: Published
     for name in wanted:
         key = KEY.format(name)
         assignment = existing.get(key)
+        points = max((c.out_of for c in changes if c.assignment == name and c.out_of is not None), default=None)
+        if assignment is not None and points is not None and getattr(assignment, "points_possible", None) != points:
+            made = assignment
+            assignment = _retrying(lambda: made.edit(assignment={"points_possible": points}), sleep)  # noqa: B023
+            outcome.said.append(f"the assignment {name!r} in Canvas is now out of {points:g} points (course.toml's)")
         if assignment is None:
-            points = max((c.out_of for c in changes if c.assignment == name and c.out_of is not None), default=None)
             spec = {"name": name, "integration_id": key, "submission_types": ["none"], "published": True,
                     "grading_type": "points", **({"points_possible": points} if points is not None else {})}
             assignment = _retrying(lambda: course.create_assignment(spec), sleep)  # noqa: B023 - called at once
@@ -294,16 +298,19 @@ def publish(out: Path, course_id: int, url: str, token: str, *, include_incomple
             on_sent: Callable[[Change], None] | None = None) -> tuple[list[Change], Published]:
     """Send every changed grade of the class in `out` to the Canvas course, with a comment saying
     it where `comment`; (the plan, what came of it)."""
+    out = Path(out)
+    canvas = _canvas(url, token)  # first: without canvasapi, the line that names the extra
     from canvasapi.submission import Submission
 
-    out = Path(out)
-    canvas = _canvas(url, token)
     outcome = Published()
     path = record_path(out, course_id)
     path.parent.mkdir(parents=True, exist_ok=True)
     with FileLock(path.parent / f".canvas-{course_id}.lock"):
         record = read_sent(out, course_id)
-        record["url"] = url
+        if record.get("url") not in (None, url.rstrip("/")):
+            raise PublishError(f"{path} records grades sent to course {course_id} of {one_line(record['url'], 200)}, "
+                               f"not of {one_line(url, 200)}: give that --url, or move the record away")
+        record["url"] = url.rstrip("/")
         changes = plan(out, course_id, include_incomplete)
         course = _course(canvas, course_id, url, allow_unpublished, sleep)
         todo = [c for c in changes if c.action == "send"]

@@ -45,6 +45,7 @@ class StandIn:
         rsps.add_callback("GET", re.compile(rf"{base}/assignments(\?.*)?$"), self.auth(lambda r: (200, self.assignments)))
         rsps.add_callback("POST", re.compile(rf"{base}/assignments.*"), self.auth(self.create))
         rsps.add_callback("PUT", re.compile(rf"{base}/assignments/\d+/submissions/\d+.*"), self.auth(self.grade))
+        rsps.add_callback("PUT", re.compile(rf"{base}/assignments/\d+(\?.*)?$"), self.auth(self.edit))
 
     def auth(self, answer):
         def callback(request):
@@ -71,6 +72,12 @@ class StandIn:
                 "points_possible": float(data["assignment[points_possible]"]), "course_id": COURSE_ID}
         self.assignments.append(made)
         return 201, made
+
+    def edit(self, request):
+        aid = int(re.search(r"assignments/(\d+)", request.url).group(1))
+        [made] = [a for a in self.assignments if a["id"] == aid]
+        made["points_possible"] = float(self.form(request)["assignment[points_possible]"])
+        return 200, made
 
     def grade(self, request):
         aid, uid = map(int, re.search(r"assignments/(\d+)/submissions/(\d+)", request.url).groups())
@@ -252,7 +259,8 @@ def test_dry_run_shows_the_change_and_contacts_nothing(graded, monkeypatch):
 
 def test_without_canvasapi_the_message_names_the_extra(graded, monkeypatch):
     out, _, _ = graded
-    monkeypatch.setitem(sys.modules, "canvasapi", None)
+    for name in [m for m in sys.modules if m == "canvasapi" or m.startswith("canvasapi.")]:
+        monkeypatch.setitem(sys.modules, name, None)
     with pytest.raises(lms.PublishError, match=r"pip install 'grader\[lms\]'"):
         lms.publish(out, COURSE_ID, URL, TOKEN)
 
@@ -272,3 +280,28 @@ def test_the_token_never_crosses_the_network_in_the_clear(graded, url, message):
     out, _, _ = graded
     with pytest.raises(lms.PublishError, match=message):
         lms.publish(out, COURSE_ID, url, TOKEN)
+
+
+def test_an_assignment_made_before_is_found_by_its_key_and_takes_the_course_s_points(graded):
+    out, _, _ = graded
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        canvas = StandIn(rsps)
+        canvas.assignments.append({"id": 900, "name": "Vector add (renamed by the TA)", "integration_id": "grader:vector_add",
+                                   "points_possible": 10.0, "course_id": COURSE_ID})
+        canvas.assignments.append({"id": 901, "name": "vector_add", "integration_id": None, "points_possible": 5.0,
+                                   "course_id": COURSE_ID})  # the TA's own column of that name: never ours
+        _, result = publish(out)
+        ours = {a["id"]: a for a in canvas.assignments}
+        assert len(canvas.assignments) == 3 and ours[900]["points_possible"] == 20.0 and ours[901]["points_possible"] == 5
+        assert {(a, u) for a, u, _ in canvas.puts if a == 900} == {(900, 100), (900, 101), (900, 102)}
+        assert not any(a == 901 for a, _, _ in canvas.puts)
+        assert any("now out of 20 points" in line for line in result.said)
+
+
+def test_a_record_of_another_canvas_is_not_taken_for_this_one(graded):
+    out, _, _ = graded
+    with responses.RequestsMock(assert_all_requests_are_fired=False) as rsps:
+        StandIn(rsps)
+        publish(out)
+    with pytest.raises(lms.PublishError, match="records grades sent to course 7 of https://canvas.test"):
+        lms.publish(out, COURSE_ID, "https://other.test", TOKEN)
