@@ -172,15 +172,28 @@ def summary_line(a: AssignmentResult) -> SummaryLine:
     return SummaryLine(a.name, a.title, a.module, points_line(a), state, css, _one_line(cause), missing)
 
 
-def render(run: RunResult, profiles: Sequence = ()) -> str:
-    """`profiles`: --profile's (grader.judge.profiling.Profile), each shown under its assignment's speed."""
+def render(run: RunResult, profiles: Sequence = (), gradebook: dict | None = None) -> str:
+    """`profiles`: --profile's (grader.judge.profiling.Profile), each shown under its assignment's speed;
+    `gradebook`: a class's course grades (grader.batch.grades), the headline where they differ from the run's points."""
+    book = run.in_gradebook(gradebook)
+    graded = {a: g for a, g in (gradebook or {}).items() if isinstance(g, dict) and book is not None}
     run = _bounded(run)
     lines = [summary_line(a) for a in run.assignments]
     return _ENV.get_template("report.html.j2").render(
-        profiles={p.assignment: p for p in profiles},
+        profiles={p.assignment: p for p in profiles}, book=book, graded=graded, headline=_grade_line,
         run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments),
         summary=[s for s in lines if not s.missing], missing=[s for s in lines if s.missing],
         sections=[(a, s) for a, s in zip(run.assignments, lines) if not s.missing],
         perf_chart=perf_chart, matrix=matrix, points_line=points_line,
         groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words, traceback_tail=traceback_tail,
         Outcome=Outcome, outcome_css=outcome_css())
+
+
+def _grade_line(g: dict) -> str:
+    """One assignment's course grade in words (as grader.batch.grades.CourseGrade.headline says it)."""
+    if g.get("final") is None:
+        return "no grade"
+    told = [*([f"{g['late_penalty']:g} late penalty"] if g.get("late_penalty") else []), *(g.get("lacks") or []),
+            *(["held for review"] if g.get("held") else [])]
+    top = "?" if g.get("out_of") is None else f"{g['out_of']:g}"
+    return f"{g['final']:g} / {top} points" + (f" ({'; '.join(map(str, told))})" if told else "")

@@ -290,8 +290,30 @@ class RunResult:
     def from_json(cls, data: dict) -> RunResult:
         return _from_json(cls, data, {"assignments": AssignmentResult})
 
-    def to_gradescope(self) -> dict:
-        """Gradescope's autograder results (its specification's fields), plus our own.
+    def in_gradebook(self, gradebook: dict | None) -> tuple[float, float] | None:
+        """(final, out of): this run's grade as the course's gradebook counts it (`gradebook`: each
+        assignment's grader.batch.grades.CourseGrade.to_json, course.toml's points and the late
+        penalty applied), where that differs from the run's own points; None where it is the same."""
+        if not gradebook:
+            return None
+        found = [(a, gradebook[a.name]) for a in self.assignments if isinstance(gradebook.get(a.name), dict)]
+
+        def own(a: AssignmentResult, g: dict) -> bool:  # the gradebook counts this one as the run does
+            whole = a.partial["assignment_points"] if a.partial else a.max_score
+            return g.get("final") == a.score and g.get("out_of") == whole and not g.get("late_penalty")
+
+        if not found or all(own(a, g) for a, g in found):
+            return None
+        graded = [g for _, g in found if g.get("points") is not None]
+        points = sum(cents(g["points"]) for g in graded) / 100
+        final = round(points - sum(float(g.get("late_penalty") or 0) for g in graded), 4)
+        out_of = sum(cents(g["out_of"]) for _, g in found if g.get("out_of") is not None) / 100
+        return final, out_of
+
+    def to_gradescope(self, gradebook: dict | None = None) -> dict:
+        """Gradescope's autograder results (its specification's fields), plus our own. `gradebook`
+        (a class's, grader.batch.grades): where course.toml scales the points or a late penalty
+        applies, `score` and `max_score` are the course's grade, as every gradebook has it.
         A skipped test gets status "failed": Gradescope shows a test without a status and with
         score == max_score (0 == 0 here) as passed, and a check that did not run has not passed."""
         tests = []
@@ -321,13 +343,16 @@ class RunResult:
                 })
         partial = [a for a in self.assignments if a.partial]
         whole = sum(cents(a.partial["assignment_points"] if a.partial else a.max_score) for a in self.assignments) / 100
+        book = self.in_gradebook(gradebook)
         data = {
-            "score": self.score,
-            "max_score": self.max_score,
+            "score": self.score if book is None else book[0],
+            "max_score": self.max_score if book is None else book[1],
             # an incomplete grade (a partial run, --case/--dtype; points only a GPU can earn not graded) is
             # not the assignment's grade: said where every reader of the file looks first (Gradescope's
             # score is a number, so the mark is here and in extra_data.incomplete)
             "output": for_terminal("\n".join([
+                *([f"{book[0]:g} / {book[1]:g} points in the course's gradebook (course.toml's points and the late "
+                   f"penalty applied); the checks below count:"] if book else []),
                 f"{self.score:g} / {self.max_score:g} points" if not partial else (
                     f"{self.score:g} / {whole:g} points (partial run: only the cases chosen with --case/--dtype, of "
                     f"{', '.join(a.name for a in partial)}; not a grade)"),
@@ -355,6 +380,9 @@ class RunResult:
                 },
             },
         }
+        if book is not None and gradebook:
+            extra: dict = data["extra_data"]  # type: ignore[assignment]  # built just above, a dict
+            extra["gradebook"] = {a: gradebook[a] for a in sorted(gradebook) if isinstance(gradebook[a], dict)}
         if self.execution_time is not None:
             data["execution_time"] = round(self.execution_time)
         if board := self.leaderboard():

@@ -216,9 +216,13 @@ def read_saved(workdir: Path) -> list[dict]:
         return []
 
 
-def score_cells(records: list[dict], users: dict[str, str], assignments: list[str]) -> dict[tuple[str, str], str]:
+def score_cells(records: list[dict], users: dict[str, str], assignments: list[str],
+                course=None) -> dict[tuple[str, str], str]:
     """(student, assignment) -> 'Classroom 50: 7 / 10 (submit/...)' where a record's owner is a
-    student's GitHub username (`users`: username -> student) and its slug the assignment's."""
+    student's GitHub username (`users`: username -> student) and its slug the assignment's. Where
+    course.toml (`course`, a CourseConfig) scales the assignment, the score in its points beside it
+    ('7 / 10 = 14 / 20 in this course'): the runner counts the spec's points, the gradebooks the course's."""
+    from grader.batch.course import exact
     from grader.kit.classroom50 import slug_of
 
     by_slug = {slug_of(a): a for a in assignments} | {a.lower(): a for a in assignments}
@@ -227,5 +231,10 @@ def score_cells(records: list[dict], users: dict[str, str], assignments: list[st
         student, assignment = users.get(r["owner"].lower()), by_slug.get(r["assignment"].lower())
         if student is not None and assignment is not None:
             late = ", late" if r.get("late") else ""
-            out[(student, assignment)] = f"Classroom 50: {r['score']} / {r['max-score']} ({r['submission']}{late})"
+            scaled = ""
+            if course is not None and assignment in course.points and r["max-score"]:
+                points, top = course.scale(assignment, exact(r["score"]), exact(r["max-score"]))
+                scaled = f" = {float(points):.4g} / {float(top):g} in this course"
+            out[(student, assignment)] = (f"Classroom 50: {r['score']} / {r['max-score']}{scaled} "
+                                          f"({r['submission']}{late})")
     return out

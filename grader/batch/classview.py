@@ -58,6 +58,17 @@ class Cell:
     # graded with --case/--dtype: cases_run, cases (AssignmentResult.partial)
     partial: dict = field(default_factory=dict)
     gpu_points: float = 0.0  # points only a GPU can earn, not graded here (CPU): in the course's points
+    penalty: float = 0.0  # late points deducted from this score (grader.batch.course), in the course's points
+
+    @property
+    def final(self) -> float | None:
+        """The grade: the score (course.toml's points, a review applied) less the late penalty."""
+        return None if self.score is None else round(self.score - self.penalty, 4)
+
+    @property
+    def held(self) -> bool:
+        """An integrity flag that no standing review has decided: the grade waits for a TA."""
+        return self.flagged and not self.review
 
     @property
     def lacks(self) -> list[str]:
@@ -118,6 +129,7 @@ class Row:
     penalty: float = 0.0  # late points deducted from the total (grader.batch.course)
     hours_late: float | None = None
     problems: list[str] = field(default_factory=list)  # what of this student a stage could not do, and why
+    lms: dict = field(default_factory=dict)  # the roster's LMS identities (grader.batch.roster.LMS_COLUMNS)
 
     @property
     def final(self) -> float | None:
@@ -227,7 +239,8 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     done: dict = {"done": [], "stale": []}
     for p in lock.students:
         row = Row(p.student, p.folder, p.status, p.reason, p.name, p.github_username, p.repo, p.commit, p.commit_date,
-                  p.late, p.late_commits, deadline=getattr(p, "deadline", None))
+                  p.late, p.late_commits, deadline=getattr(p, "deadline", None),
+                  lms=dict(getattr(p, "lms", None) or {}))
         try:
             found = _fill_row(row, out, p, assignments, course, rates, flags, log, done)
             environment = environment or found
@@ -241,7 +254,7 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
 
     ci = score_cells(read_saved(lock.root) if getattr(lock, "root", None) else [],
                      {p.github_username.lower(): p.student for p in lock.students if p.github_username},
-                     assignments)
+                     assignments, course)
     for row in rows:
         for a, cell in row.cells.items():
             cell.ci = ci.get((row.student, a), "")
@@ -395,11 +408,12 @@ def summary_json(view: ClassView, manifest: dict | None = None) -> dict:
              "late": r.late, "late_commits": r.late_commits, "total": r.total, "max_total": r.max_total,
              "report": r.report,
              "deadline": r.deadline, "hours_late": r.hours_late, "late_penalty": r.penalty, "final": r.final,
-             "problems": r.problems,
+             "problems": r.problems, "name": r.name, "lms": r.lms,
              "assignments": {a: {"status": c.status, "score": c.score, "max_score": c.max_score, "outcomes": c.outcomes,
                                  "flagged": c.flagged, "note": c.notes(), "classroom50": c.ci, "review": c.review,
                                  "stale_review": c.stale_review, "partial": c.partial or None,
-                                 "gpu_points_not_graded": c.gpu_points}
+                                 "gpu_points_not_graded": c.gpu_points, "late_penalty": c.penalty,
+                                 "final": c.final, "held": c.held}
                              for a, c in r.cells.items()}}
             for r in view.rows
         ],
@@ -422,12 +436,14 @@ def write_class_outputs(out: Path, lock, assignments: list[str], manifest: dict 
     with course.toml's late policy applied (grader.batch.course), the similar pairs
     (grader.batch.similarity) and the speed table (grader.batch.leaderboard)."""
     from grader.batch import exporters
+    from grader.batch.grades import write_student_grades
     from grader.batch.leaderboard import speed_rows
     from grader.batch.similarity import update_similarity
 
     out = Path(out)
     view = build_class_view(out, lock, assignments, manifest, course, catalogue=catalogue)
     _guarded(view, "late penalties", lambda: apply_late(view, out))
+    _guarded(view, "the students' grades", lambda: write_student_grades(view, out, lambda f: rewrite_student(out, f)))
     for a in assignments:
         view.speed[a] = []
         # _guarded calls the step at once, inside this iteration
@@ -475,6 +491,7 @@ def _late_of_row(view, r: Row, course: CourseConfig) -> tuple[dict[str, str], bo
         if cell.score is not None and late.percent:
             cut = late.penalty(exact(cell.score))
             penalty += cut
+            cell.penalty = round(float(cut), 4)
             earned, top = float(cell.score), float(cell.max_score or 0)
             scaled = f" (this course counts {a} for {top:g} points)" if a in course.points else ""
             text += (f" In the gradebook{scaled} you earned {earned:g} of {top:g} points: "

@@ -6,13 +6,18 @@
   grades export (assignment_name, github_username, roster_identifier, student_repository_url,
   points_awarded, points_available), plus the graded commit: for tools that read that export.
 - gradescope.csv: Name, SID, Email, a column per assignment and Total Score, for Gradescope's
-  score upload (it asks which column is which). Each student's results.json is already in
-  Gradescope's autograder schema.
+  score upload (it asks which column is which): the roster's name, gradescope_sid and email
+  (grader.batch.roster.LMS_COLUMNS; without them the student id as SID, and as Email where it is
+  one). Each student's results.json is already in Gradescope's autograder schema.
 - canvas.csv: Canvas's gradebook import (Grades > Import): Student, ID, SIS User ID, SIS Login ID,
-  Section, then a column per assignment, and a Points Possible row under the header. Canvas matches
-  a row to a student by ID, SIS User ID or SIS Login ID: the roster's student column goes in SIS
-  Login ID (use the Canvas login or email there); ID, SIS User ID and Section are left empty (Canvas
-  fills them or ignores them). A new column name makes Canvas create the assignment on import.
+  Section, then a column per assignment, and a Points Possible row under the header (course.toml's
+  points). Canvas matches a row to a student by ID, SIS User ID or SIS Login ID: the roster's
+  canvas_user_id, sis_user_id and sis_login_id, or without any, the roster's student id as SIS Login
+  ID. Each cell is the assignment's grade after its late penalty (Canvas reads no other column of
+  ours). A new column name makes Canvas create the assignment on import.
+
+Every grade is the class view's (grader.batch.grades): course.toml's points, a TA's review and the
+late penalty applied once there, read here, never recomputed.
 
 Every cell goes through grader.sanitize.for_csv_cell (a plain number as it is): a student's name,
 repo URL or a note quoting their text never reaches a spreadsheet as a formula (`=`, `+`, `-`, `@`
@@ -70,12 +75,15 @@ def _csv(rows: list[list]) -> str:
     return buffer.getvalue()
 
 
-def _penalty(view, r, a: str) -> float:
-    """The late points deducted from one assignment's score."""
-    from grader.batch.course import exact
+def _penalty(r, a: str) -> float:
+    """The late points deducted from one assignment's score (the class view's Cell.penalty)."""
+    return getattr(r.cells[a], "penalty", 0.0) or 0.0
 
-    late, score = view.late.get((r.student, a)), r.cells[a].score
-    return 0.0 if late is None or score is None else round(float(late.penalty(exact(score))), 4)
+
+def _final(cell, choice: str) -> float | None:
+    """The grade a per-assignment gradebook shows: the score less its late penalty (Cell.final)."""
+    shown = _shown(cell, choice)
+    return None if shown is None else round(shown - (getattr(cell, "penalty", 0.0) or 0.0), 4)
 
 
 class IncompleteGrades(Exception):
@@ -171,8 +179,8 @@ def classroom_csv(view) -> str:
         for a, name in zip(view.assignments, _columns(view, choice)):
             c = r.cells[a]
             score = _shown(c, choice)
-            cut = _penalty(view, r, a)
-            final = None if score is None else round(score - cut, 4)
+            cut = _penalty(r, a)
+            final = _final(c, choice)
             rows.append([name, r.github_username, r.student, r.repo or "", r.commit or "", _score(final),
                          _score(c.max_score), _score(score), _score(cut) if score is not None else "",
                          *([_cell_note(r, a, choice)] if noted else [])])
@@ -186,33 +194,57 @@ def gradescope_csv(view) -> str:
     rows = [["Name", "SID", "Email", *_columns(view, choice), *(["Late Penalty"] if policy else []),
              f"Total Score{_total_mark(view, choice)}", *(["Note"] if noted else [])]]
     for r in view.rows:
-        email = r.student if "@" in r.student else ""
+        name, sid, email = gradescope_identity(r)
         omitted = _row_omits(r, choice)
         penalty = [_score(r.penalty) if r.total is not None and not omitted else ""] if policy else []
-        rows.append([r.name, r.student, email, *[_score(_shown(r.cells[a], choice)) for a in view.assignments],
+        rows.append([name, sid, email, *[_score(_shown(r.cells[a], choice)) for a in view.assignments],
                      *penalty, _score(None if omitted else r.final),
                      *(["; ".join(_cell_note(r, a, choice) for a in view.assignments if r.cells[a].lacks)]
                        if noted else [])])
     return _csv(rows)
 
 
+def gradescope_identity(r) -> tuple[str, str, str]:
+    """(Name, SID, Email) of a row for Gradescope: the roster's name, gradescope_sid and email
+    (grader.batch.roster.LMS_COLUMNS); without them the roster's student id, as SID and, where it
+    is one, as the email."""
+    lms = getattr(r, "lms", None) or {}
+    email = lms.get("email") or (r.student if "@" in r.student else "")
+    return r.name or r.student, lms.get("gradescope_sid") or r.student, email
+
+
 CANVAS_HEADER = ["Student", "ID", "SIS User ID", "SIS Login ID", "Section"]
 
 
+def canvas_identity(r) -> tuple[str, str, str]:
+    """(ID, SIS User ID, SIS Login ID) of a row for Canvas: the roster's canvas_user_id, sis_user_id
+    and sis_login_id; with none of them, the roster's student id as the SIS Login ID."""
+    lms = getattr(r, "lms", None) or {}
+    user, sis = lms.get("canvas_user_id", ""), lms.get("sis_user_id", "")
+    login = lms.get("sis_login_id") or ("" if user or sis else r.student)
+    return user, sis, login
+
+
 def canvas_csv(view) -> str:
+    """Each cell is the assignment's grade (the late penalty deducted: Canvas has no column of ours
+    for it), out of the Points Possible course.toml gives it."""
     choice = _choice(view)
     rows = [[*CANVAS_HEADER, *_columns(view, choice)],
-            ["Points Possible", "", "", "", "", *[_score(_points_possible(view, a)) for a in view.assignments]]]
+            ["Points Possible", "", "", "", "", *[_score(points_possible(view, a)) for a in view.assignments]]]
     for r in view.rows:
-        rows.append([r.name or r.student, "", "", r.student, "",
-                     *[_score(_shown(r.cells[a], choice)) for a in view.assignments]])
+        rows.append([r.name or r.student, *canvas_identity(r), "",
+                     *[_score(_final(r.cells[a], choice)) for a in view.assignments]])
     return _csv(rows)
 
 
-def _points_possible(view, assignment: str) -> float | None:
-    """The assignment's full points (GPU-only points included): the spec's, else the most any row was graded on."""
+def points_possible(view, assignment: str) -> float | None:
+    """The assignment's full points (GPU-only points included) as the gradebooks count them:
+    course.toml's points for it, else the spec's, else the most any row was graded on."""
     from grader.spec import UnknownAssignment
 
+    course = getattr(view, "course", None)
+    if course is not None and assignment in course.points:
+        return float(course.points[assignment])
     try:
         return view.catalogue.get(assignment).max_points
     except UnknownAssignment:

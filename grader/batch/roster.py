@@ -8,6 +8,13 @@ Three CSV layouts are read, told apart by their header:
 - GitHub Classroom's grades export of one assignment, which holds
   `student_repository_url` itself.
 
+Any layout may add the columns an LMS needs to find the student (grader.batch.exporters and
+`grader publish` use them; each is optional, and checked on load):
+- Canvas: `canvas_user_id` (Canvas's numeric user id, the gradebook's ID), `sis_user_id`,
+  `sis_login_id` (the login: often the email). One of them lets a grade reach Canvas;
+- Gradescope: `gradescope_sid` (the SID, the student id Gradescope matches by), `email` (the
+  account's email: Gradescope's other key), and `name`.
+
 A roster that cannot be read as a whole (no known header, a row without a student or a repo,
 two rows for one student) is a RosterError: the TA fixes the file before anything runs.
 A student that cannot be fetched (no GitHub account linked yet) is only that student's
@@ -18,12 +25,16 @@ from __future__ import annotations
 
 import csv
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 PLAIN = ("student", "repo")
 CLASSROOM_ROSTER = ("identifier", "github_username", "github_id", "name")
 CLASSROOM_GRADES = ("github_username", "roster_identifier", "student_repository_url")
+# the LMS identities a roster may carry, by column (RosterEntry.lms keeps those given)
+LMS_COLUMNS = ("canvas_user_id", "sis_user_id", "sis_login_id", "gradescope_sid", "email")
+_EMAIL = re.compile(r"[^@\s,;<>\"']+@[^@\s,;<>\"']+\.[^@\s,;<>\"']+")
+_ID = re.compile(r"[^\x00-\x1f\x7f]{1,200}")  # an SIS id or login: printable, bounded
 
 
 class RosterError(Exception):
@@ -38,6 +49,7 @@ class RosterEntry:
     name: str = ""
     github_username: str = ""
     problem: str | None = None
+    lms: dict[str, str] = field(default_factory=dict)  # LMS_COLUMNS given for this student
 
     @property
     def folder(self) -> str:
@@ -87,7 +99,35 @@ def load_roster(path: Path, org: str | None = None, prefix: str | None = None) -
     if not entries:
         raise RosterError(f"roster {path}: a header but no student")
     _check_unique(path, entries)
+    _lms_identities(path, records, entries, header)
     return entries
+
+
+def _lms_identities(path: Path, records: list[tuple[int, dict]], entries: list[RosterEntry], header: list[str]) -> None:
+    """The LMS columns of each row, checked (a Canvas user id is a number, an email is one, an id
+    is printable and no two students share one) and kept in RosterEntry.lms."""
+    given = [c for c in LMS_COLUMNS if c in header]
+    seen: dict[tuple[str, str], str] = {}
+    for (line, rec), entry in zip(records, entries):
+        for column in given:
+            value = rec.get(column, "")
+            if not value:
+                continue
+            if column == "canvas_user_id" and not re.fullmatch(r"[1-9][0-9]{0,17}", value):
+                raise RosterError(f"roster {path}, line {line}: canvas_user_id {value[:40]!r} of {entry.student!r} "
+                                  "is not a Canvas user id (a number: People > the student > the URL's last part)")
+            if column == "email" and not _EMAIL.fullmatch(value):
+                raise RosterError(f"roster {path}, line {line}: email {value[:60]!r} of {entry.student!r} is not "
+                                  "an email address")
+            if not _ID.fullmatch(value):
+                raise RosterError(f"roster {path}, line {line}: {column} of {entry.student!r} holds a control "
+                                  "character or is longer than 200 characters")
+            key = (column, value.lower() if column in ("email", "sis_login_id") else value)
+            if key in seen:
+                raise RosterError(f"roster {path}, line {line}: {column} {value[:60]!r} is given to both "
+                                  f"{seen[key]!r} and {entry.student!r}")
+            seen[key] = entry.student
+            entry.lms[column] = value
 
 
 def _missing_columns(header: list[str]) -> str:

@@ -121,6 +121,7 @@ def run_batch(lock, opts: BatchOptions, plan: BatchPlan, on_event: Callable[[str
     of the manifest."""
     from grader.batch.classview import write_class_outputs
     from grader.batch.executors import Scheduler
+    from grader.batch.grades import class_grades
     from grader.judge.runcache import RunCache
 
     out = Path(opts.out).resolve()
@@ -161,6 +162,7 @@ def run_batch(lock, opts: BatchOptions, plan: BatchPlan, on_event: Callable[[str
                                catalogue=opts.catalogue)
         entry["class_errors"] = view.errors  # what of the class view could not be written (the rest was)
         entry["partial"] = view.partial  # some grade is of --case/--dtype: the chosen cases' share, marked partial
+        entry["grades"] = class_grades(view)  # each student's grade as every gradebook has it, for the summary
         if cache:
             cache.remove()
     return entry

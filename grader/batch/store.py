@@ -21,6 +21,7 @@ from grader.results import AssignmentResult, FileLock, Outcome, RunResult, TestR
 
 MANIFEST = "batch.json"  # the class folder's seed, assignments, lock and runs
 LATE_NOTES = "late.json"  # a student's lateness explanations (grader.batch.classview writes them)
+GRADES = "grades.json"  # a student's course grades as the class view computed them (grader.batch.grades)
 
 
 def student_dir(out: Path, folder: str) -> Path:
@@ -143,14 +144,15 @@ def write_student(out: Path, folder: str) -> None:
         return
     folder_path = student_dir(out, folder)
     late = late_notes(folder_path)
+    gradebook = course_grades(folder_path)
     log = reviews.read(out)
     for a in run.assignments:
         # a TA's decision on this grade, or a stale one said
         reviews.apply(a, log.latest(folder, a.name), records.get(a.name))
         if a.name in late:
             a.notes.append(late[a.name])
-    write_json_atomic(run.to_gradescope(), folder_path / "results.json")
-    write_text_atomic(render(run), folder_path / "report.html")
+    write_json_atomic(run.to_gradescope(gradebook), folder_path / "results.json")
+    write_text_atomic(render(run, gradebook=gradebook), folder_path / "report.html")
 
 
 def late_notes(folder: Path) -> dict[str, str]:
@@ -159,3 +161,14 @@ def late_notes(folder: Path) -> dict[str, str]:
         return json.loads((Path(folder) / LATE_NOTES).read_text())
     except (OSError, ValueError):
         return {}
+
+
+def course_grades(folder: Path) -> dict[str, dict]:
+    """The student's course grades the class view wrote (grader.batch.grades.CourseGrade.to_json, by
+    assignment): course.toml's points, a review and the late penalty applied. Empty where none."""
+    data = read_json(Path(folder) / GRADES)
+    if not isinstance(data, dict):
+        return {}
+    number = (int, float, type(None))
+    return {a: g for a, g in data.items()
+            if isinstance(g, dict) and isinstance(g.get("final"), number) and isinstance(g.get("out_of"), number)}

@@ -75,6 +75,7 @@ class Pinned:
     github_username: str = ""
     deadline: str | None = None  # this student's deadline (an extension moves it), from course.toml or --deadline
     cutoff: str | None = None  # with a late policy: the last commit date still graded
+    lms: dict = field(default_factory=dict)  # the roster's LMS identities (grader.batch.roster.LMS_COLUMNS)
 
     @property
     def folder(self) -> str:
@@ -132,7 +133,7 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
                 pinned.deadline, pinned.cutoff = mine.isoformat(), cutoff.isoformat() if cutoff else None
         except Exception as exc:  # a surprise of one student's: that student's line, never the others' pins or the lock
             pinned = Pinned(entry.student, entry.repo, "unfetched", reason=_unreadable(exc), name=entry.name,
-                            github_username=entry.github_username)
+                            github_username=entry.github_username, lms=dict(entry.lms))
         if progress:
             try:
                 progress(pinned)
@@ -150,7 +151,8 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
 
 def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, branch: str | None,
               cutoff: datetime | None = None, limits: FetchLimits = FetchLimits()) -> Pinned:
-    base = Pinned(entry.student, entry.repo, "unfetched", name=entry.name, github_username=entry.github_username)
+    base = Pinned(entry.student, entry.repo, "unfetched", name=entry.name, github_username=entry.github_username,
+                  lms=dict(entry.lms))
     if entry.problem or not entry.repo:
         base.reason = entry.problem or "no repository"
         return base
@@ -293,7 +295,7 @@ def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: 
                          f"name")
     head = _commit_of(repo, f"refs/remotes/origin/{branch}", f"the head of branch {branch!r} is not a commit")
     p = Pinned(entry.student, entry.repo, "fetched", branch=branch, head=head, name=entry.name,
-               github_username=entry.github_username)
+               github_username=entry.github_username, lms=dict(entry.lms))
     if entry.commit:
         chosen = _commit_of(repo, entry.commit,
                             f"commit {entry.commit} (pinned by the roster) is not in the repository")

@@ -1,7 +1,8 @@
 """Command line: `grader check` and `grader list` (grader.cli.check), the TA's class commands,
 one module each (grader.cli.fetch, .grade, .similarity, .leaderboard), a TA's review
 (grader.cli.review) and the course's kit commands (grader.cli.kit), and `grader verify`
-(grader.cli.verify): a stored speed figure re-timed.
+(grader.cli.verify): a stored speed figure re-timed; `grader publish canvas` (grader.cli.publish): the
+grades into an LMS.
 
 Exit codes: 0 every check that ran passed; 1 some check failed; 2 usage or infrastructure
 error, with a one-line message.
@@ -11,7 +12,7 @@ from __future__ import annotations
 
 import typer
 
-from grader.cli import check, fetch, grade, kit, leaderboard, review, similarity, verify
+from grader.cli import check, fetch, grade, kit, leaderboard, publish, review, similarity, verify
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
 
@@ -52,6 +53,7 @@ leaderboard.register(app)
 review.register(app)
 kit.register(app)
 verify.register(app)
+publish.register(app)
 
 
 def main() -> None:

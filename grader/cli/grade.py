@@ -344,7 +344,7 @@ def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:
                     isolation = (record.environment or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
                     counts[record.status] += 1
-                    bar.console.print("  " + _job_line(job, record))
+                    bar.console.print("  " + _job_line(job, record, opts.course))
                     bar.advance(task)
                 bar.update(task, counts=", ".join(f"{v} {k}" for k, v in counts.items() if v))
 
@@ -380,9 +380,12 @@ def _interrupt(signum, frame):
     raise KeyboardInterrupt
 
 
-def _job_line(job, record) -> str:
+def _job_line(job, record, course=None) -> str:
+    """The job's points as it ends: in course.toml's points for the assignment where it scales them
+    (the grade with a review and the late penalty is the summary's, after the class view)."""
     from collections import Counter
 
+    from grader.batch.course import exact
     from grader.results import AssignmentResult, Outcome
 
     if record.status != "graded":  # a job status, shown in the infra_error outcome's style
@@ -393,8 +396,16 @@ def _job_line(job, record) -> str:
     words = ", ".join(f"[{STYLE[o]}]{n} {o}[/]" for o, n in outcomes.items() if o != Outcome.SKIPPED)
     # a partial run: out of all its points
     top = result.partial["assignment_points"] if result.partial else result.max_score
+    score: float = result.score
+    if course is not None and job.assignment in course.points and top:
+        scaled, points = course.scale(job.assignment, exact(score), exact(top))
+        score, top = round(float(scaled), 4), float(points)
     partial = ", partial run" if result.partial else ""
-    return f"{shown(job.label)}: {result.score:g} / {top:g}{partial} ({words}) in {record.seconds:.0f} s"
+    cpu = ", CPU only" if result.gpu_points_not_graded else ""
+    return f"{shown(job.label)}: {score:g} / {top:g}{partial}{cpu} ({words}) in {record.seconds:.0f} s"
+
+
+SUMMARY_GRADES = 60  # the most grades the summary lists one a line
 
 
 def _print_summary(out: Path, lock, entry: dict) -> None:
@@ -410,6 +421,11 @@ def _print_summary(out: Path, lock, entry: dict) -> None:
         console.print("[yellow]Partial run (--case/--dtype): each score is the chosen cases' share of the assignment's "
                       "points, as grader check counts it, and no grade: the gradebooks name those columns "
                       "'(partial run)'. Grade without --case/--dtype for the grades.[/yellow]")
+    grades = entry.get("grades") or []
+    if grades and len(grades) <= SUMMARY_GRADES:  # a larger class reads them in grades.csv
+        console.print("[bold]Grades[/bold] (as every gradebook, report and publish has them):")
+        for g in grades:
+            console.print(f"  {shown(g.student, 80)} {shown(g.assignment, 80)}: {shown(g.headline(), 200)}")
     # no gradebook where course.toml refused an incomplete grade (its error line is above)
     book = out / "grades.csv" if (out / "grades.csv").is_file() else "none written"
     console.print(f"dashboard: {out / 'index.html'}   gradebook: {book}   summary: {out / 'summary.json'}")

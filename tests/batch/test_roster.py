@@ -89,3 +89,41 @@ def test_malformed_roster_exits_2_with_one_line(tmp_path, command):
     assert "unknown header" in run.stderr and len(run.stderr.strip().splitlines()) == 1
     assert "Traceback" not in run.stderr
     assert not (tmp_path / "out" / "lock.json").exists()
+
+
+def test_lms_columns_are_kept_for_the_gradebooks_and_publish(tmp_path):
+    path = write(tmp_path, "student,repo,name,canvas_user_id,sis_login_id,gradescope_sid,email\n"
+                           "alice,repos/a,Alice L,4021,alice@uni.edu,S100,alice@uni.edu\n"
+                           "bob,repos/b,Bob,,bob01,,\n")
+    alice, bob = load_roster(path)
+    assert alice.lms == {"canvas_user_id": "4021", "sis_login_id": "alice@uni.edu", "gradescope_sid": "S100",
+                         "email": "alice@uni.edu"}
+    assert bob.lms == {"sis_login_id": "bob01"}  # an empty cell is no identity
+
+
+def test_lms_columns_also_ride_on_classroom_s_exports(tmp_path):
+    path = write(tmp_path, "github_username,roster_identifier,student_repository_url,canvas_user_id\n"
+                           "al,alice,https://github.com/o/a-al,17\n")
+    assert load_roster(path)[0].lms == {"canvas_user_id": "17"}
+
+
+@pytest.mark.parametrize("row, message", [
+    ("alice,repos/a,12ab,", "line 2: canvas_user_id '12ab' of 'alice' is not a Canvas user id"),
+    ("alice,repos/a,,alice-at-uni", "line 2: email 'alice-at-uni' of 'alice' is not an email address"),
+])
+def test_a_malformed_lms_column_names_its_line_and_student(tmp_path, row, message):
+    path = write(tmp_path, f"student,repo,canvas_user_id,email\n{row}\n")
+    with pytest.raises(RosterError, match=message):
+        load_roster(path)
+
+
+def test_two_students_with_one_lms_identity_are_refused(tmp_path):
+    path = write(tmp_path, "student,repo,sis_login_id\nalice,repos/a,AL@uni.edu\nbob,repos/b,al@uni.edu\n")
+    with pytest.raises(RosterError, match="line 3: sis_login_id 'al@uni.edu' is given to both 'alice' and 'bob'"):
+        load_roster(path)
+
+
+def test_a_control_character_in_an_lms_id_is_refused(tmp_path):
+    path = write(tmp_path, "student,repo,sis_user_id\nalice,repos/a,\x1b[31mX\n")
+    with pytest.raises(RosterError, match="line 2: sis_user_id of 'alice' holds a control character"):
+        load_roster(path)

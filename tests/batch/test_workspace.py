@@ -145,3 +145,14 @@ def test_fetch_command_prints_a_line_per_student_and_exits_1_when_some_are_unfet
     assert "unfetched  bob: no such folder" in run.stdout
     assert "1 fetched, 1 unfetched" in run.stdout and "forged" in run.stdout
     assert read_lock(tmp_path / "ws").students[0].status == "fetched"
+
+
+def test_the_roster_s_lms_identities_ride_in_the_lock(tmp_path):
+    repo = make_repo(tmp_path / "alice")
+    ids = {"canvas_user_id": "4021", "email": "alice@uni.edu"}
+    fetch_roster([RosterEntry("alice", str(repo), lms=dict(ids)), RosterEntry("bob", str(tmp_path / "none"),
+                                                                               lms={"sis_user_id": "B7"})],
+                 tmp_path / "ws")
+    alice, bob = read_lock(tmp_path / "ws").students
+    assert (alice.status, alice.lms) == ("fetched", ids)
+    assert (bob.status, bob.lms) == ("unfetched", {"sis_user_id": "B7"})  # kept for the gradebooks' rows too

@@ -321,3 +321,17 @@ def test_a_batch_record_keeps_the_static_scans_warnings_in_the_students_files(tm
     assert data["extra_data"]["assignments"]["vector_add"]["integrity_warnings"] == [warning]
     report = (folder / "report.html").read_text()
     assert "static scan: 1 finding(s) for a TA to review" in report and "ends the worker process" in report
+
+
+def test_results_json_carries_the_course_grade_only_where_it_differs_from_the_run_s_points():
+    a = AssignmentResult("vector_add", "t", "m", [TestResult("vector_add", "correctness", "c", "passed", max_score=6, score=6),
+                                                  TestResult("vector_add", "performance", "p", "failed", max_score=4)])
+    run = RunResult("repo", 1, {}, assignments=[a])
+    same = {"vector_add": {"points": 6, "out_of": 10, "late_penalty": 0, "final": 6}}
+    assert run.in_gradebook(same) is None and run.to_gradescope(same) == run.to_gradescope()
+    scaled = {"vector_add": {"points": 12, "out_of": 20, "late_penalty": 1.2, "final": 10.8}}
+    assert run.in_gradebook(scaled) == (10.8, 20)
+    data = run.to_gradescope(scaled)
+    assert (data["score"], data["max_score"]) == (10.8, 20) and data["extra_data"]["gradebook"] == scaled
+    assert data["output"].startswith("10.8 / 20 points in the course's gradebook")
+    assert [t["score"] for t in data["tests"]] == [6, 0]  # the checks keep the assignment's own points

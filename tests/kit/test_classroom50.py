@@ -876,6 +876,12 @@ def test_scores_keep_the_latest_per_student_and_assignment(tmp_path):
     assert c50.load_scores(by_user)[0]["owner"] == "carol"
     cells = c50.score_cells(records, {"alice": "a@uni.edu"}, ["vector_add", "softmax"])
     assert cells == {("a@uni.edu", "vector_add"): "Classroom 50: 7 / 10 (submit/2026-11-21T00:00:00Z)"}
+    # course.toml counts vector_add for 20: the runner's score beside it in the gradebook's points
+    from grader.batch.course import CourseConfig
+    from fractions import Fraction
+
+    scaled = c50.score_cells(records, {"alice": "a@uni.edu"}, ["vector_add"], CourseConfig(points={"vector_add": Fraction(20)}))
+    assert scaled == {("a@uni.edu", "vector_add"): "Classroom 50: 7 / 10 = 14 / 20 in this course (submit/2026-11-21T00:00:00Z)"}
 
 
 @pytest.mark.parametrize("text, match", [
