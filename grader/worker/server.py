@@ -249,7 +249,8 @@ class Worker:
         loaded = time.perf_counter() - began
         with _timing_mode(self.torch):
             began = time.perf_counter()
-            burst = timing.Burst(self.functions[req.contender], args, req.calls, req.samples, req.graph)
+            burst = timing.Burst(self.functions[req.contender], args, req.calls, req.samples, req.graph,
+                                 queued=req.queued)
             made = time.perf_counter() - began
             eager = burst.prepare()
         self.bursts[req.contender] = burst
@@ -272,7 +273,7 @@ class Worker:
         if burst is None:
             return Failure("error", f"no burst prepared for {req.contender}")
         with _timing_mode(self.torch):
-            values = burst.run(req.seed)
+            values = burst.run(req.seed, req.gate_ms)
         if req.last:
             del self.bursts[req.contender], burst
             self.torch.cuda.empty_cache()

@@ -121,7 +121,7 @@ def test_cheats_against_the_workers_timing_gain_nothing_over_their_honest_twin(s
 
 def _held_on_a_busy_host(perf: dict, details: dict) -> bool:
     """The clock's accusation held for a TA's review, no credit meanwhile, because the host had more
-    threads ready to run than CPUs (the GPU tests run side by side: grader.judge.confirmation.unsteady),
+    threads ready to run than CPUs (the GPU tests run side by side: grader.judge.timing.confirmation.unsteady),
     with the reading that would have accused kept for the TA: on a steady host it is conclusive."""
     c = details.get("confirmation") or {}
     return (perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review" and perf["score"] == 0

@@ -20,7 +20,8 @@ from safetensors.torch import load_file, save_file
 
 from grader import proctable
 from grader.codec import write_inputs
-from grader.judge import confirmation, perf, replay_process, replay_stage, witness
+from grader.judge import perf, replay_process, replay_stage, witness
+from grader.judge.timing import confirmation
 from grader.judge.context import GradingContext
 from grader import protocol as p
 from grader.protocol import Call, CallReply, Compare, CompareReply, Failure, Ok, Sample, Time
@@ -223,18 +224,19 @@ def stage(tmp_path, monkeypatch):
         replay_ms = statistics.median(t for p_ in got_student.get("placements", [[1.0]]) for t in p_) \
             if isinstance(got_student, dict) else 1.0
 
-        def fake_bracketed(worker, c, seed, timeout, last=False):  # the grader's clock around a burst of CALLS
+        def fake_bracketed(worker, c, seed, timeout, last=False, gate_ms=0.0):  # the grader's clock around a burst
             checked = len(brackets) >= 2 * confirmation.BURST_ROUNDS  # the eager round after the graph's
             brackets.append((c, last))
             calls = confirmation.EAGER_CALLS if checked else CALLS
             per_call = 1.0 if c == "reference" else (replay_ms if clock_ms is None else clock_ms)
             if checked and eager_ms is not None and c == "student":  # one figure, or one per eager round
-                eager_round = (len(brackets) - 1 - 2 * confirmation.BURST_ROUNDS) // 2
+                # the queued burst's first round (ungated, sizing the gate) reads as its first gated one
+                eager_round = max(0, (len(brackets) - 1 - 2 * confirmation.BURST_ROUNDS) // 2 - 1)
                 per_call = eager_ms[eager_round] if isinstance(eager_ms, list) else eager_ms
             values = [[1.0] * 4] * calls if c == "reference" or samples is None else samples
             if checked and eager_samples is not None and c == "student":
                 values = eager_samples
-            return p.BurstReply(values=values), 0.05 + per_call * calls / 1e3
+            return p.BurstReply(values=values), 0.05 + gate_ms / 1e3 + per_call * calls / 1e3
 
         monkeypatch.setattr(witness, "bracketed", fake_bracketed)
         monkeypatch.setattr(witness, "burst_calls", lambda *a: CALLS)
