@@ -304,15 +304,15 @@ def test_a_busy_host_turns_the_fallbacks_forgery_finding_into_the_clocks_score_w
     comes from the clock (the slower figure), and the note says why there is no finding."""
     monkeypatch.setattr(perf.os, "cpu_count", lambda: 16)
     w = _witness(1.3, 1.0)
-    w.busiest = 40
+    w.busiest = w.others = 40  # other jobs' threads, not the student's
     forged = _timings(1.04, 1.0, w)
     findings: list = []
     details = perf._witnessed(forged, findings)
     assert not findings and details and not details.confirmed
-    assert details.note.startswith("scored on the grader's own clock, no accusation (the host had 40 threads ready to "
+    assert details.note.startswith("scored on the grader's own clock, no accusation (the host had 40 threads of other jobs ready to "
                                    "run on its 16 CPUs while the calls were timed): the worker's timings are")
     assert forged.times["student"][0] == pytest.approx([1.3] * 3)
-    w.busiest = 16  # as many as CPUs: steady, the finding stands
+    w.busiest = w.others = 16  # as many as CPUs: steady, the finding stands
     findings = []
     perf._witnessed(_timings(1.04, 1.0, w), findings)
     assert [f.severity for f in findings] == [Severity.CONCLUSIVE]

@@ -1,5 +1,5 @@
 """The grader's own clock's arithmetic on the function's calls (grader.judge.timing.confirmation;
-the decision itself: tests/judge/test_timing_decision.py), the fallback's figure held for a TA's
+the decision itself: tests/judge/timing/test_decision.py), the fallback's figure held for a TA's
 review (grader.judge.perf._hold, grader.judge.scoring), and the compiled files taken at the launch
 (grader.worker.launches)."""
 
