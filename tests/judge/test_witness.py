@@ -138,7 +138,9 @@ def test_a_reply_written_ahead_is_seen_and_refused():
 
 
 def test_the_burst_messages_travel_and_are_checked():
-    for message in (protocol.PrepareBurst("student", "/in/set0.safetensors", {"x": {}}, 20, 16), protocol.RunBurst("student", 7)):
+    for message in (protocol.PrepareBurst("student", "/in/set0.safetensors", {"x": {}}, 20, 16), protocol.RunBurst("student", 7),
+                    protocol.PrepareBurst("student", "/in/set0.safetensors", {}, 64, 16, graph=False, queued=True),
+                    protocol.RunBurst("student", 7, gate_ms=120.5)):
         assert protocol.decode_request(protocol.encode(message)) == message
     reply = protocol.decode_reply(protocol.RunBurst("student", 7), protocol.encode(protocol.BurstReply([[1.0, math.nan]])))
     assert reply.values[0][0] == 1.0 and math.isnan(reply.values[0][1])

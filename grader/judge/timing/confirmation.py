@@ -22,6 +22,9 @@ BURST_ROUNDS = 5  # bursts per contender, alternating which goes first (the medi
 # many launches, so that every launch of the burst fits the GPU's launch queue behind the gate
 EAGER_CALLS = 64
 QUEUED_LAUNCHES = 768  # launches a queued burst may hold behind its gate (the driver queues about 1024)
+# the burst's own launches per call (grader.worker.timing.Burst._body): the inputs redrawn (one per buffer, two or
+# three), the cache flushed, the sample gathered and copied
+BURST_LAUNCHES = 6
 # Eager bursts of each contender, alternating which goes first: the round most in the student's favour is its
 # figure (a busy machine's scheduler can lengthen either contender's bracket at random), every round's samples
 # checked
@@ -40,9 +43,8 @@ def clock_ms(student_s: list[float], reference_s: list[float], calls: int, refer
 
 def queued_calls(launches: int) -> int:
     """Calls in a queued burst: EAGER_CALLS, fewer where the function's launches (and the burst's
-    own three per call: the inputs redrawn, the cache flushed, the sample taken) would overflow
-    QUEUED_LAUNCHES."""
-    return max(4, min(EAGER_CALLS, QUEUED_LAUNCHES // (max(launches, 1) + 3)))
+    own, BURST_LAUNCHES per call) would overflow QUEUED_LAUNCHES."""
+    return max(4, min(EAGER_CALLS, QUEUED_LAUNCHES // (max(launches, 1) + BURST_LAUNCHES)))
 
 
 # What a student changes so that the replay can time the function, by why it could not (the
