@@ -134,6 +134,8 @@ def _words(f: Figure, replay_ms: float) -> str:
     how = {GRAPH: "captured in a CUDA graph (no host work in it)",
            QUEUED: "queued eagerly behind a GPU gate (your Python at every call, its host work hidden)",
            EAGER: "run eagerly, synchronized after each call (its host work in it)"}[f.source]
+    if f.source == QUEUED and f.host_work:
+        how = "queued eagerly behind a GPU gate shorter than your Python's host work (that work in it)"
     return (f"{f.ms:.4f} ms per call by the grader's clock over {f.calls} calls on fresh inputs, {how}; "
             f"{replay_ms:.4f} ms for the kernels your function's record names, replayed")
 

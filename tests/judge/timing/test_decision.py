@@ -153,3 +153,67 @@ def test_every_margin_lives_in_one_frozen_record():
         MARGINS.spread = 1.0  # type: ignore[misc]
     wide = Margins(spread=0.5)
     assert verdict(ev(graph(1.2))).outcome == "clock" and verdict(ev(graph(1.2)), wide).outcome == "agrees"
+
+
+REPLAYED = "1.0000 ms for the kernels your function's record names, replayed"
+IN_A_GRAPH = "captured in a CUDA graph (no host work in it)"
+QUEUED_WORDS = "queued eagerly behind a GPU gate (your Python at every call, its host work hidden)"
+BUSY_WORDS = "the host had 40 threads of other jobs ready to run on its 16 CPUs while the calls were timed"
+NOTHING = "measured nothing ({} ms per call: the reference's burst beside it took longer than its own work explains)"
+
+
+@pytest.mark.parametrize("evidence, message", [
+    (ev(graph(-0.5), queued(0.0)),
+     f"the grader's own clock could not time your function's calls (graph burst: {NOTHING.format('-0.5000')}; queued "
+     f"burst: {NOTHING.format('0.0000')}), so the replayed figure (1.0000 ms) could not be confirmed"),
+    (ev(graph(0.5), queued(1.0)),
+     f"your function's own calls are faster than the kernels its record names (0.5000 ms per call by the grader's "
+     f"clock over 50 calls on fresh inputs, {IN_A_GRAPH}; {REPLAYED}): the calls did less work than their record says"),
+    (ev(graph(0.5), queued(1.3), **BUSY),
+     f"scored at the slower reading (1.3000 ms per call): the grader's clock read your calls faster than their record "
+     f"(0.5000 ms per call by the grader's clock over 50 calls on fresh inputs, {IN_A_GRAPH}; {REPLAYED}), but "
+     f"{BUSY_WORDS}"),
+    (ev(graph(1.0), queued(2.0)),
+     f"your function's own calls are 2.00x slower than the kernels its record names (2.0000 ms per call by the "
+     f"grader's clock over 64 calls on fresh inputs, {QUEUED_WORDS}; {REPLAYED}): the calls do not run what their "
+     "record says"),
+    (ev(graph(1.0), queued(2.0), **BUSY),
+     f"scored at the slower reading: 2.0000 ms per call by the grader's clock over 64 calls on fresh inputs, "
+     f"{QUEUED_WORDS}; {REPLAYED} ({BUSY_WORDS}, so no finding, but the slower figure counts)"),
+    (ev(graph(1.2)),
+     f"scored on the grader's own clock: 1.2000 ms per call by the grader's clock over 50 calls on fresh inputs, "
+     f"{IN_A_GRAPH}; {REPLAYED}; your function's own calls are slower than its recorded ones"),
+    (ev(eager(3.0), capturable=False),
+     "scored on the grader's own clock: 3.0000 ms per call by the grader's clock over 50 calls on fresh inputs, run "
+     f"eagerly, synchronized after each call (its host work in it); {REPLAYED}; your function could not be captured "
+     "in a CUDA graph (it synchronizes), so its host work counts"),
+    (ev(graph(1.0), queued(3.0, host_work=True)),
+     "scored on the grader's own clock: 3.0000 ms per call by the grader's clock over 64 calls on fresh inputs, "
+     f"queued eagerly behind a GPU gate shorter than your Python's host work (that work in it); {REPLAYED}; your "
+     "function's own host work outran the grader's gate, so it counts"),
+    (ev(graph(1.05)), ""),
+])
+def test_each_outcome_reads_exactly(evidence, message):
+    assert verdict(evidence).message == message
+
+
+def test_each_verdict_carries_exactly_its_figures():
+    assert verdict(ev(graph(0.5), queued(1.3), **BUSY)) == decision.Verdict(
+        "unsteady", 1.3, QUEUED, 0.5, 1.0, verdict(ev(graph(0.5), queued(1.3), **BUSY)).message, BUSY_WORDS, ())
+    assert verdict(ev(graph(0.5), **BUSY)).scored_from == "replay"  # the replay the slower reading there
+    agrees = verdict(ev(graph(1.05), queued(0.98)))
+    assert (agrees.scored_ms, agrees.clock_ms, agrees.replay_ms, agrees.unsteady) == (1.0, 1.05, 1.0, "")
+    slower = verdict(ev(graph(1.0), queued(2.0)))
+    assert (slower.scored_ms, slower.scored_from, slower.clock_ms, slower.ratio) == (2.0, QUEUED, 2.0, 2.0)
+    faster = verdict(ev(graph(0.5), queued(0.6)))
+    assert (faster.scored_ms, faster.scored_from, faster.clock_ms) == (1.0, "replay", 0.5)  # the fastest figure named
+    # an unsteady host's reason is kept even where the figures agree (no finding to withhold)
+    assert verdict(ev(graph(1.0), **BUSY)).unsteady == BUSY_WORDS and verdict(ev(graph(1.0), **BUSY)).outcome == "agrees"
+
+
+def test_the_students_threads_are_taken_off_exactly():
+    assert decision.unsteady(ev(busiest=20, own=4, cpus=16)) == ""  # 16 others on 16 CPUs: steady
+    assert decision.unsteady(ev(busiest=21, own=4, cpus=16)) == (
+        "the host had 17 threads of other jobs ready to run on its 16 CPUs while the calls were timed")
+    assert decision.unsteady(ev(placements=((0.0, 1.0, 1.2),))) == ""  # a rep that measured nothing is not a spread
+    assert decision.unsteady(ev(placements=((1.3,),))) == ""  # one rep: no spread
