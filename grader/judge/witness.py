@@ -35,6 +35,7 @@ elements, fast enough, from inputs it also redraws itself (docs/security.md, "Ti
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import statistics
 import time
@@ -146,7 +147,10 @@ class Witness:
         and how much of it was not the student's own."""
         now = proctable.runnable() or 0
         self.busiest = max(self.busiest, now)
-        own = proctable.running_threads(self.student()) if self.student is not None and now else 0
+        # the student's share is read only where it can matter (more ready than CPUs): the process table's scan
+        # costs milliseconds, twice a bracket
+        busy = now > (os.cpu_count() or 1)
+        own = proctable.running_threads(self.student()) if self.student is not None and busy else 0
         self.others = max(self.others, now - own)
 
     def cost_s(self) -> float:

@@ -348,3 +348,24 @@ def test_the_fallback_compiles_the_clocks_kernel_in_both_workers_with_the_gpu_sh
     perf._warm_bursts(stage, workers, str(inputs))
     warm = protocol.WarmBurst(["float16", "float32"])  # the set's floating dtypes, from its header: nothing loaded
     assert log == ["shared+", ("student", warm), "shared-", "shared+", ("reference", warm), "shared-"]
+
+
+def test_the_students_own_threads_are_kept_apart_from_the_hosts_run_queue(monkeypatch):
+    """note_load: the host's queue, and how much of it was not the student's own (its threads
+    spinning never make the host look too busy to accuse it: grader.judge.timing.decision)."""
+    from grader.judge import witness as w_
+
+    monkeypatch.setattr(w_.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(w_.proctable, "runnable", lambda: 40)
+    monkeypatch.setattr(w_.proctable, "running_threads", lambda pids: 30 if pids == {7, 8} else 0)
+    w = w_.Witness(student=lambda: {7, 8})
+    w.note_load()
+    assert (w.busiest, w.others) == (40, 10)
+    monkeypatch.setattr(w_.proctable, "runnable", lambda: 12)  # as many as CPUs or fewer: not read, all "others"
+    monkeypatch.setattr(w_.proctable, "running_threads", lambda pids: pytest.fail("read on a quiet host"))
+    w.note_load()
+    assert (w.busiest, w.others) == (40, 12)
+    alone = w_.Witness()  # no student named (the reference alone): the whole queue is others'
+    monkeypatch.setattr(w_.proctable, "runnable", lambda: 40)
+    alone.note_load()
+    assert alone.others == 40
