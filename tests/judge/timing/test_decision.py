@@ -217,3 +217,39 @@ def test_the_students_threads_are_taken_off_exactly():
         "the host had 17 threads of other jobs ready to run on its 16 CPUs while the calls were timed")
     assert decision.unsteady(ev(placements=((0.0, 1.0, 1.2),))) == ""  # a rep that measured nothing is not a spread
     assert decision.unsteady(ev(placements=((1.3,),))) == ""  # one rep: no spread
+
+
+EXACT = Margins(spread=0.5, fast=0.5, eager_fast=0.75, slow=1.0, launch_slack_ms=0.25, steady=0.5)  # edges in binary
+
+
+@pytest.mark.parametrize("ms, outcome", [(2.25, "clock"), (2.2500001, "slower"), (1.5, "agrees"), (1.5000001, "clock"),
+                                         (0.25, "agrees"), (0.2499999, "faster")])
+def test_each_edge_belongs_to_the_milder_side(ms, outcome):
+    assert verdict(ev(graph(ms)), EXACT).outcome == outcome
+
+
+def test_the_steadiness_edge_and_its_margin_are_the_records():
+    assert decision.unsteady(ev(placements=((1.0, 1.5),)), EXACT) == ""  # exactly the margin: steady
+    assert decision.unsteady(ev(placements=((1.0, 1.75),)), EXACT) != ""  # two reps are enough to spread
+    assert decision.unsteady(ev(placements=((0.5, 0.9),)), EXACT) != ""  # a ratio, not a product
+    # the verdict reads steadiness with its own margins: steady under EXACT, unsteady under the defaults
+    spread = ((1.0, 1.4),)
+    assert verdict(ev(graph(3.0), placements=spread), EXACT).outcome == "slower"
+    assert verdict(ev(graph(3.0), placements=spread)).outcome == "unsteady"
+
+
+GONE = "graph burst: " + NOTHING.format("-1.0000")
+
+
+@pytest.mark.parametrize("evidence, expected", [
+    (ev(graph(-1.0), queued(2.0)), ("slower", 2.0, QUEUED, 2.0, 1.0, "", (GONE,))),
+    (ev(graph(-1.0), queued(0.5)), ("faster", 1.0, "replay", 0.5, 1.0, "", (GONE,))),
+    (ev(graph(-1.0), queued(0.5), **BUSY), ("unsteady", 1.0, "replay", 0.5, 1.0, BUSY_WORDS, (GONE,))),
+    (ev(graph(-1.0), queued(2.0), **BUSY), ("unsteady", 2.0, QUEUED, 2.0, 1.0, BUSY_WORDS, (GONE,))),
+    (ev(graph(-1.0), queued(1.2), **BUSY), ("clock", 1.2, QUEUED, 1.2, 1.0, BUSY_WORDS, (GONE,))),
+    (ev(graph(-1.0)), ("unclear", 1.0, "replay", 0.0, 1.0, "", (GONE,))),
+])
+def test_every_verdict_keeps_its_figures_its_reason_and_what_measured_nothing(evidence, expected):
+    got = verdict(evidence)
+    assert (got.outcome, got.scored_ms, got.scored_from, got.clock_ms, got.replay_ms, got.unsteady, got.set_aside) \
+        == expected, got
