@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from grader import proctable
-from grader.safefiles import UnsafeFolderError, trusted_folder
+from grader.safefiles import UnsafeFolderError, make_folder, trusted_folder
 from grader.sandbox.interpreter import FROM_STDIN, code_identity
 from grader.settings import Settings, from_environment
 
@@ -116,10 +116,9 @@ def _private(folder: Path) -> int:
     parent = trusted_folder(folder.parent, "kept cache")
     try:
         try:
-            os.mkdir(folder.name, 0o700, dir_fd=parent)
+            fd = make_folder(folder.name, 0o700, parent)
         except FileExistsError:
-            pass
-        fd = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            fd = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     finally:
         os.close(parent)
     st = os.fstat(fd)
