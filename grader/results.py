@@ -11,9 +11,11 @@ of the dataclasses below (every field, nothing chosen by hand): a batch's record
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, SubmissionPayload, payload_for
+from grader.safefiles import UnsafeFileError
 from grader.sanitize import cut, for_terminal, one_line, strict_json, writable
 
 if TYPE_CHECKING:
@@ -446,7 +449,12 @@ class FileLock:
         self.path = path
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # a link or a FIFO planted as the lock is refused, never followed nor waited on
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            raise UnsafeFileError(errno.EINVAL,
+                                  f"{self.path.name} in {self.path.parent} is not a plain file: refused as a lock")
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 

@@ -501,6 +501,9 @@ def ensure_checkout(lock: Lock, p: Pinned) -> Path:
     return path
 
 
+LOCK_LIMIT = 64 << 20  # a class's lock.json: a pin per student
+
+
 def read_lock(path: Path) -> Lock:
     path = Path(path)
     if path.is_dir():
@@ -508,10 +511,14 @@ def read_lock(path: Path) -> Lock:
     if not path.is_file():
         raise LockError(f"lock file {path}: no such file (write one with `grader fetch`)")
     try:
-        data = json.loads(path.read_text())
+        from grader.safefiles import read_plain
+
+        data = json.loads(read_plain(path, LOCK_LIMIT))  # read as input: bounded, never through a link
         students = [Pinned(**s) for s in data["students"]]
         return Lock(students, data["created"], data.get("deadline"), data.get("roster"), data.get("warning"),
                     path.parent.resolve())
+    except OSError as exc:
+        raise LockError(f"lock file {path} cannot be read: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise LockError(f"lock file {path} is malformed: {exc}") from None
 
