@@ -346,3 +346,17 @@ def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def peer_uid(sock) -> int:
+    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED), -1
+    where it cannot be told: every client checks it is its own user's before it sends anything
+    (a socket planted by another user would receive what is sent), every server before it serves."""
+    import socket
+    import struct
+
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return -1
+    return struct.unpack("3i", creds)[1]
