@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
@@ -123,11 +123,13 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
     `limits`: the largest checkout written (course.toml's [fetch]); a repo over them is not graded."""
     workdir = Path(workdir).resolve()
     (workdir / "repos").mkdir(parents=True, exist_ok=True)
+    budget = ClassBudget(limits.class_bytes)
 
     def one(entry: RosterEntry) -> Pinned:
         try:
             mine, cutoff = per_student(entry.student) if per_student else (deadline, None)
-            pinned = fetch_one(entry, workdir, mine, branch, cutoff, limits)
+            pinned = budget.fetch(entry, workdir, lambda cap: fetch_one(entry, workdir, mine, branch, cutoff,
+                                                                      replace(limits, clone_bytes=cap)), limits)
             if mine is not None and pinned.status == "fetched":
                 pinned.deadline, pinned.cutoff = mine.isoformat(), cutoff.isoformat() if cutoff else None
         except Exception as exc:  # a surprise of one student's: that student's line, never the others' pins or the lock
@@ -146,6 +148,48 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
                 DATE_WARNING if deadline else None, workdir)
     write_json_atomic(lock.to_json(), workdir / LOCK_NAME)
     return lock
+
+
+class ClassBudget:
+    """The class's disk as a whole ([fetch] max_class_mb, --max-class-mb): each student's fetch
+    reserves what it may take (its clone's bound and its checkout's, or what is left of the
+    class's), gives back what it did not use, and a student for whom nothing is left is not
+    fetched, with the reason. Repos fetched at once never pass the total together."""
+
+    def __init__(self, total: int) -> None:
+        import threading
+
+        self.total, self.used, self.lock = total, 0, threading.Lock()
+
+    def fetch(self, entry: RosterEntry, workdir: Path, fetch: Callable[[int], Pinned], limits: FetchLimits) -> Pinned:
+        """`fetch(cap)` with the clone bounded by `cap`, within what is left of the class's budget."""
+        dest = workdir / "repos" / entry.folder
+        why = (f"not fetched: the class's disk budget ({_mib(self.total)}, course.toml's [fetch] max_class_mb or "
+               f"--max-class-mb) is used by the students fetched before")
+        with self.lock:
+            claim = max(0, min(limits.clone_bytes + limits.checkout_bytes, self.total - self.used))
+            self.used += claim
+        size = 0
+        try:
+            if claim == 0:
+                return _unfetched(entry, why)
+            pinned = fetch(min(limits.clone_bytes, claim))
+            size = _disk_bytes(dest) if pinned.status == "fetched" else 0
+            if size > claim:  # its checkout took what was left
+                shutil.rmtree(dest, ignore_errors=True)
+                size = 0
+                return _unfetched(entry, f"{why} ({_mib(claim)} was left for it)")
+            if pinned.status != "fetched" and claim < limits.clone_bytes and TOO_LARGE in pinned.reason:
+                pinned.reason = f"{why} ({_mib(claim)} was left for it)"
+            return pinned
+        finally:
+            with self.lock:
+                self.used += size - claim
+
+
+def _unfetched(entry: RosterEntry, reason: str) -> Pinned:
+    return Pinned(entry.student, entry.repo, "unfetched", reason=reason, name=entry.name,
+                  github_username=entry.github_username)
 
 
 def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, branch: str | None,
