@@ -202,7 +202,8 @@ def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, bran
     repo = None
     try:
         _check_url(entry.repo)
-        repo = _fetch(entry.repo, dest, limits.clone_bytes)
+        # the pin needs history only to find the last commit before a deadline or the roster's own commit
+        repo = _fetch(entry.repo, dest, limits.clone_bytes, shallow=deadline is None and not entry.commit)
         pinned = _pin(repo, entry, deadline, branch, cutoff)
         check_size(repo, pinned.commit, limits)  # from the objects, before a byte is checked out
         _checkout(repo, pinned.commit)
@@ -247,11 +248,14 @@ BOUNDED_GIT = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, 
                "os.execvp(sys.argv[2], sys.argv[2:])")
 
 
-def _fetch(url: str, dest: Path, clone_bytes: int = FetchLimits().clone_bytes) -> git.Repo:
+def _fetch(url: str, dest: Path, clone_bytes: int = FetchLimits().clone_bytes, shallow: bool = False) -> git.Repo:
     """Clone or update: a cache folder from an earlier fetch is reused if it is sound. The whole
     clone is bounded, not only the checkout (history can hold what the head deleted): each fetch's
     pack may not pass `clone_bytes` (the write fails, never the disk), nor the clone in all; a
-    repository over it is removed and FetchError says so."""
+    repository over it is removed and FetchError says so. `shallow`: only each branch's head is
+    fetched (--depth 1), where the pin needs no history (no deadline, no commit of the roster's):
+    a large history behind a small tree costs nothing; a shallow clone fetched again for a pin
+    that needs its history is made whole (--unshallow)."""
     repo = None
     if (dest / ".git").is_dir():
         try:
@@ -271,9 +275,10 @@ def _fetch(url: str, dest: Path, clone_bytes: int = FetchLimits().clone_bytes) -
     with repo.git.custom_environment(**_git_env()):
         try:
             git_cmd = git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+            depth = ["--depth", "1"] if shallow else ["--unshallow"] if (dest / ".git" / "shallow").exists() else []
             repo.git.execute([sys.executable, "-I", "-c", BOUNDED_GIT, str(clone_bytes), git_cmd,
                               "-c", "fetch.unpackLimit=1", "-c", "transfer.unpackLimit=1", "fetch", "--prune",
-                              "--no-tags", "origin", "+refs/heads/*:refs/remotes/origin/*"],
+                              "--no-tags", *depth, "origin", "+refs/heads/*:refs/remotes/origin/*"],
                              kill_after_timeout=FETCH_TIMEOUT_S)
         except git.GitCommandError as exc:
             if "File too large" in str(exc.stderr):

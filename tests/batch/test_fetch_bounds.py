@@ -90,7 +90,9 @@ def test_history_the_head_deleted_is_bounded_too_and_costs_no_more_disk_than_the
     subprocess.run([*git, "commit", "-q", "-m", "gone"], cwd=repo, check=True)
     course = tmp_path / "course.toml"
     course.write_text("[fetch]\nmax_clone_mb = 20\n")
-    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--course", str(course)], tmp_path)
+    # a deadline: the pin needs the history (without one only the head is fetched, and costs nothing)
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--course", str(course),
+                   "--deadline", "2100-01-01T00:00:00+00:00"], tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     lock = {p["student"]: p for p in json.loads((tmp_path / "ws" / "lock.json").read_text())["students"]}
     assert lock["alice"]["status"] == "fetched"
@@ -125,3 +127,28 @@ def test_the_class_is_bounded_as_a_whole_and_says_who_was_not_fetched_and_why(tm
             assert p["reason"] in " ".join(run.stdout.split())
         assert folder_bytes(tmp_path / ws / "repos") <= 8 << 20
         assert any(p["status"] == "fetched" for p in lock.values())
+
+
+@pytest.mark.slow
+def test_only_the_history_the_pin_needs_is_fetched(tmp_path):
+    """A 6 MiB history behind a small tree (a blob added, then deleted): with no deadline and no
+    commit of the roster's the pin is the head, and only the head is fetched (shallow); with a
+    deadline the history is fetched, made whole from the shallow clone, to find the commit to pin."""
+    roster = make_class(tmp_path, {"alice": "good", "bob": "good"})
+    for name in ("alice", "bob"):
+        subprocess.run(f"head -c {6 << 20} /dev/urandom > noise.bin && git add noise.bin && git -c user.name=m "
+                       f"-c user.email=m@x commit -q -m noise && git rm -q noise.bin && git -c user.name=m "
+                       f"-c user.email=m@x commit -q -m gone", shell=True, cwd=tmp_path / "repos" / name, check=True)
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for name in ("alice", "bob"):
+        assert folder_bytes(tmp_path / "ws" / "repos" / name / ".git") < 2 << 20, name  # the head's objects alone
+    lock = json.loads((tmp_path / "ws" / "lock.json").read_text())["students"]
+    heads = {p["student"]: p["commit"] for p in lock}
+    for name in ("alice", "bob"):
+        assert heads[name] == subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path / "repos" / name,
+                                             capture_output=True, text=True, check=True).stdout.strip()
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--deadline", "2100-01-01T00:00:00+00:00"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert folder_bytes(tmp_path / "ws" / "repos" / "alice" / ".git") > 6 << 20  # the whole history, to pin by date
+    assert not (tmp_path / "ws" / "repos" / "alice" / ".git" / "shallow").exists()
