@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from grader import proctable
-from grader.safefiles import UnsafeFolderError, trusted_folder
+from grader.safefiles import UnsafeFolderError, make_folder, peer_uid, trusted_folder
 from grader.sandbox.interpreter import FROM_STDIN, code_identity
 from grader.settings import Settings, from_environment
 
@@ -116,10 +116,9 @@ def _private(folder: Path) -> int:
     parent = trusted_folder(folder.parent, "kept cache")
     try:
         try:
-            os.mkdir(folder.name, 0o700, dir_fd=parent)
+            fd = make_folder(folder.name, 0o700, parent)
         except FileExistsError:
-            pass
-        fd = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
+            fd = os.open(folder.name, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=parent)
     finally:
         os.close(parent)
     st = os.fstat(fd)
@@ -138,7 +137,7 @@ def _connect(folder: Path, k: str) -> socket.socket | None:
     try:
         conn.settimeout(2)
         conn.connect(f"/proc/self/fd/{fd}/judge-{k}.sock")
-        uid = _peer_uid(conn)
+        uid = peer_uid(conn)
         if uid != os.getuid():
             raise OSError("the judge's socket belongs to another user")
         conn.settimeout(None)
@@ -148,11 +147,6 @@ def _connect(folder: Path, k: str) -> socket.socket | None:
         return None
     finally:
         os.close(fd)
-
-
-def _peer_uid(conn: socket.socket) -> int:
-    creds = conn.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
-    return struct.unpack("3i", creds)[1]
 
 
 def _run_through(conn: socket.socket, argv: list[str], env: dict[str, str]) -> int | None:
@@ -328,7 +322,7 @@ def _accept(listener: socket.socket, running: dict[int, socket.socket], k: str) 
     conn, _ = listener.accept()
     fds: list[int] = []
     try:
-        if _peer_uid(conn) != os.getuid():
+        if peer_uid(conn) != os.getuid():
             raise OSError("another user")
         conn.settimeout(5)
         header, fds, _, _ = socket.recv_fds(conn, HEADER.size, 2)

@@ -11,9 +11,11 @@ of the dataclasses below (every field, nothing chosen by hand): a batch's record
 
 from __future__ import annotations
 
+import errno
 import fcntl
 import json
 import os
+import stat
 import tempfile
 from dataclasses import asdict, dataclass, field, fields, is_dataclass
 from enum import Enum
@@ -21,6 +23,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, TypeVar
 
 from grader.payloads import CorrectnessPayload, Kind, Payload, PerformancePayload, SubmissionPayload, payload_for
+from grader.safefiles import UnsafeFileError
 from grader.sanitize import cut, for_terminal, one_line, strict_json, writable
 
 if TYPE_CHECKING:
@@ -444,25 +447,36 @@ def _output_text(t: TestResult) -> str:
 
 
 def write_json_atomic(data: dict, path: Path) -> None:
-    """Write through a temp file and rename, so a reader never sees half a file."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:  # strict JSON: no NaN, valid text (grader.sanitize.strict_json)
-        json.dump(strict_json(data), f, indent=2, default=str, allow_nan=False)
-        f.flush()
-        os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old file or the new one
-    os.replace(tmp, path)
+    """Write through a temp file and rename, so a reader never sees half a file. OSError (a full
+    disk, a read-only folder, a quota) names `path` and leaves what was there as it was."""
+    text = json.dumps(strict_json(data), indent=2, default=str, allow_nan=False)  # strict JSON (sanitize.strict_json)
+    _write_atomic(text, path)
 
 
 def write_text_atomic(text: str, path: Path) -> None:
     """write_json_atomic for text (HTML, CSV)."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
-    with os.fdopen(fd, "w", encoding="utf-8") as f:
-        f.write(writable(text))
-        f.flush()
-        os.fsync(f.fileno())
-    os.replace(tmp, path)
+    _write_atomic(writable(text), path)
+
+
+def _write_atomic(text: str, path: Path) -> None:
+    tmp = None
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+            f.flush()
+            os.fsync(f.fileno())  # on disk before the rename: a crash leaves the old file or the new one
+        os.replace(tmp, path)
+    except OSError as exc:
+        if tmp is not None:
+            try:
+                os.unlink(tmp)
+            except OSError:
+                pass
+        if exc.filename is None or exc.filename == tmp:
+            raise OSError(exc.errno, exc.strerror, str(path)) from exc
+        raise
 
 
 class FileLock:
@@ -474,7 +488,12 @@ class FileLock:
         self.path = path
 
     def __enter__(self):
-        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT, 0o644)
+        # a link or a FIFO planted as the lock is refused, never followed nor waited on
+        self.fd = os.open(self.path, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o644)
+        if not stat.S_ISREG(os.fstat(self.fd).st_mode):
+            os.close(self.fd)
+            raise UnsafeFileError(errno.EINVAL,
+                                  f"{self.path.name} in {self.path.parent} is not a plain file: refused as a lock")
         fcntl.flock(self.fd, fcntl.LOCK_EX)
         return self
 

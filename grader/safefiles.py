@@ -5,9 +5,13 @@ Two rules (docs/security.md, "What the grader keeps and reads back"):
 - A folder the grader executes, imports or writes from (the kept cache, the warm judge's folder)
   is `trusted_folder`: every folder on its path is one only its owner (root or this user) may
   change, or a sticky one (/tmp) whose entry below is root's or ours, all the way down; the
-  folder itself is ours, 0700. Anything else is refused with the reason and the fix: another
-  user who may rename, replace or link a folder on the way may swap in their own code. Once a
-  path passes, nobody but root and this user can change what it leads to.
+  folder itself is ours, 0700. Who may write is read from the mode bits and the POSIX ACLs
+  (access and default): a named user or group, or a group that is not the owner's private one,
+  with write counts as another user; ACLs that cannot be read are refused, not guessed. Anything
+  else is refused with the reason and the fix: another user who may rename, replace or link a
+  folder on the way may swap in their own code. Once a path passes, nobody but root and this
+  user can change what it leads to. A folder the grader makes (`make_folder`) inherits no ACL
+  and gets its mode on its descriptor.
 - What the grader reads back (a worker's outputs, a kept hint, a record, a log) is input:
   `open_plain` opens it without following a link, never blocking (a FIFO), nothing but a
   regular file; `read_plain` reads it bounded. What the grader writes into a kept folder is
@@ -18,6 +22,7 @@ Two rules (docs/security.md, "What the grader keeps and reads back"):
 from __future__ import annotations
 
 import errno
+import functools
 import grp
 import os
 import pwd
@@ -40,20 +45,112 @@ class UnsafeFileError(OSError):
         return self.strerror or super().__str__()
 
 
-def _own_group(gid: int) -> bool:
-    """Whether group `gid` is this user's alone (a user private group: the user's primary group,
-    named as the user, with no other member): its write permission gives nobody else a way in."""
+def _own_group(gid: int, uid: int | None = None) -> bool:
+    """Whether group `gid` is user `uid`'s alone (this user by default; a user private group:
+    the user's primary group, named as the user, with no other member): its write permission
+    gives nobody else a way in."""
     try:
-        me = pwd.getpwuid(os.getuid()).pw_name
+        user = pwd.getpwuid(os.getuid() if uid is None else uid)
         group = grp.getgrgid(gid)
     except (KeyError, OSError):
         return False
-    return gid == os.getgid() and group.gr_name == me and set(group.gr_mem) <= {me}
+    return (gid == user.pw_gid and group.gr_name == user.pw_name and set(group.gr_mem) <= {user.pw_name}
+            and _primary_of(gid) <= {user.pw_name})
 
 
-def others_may_write(st: os.stat_result) -> bool:
-    """Whether a user other than the folder's owner may create, rename or remove in it."""
-    return bool(st.st_mode & stat.S_IWOTH) or bool(st.st_mode & stat.S_IWGRP and not _own_group(st.st_gid))
+@functools.lru_cache(maxsize=64)
+def _primary_of(gid: int) -> frozenset[str]:
+    """The users whose primary group is `gid` (they are in it without being named as members)."""
+    return frozenset(user.pw_name for user in pwd.getpwall() if user.pw_gid == gid)
+
+
+ACL_ACCESS, ACL_DEFAULT = "system.posix_acl_access", "system.posix_acl_default"
+_ACL_VERSION = 2
+_USER_OBJ, _USER, _GROUP_OBJ, _GROUP, _MASK, _OTHER = 0x01, 0x02, 0x04, 0x08, 0x10, 0x20
+_NO_ACL = {errno.ENODATA, errno.ENOTSUP, errno.EOPNOTSUPP}
+
+
+class UnreadableAclError(OSError):
+    """The ACLs of a folder on a trusted path cannot be read: refused rather than guessed."""
+
+
+def _acl_entries(fd: int, name: str) -> list[tuple[int, int, int]]:
+    """The (tag, perm, id) entries of ACL `name` (the kernel's xattr form: a u32 version 2,
+    then entries of u16 tag, u16 perm, u32 id, little-endian); [] where there is none or the
+    file system keeps none. UnreadableAclError for any other error or a malformed one."""
+    try:
+        raw = os.getxattr(fd, name)
+    except OSError as exc:
+        if exc.errno in _NO_ACL:
+            return []
+        raise UnreadableAclError(exc.errno, f"its ACL cannot be read ({os.strerror(exc.errno or 0)})") from None
+    if len(raw) < 4 or (len(raw) - 4) % 8 or int.from_bytes(raw[:4], "little") != _ACL_VERSION:
+        raise UnreadableAclError(errno.EINVAL, "its ACL is in a form the grader does not know")
+    return [(int.from_bytes(raw[i:i + 2], "little"), int.from_bytes(raw[i + 2:i + 4], "little"),
+             int.from_bytes(raw[i + 4:i + 8], "little")) for i in range(4, len(raw), 8)]
+
+
+def acl_grants_others_write(fd: int, st: os.stat_result) -> bool | None:
+    """Whether an ACL on `fd` (its access ACL, or the default one every file made in it
+    inherits) grants write to a user other than the owner and root: a named user, a named
+    group or the owning group that is not the owner's private one, or everyone. The access
+    ACL's mask limits what its named and group entries grant; a default ACL is counted whole
+    (its mask may be widened by whoever owns what is made in it). None where there is no ACL
+    at all (the mode bits say it all)."""
+    found = False
+    for name in (ACL_ACCESS, ACL_DEFAULT):
+        entries = _acl_entries(fd, name)
+        found = found or bool(entries)
+        mask = next((perm for tag, perm, _ in entries if tag == _MASK), 7) if name == ACL_ACCESS else 7
+        for tag, perm, ident in entries:
+            if tag in (_USER, _GROUP, _GROUP_OBJ) and not perm & mask & 2 or tag != _OTHER and not perm & 2:
+                continue
+            if tag == _USER and ident not in (0, st.st_uid):
+                return True
+            if tag == _GROUP and not _own_group(ident, st.st_uid):
+                return True
+            if tag == _GROUP_OBJ and not _own_group(st.st_gid, st.st_uid):
+                return True
+            if tag == _OTHER and perm & 2:
+                return True
+    return False if found else None
+
+
+def others_may_write(st: os.stat_result, fd: int | None = None) -> bool:
+    """Whether a user other than the folder's owner (and root) may create, rename or remove in
+    it: by its ACLs where `fd` is given and it has any (`acl_grants_others_write`; the mode's
+    group bits are then the access ACL's mask), else by its mode bits (write for all, or for a
+    group that is not the owner's private one). UnreadableAclError where its ACLs cannot be read."""
+    acl = None if fd is None else acl_grants_others_write(fd, st)
+    if acl is not None:
+        return acl or bool(st.st_mode & stat.S_IWOTH)
+    return bool(st.st_mode & stat.S_IWOTH) or bool(st.st_mode & stat.S_IWGRP and not _own_group(st.st_gid, st.st_uid))
+
+
+def _drop_acls(fd: int) -> None:
+    """No ACL left on the folder `fd` (ours): its mode bits alone say who may use it."""
+    for acl in (ACL_DEFAULT, ACL_ACCESS):
+        try:
+            os.removexattr(fd, acl)
+        except OSError as exc:
+            if exc.errno not in _NO_ACL:
+                raise
+
+
+def make_folder(name: str, mode: int, dir_fd: int) -> int:
+    """A descriptor on folder `name`, made now in the folder `dir_fd`: no ACL inherited from the
+    folder it is made in (a default ACL there would give its users rights in everything the
+    grader makes), its mode set on the descriptor (never by path). FileExistsError where it
+    was there."""
+    os.mkdir(name, 0o700, dir_fd=dir_fd)
+    fd = os.open(name, DIR_FLAGS, dir_fd=dir_fd)
+    try:
+        _drop_acls(fd)
+        os.fchmod(fd, mode)
+    except BaseException:
+        os.close(fd)
+        raise
+    return fd
 
 
 def _who(uid: int) -> str:
@@ -83,6 +180,14 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "",
     fd = os.open("/", DIR_FLAGS)
     st = os.fstat(fd)
     hops = 0
+
+    def open_to_others() -> bool:  # of the folder `fd` now is, at `where`
+        try:
+            return others_may_write(st, fd)
+        except UnreadableAclError as exc:
+            raise UnsafeFolderError(f"the {what}'s path leads through {where}, and {exc.strerror}: the grader "
+                                    f"cannot tell who may write there{fix}") from None
+
     try:
         if st.st_uid not in trusted:
             raise UnsafeFolderError(f"/ belongs to {_who(st.st_uid)}")
@@ -92,9 +197,10 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "",
                 continue
             if name == "..":  # abspath left none, but a link's target may hold one
                 raise UnsafeFolderError(f"the {what} {wanted} leads through '..' in a link{fix}")
-            if others_may_write(st) and not st.st_mode & stat.S_ISVTX:  # before anything is made in it
+            shared = open_to_others() and not st.st_mode & stat.S_ISVTX
+            if shared:  # before anything is made in it
                 raise UnsafeFolderError(f"the {what}'s path leads through {where}, where other users may write "
-                                        f"(mode {stat.S_IMODE(st.st_mode):o}, not sticky): another user may swap "
+                                        f"({_rights(st, fd)}, not sticky): another user may swap "
                                         f"what lies in it{fix}")
             try:
                 child = os.open(name, DIR_FLAGS, dir_fd=fd)
@@ -104,13 +210,7 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "",
                     raise
                 try:
                     made = parts == [] and kind != PRIVATE
-                    os.mkdir(name, 0o777 if made else 0o700, dir_fd=fd)
-                    if made and kind == SHARED:
-                        new = os.open(name, DIR_FLAGS, dir_fd=fd)
-                        try:
-                            os.fchmod(new, 0o1777)
-                        finally:
-                            os.close(new)
+                    os.close(make_folder(name, (0o1777 if kind == SHARED else 0o755) if made else 0o700, fd))
                 except FileExistsError:
                     pass
                 parts.insert(0, name)
@@ -124,7 +224,7 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "",
                 hops += 1
                 if hops > MAX_LINKS:
                     raise UnsafeFolderError(f"the {what} {wanted} leads through too many links{fix}") from None
-                _check_entry(st, link, where / name, trusted, what, fix)
+                _check_entry(shared, st, link, where / name, trusted, what, fix)
                 target = os.readlink(name, dir_fd=fd)
                 parts[:0] = list(Path(target).parts)
                 if os.path.isabs(target):
@@ -136,7 +236,7 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "",
                 continue
             child_st = os.fstat(child)
             try:
-                _check_entry(st, child_st, where / name, trusted, what, fix)
+                _check_entry(shared, st, child_st, where / name, trusted, what, fix)
             except UnsafeFolderError:
                 os.close(child)
                 raise
@@ -144,11 +244,13 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "",
             fd, st, where = child, child_st, where / name
         if st.st_uid != os.getuid() and not (kind == SHARED and st.st_uid == 0):
             raise UnsafeFolderError(f"the {what} {wanted} belongs to {_who(st.st_uid)}, not to you{fix}")
-        if kind == PRIVATE and st.st_mode & 0o077:
-            os.fchmod(fd, 0o700)
-        elif kind != PRIVATE and others_may_write(st) and not (kind == SHARED and st.st_mode & stat.S_ISVTX):
-            raise UnsafeFolderError(f"other users may write in the {what} {wanted} (mode "
-                                    f"{stat.S_IMODE(st.st_mode):o}{'' if kind == OWN else ', not sticky'}): "
+        if kind == PRIVATE:  # ours: made private again, any ACL on it removed
+            _drop_acls(fd)
+            if st.st_mode & 0o077:
+                os.fchmod(fd, 0o700)
+        elif kind != PRIVATE and open_to_others() and not (kind == SHARED and st.st_mode & stat.S_ISVTX):
+            raise UnsafeFolderError(f"other users may write in the {what} {wanted} ("
+                                    f"{_rights(st, fd)}{'' if kind == OWN else ', not sticky'}): "
                                     f"another user may swap what the grader writes there{fix}")
         return fd
     except BaseException:
@@ -156,13 +258,23 @@ def trusted_folder(path: str | os.PathLike, what: str = "folder", fix: str = "",
         raise
 
 
-def _check_entry(parent: os.stat_result, entry: os.stat_result, path: Path, trusted: set[int], what: str,
-                 fix: str) -> None:
-    """`entry` (a folder or a link) in `parent` is one no other user can change or swap."""
+def _rights(st: os.stat_result, fd: int) -> str:
+    """How others may write in a folder, for the message: its mode, and its ACL where one says so."""
+    try:
+        acl = bool(acl_grants_others_write(fd, st))
+    except UnreadableAclError:
+        acl = False
+    return f"mode {stat.S_IMODE(st.st_mode):o}" + (", an ACL entry grants others write" if acl else "")
+
+
+def _check_entry(shared: bool, parent: os.stat_result, entry: os.stat_result, path: Path, trusted: set[int],
+                 what: str, fix: str) -> None:
+    """`entry` (a folder or a link) in `parent` is one no other user can change or swap
+    (`shared`: others may write in `parent`, not sticky)."""
     if entry.st_uid not in trusted:
         raise UnsafeFolderError(f"the {what}'s path leads through {path}, which belongs to {_who(entry.st_uid)}: "
                                 f"that user may put anything in its place{fix}")
-    if others_may_write(parent) and not parent.st_mode & stat.S_ISVTX:
+    if shared:
         raise UnsafeFolderError(f"the {what}'s path leads through {path}, in {path.parent} where other users may "
                                 f"write (mode {stat.S_IMODE(parent.st_mode):o}, not sticky): another user may swap "
                                 f"it{fix}")
@@ -234,3 +346,17 @@ def write_atomic(dir_fd: int, name: str, data: bytes) -> None:
         except OSError:
             pass
         raise
+
+
+def peer_uid(sock) -> int:
+    """The uid of the process at the other end of a connected Unix socket (SO_PEERCRED), -1
+    where it cannot be told: every client checks it is its own user's before it sends anything
+    (a socket planted by another user would receive what is sent), every server before it serves."""
+    import socket
+    import struct
+
+    try:
+        creds = sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, struct.calcsize("3i"))
+    except OSError:
+        return -1
+    return struct.unpack("3i", creds)[1]

@@ -30,6 +30,7 @@ from __future__ import annotations
 import math
 import re
 import secrets
+import unicodedata
 from collections.abc import Callable, Iterable, Iterator
 from contextlib import contextmanager
 
@@ -97,14 +98,25 @@ def for_annotation(text: object, property: bool = False) -> str:
 
 def for_csv_cell(value: object) -> object:
     """A gradebook cell: numbers as they are; a string that a spreadsheet would run as a formula
-    (`=`, `+`, `-`, `@`, or a tab or CR first) gets a leading apostrophe, which spreadsheets take
-    as "this is text" and do not show; control characters are shown as escapes."""
+    gets a leading apostrophe, which spreadsheets take as "this is text" and do not show; control
+    characters are shown as escapes. A formula is looked for as a spreadsheet may read the cell:
+    after Unicode normalisation (NFKC: a full-width `＝` is `=`) and past every leading space and
+    control (`' =1+1'`, a no-break space first), or a tab, CR or LF first."""
     if value is None or isinstance(value, (bool, int, float)):
         return value
     text = _CONTROL.sub(_escape_control, str(value))
-    if text.startswith(_FORMULA_START):
+    if str(value).startswith(_FORMULA_START) or _formula_lead(str(value)):
         text = "'" + text
     return text
+
+
+def _formula_lead(text: str) -> bool:
+    """Whether `text`, normalised (NFKC) and past its leading spaces and controls, starts a formula."""
+    probe = unicodedata.normalize("NFKC", text)
+    start = 0
+    while start < len(probe) and (probe[start].isspace() or unicodedata.category(probe[start]).startswith("C")):
+        start += 1
+    return probe.startswith(_FORMULA_START[:4], start)
 
 
 class ActionsLog:

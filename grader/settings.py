@@ -17,7 +17,7 @@ Classroom 50's `SUBMISSION_TAG`: they are the runner's contract, not ours.)
 | GRADER_REFERENCE_DIR | where a Gradescope autograder build takes the reference kernels from |
 | GRADER_CACHE_DIR, GRADER_CACHE_GB | where `grader check` keeps input sets and kernels between runs, and how many GiB
 (0: none) |
-| GRADER_LOCK_DIR | the folder of the GPU locks every grader on the host shares |
+| GRADER_LOCK_DIR | a folder of GPU locks every user's grader on the host shares (root's, 1777; default: your own) |
 | GRADER_SANDBOX_UIDS | the uid range sandboxed workers run as (root only) |
 | GRADER_THREADS | CPU threads per job process and its workers (a batch sets it per slot) |
 | GRADER_DOCKER_IMAGE | the image of `--isolation docker` |
@@ -87,7 +87,8 @@ class Settings:
     cache_dir: Path | None = None  # GRADER_CACHE_DIR as given (None: $XDG_CACHE_HOME/grader or ~/.cache/grader)
     cache_gb: str = ""  # GRADER_CACHE_GB as given: checked where it is used (grader.judge.runcache)
     xdg_cache_home: Path | None = None
-    lock_dir: Path | None = None
+    lock_dir: Path | None = None  # GRADER_LOCK_DIR: a folder every user's grader on the host shares (opt-in)
+    xdg_runtime_dir: Path | None = None
     sandbox_uids: str = DEFAULT_SANDBOX_UIDS
     threads: int | None = None
     docker_image: str = "grader"
@@ -107,6 +108,15 @@ class Settings:
     def check_cache_base(self) -> Path:
         """Where `grader check` keeps what the next check reuses, unless GRADER_CACHE_DIR says."""
         return self.cache_dir or (self.xdg_cache_home or Path.home() / ".cache") / "grader"
+
+    @property
+    def own_lock_dir(self) -> Path:
+        """The GPU locks' folder of this user alone, unless GRADER_LOCK_DIR names a shared one: in
+        the user's runtime folder ($XDG_RUNTIME_DIR), else beside the user's cache. Nobody else
+        can make it first (a folder in /tmp anyone could, and so refuse every GPU run)."""
+        if self.xdg_runtime_dir is not None:
+            return self.xdg_runtime_dir / "grader-locks"
+        return (self.xdg_cache_home or Path.home() / ".cache") / "grader-locks"
 
     def course_folder(self) -> Path:
         """The course folder: $GRADER_COURSE (`course`); else the folder this package sits in
@@ -158,6 +168,7 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
         cache_gb=env.get("GRADER_CACHE_GB", "").strip(),
         xdg_cache_home=path("XDG_CACHE_HOME"),
         lock_dir=path("GRADER_LOCK_DIR"),
+        xdg_runtime_dir=path("XDG_RUNTIME_DIR"),
         sandbox_uids=env.get("GRADER_SANDBOX_UIDS") or DEFAULT_SANDBOX_UIDS,
         threads=int(threads) if threads.isdigit() and int(threads) > 0 else None,
         docker_image=env.get("GRADER_DOCKER_IMAGE") or "grader",

@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 from collections import Counter
 from dataclasses import asdict, dataclass, field
 from fractions import Fraction
@@ -25,7 +26,15 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from grader.batch import reviews
 from grader.batch.course import LATEST, CourseConfig, Late, exact, when
 from grader.batch.record import RecordError
-from grader.batch.store import LATE_NOTES, failed_path, read_record, read_records, rewrite_student, student_dir
+from grader.batch.store import (
+    LATE_NOTES,
+    MAX_NOTES,
+    failed_path,
+    read_record,
+    read_records,
+    rewrite_student,
+    student_dir,
+)
 from grader.payloads import SubmissionPayload
 from grader.results import (
     BAD_OUTCOMES,
@@ -36,6 +45,7 @@ from grader.results import (
     write_json_atomic,
     write_text_atomic,
 )
+from grader.safefiles import read_plain
 
 _ENV = Environment(loader=PackageLoader("grader", "templates"), autoescape=select_autoescape(["html", "j2"]),
                    trim_blocks=True, lstrip_blocks=True)
@@ -527,14 +537,16 @@ def apply_late(view, out: Path) -> None:
             r.problems.append(f"late penalty not computed: {type(exc).__name__}: {exc}")
         unpinned = unpinned or not pinned_by_fetch
         path = student_dir(out, r.folder) / LATE_NOTES
-        old = path.read_text() if path.is_file() else None
+        try:  # read back as input: a link or a FIFO in its place is replaced, never followed
+            old: str | None = read_plain(path, MAX_NOTES).decode(errors="replace")
+        except OSError:
+            old = None
         new = json.dumps(notes, indent=1, sort_keys=True) if notes else None
-        if old != new and (new is not None or path.exists()):
+        if old != new and (new is not None or os.path.lexists(path)):
             if new is None:
                 path.unlink()
             else:
-                path.parent.mkdir(parents=True, exist_ok=True)
-                path.write_text(new)
+                write_text_atomic(new, path)
             rewrite_student(out, r.folder)
     if unpinned:
         view.warning = ((view.warning + " ") if view.warning else "") + (

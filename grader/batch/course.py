@@ -172,6 +172,7 @@ class FetchLimits:
     files: int = 100_000  # max_files
     file_bytes: int = 256 << 20  # max_file_mb = 256
     clone_bytes: int = 2 << 30  # max_clone_mb = 2048: the whole history fetched (a blob deleted at the head too)
+    class_bytes: int = 64 << 30  # max_class_mb = 65536: every student's clone and checkout together
 
 
 @dataclass
@@ -346,7 +347,7 @@ class _Reader:
         return c
 
     def fetch_limits(self, t: dict) -> FetchLimits:
-        self.known_keys(t, "fetch", {"max_checkout_mb", "max_files", "max_file_mb", "max_clone_mb"})
+        self.known_keys(t, "fetch", {"max_checkout_mb", "max_files", "max_file_mb", "max_clone_mb", "max_class_mb"})
         d = FetchLimits()
         return FetchLimits(checkout_bytes=int(self.number(t, "max_checkout_mb", d.checkout_bytes >> 20, "fetch",
                                                           low=1) * (1 << 20)),
@@ -354,6 +355,8 @@ class _Reader:
                            file_bytes=int(self.number(t, "max_file_mb", d.file_bytes >> 20, "fetch",
                                                       low=1) * (1 << 20)),
                            clone_bytes=int(self.number(t, "max_clone_mb", d.clone_bytes >> 20, "fetch",
+                                                       low=1) * (1 << 20)),
+                           class_bytes=int(self.number(t, "max_class_mb", d.class_bytes >> 20, "fetch",
                                                        low=1) * (1 << 20)))
 
     def known_keys(self, table: dict, name: str, known: set[str]) -> None:

@@ -29,6 +29,7 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 
 from grader.payloads import Figures, PerformancePayload
 from grader.results import Outcome
+from grader.safefiles import read_plain
 from grader.sanitize import for_csv_cell
 
 KEY_FILE = ".leaderboard-key"
@@ -136,7 +137,7 @@ def write_leaderboard(class_dir: Path, dest: Path, anonymize: bool, named: froze
                                "the pseudonym key): write the page to publish elsewhere")
     summary_path = Path(class_dir) / "summary.json"
     try:
-        summary = json.loads(summary_path.read_text())
+        summary = json.loads(read_plain(summary_path, 64 << 20))  # read as input: bounded, never a link
     except (OSError, ValueError) as exc:
         raise LeaderboardError(f"{summary_path}: no readable class summary ({exc}): grade the class first with grader "
                                f"grade") from None

@@ -134,7 +134,7 @@ def append(out: Path, review: Review) -> Path:
     """Add one review at the end of the log (the caller holds `locked(out)`): the file is written
     anew through a temp file and a rename, every earlier line as it was."""
     path = log_path(out)
-    old = path.read_text() if path.is_file() else ""
+    old = read_plain(path, LOG_LIMIT).decode(errors="replace") if os.path.lexists(path) else ""
     if old and not old.endswith("\n"):
         old += "\n"
     write_text_atomic(old + json.dumps(review.to_json(), sort_keys=True) + "\n", path)

@@ -62,6 +62,7 @@ class BatchPlan:
     reused: list[Job]
     seed: int
     broken: list[str] = field(default_factory=list)
+    refused: list[str] = field(default_factory=list)  # kept records --resume could not use: graded again
 
 
 def plan_batch(lock, opts: BatchOptions) -> BatchPlan:
@@ -87,19 +88,21 @@ def plan_batch(lock, opts: BatchOptions) -> BatchPlan:
                       str(out), ctx.to_json(), notes=list(p.notes))
             if not repo:
                 store_record(out, new_record(job, "infra_error", plan.broken[-1]))
-            elif opts.resume and _reusable(record_path(out, p.folder, name), job.key):
+            elif opts.resume and _reusable(record_path(out, p.folder, name), job.key, plan.refused, p.student):
                 plan.reused.append(job)
             else:
                 plan.jobs.append(job)
     return plan
 
 
-def _reusable(path: Path, key: dict) -> bool:
-    """A stored real grade with this key; a malformed record is graded again (its job's new
-    record replaces it)."""
+def _reusable(path: Path, key: dict, refused: list[str], student: str) -> bool:
+    """A stored real grade with this key; a malformed record, or a file in its place that is no
+    plain file (a link, a FIFO, a device, too large), is graded again (its job's new record
+    replaces it), said in one line in `refused`."""
     try:
         return is_reusable(read_record(path), key)
-    except RecordError:
+    except RecordError as exc:
+        refused.append(f"{student} {path.stem}: the kept record is not used ({exc}): graded again")
         return False
 
 

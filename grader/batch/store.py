@@ -11,17 +11,22 @@ the one matched pair, so the student's files hold all that `grader check` shows.
 
 from __future__ import annotations
 
+import errno
 import json
+import os
 from pathlib import Path
 
 from grader.batch import reviews
-from grader.batch.record import RECORD_FORMAT, JobRecord
+from grader.batch.record import RECORD_FORMAT, JobRecord, RecordError
 from grader.payloads import Kind
 from grader.results import AssignmentResult, FileLock, Outcome, RunResult, TestResult, write_json_atomic
+from grader.safefiles import UnsafeFileError, read_plain
 
 MANIFEST = "batch.json"  # the class folder's seed, assignments, lock and runs
 LATE_NOTES = "late.json"  # a student's lateness explanations (grader.batch.classview writes them)
 GRADES = "grades.json"  # a student's course grades as the class view computed them (grader.batch.grades)
+MAX_RECORD = 64 << 20  # a job's stored record, the manifest; more is no file of ours
+MAX_NOTES = 1 << 20  # a student's late notes
 
 
 def student_dir(out: Path, folder: str) -> Path:
@@ -40,17 +45,39 @@ def log_path(out: Path, folder: str, assignment: str) -> Path:
     return student_dir(out, folder) / "logs" / f"{assignment}.log"
 
 
-def read_json(path: Path) -> dict | None:
+def read_back(path: Path, limit: int = MAX_RECORD):
+    """The JSON of a file the class folder keeps (a record, the manifest, late notes), read as
+    input (grader.safefiles.read_plain: never through a link, never blocking on a FIFO, nothing
+    but a regular file, at most `limit` bytes); None where there is no such file. UnsafeFileError
+    (an OSError: one line that says what it is) or ValueError (not JSON) where it cannot be used."""
     try:
-        return json.loads(Path(path).read_text())
+        return json.loads(read_plain(path, limit))
+    except FileNotFoundError:
+        return None
+    except UnsafeFileError as exc:
+        if exc.errno == errno.ENOENT:
+            return None
+        raise
+
+
+def read_json(path: Path, limit: int = MAX_RECORD):
+    """`read_back`, None for anything that cannot be used (the caller's default stands)."""
+    try:
+        return read_back(path, limit)
     except (OSError, ValueError):
         return None
 
 
 def read_record(path: Path) -> JobRecord | None:
     """The record stored at `path`; None where there is none (no file, not JSON, not a record
-    of ours: another format); RecordError where it is one but malformed."""
-    data = read_json(path)
+    of ours: another format); RecordError where it is one but malformed, or where the file is
+    no plain file (a link, a FIFO, a device, too large: `read_back`)."""
+    try:
+        data = read_back(path)
+    except ValueError:
+        return None
+    except OSError as exc:
+        raise RecordError(f"{Path(path).parent.name}/{exc}") from None
     if not isinstance(data, dict) or data.get("format") != RECORD_FORMAT:
         return None
     return JobRecord.from_json(data, where=str(path))
@@ -64,7 +91,12 @@ def read_records(out: Path, folder: str) -> dict[str, JobRecord]:
     for path in sorted(jobs.glob("*.json")) if jobs.is_dir() else []:
         if path.name.startswith(".") or path.name.endswith(".infra_error.json"):
             continue
-        record = read_record(path)
+        try:
+            record = read_record(path)
+        except RecordError:
+            if os.path.islink(path) or not path.is_file() or path.stat().st_size > MAX_RECORD:
+                continue  # no file of ours (--resume said so): a malformed record of ours is still said
+            raise
         if record is not None:
             records[record.assignment] = record
     return records
@@ -157,10 +189,9 @@ def write_student(out: Path, folder: str) -> None:
 
 def late_notes(folder: Path) -> dict[str, str]:
     """What the class view wrote of a student's lateness, for the report (empty if nothing)."""
-    try:
-        return json.loads((Path(folder) / LATE_NOTES).read_text())
-    except (OSError, ValueError):
-        return {}
+    notes = read_json(Path(folder) / LATE_NOTES, MAX_NOTES)
+    return {k: v for k, v in notes.items() if isinstance(k, str) and isinstance(v, str)} \
+        if isinstance(notes, dict) else {}
 
 
 def course_grades(folder: Path) -> dict[str, dict]:

@@ -22,8 +22,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from grader.batch.store import RECORD_FORMAT
-from grader.safefiles import open_plain, read_plain
+from grader.batch.store import RECORD_FORMAT, read_back
+from grader.safefiles import open_plain
 from grader.sanitize import one_line
 
 if TYPE_CHECKING:
@@ -31,7 +31,6 @@ if TYPE_CHECKING:
     from grader.spec import Course
 
 TOLERANCE = 0.03  # a figure holds when the new ratio is within 3% of the stored one
-MAX_RECORD = 64 << 20  # a job's stored record; more is no record of ours
 NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,127}")  # an assignment's name as the command takes it
 KEPT = re.compile(r"[0-9a-f]{64}")  # a kept record's folder: the SHA-256 of its launches.json
 
@@ -64,7 +63,7 @@ def find_record(out: Path, student: str, assignment: str) -> dict:
         raise VerifyError(f"{out} is not a graded class folder (no students/ in it)")
     for folder in sorted(p for p in students.iterdir() if p.is_dir() and not p.is_symlink()):
         try:
-            record = json.loads(read_plain(folder / "jobs" / f"{assignment}.json", MAX_RECORD))
+            record = read_back(folder / "jobs" / f"{assignment}.json")
         except (OSError, ValueError):  # none, a link, a FIFO, too large, not JSON: not this student's record
             continue
         if (isinstance(record, dict) and record.get("format") == RECORD_FORMAT

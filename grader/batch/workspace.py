@@ -28,7 +28,7 @@ import subprocess
 import sys
 from collections import defaultdict
 from concurrent.futures import ThreadPoolExecutor
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Callable
@@ -124,11 +124,13 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
     `limits`: the largest checkout written (course.toml's [fetch]); a repo over them is not graded."""
     workdir = Path(workdir).resolve()
     (workdir / "repos").mkdir(parents=True, exist_ok=True)
+    budget = ClassBudget(limits.class_bytes)
 
     def one(entry: RosterEntry) -> Pinned:
         try:
             mine, cutoff = per_student(entry.student) if per_student else (deadline, None)
-            pinned = fetch_one(entry, workdir, mine, branch, cutoff, limits)
+            pinned = budget.fetch(entry, workdir, lambda cap: fetch_one(entry, workdir, mine, branch, cutoff,
+                                                                      replace(limits, clone_bytes=cap)), limits)
             if mine is not None and pinned.status == "fetched":
                 pinned.deadline, pinned.cutoff = mine.isoformat(), cutoff.isoformat() if cutoff else None
         except Exception as exc:  # a surprise of one student's: that student's line, never the others' pins or the lock
@@ -149,6 +151,48 @@ def fetch_roster(entries: list[RosterEntry], workdir: Path, deadline: datetime |
     return lock
 
 
+class ClassBudget:
+    """The class's disk as a whole ([fetch] max_class_mb, --max-class-mb): each student's fetch
+    reserves what it may take (its clone's bound and its checkout's, or what is left of the
+    class's), gives back what it did not use, and a student for whom nothing is left is not
+    fetched, with the reason. Repos fetched at once never pass the total together."""
+
+    def __init__(self, total: int) -> None:
+        import threading
+
+        self.total, self.used, self.lock = total, 0, threading.Lock()
+
+    def fetch(self, entry: RosterEntry, workdir: Path, fetch: Callable[[int], Pinned], limits: FetchLimits) -> Pinned:
+        """`fetch(cap)` with the clone bounded by `cap`, within what is left of the class's budget."""
+        dest = workdir / "repos" / entry.folder
+        why = (f"not fetched: the class's disk budget ({_mib(self.total)}, course.toml's [fetch] max_class_mb or "
+               f"--max-class-mb) is used by the students fetched before")
+        with self.lock:
+            claim = max(0, min(limits.clone_bytes + limits.checkout_bytes, self.total - self.used))
+            self.used += claim
+        size = 0
+        try:
+            if claim == 0:
+                return _unfetched(entry, why)
+            pinned = fetch(min(limits.clone_bytes, claim))
+            size = _disk_bytes(dest) if pinned.status == "fetched" else 0
+            if size > claim:  # its checkout took what was left
+                shutil.rmtree(dest, ignore_errors=True)
+                size = 0
+                return _unfetched(entry, f"{why} ({_mib(claim)} was left for it)")
+            if pinned.status != "fetched" and claim < limits.clone_bytes and TOO_LARGE in pinned.reason:
+                pinned.reason = f"{why} ({_mib(claim)} was left for it)"
+            return pinned
+        finally:
+            with self.lock:
+                self.used += size - claim
+
+
+def _unfetched(entry: RosterEntry, reason: str) -> Pinned:
+    return Pinned(entry.student, entry.repo, "unfetched", reason=reason, name=entry.name,
+                  github_username=entry.github_username)
+
+
 def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, branch: str | None,
               cutoff: datetime | None = None, limits: FetchLimits = FetchLimits()) -> Pinned:
     base = Pinned(entry.student, entry.repo, "unfetched", name=entry.name, github_username=entry.github_username,
@@ -160,7 +204,8 @@ def fetch_one(entry: RosterEntry, workdir: Path, deadline: datetime | None, bran
     repo = None
     try:
         _check_url(entry.repo)
-        repo = _fetch(entry.repo, dest, limits.clone_bytes)
+        # the pin needs history only to find the last commit before a deadline or the roster's own commit
+        repo = _fetch(entry.repo, dest, limits.clone_bytes, shallow=deadline is None and not entry.commit)
         pinned = _pin(repo, entry, deadline, branch, cutoff)
         check_size(repo, pinned.commit, limits)  # from the objects, before a byte is checked out
         _checkout(repo, pinned.commit)
@@ -205,11 +250,14 @@ BOUNDED_GIT = ("import os, resource, signal, sys; signal.signal(signal.SIGXFSZ, 
                "os.execvp(sys.argv[2], sys.argv[2:])")
 
 
-def _fetch(url: str, dest: Path, clone_bytes: int = FetchLimits().clone_bytes) -> git.Repo:
+def _fetch(url: str, dest: Path, clone_bytes: int = FetchLimits().clone_bytes, shallow: bool = False) -> git.Repo:
     """Clone or update: a cache folder from an earlier fetch is reused if it is sound. The whole
     clone is bounded, not only the checkout (history can hold what the head deleted): each fetch's
     pack may not pass `clone_bytes` (the write fails, never the disk), nor the clone in all; a
-    repository over it is removed and FetchError says so."""
+    repository over it is removed and FetchError says so. `shallow`: only each branch's head is
+    fetched (--depth 1), where the pin needs no history (no deadline, no commit of the roster's):
+    a large history behind a small tree costs nothing; a shallow clone fetched again for a pin
+    that needs its history is made whole (--unshallow)."""
     repo = None
     if (dest / ".git").is_dir():
         try:
@@ -229,9 +277,10 @@ def _fetch(url: str, dest: Path, clone_bytes: int = FetchLimits().clone_bytes) -
     with repo.git.custom_environment(**_git_env()):
         try:
             git_cmd = git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git"
+            depth = ["--depth", "1"] if shallow else ["--unshallow"] if (dest / ".git" / "shallow").exists() else []
             repo.git.execute([sys.executable, "-I", "-c", BOUNDED_GIT, str(clone_bytes), git_cmd,
                               "-c", "fetch.unpackLimit=1", "-c", "transfer.unpackLimit=1", "fetch", "--prune",
-                              "--no-tags", "origin", "+refs/heads/*:refs/remotes/origin/*"],
+                              "--no-tags", *depth, "origin", "+refs/heads/*:refs/remotes/origin/*"],
                              kill_after_timeout=FETCH_TIMEOUT_S)
         except git.GitCommandError as exc:
             if "File too large" in str(exc.stderr):
@@ -503,6 +552,9 @@ def ensure_checkout(lock: Lock, p: Pinned) -> Path:
     return path
 
 
+LOCK_LIMIT = 64 << 20  # a class's lock.json: a pin per student
+
+
 def read_lock(path: Path) -> Lock:
     path = Path(path)
     if path.is_dir():
@@ -510,10 +562,14 @@ def read_lock(path: Path) -> Lock:
     if not path.is_file():
         raise LockError(f"lock file {path}: no such file (write one with `grader fetch`)")
     try:
-        data = json.loads(path.read_text())
+        from grader.safefiles import read_plain
+
+        data = json.loads(read_plain(path, LOCK_LIMIT))  # read as input: bounded, never through a link
         students = [Pinned(**s) for s in data["students"]]
         return Lock(students, data["created"], data.get("deadline"), data.get("roster"), data.get("warning"),
                     path.parent.resolve())
+    except OSError as exc:
+        raise LockError(f"lock file {path} cannot be read: {exc}") from None
     except (ValueError, KeyError, TypeError) as exc:
         raise LockError(f"lock file {path} is malformed: {exc}") from None
 

@@ -10,6 +10,9 @@ error, with a one-line message.
 
 from __future__ import annotations
 
+import errno
+import os
+
 import typer
 
 from grader.cli import check, fetch, grade, kit, leaderboard, publish, review, similarity, verify
@@ -67,3 +70,29 @@ def main() -> None:
 
         say(err, f"[red]error:[/red] {shown_lines(exc)}")
         raise SystemExit(2) from None
+    except OSError as exc:
+        line = out_of_room(exc)
+        if line is None:
+            raise
+        from grader.cli.common import err, say, shown
+
+        say(err, f"[red]error:[/red] {shown(line)}")
+        raise SystemExit(2) from None
+
+
+ROOM = {errno.ENOSPC: "the disk is full", errno.EDQUOT: "the disk quota is used up",
+        errno.EROFS: "the folder is on a read-only file system", errno.EFBIG: "the file is larger than allowed"}
+
+
+def out_of_room(exc: OSError) -> str | None:
+    """One line for a write the machine refused (a full disk, a quota, a read-only folder):
+    what was being written, in which folder, and what to do; None for any other error. What
+    was written before stays (every file is replaced whole, grader.results.write_json_atomic)."""
+    why = ROOM.get(exc.errno or 0)
+    if why is None:
+        return None
+    where = f"writing {os.path.basename(exc.filename)} in {os.path.dirname(os.path.abspath(exc.filename))}" \
+        if isinstance(exc.filename, str) else "writing"
+    return (f"{why} ({exc.strerror}) {where}: nothing written before is lost; make room (or choose a writable "
+            f"folder) and run the command "
+            f"again (grader grade --resume keeps every job already graded)")

@@ -98,10 +98,17 @@ def fetch(
                                               "is ORG/<classroom>-<slug>-<username>, lower case (with --org)."),
     slug: Optional[str] = typer.Option(None, help="Classroom 50: the assignment's slug (default: that of the one -a)."),
     scores: Optional[Path] = typer.Option(None, help="Classroom 50: a collected scores.json, shown beside the grades."),
+    max_class_mb: Optional[int] = typer.Option(None, "--max-class-mb", min=1,
+                                               help="The disk every student's repo may take together, in MiB "
+                                               "(default: course.toml's [fetch] max_class_mb, 65536)."),
 ) -> None:
     """Clone or update every student's repo and pin the commit to grade in WORKDIR/lock.json."""
+    import dataclasses
+
     catalogue = specs.Course.find(current())
     course = load_course_or_fail(course_file, catalogue)
+    if max_class_mb is not None:
+        course = dataclasses.replace(course, fetch=dataclasses.replace(course.fetch, class_bytes=max_class_mb << 20))
     try:
         for n in assignment or []:
             catalogue.get(n)

@@ -278,6 +278,8 @@ def run_grade(options: GradeOptions, settings: Settings) -> int:
                   f"{len(slots)} at once ({options.executor}, isolation {ctx.isolation}), seed {plan.seed}")
     for line in plan.broken:
         console.print(f"[red]{shown(line, 500)}[/red]")
+    for line in plan.refused:
+        console.print(f"[yellow]{shown(line, 500)}[/yellow]")
     entry, warnings = _graded_with_progress(lock, opts, plan)
     code = _graded_exit(options.out, lock, plan, entry, warnings)
     if options.profile:  # after the grades are written: a profile changes none of them

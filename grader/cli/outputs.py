@@ -252,7 +252,7 @@ def output_folder(folder: Path) -> int:
     refused). The default folder `.grader/` lies in the repo checked, so it may be a committed
     link or file: it is opened relative to its pinned parent and never followed; whatever else
     lies there is removed and a fresh folder made."""
-    from grader.safefiles import OWN, trusted_folder
+    from grader.safefiles import OWN, make_folder, trusted_folder
 
     if not is_default_folder(folder):
         return trusted_folder(folder, "output folder", OUTPUT_FIX, kind=OWN)
@@ -262,7 +262,7 @@ def output_folder(folder: Path) -> int:
             try:
                 return os.open(folder.name, DIR_FLAGS, dir_fd=parent)
             except FileNotFoundError:
-                os.mkdir(folder.name, 0o777, dir_fd=parent)
+                os.close(make_folder(folder.name, 0o755, parent))
             except OSError as exc:
                 if exc.errno not in (errno.ELOOP, errno.ENOTDIR):
                     raise

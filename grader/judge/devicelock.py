@@ -15,10 +15,13 @@ it shared; `setup_slot` lets at most two timing phases per GPU hold their set-up
 (the one timing, the next one ready), so jobs side by side never fill the GPU's memory with
 replays waiting for their turn.
 
-The lock folder is $GRADER_LOCK_DIR, else <tmp>/grader-locks, as the session's settings say.
-Every user's grader on the host shares it, root's included (docs/security.md): it is a
+The lock folder is, by default, this user's own (`Settings.own_lock_dir`: in $XDG_RUNTIME_DIR,
+else beside the user's cache), a `trusted_folder` of kind PRIVATE: no other user can make it
+first (a folder in /tmp anyone may make, and so refuse every GPU run until an admin removes it).
+Sharing the GPUs with other users' graders is opt-in: $GRADER_LOCK_DIR names a folder every user's
+grader on the host shares, root's included (docs/security.md), made by root (mkdir -m 1777): a
 `trusted_folder` of kind SHARED (root's or ours, sticky where others may write, no other user's
-folder on its way), and each lock file is opened relative to it, never through a link, never
+folder on its way). Each lock file is opened relative to it, never through a link, never
 blocking, and only as a regular file of root's or ours with no other name: a lock file another
 user made could be removed and made again under a timing phase (two would hold the GPU), a link
 or a FIFO would make the grader open what it should not or stall. Those are refused
@@ -31,27 +34,30 @@ import errno
 import fcntl
 import os
 import stat
-import tempfile
 import time
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Callable, ContextManager, Iterable, Iterator
 
-from grader.safefiles import SHARED, UnsafeFolderError, trusted_folder
+from grader.safefiles import PRIVATE, SHARED, UnsafeFolderError, trusted_folder
 from grader.settings import Settings
 
+OWN_FIX = ("set XDG_RUNTIME_DIR or XDG_CACHE_HOME to a folder of yours, or GRADER_LOCK_DIR to the folder of "
+           "locks every user's grader on the host shares (made by root: mkdir -m 1777)")
 FIX = ("set GRADER_LOCK_DIR to a folder only root or you may change (root's sticky folder for every user's "
        "grader on the host: mkdir -m 1777 as root), and remove the lock files another user made")
 
 
 def lock_dir(settings: Settings) -> Path:
-    return settings.lock_dir or Path(tempfile.gettempdir()) / "grader-locks"
+    return settings.lock_dir or settings.own_lock_dir
 
 
 def _lock_folder(settings: Settings) -> int:
-    """A descriptor on the lock folder (made 1777 where missing: every user's grader on the host
-    shares the GPUs), or UnsafeFolderError."""
-    return trusted_folder(lock_dir(settings), "GPU lock folder (GRADER_LOCK_DIR)", FIX, kind=SHARED)
+    """A descriptor on the lock folder, or UnsafeFolderError: GRADER_LOCK_DIR's, shared by every
+    user's grader on the host (made 1777 where missing); else this user's own (0700)."""
+    if settings.lock_dir is None:
+        return trusted_folder(settings.own_lock_dir, "GPU lock folder", OWN_FIX, kind=PRIVATE)
+    return trusted_folder(settings.lock_dir, "GPU lock folder (GRADER_LOCK_DIR)", FIX, kind=SHARED)
 
 
 def _open(folder: int, name: str) -> int:

@@ -90,7 +90,9 @@ def test_history_the_head_deleted_is_bounded_too_and_costs_no_more_disk_than_the
     subprocess.run([*git, "commit", "-q", "-m", "gone"], cwd=repo, check=True)
     course = tmp_path / "course.toml"
     course.write_text("[fetch]\nmax_clone_mb = 20\n")
-    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--course", str(course)], tmp_path)
+    # a deadline: the pin needs the history (without one only the head is fetched, and costs nothing)
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--course", str(course),
+                   "--deadline", "2100-01-01T00:00:00+00:00"], tmp_path)
     assert run.returncode == 1, run.stdout + run.stderr
     lock = {p["student"]: p for p in json.loads((tmp_path / "ws" / "lock.json").read_text())["students"]}
     assert lock["alice"]["status"] == "fetched"
@@ -101,3 +103,52 @@ def test_history_the_head_deleted_is_bounded_too_and_costs_no_more_disk_than_the
     assert folder_bytes(tmp_path / "ws") < 20 << 20
     run = run_cli(["fetch", "--roster", str(roster), "--out", "ws2"], tmp_path)  # the default allows it
     assert run.returncode == 0, run.stdout + run.stderr
+
+
+@pytest.mark.slow
+def test_the_class_is_bounded_as_a_whole_and_says_who_was_not_fetched_and_why(tmp_path):
+    """Three students of 3 MiB of history each under a class budget of 8 MiB (each clone's own
+    bound far above): the class never takes more than the budget, and whoever the budget left
+    out is named with the reason; the budget is course.toml's or the command line's."""
+    roster = make_class(tmp_path, {"alice": "good", "bob": "good", "carol": "good"})
+    for name in ("alice", "bob", "carol"):
+        subprocess.run(f"head -c {3 << 20} /dev/urandom > noise.bin && git add noise.bin && git -c user.name=m "
+                       f"-c user.email=m@x commit -q -m noise", shell=True, cwd=tmp_path / "repos" / name, check=True)
+    course = tmp_path / "course.toml"
+    course.write_text("[fetch]\nmax_class_mb = 8\nmax_checkout_mb = 4\n")
+    for ws, flags in (("ws", ["--course", str(course)]), ("ws2", ["--max-class-mb", "8", "--jobs", "1"])):
+        run = run_cli(["fetch", "--roster", str(roster), "--out", ws, *flags], tmp_path)
+        lock = {p["student"]: p for p in json.loads((tmp_path / ws / "lock.json").read_text())["students"]}
+        left_out = [p for p in lock.values() if p["status"] == "unfetched"]
+        assert run.returncode == 1 and len(left_out) >= 1, run.stdout + run.stderr
+        for p in left_out:
+            assert p["reason"].startswith("not fetched: the class's disk budget (8 MiB, course.toml's [fetch] "
+                                          "max_class_mb or --max-class-mb) is used by the students fetched before"), p
+            assert p["reason"] in " ".join(run.stdout.split())
+        assert folder_bytes(tmp_path / ws / "repos") <= 8 << 20
+        assert any(p["status"] == "fetched" for p in lock.values())
+
+
+@pytest.mark.slow
+def test_only_the_history_the_pin_needs_is_fetched(tmp_path):
+    """A 6 MiB history behind a small tree (a blob added, then deleted): with no deadline and no
+    commit of the roster's the pin is the head, and only the head is fetched (shallow); with a
+    deadline the history is fetched, made whole from the shallow clone, to find the commit to pin."""
+    roster = make_class(tmp_path, {"alice": "good", "bob": "good"})
+    for name in ("alice", "bob"):
+        subprocess.run(f"head -c {6 << 20} /dev/urandom > noise.bin && git add noise.bin && git -c user.name=m "
+                       f"-c user.email=m@x commit -q -m noise && git rm -q noise.bin && git -c user.name=m "
+                       f"-c user.email=m@x commit -q -m gone", shell=True, cwd=tmp_path / "repos" / name, check=True)
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    for name in ("alice", "bob"):
+        assert folder_bytes(tmp_path / "ws" / "repos" / name / ".git") < 2 << 20, name  # the head's objects alone
+    lock = json.loads((tmp_path / "ws" / "lock.json").read_text())["students"]
+    heads = {p["student"]: p["commit"] for p in lock}
+    for name in ("alice", "bob"):
+        assert heads[name] == subprocess.run(["git", "rev-parse", "HEAD"], cwd=tmp_path / "repos" / name,
+                                             capture_output=True, text=True, check=True).stdout.strip()
+    run = run_cli(["fetch", "--roster", str(roster), "--out", "ws", "--deadline", "2100-01-01T00:00:00+00:00"], tmp_path)
+    assert run.returncode == 0, run.stdout + run.stderr
+    assert folder_bytes(tmp_path / "ws" / "repos" / "alice" / ".git") > 6 << 20  # the whole history, to pin by date
+    assert not (tmp_path / "ws" / "repos" / "alice" / ".git" / "shallow").exists()

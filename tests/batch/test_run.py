@@ -240,3 +240,70 @@ def test_a_malformed_job_is_one_line_from_the_job_process_not_a_traceback(tmp_pa
                               capture_output=True, text=True, cwd=REPO_ROOT, timeout=300)
         assert proc.returncode == 2 and "Traceback" not in proc.stderr, proc.stderr
         assert proc.stderr.startswith("grader.batch.jobs: the job on stdin cannot be read: ") and words in proc.stderr, proc.stderr
+
+
+# --- kept records read back as input: hostile files in place of a record ------------------------
+
+@pytest.mark.timeout(60)
+@pytest.mark.parametrize("planted, words", [
+    ("fifo", "vector_add.json is a FIFO, not a regular file"),
+    ("link", "vector_add.json cannot be read: a symbolic link"),
+    ("device", "vector_add.json cannot be read: a symbolic link"),
+    ("large", "vector_add.json is larger than 67108864 bytes"),
+])
+def test_resume_reads_a_kept_record_bounded_never_through_a_link_nor_a_fifo(lock, tmp_path, planted, words):
+    """A FIFO in place of alice's record stopped --resume until killed; a link to a graded record
+    kept elsewhere (a planted grade) was kept as hers; /dev/zero and a huge file were read whole.
+    Each is now one line for that job, which is graded again, and the rest of the class is kept."""
+    import os
+
+    from grader.batch.store import late_notes, read_records, record_path, student_dir
+
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out))
+    path = record_path(out, "alice", "vector_add")
+    kept_elsewhere = tmp_path / "planted.json"
+    path.rename(kept_elsewhere)
+    if planted == "fifo":
+        os.mkfifo(path)
+    elif planted == "link":
+        path.symlink_to(kept_elsewhere)
+    elif planted == "device":
+        path.symlink_to("/dev/zero")
+    else:
+        with open(path, "wb") as f:
+            f.truncate((64 << 20) + 1)
+    plan = plan_batch(lock, options(out, resume=True))
+    assert labels(plan.jobs) == ["alice/vector_add"] and labels(plan.reused) == ["bob/vector_add"]
+    assert plan.refused == [f"alice vector_add: the kept record is not used (jobs/{words}): graded again"]
+    assert read_records(out, "alice") == {}  # not a record of hers: nothing shown from it
+    grade_everyone(lock, options(out, resume=True))  # her job's new record replaces the planted file
+    assert not path.is_symlink() and read_records(out, "alice")["vector_add"].status == "graded"
+    assert kept_elsewhere.read_bytes()[:1] == b"{"  # the file a link led to: untouched
+    notes = student_dir(out, "bob") / "late.json"
+    os.mkfifo(notes)
+    assert late_notes(notes.parent) == {}  # a FIFO as the late notes: none, no hang
+
+
+def test_a_student_lock_that_is_a_link_or_a_fifo_is_refused_not_followed(lock, tmp_path):
+    import os
+
+    from grader.batch.store import student_dir
+    from grader.results import FileLock
+
+    out = tmp_path / "out"
+    grade_everyone(lock, options(out))
+    victim = tmp_path / "victim"
+    victim.write_text("precious")
+    lock_file = student_dir(out, "alice") / ".lock"
+    lock_file.unlink()
+    lock_file.symlink_to(victim)
+    with pytest.raises(OSError, match="refused|symbolic link|Too many levels"):
+        with FileLock(lock_file):
+            pass
+    assert victim.read_text() == "precious"
+    lock_file.unlink()
+    os.mkfifo(lock_file)
+    with pytest.raises(OSError, match="not a plain file: refused as a lock"):
+        with FileLock(lock_file):
+            pass

@@ -211,3 +211,88 @@ def test_kept_figures_are_read_back_as_input(tmp_path):
     assert cache.kept_timing("ok") == {"median_ms": 2.0}
     (cache.folder / "roofline-gpu.json").symlink_to(secret)
     assert cache.roofline("gpu", lambda: {"measured": True}) == {"measured": True}
+
+
+# POSIX ACLs set through the kernel's xattr interface (no setfacl needed): version 2, then
+# (tag u16, perm u16, id u32) entries. Tags: user_obj 1, user 2, group_obj 4, group 8, mask 16, other 32.
+ANY = 0xFFFFFFFF
+
+
+def _set_acl(path: Path, *named: tuple[int, int, int], default: bool = False, mask: int = 7) -> None:
+    entries = sorted([(1, 7, ANY), *named, (4, 5, ANY), (16, mask, ANY), (32, 5, ANY)])  # the kernel's order
+    raw = (2).to_bytes(4, "little") + b"".join(t.to_bytes(2, "little") + p.to_bytes(2, "little") +
+                                               i.to_bytes(4, "little") for t, p, i in entries)
+    os.setxattr(path, "system.posix_acl_default" if default else "system.posix_acl_access", raw)
+
+
+def _acl_folders(base: Path) -> dict[str, Path]:
+    """Folders of the current user, 0700 or 0770 by mode, shared with uid 65534 through an ACL alone."""
+    made = {}
+    for name, entry, default, mask in (("access", (2, 7, NOBODY), False, 7), ("default", (2, 7, NOBODY), True, 7),
+                                       ("group", (8, 7, NOBODY), False, 7),
+                                       ("read-only", (2, 5, NOBODY), False, 7),
+                                       ("masked", (2, 7, NOBODY), False, 5)):
+        folder = base / name
+        folder.mkdir(mode=0o700)
+        _set_acl(folder, entry, default=default, mask=mask)
+        made[name] = folder
+    return made
+
+
+def test_an_acl_that_lets_another_user_write_is_refused_like_a_mode_bit(tmp_path):
+    """A folder of mode 700 (770 once an ACL's mask is set) with an ACL entry user:65534:rwx (or
+    group:65534:rwx, or a default ACL that every folder made in it inherits) is one that user may
+    change: refused as a kept cache's parent and as an output folder; an ACL granting read alone,
+    or one whose mask takes write away, is no way in."""
+    from grader.safefiles import OWN
+
+    folders = _acl_folders(tmp_path)
+    for name in ("access", "default", "group"):
+        got = _refused(folders[name] / "cache")
+        assert "other users may write" in got and "an ACL entry grants others write" in got, (name, got)
+        assert not (folders[name] / "cache").exists(), "nothing is made where it is refused"
+        with pytest.raises(UnsafeFolderError, match="ACL entry grants others write"):
+            trusted_folder(folders[name], "output folder", kind=OWN)
+    for name in ("read-only", "masked"):
+        assert _refused(folders[name] / "cache") == "trusted", name
+
+
+@root_only
+def test_an_acl_is_read_for_an_ordinary_user_too(shared_tmp):
+    """The same attack on a TA's own folders (uid 65533), the attacker being uid 65534."""
+    ta = shared_tmp / "ta"
+    ta.mkdir()
+    os.chown(ta, TA, TA)
+    got = as_user(TA, lambda: repr([_refused(f / "cache") for f in _acl_folders(ta).values()]))
+    assert got.count("an ACL entry grants others write") == 3 and got.count("trusted") == 2, got
+
+
+def test_an_acl_that_cannot_be_read_is_refused_not_guessed(tmp_path, monkeypatch):
+    def unreadable(fd, name, *a, **k):
+        raise OSError(5, "Input/output error")
+
+    monkeypatch.setattr(os, "getxattr", unreadable)
+    got = _refused(tmp_path / "cache")
+    assert "its ACL cannot be read (Input/output error)" in got and "cannot tell who may write" in got, got
+
+    def no_acls(fd, name, *a, **k):  # a file system that keeps none: nothing to read, nothing refused
+        raise OSError(95, "Operation not supported")
+
+    monkeypatch.setattr(os, "getxattr", no_acls)
+    assert _refused(tmp_path / "cache") == "trusted"
+
+
+def test_a_folder_the_grader_makes_inherits_no_acl(tmp_path):
+    """A default ACL above (one granting read alone, so the folder itself is trusted) is not copied
+    into the folders the grader makes: their mode bits alone say who may use them."""
+    from grader.cli.outputs import output_folder
+
+    parent = tmp_path / "course"
+    parent.mkdir(mode=0o755)
+    _set_acl(parent, (2, 5, NOBODY), default=True)
+    os.close(trusted_folder(parent / "cache" / "grader"))
+    os.close(output_folder(parent / "out"))
+    for made, mode in ((parent / "cache", 0o700), (parent / "cache" / "grader", 0o700), (parent / "out", 0o755)):
+        assert os.listxattr(made) == [] or not {"system.posix_acl_access", "system.posix_acl_default"} & set(
+            os.listxattr(made)), made
+        assert stat.S_IMODE(made.stat().st_mode) == mode, made

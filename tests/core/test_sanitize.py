@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import re
 
+import pytest
+
 from grader.sanitize import ActionsLog, for_annotation, for_csv_cell, for_markdown, for_markdown_code, for_terminal, one_line
 
 
@@ -41,7 +43,7 @@ def test_csv_formulas_become_text_and_numbers_stay_numbers():
     for attack in ("=HYPERLINK(\"http://x\")", "+1+1", "-2+3", "@SUM(A1)"):
         assert for_csv_cell(attack) == "'" + attack
     assert for_csv_cell("\t=1") == "'\t=1"
-    assert for_csv_cell("\r=1") == "\\x0d=1"  # the carriage return is shown, so the cell starts with a backslash
+    assert for_csv_cell("\r=1") == "'\\x0d=1"  # the carriage return is shown as an escape, and the formula guarded
     assert for_csv_cell(-1.5) == -1.5 and for_csv_cell(3) == 3 and for_csv_cell(None) is None
     assert for_csv_cell("alice") == "alice"
 
@@ -73,3 +75,19 @@ def test_a_stopped_block_resumes_with_its_own_token_even_when_it_raises():
         pass
     token = written[0].removeprefix("::stop-commands::").strip()
     assert len(token) == 32 and written[1:] == ["::error::inside\n", f"::{token}::\n"]
+
+
+@pytest.mark.parametrize("lead", ["", " ", "   ", "\u00a0", "\u3000", "\u2007", "\u200b", "\ufeff", "\x01", " \u00a0 ",
+                                  "\t", "\r", "\n"])
+@pytest.mark.parametrize("sign", ["=", "+", "-", "@", "\uff1d", "\uff0b", "\uff0d", "\uff20", "\ufe66", "\ufe62"])
+def test_a_formula_is_guarded_behind_any_lead_in_and_in_any_width(lead, sign):
+    """Every formula lead-in (= + - @, their full-width and small forms) behind nothing, spaces,
+    a no-break or ideographic space, a zero-width or control character, a tab, CR or LF: the cell
+    starts with the apostrophe that makes it text."""
+    cell = for_csv_cell(f"{lead}{sign}1+1")
+    assert isinstance(cell, str) and cell.startswith("'"), (lead, sign, cell)
+
+
+def test_text_that_is_no_formula_is_left_as_it_is():
+    for text in ("alice", " alice", "\u00a0bob", "a=1", "1+1", "\uff21lice", "50%"):
+        assert for_csv_cell(text) == text

@@ -225,3 +225,55 @@ def test_a_gpu_run_is_refused_up_front_where_a_lock_file_was_planted(shared_tmp)
         else:
             assert "gpu-1.setup1 is a link" in str(got), got
     assert not os.path.lexists(shared_tmp / "made")
+
+
+def _hold_default(env: dict) -> str:
+    """A timing phase held with the default lock folder (no GRADER_LOCK_DIR): 'held <folder>', or the refusal."""
+    from grader.judge.devicelock import lock_dir
+
+    settings = from_environment(env)
+    try:
+        with gpu_phase("0", True, settings):
+            return f"held {lock_dir(settings)}"
+    except Exception as exc:  # noqa: BLE001 - the refusal is the answer
+        return f"{type(exc).__name__}: {exc}"
+
+
+@root_only
+def test_the_default_lock_folder_cannot_be_squatted(shared_tmp, monkeypatch):
+    """uid 65534 makes <tmp>/grader-locks first (the old default every user shared): every GPU
+    run of root's and of uid 65533's was refused until an admin removed it. The default is now
+    each user's own folder (their runtime folder, else beside their cache): the squat costs
+    nothing, and nothing is made in the attacker's folder."""
+    tmp = shared_tmp / "tmp"
+    tmp.mkdir()
+    tmp.chmod(0o1777)
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    import tempfile
+
+    monkeypatch.setattr(tempfile, "tempdir", None)  # TMPDIR read again
+    squat = tmp / "grader-locks"
+    squat.mkdir()
+    os.chown(squat, NOBODY, NOBODY)
+    for who in (0, TA):
+        runtime = shared_tmp / f"run-{who}"
+        runtime.mkdir(mode=0o700)
+        os.chown(runtime, who, who)
+        env = {"XDG_RUNTIME_DIR": str(runtime), "TMPDIR": str(tmp)}
+        got = _hold_default(env) if who == 0 else as_user(who, lambda e=env: _hold_default(e))
+        assert f"held {runtime / 'grader-locks'}" in got, (who, got)
+        assert stat.S_IMODE((runtime / "grader-locks").stat().st_mode) == 0o700
+        home = shared_tmp / f"home-{who}"  # no runtime folder: beside the user's cache
+        home.mkdir(mode=0o700)
+        os.chown(home, who, who)
+        env = {"XDG_CACHE_HOME": str(home / ".cache"), "TMPDIR": str(tmp)}
+        got = _hold_default(env) if who == 0 else as_user(who, lambda e=env: _hold_default(e))
+        assert f"held {home / '.cache' / 'grader-locks'}" in got, (who, got)
+    assert os.listdir(squat) == []
+    # a runtime folder another user owns is refused with the reason and the fix, never used
+    theirs = shared_tmp / "theirs-run"
+    theirs.mkdir()
+    theirs.chmod(0o755)
+    os.chown(theirs, NOBODY, NOBODY)
+    got = as_user(TA, lambda: _hold_default({"XDG_RUNTIME_DIR": str(theirs)}))
+    assert "UnsafeFolderError" in got and "belongs to nobody" in got and "XDG_RUNTIME_DIR" in got, got

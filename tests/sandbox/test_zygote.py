@@ -348,3 +348,74 @@ def test_a_forked_worker_keeps_site_packages_when_the_grader_lies_there(tmp_path
     code, path = json.loads(subprocess.run([sys.executable, "-I", "-c", script], capture_output=True, text=True,
                                            check=True).stdout)
     assert path[0] == code and path.count(PACKAGE_PARENT) == 1 and path[-1] == PACKAGE_PARENT
+
+
+# -- the warm zygotes' folder on a shared machine: reached through its pinned descriptor ---------
+
+WARM_ENV = {"PATH": "/usr/bin", "TRITON_INTERPRET": "1"}
+root_only = pytest.mark.skipif(os.geteuid() != 0, reason="acting as another user needs root")
+
+
+@root_only
+def test_a_socket_another_user_answers_is_never_sent_a_worker(tmp_path):
+    """uid 65534's process listening at the warm zygote's socket (bound there, then the uid
+    dropped before listen: SO_PEERCRED tells the listener's) gets no worker launch: the client
+    checks its peer's uid before it sends anything."""
+    import socket
+
+    folder = tmp_path / "kept" / "warm"
+    folder.mkdir(parents=True, mode=0o700)
+    (tmp_path / "kept").chmod(0o700)
+    heard = tmp_path / "heard"
+    ready_r, ready_w = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        try:
+            listener = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+            listener.bind(str(folder / f"{zygote.warm_name(WARM_ENV)}.sock"))
+            out = os.open(heard, os.O_WRONLY | os.O_CREAT, 0o666)
+            os.setresgid(65534, 65534, 65534)
+            os.setresuid(65534, 65534, 65534)
+            listener.listen(4)
+            os.write(ready_w, b"x")
+            conn, _ = listener.accept()
+            conn.settimeout(10)
+            os.write(out, conn.recv(1 << 20))
+        finally:
+            os._exit(0)
+    os.close(ready_w)
+    os.read(ready_r, 1)
+    try:
+        with pytest.raises(zygote.ZygoteError, match="answered by uid 65534, not by this user: nothing sent"):
+            zygote.Zygote(WARM_ENV, (folder, 30))
+    finally:
+        os.waitpid(pid, 0)
+    assert heard.read_bytes() == b""
+
+
+@root_only
+def test_the_warm_folder_is_never_reached_through_a_link(tmp_path):
+    """`warm` a link to a folder of uid 65534's: no socket, lock or log is made there and its
+    mode is left as it was (mkdir and chmod by path followed the link, as root)."""
+    kept = tmp_path / "kept"
+    kept.mkdir(mode=0o700)
+    theirs = tmp_path / "theirs"
+    theirs.mkdir()
+    theirs.chmod(0o777)
+    os.chown(theirs, 65534, 65534)
+    (kept / "warm").symlink_to(theirs)
+    os.lchown(kept / "warm", 65534, 65534)
+    with pytest.raises(zygote.ZygoteError, match="belongs to nobody"):
+        zygote.Zygote(WARM_ENV, (kept / "warm", 30))
+    assert list(theirs.iterdir()) == [] and (theirs.stat().st_mode & 0o777) == 0o777
+
+
+def test_the_warm_zygotes_lock_is_never_opened_through_a_link(tmp_path):
+    folder = tmp_path / "kept" / "warm"
+    folder.mkdir(parents=True, mode=0o700)
+    (tmp_path / "kept").chmod(0o700)
+    planted = tmp_path / "made-through-the-link"
+    (folder / f"{zygote.warm_name(WARM_ENV)}.lock").symlink_to(planted)
+    with pytest.raises(zygote.ZygoteError, match="lock"):
+        zygote.Zygote(WARM_ENV, (folder, 30))
+    assert not planted.exists()

@@ -6,11 +6,14 @@ named a folder, whether they failed, the workers' copy of the code and the probe
 from __future__ import annotations
 
 import atexit
+import errno
 import json
 import os
+import secrets
 import shutil
 import signal
 import socket
+import stat
 import subprocess
 import sys
 import tempfile
@@ -18,7 +21,7 @@ import threading
 import time
 from pathlib import Path
 
-from grader.sandbox.files import private_folder
+from grader.safefiles import UnsafeFileError, UnsafeFolderError, make_folder, peer_uid, trusted_folder
 from grader.sandbox.interpreter import PACKAGE_PARENT, unnamed_python
 from grader.sandbox.isolation import Isolation
 from grader.sandbox.launch import copy_worker_code
@@ -104,11 +107,20 @@ class Zygote:
 
     def _attach_warm(self, folder: Path, idle: float, env: dict[str, str]) -> socket.socket | None:
         """Connect to the warm zygote for this environment and this grader's code, starting it
-        (detached, in its own session) when none answers; one starter at a time (a lock)."""
+        (detached, in its own session) when none answers; one starter at a time (a lock). The
+        folder is pinned once (`trusted_folder`: ours, 0700, nobody else may change its path) and
+        its socket, lock, log and the zygote's home are reached through that descriptor alone,
+        never by path again; a socket answered by another user's process is never used."""
         name = warm_name(env)
-        path = folder / f"{name}.sock"
-        private_folder(folder)
-        lock = os.open(folder / f"{name}.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self._folder = trusted_folder(folder, "warm workers' folder")
+        except UnsafeFolderError as exc:
+            raise ZygoteError(str(exc)) from None
+        try:
+            lock = _open_plain_for_write(f"{name}.lock", self._folder, os.O_RDWR)
+        except OSError as exc:
+            raise ZygoteError(f"the warm zygote's lock in {folder}: {exc}") from None
+        path = f"/proc/self/fd/{self._folder}/{name}.sock"
         try:
             import fcntl
 
@@ -119,23 +131,30 @@ class Zygote:
                 return sock
             self._starting = (path, lock, time.monotonic() + 300)
             lock = -1  # held until the new zygote answers (`_ready`): a second command waits, not starts another
-            home = Path(tempfile.mkdtemp(prefix=f"{name}.home-", dir=folder))  # its own: removed when it ends
-            with open(folder / f"{name}.log", "ab") as log:
-                try:
-                    proc = subprocess.Popen(unnamed_python(), env=dict(env, HOME=str(home), TMPDIR=str(home)), cwd="/",
-                                            stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True)
-                    _boot(proc, WARM_BOOT.format(path=PACKAGE_PARENT, socket=str(path), idle=float(idle)))
-                except OSError as exc:
-                    os.close(self._starting[1])
-                    self._starting = None
-                    shutil.rmtree(home, ignore_errors=True)
-                    raise ZygoteError(f"the warm zygote could not start: {exc}") from None
+            home_name = f"{name}.home-{secrets.token_hex(6)}"  # its own: removed when it ends
+            os.close(make_folder(home_name, 0o700, self._folder))
+            home = folder / home_name  # by path for its HOME: the folder's path is one only we may change
+            log = _open_plain_for_write(f"{name}.log", self._folder, os.O_WRONLY | os.O_APPEND)
+            try:
+                # the zygote binds its socket through the same folder's descriptor, handed to it
+                proc = subprocess.Popen(unnamed_python(), env=dict(env, HOME=str(home), TMPDIR=str(home)), cwd="/",
+                                        stdin=subprocess.PIPE, stdout=log, stderr=log, start_new_session=True,
+                                        pass_fds=(self._folder,))
+                _boot(proc, WARM_BOOT.format(path=PACKAGE_PARENT, socket=path, idle=float(idle)))
+            except OSError as exc:
+                os.close(self._starting[1])
+                self._starting = None
+                shutil.rmtree(home, ignore_errors=True)
+                raise ZygoteError(f"the warm zygote could not start: {exc}") from None
+            finally:
+                os.close(log)
             self.proc_starting = proc  # its imports overlap whatever this command does first
             return None
         finally:
             if lock >= 0:
                 os.close(lock)
 
+    _folder = -1
     _starting: tuple | None = None
     proc_starting: subprocess.Popen | None = None
 
@@ -153,8 +172,8 @@ class Zygote:
                     return
                 if self.proc_starting.poll() is not None:
                     self.dead = True
-                    raise ZygoteError(f"the warm zygote ended (status {self.proc_starting.returncode}): "
-                                      f"see {path.with_suffix('.log')}")
+                    raise ZygoteError(f"the warm zygote ended (status {self.proc_starting.returncode}): see its "
+                                      f"log, {os.path.basename(path).removesuffix('.sock')}.log in the warm folder")
                 time.sleep(0.05)
             self.proc_starting.kill()
             self.dead = True
@@ -212,6 +231,9 @@ class Zygote:
         if self._starting is not None and self._starting[1] >= 0:
             os.close(self._starting[1])  # never connected: let the next command wait for it instead
             self._starting = None
+        if self._folder >= 0:
+            os.close(self._folder)
+            self._folder = -1
         if self.proc is None:  # a warm zygote: it stays for the next command
             return
         try:
@@ -223,15 +245,32 @@ class Zygote:
             shutil.rmtree(self.home, ignore_errors=True)
 
 
-def _connect(path: Path) -> socket.socket | None:
-    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET)
+def _connect(path: Path | str) -> socket.socket | None:
+    """A connection to the zygote listening at `path`, checked to be this user's own process
+    (SO_PEERCRED) before anything is sent; None where none answers. ZygoteError where another
+    user's process answers: nothing is sent to it, and workers start the old way."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_SEQPACKET | socket.SOCK_CLOEXEC)
     try:
         _at(path, sock.connect)
-        return sock
     except OSError:  # none there, or one that stopped answering (its file is replaced below)
         sock.close()
         return None
+    uid = peer_uid(sock)
+    if uid != os.getuid():
+        sock.close()
+        raise ZygoteError(f"the warm zygote's socket {os.path.basename(path)} is answered by uid {uid}, not by this "
+                          f"user: nothing sent to it")
+    return sock
 
+
+def _open_plain_for_write(name: str, dir_fd: int, flags: int) -> int:
+    """`name` in the pinned folder `dir_fd`, made 0600 where missing: never through a link, never
+    blocking on a FIFO, nothing but a regular file."""
+    fd = os.open(name, flags | os.O_CREAT | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC, 0o600, dir_fd=dir_fd)
+    if not stat.S_ISREG(os.fstat(fd).st_mode):
+        os.close(fd)
+        raise UnsafeFileError(errno.EINVAL, f"{name} is not a plain file")
+    return fd
 
 
 class Forked:
