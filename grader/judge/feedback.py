@@ -7,6 +7,7 @@ told once, with the cases it concerns.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,20 +43,42 @@ class FailureGroup:
             (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+# a figure particular to one case (a count of lanes, a program id, an index, an error's size), but not
+# the line of the student's code a message names: two cases that differ only in these are one bug
+_FIGURE = re.compile(r"(?<!line )(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def deepest_frame(t: TestResult) -> tuple[str, int] | None:
+    """(file, line) of the traceback's deepest frame, as the worker wrote it (the student's own
+    frames only, grader.worker.server); None without a traceback."""
+    frames = _FRAME.findall(t.traceback or "")
+    return (frames[-1][0], int(frames[-1][1])) if frames else None
+
+
 def diagnosis(t: TestResult) -> str:
     """A failure's cause without what is particular to its case (the counts, the case's note):
-    the judge's pattern where it has one, so that the same bug in ten cases is one diagnosis."""
-    return (t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message
+    the judge's pattern where it has one, else its message, each with its figures left out, so
+    that the same bug in ten cases is one diagnosis."""
+    words = (t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message
+    return _FIGURE.sub("#", " ".join(words.split()))
+
+
+def what_to_change(t: TestResult) -> tuple:
+    """What the student must change for `t` to pass: the diagnosis (its kind and its fix) and
+    the line of their code it points at. Failures with the same are one block in every output."""
+    return (t.assignment, t.outcome, diagnosis(t), deepest_frame(t))
 
 
 def group_failures(tests: list[TestResult]) -> list[FailureGroup]:
-    """Bad outcomes grouped by (assignment, outcome, diagnosis), in the order first seen."""
+    """Bad outcomes grouped by what the student must change (`what_to_change`), in the order
+    first seen; a group is told with its first test's words and figures."""
     groups: dict[tuple, FailureGroup] = {}
     for t in tests:
         if t.outcome not in BAD_OUTCOMES:
             continue
-        key = (t.assignment, t.outcome, diagnosis(t))
-        groups.setdefault(key, FailureGroup(t.assignment, t.outcome, key[2])).tests.append(t)
+        words = (t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message
+        groups.setdefault(what_to_change(t), FailureGroup(t.assignment, t.outcome, words)).tests.append(t)
     return list(groups.values())
 
 

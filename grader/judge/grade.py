@@ -34,7 +34,7 @@ from grader.device import Device
 from grader.judge import perf, shrink
 from grader.judge.context import GradingContext
 from grader.judge.evidence import EvidenceError, Expected, read_saved
-from grader.judge.feedback import diagnosis, headline
+from grader.judge.feedback import headline, what_to_change
 from grader.judge.integrity import OwnKernelCheck, scan_submission, trivial_result
 from grader.judge.integrity import summary as scan_summary
 from grader.judge.nonfinite import read_source
@@ -496,10 +496,10 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
     if spec.calls is not None or spec.check is not None:
         return  # a property judged over several calls (dropout's statistics) does not shrink
     planned = {c.test_name: c for c in calls}
-    groups: dict[str, list[TestResult]] = {}
+    groups: dict[tuple, list[TestResult]] = {}
     for t in result.tests:
         if t.kind == "correctness" and t.outcome == Outcome.FAILED and t.name in planned:
-            groups.setdefault(diagnosis(t), []).append(t)
+            groups.setdefault(what_to_change(t), []).append(t)  # as a report groups them
     deadline = time.monotonic() + shrink.SHRINK_BUDGET_S
     folder = workdir.parent / f"{spec.name}.shrink-inputs"
     for tests in groups.values():

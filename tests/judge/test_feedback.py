@@ -189,6 +189,31 @@ def test_starter_headline_names_the_file_and_its_todos(tmp_path):
     assert groups[0].cases == "n=1, n=127, n=128 (float32, float16)"
 
 
+def _oob_test(case: str, dtype: str, lanes: int, program: int, line: int = 11) -> TestResult:
+    message = (f"out-of-bounds load in program ({program}, 0, 0): {lanes} of 1024 lanes fall outside the tensor "
+               "(the first lies 1 element(s) past the end of x_ptr); mask this load (e.g. mask=offsets < n)")
+    trace = (f'  File "kernels/vector_add.py", line 19, in vector_add\n    File "kernels/vector_add.py", line {line}, '
+             f"in add_kernel\n  OutOfBounds: {message}")
+    return TestResult("vector_add", "correctness", f"{case} [{dtype}]", "failed", message, case=case, dtype=dtype,
+                      traceback=trace)
+
+
+def test_one_bug_in_many_cases_is_one_group_and_another_line_is_its_own():
+    """The lane counts and program ids of a missing mask differ from case to case: one group, every case
+    and dtype in it. The same words at another line of the kernel (the other load) are another change."""
+    tests = [_oob_test(c, d, lanes, prog) for c, lanes, prog in (("n=1", 1023, 0), ("n=1023", 1, 0), ("n=4095", 1, 3))
+             for d in ("float32", "float16")]
+    tests.append(_oob_test("n=129", "float32", 895, 0, line=12))
+    groups = group_failures(tests)
+    assert [len(g.tests) for g in groups] == [6, 1]
+    assert groups[0].cases == "n=1, n=1023, n=4095 (float32, float16)"
+    assert "mask this load" in groups[0].diagnosis
+    # a different fix on the same line is a different block too
+    other = _oob_test("n=7", "float32", 3, 0)
+    other.message = "ValueError: shapes differ"
+    assert len(group_failures([*tests, other])) == 3
+
+
 def test_starter_headline_of_one_check_says_the_check(tmp_path):
     """A replayed failure (--case/--dtype) is one check: "in the one check it ran", not "in all 1 checks"."""
     result = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()",
