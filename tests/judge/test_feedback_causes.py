@@ -24,7 +24,7 @@ def test_a_missing_function_is_one_not_submitted_result_worth_its_points(submiss
     run = cli(submission("layernorm_no_backward"), "-a", "layernorm_backward", "-a", "layernorm", "--case", "one-row-1x1024",
               "--seed", "3")
     assert run.returncode == 1, run.stdout + run.stderr
-    shown = [t for t in run.tests_of("layernorm_backward") if t["status"] != "skipped" and "GPU" not in t["name"]]
+    shown = [t for t in run.tests_of("layernorm_backward") if t["outcome"] != "skipped" and "GPU" not in t["name"]]
     assert [t["name"] for t in shown] == ["layernorm_backward: not submitted"], shown
     (test,) = shown
     assert "kernels/layernorm.py defines no function layer_norm_backward()" in test["output"]
@@ -57,7 +57,7 @@ def test_a_missing_function_over_a_whole_run_is_worth_every_point(submission, tm
 def test_a_module_that_does_not_import_is_one_error_with_the_students_lines(submission, cli):
     run = cli(submission("import_name_error"), "-a", "softmax", "--seed", "3", "--dtype", "float32")
     assert run.returncode == 1, run.stdout + run.stderr
-    shown = [t for t in run.tests_of("softmax") if t["status"] != "skipped" and "GPU" not in t["name"]]
+    shown = [t for t in run.tests_of("softmax") if t["outcome"] != "skipped" and "GPU" not in t["name"]]
     assert [t["name"] for t in shown] == ["softmax: import"], [t["name"] for t in shown]
     out = shown[0]["output"]
     assert "importing kernels/softmax.py failed" in out and "NameError" in out and "BLOKC_SIZE" in out
