@@ -155,14 +155,38 @@ def nonfinite_words(nan: int, inf: int) -> str:
     return ", ".join(words)
 
 
+def error_words(d: CorrectnessPayload) -> str:
+    """A wrong result's figures in words: how many elements are wrong, what is NaN or infinite, and
+    the largest errors over the finite ones, never an error of 0 where no element is finite."""
+    words = f"{d.bad_elements} of {d.elements} elements wrong"
+    nan, inf = d.nan_elements or 0, d.inf_elements or 0
+    if nan + inf and nan + inf >= (d.elements or 0):
+        what = "NaN" if not inf else "infinite" if not nan else "NaN or infinite"
+        return f"{words}: every element is {what} ({nonfinite_words(nan, inf)}), so no error can be measured"
+    if nan or inf:
+        words += f" ({nonfinite_words(nan, inf)}; the errors below are over the finite ones)"
+    if d.max_abs_error is not None:
+        words += f". max abs error {d.max_abs_error:.3g}, max rel error {d.max_rel_error or 0:.3g}"
+    return words
+
+
+def points_words(t: TestResult) -> str:
+    """' (2/4)' after a check's outcome where it carries points, '' where it carries none (an
+    integrity check, a skipped check): a check worth nothing is passed or failed, not 0/0."""
+    return f" ({t.score:g}/{t.max_score:g})" if t.max_score and t.outcome != Outcome.SKIPPED else ""
+
+
 def points_line(a: AssignmentResult) -> str:
     """'4 / 4 points', or for a partial run (--case/--dtype) the points of the cases that ran out
-    of the assignment's total, said to be partial."""
+    of the assignment's total, said to be partial; what the run can earn counts only what can run
+    here (a GPU's points apart)."""
     if not a.partial:
         return f"{a.score:g} / {a.max_score:g} points"
     p = a.partial
+    earnable = (cents(a.max_score) - cents(a.skipped_points)) / 100
+    gpu = f"; {a.skipped_points:g} more need a GPU" if a.skipped_points else ""
     return (f"{a.score:g} / {p['assignment_points']:g} points (partial run: {p['cases_run']} of {p['cases']} cases "
-            f"ran, which can earn {a.max_score:g} of the {p['assignment_points']:g})")
+            f"ran, which can earn {earnable:g} of the {p['assignment_points']:g} here{gpu})")
 
 
 def run_total(assignments: list[AssignmentResult]) -> float:

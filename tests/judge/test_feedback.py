@@ -243,8 +243,42 @@ def test_a_partial_run_shows_its_share_out_of_the_assignments_total():
     result.partial = {"cases_run": 1, "cases": len(planned), "assignment_points": spec.max_points}
     line = points_line(result)
     # the share the cases that ran can earn, out of the same total the line starts with (never "worth 0.16" beside "/ 10")
-    assert line == "0.16 / 10 points (partial run: 1 of 39 cases ran, which can earn 0.16 of the 10)"
+    assert line == "0.16 / 10 points (partial run: 1 of 39 cases ran, which can earn 0.16 of the 10 here)"
     assert run_total([result]) == 10
+
+
+def test_a_partial_cpu_run_counts_only_the_points_it_can_earn_there():
+    """The speed check is skipped on a CPU: its 4 points are not among what the run can earn there."""
+    result = AssignmentResult("vector_add", "Vector addition", "m", [
+        TestResult("vector_add", "correctness", "n=1 [float32]", "passed", "", case="n=1", dtype="float32",
+                   score=0.29, max_score=0.29),
+        TestResult("vector_add", "performance", "speed", "skipped", "needs a GPU", max_score=4)])
+    result.partial = {"cases_run": 1, "cases": 21, "assignment_points": 10}
+    assert points_line(result) == ("0.29 / 10 points (partial run: 1 of 21 cases ran, which can earn 0.29 of the 10 "
+                                   "here; 4 more need a GPU)")
+
+
+def test_small_words_nan_error_points_and_the_one_line_cut():
+    """NaN is named NaN (never 'max abs error 0'); a check worth no points is passed or failed, not 0/0;
+    the report's one-line cause ends at a word."""
+    from grader.judge.feedback import error_words, points_words
+    from grader.payloads import CorrectnessPayload
+    from grader.report import CAUSE_CHARS, _one_line
+
+    nan = CorrectnessPayload(max_abs_error=0.0, max_rel_error=0.0, bad_elements=10, elements=10, nan_elements=10)
+    words = error_words(nan)
+    assert words == "10 of 10 elements wrong: every element is NaN (10 elements are NaN), so no error can be measured"
+    some = CorrectnessPayload(max_abs_error=0.5, max_rel_error=0.25, bad_elements=4, elements=10, nan_elements=3)
+    assert "3 elements are NaN; the errors below are over the finite ones" in error_words(some)
+    assert "max abs error 0.5" in error_words(some)
+    integrity = TestResult("vector_add", "integrity", "uses its own Triton kernel", "passed", "ok")
+    assert points_words(integrity) == ""
+    speed = TestResult("vector_add", "performance", "speed", "failed", "slow", score=1, max_score=4)
+    assert points_words(speed) == " (1/4)"
+    line = _one_line("word " * 100)
+    assert len(line) <= CAUSE_CHARS and line.endswith("word\u2026"), line
+    long = _one_line("x" * 500)  # one word longer than the line: cut, there is no end of a word to cut at
+    assert len(long) == CAUSE_CHARS
 
 
 # -- not submitted ---------------------------------------------------------------------------

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -125,8 +126,10 @@ def test_kit_layout_starters_handouts_specs_and_manifest(kit):
     assert manifest["assignments"]["matmul_relu"]["hidden_cases"] == 0
     readme = (root / "README.md").read_text()
     for words in ("pip install -r requirements-grader.txt", "grader check", "How points work", "hidden cases",
-                  "download.pytorch.org/whl/cpu", "kernels/vector_add.py"):
+                  "download.pytorch.org/whl/cpu", "kernels/vector_add.py", "python3 -m venv .venv"):
         assert words in readme, words
+    # stock Debian and Ubuntu have python3 only: no command of the README starts with a bare `python`
+    assert not re.search(r"^python |[;&|] *python ", readme, re.M), readme
     ignored = (root / ".gitignore").read_text().split()
     assert {".grader/", "*.safetensors", "__pycache__/"} <= set(ignored)
     line = (root / "requirements-grader.txt").read_text().strip()
