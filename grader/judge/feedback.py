@@ -60,7 +60,11 @@ def diagnosis(t: TestResult) -> str:
     """A failure's cause without what is particular to its case (the counts, the case's note):
     the judge's pattern where it has one, else its message, each with its figures left out, so
     that the same bug in ten cases is one diagnosis."""
-    words = (t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message
+    return without_figures((t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message)
+
+
+def without_figures(words: str) -> str:
+    """`words` on one line with every figure particular to a case made '#' (a line number kept)."""
     return _FIGURE.sub("#", " ".join(words.split()))
 
 
