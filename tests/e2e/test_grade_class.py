@@ -128,8 +128,8 @@ def test_dashboard_shows_the_class_and_stands_alone(graded_class):
     assert checks[0][1] in ("n=1 [float32]", "uses its own Triton kernel")  # the most failed come first
     # told first by what the students must change, each with the students it concerns, not one row per case
     told = html.split('<table id="diagnoses">')[1].split("</table>")[0]
-    rows = re.findall(r"<tr><td>(\w+)</td>\s*<td class=\"note\">(.*?)</td>\s*<td>(.*?)</td></tr>", told, re.S)
-    by_words = {(a, re.sub(r"<[^>]+>", "", words).strip()): re.sub(r"<[^>]+>", "", who) for a, words, who in rows}
+    rows = re.findall(r"<tr><td>(\w+)</td>\s*<td>(.*?)</td>\s*<td class=\"what\">(.*?)</td></tr>", told, re.S)
+    by_words = {(a, re.sub(r"<[^>]+>", "", words).strip()): re.sub(r"<[^>]+>", "", who) for a, who, words in rows}
     mask = [who for (a, words), who in by_words.items() if a == "vector_add" and "mask this load" in words]
     assert len(mask) == 1 and mask[0].startswith("bob"), by_words
     flagged = [who for (a, words), who in by_words.items() if a == "softmax" and "aten::_softmax" in words]
