@@ -648,10 +648,13 @@ def _contiguous_strides(size: list[int]) -> list[int]:
 
 
 def _case_option(spec: Assignment, case: Case) -> str:
-    """A reproducer's `--case`: the case's name, or a hidden case's shape (`shape=...`), which
-    a student's kit runs (it has no hidden case to name; its inputs are drawn anew)."""
-    name = (shrink.shape_name(spec, case.params) if case.hidden else None) or case.name
-    return f"--case '{name}'"
+    """A reproducer's `--case`: a named case's name, or a hidden or random case's shape
+    (`shape=...`), which a student's kit runs: it has no hidden case to name, and it draws its
+    random shapes without the course secret, so a random case's name there is another shape (or
+    none). Its inputs are drawn anew; the shape decides the verdict."""
+    drawn = case.hidden or case not in spec.cases
+    name = (shrink.shape_name(spec, case.params) if drawn and not case.name.startswith(shrink.PREFIX) else None)
+    return f"--case '{name or case.name}'"
 
 
 def _test(spec: Assignment, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str,
