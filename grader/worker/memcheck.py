@@ -112,8 +112,6 @@ def _why_masked_lanes_fall_out(name: str) -> str:
                         f"own row stride is {own}: pass each tensor its own stride and move each pointer by it")
     return ("its addresses are wrong, not a missing mask: check the strides the pointer is moved by (each tensor's "
             "own) and the mask's bound")
-    LAST_VIOLATION = {"kind": kind, "program": program, "where": where, "message": message}
-    raise OutOfBounds(message)
 
 
 def _owner(address: int) -> str | None:
