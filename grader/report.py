@@ -10,7 +10,15 @@ from jinja2 import Environment, PackageLoader, select_autoescape
 from markupsafe import Markup
 
 from grader.judge import picture
-from grader.judge.feedback import group_failures, nonfinite_words, points_line, run_total, traceback_tail
+from grader.judge.feedback import (
+    error_words,
+    group_failures,
+    nonfinite_words,
+    points_line,
+    points_words,
+    run_total,
+    traceback_tail,
+)
 from grader.payloads import PerformancePayload, SubmissionPayload
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, outcome_css
 from grader.sanitize import for_page
@@ -128,8 +136,14 @@ def _submission_fact(a: AssignmentResult, fact: str) -> bool:
 
 
 def _one_line(text: str) -> str:
+    """`text` on one line within CAUSE_CHARS, cut at a word's end (a word longer than the line is cut)."""
     text = " ".join(str(text).split())
-    return text if len(text) <= CAUSE_CHARS else text[:CAUSE_CHARS - 1] + "\u2026"
+    if len(text) <= CAUSE_CHARS:
+        return text
+    head = text[:CAUSE_CHARS - 1]
+    if text[CAUSE_CHARS - 1] != " " and " " in head[CAUSE_CHARS // 2:]:
+        head = head.rsplit(" ", 1)[0]
+    return head.rstrip(" ,;:") + "\u2026"
 
 
 def summary_line(a: AssignmentResult) -> SummaryLine:
@@ -186,6 +200,7 @@ def render(run: RunResult, profiles: Sequence = (), gradebook: dict | None = Non
         sections=[(a, s) for a, s in zip(run.assignments, lines) if not s.missing],
         perf_chart=perf_chart, matrix=matrix, points_line=points_line,
         groups=group_failures, wrong_svg=picture.svg, nonfinite_words=nonfinite_words, traceback_tail=traceback_tail,
+        error_words=error_words, points_words=points_words,
         Outcome=Outcome, outcome_css=outcome_css())
 
 

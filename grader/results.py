@@ -317,8 +317,9 @@ class RunResult:
         """Gradescope's autograder results (its specification's fields), plus our own. `gradebook`
         (a class's, grader.batch.grades): where course.toml scales the points or a late penalty
         applies, `score` and `max_score` are the course's grade, as every gradebook has it.
-        A skipped test gets status "failed": Gradescope shows a test without a status and with
-        score == max_score (0 == 0 here) as passed, and a check that did not run has not passed."""
+        A skipped test is neither passed nor failed: Gradescope's `status` knows only those two,
+        so it has none, and its score and max_score are 0 (its points are in the run's
+        max_score, not earned; the output's first line and `outcome` say skipped and why)."""
         tests = []
         room = RUN_OUTPUT_LIMIT
         for ai, a in enumerate(self.assignments, 1):
@@ -328,13 +329,14 @@ class RunResult:
                     output = (output.split("\n", 1)[0][:500] + f"\n[the rest cut: a results file keeps at most "
                               f"{RUN_OUTPUT_LIMIT} characters of test output in all]")
                 room = max(0, room - len(output))
+                skipped = t.outcome == Outcome.SKIPPED
                 tests.append({
                     "name": f"{t.assignment}: {t.name}",
                     "number": f"{ai}.{ti}",
-                    "score": t.score,
-                    "max_score": t.max_score,
-                    # Gradescope's status, not an outcome
-                    "status": "passed" if t.outcome == Outcome.PASSED else "failed",
+                    "score": 0 if skipped else t.score,
+                    "max_score": 0 if skipped else t.max_score,
+                    # Gradescope's status, not an outcome; a check that did not run has neither
+                    **({} if skipped else {"status": "passed" if t.outcome == Outcome.PASSED else "failed"}),
                     "visibility": "after_published" if t.hidden else "visible",
                     "output": output,
                     # a student's message or traceback is shown as it is: never Markdown, HTML or ANSI

@@ -79,6 +79,7 @@ class Cell:
     def held(self) -> bool:
         """An integrity flag that no standing review has decided: the grade waits for a TA."""
         return self.flagged and not self.review
+    earnable: float | None = None  # the points the run could earn where it ran (a GPU's apart), in the course's points
 
     @property
     def lacks(self) -> list[str]:
@@ -109,6 +110,17 @@ class Cell:
         if self.score is None or not self.max_score:
             return None
         return self.score / self.max_score
+
+    @property
+    def share(self) -> float | None:
+        """The score's share of the points that could be earned where it ran: what the dashboard's
+        colour, histogram and means show (a perfect CPU run is 1, its GPU points apart; the
+        gradebooks keep `fraction`, of all the points)."""
+        if self.score is None:
+            return None
+        if self.earnable is None:
+            return self.fraction
+        return min(1.0, self.score / self.earnable) if self.earnable > 0 else None
 
     @property
     def summary(self) -> str:
@@ -183,6 +195,18 @@ class CheckRate:
 
 
 @dataclass
+class Diagnosis:
+    """One thing students must change (or one state their code is in), across the class: the
+    words of its first student's, and every student it concerns with how many checks it fails."""
+
+    assignment: str
+    outcome: str  # an outcome; "headline" for one cause of everything (an untouched starter); "passed"
+    words: str
+    students: dict[str, int] = field(default_factory=dict)  # student -> checks it concerns
+    links: dict[str, str] = field(default_factory=dict)  # student -> their report's section
+
+
+@dataclass
 class ClassView:
     rows: list[Row]
     assignments: list[str]
@@ -204,6 +228,7 @@ class ClassView:
     # a stage or an output that failed as a whole (the rest was written)
     errors: list[str] = field(default_factory=list)
     reviews: dict = field(default_factory=lambda: {"done": [], "stale": []})  # TAs' reviews (grader.batch.reviews)
+    diagnoses: list[Diagnosis] = field(default_factory=list)  # checks across the class, by what is wrong
 
     @property
     def awaiting_review(self) -> list[dict]:
@@ -247,12 +272,13 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     environment: dict = {}
     log = reviews.read(out)
     done: dict = {"done": [], "stale": []}
+    diagnoses: dict[tuple, Diagnosis] = {}
     for p in lock.students:
         row = Row(p.student, p.folder, p.status, p.reason, p.name, p.github_username, p.repo, p.commit, p.commit_date,
                   p.late, p.late_commits, deadline=getattr(p, "deadline", None),
                   lms=dict(getattr(p, "lms", None) or {}))
         try:
-            found = _fill_row(row, out, p, assignments, course, rates, flags, log, done)
+            found = _fill_row(row, out, p, assignments, course, rates, flags, log, done, diagnoses)
             environment = environment or found
         except Exception as exc:  # this student's records: their row says so, the class goes on
             why = f"records could not be read: {type(exc).__name__}: {exc}"
@@ -273,7 +299,36 @@ def build_class_view(out: Path, lock, assignments: list[str], manifest: dict | N
     view = ClassView(rows, assignments, titles, datetime.now(timezone.utc).isoformat(timespec="seconds"), lock.deadline,
                      lock.warning, manifest.get("seed"), checks, flags, environment, course, catalogue, reviews=done)
     view.errors.extend(log.problems)
+    # the class's story first: what most students must change, then the rest; who passed everything last
+    view.diagnoses = sorted(diagnoses.values(), key=lambda d: (d.outcome == "passed", -len(d.students),
+                                                               assignments.index(d.assignment)))
     return view
+
+
+def _diagnose(diagnoses: dict, student: str, link: str, result: AssignmentResult) -> None:
+    """`result`'s diagnoses added to the class's: an untouched starter (or one cause of every
+    failure) is one, each group of failures (grader.judge.feedback) another, every check passed
+    one more; the words with their figures left out decide what is the same across students."""
+    from grader.judge.feedback import diagnosis, group_failures, without_figures
+
+    def add(outcome: str, words: str, checks: int, same: str | None = None) -> None:
+        key = (result.name, outcome, same if same is not None else without_figures(words))
+        d = diagnoses.setdefault(key, Diagnosis(result.name, outcome, words))
+        d.students[student] = d.students.get(student, 0) + checks
+        d.links[student] = link
+
+    why = [t.details for t in result.tests if isinstance(t.details, SubmissionPayload)]
+    groups = group_failures(result.tests)
+    if any(d.not_submitted for d in why):
+        add(Outcome.FAILED.value, "not submitted: no module was found", 1, "not submitted")
+    elif result.headline:
+        add("headline", result.headline, sum(len(g.tests) for g in groups))
+    elif groups:
+        for g in groups:
+            add(g.outcome.value, g.diagnosis, len(g.tests), diagnosis(g.first))
+    elif any(t.outcome == Outcome.PASSED for t in result.tests):
+        add("passed", "every check that ran passed", 0, "")
+
 
 
 def _kept_error(path: Path) -> str:
@@ -286,7 +341,7 @@ def _kept_error(path: Path) -> str:
 
 
 def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dict, flags: list, log: reviews.Log,
-              done: dict) -> dict:
+              done: dict, diagnoses: dict | None = None) -> dict:
     """One student's cells from their records, a TA's standing review applied; the environment of
     the first graded one."""
     environment: dict = {}
@@ -318,7 +373,11 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
             top = result.partial["assignment_points"] if result.partial else result.max_score
             cell.score, cell.max_score, cell.partial = result.score, top, dict(result.partial)
             cell.gpu_points = result.gpu_points_not_graded  # a CPU run: the gradebooks mark it (grader.batch.exporters)
+            earnable = (cents(result.max_score) - cents(result.gpu_points_not_graded)) / 100
+            cell.earnable = earnable
             if course is not None and a in course.points:  # course.toml: this assignment's points in this course
+                can, _ = course.scale(a, exact(earnable), exact(top))
+                cell.earnable = round(float(can), 4)
                 gpu, _ = course.scale(a, exact(result.gpu_points_not_graded), exact(top))
                 scaled, top = course.scale(a, exact(result.score), exact(top))
                 cell.score, cell.max_score, cell.gpu_points = round(float(scaled), 4), float(top), round(float(gpu), 4)
@@ -333,6 +392,8 @@ def _fill_row(row: Row, out: Path, p, assignments: list[str], course, rates: dic
                 cell.outcomes = {"cannot be graded": 1}  # likewise: the student's set-up, said once
             cell.flagged = any(t.outcome == Outcome.FLAGGED for t in result.tests)
             _count_checks(rates, a, result)
+            if diagnoses is not None:
+                _diagnose(diagnoses, p.student, cell.link, result)
             for t in result.tests:
                 if t.outcome == Outcome.FLAGGED:
                     flags.append({"student": p.student, "assignment": a, "check": t.name, "message": t.message,
@@ -399,7 +460,7 @@ def histogram_svg(fractions: list[float], bins: int = 10, width: int = 320, heig
 
 
 def render_dashboard(view: ClassView) -> str:
-    histograms = {a: histogram_svg([c.fraction for c in view.graded(a) if c.fraction is not None])
+    histograms = {a: histogram_svg([c.share for c in view.graded(a) if c.share is not None])
                   for a in view.assignments}
     return _ENV.get_template("class.html.j2").render(view=view, histograms=histograms, counts=view.counts(),
                                                      bad=BAD_OUTCOMES,

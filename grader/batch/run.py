@@ -164,8 +164,17 @@ def run_batch(lock, opts: BatchOptions, plan: BatchPlan, on_event: Callable[[str
         view = write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold,
                                catalogue=opts.catalogue)
         entry["class_errors"] = view.errors  # what of the class view could not be written (the rest was)
+        entry["not_compared"] = not_compared(view)  # a review aid that did not run: said, costs no grade
         entry["partial"] = view.partial  # some grade is of --case/--dtype: the chosen cases' share, marked partial
         entry["grades"] = class_grades(view)  # each student's grade as every gradebook has it, for the summary
         if cache:
             cache.remove()
     return entry
+
+
+def not_compared(view) -> list[str]:
+    """Each assignment whose similarity did not run, and why (copydetect missing, a failure): the
+    console says it as the dashboard does, instead of counts that read as if it ran."""
+    per = (view.similarity_meta or {}).get("per_assignment", {})
+    return [f"similarity of {a} not compared: {' '.join(str(c['error']).split())[:400]}"
+            for a, c in per.items() if c.get("error")]

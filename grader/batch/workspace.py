@@ -76,6 +76,7 @@ class Pinned:
     deadline: str | None = None  # this student's deadline (an extension moves it), from course.toml or --deadline
     cutoff: str | None = None  # with a late policy: the last commit date still graded
     lms: dict = field(default_factory=dict)  # the roster's LMS identities (grader.batch.roster.LMS_COLUMNS)
+    passed_over: str = ""  # where the commit graded is not the head: which, why, and what was not graded
 
     @property
     def folder(self) -> str:
@@ -350,6 +351,9 @@ def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: 
                             f"commit {entry.commit} (pinned by the roster) is not in the repository")
         dates = commit_dates(repo, [head, chosen])
         p.notes.append(f"Graded at commit {chosen[:12]}, pinned by the roster.")
+        if chosen != head:
+            p.passed_over = (f"the branch head {head[:12]} ({dates[head].shown}) is not graded: the roster pins "
+                             f"commit {chosen[:12]}")
     elif deadline is not None:
         limit = cutoff or deadline
         what = "the deadline" if cutoff is None else "the end of the late period"
@@ -361,12 +365,28 @@ def _pin(repo: git.Repo, entry: RosterEntry, deadline: datetime | None, branch: 
                              f"(the first is dated {dates[history[-1]].shown})")
         # ties: the first in git's order (a commit on time has a date: an unreadable one counts as late)
         chosen = max(on_time, key=lambda c: dates[c].timestamp or 0)
-        p.late_commits = len(repo.git.rev_list(f"{chosen}..{head}", kill_after_timeout=FETCH_TIMEOUT_S).split())
+        after = repo.git.rev_list(f"{chosen}..{head}", kill_after_timeout=FETCH_TIMEOUT_S).split()
+        late = [c for c in after if dates[c].after(limit)]
+        # made after the commit graded (its descendants) yet dated before it: the machines' clocks disagree
+        skewed = [c for c in after if not dates[c].after(limit)]
+        p.late_commits = len(late)
         p.notes.append(f"Graded at commit {chosen[:12]} ({dates[chosen].shown}), the last one dated on or before "
                        f"{what} {limit.isoformat()}" + (f" (deadline {deadline.isoformat()})" if cutoff else "") + ". "
                        + DATE_WARNING)
         if p.late_commits:
             p.notes.append(f"{p.late_commits} commit(s) dated after {what} were not graded.")
+        if skewed:
+            p.notes.append(f"{len(skewed)} commit(s) made after it but dated before it (the clocks disagree) were "
+                           f"not graded; none counts as late.")
+        if chosen != head:
+            why = (f"it is dated after {what}" if head in late else
+                   f"it is dated before commit {chosen[:12]} ({dates[chosen].shown}), which it follows: the clocks of "
+                   f"the machines that made them disagree, and the commit graded is the last one dated on or before "
+                   f"{what}")
+            listed = ", ".join(f"{c[:12]} ({dates[c].shown})" for c in after[:5])
+            p.passed_over = (f"the branch head {head[:12]} ({dates[head].shown}) is not graded: {why}; passed over: "
+                             f"{len(after)} commit(s), {listed}" + (" ..." if len(after) > 5 else ""))
+            p.notes.append(f"Not HEAD: {p.passed_over}.")
     else:
         chosen = head
         dates = commit_dates(repo, [head])

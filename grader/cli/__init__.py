@@ -17,7 +17,11 @@ import typer
 
 from grader.cli import check, fetch, grade, kit, leaderboard, publish, review, similarity, verify
 
-app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
+# --help as plain text at the terminal's width (click measures it when it writes; 80 where it is not
+# known), not rich's table of boxes, whose option column left the help about 25 columns
+HELP_MAX_WIDTH = 200
+app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.",
+                  rich_markup_mode=None, context_settings={"max_content_width": HELP_MAX_WIDTH})
 
 
 def versions() -> list[str]:

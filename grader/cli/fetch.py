@@ -61,6 +61,8 @@ def fetch_class(roster: Path, out: Path, deadline: Optional[str], org: Optional[
                     late = f"  [yellow]late: {p.late_commits} commit(s) after the deadline not graded[/yellow]"
                 console.print(f"  [green]ok[/green]  {shown(p.student)}: {shown(p.branch)} @ {p.commit[:12]} "
                               f"({shown(p.commit_date or 'no readable date')}){late}")
+                if p.passed_over:  # the commit graded is not the head: said, with why and what was left
+                    console.print(f"      [yellow]not HEAD:[/yellow] {shown(p.passed_over, 600)}")
             else:
                 console.print(f"  [red]unfetched[/red]  {shown(p.student)}: {shown(p.reason, 500)}")
 

@@ -366,6 +366,8 @@ def _graded_exit(out: Path, lock, plan, entry: dict, warnings: dict[str, None]) 
     _print_summary(out, lock, entry)
     for line in entry.get("class_errors") or []:
         err.print(f"[red]error:[/red] {shown(line, 600)}")
+    for line in entry.get("not_compared") or []:  # a review aid that did not run: no error, but said
+        err.print(f"[yellow]warning:[/yellow] {shown(line, 600)}")
     for warning in warnings:  # from the jobs' own records: what contained them (each job's probe, not a guess here)
         err.print(f"[yellow]warning:[/yellow] {shown(warning)}")
     if entry.get("interrupted"):

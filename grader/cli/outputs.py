@@ -26,6 +26,7 @@ from grader.device import Device
 from grader.judge.feedback import (
     group_failures,
     points_line,
+    points_words,
     run_total,
     smallest_failing,
     smallest_words,
@@ -320,7 +321,7 @@ def print_summary(run: RunResult) -> None:
             console.print(table)
         for t in a.tests:
             if t.kind != "correctness":
-                points = f" ({t.score:g}/{t.max_score:g})" if t.outcome != Outcome.SKIPPED else ""
+                points = points_words(t)
                 outcome = f"{t.outcome} ({t.severity})" if t.outcome == Outcome.FLAGGED and t.severity else t.outcome
                 console.print(f"  {t.kind} - {shown(t.name)}: [{STYLE[t.outcome]}]{outcome}[/]{points}: "
                               f"{shown(t.message, 300)}")

@@ -7,6 +7,7 @@ told once, with the cases it concerns.
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -42,20 +43,46 @@ class FailureGroup:
             (f" and {len(names) - 10} more" if len(names) > 10 else "")
 
 
+_FRAME = re.compile(r'File "([^"]+)", line (\d+)')
+# a figure particular to one case (a count of lanes, a program id, an index, an error's size), but not
+# the line of the student's code a message names: two cases that differ only in these are one bug
+_FIGURE = re.compile(r"(?<!line )(?<![\w.])[-+]?\d+(?:\.\d+)?(?:e[-+]?\d+)?")
+
+
+def deepest_frame(t: TestResult) -> tuple[str, int] | None:
+    """(file, line) of the traceback's deepest frame, as the worker wrote it (the student's own
+    frames only, grader.worker.server); None without a traceback."""
+    frames = _FRAME.findall(t.traceback or "")
+    return (frames[-1][0], int(frames[-1][1])) if frames else None
+
+
 def diagnosis(t: TestResult) -> str:
     """A failure's cause without what is particular to its case (the counts, the case's note):
-    the judge's pattern where it has one, so that the same bug in ten cases is one diagnosis."""
-    return (t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message
+    the judge's pattern where it has one, else its message, each with its figures left out, so
+    that the same bug in ten cases is one diagnosis."""
+    return without_figures((t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message)
+
+
+def without_figures(words: str) -> str:
+    """`words` on one line with every figure particular to a case made '#' (a line number kept)."""
+    return _FIGURE.sub("#", " ".join(words.split()))
+
+
+def what_to_change(t: TestResult) -> tuple:
+    """What the student must change for `t` to pass: the diagnosis (its kind and its fix) and
+    the line of their code it points at. Failures with the same are one block in every output."""
+    return (t.assignment, t.outcome, diagnosis(t), deepest_frame(t))
 
 
 def group_failures(tests: list[TestResult]) -> list[FailureGroup]:
-    """Bad outcomes grouped by (assignment, outcome, diagnosis), in the order first seen."""
+    """Bad outcomes grouped by what the student must change (`what_to_change`), in the order
+    first seen; a group is told with its first test's words and figures."""
     groups: dict[tuple, FailureGroup] = {}
     for t in tests:
         if t.outcome not in BAD_OUTCOMES:
             continue
-        key = (t.assignment, t.outcome, diagnosis(t))
-        groups.setdefault(key, FailureGroup(t.assignment, t.outcome, key[2])).tests.append(t)
+        words = (t.details.pattern if isinstance(t.details, CorrectnessPayload) else None) or t.message
+        groups.setdefault(what_to_change(t), FailureGroup(t.assignment, t.outcome, words)).tests.append(t)
     return list(groups.values())
 
 
@@ -132,14 +159,38 @@ def nonfinite_words(nan: int, inf: int) -> str:
     return ", ".join(words)
 
 
+def error_words(d: CorrectnessPayload) -> str:
+    """A wrong result's figures in words: how many elements are wrong, what is NaN or infinite, and
+    the largest errors over the finite ones, never an error of 0 where no element is finite."""
+    words = f"{d.bad_elements} of {d.elements} elements wrong"
+    nan, inf = d.nan_elements or 0, d.inf_elements or 0
+    if nan + inf and nan + inf >= (d.elements or 0):
+        what = "NaN" if not inf else "infinite" if not nan else "NaN or infinite"
+        return f"{words}: every element is {what} ({nonfinite_words(nan, inf)}), so no error can be measured"
+    if nan or inf:
+        words += f" ({nonfinite_words(nan, inf)}; the errors below are over the finite ones)"
+    if d.max_abs_error is not None:
+        words += f". max abs error {d.max_abs_error:.3g}, max rel error {d.max_rel_error or 0:.3g}"
+    return words
+
+
+def points_words(t: TestResult) -> str:
+    """' (2/4)' after a check's outcome where it carries points, '' where it carries none (an
+    integrity check, a skipped check): a check worth nothing is passed or failed, not 0/0."""
+    return f" ({t.score:g}/{t.max_score:g})" if t.max_score and t.outcome != Outcome.SKIPPED else ""
+
+
 def points_line(a: AssignmentResult) -> str:
     """'4 / 4 points', or for a partial run (--case/--dtype) the points of the cases that ran out
-    of the assignment's total, said to be partial."""
+    of the assignment's total, said to be partial; what the run can earn counts only what can run
+    here (a GPU's points apart)."""
     if not a.partial:
         return f"{a.score:g} / {a.max_score:g} points"
     p = a.partial
+    earnable = (cents(a.max_score) - cents(a.skipped_points)) / 100
+    gpu = f"; {a.skipped_points:g} more need a GPU" if a.skipped_points else ""
     return (f"{a.score:g} / {p['assignment_points']:g} points (partial run: {p['cases_run']} of {p['cases']} cases "
-            f"ran, which can earn {a.max_score:g} of the {p['assignment_points']:g})")
+            f"ran, which can earn {earnable:g} of the {p['assignment_points']:g} here{gpu})")
 
 
 def run_total(assignments: list[AssignmentResult]) -> float:

@@ -34,7 +34,7 @@ from grader.device import Device
 from grader.judge import perf, shrink
 from grader.judge.context import GradingContext
 from grader.judge.evidence import EvidenceError, Expected, read_saved
-from grader.judge.feedback import diagnosis, headline
+from grader.judge.feedback import headline, what_to_change
 from grader.judge.integrity import OwnKernelCheck, scan_submission, trivial_result
 from grader.judge.integrity import summary as scan_summary
 from grader.judge.nonfinite import read_source
@@ -517,10 +517,10 @@ def _shrink_failures(spec: Assignment, ctx: GradingContext, worker: StudentWorke
     if spec.calls is not None or spec.check is not None:
         return  # a property judged over several calls (dropout's statistics) does not shrink
     planned = {c.test_name: c for c in calls}
-    groups: dict[str, list[TestResult]] = {}
+    groups: dict[tuple, list[TestResult]] = {}
     for t in result.tests:
         if t.kind == "correctness" and t.outcome == Outcome.FAILED and t.name in planned:
-            groups.setdefault(diagnosis(t), []).append(t)
+            groups.setdefault(what_to_change(t), []).append(t)  # as a report groups them
     deadline = time.monotonic() + shrink.SHRINK_BUDGET_S
     folder = workdir.parent / f"{spec.name}.shrink-inputs"
     for tests in groups.values():
@@ -669,10 +669,13 @@ def _contiguous_strides(size: list[int]) -> list[int]:
 
 
 def _case_option(spec: Assignment, case: Case) -> str:
-    """A reproducer's `--case`: the case's name, or a hidden case's shape (`shape=...`), which
-    a student's kit runs (it has no hidden case to name; its inputs are drawn anew)."""
-    name = (shrink.shape_name(spec, case.params) if case.hidden else None) or case.name
-    return f"--case '{name}'"
+    """A reproducer's `--case`: a named case's name, or a hidden or random case's shape
+    (`shape=...`), which a student's kit runs: it has no hidden case to name, and it draws its
+    random shapes without the course secret, so a random case's name there is another shape (or
+    none). Its inputs are drawn anew; the shape decides the verdict."""
+    drawn = case.hidden or case not in spec.cases
+    name = (shrink.shape_name(spec, case.params) if drawn and not case.name.startswith(shrink.PREFIX) else None)
+    return f"--case '{name or case.name}'"
 
 
 def _test(spec: Assignment, call: PlannedCall, ctx: GradingContext, outcome: Outcome, message: str,

@@ -131,3 +131,33 @@ def low_precision_sum(parts: torch.Tensor, dtype: torch.dtype, round_each: bool)
             acc = (acc.float() + p).to(dtype)
     assert acc is not None, "no partial sums to add"
     return acc
+
+
+def row_reading(t: torch.Tensor) -> torch.Tensor:
+    """What a kernel that moves along a row of 2-D `t` by 1 reads: t's own row stride, a column
+    stride of 1 (t itself where its column stride is 1)."""
+    if t.stride(1) == 1:
+        return t
+    storage = torch.empty(0, dtype=t.dtype)
+    storage.set_(t.untyped_storage(), 0, (t.untyped_storage().nbytes() // t.element_size(),), (1,))
+    room = storage.numel() - t.storage_offset()
+    rows, cols = t.shape
+    flat = torch.full((rows, cols), float("nan"), dtype=torch.float64)
+    index = torch.arange(rows)[:, None] * t.stride(0) + torch.arange(cols)[None, :]
+    inside = index < room
+    flat[inside] = storage[t.storage_offset():].to(torch.float64)[index[inside]]
+    return flat
+
+
+def strided_writing(values: torch.Tensor, stride: tuple[int, int], written: tuple[int, int]) -> torch.Tensor:
+    """What reading a 2-D output of strides `stride` (offset 0, dense as empty_like makes it) gives
+    after a kernel wrote `values` into it at (row * written[0] + col * written[1]), row after row
+    (a later row's write wins; what lies past the storage is lost, what was never written is NaN)."""
+    rows, cols = values.shape
+    size = 1 + sum((n - 1) * s for n, s in zip(values.shape, stride)) if values.numel() else 0
+    storage = torch.full((size,), float("nan"), dtype=torch.float64)
+    for r in range(rows):
+        index = r * written[0] + torch.arange(cols) * written[1]
+        inside = (index >= 0) & (index < size)
+        storage[index[inside]] = values[r][inside].to(torch.float64)
+    return storage.as_strided(tuple(values.shape), stride)

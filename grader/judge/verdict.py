@@ -16,7 +16,7 @@ import torch
 from grader.codec import poisoned, storage_of
 from grader.judge import nonfinite
 from grader.judge.feedback import nonfinite_words
-from grader.judge.mismatch import Mismatch, contiguous_reading
+from grader.judge.mismatch import Mismatch, contiguous_reading, row_reading, strided_writing
 from grader.judge.picture import wrong_map
 from grader.payloads import CorrectnessPayload
 from grader.results import Outcome
@@ -70,7 +70,8 @@ def judge_call(
     if problem:
         return Verdict(Outcome.FAILED, problem)
     base = spec.baseline(*inputs.values()).to(torch.float64)
-    return _compare(spec, case, dtype, inputs, saved["output"], ref, base, kernel_source=kernel_source)
+    return _compare(spec, case, dtype, inputs, saved["output"], ref, base, kernel_source=kernel_source,
+                    launch=reply)
 
 
 def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, dict, dict]], expected_device: str,
@@ -185,9 +186,11 @@ def _judge_parts(spec: Assignment, case: Case, dtype: str, inputs: dict[str, tor
 
 def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.Tensor, ref: torch.Tensor,
              base: torch.Tensor,
-             part: int | None = None, kernel_source: str = "") -> Verdict:
+             part: int | None = None, kernel_source: str = "", launch: dict | None = None) -> Verdict:
     """The error model: |out - ref| <= k x torch's max error + atol + rtol x |ref|, elementwise.
     `part`: which of the truth's results this is, for a function that returns several.
+    `launch`: the worker's word on the call (the result's strides, its launches' BLOCK* sizes),
+    only ever used to choose between explanations of a result already judged wrong.
     A NaN is 'never written' only where the worker's poison survives, bit for bit (`unwritten`);
     any other NaN or inf was computed, and is named so (grader.judge.nonfinite)."""
     base_err = _finite_max((base - ref).abs())
@@ -219,11 +222,13 @@ def _compare(spec: Assignment, case: Case, dtype: str, inputs: dict, out: torch.
     details.first_bad_index = list(first)
     details.first_bad_value = f"got {got[first].item():.6g}, expected {ref[first].item():.6g}"
     mismatch = Mismatch(bad, got, ref, inputs, allowed, base_err, dtype, unwritten)
-    strides = strides_ignored(spec, mismatch, part)  # before any tail or block pattern, which a stride bug mimics
+    launch = launch or {}
+    # before any tail or block pattern, which a stride bug mimics
+    strides = strides_ignored(spec, mismatch, part) or strides_mixed(spec, mismatch, launch.get("stride"), part)
     own = _spec_explanation(spec, mismatch)
     if strides and not (own and "stride" in own):  # the spec's words only where they name the strides too
         own = strides
-    pattern = own or describe_mismatch(bad, got, inputs, unwritten)
+    pattern = own or describe_mismatch(bad, got, inputs, unwritten, blocks=launch.get("blocks"))
     computed = nonfinite.first_computed(got, ref, unwritten, inputs)
     if computed:  # what of the kernel can compute it, as its source reads (the same words in every case)
         details.computed_nonfinite = computed
@@ -285,8 +290,57 @@ def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = Non
     return None
 
 
+def strides_mixed(spec: Assignment, mismatch: Mismatch, out_stride: list[int] | None,
+                  part: int | None = None) -> str | None:
+    """The hypotheses 'the kernel steps along every row by 1' and 'the output is moved by the
+    input's row stride', for a 2-D input and output: the truth recomputed from what such a
+    kernel reads, written into an output of the strides the call's result has (the worker's
+    word, `out_stride`) the way such a kernel writes, and read back; named only where the
+    student's result is exactly that. Triton's own tutorials make these two: a softmax whose
+    output, from empty_like, takes a transposed input's strides; a layer norm that moves X and
+    Y by X's row stride."""
+    got = mismatch.got
+    if spec.truth is None or got.dim() != 2 or got.isnan().all() or not out_stride or len(out_stride) != 2:
+        return None
+    stride = (int(out_stride[0]), int(out_stride[1]))
+    if min(stride) < 0 or 1 + sum((n - 1) * s for n, s in zip(got.shape, stride)) > 4 * got.numel() + 64:
+        return None  # not a layout an output allocated for this call has
+    for name, t in mismatch.inputs.items():
+        if not isinstance(t, torch.Tensor) or t.dim() != 2 or tuple(t.shape) != tuple(got.shape):
+            continue
+        read = row_reading(t)
+        args = [(read if k == name else v) for k, v in mismatch.inputs.items()]
+        try:
+            guess = spec.truth(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
+        except Exception:  # noqa: BLE001 - a truth that cannot take this reading proves nothing
+            continue
+        if isinstance(guess, (tuple, list)):
+            guess = guess[part or 0]
+        if not isinstance(guess, torch.Tensor) or tuple(guess.shape) != tuple(got.shape):
+            continue
+        tried = {(stride[0], 1): "steps", (t.stride(0), 1): "row"}
+        for written, kind in tried.items():
+            if written == stride and read is t:
+                continue  # that is the right kernel
+            if not mismatch.matches(strided_writing(guess, stride, written)):
+                continue
+            if kind == "row" and written[0] != stride[0]:
+                return (f"the result is exactly what moving the output by {name}'s row stride gives: {name}.stride(0) "
+                        f"== {t.stride(0)}, but the output's is {stride[0]} (output.stride() == {stride}): the "
+                        f"strides are the cause, not a mask; each tensor needs its own: pass the output's stride(0) "
+                        f"to the kernel for it, and {name}.stride(0) for {name}")
+            views = [f"{name}.stride() == {tuple(t.stride())}"] if t.stride(1) != 1 else []
+            if stride[1] != 1:
+                views.append(f"the output's is {stride} (empty_like keeps a view's strides)")
+            return (f"the result is exactly what a kernel gets that steps along each row by 1 (a column stride of 1), "
+                    f"but here {' and '.join(views)}: the column strides are the cause, not the block size or a mask; "
+                    f"pass {name}.stride(1) and the output's stride(1) to the kernel and address each column with "
+                    f"them (or allocate a contiguous output with torch.empty({name}.shape, ...))")
+    return None
+
+
 def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, torch.Tensor],
-                      unwritten: torch.Tensor | None = None) -> str:
+                      unwritten: torch.Tensor | None = None, blocks: dict[str, int] | None = None) -> str:
     """The mismatch in words, most specific explanation first. `unwritten`: where the worker's
     poison survives (None: every NaN is taken for memory never written)."""
     never = got.isnan() if unwritten is None else unwritten
@@ -309,7 +363,7 @@ def describe_mismatch(bad: torch.Tensor, got: torch.Tensor, inputs: dict[str, to
         return _describe_1d(bad) + nan_note
     if bad.dim() == 2:
         strided = any(isinstance(t, torch.Tensor) and t.dim() == 2 and t.stride(1) != 1 for t in inputs.values())
-        return _describe_2d(bad, got, strided, never) + nan_note
+        return _describe_2d(bad, got, strided, never, blocks) + nan_note
     return f"first wrong element at {tuple(int(i) for i in bad.nonzero()[0])}." + nan_note
 
 
@@ -346,20 +400,32 @@ def _describe_1d(bad: torch.Tensor) -> str:
     return f"{len(idx)} elements wrong, scattered between index {int(idx[0])} and {int(idx[-1])}"
 
 
-def _describe_2d(bad: torch.Tensor, got: torch.Tensor, strided: bool = True, never: torch.Tensor | None = None) -> str:
+def _short_block(cut: int, blocks: dict[str, int] | None) -> str:
+    """Why a row is wrong from column `cut` on: its block cut short, unless the kernel's launches
+    passed a block (a BLOCK* argument, the worker's word) as long as the row is, or longer."""
+    covering = {k: v for k, v in (blocks or {}).items() if isinstance(v, int) and v > cut}
+    if covering:
+        name, size = next(iter(covering.items()))
+        return (f"your {name} = {size} covers these columns, so the block is not what cuts the row: check how the "
+                "kernel addresses each column (a column stride other than 1: x.stride(1), the output's stride(1)) "
+                "and the store's mask")
+    return ("a row longer than your block is cut short; loop over the row in blocks, or size the block with "
+            "triton.next_power_of_2(n_cols)")
+
+
+def _describe_2d(bad: torch.Tensor, got: torch.Tensor, strided: bool = True, never: torch.Tensor | None = None,
+                 blocks: dict[str, int] | None = None) -> str:
     rows, cols = bad.any(dim=1), bad.any(dim=0)
     never = got.isnan() if never is None else never
     unwritten = _suffix_start((never & bad).all(dim=0))
     if unwritten is not None:
         return (f"columns >= {unwritten} were never written (they hold the NaN poison of uninitialized "
-                f"memory){_block_note(unwritten)}, "
-                "and the rest of each row is off too: a row longer than your block is cut short; loop over the row in "
-                "blocks, or size the block with triton.next_power_of_2(n_cols)")
+                f"memory){_block_note(unwritten)}, and the rest of each row is off too: "
+                + _short_block(unwritten, blocks))
     col_start = _suffix_start(cols)
     if col_start is not None and rows.all():
-        return (f"only columns >= {col_start} are wrong, in every row{_block_note(col_start)}: a row longer than "
-                "your block is cut short; loop over the row in blocks, or size the block with "
-                "triton.next_power_of_2(n_cols)")
+        return (f"only columns >= {col_start} are wrong, in every row{_block_note(col_start)}: "
+                + _short_block(col_start, blocks))
     row_start = _suffix_start(rows)
     if row_start is not None:
         right = "row 0 is right" if row_start == 1 else f"rows 0 to {row_start - 1} are right"

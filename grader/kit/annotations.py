@@ -16,7 +16,7 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Literal
 
-from grader.results import BAD_OUTCOMES, RunResult, TestResult
+from grader.results import RunResult, TestResult
 from grader.sanitize import for_annotation
 
 _FRAME = re.compile(r'File "([^"]+)", line (\d+)')
@@ -48,18 +48,19 @@ def failures(run: RunResult, repo: Path, workspace: Path, message: Callable[[str
     """One `::error` command per distinct failure that points at a line of the student's code
     (file= relative to `workspace`, the repository's root in Actions); `message` shapes the
     failure's message for the sink (its length, one line or several)."""
-    lines, seen = [], set()
-    for t in run.tests:
-        if t.outcome not in BAD_OUTCOMES:
-            continue
+    from grader.judge.feedback import group_failures
+
+    lines = []
+    for g in group_failures(run.tests):  # one per diagnosis, as every other output tells them
+        t = g.first
         where = source_line(t, repo)
         if not where:
             continue
         file = os.path.relpath(repo / where[0], workspace)
-        key = (file, where[1], t.message)
-        if key in seen:
-            continue
-        seen.add(key)
-        lines.append(command("error", message(t.message), file=file, line=where[1],
-                             title=f"{t.assignment} {t.name}: {t.outcome}"))
+        if len(g.tests) == 1:
+            title, words = f"{t.assignment} {t.name}: {t.outcome}", t.message
+        else:
+            title = f"{t.assignment} {len(g.tests)} checks: {t.outcome}"
+            words = f"{g.diagnosis}\n(in {g.cases})"
+        lines.append(command("error", message(words), file=file, line=where[1], title=title))
     return lines

@@ -19,6 +19,8 @@ class OutOfBounds(Exception):
 
 
 _RANGES: list[tuple[str, int, int]] = []  # (argument name, first byte, one past the last byte)
+_ROW_STRIDES: dict[str, int] = {}  # each 2-D (or more) tensor argument's stride(-2), by name
+_INTS: dict[str, int] = {}  # the launch's integer arguments, by name
 
 
 def install() -> bool:
@@ -37,11 +39,17 @@ def install() -> bool:
     def init_args(self, args_dev, kwargs):
         args_hst, kwargs_hst = original_init(self, args_dev, kwargs)
         _RANGES.clear()
+        _ROW_STRIDES.clear()
+        _INTS.clear()
         named = list(zip(self.arg_names, args_hst)) + list(kwargs_hst.items())
         for name, arg in named:
             if hasattr(arg, "untyped_storage"):
                 storage = arg.untyped_storage()
                 _RANGES.append((name, storage.data_ptr(), storage.data_ptr() + storage.nbytes()))
+                if arg.dim() >= 2:
+                    _ROW_STRIDES[name] = int(arg.stride(-2))
+            elif isinstance(arg, int) and not isinstance(arg, bool):
+                _INTS[name] = arg
         return args_hst, kwargs_hst
 
     original_load, original_store = builder.create_masked_load, builder.create_masked_store
@@ -82,9 +90,28 @@ def _check(builder, kind: str, ptrs, mask) -> None:
         where = f"{-offset // size} element(s) before the start of {name}"
     program = tuple(int(i) for i in (getattr(builder, "grid_idx", None) or ()))
     message = (f"out-of-bounds {kind} in program {program}: {int(bad.sum())} of {active.size} lanes fall outside "
-               f"the tensor (the first lies {where}); mask this {kind} (e.g. mask=offsets < n)")
+               f"the tensor (the first lies {where}); ")
+    if active.all():  # no lane masked off: the access has no mask (or one that lets every lane through)
+        message += f"mask this {kind} (e.g. mask=offsets < n)"
+    else:
+        message += f"the {kind} is masked, and these lanes pass its mask: " + _why_masked_lanes_fall_out(name)
     LAST_VIOLATION = {"kind": kind, "program": program, "where": where, "message": message}
     raise OutOfBounds(message)
+
+
+def _why_masked_lanes_fall_out(name: str) -> str:
+    """A masked access that still leaves its tensor: the addresses are wrong, most often a pointer
+    moved by another tensor's row stride (an integer argument equal to another tensor's stride(-2),
+    not this one's), else the mask's own bound."""
+    own = _ROW_STRIDES.get(name)
+    if own is not None:
+        for other, stride in _ROW_STRIDES.items():
+            arg = next((a for a, v in _INTS.items() if v == stride), None)
+            if other != name and stride != own and arg is not None:
+                return (f"{name} is moved by {stride} per row, {other}'s row stride (the argument {arg}), but its "
+                        f"own row stride is {own}: pass each tensor its own stride and move each pointer by it")
+    return ("its addresses are wrong, not a missing mask: check the strides the pointer is moved by (each tensor's "
+            "own) and the mask's bound")
 
 
 def _owner(address: int) -> str | None:

@@ -205,6 +205,18 @@ def test_without_copydetect_the_class_view_says_so_and_keeps_everything_else(tmp
     similarity.update_similarity(view, tmp_path / "out", lock)
     assert view.similarity["softmax"] == []
     assert "copydetect is not installed here" in view.similarity_meta["per_assignment"]["softmax"]["error"]
+    # the dashboard's section says it did not run, alone: no counts under it that read as if it ran
+    from grader.batch.classview import _ENV
+    from grader.batch.run import not_compared
+
+    view.speed, view.titles = {}, {"softmax": "Row-wise softmax"}
+    page = _ENV.get_template("class_review.html.j2").render(view=view).split("<h2>Similar submissions</h2>")[1]
+    assert "Not compared: ImportError: copydetect is not installed here" in page
+    assert "No pair of this assignment was looked at" in page
+    assert "pairs," not in page and "at or above the threshold" not in page.split("Not compared")[1]
+    # and the console of grader grade says so too (grader.cli.grade prints each line as a warning)
+    (line,) = not_compared(view)
+    assert line.startswith("similarity of softmax not compared: ImportError: copydetect is not installed here")
 
 
 def test_similarity_without_the_ta_extra_says_how_to_get_it(monkeypatch, tmp_path):

@@ -91,3 +91,26 @@ def test_run_check_grades_and_leaves_the_writing_to_the_sinks(tmp_path):
     assert not options.json_file.exists() and not (options.html_dir / "report.html").exists()  # only a sink writes
     JsonSink(options.json_file).finished(run)
     assert options.json_file.is_file()
+
+
+@pytest.mark.parametrize("columns, widest", [(None, 80), ("120", 120)])
+def test_help_fills_the_terminals_width_and_80_columns_where_it_is_unknown(columns, widest):
+    """`grader grade --help` as plain text at the reader's width, its option help not squeezed into a
+    column of about 25 (rich's boxes did); where no width is known, 80."""
+    import os
+    import subprocess
+    import sys
+
+    from tests.conftest import REPO_ROOT
+
+    env = {k: v for k, v in os.environ.items() if k not in ("COLUMNS", "LINES")}
+    env["PYTHONPATH"] = str(REPO_ROOT)
+    if columns:
+        env["COLUMNS"] = columns
+    proc = subprocess.run([sys.executable, "-m", "grader", "grade", "--help"], env=env, capture_output=True,
+                          text=True, timeout=120, stdin=subprocess.DEVNULL)
+    assert proc.returncode == 0, proc.stderr
+    lines = proc.stdout.splitlines()
+    assert max(map(len, lines)) <= widest and max(map(len, lines)) >= widest - 12, lines
+    roster = next(line for line in lines if line.lstrip().startswith("--roster"))
+    assert "Grade from a roster (fetched first into" in roster and "│" not in proc.stdout

@@ -101,9 +101,11 @@ def test_gradescope_schema():
     for t in data["tests"]:
         assert {"name", "score", "max_score", "output", "outcome", "tags"} <= set(t)
         assert t["tags"][:2] == ["vector_add", "correctness"]
-    # Gradescope shows a test without a status whose score equals its max_score (0 == 0) as passed:
-    # a skipped check has not passed, so it says failed, and its output says why it did not run
-    assert [t["status"] for t in data["tests"]] == ["passed", "failed", "failed"]
+    # Gradescope's status is passed or failed: a skipped check is neither, so it has none (a program
+    # reading the file sees no failure), 0 of 0 points, and its output says why it did not run
+    assert [t.get("status") for t in data["tests"]] == ["passed", "failed", None]
+    assert [t["outcome"] for t in data["tests"]] == ["passed", "failed", "skipped"]
+    assert (data["tests"][2]["score"], data["tests"][2]["max_score"]) == (0, 0) and data["tests"][1]["max_score"] == 2
     assert data["tests"][2]["output"].startswith("[skipped]") and "Worth 2 points" in data["tests"][2]["output"]
     assert data["score"] == 2.0 and data["max_score"] == 6.0  # 6 points over 3 tests: the skipped one's 2 still count in the total
     assert [t["number"] for t in data["tests"]] == ["1.1", "1.2", "1.3"]

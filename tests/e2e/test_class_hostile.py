@@ -320,6 +320,14 @@ def test_fetch_with_a_deadline_pins_the_commit_before_a_date_no_datetime_holds(t
     # dated before the year 1, the head is on time; the last commit dated before the deadline is its parent (2025)
     assert lock["ancient"]["head"] == ancient and lock["ancient"]["commit"] == before["ancient"]
     assert lock["alice"]["late"] is False and lock["alice"]["commit"] == lock["alice"]["head"]
+    # the head passed over is said, with why and which commits were left; one dated before its parent (the
+    # clocks disagree) is no late commit, and its student is not late
+    assert (lock["ancient"]["late"], lock["ancient"]["late_commits"]) == (False, 0), lock["ancient"]
+    skew = lock["ancient"]["passed_over"]
+    assert skew.startswith(f"the branch head {ancient[:12]} (") and f"dated before commit {before['ancient'][:12]}" in skew
+    assert "passed over: 1 commit(s), " + ancient[:12] in skew
+    assert "is dated after the deadline" in lock["future"]["passed_over"] and lock["alice"]["passed_over"] == ""
+    assert run.stdout.count("not HEAD:") == 3 and f"{ancient[:12]}" in run.stdout, run.stdout
 
 
 @pytest.mark.parametrize("tail,timestamp,iso,note", [

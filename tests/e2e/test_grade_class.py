@@ -126,6 +126,15 @@ def test_dashboard_shows_the_class_and_stands_alone(graded_class):
     assert rates[("vector_add", "n=1 [float32]")] == (2, 3)
     assert rates[("softmax", "uses its own Triton kernel")] == (2, 3)
     assert checks[0][1] in ("n=1 [float32]", "uses its own Triton kernel")  # the most failed come first
+    # told first by what the students must change, each with the students it concerns, not one row per case
+    told = html.split('<table id="diagnoses">')[1].split("</table>")[0]
+    rows = re.findall(r"<tr><td>(\w+)</td>\s*<td>(.*?)</td>\s*<td class=\"what\">(.*?)</td></tr>", told, re.S)
+    by_words = {(a, re.sub(r"<[^>]+>", "", words).strip()): re.sub(r"<[^>]+>", "", who) for a, who, words in rows}
+    mask = [who for (a, words), who in by_words.items() if a == "vector_add" and "mask this load" in words]
+    assert len(mask) == 1 and mask[0].startswith("bob"), by_words
+    flagged = [who for (a, words), who in by_words.items() if a == "softmax" and "aten::_softmax" in words]
+    assert len(flagged) == 1 and flagged[0].strip() == "carol", by_words
+    assert len([k for k in by_words if k[0] == "vector_add" and "mask this load" in k[1]]) == 1
     flags = html.split("Integrity flags awaiting review")[1].split("<h2>")[0]
     assert "carol" in flags and "aten::_softmax ran inside softmax()" in flags
     late = html.split("<h2>Late submissions")[1]

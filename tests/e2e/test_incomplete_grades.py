@@ -217,3 +217,40 @@ def test_the_grade_summary_names_no_gradebook_where_none_was_written(tmp_path, m
         line = buffer.getvalue().strip().splitlines()[-1]
         assert ("gradebook: none written" in line) is not written
         assert (f"gradebook: {tmp_path / 'grades.csv'}" in line) is written
+
+
+def test_the_dashboard_colours_a_cpu_run_by_the_points_it_could_earn_there():
+    """A perfect CPU run (4 of the 4 points a CPU can earn, 6 more need a GPU) is full, not 40%; a run
+    that earned nothing there is zero; a whole GPU grade is its share of all the points, as before."""
+    perfect = Cell("vector_add", "graded", 4.0, 10.0, gpu_points=6.0, earnable=4.0)
+    assert perfect.share == 1.0 and perfect.fraction == 0.4 and perfect.lacks == ["CPU only"]
+    assert Cell("vector_add", "graded", 0.0, 10.0, gpu_points=6.0, earnable=4.0).share == 0.0
+    assert Cell("vector_add", "graded", 7.0, 10.0, earnable=10.0).share == 0.7
+    assert Cell("vector_add", "not graded").share is None
+
+
+def test_checks_across_the_class_are_one_line_per_diagnosis_with_its_students():
+    """Three students: one missing mask in two students' code (other lane counts, other lines: the same
+    words), an untouched starter, one who passed: three diagnoses, each naming its students."""
+    from grader.batch.classview import _diagnose
+
+    def oob(student_line: int, lanes: int, case: str) -> TestResult:
+        message = (f"out-of-bounds load in program (0, 0, 0): {lanes} of 1024 lanes fall outside the tensor; "
+                   "mask this load (e.g. mask=offsets < n)")
+        return TestResult("vector_add", "correctness", f"{case} [float32]", "failed", message, case=case,
+                          dtype="float32", traceback=f'  File "kernels/vector_add.py", line {student_line}, in k')
+
+    bob = AssignmentResult("vector_add", "Vector addition", "m", [oob(11, 1023, "n=1"), oob(11, 1, "n=1023")])
+    dan = AssignmentResult("vector_add", "Vector addition", "m", [oob(14, 897, "n=127")])
+    carol = AssignmentResult("vector_add", "Vector addition", "m",
+                             [TestResult("vector_add", "correctness", "n=1 [float32]", "failed", "nan")],
+                             headline="the kernel stores nothing yet: every output is still uninitialized memory")
+    alice = AssignmentResult("vector_add", "Vector addition", "m",
+                             [TestResult("vector_add", "correctness", "n=1 [float32]", "passed", "ok")])
+    found: dict = {}
+    for name, result in (("bob", bob), ("dan", dan), ("carol", carol), ("alice", alice)):
+        _diagnose(found, name, f"students/{name}/report.html#vector_add", result)
+    told = {d.outcome: d for d in found.values()}
+    assert len(found) == 3 and set(told) == {"failed", "headline", "passed"}
+    assert told["failed"].students == {"bob": 2, "dan": 1} and "mask this load" in told["failed"].words
+    assert told["headline"].students == {"carol": 1} and told["passed"].students == {"alice": 0}

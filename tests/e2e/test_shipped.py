@@ -281,6 +281,26 @@ CLASSMOJI_ENV = {"FORCE_COLOR": "true", "DOTNET_CLI_HOME": "/tmp", "DOTNET_NOLOG
 SYSTEM_PYTHON = Path("/usr/bin/python3")
 
 
+def _runner_pip_conf(house: Path) -> str:
+    """The runner's pip.conf: the wheelhouse first, then where this machine's own pip finds packages
+    (its find-links and index settings, from the environment or its user's pip.conf), which the
+    runner user, with a home of its own and a stripped environment, would not otherwise see. On a
+    machine whose pip reaches the index directly these are empty and only the wheelhouse is added."""
+    listed = subprocess.run([sys.executable, "-m", "pip", "config", "list"], capture_output=True, text=True).stdout
+    found: dict[str, list[str]] = {}
+    for line in listed.splitlines():
+        key, _, value = line.partition("=")
+        name = key.rpartition(".")[2]
+        if name in ("find-links", "extra-index-url", "index-url", "cert") and value:
+            for item in value.strip().strip("'\"").split():
+                if item not in found.setdefault(name, []):
+                    found[name].append(item)
+    found["find-links"] = [str(house), *[f for f in found.get("find-links", []) if f != str(house)]]
+    lines = ["[global]", "disable-pip-version-check = true"]
+    lines += [f"{name} = {' '.join(values)}" for name, values in found.items()]
+    return "\n".join(lines) + "\n"
+
+
 def _classmoji_recipe() -> tuple[str, str]:
     """README's Classmoji setup and run commands, as a course pastes them into Classmoji."""
     block = _fenced_block_after((REPO_ROOT / "README.md").read_text(), "Classmoji, set up:")
@@ -321,8 +341,7 @@ def test_classmojis_recipe_installs_and_grades_as_its_command_grader_runs_it(shi
         (home / ".config" / "pip").mkdir(parents=True)
         house = base / "wheels"  # torch's CPU wheel where this runner's pip finds it (no download here)
         shutil.copytree(_wheelhouse(), house)
-        (home / ".config" / "pip" / "pip.conf").write_text(f"[global]\nfind-links = {house}\n"
-                                                             "disable-pip-version-check = true\n")
+        (home / ".config" / "pip" / "pip.conf").write_text(_runner_pip_conf(house))
         saved = os.environ["PATH"]
         os.environ["PATH"] = "/usr/sbin:/usr/bin:/sbin:/bin"  # the runner image's, without this machine's pyenv
         try:

@@ -189,6 +189,31 @@ def test_starter_headline_names_the_file_and_its_todos(tmp_path):
     assert groups[0].cases == "n=1, n=127, n=128 (float32, float16)"
 
 
+def _oob_test(case: str, dtype: str, lanes: int, program: int, line: int = 11) -> TestResult:
+    message = (f"out-of-bounds load in program ({program}, 0, 0): {lanes} of 1024 lanes fall outside the tensor "
+               "(the first lies 1 element(s) past the end of x_ptr); mask this load (e.g. mask=offsets < n)")
+    trace = (f'  File "kernels/vector_add.py", line 19, in vector_add\n    File "kernels/vector_add.py", line {line}, '
+             f"in add_kernel\n  OutOfBounds: {message}")
+    return TestResult("vector_add", "correctness", f"{case} [{dtype}]", "failed", message, case=case, dtype=dtype,
+                      traceback=trace)
+
+
+def test_one_bug_in_many_cases_is_one_group_and_another_line_is_its_own():
+    """The lane counts and program ids of a missing mask differ from case to case: one group, every case
+    and dtype in it. The same words at another line of the kernel (the other load) are another change."""
+    tests = [_oob_test(c, d, lanes, prog) for c, lanes, prog in (("n=1", 1023, 0), ("n=1023", 1, 0), ("n=4095", 1, 3))
+             for d in ("float32", "float16")]
+    tests.append(_oob_test("n=129", "float32", 895, 0, line=12))
+    groups = group_failures(tests)
+    assert [len(g.tests) for g in groups] == [6, 1]
+    assert groups[0].cases == "n=1, n=1023, n=4095 (float32, float16)"
+    assert "mask this load" in groups[0].diagnosis
+    # a different fix on the same line is a different block too
+    other = _oob_test("n=7", "float32", 3, 0)
+    other.message = "ValueError: shapes differ"
+    assert len(group_failures([*tests, other])) == 3
+
+
 def test_starter_headline_of_one_check_says_the_check(tmp_path):
     """A replayed failure (--case/--dtype) is one check: "in the one check it ran", not "in all 1 checks"."""
     result = AssignmentResult("vector_add", "Vector addition", "kernels/vector_add.py:vector_add()",
@@ -218,8 +243,42 @@ def test_a_partial_run_shows_its_share_out_of_the_assignments_total():
     result.partial = {"cases_run": 1, "cases": len(planned), "assignment_points": spec.max_points}
     line = points_line(result)
     # the share the cases that ran can earn, out of the same total the line starts with (never "worth 0.16" beside "/ 10")
-    assert line == "0.16 / 10 points (partial run: 1 of 39 cases ran, which can earn 0.16 of the 10)"
+    assert line == "0.16 / 10 points (partial run: 1 of 39 cases ran, which can earn 0.16 of the 10 here)"
     assert run_total([result]) == 10
+
+
+def test_a_partial_cpu_run_counts_only_the_points_it_can_earn_there():
+    """The speed check is skipped on a CPU: its 4 points are not among what the run can earn there."""
+    result = AssignmentResult("vector_add", "Vector addition", "m", [
+        TestResult("vector_add", "correctness", "n=1 [float32]", "passed", "", case="n=1", dtype="float32",
+                   score=0.29, max_score=0.29),
+        TestResult("vector_add", "performance", "speed", "skipped", "needs a GPU", max_score=4)])
+    result.partial = {"cases_run": 1, "cases": 21, "assignment_points": 10}
+    assert points_line(result) == ("0.29 / 10 points (partial run: 1 of 21 cases ran, which can earn 0.29 of the 10 "
+                                   "here; 4 more need a GPU)")
+
+
+def test_small_words_nan_error_points_and_the_one_line_cut():
+    """NaN is named NaN (never 'max abs error 0'); a check worth no points is passed or failed, not 0/0;
+    the report's one-line cause ends at a word."""
+    from grader.judge.feedback import error_words, points_words
+    from grader.payloads import CorrectnessPayload
+    from grader.report import CAUSE_CHARS, _one_line
+
+    nan = CorrectnessPayload(max_abs_error=0.0, max_rel_error=0.0, bad_elements=10, elements=10, nan_elements=10)
+    words = error_words(nan)
+    assert words == "10 of 10 elements wrong: every element is NaN (10 elements are NaN), so no error can be measured"
+    some = CorrectnessPayload(max_abs_error=0.5, max_rel_error=0.25, bad_elements=4, elements=10, nan_elements=3)
+    assert "3 elements are NaN; the errors below are over the finite ones" in error_words(some)
+    assert "max abs error 0.5" in error_words(some)
+    integrity = TestResult("vector_add", "integrity", "uses its own Triton kernel", "passed", "ok")
+    assert points_words(integrity) == ""
+    speed = TestResult("vector_add", "performance", "speed", "failed", "slow", score=1, max_score=4)
+    assert points_words(speed) == " (1/4)"
+    line = _one_line("word " * 100)
+    assert len(line) <= CAUSE_CHARS and line.endswith("word\u2026"), line
+    long = _one_line("x" * 500)  # one word longer than the line: cut, there is no end of a word to cut at
+    assert len(long) == CAUSE_CHARS
 
 
 # -- not submitted ---------------------------------------------------------------------------
@@ -342,7 +401,7 @@ def test_untouched_starter_says_so_first_and_leaves_the_repo_clean(tmp_path):
     assert results["extra_data"]["assignments"]["vector_add"]["headline"].startswith("the kernel stores nothing yet")
     # Gradescope's own fields say the one cause too: in the output on top, and first under each failure
     assert "vector_add: the kernel stores nothing yet" in results["output"]
-    failed = [t for t in results["tests"] if t["status"] == "failed" and t["outcome"] == "failed"]
+    failed = [t for t in results["tests"] if t.get("status") == "failed" and t["outcome"] == "failed"]
     assert failed and all(t["output"].startswith("Cause: the kernel stores nothing yet") for t in failed)
 
 

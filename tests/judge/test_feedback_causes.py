@@ -24,7 +24,7 @@ def test_a_missing_function_is_one_not_submitted_result_worth_its_points(submiss
     run = cli(submission("layernorm_no_backward"), "-a", "layernorm_backward", "-a", "layernorm", "--case", "one-row-1x1024",
               "--seed", "3")
     assert run.returncode == 1, run.stdout + run.stderr
-    shown = [t for t in run.tests_of("layernorm_backward") if t["status"] != "skipped" and "GPU" not in t["name"]]
+    shown = [t for t in run.tests_of("layernorm_backward") if t["outcome"] != "skipped" and "GPU" not in t["name"]]
     assert [t["name"] for t in shown] == ["layernorm_backward: not submitted"], shown
     (test,) = shown
     assert "kernels/layernorm.py defines no function layer_norm_backward()" in test["output"]
@@ -57,7 +57,7 @@ def test_a_missing_function_over_a_whole_run_is_worth_every_point(submission, tm
 def test_a_module_that_does_not_import_is_one_error_with_the_students_lines(submission, cli):
     run = cli(submission("import_name_error"), "-a", "softmax", "--seed", "3", "--dtype", "float32")
     assert run.returncode == 1, run.stdout + run.stderr
-    shown = [t for t in run.tests_of("softmax") if t["status"] != "skipped" and "GPU" not in t["name"]]
+    shown = [t for t in run.tests_of("softmax") if t["outcome"] != "skipped" and "GPU" not in t["name"]]
     assert [t["name"] for t in shown] == ["softmax: import"], [t["name"] for t in shown]
     out = shown[0]["output"]
     assert "importing kernels/softmax.py failed" in out and "NameError" in out and "BLOKC_SIZE" in out
@@ -354,3 +354,107 @@ def test_the_interpreter_says_these_come_on_a_gpu():
     spec = COURSE.get("vector_add")
     test = measure(open_session(GradingContext("cpu", 1), Settings()), spec, AssignmentResult("vector_add", "t", "m"), None, None, 1.0)
     assert test.outcome == "skipped" and "registers, spills, shared memory" in test.message and "roofline" in test.message
+
+
+# -- a stride that differs between input and output, or from the one the kernel assumes ----------
+
+def _judge_with(name: str, case_name: str, dtype: str, out, reply_extra: dict):
+    """The judge's verdict on `out(inputs)`, with the worker's word on the result's strides and the
+    launch's blocks (`reply_extra`) as a real call's reply carries them."""
+    from grader.codec import storage_of
+    from grader.judge.plan import make_inputs
+    from grader.judge.verdict import judge_call
+
+    spec = COURSE.get(name)
+    case = next(c for c in spec.cases if c.name == case_name)
+    inputs = make_inputs(spec, case, dtype, 0)
+    saved = {f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}
+    result = out(inputs)
+    saved["output"] = result
+    reply = {"device": "cpu", "dtype": dtype, "result_type": "Tensor", "stride": list(result.stride()), **reply_extra}
+    return judge_call(spec, case, dtype, inputs, reply, saved, "cpu")
+
+
+def _row_kernel(x: torch.Tensor, y: torch.Tensor, f, x_row: int, y_row: int) -> torch.Tensor:
+    """What a one-program-per-row kernel that steps along each row by 1 does: row r read from x's storage
+    at r * x_row + c, f of it written into y's storage at r * y_row + c (what falls past y's end dropped)."""
+    xs = x.as_strided((x.untyped_storage().nbytes() // x.element_size(),), (1,), 0)
+    ys = y.as_strided((y.untyped_storage().nbytes() // y.element_size(),), (1,), 0)
+    cols = x.shape[-1]
+    for r in range(x.shape[0]):
+        start = x.storage_offset() + r * x_row
+        row = f(xs[start:start + cols].double())
+        end = min(r * y_row + cols, ys.numel())
+        if end > r * y_row:
+            ys[r * y_row:end] = row[:end - r * y_row].to(y.dtype)
+    return y
+
+
+def test_a_softmax_that_assumes_a_column_stride_of_one_is_told_so_not_its_block():
+    """Triton's fused-softmax tutorial on a transposed x: its output, from empty_like, has x's strides,
+    and both are addressed with a column stride of 1. The block (next_power_of_2(n_cols)) is long enough."""
+    def tutorial(inputs):
+        x = inputs["x"]
+        y = torch.full_like(x, float("nan"))  # empty_like's strides, never-written elements NaN
+        return _row_kernel(x, y, lambda r: torch.softmax(r, 0), x.stride(0), y.stride(0))
+
+    verdict = _judge_with("softmax", "transposed-300x129", "float32", tutorial, {"blocks": {"BLOCK_SIZE": 256}})
+    assert verdict.outcome == "failed"
+    pattern = verdict.details.pattern
+    assert "steps along each row by 1 (a column stride of 1)" in pattern, pattern
+    assert "x.stride() == (1, 300)" in pattern and "the output's is (1, 300)" in pattern
+    assert "cut short" not in pattern and "mask this" not in pattern
+
+
+def test_a_layernorm_that_moves_y_by_xs_row_stride_is_told_so():
+    """Triton's layer-norm tutorial on a sliced x (a GPU run: the store past y's end is not caught by the
+    interpreter's bounds check): y is contiguous, both pointers move by x.stride(0)."""
+    def tutorial(inputs):
+        x, w, b, eps = inputs["x"], inputs["weight"], inputs["bias"], inputs["eps"]
+        y = torch.full(x.shape, float("nan"), dtype=x.dtype)
+        norm = lambda r: (r - r.mean()) * torch.rsqrt(r.var(unbiased=False) + eps) * w.double() + b.double()  # noqa: E731
+        return _row_kernel(x, y, norm, x.stride(0), x.stride(0))
+
+    verdict = _judge_with("layernorm", "sliced-97x300", "float32", tutorial, {"blocks": {"BLOCK_SIZE": 512}})
+    assert verdict.outcome == "failed"
+    pattern = verdict.details.pattern
+    assert "moving the output by x's row stride" in pattern and "x.stride(0) == 337" in pattern, pattern
+    assert "the output's is 300" in pattern and "mask" not in pattern.split("not a mask")[0]
+
+
+def test_the_block_hint_only_where_the_block_is_shorter_than_the_row():
+    """A row cut at column 100 of 129: with BLOCK = 64 the block is the cause; with BLOCK = 256 it is not,
+    and the words say so instead of sending the student to next_power_of_2."""
+    def cut(inputs):
+        y = torch.softmax(inputs["x"].double(), -1).float()
+        y[:, 100:] = 0.5
+        return y.contiguous()
+
+    short = _judge_with("softmax", "transposed-300x129", "float32", cut, {"blocks": {"BLOCK": 64}, "stride": None})
+    assert "a row longer than your block is cut short" in short.details.pattern, short.details.pattern
+    covered = _judge_with("softmax", "transposed-300x129", "float32", cut, {"blocks": {"BLOCK": 256}, "stride": None})
+    assert "cut short" not in covered.details.pattern
+    assert "your BLOCK = 256 covers these columns" in covered.details.pattern, covered.details.pattern
+
+
+@cpu_only
+@pytest.mark.slow
+def test_the_tutorials_stride_bugs_are_named_by_the_real_check(submission, cli):
+    """The two tutorials' kernels graded in the interpreter: the softmax's transposed cases name the column
+    strides (not the block); the layernorm's sliced case names y moved by x's row stride at its masked store
+    (the interpreter's bounds check catches the store past y's end), never 'mask this store'."""
+    run = cli(submission("softmax_col_stride"), "-a", "softmax", "--case", "transposed-300x129", "--dtype", "float32",
+              "--seed", "3")
+    assert run.returncode == 1, run.stdout + run.stderr
+    out = run.test("softmax", "transposed-300x129 [float32]")["output"]
+    assert "a column stride of 1" in out and "x.stride() == (1, 300)" in out and "cut short" not in out, out
+    run = cli(submission("layernorm_x_stride_for_y"), "-a", "layernorm", "--case", "sliced-97x300", "--dtype", "float32",
+              "--seed", "3")
+    assert run.returncode == 1, run.stdout + run.stderr
+    out = run.test("layernorm", "sliced-97x300 [float32]")["output"]
+    assert "the store is masked, and these lanes pass its mask" in out, out
+    assert "Y is moved by 337 per row, X's row stride (the argument stride), but its own row stride is 300" in out
+    assert "mask this store" not in out and 'line 35' in out
+    # a store with no mask at all still gets the mask's fix
+    run = cli(submission("missing_mask"), "-a", "vector_add", "--case", "n=127", "--dtype", "float32", "--seed", "3")
+    assert "mask this load (e.g. mask=offsets < n)" in run.test("vector_add", "n=127 [float32]")["output"]

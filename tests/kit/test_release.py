@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import re
 import shutil
 import subprocess
 import sys
@@ -126,8 +127,10 @@ def test_kit_layout_starters_handouts_specs_and_manifest(kit):
     assert manifest["ci"] == {"score": "cpu-gradable"}  # course.toml's [ci] score, the default where it says none
     readme = (root / "README.md").read_text()
     for words in ("pip install -r requirements-grader.txt", "grader check", "How points work", "hidden cases",
-                  "download.pytorch.org/whl/cpu", "kernels/vector_add.py"):
+                  "download.pytorch.org/whl/cpu", "kernels/vector_add.py", "python3 -m venv .venv"):
         assert words in readme, words
+    # stock Debian and Ubuntu have python3 only: no command of the README starts with a bare `python`
+    assert not re.search(r"^python |[;&|] *python ", readme, re.M), readme
     ignored = (root / ".gitignore").read_text().split()
     assert {".grader/", "*.safetensors", "__pycache__/"} <= set(ignored)
     line = (root / "requirements-grader.txt").read_text().strip()
@@ -374,3 +377,50 @@ def test_course_tomls_ci_score_reaches_the_kit_and_what_its_ci_reports(tmp_path)
     assert tomllib.loads((kit.root / "grader-kit.toml").read_text())["ci"] == {"score": "whole"}
     assert ci_score(Course(kit.root)) == "whole"
     assert "they are counted in the total and named" in (kit.root / "README.md").read_text()
+
+
+@pytest.mark.slow
+def test_every_reproducer_of_a_graded_report_runs_in_the_students_kit(tmp_path, monkeypatch):
+    """A class graded with the course secret (its random shapes are not the kit's) and the hidden cases:
+    every `grader check` line of the student's report, and the stored reproducers of a random and a hidden
+    case, pasted into the student's clone of the kit `grader release` built, runs the same case and reaches
+    the same verdict (one assignment, float32: a handful of checks)."""
+    import html
+    import json
+    import re
+    import shlex
+
+    from tests.classbuild import commit, git
+    from tests.conftest import run_cli
+
+    kit = release.build_kit(tmp_path / "kit", ["vector_add"], catalogue=Course(COURSE.root, secret=SECRET)).root
+    clone = tmp_path / "clone"  # the student's clone of the kit, with a kernel that has no mask
+    shutil.copytree(kit, clone)
+    shutil.copytree(FIXTURES / "missing_mask", clone, dirs_exist_ok=True)
+    git(clone, "init", "-q", "-b", "main")
+    commit(clone, "submission", "2025-01-10T12:00:00+00:00")
+    (tmp_path / "roster.csv").write_text(f"student,repo\nbob,{clone}\n")
+    monkeypatch.setenv("GRADER_COURSE_SECRET", SECRET)  # the TA's course: its secret draws the graded shapes
+    graded = run_cli(["grade", "--roster", "roster.csv", "--out", "out", "--device", "cpu", "-a", "vector_add",
+                      "--dtype", "float32", "--seed", "11"], tmp_path)
+    assert graded.returncode == 0, graded.stdout + graded.stderr
+    report = (tmp_path / "out" / "students" / "bob" / "report.html").read_text()
+    shown = {html.unescape(c) for c in re.findall(r"<code>(grader check [^<]+)</code>", report)}
+    record = json.loads((tmp_path / "out" / "students" / "bob" / "jobs" / "vector_add.json").read_text())
+    tests = {t["name"]: t for t in record["result"]["tests"]}
+    spec = COURSE.get("vector_add")
+    random = next(t for t in tests.values() if t.get("case") and t["case"] not in {c.name for c in spec.cases}
+                  and not t.get("hidden"))
+    hidden = next(t for t in tests.values() if t.get("hidden"))
+    chosen = {r: "failed" for r in shown} | {random["reproducer"]: random["outcome"], hidden["reproducer"]: hidden["outcome"]}
+    assert len(shown) >= 1 and all("random-" not in r for r in chosen), chosen  # drawn cases go by their shape
+    monkeypatch.delenv("GRADER_COURSE_SECRET")
+    monkeypatch.setenv("GRADER_COURSE", str(kit))  # the kit's course, as a student's clone has it: no secret
+    for line, outcome in chosen.items():
+        argv = shlex.split(line)
+        assert argv[:3] == ["grader", "check", "."], line
+        out = clone / "out"  # where run_cli reads the check's results from
+        run = run_cli([*argv[1:], "--json", str(out / "results.json"), "--html", str(out)], clone)
+        assert run.returncode == 1 and "no such case" not in run.stderr, (line, run.stdout + run.stderr)
+        (ran,) = [t for t in run.results["tests"] if t["tags"][1] == "correctness"]
+        assert ran["outcome"] == outcome and "mask this load" in ran["output"], (line, ran)
