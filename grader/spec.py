@@ -318,6 +318,72 @@ class SpecError(ValueError):
         super().__init__(f"a broken assignment spec, refused before anything ran:{lines}")
 
 
+class CourseCodeError(Exception):
+    """A course's own code (a spec's make_inputs, truth, baseline, random_cases, check, explain...)
+    that raised while grading: the assignment is broken, not the student's code. One line names
+    the file, the function that raised, its line and the case, the same in every command (exit 2);
+    a batch grades no more of that assignment instead of retrying every student."""
+
+    def __init__(self, where: str, function: str, case: str, cause: str):
+        self.where, self.function, self.case, self.cause = where, function, case, cause
+        super().__init__(f"{where}: {function}() raised {cause}{f' on case {case}' if case else ''}: the assignment "
+                         "is broken, not your code (the course staff must mend it)")
+
+
+def raised_in_course(spec: Assignment, what: str, exc: BaseException, case: str = "") -> CourseCodeError:
+    """`exc`, raised by `spec`'s own `what` (make_inputs, truth...), as the course's error: the
+    deepest frame of the traceback in the course's files (its assignments/ folder), else the spec."""
+    import traceback
+
+    root = spec.folder.parent.resolve()
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if _inside(Path(f.filename), root)]
+    course_root = spec.course.root if spec.course is not None else spec.folder.parent.parent
+    if ours:
+        frame = ours[-1]
+        where = f"{_shown_path(Path(frame.filename), course_root)}:{frame.lineno}"
+        function = frame.name if frame.name != "<lambda>" else what
+    else:
+        where, function = _shown_path(spec.folder / "spec.py", course_root), what
+    cause = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return CourseCodeError(where, function, case, cause)
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root)
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+def _shown_path(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path(root).resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+class course_code:
+    """`with course_code(spec, "make_inputs", case):` what the course's code raises there is a
+    CourseCodeError (memory running out stays what it is: the machine's, not the spec's)."""
+
+    def __init__(self, spec: Assignment, what: str, case: str = "") -> None:
+        self.spec, self.what, self.case = spec, what, case
+
+    def __enter__(self) -> None:
+        return None
+
+    def __exit__(self, kind, exc, tb) -> bool:
+        if exc is None or not isinstance(exc, Exception) or isinstance(exc, (MemoryError, CourseCodeError)):
+            return False
+        if isinstance(exc, OSError) and exc.errno in (28, 12):  # ENOSPC, ENOMEM: the machine's
+            return False
+        if type(exc).__name__ == "OutOfMemoryError":  # torch's, the machine's too
+            return False
+        raise raised_in_course(self.spec, self.what, exc, self.case) from exc
+
+
 def validate(spec: Assignment) -> None:
     """Raise SpecError (the spec's file and every rule it breaks) unless `spec` keeps the contract."""
     found = problems(spec)

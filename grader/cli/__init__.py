@@ -55,12 +55,14 @@ verify.register(app)
 
 
 def main() -> None:
-    """Every command; a broken assignment spec met by any of them is its file and rule, exit 2."""
-    from grader.spec import SpecError
+    """Every command; a broken assignment spec met by any of them is its file and rule, and a
+    course's code that raised while grading its file, function, line and case: exit 2 (the
+    course's error, not the student's)."""
+    from grader.spec import CourseCodeError, SpecError
 
     try:
         app()
-    except SpecError as exc:
+    except (SpecError, CourseCodeError) as exc:
         from grader.cli.common import err, say, shown_lines
 
         say(err, f"[red]error:[/red] {shown_lines(exc)}")
