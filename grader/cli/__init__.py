@@ -9,9 +9,12 @@ error, with a one-line message.
 
 from __future__ import annotations
 
+from pathlib import Path
+from typing import Optional
+
 import typer
 
-from grader.cli import check, fetch, grade, kit, leaderboard, review, similarity, verify
+from grader.cli import check, course, fetch, grade, kit, leaderboard, review, similarity, verify
 
 app = typer.Typer(add_completion=False, no_args_is_help=True, help="Grade Triton kernel assignments.")
 
@@ -38,9 +41,21 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def _course(value: Optional[Path]) -> None:
+    if value is not None:
+        from grader.settings import name_course
+
+        if not (value / "assignments").is_dir():
+            raise typer.BadParameter(f"{value} is no course folder (it has no assignments/)")
+        name_course(value)
+
+
 @app.callback()
 def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the grader's version, and torch's and Triton's, then exit."),
+          course: Optional[Path] = typer.Option(None, "--course", callback=_course, is_eager=True,
+                                                help="The course folder every command uses (as $GRADER_COURSE): "
+                                                "`grader --course PATH check ...`."),
           ) -> None:
     """Grade Triton kernel assignments."""
 
@@ -51,6 +66,7 @@ similarity.register(app)
 leaderboard.register(app)
 review.register(app)
 kit.register(app)
+course.register(app)
 verify.register(app)
 
 
