@@ -12,12 +12,14 @@ two courses (a test's, a kit's) never see each other's specs.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import random
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -293,8 +295,7 @@ def _run_file(path: Path, module_name: str):
         import traceback
 
         lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == Path(path)]
-        line = exc.lineno if isinstance(exc, SyntaxError) and exc.filename == str(path) else (lines[-1] if lines else None)
-        where = f" (line {line})" if line and not isinstance(exc, SyntaxError) else ""
+        where = f" (line {lines[-1]})" if lines and not isinstance(exc, SyntaxError) else ""
         raise SpecError({path: [f"does not import: {type(exc).__name__}: {exc}{renamed}{where}"]}) from exc
     return module
 
@@ -383,24 +384,22 @@ def _shown_path(path: Path, root: Path) -> str:
         return str(path)
 
 
-class course_code:
+@contextmanager
+def course_code(spec: Assignment, what: str, case: str = "") -> Iterator[None]:
     """`with course_code(spec, "make_inputs", case):` what the course's code raises there is a
-    CourseCodeError (memory running out stays what it is: the machine's, not the spec's)."""
-
-    def __init__(self, spec: Assignment, what: str, case: str = "") -> None:
-        self.spec, self.what, self.case = spec, what, case
-
-    def __enter__(self) -> None:
-        return None
-
-    def __exit__(self, kind, exc, tb) -> bool:
-        if exc is None or not isinstance(exc, Exception) or isinstance(exc, (MemoryError, CourseCodeError)):
-            return False
-        if isinstance(exc, OSError) and exc.errno in (28, 12):  # ENOSPC, ENOMEM: the machine's
-            return False
-        if type(exc).__name__ == "OutOfMemoryError":  # torch's, the machine's too
-            return False
-        raise raised_in_course(self.spec, self.what, exc, self.case) from exc
+    CourseCodeError (memory or disk running out stays what it is: the machine's, not the spec's)."""
+    try:
+        yield
+    except (MemoryError, CourseCodeError):
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.ENOMEM):
+            raise
+        raise raised_in_course(spec, what, exc, case) from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the course's code raises is the course's
+        if type(exc).__name__ == "OutOfMemoryError":  # torch's: the machine's too
+            raise
+        raise raised_in_course(spec, what, exc, case) from exc
 
 
 def validate(spec: Assignment) -> None:

@@ -20,7 +20,8 @@ from grader.cli.common import console, err, fail, shown
 course_app = typer.Typer(no_args_is_help=True, help="A course of one's own: make one, check it.")
 assignment_app = typer.Typer(no_args_is_help=True, help="Add an assignment to a course.")
 
-COURSE_HELP = "The course folder (assignments/, reference/, solutions/); default: $GRADER_COURSE, else the built-in one."
+COURSE_HELP = ("The course folder (assignments/, reference/, solutions/); default: $GRADER_COURSE, else the "
+               "built-in one.")
 
 
 def _course(path: Optional[Path]):
@@ -29,7 +30,8 @@ def _course(path: Optional[Path]):
 
     if path is not None:
         if not (path / "assignments").is_dir():
-            fail(ValueError(f"{path} is no course folder (it has no assignments/; `grader course new {path}` makes one)"))
+            fail(ValueError(f"{path} is no course folder (it has no assignments/; `grader course new {path}` "
+                            "makes one)"))
         name_course(path)
     return Course.find(current())
 
@@ -39,7 +41,8 @@ def new_course(path: Path = typer.Argument(..., help="The new course's folder (n
                title: str = typer.Option("Triton kernels", help="The course's title (README, kit).")) -> None:
     """Make a course repo: assignments/, reference/, solutions/, course.toml, a README and a CI workflow
     that runs `grader course check`."""
-    from grader.kit.skeleton import SkeletonError, new_course as make
+    from grader.kit.skeleton import SkeletonError
+    from grader.kit.skeleton import new_course as make
 
     try:
         written = make(path, title)
@@ -102,7 +105,8 @@ def new_assignment(name: str = typer.Argument(..., help="The assignment's name (
                    course: Optional[Path] = typer.Option(None, "--course", help=COURSE_HELP)) -> None:
     """Write assignments/NAME (spec, hidden cases, starter, handout), reference/NAME.py and the solution: a skeleton
     that `grader course check` passes as written."""
-    from grader.kit.skeleton import SkeletonError, new_assignment as make
+    from grader.kit.skeleton import SkeletonError
+    from grader.kit.skeleton import new_assignment as make
 
     catalogue = _course(course)
     try:

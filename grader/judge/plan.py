@@ -97,7 +97,8 @@ def plan_calls(
 def make_inputs(spec: Assignment, case: Case, dtype: str, seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(derive_seed(seed, spec.name, case.name, dtype))
     with course_code(spec, "make_inputs", f"{case.name} [{dtype}]"):
-        return spec.make_inputs(case.params, DTYPES[dtype], gen)
+        inputs = spec.make_inputs(case.params, DTYPES[dtype], gen)
+    return inputs
 
 
 def materialize(spec: Assignment, calls: list[PlannedCall], folder: Path) -> None:

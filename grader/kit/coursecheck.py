@@ -1,6 +1,6 @@
 """`grader course check`: an assignment proved before students see it, on the CPU.
 
-What it verifies, each problem one line with its file and line (`Finding`):
+What it verifies, each problem one line with its file and line (`CourseFinding`):
 - every spec loads (grader.spec's contract; a spec that does not import names its line);
 - `function`, `signature`, module and handout agree: the signature is a call of `function`, the
   handout names the function, the starter (starter/<module>) defines it, the reference
@@ -38,7 +38,7 @@ RUN_TIMEOUT_S = 1800
 
 
 @dataclass(frozen=True)
-class Finding:
+class CourseFinding:
     """One problem: the file (absolute), its line (0: the file as a whole) and what to mend."""
 
     path: Path
@@ -56,7 +56,7 @@ class CourseReport:
 
     root: Path
     checked: list[str] = field(default_factory=list)
-    findings: list[Finding] = field(default_factory=list)
+    findings: list[CourseFinding] = field(default_factory=list)
     notes: list[str] = field(default_factory=list)
 
     @property
@@ -130,51 +130,55 @@ def real_aten_op(name: str) -> bool:
 
 # -- the checks that read files ----------------------------------------------------------------------
 
-def static_findings(course: specs.Course, spec: specs.Assignment) -> list[Finding]:
+def static_findings(course: specs.Course, spec: specs.Assignment) -> list[CourseFinding]:
     spec_file = spec.folder / "spec.py"
-    found: list[Finding] = []
+    found: list[CourseFinding] = []
 
     def at(field_name: str) -> int:
         return line_of(spec_file, rf"\b{field_name}\s*=", line_of(spec_file, r"\bSPEC\s*="))
 
     called = re.match(r"\s*([A-Za-z_]\w*)\s*\(", spec.signature or "")
     if called is None:
-        found.append(Finding(spec_file, at("signature"), f"SPEC.signature {spec.signature!r} is not a call "
+        found.append(CourseFinding(spec_file, at("signature"), f"SPEC.signature {spec.signature!r} is not a call "
                              f"`{spec.function}(...)`"))
     elif called.group(1) != spec.function:
-        found.append(Finding(spec_file, at("function"), f"SPEC.function is {spec.function!r} but SPEC.signature "
+        found.append(CourseFinding(spec_file, at("function"), f"SPEC.function is {spec.function!r} but SPEC.signature "
                              f"names {called.group(1)!r}: students would be told both (they must be the same name)"))
     handout = spec.folder / "README.md"
     if not handout.is_file():
-        found.append(Finding(handout, 0, "the handout is missing (what to write, the signature, the points)"))
+        found.append(CourseFinding(handout, 0, "the handout is missing (what to write, the signature, the points)"))
     elif not re.search(rf"\b{re.escape(spec.function)}\b", handout.read_text(errors="replace")):
-        found.append(Finding(handout, 0, f"the handout never names the function {spec.function}() students write"))
+        found.append(CourseFinding(handout, 0,
+                                   f"the handout never names the function {spec.function}() students write"))
     starter = starter_file(course, spec)
     if starter is None:
-        found.append(Finding(spec.folder / "starter" / spec.module, 0, "the starter is missing (the module students "
+        found.append(CourseFinding(spec.folder / "starter" / spec.module, 0,
+                                   "the starter is missing (the module students "
                              "start from, at the path SPEC.module names)"))
     elif not defines(starter, spec.function):
-        found.append(Finding(starter, 0, f"the starter does not define {spec.function}() (a stub students fill in)"))
+        found.append(CourseFinding(starter, 0,
+                                   f"the starter does not define {spec.function}() (a stub students fill in)"))
     for role, path in (("reference", reference_file(course, spec)), ("solution", solution_file(course, spec))):
         found += _exports(spec, role, path)
     for op in sorted(spec.forbidden_ops):
         if not real_aten_op(op):
-            found.append(Finding(spec_file, at("forbidden_ops"), f"SPEC.forbidden_ops names {op!r}, which is no aten "
+            found.append(CourseFinding(spec_file, at("forbidden_ops"),
+                                       f"SPEC.forbidden_ops names {op!r}, which is no aten "
                                  "op of this torch (`grader course ops` prints the ones a reference calls)"))
     found += _timing_fits(spec, spec_file, at("bytes_moved"))
     return found
 
 
-def _exports(spec: specs.Assignment, role: str, path: Path) -> list[Finding]:
+def _exports(spec: specs.Assignment, role: str, path: Path) -> list[CourseFinding]:
     """The reference or solution file exports the function, taking make_inputs' inputs (read, not run)."""
     missing = {"reference": f"the reference is missing (reference/{spec.name}.py must export {spec.function}())",
                "solution": f"the solution is missing (a correct {spec.module} under solutions/, defining "
                            f"{spec.function}())"}
     if not path.is_file():
-        return [Finding(path, 0, missing[role])]
+        return [CourseFinding(path, 0, missing[role])]
     line = defines(path, spec.function)
     if not line:
-        return [Finding(path, 0, f"the {role} does not define {spec.function}() (SPEC.function)")]
+        return [CourseFinding(path, 0, f"the {role} does not define {spec.function}() (SPEC.function)")]
     tree = ast.parse(path.read_text(errors="replace"))
     node = next(n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef))
                 and n.name == spec.function)
@@ -186,7 +190,8 @@ def _exports(spec: specs.Assignment, role: str, path: Path) -> list[Finding]:
             return []
         if [a for a in params if a in inputs] != [a for a in inputs if a in params] or \
                 any(a not in params for a in inputs):
-            return [Finding(path, line, f"{spec.function}({', '.join(params)}) does not take the inputs make_inputs "
+            return [CourseFinding(path, line,
+                                  f"{spec.function}({', '.join(params)}) does not take the inputs make_inputs "
                                         f"makes ({', '.join(inputs)})")]
     return []
 
@@ -197,7 +202,7 @@ def _generator():
     return torch.Generator().manual_seed(0)
 
 
-def _timing_fits(spec: specs.Assignment, spec_file: Path, line: int) -> list[Finding]:
+def _timing_fits(spec: specs.Assignment, spec_file: Path, line: int) -> list[CourseFinding]:
     """The timing case's inputs, made as fake tensors (no memory), fit Performance.bytes_moved:
     a kernel reads each input at least once, so less than that is a floor no kernel can reach."""
     perf = spec.performance
@@ -217,9 +222,9 @@ def _timing_fits(spec: specs.Assignment, spec_file: Path, line: int) -> list[Fin
         named = int(perf.bytes_moved(perf.case.params, dtype))
     except Exception as exc:  # noqa: BLE001 - the course's error, with its line
         err = specs.raised_in_course(spec, "bytes_moved", exc, perf.case.name)
-        return [Finding(spec_file, line, str(err))]
+        return [CourseFinding(spec_file, line, str(err))]
     if named < read:
-        return [Finding(spec_file, line, f"the timing case {perf.case.name} reads {read} bytes of inputs but "
+        return [CourseFinding(spec_file, line, f"the timing case {perf.case.name} reads {read} bytes of inputs but "
                                          f"Performance.bytes_moved says {named}: it must count at least every input "
                                          "read once (and the result written)")]
     return []
@@ -227,7 +232,7 @@ def _timing_fits(spec: specs.Assignment, spec_file: Path, line: int) -> list[Fin
 
 # -- the checks that run: one interpreter for the whole course ---------------------------------------
 
-def run_findings(course: specs.Course, chosen: list[specs.Assignment], report: CourseReport) -> list[Finding]:
+def run_findings(course: specs.Course, chosen: list[specs.Assignment], report: CourseReport) -> list[CourseFinding]:
     """The reference and the solution on every case, the starter on the smallest, in a fresh Python
     with Triton's interpreter on from the start (it reads TRITON_INTERPRET at import)."""
     jobs = []
@@ -246,7 +251,8 @@ def run_findings(course: specs.Course, chosen: list[specs.Assignment], report: C
         answers = json.loads(done.stdout.strip().splitlines()[-1])
     except (IndexError, ValueError):
         tail = " ".join(done.stderr.strip().splitlines()[-3:])[-600:]
-        return [Finding(course.root, 0, f"the interpreted run ended without an answer (exit {done.returncode}): {tail}")]
+        return [CourseFinding(course.root, 0,
+                              f"the interpreted run ended without an answer (exit {done.returncode}): {tail}")]
     found = []
     by_name = {s.name: s for s in chosen}
     for answer in answers:
@@ -255,24 +261,27 @@ def run_findings(course: specs.Course, chosen: list[specs.Assignment], report: C
         where = f"{answer['case']} [{answer['dtype']}]" if answer.get("case") else ""
         if outcome == "course_error":  # the spec's own function raised: its file and line, once
             file, _, line = answer["where"].rpartition(":")
-            finding = Finding(course.root / file, int(line) if line.isdigit() else 0, answer["message"])
+            finding = CourseFinding(course.root / file, int(line) if line.isdigit() else 0, answer["message"])
             if finding not in found:
                 found.append(finding)
         elif role == "starter":
             if outcome == "passed":
-                found.append(Finding(path, defines(path, spec.function), f"the starter passes {where}: students would have nothing to write"))
+                found.append(CourseFinding(path, defines(path, spec.function),
+                                           f"the starter passes {where}: students would have nothing to write"))
             else:
                 report.notes.append(f"{spec.name}: the starter fails as it should: {outcome} on {where}: "
                                     f"{answer['message']}")
         elif outcome == "error":
-            found.append(Finding(path, answer.get("line") or 0, f"the {role} cannot be graded: {answer['message']}"))
+            found.append(CourseFinding(path, answer.get("line") or 0,
+                                       f"the {role} cannot be graded: {answer['message']}"))
         elif outcome != "passed":
-            found.append(Finding(path, defines(path, spec.function), f"the {role} is {outcome} on {where}: "
+            found.append(CourseFinding(path, defines(path, spec.function), f"the {role} is {outcome} on {where}: "
                                                                       f"{answer['message']}"))
         if role == "reference" and answer.get("forbidden"):
             spec_file = spec.folder / "spec.py"
-            found.append(Finding(path, 0, f"the reference calls {', '.join(answer['forbidden'])}, which SPEC."
-                                          f"forbidden_ops forbids (spec.py line {line_of(spec_file, r'forbidden_ops')})"))
+            named = line_of(spec_file, r"forbidden_ops")
+            found.append(CourseFinding(path, 0, f"the reference calls {', '.join(answer['forbidden'])}, which "
+                                                f"SPEC.forbidden_ops forbids (spec.py line {named})"))
     return found
 
 
@@ -295,8 +304,8 @@ def _first_config_only() -> None:
     from triton.runtime import autotuner
 
     original = autotuner.autotune
-    setattr(triton, "autotune", lambda configs, *a, **kw: original(list(configs)[:1], *a, **kw))
-    setattr(autotuner, "autotune", triton.autotune)
+    first = lambda configs, *a, **kw: original(list(configs)[:1], *a, **kw)  # noqa: E731
+    triton.autotune = autotuner.autotune = first
 
 
 def _graded(spec: specs.Assignment, path: Path, role: str) -> dict:
@@ -382,14 +391,14 @@ def call_as_worker(function, inputs: dict, ops: set[str] | None = None) -> tuple
 
     from grader.codec import storage_of
 
-    class Recorder(TorchDispatchMode):
+    class DispatchedOps(TorchDispatchMode):
         def __torch_dispatch__(self, func, types, args=(), kwargs=None):
             if ops is not None:
                 ops.add(func.name())
             return func(*args, **(kwargs or {}))
 
     args = {k: _copy_view(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-    with Recorder():
+    with DispatchedOps():
         out = function(**args)
     saved = {f"input.{k}": storage_of(v) for k, v in args.items() if isinstance(v, torch.Tensor)}  # a write in place
     reply: dict = {"device": "cpu", "result_type": type(out).__name__}
@@ -426,13 +435,13 @@ def check_course(course: specs.Course, names: list[str] | None = None, run: bool
     loaded, broken = course.load_each()
     for path, rules in broken.items():
         for rule in rules:
-            report.findings.append(Finding(path, _line_of_rule(path, rule), rule))
+            report.findings.append(CourseFinding(path, _line_of_rule(path, rule), rule))
     unknown = [n for n in names or () if n not in loaded and not any(p.parent.name == n for p in broken)]
     if unknown:
         raise specs.UnknownAssignment(f"unknown assignment {unknown[0]!r} (known: {', '.join(loaded) or 'none'})")
     chosen = [loaded[n] for n in (names or list(loaded)) if n in loaded]
     if not loaded and not broken:
-        report.findings.append(Finding(course.root / "assignments", 0, "no assignment: each is "
+        report.findings.append(CourseFinding(course.root / "assignments", 0, "no assignment: each is "
                                        "assignments/<name>/spec.py (`grader assignment new NAME` writes one)"))
     report.checked = [s.name for s in chosen]
     for spec in chosen:
