@@ -174,3 +174,40 @@ def test_new_course_and_assignment_refuse_what_they_cannot_write(made, tmp_path)
                                ("gelu", "conv", "--shape 'conv': one of elementwise, rowwise, matmul")):
         run = run_cli(["assignment", "new", name, "--shape", shape, "--course", str(made)], tmp_path)
         assert run.returncode == 2 and words in run.stderr, run.stderr
+
+
+def test_a_new_course_is_released_checked_and_graded_by_grader_commands(made, tmp_path):
+    """From the course the commands made: the kit (course check first), a student's check of the
+    solution and of the starter, and a class of three graded."""
+    import csv
+    import shutil
+
+    from tests.classbuild import commit, git
+
+    kit = tmp_path / "kit"
+    released = run_cli(["--course", str(made), "release", "--out", str(kit), "--grader-requirement",
+                        "grader==0.1.0"], tmp_path)
+    assert released.returncode == 0, released.stdout + released.stderr
+    assert "Checking relu first" in released.stdout and (kit / "kernels" / "relu.py").is_file()
+    assert not list(kit.rglob("hidden.py")) and not (kit / "solutions").exists() and not (kit / "reference").exists()
+    repos = {}
+    for student, source in (("alice", made / "solutions"), ("bob", kit), ("carol", made / "solutions")):
+        repo = tmp_path / "repos" / student
+        shutil.copytree(kit, repo)
+        shutil.copytree(source / "kernels", repo / "kernels", dirs_exist_ok=True)
+        git(repo, "init", "-q", "-b", "main")
+        commit(repo, "submission", "2026-01-10T12:00:00+00:00")
+        repos[student] = repo
+    quick = ["--device", "cpu", "--case", "n=1", "--case", "n=1000", "--dtype", "float32", "--seed", "5"]
+    good = run_cli(["--course", str(made), "check", str(repos["alice"]), "-a", "relu", *quick], tmp_path)
+    assert good.returncode == 0, good.stdout + good.stderr
+    starter = run_cli(["--course", str(made), "check", str(repos["bob"]), "-a", "relu", *quick], tmp_path)
+    assert starter.returncode == 1 and "NotImplementedError" in starter.stdout, starter.stdout
+    (tmp_path / "roster.csv").write_text("student,repo\n" + "".join(f"{s},repos/{s}\n" for s in repos))
+    graded = run_cli(["--course", str(made), "grade", "--roster", "roster.csv", "--out", "class", "-a", "relu",
+                      "--jobs", "1", *quick], tmp_path)
+    assert graded.returncode == 0, graded.stdout + graded.stderr
+    rows = {r["student"]: r for r in csv.DictReader((tmp_path / "class" / "grades.csv").open())}
+    assert set(rows) == {"alice", "bob", "carol"}, rows
+    column = next(c for c in rows["alice"] if c.startswith("relu"))
+    assert float(rows["alice"][column]) > float(rows["bob"][column]) == 0, rows
