@@ -64,6 +64,8 @@ def handout_problems(spec: specs.Assignment, course: Path) -> list[str]:
         return [f"{_where(handout, course)}: the handout is missing (what to write, the signature, the points)"]
     if spec.function not in handout.read_text():
         return [f"{_where(handout, course)}: the handout never names the function {spec.function}() students must write"]
+    if "reports/report.html" in handout.read_text():
+        return [f"{_where(handout, course)}: the handout names reports/report.html; the report is .grader/report.html"]
     return []
 
 

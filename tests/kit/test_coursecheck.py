@@ -211,3 +211,11 @@ def test_a_new_course_is_released_checked_and_graded_by_grader_commands(made, tm
     assert set(rows) == {"alice", "bob", "carol"}, rows
     column = next(c for c in rows["alice"] if c.startswith("relu"))
     assert float(rows["alice"][column]) > float(rows["bob"][column]) == 0, rows
+
+
+def test_every_command_takes_the_course_folder(made, tmp_path):
+    listed = run_cli(["--course", str(made), "list"], tmp_path)
+    assert listed.returncode == 0 and "relu" in listed.stdout and "vector_add" not in listed.stdout, listed.stdout
+    (tmp_path / "empty").mkdir()
+    refused = run_cli(["--course", str(tmp_path / "empty"), "list"], tmp_path)
+    assert refused.returncode == 2 and "is no course folder" in refused.stderr, refused.stderr
