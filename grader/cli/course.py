@@ -74,6 +74,10 @@ def check_course(course: Optional[Path] = typer.Option(None, "--course", help=CO
     if report.findings:
         err.print(f"{len(report.findings)} problem{'s' if len(report.findings) != 1 else ''}: not ready for students")
         raise typer.Exit(1)
+    from grader.kit.coursecheck import keep_proof
+    from grader.settings import current
+
+    keep_proof(catalogue, report.checked, current().check_cache_base / "course-check")  # release need not run it again
     console.print(f"[green]ok[/green]: {', '.join(report.checked)}")
 
 

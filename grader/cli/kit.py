@@ -34,7 +34,7 @@ def _proved(catalogue: specs.Course, names: list[str] | None, settings, what: st
 
     chosen = names or sorted(p.parent.name for p in (catalogue.root / "assignments").glob("*/spec.py"))
     console.print(f"Checking {', '.join(chosen)} first (grader course check, on the CPU)")
-    report = proved(catalogue, chosen, settings.check_cache_base / "course-check")
+    report = proved(catalogue, chosen, settings.check_cache_base / "course-check")  # as `grader course check` keeps it
     for line in report.lines():
         say(err, f"[red]{shown(line, 800)}[/red]")
     if not report.ok:

@@ -478,18 +478,25 @@ def fingerprint(course: specs.Course, names: list[str]) -> str:
 def proved(course: specs.Course, names: list[str], stamps: Path) -> CourseReport:
     """check_course, unless a check of exactly these files passed before (a stamp in `stamps`, the
     kept cache): a release after an unchanged course does not run the interpreter again."""
-    key = fingerprint(course, names)
-    stamp = stamps / f"{key}.ok"
-    if stamp.is_file():
+    if _stamp(course, names, stamps).is_file():
         return CourseReport(course.root, names)
     report = check_course(course, names)
     if report.ok:
-        try:
-            stamps.mkdir(parents=True, exist_ok=True)
-            stamp.write_text(json.dumps({"course": str(course.root), "assignments": names}))
-        except OSError:
-            pass  # only slower next time
+        keep_proof(course, names, stamps)
     return report
+
+
+def keep_proof(course: specs.Course, names: list[str], stamps: Path) -> None:
+    """Say in `stamps` that `names` of `course`, as their files are now, passed the check."""
+    try:
+        stamps.mkdir(parents=True, exist_ok=True)
+        _stamp(course, names, stamps).write_text(json.dumps({"course": str(course.root), "assignments": names}))
+    except OSError:
+        pass  # only slower next time
+
+
+def _stamp(course: specs.Course, names: list[str], stamps: Path) -> Path:
+    return stamps / f"{fingerprint(course, sorted(names))}.ok"
 
 
 def aten_ops_called(course: specs.Course, name: str, path: Path | None = None, dtype: str = "float32") -> list[str]:
