@@ -344,8 +344,11 @@ class CourseCodeError(Exception):
     the file, the function that raised, its line and the case, the same in every command (exit 2);
     a batch grades no more of that assignment instead of retrying every student."""
 
-    def __init__(self, where: str, function: str, case: str, cause: str):
+    def __init__(self, where: str, function: str, case: str, cause: str, sees_results: bool = False):
         self.where, self.function, self.case, self.cause = where, function, case, cause
+        # raised where the course's code reads a student's results (a property `check`): it may be
+        # that result's doing, so a batch stops no other student's job for it
+        self.sees_results = sees_results
         super().__init__(f"{where}: {function}() raised {cause}{f' on case {case}' if case else ''}: the assignment "
                          "is broken, not your code (the course staff must mend it)")
 
@@ -366,7 +369,7 @@ def raised_in_course(spec: Assignment, what: str, exc: BaseException, case: str 
     else:
         where, function = _shown_path(spec.folder / "spec.py", course_root), what
     cause = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
-    return CourseCodeError(where, function, case, cause)
+    return CourseCodeError(where, function, case, cause, sees_results=what == "check")
 
 
 def _inside(path: Path, root: Path) -> bool:

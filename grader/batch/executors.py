@@ -68,7 +68,8 @@ class Scheduler:
     def finish(self, job: Job, record: JobRecord | None) -> None:
         """A job ended. An infra_error goes back in line; the course's own error (a spec that
         raised, grader.spec.CourseCodeError) is not retried, and that assignment's jobs still
-        waiting are not run: every student's would break the same way (`course_errors`)."""
+        waiting are not run: every student's would break the same way (`course_errors`), unless the
+        code that raised reads the student's results (a property check: that result may be the cause)."""
         dropped: list[Job] = []
         with self.cond:
             self.in_flight -= 1
@@ -81,6 +82,7 @@ class Scheduler:
                 self.finished.append((job, record))
             if course_error and record is not None:
                 self.course_errors.setdefault(job.assignment, record.error)
+            if course_error and record is not None and record.extra.get("course_error_stops", True):
                 dropped = [j for j in self.queue if j.assignment == job.assignment]
                 self.queue = collections.deque(j for j in self.queue if j.assignment != job.assignment)
             self.cond.notify_all()

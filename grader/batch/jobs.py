@@ -187,6 +187,7 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
         log(f"the course's error: {exc}")
         record = new_record(job, "infra_error", str(exc), started=started)
         record.extra["course_error"] = True
+        record.extra["course_error_stops"] = not exc.sees_results  # every student's job would break alike
         return record
     except Exception as exc:  # the grader's own failure: never the student's
         log(traceback.format_exc())

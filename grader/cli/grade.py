@@ -344,8 +344,10 @@ def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:
                     return
                 elif kind == "done" and record.extra.get("course_error"):
                     counts["course_error"] = counts.get("course_error", 0) + 1
+                    rest = ("none of its other jobs is run" if record.extra.get("course_error_stops", True)
+                            else f"{shown(job.label)}; its property check raised on this result")
                     bar.console.print(f"  [red]course error[/red] {shown(job.assignment)}: {shown(record.error, 600)} "
-                                      "(none of its other jobs is run)")
+                                      f"({rest})")
                     bar.advance(task)
                 elif kind == "done":
                     isolation = (record.environment or {}).get("isolation") or {}
