@@ -271,12 +271,14 @@ def run_findings(course: specs.Course, chosen: list[specs.Assignment], report: C
             else:
                 report.notes.append(f"{spec.name}: the starter fails as it should: {outcome} on {where}: "
                                     f"{answer['message']}")
+        elif outcome == "raised":
+            found.append(CourseFinding(path, answer.get("line") or defines(path, spec.function),
+                                       f"the {role} raised on {where}: {answer['message']}"))
         elif outcome == "error":
-            found.append(CourseFinding(path, answer.get("line") or 0,
-                                       f"the {role} cannot be graded: {answer['message']}"))
+            found.append(CourseFinding(path, answer.get("line") or 0, f"the {role} {answer['message']}"))
         elif outcome != "passed":
-            found.append(CourseFinding(path, defines(path, spec.function), f"the {role} is {outcome} on {where}: "
-                                                                      f"{answer['message']}"))
+            found.append(CourseFinding(path, defines(path, spec.function),
+                                       f"the {role} does not pass {where} ({outcome}): {answer['message']}"))
         if role == "reference" and answer.get("forbidden"):
             spec_file = spec.folder / "spec.py"
             named = line_of(spec_file, r"forbidden_ops")
@@ -315,7 +317,7 @@ def _graded(spec: specs.Assignment, path: Path, role: str) -> dict:
         function = getattr(_load(path, f"course_check_{role}_{spec.name}"), spec.function)
     except Exception as exc:  # noqa: BLE001 - any failure to import is the finding
         line = next((f.lineno for f in reversed(_frames(exc)) if Path(f.filename) == path), 0)
-        return {"outcome": "error", "line": line, "message": f"it does not import: {type(exc).__name__}: {exc}"}
+        return {"outcome": "error", "line": line, "message": f"does not import: {type(exc).__name__}: {exc}"}
     try:
         if role == "starter":
             dtypes = ["float32"]
@@ -335,10 +337,9 @@ def _graded(spec: specs.Assignment, path: Path, role: str) -> dict:
                 except Exception as exc:  # noqa: BLE001 - the kernel's own error: its verdict
                     from grader.sanitize import one_line
 
-                    verdict_outcome, message = "error", one_line(f"{type(exc).__name__}: {exc}", 300)
-                    last = {"outcome": verdict_outcome if role != "starter" else "raised", "case": case.name,
-                            "dtype": dtype, "message": message}
-                    return {**last, "forbidden": sorted(forbidden)}
+                    line = next((f.lineno for f in reversed(_frames(exc)) if Path(f.filename) == path), 0)
+                    return {"outcome": "raised", "case": case.name, "dtype": dtype, "line": line,
+                            "message": one_line(f"{type(exc).__name__}: {exc}", 300), "forbidden": sorted(forbidden)}
                 forbidden |= ops & spec.forbidden_ops
                 last = {"outcome": verdict.outcome.value, "case": case.name, "dtype": dtype,
                         "message": verdict.message}

@@ -82,7 +82,7 @@ def test_each_breakage_is_one_line_with_its_file_and_line_and_release_refuses_it
     assert run.returncode == 1, run.stdout + run.stderr
     relu_def = coursecheck.defines(course / "reference/relu.py", "relu")
     expected = [
-        f"reference/relu.py:{relu_def}: the reference is failed on ",
+        f"reference/relu.py:{relu_def}: the reference does not pass ",
         "reference/add1.py: the reference does not define add1() (SPEC.function)",
         f"assignments/add2/spec.py:{line}: make_inputs() raised KeyError: 'nn' on case n=1 [float32]: the assignment is "
         "broken",
@@ -219,3 +219,16 @@ def test_every_command_takes_the_course_folder(made, tmp_path):
     (tmp_path / "empty").mkdir()
     refused = run_cli(["--course", str(tmp_path / "empty"), "list"], tmp_path)
     assert refused.returncode == 2 and "is no course folder" in refused.stderr, refused.stderr
+
+
+def test_a_reference_that_raises_and_a_starter_that_passes(made, tmp_path):
+    course = _copy(made, tmp_path)
+    line = _break(course, "reference/relu.py", "    n = out.numel()\n", "    n = out.numel()\n    assert n > 1, 'too short'\n")
+    (course / "assignments/relu/starter/kernels/relu.py").write_text((course / "solutions/kernels/relu.py").read_text())
+    run = _check(course)
+    assert run.returncode == 1
+    assert f"reference/relu.py:{line + 1}: the reference raised on n=1 [float32]: AssertionError: too short" in \
+        run.stderr, run.stderr
+    starter = coursecheck.defines(course / "assignments/relu/starter/kernels/relu.py", "relu")
+    assert f"assignments/relu/starter/kernels/relu.py:{starter}: the starter passes n=1 [float32]: students would " \
+           "have nothing to write" in run.stderr, run.stderr
