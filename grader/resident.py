@@ -392,6 +392,27 @@ def _signal_from(conn: socket.socket, running: dict[int, socket.socket]) -> None
         pass
 
 
+def run_as_cold(command) -> int:
+    """`command()`'s exit code and what it prints, exactly as the same command started cold prints
+    and exits (`python -m grader`): a SystemExit's code (its message, if it has one, on stderr as
+    Python prints it), an interrupt's 130, and any other exception printed by the interpreter's
+    hook (typer's, where it installed one) with exit 1, never a silent 2."""
+    try:
+        command()
+        return 0
+    except SystemExit as exc:
+        if exc.code is None or isinstance(exc.code, int):
+            return exc.code or 0
+        print(exc.code, file=sys.stderr)
+        return 1
+    except KeyboardInterrupt:
+        sys.excepthook(*sys.exc_info())
+        return 130
+    except BaseException:  # noqa: BLE001 - whatever it is, said as the cold command says it
+        sys.excepthook(*sys.exc_info())
+        return 1
+
+
 def _child(listener: socket.socket, conn: socket.socket, fds: list[int], request: dict) -> None:
     """The fork: the caller's command, as if it had started it."""
     code = 2
@@ -415,13 +436,7 @@ def _child(listener: socket.socket, conn: socket.socket, fds: list[int], request
         from grader.cli import main as cli
 
         common.attach_terminal()
-        try:
-            cli()
-            code = 0
-        except SystemExit as exc:
-            code = exc.code if isinstance(exc.code, int) else (0 if exc.code is None else 1)
-        except KeyboardInterrupt:
-            code = 130
+        code = run_as_cold(cli)
     finally:
         try:
             sys.stdout.flush()

@@ -180,6 +180,12 @@ def from_environment(env: Mapping[str, str] | None = None) -> Settings:
     )
 
 
+def name_course(folder: Path) -> None:
+    """`grader --course PATH ...`: the course folder this process and every one it starts use,
+    as $GRADER_COURSE names it (set before any command reads its settings)."""
+    os.environ["GRADER_COURSE"] = str(Path(folder).resolve())
+
+
 def current() -> Settings:
     """The settings as the environment says now: for a command's entry point only (it reads them
     once and passes them down)."""

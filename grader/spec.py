@@ -12,12 +12,14 @@ two courses (a test's, a kit's) never see each other's specs.
 
 from __future__ import annotations
 
+import errno
 import importlib.util
 import random
 import sys
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any, Callable, Iterator
 
 import torch
 
@@ -92,6 +94,20 @@ class Course:
             folders = sorted(p.parent for p in (self.root / "assignments").glob("*/spec.py"))
             self._catalogue = _load_all(folders, self)
         return self._catalogue
+
+    def load_each(self) -> tuple[dict[str, Assignment], dict[Path, list[str]]]:
+        """Every assignment that loads, by name, and every file that does not with its rules:
+        a course check says them all, where the catalogue refuses the course at the first."""
+        withheld = self.kit_manifest().get("assignments", {})
+        loaded: dict[str, Assignment] = {}
+        broken: dict[Path, list[str]] = {}
+        for folder in sorted(p.parent for p in (self.root / "assignments").glob("*/spec.py")):
+            try:
+                hidden = int(withheld.get(folder.name, {}).get("hidden_cases", 0))
+                loaded[folder.name] = _load_spec(folder, self, hidden)
+            except SpecError as exc:
+                broken.update(exc.broken)
+        return loaded, broken
 
     def get(self, name: str) -> Assignment:
         try:
@@ -276,7 +292,11 @@ def _run_file(path: Path, module_name: str):
         spec.loader.exec_module(module)
     except Exception as exc:  # noqa: BLE001 - whatever it raises, the file is the one to mend
         renamed = " (the float64 answer is Assignment(truth=...) now)" if "'reference'" in str(exc) else ""
-        raise SpecError({path: [f"does not import: {type(exc).__name__}: {exc}{renamed}"]}) from exc
+        import traceback
+
+        lines = [f.lineno for f in traceback.extract_tb(exc.__traceback__) if Path(f.filename) == Path(path)]
+        where = f" (line {lines[-1]})" if lines and not isinstance(exc, SyntaxError) else ""
+        raise SpecError({path: [f"does not import: {type(exc).__name__}: {exc}{renamed}{where}"]}) from exc
     return module
 
 
@@ -316,6 +336,73 @@ class SpecError(ValueError):
         self.broken = broken
         lines = "".join(f"\n  {path}: {rule}" for path, rules in broken.items() for rule in rules)
         super().__init__(f"a broken assignment spec, refused before anything ran:{lines}")
+
+
+class CourseCodeError(Exception):
+    """A course's own code (a spec's make_inputs, truth, baseline, random_cases, check, explain...)
+    that raised while grading: the assignment is broken, not the student's code. One line names
+    the file, the function that raised, its line and the case, the same in every command (exit 2);
+    a batch grades no more of that assignment instead of retrying every student."""
+
+    def __init__(self, where: str, function: str, case: str, cause: str, sees_results: bool = False):
+        self.where, self.function, self.case, self.cause = where, function, case, cause
+        # raised where the course's code reads a student's results (a property `check`): it may be
+        # that result's doing, so a batch stops no other student's job for it
+        self.sees_results = sees_results
+        super().__init__(f"{where}: {function}() raised {cause}{f' on case {case}' if case else ''}: the assignment "
+                         "is broken, not your code (the course staff must mend it)")
+
+
+def raised_in_course(spec: Assignment, what: str, exc: BaseException, case: str = "") -> CourseCodeError:
+    """`exc`, raised by `spec`'s own `what` (make_inputs, truth...), as the course's error: the
+    deepest frame of the traceback in the course's files (its assignments/ folder), else the spec."""
+    import traceback
+
+    root = spec.folder.parent.resolve()
+    frames = traceback.extract_tb(exc.__traceback__)
+    ours = [f for f in frames if _inside(Path(f.filename), root)]
+    course_root = spec.course.root if spec.course is not None else spec.folder.parent.parent
+    if ours:
+        frame = ours[-1]
+        where = f"{_shown_path(Path(frame.filename), course_root)}:{frame.lineno}"
+        function = frame.name if frame.name != "<lambda>" else what
+    else:
+        where, function = _shown_path(spec.folder / "spec.py", course_root), what
+    cause = " ".join(f"{type(exc).__name__}: {exc}".split())[:300]
+    return CourseCodeError(where, function, case, cause, sees_results=what == "check")
+
+
+def _inside(path: Path, root: Path) -> bool:
+    try:
+        path.resolve().relative_to(root)
+        return True
+    except (ValueError, OSError):
+        return False
+
+
+def _shown_path(path: Path, root: Path) -> str:
+    try:
+        return str(path.resolve().relative_to(Path(root).resolve()))
+    except (ValueError, OSError):
+        return str(path)
+
+
+@contextmanager
+def course_code(spec: Assignment, what: str, case: str = "") -> Iterator[None]:
+    """`with course_code(spec, "make_inputs", case):` what the course's code raises there is a
+    CourseCodeError (memory or disk running out stays what it is: the machine's, not the spec's)."""
+    try:
+        yield
+    except (MemoryError, CourseCodeError):
+        raise
+    except OSError as exc:
+        if exc.errno in (errno.ENOSPC, errno.ENOMEM):
+            raise
+        raise raised_in_course(spec, what, exc, case) from exc
+    except Exception as exc:  # noqa: BLE001 - whatever the course's code raises is the course's
+        if type(exc).__name__ == "OutOfMemoryError":  # torch's: the machine's too
+            raise
+        raise raised_in_course(spec, what, exc, case) from exc
 
 
 def validate(spec: Assignment) -> None:

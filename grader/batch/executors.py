@@ -50,6 +50,7 @@ class Scheduler:
         self.in_flight = 0
         self.stopped = False
         self.finished: list[tuple[Job, JobRecord | None]] = []
+        self.course_errors: dict[str, str] = {}  # assignment -> its course error, the first job's
 
     def take(self, block: bool = True) -> Job | None:
         with self.cond:
@@ -65,16 +66,29 @@ class Scheduler:
         return job
 
     def finish(self, job: Job, record: JobRecord | None) -> None:
+        """A job ended. An infra_error goes back in line; the course's own error (a spec that
+        raised, grader.spec.CourseCodeError) is not retried, and that assignment's jobs still
+        waiting are not run: every student's would break the same way (`course_errors`), unless the
+        code that raised reads the student's results (a property check: that result may be the cause)."""
+        dropped: list[Job] = []
         with self.cond:
             self.in_flight -= 1
+            course_error = record is not None and bool(record.extra.get("course_error"))
             retry = (record is not None and record.status == "infra_error" and job.tries <= self.retries
-                     and not self.stopped)
+                     and not self.stopped and not course_error)
             if retry:
                 self.queue.append(job)
             else:
                 self.finished.append((job, record))
+            if course_error and record is not None:
+                self.course_errors.setdefault(job.assignment, record.error)
+            if course_error and record is not None and record.extra.get("course_error_stops", True):
+                dropped = [j for j in self.queue if j.assignment == job.assignment]
+                self.queue = collections.deque(j for j in self.queue if j.assignment != job.assignment)
             self.cond.notify_all()
         self.on_event("retry" if retry else ("interrupted" if record is None else "done"), job, record)
+        for j in dropped:
+            self.on_event("not_run", j, None)
 
     @property
     def idle(self) -> bool:

@@ -161,6 +161,7 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
     Student failures are outcomes inside the result; only our own failures are infra_error.
     `sessions`: the grading sessions this process has opened, reused by a later job on the
     same context (a job server's); without it the job opens its own."""
+    from grader.spec import CourseCodeError
     from grader.submission import SubmissionError, open_submission
 
     started = time.time()
@@ -182,6 +183,12 @@ def execute(job: Job, log: Callable[[str], None] = print, sessions: dict | None 
             run = session.grade(sub, [spec], lambda step: log(f"  {step}"), phases)
             result, env = run.assignments[0], run.environment  # the record says which isolation ran, and the roofline
         result.notes[:0] = job.notes
+    except CourseCodeError as exc:  # the course's: not retried, and the assignment's other jobs are not run
+        log(f"the course's error: {exc}")
+        record = new_record(job, "infra_error", str(exc), started=started)
+        record.extra["course_error"] = True
+        record.extra["course_error_stops"] = not exc.sees_results  # every student's job would break alike
+        return record
     except Exception as exc:  # the grader's own failure: never the student's
         log(traceback.format_exc())
         return new_record(job, "infra_error", f"the grader failed: {type(exc).__name__}: {exc}", started=started)

@@ -159,6 +159,8 @@ def run_batch(lock, opts: BatchOptions, plan: BatchPlan, on_event: Callable[[str
                      graded=sum(r.status == "graded" for r in done),
                      infra_error=sum(r.status == "infra_error" for r in done),
                      not_run=len(plan.jobs) - len(done))
+        if sched.course_errors:  # the course's own, once per assignment (grader.spec.CourseCodeError)
+            entry["course_errors"] = dict(sched.course_errors)
         write_json_atomic(manifest, out / MANIFEST)
         repair_students(out, [p.folder for p in lock.students if p.status == "fetched"])
         view = write_class_outputs(out, lock, manifest["assignments"], manifest, opts.course, opts.similarity_threshold,

@@ -12,10 +12,12 @@ from __future__ import annotations
 
 import errno
 import os
+from pathlib import Path
+from typing import Optional
 
 import typer
 
-from grader.cli import check, fetch, grade, kit, leaderboard, publish, review, similarity, verify
+from grader.cli import check, course, fetch, grade, kit, leaderboard, publish, review, similarity, verify
 
 # --help as plain text at the terminal's width (click measures it when it writes; 80 where it is not
 # known), not rich's table of boxes, whose option column left the help about 25 columns
@@ -46,9 +48,21 @@ def _version(value: bool) -> None:
         raise typer.Exit(0)
 
 
+def _course(value: Optional[Path]) -> None:
+    if value is not None:
+        from grader.settings import name_course
+
+        if not (value / "assignments").is_dir():
+            raise typer.BadParameter(f"{value} is no course folder (it has no assignments/)")
+        name_course(value)
+
+
 @app.callback()
 def _main(version: bool = typer.Option(False, "--version", callback=_version, is_eager=True,
                                        help="Print the grader's version, and torch's and Triton's, then exit."),
+          course: Optional[Path] = typer.Option(None, "--course", callback=_course, is_eager=True,
+                                                help="The course folder every command uses (as $GRADER_COURSE): "
+                                                "`grader --course PATH check ...`."),
           ) -> None:
     """Grade Triton kernel assignments."""
 
@@ -59,17 +73,20 @@ similarity.register(app)
 leaderboard.register(app)
 review.register(app)
 kit.register(app)
+course.register(app)
 verify.register(app)
 publish.register(app)
 
 
 def main() -> None:
-    """Every command; a broken assignment spec met by any of them is its file and rule, exit 2."""
-    from grader.spec import SpecError
+    """Every command; a broken assignment spec met by any of them is its file and rule, and a
+    course's code that raised while grading its file, function, line and case: exit 2 (the
+    course's error, not the student's)."""
+    from grader.spec import CourseCodeError, SpecError
 
     try:
         app()
-    except SpecError as exc:
+    except (SpecError, CourseCodeError) as exc:
         from grader.cli.common import err, say, shown_lines
 
         say(err, f"[red]error:[/red] {shown_lines(exc)}")

@@ -342,6 +342,15 @@ def _graded_with_progress(lock, opts, plan) -> tuple[dict, dict[str, None]]:
                     counts["retried"] += 1
                     bar.console.print(f"  [bold blue]infra_error[/bold blue] {shown(job.label)}: "
                                       f"{shown(record.error, 500)} (trying again)")
+                elif kind == "not_run":  # after its assignment's course error
+                    return
+                elif kind == "done" and record.extra.get("course_error"):
+                    counts["course_error"] = counts.get("course_error", 0) + 1
+                    rest = ("none of its other jobs is run" if record.extra.get("course_error_stops", True)
+                            else f"{shown(job.label)}; its property check raised on this result")
+                    bar.console.print(f"  [red]course error[/red] {shown(job.assignment)}: {shown(record.error, 600)} "
+                                      f"({rest})")
+                    bar.advance(task)
                 elif kind == "done":
                     isolation = (record.environment or {}).get("isolation") or {}
                     warnings.update(dict.fromkeys(isolation.get("warnings") or []))
@@ -372,6 +381,10 @@ def _graded_exit(out: Path, lock, plan, entry: dict, warnings: dict[str, None]) 
         err.print(f"[yellow]warning:[/yellow] {shown(warning)}")
     if entry.get("interrupted"):
         return 130
+    for name, error in (entry.get("course_errors") or {}).items():  # the course's, not any student's: exit 2
+        err.print(f"[red]error:[/red] {shown(error, 600)} ({shown(name)}: nothing of it was graded)")
+    if entry.get("course_errors"):
+        return 2
     if not entry["graded"] and not entry["reused"]:  # a run that graded nothing is not a success
         fetched = sum(p.status == "fetched" for p in lock.students)
         why = "no student could be fetched" if not fetched else "no job was graded"

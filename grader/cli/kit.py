@@ -22,6 +22,26 @@ def _fail(message: str) -> None:
     raise typer.Exit(2)
 
 
+NO_CHECK_HELP = ("Ship without running `grader course check` first (as otter assign's --no-run-tests): not advised, "
+                 "an assignment that fails it is broken for every student.")
+
+
+def _proved(catalogue: specs.Course, names: list[str] | None, settings, what: str) -> None:
+    """`grader course check` on the assignments shipped (grader.kit.coursecheck, once per content of
+    the course: a stamp in the kept cache); a course that fails it is refused with each problem's line."""
+    from grader.cli.common import say, shown
+    from grader.kit.coursecheck import proved
+
+    chosen = names or sorted(p.parent.name for p in (catalogue.root / "assignments").glob("*/spec.py"))
+    console.print(f"Checking {', '.join(chosen)} first (grader course check, on the CPU)")
+    report = proved(catalogue, chosen, settings.check_cache_base / "course-check")  # as `grader course check` keeps it
+    for line in report.lines():
+        say(err, f"[red]{shown(line, 800)}[/red]")
+    if not report.ok:
+        _fail(f"{what} not written: {len(report.findings)} problem(s) found by grader course check "
+              "(each above, with its file and line); mend them and run it again")
+
+
 def release(
     out: Path = typer.Option(..., "--out", help="The kit's folder (the student template repository); empty or new."),
     assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
@@ -45,6 +65,7 @@ def release(
                                                help="With --classroom50: the course file whose deadlines "
                                                "become each assignment's `due` (default: COURSE/course.toml if there "
                                                "is one)."),
+    no_check: bool = typer.Option(False, "--no-check", help=NO_CHECK_HELP),
 ) -> None:
     """Build the student kit: starters, handouts, public specs, README, CI workflow; no reference, hidden case or
     secret."""
@@ -70,8 +91,11 @@ def release(
         if made:
             console.print(f"[yellow]made the course secret {made}: graded random shapes come from it. Keep it with the "
                           "course (never in a kit); every grader of this class needs the same one.[/yellow]")
+        settings = current()
         kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner,
-                        title=title, catalogue=catalogue, ci_score=course.ci_score)
+                        title=title, catalogue=catalogue, ci_score=course.ci_score,
+                        # checked with the secret: the graded random shapes
+                        prove=None if no_check else lambda names: _proved(catalogue, names, settings, "the kit was"))
         if classroom50 is not None:
             from grader.kit.classroom50_config import write_classroom
 
@@ -104,6 +128,7 @@ def gradescope(
     cuda: bool = typer.Option(False,
                               help="Install torch's CUDA build (a Gradescope GPU image); default: the CPU build."),
     torch_index: Optional[str] = typer.Option(None, help="The pip index torch comes from (overrides --cuda's choice)."),
+    no_check: bool = typer.Option(False, "--no-check", help=NO_CHECK_HELP),
 ) -> None:
     """Build a Gradescope autograder zip: setup.sh, run_autograder, the grader and the course (reference included)."""
     from grader.batch.course import CourseError, find_course
@@ -122,6 +147,8 @@ def gradescope(
                   "lacks the points only a GPU can earn (speed, bfloat16), which Gradescope would store as the grade: "
                   'build it with --cuda for a Gradescope GPU image, or set incomplete = "mark" (the score stored, its '
                   "output saying it is CPU only)")
+        if not no_check:
+            _proved(catalogue, assignment or None, settings, "the autograder was")
         members = build_autograder(out, assignment or None, cuda=cuda, torch_index=torch_index,
                                    reference_dir=settings.reference_dir, catalogue=catalogue)
     except specs.UnknownAssignment as exc:

@@ -609,7 +609,7 @@ def _run_call(spec: Assignment, call: PlannedCall, ctx: GradingContext, worker: 
             return _from_failure(spec, call, ctx, reply, f"{spec.function}() raised")
         assert isinstance(reply, RunReply)  # decode_reply answers a Run with a RunReply or a Failure
         inputs = load_inputs(call, index=i)
-        ref = truth_of(spec, inputs) if spec.check is None else None
+        ref = truth_of(spec, inputs, f"{call.case.name} [{call.dtype}]") if spec.check is None else None
         try:  # its header checked against what this case can produce before a byte of data is read
             saved = read_saved(output_file, Expected.of(inputs, ref))
         except EvidenceError as exc:

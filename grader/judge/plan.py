@@ -17,7 +17,7 @@ from safetensors.torch import load_file
 
 from grader.codec import rebuild, write_inputs
 from grader.judge.shrink import PREFIX, shape_case
-from grader.spec import DTYPES, Assignment, Case
+from grader.spec import DTYPES, Assignment, Case, course_code
 
 
 @dataclass
@@ -66,7 +66,9 @@ def cases_for(spec: Assignment, seed: int) -> list[Case]:
     kit (no secret) draws other shapes, so the graded ones cannot be known from the kit."""
     secret = spec.shapes_secret
     shapes = derive_seed(seed, spec.name, "shapes", secret) if secret else derive_seed(seed, spec.name, "shapes")
-    return list(spec.cases) + spec.random_cases(random.Random(shapes))
+    with course_code(spec, "random_cases"):
+        drawn = spec.random_cases(random.Random(shapes))
+    return list(spec.cases) + drawn
 
 
 def plan_calls(
@@ -94,7 +96,9 @@ def plan_calls(
 
 def make_inputs(spec: Assignment, case: Case, dtype: str, seed: int) -> dict[str, torch.Tensor]:
     gen = torch.Generator().manual_seed(derive_seed(seed, spec.name, case.name, dtype))
-    return spec.make_inputs(case.params, DTYPES[dtype], gen)
+    with course_code(spec, "make_inputs", f"{case.name} [{dtype}]"):
+        inputs = spec.make_inputs(case.params, DTYPES[dtype], gen)
+    return inputs
 
 
 def materialize(spec: Assignment, calls: list[PlannedCall], folder: Path) -> None:
@@ -105,7 +109,9 @@ def materialize(spec: Assignment, calls: list[PlannedCall], folder: Path) -> Non
         if call.skip:
             continue
         inputs = make_inputs(spec, call.case, call.dtype, call.seed)
-        for i, args in enumerate(spec.calls(inputs) if spec.calls else [inputs]):
+        with course_code(spec, "calls", f"{call.case.name} [{call.dtype}]"):
+            runs = spec.calls(inputs) if spec.calls else [inputs]
+        for i, args in enumerate(runs):
             stem = call.slug if i == 0 else f"{call.slug}.call{i}"
             path = folder / f"{stem}.safetensors"
             layout = write_inputs(args, path)

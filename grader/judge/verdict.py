@@ -20,7 +20,7 @@ from grader.judge.mismatch import Mismatch, contiguous_reading, row_reading, str
 from grader.judge.picture import wrong_map
 from grader.payloads import CorrectnessPayload
 from grader.results import Outcome
-from grader.spec import DTYPES, Assignment, Case
+from grader.spec import DTYPES, Assignment, Case, course_code
 
 
 @dataclass
@@ -35,11 +35,13 @@ class Verdict:
             self.details = CorrectnessPayload.from_json(self.details)
 
 
-def truth_of(spec: Assignment, inputs: dict) -> Any:
-    """The float64 truth on `inputs`: the spec's exact answer(s) (None: the assignment judges by a property)."""
+def truth_of(spec: Assignment, inputs: dict, case: str = "") -> Any:
+    """The float64 truth on `inputs`: the spec's exact answer(s) (None: the assignment judges by a
+    property). One that raises is the course's error (grader.spec.CourseCodeError), never the student's."""
     if spec.truth is None:
         return None
-    return spec.truth(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
+    with course_code(spec, "truth", case):
+        return spec.truth(*[t.to(torch.float64) if isinstance(t, torch.Tensor) else t for t in inputs.values()])
 
 
 def judge_call(
@@ -61,7 +63,7 @@ def judge_call(
     modified = _modified_input(inputs, saved)
     if modified:
         return modified
-    ref = truth_of(spec, inputs) if ref is None else ref
+    ref = truth_of(spec, inputs, f"{case.name} [{dtype}]") if ref is None else ref
     if isinstance(ref, (tuple, list)):
         return _judge_parts(spec, case, dtype, inputs, reply, saved, expected_device, ref, kernel_source)
     if "output" not in saved:
@@ -69,7 +71,8 @@ def judge_call(
     problem = _delivery("the result", reply, saved["output"], ref.shape, dtype, expected_device)
     if problem:
         return Verdict(Outcome.FAILED, problem)
-    base = spec.baseline(*inputs.values()).to(torch.float64)
+    with course_code(spec, "baseline", f"{case.name} [{dtype}]"):
+        base = spec.baseline(*inputs.values()).to(torch.float64)
     return _compare(spec, case, dtype, inputs, saved["output"], ref, base, kernel_source=kernel_source,
                     launch=reply)
 
@@ -98,7 +101,8 @@ def judge_runs(spec: Assignment, case: Case, dtype: str, runs: list[tuple[dict, 
         if problem:
             return Verdict(Outcome.FAILED, problem)
         outputs.append(saved["output"])
-    verdict = spec.check([inputs for inputs, _, _ in runs], outputs, dtype)
+    with course_code(spec, "check", f"{case.name} [{dtype}]"):
+        verdict = spec.check([inputs for inputs, _, _ in runs], outputs, dtype)
     if verdict.outcome != Outcome.PASSED and case.why:
         verdict.message += f" (this case: {case.why})"
     return verdict
@@ -166,7 +170,8 @@ def _judge_parts(spec: Assignment, case: Case, dtype: str, inputs: dict[str, tor
         return Verdict(Outcome.FAILED, f"the worker's reply describes {n} results, but the file it saved holds {parts} "
                                        f"(output.0 to output.{n - 1} expected): the reply is not what the call "
                                        f"returned")
-    bases = spec.baseline(*inputs.values())
+    with course_code(spec, "baseline", f"{case.name} [{dtype}]"):
+        bases = spec.baseline(*inputs.values())
     details, summary = CorrectnessPayload(), []
     for i, (meta, ref, base) in enumerate(zip(metas, refs, bases)):
         what = f"{names[i]} (result {i + 1} of {n})"

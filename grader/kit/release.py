@@ -21,6 +21,7 @@ import tempfile
 import zipfile
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Callable
 
 from jinja2 import Environment, PackageLoader
 
@@ -65,12 +66,14 @@ class Kit:
 
 def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False, requirement: str | None = None,
               gpu_runner: str | None = None, title: str = "Triton kernels",
-              catalogue: specs.Course | None = None, ci_score: str = "cpu-gradable") -> Kit:
+              catalogue: specs.Course | None = None, ci_score: str = "cpu-gradable",
+              prove: Callable[[list[str]], None] | None = None) -> Kit:
     """Write the kit of `catalogue`'s assignments (default: the course the default settings imply)
     to `out`: empty or absent, or with force, a folder whose contents are replaced (all but .git:
     regenerate into a clone of the template repository and commit the difference). It is built
     beside `out` and moved in only once scanned, so a failure leaves `out` as it was. `ci_score`:
-    course.toml's [ci] score (grader.batch.course.CI_SCORES), which the kit's CI runs report by."""
+    course.toml's [ci] score (grader.batch.course.CI_SCORES), which the kit's CI runs report by.
+    `prove`, given the names shipped, refuses a course that fails its check before anything is written."""
     catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     chosen = [catalogue.get(n) for n in names] if names else list(catalogue.catalogue().values())
     out = Path(out).resolve()
@@ -81,6 +84,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
     if kept and not force:
         raise ReleaseError(f"{out} is not empty: choose a new folder, or --force to replace its contents "
                            f"(.git is kept)")
+    if prove is not None:  # `grader course check` on what ships (grader.kit.coursecheck): it raises to refuse
+        prove([s.name for s in chosen])
     out.parent.mkdir(parents=True, exist_ok=True)
     build = Path(tempfile.mkdtemp(prefix=f".{out.name}.partial-", dir=out.parent))
     try:
@@ -238,13 +243,14 @@ def _check_loads(kit: Path, names: list[str]) -> None:
 
 def private_needles(catalogue: specs.Course | None = None) -> dict[str, str]:
     """What must never appear in a kit of `catalogue` (default: the course the default settings
-    imply), by what it is: every reference file whole and each of its distinctive lines (long,
-    and in no public file of the course), every hidden case's name, the secret."""
+    imply), by what it is: every reference and solution file whole and each of its distinctive lines
+    (long, and in no public file of the course), every hidden case's name, the secret."""
     catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     course = catalogue.root
     public = _public_corpus(course)
     needles: dict[str, str] = {}
-    for ref in sorted((course / "reference").rglob("*")) if (course / "reference").is_dir() else []:
+    private = [course / "reference", course / "solutions"]  # the instructor's kernels and the correct submissions
+    for ref in sorted(p for folder in private if folder.is_dir() for p in folder.rglob("*")):
         if not ref.is_file() or "__pycache__" in ref.parts:
             continue
         text = ref.read_text(errors="replace")

@@ -20,14 +20,12 @@ import sys
 from pathlib import Path
 
 import pytest
-import torch
 
 from tests.conftest import COURSE, FIXTURES, REPO_ROOT
 from grader import spec as specs
 from grader.spec import Course
-from grader.codec import storage_of
 from grader.judge.plan import make_inputs
-from grader.judge.verdict import judge_call, judge_runs
+from grader.kit import coursecheck
 from grader.results import Outcome
 
 GOOD = FIXTURES / "good"
@@ -66,6 +64,8 @@ def handout_problems(spec: specs.Assignment, course: Path) -> list[str]:
         return [f"{_where(handout, course)}: the handout is missing (what to write, the signature, the points)"]
     if spec.function not in handout.read_text():
         return [f"{_where(handout, course)}: the handout never names the function {spec.function}() students must write"]
+    if "reports/report.html" in handout.read_text():
+        return [f"{_where(handout, course)}: the handout names reports/report.html; the report is .grader/report.html"]
     return []
 
 
@@ -83,11 +83,8 @@ def starter_problems(spec: specs.Assignment, course: Path) -> list[str]:
 
 
 def reference_file(spec: specs.Assignment, course: Path) -> Path:
-    """reference/<name>.py, which the grader times against; an assignment without a speed part may
-    share its module's reference (reference/<module's file name>)."""
-    own = course / "reference" / f"{spec.name}.py"
-    by_module = course / "reference" / Path(spec.module).name
-    return by_module if spec.performance is None and not own.is_file() and by_module.is_file() else own
+    """reference/<name>.py, which the grader times against (grader.kit.coursecheck.reference_file)."""
+    return coursecheck.reference_file(Course(course), spec)
 
 
 def reference_problems(spec: specs.Assignment, course: Path) -> list[str]:
@@ -123,58 +120,24 @@ def static_problems(spec: specs.Assignment, course: Path, fixtures: Path) -> lis
 
 
 # -- the good fixture, graded on its smallest public case in float32 -------------------------------
-
-def _smallest_case(spec: specs.Assignment) -> specs.Case:
-    def size(case):
-        return sum(v.numel() for v in make_inputs(spec, case, "float32", 0).values() if isinstance(v, torch.Tensor))
-    return min(spec.public_cases, key=size)
-
-
-def _copy_view(t: torch.Tensor) -> torch.Tensor:
-    """t over a copy of its whole storage, with its strides and offset: a view (a crop, a
-    transpose) stays that view, as the worker rebuilds it, so the storage the judge compares
-    with is the one the function was given."""
-    storage = storage_of(t)
-    return storage.as_strided(t.shape, t.stride(), t.storage_offset())
-
-
-def _call(function, inputs: dict) -> tuple[dict, dict, dict]:
-    """What the worker sends back for one call: (inputs, reply, saved)."""
-    args = {k: _copy_view(v) if isinstance(v, torch.Tensor) else v for k, v in inputs.items()}
-    out = function(**args)
-    saved = {f"input.{k}": storage_of(v) for k, v in args.items() if isinstance(v, torch.Tensor)}  # shows a write in place
-    reply = {"device": "cpu", "result_type": type(out).__name__}
-    if isinstance(out, tuple):
-        reply["outputs"] = [{"device": "cpu", "dtype": str(o.dtype).removeprefix("torch.")} for o in out]
-        saved.update({f"output.{i}": o for i, o in enumerate(out)})
-    elif isinstance(out, torch.Tensor):
-        reply["dtype"] = str(out.dtype).removeprefix("torch.")
-        saved["output"] = out
-    return inputs, reply, saved
-
+# (the grading itself is the course check's: grader.kit.coursecheck, which `grader course check` runs)
 
 def grade_in_process(spec: specs.Assignment, path: Path, case: specs.Case | None = None):
     """The judge's verdict on `path`'s function for `case` (default: the spec's smallest public
     case), float32."""
     function = getattr(_load(path, f"catalogue_good_{spec.name}"), spec.function)
-    case = case or _smallest_case(spec)
-    inputs = make_inputs(spec, case, "float32", 0)
-    runs = [_call(function, args) for args in (spec.calls(inputs) if spec.calls else [inputs])]
-    if len(runs) == 1 and spec.check is None:
-        return case, judge_call(spec, case, "float32", *runs[0], "cpu")
-    return case, judge_runs(spec, case, "float32", runs, "cpu")
+    case = case or coursecheck.smallest_case(spec)
+    return case, coursecheck.grade_in_process(spec, function, case, "float32")
 
 
 _INTERPRETED = f"""
 import json, sys
 from pathlib import Path
 sys.path[:0] = [{str(Path(__file__).parents[2])!r}]
-import triton
-from triton.runtime import autotuner
-original = autotuner.autotune
-triton.autotune = autotuner.autotune = lambda configs, *a, **kw: original(list(configs)[:1], *a, **kw)
 import tests.core.test_catalogue as here
 from grader import spec as specs
+from grader.kit import coursecheck
+coursecheck._first_config_only()
 verdicts = {{}}
 import random
 for folder, module, every in json.loads(sys.argv[1]):

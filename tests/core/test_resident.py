@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.conftest import REPO_ROOT, as_nobody
+from tests.coursebuild import broken_course
 from grader import resident
 from grader.settings import from_environment
 
@@ -250,3 +251,55 @@ def test_a_check_in_ci_is_never_served_by_a_judge_a_local_check_left(submission,
     assert resident._line(conn).startswith(b"refused"), _log(judge)
     conn.close()
     assert "serving" not in _log(judge) and "refused" in _log(judge), _log(judge)
+
+
+def test_the_warm_judge_prints_and_exits_as_the_cold_check_for_every_error(submission, judge):
+    """The same failures, cold (GRADER_RESIDENT=0) and through a warm judge: the same exit code
+    and the same words. A spec that raises while grading is the course's error in one line (file,
+    function, line, case), exit 2; a usage error and an unknown assignment likewise."""
+    repo = submission("good")
+    course = broken_course(judge / "course")
+    env = _env(judge, GRADER_COURSE=str(course))
+    failures = {
+        "make_inputs": (["-a", "fails_inputs"], 2, "assignments/fails_inputs/spec.py:13: make_inputs() raised "
+                                                   "KeyError: 'n' on case n=1 [float32]: the assignment is broken"),
+        "truth": (["-a", "fails_truth"], 2, "assignments/fails_truth/spec.py:18: truth() raised AssertionError: "
+                                            "too short on case n=1 [float32]: the assignment is broken"),
+        "unknown": (["-a", "nope"], 2, "unknown assignment 'nope'"),
+        "usage": (["-a", "fails_truth", "--device", "tpu"], 2, "tpu"),
+    }
+
+    def run(more: list[str], out: str, env: dict, case: str = "n=1") -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "grader", "check", str(repo), "--device", "cpu", "--seed", "7", "--case", case,
+                "--dtype", "float32", "--json", str(judge / out / "results.json"), "--html", str(judge / out), *more]
+        return subprocess.run(argv, env=env, cwd=judge, capture_output=True, text=True, timeout=600)
+
+    cold = {name: run(more, f"cold-{name}", _env(judge, GRADER_COURSE=str(course), GRADER_RESIDENT="0"))
+            for name, (more, _, _) in failures.items()}
+    for name, (_, code, words) in failures.items():
+        assert cold[name].returncode == code and words in cold[name].stderr, (name, cold[name].stderr[-2000:])
+        assert "Traceback" not in cold[name].stderr and "─" not in cold[name].stderr, cold[name].stderr
+    first = run(["-a", "fails_truth"], "first", env, case="n=127")  # a check that passes leaves a judge behind
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    _wait_for_socket(judge)
+    for i, (name, (more, code, words)) in enumerate(failures.items()):
+        warm = run(more, f"cold-{name}", env)
+        assert len(re.findall("serving", _log(judge))) == i + 1, (name, _log(judge)[-2000:])
+        assert (warm.returncode, warm.stderr) == (cold[name].returncode, cold[name].stderr), name
+        _same(warm.stdout, cold[name].stdout, judge)
+
+
+def test_run_as_cold_says_what_an_uncaught_exception_is():
+    """The judge's fork of a command that raises: the traceback printed as Python prints it, exit 1."""
+    import io
+    from contextlib import redirect_stderr
+
+    def boom():
+        raise RuntimeError("boom")
+
+    said = io.StringIO()
+    with redirect_stderr(said):
+        assert resident.run_as_cold(boom) == 1
+        assert resident.run_as_cold(lambda: sys.exit(3)) == 3
+        assert resident.run_as_cold(lambda: sys.exit("no")) == 1
+    assert "RuntimeError: boom" in said.getvalue() and "no" in said.getvalue()

@@ -59,7 +59,8 @@ def _kit_texts(root: Path) -> dict[str, str]:
 
 def _public_text() -> str:
     files = [p for p in (REPO_ROOT / "assignments").rglob("*") if p.is_file() and p.name != "hidden.py"]
-    files += list((REPO_ROOT / "grader").rglob("*.py")) + list((REPO_ROOT / "grader" / "templates").glob("*"))
+    files += list((REPO_ROOT / "grader").rglob("*.py")) + [p for p in (REPO_ROOT / "grader" / "templates").rglob("*")
+                                                           if p.is_file()]
     return "\n".join(p.read_text(errors="replace") for p in files if "__pycache__" not in p.parts)
 
 
