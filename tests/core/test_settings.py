@@ -215,6 +215,7 @@ KNOWN_REGISTRIES = {
     ("grader/worker/memcheck.py", "_RANGES"),  # the worker's own process: the tensors it checks accesses against
     ("grader/worker/server.py", "BLOCKS"),  # the worker's own process: what its one student module launched
     ("grader/worker/server.py", "COMPILED"),
+    ("grader/worker/server.py", "RECORDING"),
 }
 
 

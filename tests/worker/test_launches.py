@@ -32,10 +32,12 @@ def _record(body, inputs: dict):
     def launch(fn, *args, **kwargs):
         recorder.launch(fn, None, args, kwargs)
 
-    watch = server.Watch()
-    watch.recorder = recorder
-    with server._OpRecorder(Counter(), watch):
-        out = body(launch, **inputs)
+    server.RECORDING[:] = [recorder]
+    try:
+        with server._OpRecorder(Counter()):
+            out = body(launch, **inputs)
+    finally:
+        server.RECORDING.clear()
     return recorder.finish(out, None)
 
 
