@@ -81,7 +81,7 @@ def kept_replay(details: PerformancePayload | dict[str, Any]) -> ReplayDetails |
 def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str, Any], store: Path, isolation: str,
                        gpu: str | None, settings: Settings) -> Profile:
     """`spec`'s graded performance test (its payload, `details`) profiled from the records kept in `store`."""
-    from grader.judge import replay_process
+    from grader.judge import devicelock, replay_process
     from grader.judge.runcache import write_perf_set
     from grader.replay import launchrecord
     from grader.sandbox.zygote import SandboxState
@@ -122,7 +122,11 @@ def profile_assignment(spec: Assignment, details: PerformancePayload | dict[str,
             count = sum(1 for s in plan.steps if isinstance(s, launchrecord.RecordedLaunch))
             log = work / c / "result" / ncu.LOG_NAME
             entry = boot(install.command, ncu.options(kernels, count, str(log)))
-            run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings, sandbox, (install.folder,))
+            # the GPU alone while ncu profiles: its counters serve one profiling session at a time (two
+            # overlapping, as a class's jobs or checks side by side would, fail with "An error was
+            # reported by the driver"), and another job's kernels would run inside the measured window
+            with devicelock.timing_lock(gpu, settings):
+                run = _under_ncu(folder, work, work / c, entry, isolation, gpu, settings, sandbox, (install.folder,))
             try:
                 launches[c] = ncu.parse(_read(log))
             except ncu.NcuError as exc:
