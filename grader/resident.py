@@ -12,11 +12,12 @@ and error; its exit code is the caller's. Nothing of one check stays in the proc
 the next (each runs in its own fork; the waiting process only imports).
 
 What makes a waiting judge the right one: the same Python and the same files of the grader (and
-of the course: `grader --course PATH check`'s, else GRADER_COURSE's), the same environment (but the terminal's own variables), its owner
-the caller (the socket's peer credentials). Anything else, or any doubt (no socket, a refused
-connection, an older judge), and the command runs here as it always did, and leaves a judge for
-the next check. Never in CI (`--ci`, CI or GITHUB_ACTIONS set), never when nothing is kept
-(GRADER_CACHE_GB=0, GRADER_WARM=0, GRADER_WARM_SECONDS=0), never for anything but `check`.
+of the course: `grader --course PATH check`'s, else GRADER_COURSE's), the same environment (but
+the terminal's own variables), its owner the caller (the socket's peer credentials). Anything
+else, or any doubt (no socket, a refused connection, an older judge), and the command runs here
+as it always did, and leaves a judge for the next check. Never in CI (`--ci`, CI or
+GITHUB_ACTIONS set), never when nothing is kept (GRADER_CACHE_GB=0, GRADER_WARM=0,
+GRADER_WARM_SECONDS=0), never for anything but `check`.
 GRADER_RESIDENT=0 turns it off alone.
 
 This module imports nothing heavy: the caller of a warm judge never imports torch.

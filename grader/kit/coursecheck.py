@@ -497,8 +497,9 @@ def reference_speed(course: specs.Course, spec: specs.Assignment, report: Course
     except Exception as exc:  # noqa: BLE001 - the reference's own failure on the GPU: the finding
         if type(exc).__name__ == "OutOfMemoryError":
             spec_file = spec.folder / "spec.py"
-            return [CourseFinding(spec_file, line_of(spec_file, r"\bperformance\s*="), f"the timing case "
-                                  f"{perf.case.name} [{perf.dtype}] does not fit this GPU's memory: {one_line(str(exc), 200)}")]
+            return [CourseFinding(spec_file, line_of(spec_file, r"\bperformance\s*="),
+                                  f"the timing case {perf.case.name} [{perf.dtype}] does not fit this GPU's memory: "
+                                  f"{one_line(str(exc), 200)}")]
         where = next((f.lineno for f in reversed(_frames(exc)) if Path(f.filename) == path), line)
         return [CourseFinding(path, where, f"the reference raised when timed on {perf.case.name} [{perf.dtype}] "
                               f"on the GPU: {one_line(f'{type(exc).__name__}: {exc}', 300)}")]
@@ -549,10 +550,11 @@ def check_course(course: specs.Course, names: list[str] | None = None, run: bool
         gpu = speed_device(device)
         if gpu is None:
             report.notes.append(NO_GPU_NOTE + (" (--device cpu)" if device == "cpu" else ""))
-        for spec in chosen if gpu else ():
-            broken_here = any(_about(f, course, spec) for f in report.findings)
-            if spec.performance is not None and not broken_here:  # a wrong reference's time means nothing
-                report.findings += reference_speed(course, spec, report, clock, gpu)
+        else:
+            for spec in chosen:
+                broken_here = any(_about(f, course, spec) for f in report.findings)
+                if spec.performance is not None and not broken_here:  # a wrong reference's time means nothing
+                    report.findings += reference_speed(course, spec, report, clock, gpu)
     return report
 
 
