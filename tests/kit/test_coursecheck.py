@@ -306,3 +306,19 @@ def test_course_check_refuses_device_cuda_without_a_gpu(made, tmp_path):
     assert run.returncode == 2 and "torch sees no CUDA GPU" in run.stderr, run.stderr
     run = _check(made, "--device", "tpu")
     assert run.returncode == 2 and "--device must be auto, cuda or cpu" in run.stderr, run.stderr
+
+
+def test_where_a_gpu_is_found_the_course_check_times_each_reference_after_proving_it(made, tmp_path, monkeypatch):
+    """check_course's wiring, the GPU stood in for (its device the CPU, the clock faked): the slower
+    reference is one of the check's problems; an assignment already found broken is not timed."""
+    catalogue = _timed_course(made, tmp_path)
+    monkeypatch.setattr(coursecheck, "speed_device", lambda device: "cpu")
+    timed: list = []
+    report = coursecheck.check_course(catalogue, ["relu"], clock=_clock(3.0, 2.0, timed))
+    assert [line.split(": ", 1)[1] for line in report.lines()] == [
+        "reference takes 3.000 ms, torch's baseline 2.000 ms (1.50x): students will be scored against a slower bar"]
+    assert coursecheck.NO_GPU_NOTE not in report.notes and len(timed) == coursecheck.SPEED_ROUNDS
+    _break(Path(catalogue.root), "solutions/kernels/relu.py", "def relu(", "def relu_renamed(")
+    timed.clear()
+    report = coursecheck.check_course(specs.Course(catalogue.root), ["relu"], clock=_clock(3.0, 2.0, timed))
+    assert report.findings and not timed and not any("slower bar" in line for line in report.lines()), report.lines()
