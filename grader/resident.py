@@ -12,11 +12,12 @@ and error; its exit code is the caller's. Nothing of one check stays in the proc
 the next (each runs in its own fork; the waiting process only imports).
 
 What makes a waiting judge the right one: the same Python and the same files of the grader (and
-of GRADER_COURSE's course), the same environment (but the terminal's own variables), its owner
-the caller (the socket's peer credentials). Anything else, or any doubt (no socket, a refused
-connection, an older judge), and the command runs here as it always did, and leaves a judge for
-the next check. Never in CI (`--ci`, CI or GITHUB_ACTIONS set), never when nothing is kept
-(GRADER_CACHE_GB=0, GRADER_WARM=0, GRADER_WARM_SECONDS=0), never for anything but `check`.
+of the course: `grader --course PATH check`'s, else GRADER_COURSE's), the same environment (but
+the terminal's own variables), its owner the caller (the socket's peer credentials). Anything
+else, or any doubt (no socket, a refused connection, an older judge), and the command runs here
+as it always did, and leaves a judge for the next check. Never in CI (`--ci`, CI or
+GITHUB_ACTIONS set), never when nothing is kept (GRADER_CACHE_GB=0, GRADER_WARM=0,
+GRADER_WARM_SECONDS=0), never for anything but `check`.
 GRADER_RESIDENT=0 turns it off alone.
 
 This module imports nothing heavy: the caller of a warm judge never imports torch.
@@ -60,8 +61,31 @@ def main() -> None:
     sys.exit(code)
 
 
+def split_global(argv: list[str]) -> tuple[list[str], str | None]:
+    """(the command and its arguments, the global `--course PATH` before it or None): `grader
+    --course PATH check ...` is a check of that course. Another global option (--version) is no
+    command a judge serves: ([], None)."""
+    course = None
+    rest = list(argv)
+    while rest and rest[0].startswith("-"):
+        if rest[0] == "--course" and len(rest) > 1:
+            course, rest = rest[1], rest[2:]
+        elif rest[0].startswith("--course="):
+            course, rest = rest[0].split("=", 1)[1], rest[1:]
+        else:
+            return [], None
+    return rest, course
+
+
+def course_named(argv: list[str], cwd: str, settings: Settings) -> Path | None:
+    """The course a command grades: its global `--course PATH` (from `cwd`), else GRADER_COURSE's."""
+    _, course = split_global(argv)
+    return Path(cwd, course).resolve() if course else settings.course
+
+
 def wanted(argv: list[str], settings: Settings) -> bool:
     """Whether this command may go through a warm judge (see the module's docstring)."""
+    argv = split_global(argv)[0]
     if not argv or argv[0] != "check" or not sys.platform.startswith("linux"):
         return False
     if any(a in ("--help", "-h") or a == "--ci" or a.startswith("--ci=") for a in argv[1:]):
@@ -74,10 +98,12 @@ def wanted(argv: list[str], settings: Settings) -> bool:
         return False
 
 
-def key(env: dict[str, str], settings: Settings) -> str:
+def key(env: dict[str, str], settings: Settings, course: Path | None = None) -> str:
     """What a waiting judge must have been started with to serve this command: the same code
-    (the grader's and the course's, interpreter.code_identity) and environment."""
-    digest = hashlib.sha256(code_identity(*([settings.course] if settings.course is not None else [])).encode())
+    (the grader's and the course's, interpreter.code_identity: `course`, the command's
+    `--course`, else GRADER_COURSE's) and environment."""
+    course = course if course is not None else settings.course
+    digest = hashlib.sha256(code_identity(*([course] if course is not None else [])).encode())
     for name, value in sorted(env.items()):
         if name not in VOLATILE:
             digest.update(f"{name}={value}\n".encode())
@@ -95,7 +121,7 @@ def through_resident(argv: list[str]) -> int | None:
     if not wanted(argv, settings):
         return None
     env = dict(os.environ)
-    k = key(env, settings)
+    k = key(env, settings, course_named(argv, os.getcwd(), settings))
     folder = folder_of(settings)
     conn = _connect(folder, k)
     if conn is None:
@@ -373,7 +399,7 @@ def refusal(request: object, k: str) -> str | None:
     settings = from_environment(env)
     if not wanted(argv, settings):
         return "not a check a warm judge may run (only `grader check` on a student's machine, never in CI)"
-    if key(env, settings) != k:
+    if key(env, settings, course_named(argv, cwd, settings)) != k:
         return "another environment or another grader than this judge's"
     return None
 

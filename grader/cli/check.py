@@ -322,6 +322,10 @@ def check(
         except CheckNotRun as stop:
             codes = [sink.not_run(stop.error, stop.unreadable) for sink in sinks]
             raise typer.Exit(next((c for c in codes if c is not None), 2)) from None
+        except specs.CourseCodeError as exc:  # the assignment is broken: its one line, and each CI sink's stop
+            for sink in sinks:
+                sink.not_run(exc, False)
+            raise typer.Exit(2) from None
         profiles = _profiles(run, options, settings, course, store) if store is not None else []
     finally:
         if store is not None:

@@ -55,16 +55,26 @@ def new_course(path: Path = typer.Argument(..., help="The new course's folder (n
 @course_app.command("check")
 def check_course(course: Optional[Path] = typer.Option(None, "--course", help=COURSE_HELP),
                  assignment: Optional[List[str]] = typer.Option(None, "--assignment", "-a",
-                                                                help="Only these assignments (default: all).")) -> None:
+                                                                help="Only these assignments (default: all)."),
+                 device: str = typer.Option("auto", "--device", help="auto: time each reference beside torch's "
+                                            "baseline where there is a GPU; cuda: require one; cpu: never.")) -> None:
     """Prove the course's assignments on the CPU: specs load; reference and solution pass every case; the starter
-    fails; function, signature, module and handout agree; forbidden_ops are real aten ops the reference never calls."""
+    fails; function, signature, module and handout agree; forbidden_ops are real aten ops the reference never calls.
+    On a GPU, a reference slower than torch's baseline is named."""
     from grader.kit.coursecheck import check_course as check
+    from grader.kit.coursecheck import speed_device
     from grader.spec import UnknownAssignment
 
+    if device not in ("auto", "cuda", "cpu"):
+        fail(ValueError(f"--device must be auto, cuda or cpu, not {shown(device)}"))
     catalogue = _course(course)
-    console.print(f"Checking the course in {shown(catalogue.root)} on the CPU (Triton's interpreter)")
+    timed = speed_device(device)
+    if device == "cuda" and timed is None:
+        fail(ValueError("--device cuda, but torch sees no CUDA GPU here (--device auto checks on the CPU alone)"))
+    console.print(f"Checking the course in {shown(catalogue.root)} on the CPU (Triton's interpreter)"
+                  + (", the references timed on the GPU" if timed else ""))
     try:
-        report = check(catalogue, assignment or None)
+        report = check(catalogue, assignment or None, device=device)
     except UnknownAssignment as exc:
         fail(ValueError(exc.args[0]))
     for note in report.notes:

@@ -178,7 +178,7 @@ class GitHubSink(Sink):
     def not_run(self, error: Exception, unreadable: bool) -> int | None:
         from grader.kit import github, stops
 
-        if stops.is_runner_stop(error):  # not the student's fault: said so first, with the staff's fix
+        if stops.stops_every_push(error):  # not the student's fault: said so first, with the staff's fix
             github.report_stop(error, "github", echo=_echo)
         else:
             github.report_error(str(error))
@@ -196,7 +196,7 @@ class RunnerStopSink(Sink):
     def not_run(self, error: Exception, unreadable: bool) -> int | None:
         from grader.kit import github, stops
 
-        if stops.is_runner_stop(error):
+        if stops.stops_every_push(error):
             github.report_stop(error, self.platform, echo=_echo, payload=False)
         return None
 

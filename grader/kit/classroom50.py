@@ -348,13 +348,16 @@ def report_error(message: str, repo: Path | None, env: Mapping[str, str] | None 
     env = os.environ if env is None else env
     if repo is not None and repo.is_dir():
         remove_stale(repo)
-    if cause is not None and stops.is_runner_stop(cause):
-        # the runner's fault, on every push: said first, the staff's fix within the 300 characters kept
-        echo(command("error", stops.classroom50_annotation(cause), title=stops.TITLE))
+    if cause is not None and stops.stops_every_push(cause):
+        # the runner's or the assignment's fault, on every push: said first, the staff's fix within the
+        # 300 characters kept
+        echo(command("error", stops.classroom50_annotation(cause), title=stops.title(cause)))
         if env.get("GITHUB_STEP_SUMMARY"):
             with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
                 f.write(stops.summary_markdown("classroom50", cause))
-        _outputs(env, "error", "the runner stopped the check, not your code: the course staff must fix it")
+        _outputs(env, "error", "the assignment is broken, not your code: the course staff must mend it"
+                 if stops.is_course_error(cause) else
+                 "the runner stopped the check, not your code: the course staff must fix it")
         return
     echo(command("error", one_line(message, MESSAGE_LIMIT), title="The grader could not run"))
     if env.get("GITHUB_STEP_SUMMARY"):

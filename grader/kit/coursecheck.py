@@ -11,7 +11,11 @@ What it verifies, each problem one line with its file and line (`CourseFinding`)
 - in Triton's interpreter (TRITON_INTERPRET=1, a fresh Python): the reference and the solution
   pass every named, hidden and random case in every dtype the interpreter runs (bf16 is a GPU's),
   judged against the truth exactly as a student's call; the starter fails, with its one-line cause
-  (said, not a problem); a spec function that raises is the course's error, with its line.
+  (said, not a problem); a spec function that raises is the course's error, with its line;
+- on a GPU (`reference_speed`): the reference is timed beside torch's baseline (SPEC.baseline) on
+  the timing case's inputs, L2 flushed before each call (triton.testing.do_bench): a reference
+  slower than the baseline is named, since students would be scored against a slower bar (a note
+  only where Performance(against="faster") already makes the faster of the two the bar).
 
 `grader release` and `grader gradescope` run it first and ship nothing that fails. A course
 proved once is not proved again while none of its files change (`proved`, a stamp in the kept
@@ -30,11 +34,16 @@ import subprocess
 import sys
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any, Callable
 
 from grader import spec as specs
 
 INTERPRETED_DTYPES = ("float32", "float16")  # bf16 arithmetic is wrong in Triton's CPU interpreter
 RUN_TIMEOUT_S = 1800
+SLOWER_MARGIN = 1.10  # a reference more than 10% slower than torch's baseline is named
+SPEED_ROUNDS = 3  # reference and baseline alternated, each round one do_bench of each
+SPEED_REP_MS = 40  # do_bench's budget per measurement (ms of calls)
+NO_GPU_NOTE = "the speed of the references was not checked (no GPU)"
 
 
 @dataclass(frozen=True)
@@ -428,10 +437,99 @@ def grade_in_process(spec: specs.Assignment, function, case: specs.Case, dtype: 
     return judge_runs(spec, case, dtype, runs, "cpu")
 
 
+# -- the reference's speed, on a GPU ------------------------------------------------------------------
+
+Clock = Callable[[str, Callable[[], Any]], float]  # (who: "reference" | "baseline", the call) -> ms
+
+
+def flushed_l2_ms(who: str, call: Callable[[], Any]) -> float:
+    """The median GPU time of `call` in ms, L2 flushed before each call, by CUDA events (triton's
+    do_bench; the first call, which compiles and autotunes, is outside it)."""
+    from triton.testing import do_bench
+
+    return float(do_bench(call, warmup=10, rep=SPEED_REP_MS, return_mode="median"))
+
+
+def timed_against_baseline(spec: specs.Assignment, reference: Callable, clock: Clock = flushed_l2_ms,
+                           device: str = "cuda") -> tuple[float, float]:
+    """(reference ms, baseline ms) on the timing case's inputs as the grader's timing makes them
+    (make_inputs from the run's seed, input set 0; on `device` with their layout), in this process,
+    the two alternated SPEED_ROUNDS times and each the median of its rounds."""
+    import statistics
+
+    import torch
+
+    from grader.codec import storage_of
+    from grader.judge.plan import derive_seed, make_inputs
+
+    perf = spec.performance
+    assert perf is not None  # timed only for an assignment with a performance case
+    made = make_inputs(spec, perf.case, perf.dtype, derive_seed(0, "perf", "0"))
+    args = [storage_of(v).to(device).as_strided(v.shape, v.stride(), v.storage_offset())
+            if isinstance(v, torch.Tensor) else v for v in made.values()]
+    del made
+    times: dict[str, list[float]] = {"reference": [], "baseline": []}
+    for _ in range(SPEED_ROUNDS):
+        times["reference"].append(clock("reference", lambda: reference(*args)))
+        with specs.course_code(spec, "baseline", f"{perf.case.name} [{perf.dtype}]"):
+            times["baseline"].append(clock("baseline", lambda: spec.baseline(*args)))
+    return statistics.median(times["reference"]), statistics.median(times["baseline"])
+
+
+def reference_speed(course: specs.Course, spec: specs.Assignment, report: CourseReport, clock: Clock = flushed_l2_ms,
+                    device: str = "cuda") -> list[CourseFinding]:
+    """The reference timed beside torch's baseline: slower by more than SLOWER_MARGIN is a problem
+    at the reference's function (students scored against a slower bar), a note where
+    Performance(against="faster") makes the faster of the two the bar."""
+    from grader.sanitize import one_line
+
+    perf = spec.performance
+    path = reference_file(course, spec)
+    if perf is None or not path.is_file():
+        return []
+    line = defines(path, spec.function)
+    try:
+        function = getattr(_load(path, f"course_speed_{spec.name}"), spec.function)
+        ref_ms, base_ms = timed_against_baseline(spec, function, clock, device)
+    except specs.CourseCodeError as exc:
+        file, _, at = exc.where.rpartition(":")
+        return [CourseFinding(course.root / file, int(at) if at.isdigit() else 0, str(exc).split(": ", 1)[1])]
+    except Exception as exc:  # noqa: BLE001 - the reference's own failure on the GPU: the finding
+        if type(exc).__name__ == "OutOfMemoryError":
+            spec_file = spec.folder / "spec.py"
+            return [CourseFinding(spec_file, line_of(spec_file, r"\bperformance\s*="),
+                                  f"the timing case {perf.case.name} [{perf.dtype}] does not fit this GPU's memory: "
+                                  f"{one_line(str(exc), 200)}")]
+        where = next((f.lineno for f in reversed(_frames(exc)) if Path(f.filename) == path), line)
+        return [CourseFinding(path, where, f"the reference raised when timed on {perf.case.name} [{perf.dtype}] "
+                              f"on the GPU: {one_line(f'{type(exc).__name__}: {exc}', 300)}")]
+    ratio = ref_ms / base_ms if base_ms > 0 else float("inf")
+    said = f"reference takes {ref_ms:.3f} ms, torch's baseline {base_ms:.3f} ms ({ratio:.2f}x)"
+    if ratio <= SLOWER_MARGIN:
+        report.notes.append(f"{spec.name}: {said} on {perf.case.name} [{perf.dtype}]")
+        return []
+    if perf.against == "faster":
+        report.notes.append(f"{spec.name}: {said}: Performance(against=\"faster\") scores students against the "
+                            f"faster of the two")
+        return []
+    return [CourseFinding(path, line, f"{said}: students will be scored against a slower bar")]
+
+
+def speed_device(device: str) -> str | None:
+    """Where the references are timed: "cuda" for auto or cuda where torch sees a GPU, else None."""
+    if device == "cpu":
+        return None
+    import torch
+
+    return "cuda" if torch.cuda.is_available() else None
+
+
 # -- the course ---------------------------------------------------------------------------------------
 
-def check_course(course: specs.Course, names: list[str] | None = None, run: bool = True) -> CourseReport:
-    """Every check above on `names` (default: every assignment of the course)."""
+def check_course(course: specs.Course, names: list[str] | None = None, run: bool = True,
+                 device: str = "auto", clock: Clock = flushed_l2_ms) -> CourseReport:
+    """Every check above on `names` (default: every assignment of the course); the references'
+    speed on the GPU where `device` (auto, cuda or cpu) allows one and torch sees it."""
     report = CourseReport(course.root)
     loaded, broken = course.load_each()
     for path, rules in broken.items():
@@ -449,7 +547,22 @@ def check_course(course: specs.Course, names: list[str] | None = None, run: bool
         report.findings += static_findings(course, spec)
     if run and chosen:
         report.findings += run_findings(course, chosen, report)
+        gpu = speed_device(device)
+        if gpu is None:
+            report.notes.append(NO_GPU_NOTE + (" (--device cpu)" if device == "cpu" else ""))
+        else:
+            for spec in chosen:
+                broken_here = any(_about(f, course, spec) for f in report.findings)
+                if spec.performance is not None and not broken_here:  # a wrong reference's time means nothing
+                    report.findings += reference_speed(course, spec, report, clock, gpu)
     return report
+
+
+def _about(finding: CourseFinding, course: specs.Course, spec: specs.Assignment) -> bool:
+    """The finding is in one of the assignment's files (its folder, reference, solution)."""
+    path = Path(finding.path)
+    return (path == reference_file(course, spec) or path == solution_file(course, spec)
+            or spec.folder in path.parents or path == spec.folder)
 
 
 def _line_of_rule(path: Path, rule: str) -> int:

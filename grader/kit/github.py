@@ -226,13 +226,13 @@ def report_error(message: str, env: Mapping[str, str] | None = None) -> None:
 
 def report_stop(error: Exception, platform: str = "github", env: Mapping[str, str] | None = None, echo=print,
                 payload: bool = True) -> None:
-    """The runner stopped the check, not the student's code (grader.kit.stops: a sandbox it cannot
-    build): the first screen says so, with the course staff's one fix and the student told not to
-    push again for it; an `::error` annotation (printed after the terminal's error line, outside
-    its stop-commands block, so the runner reads it), the job summary, and with `payload` the
-    error `result` output."""
+    """The runner stopped the check, or the assignment is broken, not the student's code
+    (grader.kit.stops: a sandbox it cannot build, a course error): the first screen says so,
+    with the course staff's one fix and the student told not to push again for it; an `::error`
+    annotation (printed after the terminal's error line, outside its stop-commands block, so the
+    runner reads it), the job summary, and with `payload` the error `result` output."""
     env = os.environ if env is None else env
-    echo(command("error", stops.annotation(platform, error, MESSAGE_LIMIT), title=stops.TITLE))
+    echo(command("error", stops.annotation(platform, error, MESSAGE_LIMIT), title=stops.title(error)))
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
             f.write(stops.summary_markdown(platform, error))

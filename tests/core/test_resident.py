@@ -123,6 +123,11 @@ def test_the_judge_never_imports_from_the_folder_its_first_check_ran_in(submissi
     (["check", "."], {"GRADER_WARM": "0"}, False),
     (["check", "."], {"GRADER_WARM_SECONDS": "0"}, False),
     (["check", "."], {"GRADER_RESIDENT": "0"}, False),
+    (["--course", "c", "check", "."], {}, True),  # the global --course: a check of that course
+    (["--course=c", "check", "."], {}, True),
+    (["--course", "c", "list"], {}, False),
+    (["--version", "check"], {}, False),
+    (["--course"], {}, False),
 ])
 def test_only_a_students_check_with_something_kept_goes_through_a_judge(argv, env, wanted):
     assert resident.wanted(argv, from_environment(env)) is wanted
@@ -139,6 +144,22 @@ def test_a_judge_fits_the_same_course_and_environment_only(tmp_path):
     assert resident.key(dict(env, TRITON_INTERPRET="1"), from_environment(env)) != k
     os.utime(course / "assignments" / "spec.py", ns=(1, 1))  # the course changed on disk
     assert resident.key(env, from_environment(env)) != k
+
+
+def test_a_judge_keys_the_course_of_a_global_course_option(tmp_path):
+    course = tmp_path / "course"
+    (course / "assignments").mkdir(parents=True)
+    (course / "assignments" / "spec.py").write_text("x = 1\n")
+    env = {"HOME": "/home/a"}
+    settings = from_environment(env)
+    named = resident.course_named(["--course", "course", "check", "."], str(tmp_path), settings)
+    assert named == course.resolve()
+    assert resident.course_named(["check", "."], str(tmp_path), settings) is None
+    k = resident.key(env, settings, named)
+    assert k != resident.key(env, settings)  # the built-in course's judge does not serve it
+    assert k == resident.key(dict(env, PWD="/elsewhere"), settings, named)  # the same course from another folder
+    os.utime(course / "assignments" / "spec.py", ns=(1, 1))  # the course changed on disk
+    assert resident.key(env, settings, named) != k
 
 
 def test_a_folder_that_is_not_the_users_alone_is_never_used(submission, judge):
@@ -287,6 +308,33 @@ def test_the_warm_judge_prints_and_exits_as_the_cold_check_for_every_error(submi
         assert len(re.findall("serving", _log(judge))) == i + 1, (name, _log(judge)[-2000:])
         assert (warm.returncode, warm.stderr) == (cold[name].returncode, cold[name].stderr), name
         _same(warm.stdout, cold[name].stdout, judge)
+
+
+def test_a_check_of_a_course_named_by_the_global_option_is_served_warm_and_fails_the_same(submission, judge):
+    """`grader --course PATH check`: the course is the judge's too (its key), and a spec that raises
+    while grading says the same line with the same exit code cold and through the warm judge."""
+    repo = submission("good")
+    course = broken_course(judge / "course")
+    env = _env(judge)
+    env.pop("GRADER_COURSE", None)
+
+    def run(case: str, out: str, env: dict) -> subprocess.CompletedProcess:
+        argv = [sys.executable, "-m", "grader", "--course", "course", "check", str(repo), "-a", "fails_truth",
+                "--device", "cpu", "--seed", "7", "--case", case, "--dtype", "float32",
+                "--json", str(judge / out / "results.json"), "--html", str(judge / out)]
+        return subprocess.run(argv, env=env, cwd=judge, capture_output=True, text=True, timeout=600)
+
+    words = ("assignments/fails_truth/spec.py:18: truth() raised AssertionError: too short on case n=1 [float32]: "
+             "the assignment is broken")
+    cold = run("n=1", "cold", dict(env, GRADER_RESIDENT="0"))
+    assert cold.returncode == 2 and words in cold.stderr, cold.stderr[-2000:]
+    first = run("n=127", "first", env)  # a check that passes leaves a judge behind, keyed by the course
+    assert first.returncode == 0, first.stdout[-2000:] + first.stderr[-2000:]
+    _wait_for_socket(judge)
+    warm = run("n=1", "cold", env)
+    assert len(re.findall("serving", _log(judge))) == 1, _log(judge)[-2000:]
+    assert (warm.returncode, warm.stderr) == (cold.returncode, cold.stderr)
+    _same(warm.stdout, cold.stdout, judge)
 
 
 def test_run_as_cold_says_what_an_uncaught_exception_is():

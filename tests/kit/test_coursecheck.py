@@ -56,6 +56,7 @@ def test_every_shape_passes_the_check_as_written(made, tmp_path):
     run = _check(course)
     assert run.returncode == 0, run.stdout + run.stderr
     assert "ok: mm, relu, row_sum" in run.stdout
+    assert run.stdout.count(coursecheck.NO_GPU_NOTE) == 1, run.stdout  # said once, not per assignment
     for name in ("relu", "row_sum", "mm"):  # each starter fails, with its one-line cause
         assert re.search(rf"{name}: the starter fails as it should: raised on \S+ \[float32\]: NotImplementedError",
                          run.stdout), run.stdout
@@ -232,3 +233,92 @@ def test_a_reference_that_raises_and_a_starter_that_passes(made, tmp_path):
     starter = coursecheck.defines(course / "assignments/relu/starter/kernels/relu.py", "relu")
     assert f"assignments/relu/starter/kernels/relu.py:{starter}: the starter passes n=1 [float32]: students would " \
            "have nothing to write" in run.stderr, run.stderr
+
+
+def _timed_course(made: Path, tmp_path: Path, against: str = "") -> specs.Course:
+    """A copy of the course whose timing case is small enough to make here (the clock is faked)."""
+    course = _copy(made, tmp_path)
+    _break(course, "assignments/relu/spec.py", 'Case("n=2^26", {"n": 1 << 26})', 'Case("n=2^12", {"n": 1 << 12})')
+    if against:
+        _break(course, "assignments/relu/spec.py", "        dtype=\"float32\",\n", f"        dtype=\"float32\",\n"
+               f"        against={against!r},\n")
+    return specs.Course(course)
+
+
+def _clock(reference_ms: float, baseline_ms: float, seen: list):
+    """A fake GPU clock: the baseline is really called (on the CPU) so its inputs are the timing case's."""
+    def clock(who, call):
+        if who == "baseline":
+            seen.append(call())
+        return {"reference": reference_ms, "baseline": baseline_ms}[who]
+    return clock
+
+
+def test_a_reference_slower_than_torchs_baseline_is_named_with_its_file_and_line(made, tmp_path):
+    catalogue = _timed_course(made, tmp_path)
+    spec, seen = catalogue.get("relu"), []
+    report = coursecheck.CourseReport(catalogue.root)
+    found = coursecheck.reference_speed(catalogue, spec, report, _clock(3.0, 2.0, seen), device="cpu")
+    line = coursecheck.defines(catalogue.root / "reference/relu.py", "relu")
+    assert line > 0
+    assert [f.shown(catalogue.root) for f in found] == [
+        f"reference/relu.py:{line}: reference takes 3.000 ms, torch's baseline 2.000 ms (1.50x): students will be "
+        "scored against a slower bar"]
+    assert len(seen) == coursecheck.SPEED_ROUNDS and all(out.shape == (1 << 12,) for out in seen)
+
+
+def test_a_reference_as_fast_as_the_baseline_or_within_the_margin_is_no_problem(made, tmp_path):
+    catalogue = _timed_course(made, tmp_path)
+    spec = catalogue.get("relu")
+    for reference_ms in (1.0, 2.0, 2.0 * coursecheck.SLOWER_MARGIN - 0.01):
+        report = coursecheck.CourseReport(catalogue.root)
+        assert coursecheck.reference_speed(catalogue, spec, report, _clock(reference_ms, 2.0, []), device="cpu") == []
+        assert report.notes and "relu: reference takes" in report.notes[0], report.notes
+
+
+def test_a_slower_reference_where_the_faster_is_the_bar_is_a_note(made, tmp_path):
+    catalogue = _timed_course(made, tmp_path, against="faster")
+    spec = catalogue.get("relu")
+    assert spec.performance is not None and spec.performance.against == "faster"
+    report = coursecheck.CourseReport(catalogue.root)
+    assert coursecheck.reference_speed(catalogue, spec, report, _clock(3.0, 2.0, []), device="cpu") == []
+    assert report.notes == ["relu: reference takes 3.000 ms, torch's baseline 2.000 ms (1.50x): "
+                            "Performance(against=\"faster\") scores students against the faster of the two"]
+
+
+def test_a_baseline_that_raises_when_timed_is_the_courses_error_at_its_line(made, tmp_path):
+    catalogue = _timed_course(made, tmp_path)
+    line = _break(Path(catalogue.root), "assignments/relu/spec.py", "def baseline(x: torch.Tensor) -> torch.Tensor:\n",
+                  "def baseline(x: torch.Tensor) -> torch.Tensor:\n    raise KeyError('n')\n")
+    spec = catalogue.get("relu")
+    found = coursecheck.reference_speed(catalogue, spec, coursecheck.CourseReport(catalogue.root),
+                                        _clock(1.0, 1.0, []), device="cpu")
+    assert [f.shown(catalogue.root).split(" on case ")[0] for f in found] == [
+        f"assignments/relu/spec.py:{line + 1}: baseline() raised KeyError: 'n'"]
+
+
+def test_course_check_refuses_device_cuda_without_a_gpu(made, tmp_path):
+    import torch
+
+    if torch.cuda.is_available():
+        pytest.skip("a GPU is here")
+    run = _check(made, "--device", "cuda")
+    assert run.returncode == 2 and "torch sees no CUDA GPU" in run.stderr, run.stderr
+    run = _check(made, "--device", "tpu")
+    assert run.returncode == 2 and "--device must be auto, cuda or cpu" in run.stderr, run.stderr
+
+
+def test_where_a_gpu_is_found_the_course_check_times_each_reference_after_proving_it(made, tmp_path, monkeypatch):
+    """check_course's wiring, the GPU stood in for (its device the CPU, the clock faked): the slower
+    reference is one of the check's problems; an assignment already found broken is not timed."""
+    catalogue = _timed_course(made, tmp_path)
+    monkeypatch.setattr(coursecheck, "speed_device", lambda device: "cpu")
+    timed: list = []
+    report = coursecheck.check_course(catalogue, ["relu"], clock=_clock(3.0, 2.0, timed))
+    assert [line.split(": ", 1)[1] for line in report.lines()] == [
+        "reference takes 3.000 ms, torch's baseline 2.000 ms (1.50x): students will be scored against a slower bar"]
+    assert coursecheck.NO_GPU_NOTE not in report.notes and len(timed) == coursecheck.SPEED_ROUNDS
+    _break(Path(catalogue.root), "solutions/kernels/relu.py", "def relu(", "def relu_renamed(")
+    timed.clear()
+    report = coursecheck.check_course(specs.Course(catalogue.root), ["relu"], clock=_clock(3.0, 2.0, timed))
+    assert report.findings and not timed and not any("slower bar" in line for line in report.lines()), report.lines()

@@ -209,3 +209,60 @@ def test_a_classmoji_check_leaves_no_warm_process_behind(tmp_path):
     finally:
         for line in leftovers(within=tmp_path / "cache"):  # the control's, ended by its id
             os.kill(int(line.split(":", 1)[0]), 9)
+
+
+@pytest.mark.parametrize("ci", ["github", "classroom50"])
+def test_a_course_error_in_ci_writes_the_assignments_stop_where_the_runner_keeps_it(tmp_path, ci):
+    """A spec that raises while grading, in a CI check: its one line and exit 2 as anywhere, and
+    the stop the CI sinks write for a runner's stop, in the assignment's words: an `::error` the
+    runner reads (the assignment's fault, the staff's fix, not to push again), the job summary
+    naming the spec's file and line, the error payload; no result.json for Classroom 50 (no score)."""
+    from tests.coursebuild import broken_course
+    from tests.kit.test_classroom50 import outputs, runner_env
+
+    course = broken_course(tmp_path / "course")
+    repo = build_submission(tmp_path / "repo", "good")
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("GITHUB_", "CLASSROOM", "GRADER_COURSE"))}
+    env.update(runner_env(tmp_path), CI="true", GITHUB_WORKSPACE=str(repo), PYTHONPATH=str(REPO_ROOT), COLUMNS="200",
+               GRADER_CACHE_DIR=str(tmp_path / "cache"))
+    argv = [sys.executable, "-m", "grader", "--course", str(course), "check", str(repo), "--ci", ci, "-a",
+            "fails_truth", "--case", "n=1", "--dtype", "float32", "--device", "cpu",
+            "--json", str(tmp_path / "out" / "results.json"), "--html", str(tmp_path / "out")]
+    run = subprocess.run(argv, cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    where = "assignments/fails_truth/spec.py:18"
+    assert run.returncode == 2, run.stdout + run.stderr
+    assert f"{where}: truth() raised AssertionError: too short on case n=1 [float32]: the assignment is broken" \
+        in run.stderr, run.stderr
+    assert "Traceback" not in run.stderr
+    errors = _errors(run.stdout)
+    assert len(errors) == 1 and errors[0][0] == stops.COURSE_TITLE, run.stdout
+    message = errors[0][1]
+    assert message.startswith("The assignment is broken, not your code"), message
+    assert where in message and "Do not push again" in message and "runner" not in message, message
+    assert not _errors(run.stderr)  # the terminal's own line is stopped: only ours is an annotation
+    import html
+
+    summary = html.unescape(Path(env["GITHUB_STEP_SUMMARY"]).read_text())  # the finding's text, as a page shows it
+    assert summary.startswith("## Triton kernels: the assignment is broken, not your code\n"), summary
+    assert where in summary and summary.index("Do not push again") < summary.index("What the grader found")
+    assert "Push again" not in summary and "could not run" not in summary
+    if ci == "classroom50":
+        assert not (repo / "result.json").exists()  # no score released for the assignment's fault
+        assert outputs(env)["status"] == "error" and "the assignment is broken" in outputs(env)["summary"]
+    else:
+        assert Path(env["GITHUB_OUTPUT"]).read_text().startswith("result=")
+
+
+def test_a_course_errors_words_name_the_assignment_not_the_runner():
+    from grader.spec import CourseCodeError
+
+    error = CourseCodeError("assignments/relu/spec.py:12", "make_inputs", "n=1 [float32]", "KeyError: 'n'")
+    assert stops.is_course_error(error) and stops.stops_every_push(error) and not stops.is_runner_stop(error)
+    assert not stops.is_course_error(SandboxError("no namespaces")) and stops.stops_every_push(SandboxError("x"))
+    for platform in ("github", "classmoji", "ci"):
+        message = stops.annotation(platform, error, 1000)
+        assert message.startswith(stops.COURSE_FAULT) and "sysctl" not in message
+        assert message.index("Course staff:") < message.index("Do not push again") < message.index("spec.py:12")
+    c50 = stops.classroom50_annotation(error)
+    assert c50.startswith("The assignment is broken") and len(c50) <= 300 and "spec.py:12" in c50, c50
+    assert stops.title(error) == stops.COURSE_TITLE and stops.title(SandboxError("x")) == stops.TITLE
