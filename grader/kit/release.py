@@ -106,7 +106,7 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
         (build / "requirements-grader.txt").write_text(install + "\n")
         (build / ".gitignore").write_text(GITIGNORE)
         rows = [{"name": s.name, "title": s.title, "module": s.module, "function": s.function,
-                 "points": f"{s.max_points:g}",
+                 "points": f"{shipped.get(s.name, s.max_points):g}",  # the course's, as a check there reports
                  "hidden": s.hidden_count} for s in chosen]
         (build / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
             title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX,

@@ -223,6 +223,8 @@ def test_a_kit_and_an_autograder_ship_course_tomls_points_and_nothing_else_of_it
     kit, autograder = _shipped(tmp_path, tmp_path / "shipped")
     manifest = tomllib.loads((kit.root / "grader-kit.toml").read_text())
     assert manifest["points"] == {"vector_add": 20}  # softmax: course.toml sets no points, the spec's stand
+    readme = (kit.root / "README.md").read_text()  # the kit's table of assignments says the course's points
+    assert re.search(r"\| `vector_add` \| 20 \|", readme) and re.search(r"\| `softmax` \| 20 \|", readme)
     shipped = tomllib.loads((autograder.root / "grader-points.toml").read_text())
     assert shipped == {"points": {"vector_add": 20}}
     for folder in (kit.root, autograder.root):  # no deadline, extension or late policy in either
@@ -333,8 +335,13 @@ def test_a_check_in_the_kit_and_the_autograder_says_the_class_sides_number(grade
     body = (repo / "release-body.md").read_text()
     assert f"Exact points: {total:g} / {sum(gradable.values()):g}" in body and "No late penalty is applied here" in body
     notices: list[str] = []
-    summary = tmp_path / "summary.md"
-    github.report_github(run, repo, "cpu", {"GITHUB_STEP_SUMMARY": str(summary)}, echo=notices.append, catalogue=kit)
+    summary, output = tmp_path / "summary.md", tmp_path / "output"
+    github.report_github(run, repo, "cpu", {"GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)},
+                         echo=notices.append, catalogue=kit)
+    import base64
+
+    payload = json.loads(base64.b64decode(output.read_text().strip().split("=", 1)[1]))
+    assert payload["max_score"] == sum(gradable.values())  # classroom-resources' result, in the course's points too
     notice = next(n for n in notices if n.startswith("::notice title=Points::"))
     head = f"{total:g} / {sum(gradable.values()):g} points"
     assert notice.startswith(f"::notice title=Points::{head}"), notice
