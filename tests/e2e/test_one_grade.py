@@ -347,3 +347,39 @@ def test_a_check_in_the_kit_and_the_autograder_says_the_class_sides_number(grade
     assert notice.startswith(f"::notice title=Points::{head}"), notice
     assert summary.read_text().startswith(f"## Triton kernels: {head}")
     assert f"| {scores['vector_add']:g} / {gradable['vector_add']:g} |" in summary.read_text()
+
+
+@pytest.mark.slow
+def test_grader_check_in_a_released_kit_reports_the_course_points(tmp_path, monkeypatch):
+    """The real command in a student's clone of a kit released from course.toml's 20 points for
+    vector_add: a right kernel on the CPU earns 4 of the spec's 10 (6 need a GPU); the Score line,
+    results.json and the report say the class side's 8 / 20, marked CPU only, with no late penalty."""
+    import shutil
+
+    from grader.batch.course import exact
+    from grader.kit import release
+    from tests.conftest import FIXTURES, run_cli
+
+    (tmp_path / "course.toml").write_text(COURSE_TOML)
+    course = load_course(tmp_path / "course.toml", COURSE)
+    kit = release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0", catalogue=COURSE,
+                            points=course.points)
+    clone = tmp_path / "clone"
+    shutil.copytree(kit.root, clone)
+    shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", clone / "kernels" / "vector_add.py")
+    monkeypatch.setenv("GRADER_COURSE", str(clone))  # the kit's course, as the student's clone finds it
+    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
+    for ci in ("CI", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(ci, raising=False)
+    checked = run_cli(["check", ".", "-a", "vector_add", "--device", "cpu", "--seed", "5"], clone)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    results = json.loads((clone / ".grader" / "results.json").read_text())
+    raw = results["extra_data"]["assignments"]["vector_add"]
+    assert (raw["score"], raw["max_score"]) == (4, 10)
+    expected, top = course.scale("vector_add", exact(raw["score"]), exact(raw["max_score"]))  # the class view's
+    grade = round(float(expected), 4)
+    assert (results["score"], results["max_score"]) == (grade, float(top)) == (8, 20)
+    assert results["extra_data"]["gradebook"]["vector_add"]["lacks"] == ["CPU only"]
+    said = " ".join(checked.stdout.split())
+    assert "Score: 8 / 20 in the course's points (course.toml's; CPU only; no late penalty in a check" in said, said
+    assert "8 / 20 points <small>in the course's points" in (clone / ".grader" / "report.html").read_text()
