@@ -99,7 +99,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
         manifest = {"grader": __version__, "title": title, "assignments": {
             s.name: {"module": s.module, "function": s.function, "points": s.max_points, "hidden_cases": s.hidden_count}
             for s in chosen}, "ci": {"score": ci_score}}
-        shipped = {s.name: _points_value(points[s.name]) for s in chosen if s.name in (points or {})}
+        given = points or {}
+        shipped = {s.name: _points_value(given[s.name]) for s in chosen if s.name in given}
         if shipped:
             manifest[POINTS_TABLE] = shipped
         (build / specs.KIT_MANIFEST).write_text(_toml(manifest))
