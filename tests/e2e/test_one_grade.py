@@ -383,3 +383,30 @@ def test_grader_check_in_a_released_kit_reports_the_course_points(tmp_path, monk
     said = " ".join(checked.stdout.split())
     assert "Score: 8 / 20 in the course's points (course.toml's; CPU only; no late penalty in a check" in said, said
     assert "8 / 20 points <small>in the course's points" in (clone / ".grader" / "report.html").read_text()
+
+
+def test_the_release_and_gradescope_commands_ship_the_course_points(tmp_path, monkeypatch):
+    """`grader release` and `grader gradescope` (their --no-check fast path) on a course whose
+    course.toml counts vector_add for 20: the kit's grader-kit.toml and the zip's grader-points.toml
+    carry that and nothing else of course.toml."""
+    import shutil
+    import tomllib
+    import zipfile
+
+    from tests.conftest import REPO_ROOT, run_cli
+
+    course = tmp_path / "course"
+    for part in ("assignments", "reference"):
+        shutil.copytree(REPO_ROOT / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (course / "course.toml").write_text(COURSE_TOML)
+    monkeypatch.setenv("GRADER_COURSE", str(course))
+    made = run_cli(["release", "--out", str(tmp_path / "kit"), "-a", "vector_add", "--no-check",
+                    "--grader-requirement", "grader==0.1.0"], tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert tomllib.loads((tmp_path / "kit" / "grader-kit.toml").read_text())["points"] == {"vector_add": 20}
+    zipped = run_cli(["gradescope", "--out", str(tmp_path / "a.zip"), "-a", "vector_add", "--no-check"], tmp_path)
+    assert zipped.returncode == 0, zipped.stdout + zipped.stderr
+    with zipfile.ZipFile(tmp_path / "a.zip") as z:
+        shipped = z.read("course/grader-points.toml").decode()
+        assert not any(n.endswith("course.toml") for n in z.namelist())
+    assert tomllib.loads(shipped) == {"points": {"vector_add": 20}} and "2025-02-01" not in shipped
