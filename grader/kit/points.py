@@ -20,7 +20,7 @@ from fractions import Fraction
 from pathlib import Path
 
 from grader.batch.course import CourseConfig, exact
-from grader.kit.release import POINTS_TABLE  # grader-kit.toml's [points]: assignment = the course's points
+from grader.kit.release import POINTS_TABLE, toml_number  # grader-kit.toml's [points]: assignment = the course's points
 from grader.results import AssignmentResult, cents
 
 if sys.version_info >= (3, 11):
@@ -34,16 +34,12 @@ POINTS_FILE = "grader-points.toml"  # beside a Gradescope autograder's course co
 def points_file(points: dict[str, Fraction], names: list[str]) -> str:
     """grader-points.toml's text: course.toml's `points` of these assignments, nothing else of it
     (empty where it sets none of them)."""
-    table = {n: _number(points[n]) for n in names if n in points}
+    table = {n: toml_number(points[n]) for n in names if n in points}
     if not table:
         return ""
     return ("# The course's points for each assignment (course.toml's; made by `grader gradescope`):\n"
             "# what results.json reports the grade out of. No deadline or late policy is shipped.\n"
             f"[{POINTS_TABLE}]\n" + "".join(f"{n} = {v}\n" for n, v in table.items()))
-
-
-def _number(value: Fraction) -> float | int:
-    return int(value) if Fraction(value).denominator == 1 else float(value)
 
 
 def shipped_points(catalogue) -> dict[str, Fraction]:

@@ -100,7 +100,7 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
             s.name: {"module": s.module, "function": s.function, "points": s.max_points, "hidden_cases": s.hidden_count}
             for s in chosen}, "ci": {"score": ci_score}}
         given = points or {}
-        shipped = {s.name: _points_value(given[s.name]) for s in chosen if s.name in given}
+        shipped = {s.name: toml_number(given[s.name]) for s in chosen if s.name in given}
         if shipped:
             manifest[POINTS_TABLE] = shipped
         (build / specs.KIT_MANIFEST).write_text(_toml(manifest))
@@ -130,8 +130,8 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
     return Kit(out, [s.name for s in chosen], install, files)
 
 
-def _points_value(value) -> int | float:
-    """course.toml's points (a Fraction) as TOML writes a number."""
+def toml_number(value) -> int | float:
+    """course.toml's points (a Fraction) as TOML writes a number: 20, not 20.0."""
     value = float(value)
     return int(value) if value.is_integer() else value
 
