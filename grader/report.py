@@ -20,7 +20,7 @@ from grader.judge.feedback import (
     traceback_tail,
 )
 from grader.payloads import PerformancePayload, SubmissionPayload
-from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, outcome_css
+from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, in_ci, outcome_css
 from grader.sanitize import for_page
 
 
@@ -195,6 +195,7 @@ def render(run: RunResult, profiles: Sequence = (), gradebook: dict | None = Non
     lines = [summary_line(a) for a in run.assignments]
     return _ENV.get_template("report.html.j2").render(
         profiles={p.assignment: p for p in profiles}, book=book, graded=graded, headline=_grade_line,
+        ci_book=in_ci(gradebook),
         run=run, run_total=run_total(run.assignments), partial=any(a.partial for a in run.assignments),
         summary=[s for s in lines if not s.missing], missing=[s for s in lines if s.missing],
         sections=[(a, s) for a, s in zip(run.assignments, lines) if not s.missing],

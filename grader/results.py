@@ -356,8 +356,7 @@ class RunResult:
             # not the assignment's grade: said where every reader of the file looks first (Gradescope's
             # score is a number, so the mark is here and in extra_data.incomplete)
             "output": for_terminal("\n".join([
-                *([f"{book[0]:g} / {book[1]:g} points in the course's gradebook (course.toml's points and the late "
-                   f"penalty applied); the checks below count:"] if book else []),
+                *([_book_line(book, gradebook)] if book else []),
                 f"{self.score:g} / {self.max_score:g} points" if not partial else (
                     f"{self.score:g} / {whole:g} points (partial run: only the cases chosen with --case/--dtype, of "
                     f"{', '.join(a.name for a in partial)}; not a grade)"),
@@ -411,6 +410,20 @@ class RunResult:
             if student is not None:
                 board.append({"name": f"{t.assignment} % of roofline", "value": student.roofline_pct, "order": "desc"})
         return board
+
+
+def in_ci(gradebook: dict | None) -> bool:
+    """A gradebook a student's own check made from the course's shipped points (grader.kit.points):
+    course.toml's points, no late penalty (CI has no deadline), not a class's course grades."""
+    return any(isinstance(g, dict) and g.get("ci") for g in (gradebook or {}).values())
+
+
+def _book_line(book: tuple[float, float], gradebook: dict | None) -> str:
+    if in_ci(gradebook):
+        return (f"{book[0]:g} / {book[1]:g} points in the course's points (course.toml's, as its gradebooks count "
+                "them; no late penalty is applied here, the course applies it at grading); the checks below count:")
+    return (f"{book[0]:g} / {book[1]:g} points in the course's gradebook (course.toml's points and the late "
+            f"penalty applied); the checks below count:")
 
 
 def _review_line(a: AssignmentResult) -> str:

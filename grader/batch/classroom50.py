@@ -232,7 +232,9 @@ def score_cells(records: list[dict], users: dict[str, str], assignments: list[st
         if student is not None and assignment is not None:
             late = ", late" if r.get("late") else ""
             scaled = ""
-            if course is not None and assignment in course.points and r["max-score"]:
+            # a kit released with course.toml's points reports in them already (grader.kit.points): not scaled twice
+            if course is not None and assignment in course.points and r["max-score"] \
+                    and exact(r["max-score"]) != course.points[assignment]:
                 points, top = course.scale(assignment, exact(r["score"]), exact(r["max-score"]))
                 scaled = f" = {float(points):.4g} / {float(top):g} in this course"
             out[(student, assignment)] = (f"Classroom 50: {r['score']} / {r['max-score']}{scaled} "

@@ -170,9 +170,13 @@ class CheckNotRun(Exception):
 def sinks_for(options: CheckOptions, settings: Settings, course: specs.Course) -> list[Sink]:
     """The outputs of a check of `course`: results.json, report.html and the terminal always, and
     the CI mode's; in this order, so the files exist before anything points at them."""
-    html = HtmlSink(options.html_dir)
+    from grader.kit.points import shipped_points
+
+    points = shipped_points(course)  # a kit's or an autograder's: course.toml's points, {} elsewhere
+    html = HtmlSink(options.html_dir, points)
     ci = options.in_ci(settings)
-    sinks: list[Sink] = [JsonSink(options.json_file), html, TerminalSink(settings, ci, options.json_file, html)]
+    sinks: list[Sink] = [JsonSink(options.json_file, points), html,
+                         TerminalSink(settings, ci, options.json_file, html, points)]
     if options.ci_mode == "classroom50":
         sinks.append(Classroom50Sink(options.repo, options.assignments, course))
     elif options.ci_mode == "github":

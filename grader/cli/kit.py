@@ -78,7 +78,8 @@ def release(
     try:
         from grader.batch.course import CourseError, find_course
 
-        try:  # course.toml's [ci] score, which the kit's CI runs report by; its deadlines are Classroom 50's `due`
+        # course.toml's [ci] score and points, which the kit's CI runs report by; its deadlines are Classroom 50's `due`
+        try:
             course = find_course(course_file, catalogue)
         except CourseError as exc:
             _fail(f"{exc} (its [ci] score and deadlines go into the kit)")
@@ -93,7 +94,7 @@ def release(
                           "course (never in a kit); every grader of this class needs the same one.[/yellow]")
         settings = current()
         kit = build_kit(out, assignment or None, force=force, requirement=grader_requirement, gpu_runner=gpu_runner,
-                        title=title, catalogue=catalogue, ci_score=course.ci_score,
+                        title=title, catalogue=catalogue, ci_score=course.ci_score, points=course.points,
                         # checked with the secret: the graded random shapes
                         prove=None if no_check else lambda names: _proved(catalogue, names, settings, "the kit was"))
         if classroom50 is not None:
@@ -139,7 +140,8 @@ def gradescope(
         settings = current()
         catalogue = specs.Course.find(settings)
         try:  # Gradescope stores every score it is given: a CPU image's would lack the GPU-only points
-            incomplete = find_course(None, catalogue).incomplete
+            course = find_course(None, catalogue)
+            incomplete = course.incomplete
         except CourseError as exc:
             _fail(str(exc))
         if not cuda and incomplete != "mark":
@@ -150,7 +152,8 @@ def gradescope(
         if not no_check:
             _proved(catalogue, assignment or None, settings, "the autograder was")
         members = build_autograder(out, assignment or None, cuda=cuda, torch_index=torch_index,
-                                   reference_dir=settings.reference_dir, catalogue=catalogue)
+                                   reference_dir=settings.reference_dir, catalogue=catalogue,
+                                   points=course.points)  # course.toml's points only: results.json is out of them
     except specs.UnknownAssignment as exc:
         _fail(exc.args[0])
     except ReleaseError as exc:

@@ -32,7 +32,7 @@ from grader.judge.feedback import (
     smallest_words,
     traceback_tail,
 )
-from grader.results import Outcome, RunResult
+from grader.results import Outcome, RunResult, cents
 from grader.safefiles import DIR_FLAGS
 from grader.sanitize import strict_json, writable
 from grader.settings import Settings
@@ -82,13 +82,17 @@ class Sink:
 
 
 class JsonSink(Sink):
-    """results.json, in Gradescope's format with our extra_data."""
+    """results.json, in Gradescope's format with our extra_data; its score in the course's points
+    where the kit or autograder ships them (`points`: grader.kit.points.shipped_points)."""
 
-    def __init__(self, path: Path) -> None:
-        self.path = path
+    def __init__(self, path: Path, points: dict | None = None) -> None:
+        self.path, self.points = path, points or {}
 
     def finished(self, run: RunResult) -> int | None:
-        text = json.dumps(strict_json(run.to_gradescope()), indent=2, default=str, allow_nan=False)
+        from grader.kit.points import gradebook
+
+        data = run.to_gradescope(gradebook(run.assignments, self.points))
+        text = json.dumps(strict_json(data), indent=2, default=str, allow_nan=False)
         write_output(self.path.parent, self.path.name, text)
         return None
 
@@ -96,15 +100,16 @@ class JsonSink(Sink):
 class HtmlSink(Sink):
     """report.html, standing alone (grader.report)."""
 
-    def __init__(self, folder: Path) -> None:
-        self.folder = folder
+    def __init__(self, folder: Path, points: dict | None = None) -> None:
+        self.folder, self.points = folder, points or {}  # the course's shipped points (grader.kit.points)
         self.path = folder / "report.html"
         self.profiles: list = []  # --profile's (grader.judge.profiling.Profile), shown beside the speed
 
     def finished(self, run: RunResult) -> int | None:
+        from grader.kit.points import gradebook
         from grader.report import render
 
-        write_output(self.folder, self.path.name, render(run, self.profiles))
+        write_output(self.folder, self.path.name, render(run, self.profiles, gradebook(run.assignments, self.points)))
         return None
 
 
@@ -112,8 +117,10 @@ class TerminalSink(Sink):
     """What a student reads: the isolation's warnings, the line that says what is checked, the
     summary, where the files are and what is kept for the next check; an error in one line."""
 
-    def __init__(self, settings: Settings, ci: bool, json_file: Path, html: HtmlSink) -> None:
+    def __init__(self, settings: Settings, ci: bool, json_file: Path, html: HtmlSink,
+                 points: dict | None = None) -> None:
         self.settings, self.ci, self.json_file, self.html = settings, ci, json_file, html
+        self.points = points or {}  # the course's shipped points (grader.kit.points)
         self.setup: CheckSetup | None = None
 
     def started(self, setup: CheckSetup) -> None:
@@ -131,7 +138,7 @@ class TerminalSink(Sink):
 
     def finished(self, run: RunResult) -> int | None:
         with commands_stopped(console, self.ci or in_actions()):  # messages, tracebacks, output: the student's
-            print_summary(run)
+            print_summary(run, self.points)
         own = self.html.folder.resolve() == OUTPUT_DIR.resolve()
         kept = f"   ({OUTPUT_DIR}/ keeps its own .gitignore: nothing to commit)" if own else ""
         console.print(f"\nresults: {self.json_file}   report: {self.html.path}{kept}")
@@ -295,13 +302,19 @@ def write_output(folder: Path, name: str, text: str) -> None:
         os.close(fd)
 
 
-def print_summary(run: RunResult) -> None:
-    """One compact table per assignment (cases x dtypes), then every distinct failure in full."""
+def print_summary(run: RunResult, course: dict | None = None) -> None:
+    """One compact table per assignment (cases x dtypes), then every distinct failure in full.
+    `course`: the course's shipped points (grader.kit.points), which the Score line is out of."""
+    from grader.kit import points as course_points
+
+    course = course or {}
     for a in run.assignments:
         if a.headline:  # one cause explains everything: say it first
             console.print(f"[bold red]{shown(a.name)}:[/bold red] [bold]{shown(a.headline)}[/bold]")
         # a line, not a title wrapped to the table
-        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}")
+        scaled = (f" = {course_points.scaled(a, a.score, course):g} / {course_points.out_of(a, course):g} in the "
+                  "course's points" if a.name in course else "")
+        console.print(f"[bold]{shown(a.name)}[/bold] ({shown(a.module)}): {points_line(a)}{scaled}")
         table = Table()
         dtypes = list(dict.fromkeys(t.dtype for t in a.tests if t.kind == "correctness"))
         table.add_column("case")
@@ -352,7 +365,15 @@ def print_summary(run: RunResult) -> None:
                 console.print(f"  {shown(words)}")
                 console.print(f"  reproduce it: [cyan]{shown(small.reproducer)}[/cyan]")
     partial = [a for a in run.assignments if a.partial]
-    if partial:
+    if any(a.name in course for a in run.assignments):  # the course counts them in its own points: those first
+        score = course_points.total(run.assignments, lambda a: a.score, course)
+        top = sum(cents(course_points.out_of(a, course)) for a in run.assignments) / 100
+        lacks = [*(["partial run"] if partial else []), *(["CPU only"] if run.gpu_points_not_graded else [])]
+        console.print(f"\n[bold]Score: {score:g} / {top:g}[/bold] in the course's points (course.toml's"
+                      f"{'; ' + '; '.join(lacks) if lacks else ''}; no late penalty in a check: the course applies "
+                      f"it at grading). The checks count {run.score:g} / {run_total(run.assignments):g} of the "
+                      "assignments' own points.")
+    elif partial:
         console.print(f"\n[bold]Score: {run.score:g} / {run_total(run.assignments):g}[/bold] "
                       "(partial run: only the cases chosen with --case/--dtype ran; the others earn nothing here)")
     else:

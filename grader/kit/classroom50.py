@@ -32,6 +32,7 @@ from pathlib import Path
 from grader.kit import stops
 from grader.kit.annotations import command, failures
 from grader.kit.github import CI_SCORES, ci_score, failures_markdown, out_of
+from grader.kit.points import scaled, shipped_points, total
 from grader.payloads import Kind
 from grader.results import BAD_OUTCOMES, AssignmentResult, Outcome, RunResult, TestResult, cents
 from grader.sanitize import for_markdown, for_markdown_code, one_line
@@ -127,25 +128,32 @@ def apportion(exact: list[Fraction], total: int, caps: list[int] | None = None) 
     return parts
 
 
-def integer_points(assignments: list[AssignmentResult],
-                   basis: str = CI_SCORES[0]) -> tuple[int, int, list[tuple[int, int]]]:
+def integer_points(assignments: list[AssignmentResult], basis: str = CI_SCORES[0],
+                   points: dict[str, Fraction] | None = None) -> tuple[int, int, list[tuple[int, int]]]:
     """(score, max-score, [(score, max-score) per assignment]) in whole points: the exact totals
     (kept in cents) rounded half up, each assignment's share by largest remainder, so the parts
     add up exactly to the totals and no assignment scores above its own maximum. Each maximum is
     out of what `basis` says (grader.kit.github.ci_score: the points this runner can grade, or
-    the whole)."""
-    scores = [Fraction(cents(a.score), 100) for a in assignments]
-    maxes = [Fraction(cents(out_of(a, basis)), 100) for a in assignments]
+    the whole), in the course's `points` where the kit ships them (grader.kit.points)."""
+    points = points or {}
+    scores = [_exact(a, a.score, points) for a in assignments]
+    maxes = [_exact(a, out_of(a, basis), points) for a in assignments]
     top = round_half_up(sum(maxes, Fraction(0)))
     score = min(round_half_up(sum(scores, Fraction(0))), top)
     top_parts = apportion(maxes, top)
     return score, top, list(zip(apportion(scores, score, top_parts), top_parts))
 
 
+def _exact(a: AssignmentResult, value: float, points: dict[str, Fraction]) -> Fraction:
+    """`value` of `a` exactly: in cents, or in the course's points as the class view rounds them."""
+    return Fraction(repr(scaled(a, value, points))) if a.name in points else Fraction(cents(value), 100)
+
+
 # -- what the runner reads -------------------------------------------------------------------------
 
-def _gpu_points(a: AssignmentResult) -> tuple[float, list[str]]:
-    """The points of `a` that need a GPU here, and what they are (bfloat16 cases, speed)."""
+def _gpu_points(a: AssignmentResult, points: dict[str, Fraction] | None = None) -> tuple[float, list[str]]:
+    """The points of `a` that need a GPU here (in the course's `points`, where shipped), and what
+    they are (bfloat16 cases, speed)."""
     skipped = [t for t in a.tests if t.outcome == Outcome.SKIPPED and t.max_score]
     kinds = []
     if any(t.dtype == "bfloat16" for t in skipped):
@@ -154,7 +162,7 @@ def _gpu_points(a: AssignmentResult) -> tuple[float, list[str]]:
         kinds.append("speed")
     if skipped and not kinds:
         kinds.append("checks that need a GPU")
-    return a.skipped_points, kinds
+    return scaled(a, a.skipped_points, points or {}), kinds
 
 
 def status_of(run: RunResult) -> str:
@@ -164,17 +172,21 @@ def status_of(run: RunResult) -> str:
     return "failure" if outcomes & BAD_OUTCOMES or not run.tests else "success"
 
 
-def _assignment_message(a: AssignmentResult, score: int, top: int, basis: str) -> str:
+def _assignment_message(a: AssignmentResult, score: int, top: int, basis: str,
+                        points: dict[str, Fraction] | None = None) -> str:
+    points = points or {}
     bad = [t for t in a.tests if t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR]
     counted_here = basis == "cpu-gradable" and a.gpu_points_not_graded
-    here = f", gradable here, of {a.max_score:g} at grading" if counted_here else ""
-    words = [f"{score} of {top} points ({a.score:g} of {out_of(a, basis):g} exactly{here})",
+    here = f", gradable here, of {scaled(a, a.max_score, points):g} at grading" if counted_here else ""
+    course = f" in the course's points, {a.score:g} of {out_of(a, basis):g} of its own" if a.name in points else ""
+    words = [f"{score} of {top} points ({scaled(a, a.score, points):g} of {scaled(a, out_of(a, basis), points):g} "
+             f"exactly{here}{course})",
              f"{a.count(Outcome.PASSED)} checks passed"]
     if bad and a.headline:  # one cause explains every failure (an untouched starter): that, not the first case
         words.append(f"{len(bad)} failed: {a.headline}")
     elif bad:
         words.append(f"{len(bad)} failed, first {bad[0].name}: {bad[0].outcome}: {bad[0].message}")
-    gpu, kinds = _gpu_points(a)
+    gpu, kinds = _gpu_points(a, points)
     if gpu:
         words.append(f"{gpu:g} points need a GPU ({', '.join(kinds)}) and this runner has none: "
                      + ("they are graded on a GPU, not counted here" if here else "they earn nothing here"))
@@ -182,21 +194,23 @@ def _assignment_message(a: AssignmentResult, score: int, top: int, basis: str) -
 
 
 def result_json(run: RunResult, fields: dict[str, str], now: datetime | None = None,
-                basis: str = CI_SCORES[0]) -> dict:
+                basis: str = CI_SCORES[0], points: dict[str, Fraction] | None = None) -> dict:
     """result.json as Classroom 50's runner accepts it: no key of our own at the top, integer points
-    out of what `basis` says."""
-    score, top, parts = integer_points(run.assignments, basis)
+    out of what `basis` says, in the course's `points` where the kit ships them."""
+    points = points or {}
+    score, top, parts = integer_points(run.assignments, basis, points)
     tests = []
     for a, (s, m) in zip(run.assignments, parts):
-        gpu, kinds = _gpu_points(a)
+        gpu, kinds = _gpu_points(a, points)
         tests.append({
             "test-name": f"{a.name}: {a.title}",
             "passed": not any(t.outcome in BAD_OUTCOMES or t.outcome == Outcome.INFRA_ERROR for t in a.tests),
             "score": s,
             "max-score": m,
-            "message": _assignment_message(a, s, m, basis),
-            # kept by the runner: the exact points and what could not run here
-            "exact-score": f"{a.score:g}", "exact-max-score": f"{out_of(a, basis):g}",
+            "message": _assignment_message(a, s, m, basis, points),
+            # kept by the runner: the exact points (the course's, where it ships them) and what could not run here
+            "exact-score": f"{scaled(a, a.score, points):g}",
+            "exact-max-score": f"{scaled(a, out_of(a, basis), points):g}",
             "outcomes": {o.value: a.count(o) for o in Outcome if a.count(o)},
         })
         if gpu:
@@ -221,26 +235,35 @@ def report_url(release_url: str) -> str:
 
 
 def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: dict[str, int],
-                 basis: str = CI_SCORES[0]) -> str:
+                 basis: str = CI_SCORES[0], points: dict[str, Fraction] | None = None) -> str:
     """The release notes (GitHub Markdown): the score, each assignment, each failing check with
-    its reproducer, the points that need a GPU, a link to the report asset."""
-    score, top, parts = integer_points(run.assignments, basis)
+    its reproducer, the points that need a GPU, a link to the report asset; in the course's
+    `points` where the kit ships them."""
+    points = points or {}
+    score, top, parts = integer_points(run.assignments, basis, points)
+    exact_score = total(run.assignments, lambda a: a.score, points)
+    exact_top = total(run.assignments, lambda a: out_of(a, basis), points)
+    at_grading = total(run.assignments, lambda a: a.max_score, points)
     here = basis == "cpu-gradable" and bool(run.gpu_points_not_graded)
     where = "a GPU" if device == "cuda" else "the CPU (Triton's interpreter: no timing, no bfloat16)"
     status = status_of(run)
     out = [f"## Triton kernels: {score} / {top} points{' gradable here' if here else ''}", "",
            f"Submission {for_markdown_code(fields['submission'], 120)}, "
            f"{_link('this commit', fields['commit'])}, graded on {where}, seed {run.seed}. "
-           f"Exact points: {run.score:g} / {out_of(run, basis):g} (whole points: the totals rounded half up, "
+           f"Exact points: {exact_score:g} / {exact_top:g} (whole points: the totals rounded half up, "
            "each assignment's share by largest remainder).", ""]
+    if any(a.name in points for a in run.assignments):
+        out += [f"Points are the course's (course.toml's, as its gradebooks count them); the checks count "
+                f"{run.score:g} / {out_of(run, basis):g} of the assignments' own. No late penalty is applied here: "
+                "the course applies it at grading.", ""]
     if status == "error":
         out += ["> **The grader failed on its own side** (infra_error): this is no grade. Push again, or tell the "
                 "course staff if it happens again.", ""]
-    gpu_total = run.skipped_points
+    gpu_total = total(run.assignments, lambda a: a.skipped_points, points)
     if gpu_total:
         what = sorted({k for a in run.assignments for k in _gpu_points(a)[1]})
         if here:
-            out += [f"> **{run.max_score:g} points at grading**: {gpu_total:g} more need a GPU ({', '.join(what)}), "
+            out += [f"> **{at_grading:g} points at grading**: {gpu_total:g} more need a GPU ({', '.join(what)}), "
                     "which this runner has none of, so they are not counted here. They are graded on a GPU runner, or "
                     "by the course staff after the deadline.", ""]
         else:
@@ -251,7 +274,7 @@ def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: di
             "| --- | --- | --- | --- | --- | --- |"]
     for a, (s, m) in zip(run.assignments, parts):
         bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
-        gpu, kinds = _gpu_points(a)
+        gpu, kinds = _gpu_points(a, points)
         need = f"{gpu:g} pts ({', '.join(kinds)})" if gpu else "0"
         out.append(f"| {for_markdown(a.name)} ({for_markdown(a.module, 120)}) | {s} / {m} | {a.count(Outcome.PASSED)} "
                    f"| {bad} | {need} | {hidden.get(a.name, 0)} |")
@@ -262,9 +285,10 @@ def release_body(run: RunResult, fields: dict[str, str], device: str, hidden: di
     return "\n".join(out)
 
 
-def summary_line(run: RunResult, basis: str = CI_SCORES[0]) -> str:
+def summary_line(run: RunResult, basis: str = CI_SCORES[0], points: dict[str, Fraction] | None = None) -> str:
     """The commit status: one line, at most 140 characters."""
-    score, top, _ = integer_points(run.assignments, basis)
+    points = points or {}
+    score, top, _ = integer_points(run.assignments, basis, points)
     status = status_of(run)
     words = [f"{score}/{top} points"]
     bad = sum(t.outcome in BAD_OUTCOMES for t in run.tests)
@@ -276,7 +300,9 @@ def summary_line(run: RunResult, basis: str = CI_SCORES[0]) -> str:
         words.append("every check passed")
     if run.skipped_points:
         counted = basis == "whole" or not run.gpu_points_not_graded
-        words.append(f"{run.skipped_points:g} need a GPU" + ("" if counted else f" (of {run.max_score:g} at grading)"))
+        gpu = total(run.assignments, lambda a: a.skipped_points, points)
+        at_grading = total(run.assignments, lambda a: a.max_score, points)
+        words.append(f"{gpu:g} need a GPU" + ("" if counted else f" (of {at_grading:g} at grading)"))
     return one_line(", ".join(words), SUMMARY_LIMIT)
 
 
@@ -303,14 +329,15 @@ def report(run: RunResult, repo: Path, device: str, env: Mapping[str, str] | Non
     catalogue = catalogue if catalogue is not None else _default_course()
     hidden = {a.name: catalogue.get(a.name).hidden_count for a in run.assignments}
     basis = ci_score(catalogue)  # the released grader-kit.toml's (the autograder's own course), not the checkout's
+    points = shipped_points(catalogue)  # its [points]: course.toml's, which the gradebooks count in
     for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or repo)):
         echo(line)
     from grader.results import write_json_atomic, write_text_atomic
 
-    write_text_atomic(release_body(run, fields, device, hidden, basis), repo / BODY)
-    write_json_atomic(result_json(run, fields, basis=basis), repo / RESULT)
+    write_text_atomic(release_body(run, fields, device, hidden, basis, points), repo / BODY)
+    write_json_atomic(result_json(run, fields, basis=basis, points=points), repo / RESULT)
     status = status_of(run)
-    _outputs(env, status, summary_line(run, basis))
+    _outputs(env, status, summary_line(run, basis, points))
     return 2 if status == "error" else 0
 
 

@@ -71,14 +71,22 @@ def enabled(ci: str | None, env: Mapping[str, str]) -> bool:
     return ci == "github" or (ci is None and from_environment(env).in_actions)
 
 
-def classroom_payload(run: RunResult, repo: Path, basis: str = CI_SCORES[0]) -> dict:
+def classroom_payload(run: RunResult, repo: Path, basis: str = CI_SCORES[0], points: dict | None = None) -> dict:
     """classroom-resources' result: each test as it is; max_score the run's, out of what `basis`
     says (ci_score): the tests that need a GPU are left out (skipped), so on the cpu-gradable basis
-    their points are not in the total either."""
+    their points are not in the total either. Where the kit ships the course's `points`
+    (grader.kit.points), max_score is in them and each test's points are scaled in proportion."""
+    from grader.kit.points import scaled
+
+    points = points or {}
+    by_name = {a.name: a for a in run.assignments}
     tests = []
     for t in run.tests:
         if t.outcome == Outcome.SKIPPED:
             continue
+        a = by_name.get(t.assignment)
+        score, top = ((t.score, t.max_score) if a is None
+                      else (scaled(a, t.score, points), scaled(a, t.max_score, points)))
         where = source_line(t, repo) if t.outcome != Outcome.PASSED else None
         # each line of the message starts with our words: the student's text is kept on its own line
         message = (one_line(t.message, MESSAGE_LIMIT) if t.outcome == Outcome.PASSED
@@ -87,8 +95,8 @@ def classroom_payload(run: RunResult, repo: Path, basis: str = CI_SCORES[0]) -> 
         tests.append({
             "name": one_line(f"{t.assignment}: {t.name}", 200),
             "status": CLASSROOM_STATUS[t.outcome],
-            "score": cents(t.score) / 100,  # the points as the summary shows them, not a float's tail
-            "max_score": cents(t.max_score) / 100,
+            "score": cents(score) / 100,  # the points as the summary shows them, not a float's tail
+            "max_score": cents(top) / 100,
             "message": _short(message, MESSAGE_LIMIT),
             "test_code": one_line(t.reproducer or ""),
             "filename": one_line(where[0]) if where else "",
@@ -99,7 +107,14 @@ def classroom_payload(run: RunResult, repo: Path, basis: str = CI_SCORES[0]) -> 
     statuses = {x["status"] for x in tests}
     status = "error" if "error" in statuses else "fail" if "fail" in statuses else "pass"
     # the same total as the summary and the Points notice (on the whole basis the GPU's points are in it)
-    return {"version": 1, "status": status, "max_score": out_of(run, basis), "tests": tests}
+    return {"version": 1, "status": status, "max_score": course_out_of(run, basis, points), "tests": tests}
+
+
+def course_out_of(run: RunResult, basis: str, points: dict | None) -> float:
+    """out_of(run, basis) in the course's shipped `points` (grader.kit.points): each assignment's, scaled."""
+    from grader.kit.points import total
+
+    return total(run.assignments, lambda a: out_of(a, basis), points or {})
 
 
 def encode(payload: dict) -> str:
@@ -113,27 +128,46 @@ def annotations(run: RunResult, repo: Path, workspace: Path) -> list[str]:
     return failures(run, repo, workspace, lambda message: _short(message, MESSAGE_LIMIT))
 
 
-def score_words(run: RunResult, basis: str = CI_SCORES[0]) -> str:
+def score_words(run: RunResult, basis: str = CI_SCORES[0], points: dict | None = None) -> str:
     """The one total every output of a CI run says: on the cpu-gradable basis '4 / 4 points
     gradable here (of 10 at grading: 6 need a GPU, graded on the course's GPU after the
-    deadline)', on the whole basis '4 / 10 points (6 of them need a GPU: ...)'."""
-    gpu = run.gpu_points_not_graded
+    deadline)', on the whole basis '4 / 10 points (6 of them need a GPU: ...)'; in the course's
+    shipped `points` where there are any (grader.kit.points), said so."""
+    from grader.kit.points import total
+
+    points = points or {}
+    score, top = total(run.assignments, lambda a: a.score, points), total(run.assignments, lambda a: a.max_score,
+                                                                           points)
+    gpu = total(run.assignments, lambda a: a.gpu_points_not_graded, points)
+    course = (" in the course's points (no late penalty here: the course applies it at grading)"
+              if any(a.name in points for a in run.assignments) else "")
     if basis == "cpu-gradable" and gpu:
-        return (f"{run.score:g} / {out_of(run, basis):g} points gradable here (of {run.max_score:g} at grading: "
-                f"{gpu:g} need a GPU, graded on the course's GPU after the deadline)")
-    return (f"{run.score:g} / {run.max_score:g} points"
+        return (f"{score:g} / {course_out_of(run, basis, points):g} points gradable here{course} (of {top:g} at "
+                f"grading: {gpu:g} need a GPU, graded on the course's GPU after the deadline)")
+    return (f"{score:g} / {top:g} points{course}"
             + (f" ({gpu:g} of them need a GPU: graded on the course's GPU after the deadline)" if gpu else ""))
 
 
-def step_summary(run: RunResult, device: str, hidden: dict[str, int], basis: str = CI_SCORES[0]) -> str:
-    """The job summary (GitHub-flavoured Markdown); its title's total as `basis` says (ci_score)."""
+def step_summary(run: RunResult, device: str, hidden: dict[str, int], basis: str = CI_SCORES[0],
+                 points: dict | None = None) -> str:
+    """The job summary (GitHub-flavoured Markdown); its title's total as `basis` says (ci_score),
+    in the course's shipped `points` where there are any (grader.kit.points)."""
+    from grader.kit.points import scaled, total
+
+    points = points or {}
     where = "a GPU" if device == "cuda" else "the CPU (Triton's interpreter: no timing, no bfloat16)"
-    gpu_points = run.gpu_points_not_graded
+    gpu_points = total(run.assignments, lambda a: a.gpu_points_not_graded, points)
     here = " gradable here" if basis == "cpu-gradable" and gpu_points else ""
-    out = [f"## Triton kernels: {run.score:g} / {out_of(run, basis):g} points{here}", "",
+    score = total(run.assignments, lambda a: a.score, points)
+    out = [f"## Triton kernels: {score:g} / {course_out_of(run, basis, points):g} points{here}", "",
            f"Checked on {where}, seed {run.seed}.", ""]
+    if any(a.name in points for a in run.assignments):
+        out += [f"Points are the course's (course.toml's, as its gradebooks count them); the checks count "
+                f"{run.score:g} / {out_of(run, basis):g} of the assignments' own. No late penalty is applied here: "
+                "the course applies it at grading.", ""]
     if gpu_points and here:
-        out += [f"> **{run.max_score:g} points at grading**: {gpu_points:g} more need a GPU (bfloat16 cases and "
+        at_grading = total(run.assignments, lambda a: a.max_score, points)
+        out += [f"> **{at_grading:g} points at grading**: {gpu_points:g} more need a GPU (bfloat16 cases and "
                 "speed) and cannot be earned here; they are graded on the course's GPU after the deadline.", ""]
     elif gpu_points:
         out += [f"> **{gpu_points:g} of these points need a GPU** (bfloat16 cases and speed) and cannot be earned "
@@ -142,10 +176,11 @@ def step_summary(run: RunResult, device: str, hidden: dict[str, int], basis: str
             "| --- | --- | --- | --- | --- | --- |"]
     for a in run.assignments:
         bad = sum(a.count(o) for o in BAD_OUTCOMES) + a.count(Outcome.INFRA_ERROR)
-        gpu = f"{a.count(Outcome.SKIPPED)} ({a.skipped_points:g} pts, GPU)" if a.count(Outcome.SKIPPED) else "0"
-        out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200, table=True)}) | {a.score:g} / "
-                   f"{out_of(a, basis):g} | {a.count(Outcome.PASSED)} | {bad} | {gpu} | "
-                   f"{hidden.get(a.name, 0)} |")
+        gpu = (f"{a.count(Outcome.SKIPPED)} ({scaled(a, a.skipped_points, points):g} pts, GPU)"
+               if a.count(Outcome.SKIPPED) else "0")
+        out.append(f"| {for_markdown(a.name)} ({for_markdown_code(a.module, 200, table=True)}) | "
+                   f"{scaled(a, a.score, points):g} / {scaled(a, out_of(a, basis), points):g} | "
+                   f"{a.count(Outcome.PASSED)} | {bad} | {gpu} | {hidden.get(a.name, 0)} |")
     out += failures_markdown(run, hidden, 500, 500)
     out += ["", f"The full report (report.html, results.json) is the `{ARTIFACT}` artifact of this run: its "
             "Summary page lists it under Artifacts.", ""]
@@ -197,15 +232,18 @@ def report_github(run: RunResult, repo: Path, device: str, env: Mapping[str, str
         catalogue = Course.find(Settings())
     hidden = {a.name: catalogue.get(a.name).hidden_count for a in run.assignments}
     basis = ci_score(catalogue)
+    from grader.kit.points import shipped_points
+
+    points = shipped_points(catalogue)  # the kit's [points]: course.toml's, which the gradebooks count in
     for line in annotations(run, repo, Path(env.get("GITHUB_WORKSPACE") or Path.cwd())):
         echo(line)
-    echo(command("notice", score_words(run, basis), title="Points"))  # the run page's first line: our numbers
+    echo(command("notice", score_words(run, basis, points), title="Points"))  # the run page's first line: our numbers
     if env.get("GITHUB_STEP_SUMMARY"):
         with open(env["GITHUB_STEP_SUMMARY"], "a", encoding="utf-8") as f:
-            f.write(step_summary(run, device, hidden, basis))
+            f.write(step_summary(run, device, hidden, basis, points))
     if env.get("GITHUB_OUTPUT"):
         with open(env["GITHUB_OUTPUT"], "a", encoding="utf-8") as f:
-            f.write(f"result={encode(classroom_payload(run, repo, basis))}\n")
+            f.write(f"result={encode(classroom_payload(run, repo, basis, points))}\n")
 
 
 def report_error(message: str, env: Mapping[str, str] | None = None) -> None:

@@ -91,10 +91,15 @@ exit 0
 
 
 def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = False, torch_index: str | None = None,
-                     reference_dir: Path | None = None, catalogue: specs.Course | None = None) -> list[str]:
+                     reference_dir: Path | None = None, catalogue: specs.Course | None = None,
+                     points: dict | None = None) -> list[str]:
     """Write the zip of `catalogue`'s assignments (default: the course the default settings imply);
     returns its members. `reference_dir` (GRADER_REFERENCE_DIR): where the reference kernels
-    come from, else the course's reference/."""
+    come from, else the course's reference/. `points`: course.toml's points by assignment, shipped
+    as course/grader-points.toml (grader.kit.points: results.json reports out of them); no
+    deadline, extension or late policy goes in."""
+    from grader.kit.points import POINTS_FILE, points_file
+
     catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     chosen = [catalogue.get(n) for n in names] if names else list(catalogue.catalogue().values())
     out = Path(out)
@@ -116,6 +121,9 @@ def build_autograder(out: Path, names: list[str] | None = None, *, cuda: bool = 
                 rel = p.relative_to(spec.folder)
                 if p.is_file() and not SKIP & set(rel.parts):
                     files[f"course/assignments/{spec.folder.name}/{rel.as_posix()}"] = p.read_bytes()
+        shipped = points_file(points or {}, [s.name for s in chosen])
+        if shipped:
+            files[f"course/{POINTS_FILE}"] = shipped.encode()
         for spec in chosen:  # each assignment's own reference kernel, no other's; never the secret (above)
             kernel = spec.reference_module(reference_dir)
             if kernel.is_file():

@@ -29,6 +29,8 @@ from grader import __version__
 from grader import spec as specs
 from grader.settings import Settings
 
+POINTS_TABLE = "points"  # grader-kit.toml's [points]: course.toml's points (read by grader.kit.points)
+
 PYTHON = "3.11"
 TORCH = "2.13.0"  # the course's torch: the kit's install line, its workflow and the Gradescope setup pin it
 TORCH_CPU_INDEX = "https://download.pytorch.org/whl/cpu"  # torch's CPU build (no GPU: students, hosted runners)
@@ -67,12 +69,14 @@ class Kit:
 def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False, requirement: str | None = None,
               gpu_runner: str | None = None, title: str = "Triton kernels",
               catalogue: specs.Course | None = None, ci_score: str = "cpu-gradable",
-              prove: Callable[[list[str]], None] | None = None) -> Kit:
+              prove: Callable[[list[str]], None] | None = None, points: dict | None = None) -> Kit:
     """Write the kit of `catalogue`'s assignments (default: the course the default settings imply)
     to `out`: empty or absent, or with force, a folder whose contents are replaced (all but .git:
     regenerate into a clone of the template repository and commit the difference). It is built
     beside `out` and moved in only once scanned, so a failure leaves `out` as it was. `ci_score`:
-    course.toml's [ci] score (grader.batch.course.CI_SCORES), which the kit's CI runs report by.
+    course.toml's [ci] score (grader.batch.course.CI_SCORES), which the kit's CI runs report by;
+    `points`: course.toml's points by assignment, shipped as grader-kit.toml's [points] for those
+    released (grader.kit.points: a check there reports out of them), nothing else of course.toml.
     `prove`, given the names shipped, refuses a course that fails its check before anything is written."""
     catalogue = catalogue if catalogue is not None else specs.Course.find(Settings())
     chosen = [catalogue.get(n) for n in names] if names else list(catalogue.catalogue().values())
@@ -95,11 +99,15 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
         manifest = {"grader": __version__, "title": title, "assignments": {
             s.name: {"module": s.module, "function": s.function, "points": s.max_points, "hidden_cases": s.hidden_count}
             for s in chosen}, "ci": {"score": ci_score}}
+        given = points or {}
+        shipped = {s.name: toml_number(given[s.name]) for s in chosen if s.name in given}
+        if shipped:
+            manifest[POINTS_TABLE] = shipped
         (build / specs.KIT_MANIFEST).write_text(_toml(manifest))
         (build / "requirements-grader.txt").write_text(install + "\n")
         (build / ".gitignore").write_text(GITIGNORE)
         rows = [{"name": s.name, "title": s.title, "module": s.module, "function": s.function,
-                 "points": f"{s.max_points:g}",
+                 "points": f"{shipped.get(s.name, s.max_points):g}",  # the course's, as a check there reports
                  "hidden": s.hidden_count} for s in chosen]
         (build / "README.md").write_text(_ENV.get_template("kit_README.md.j2").render(
             title=title, assignments=rows, python=PYTHON, wheel=wheel, torch=TORCH, cpu_index=TORCH_CPU_INDEX,
@@ -120,6 +128,12 @@ def build_kit(out: Path, names: list[str] | None = None, *, force: bool = False,
     files = sorted(p.relative_to(out).as_posix() for p in out.rglob("*") if p.is_file()
                    and ".git" not in p.relative_to(out).parts)
     return Kit(out, [s.name for s in chosen], install, files)
+
+
+def toml_number(value) -> int | float:
+    """course.toml's points (a Fraction) as TOML writes a number: 20, not 20.0."""
+    value = float(value)
+    return int(value) if value.is_integer() else value
 
 
 def workflow(gpu_runner: str | None = None) -> str:

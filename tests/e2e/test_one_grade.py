@@ -183,3 +183,230 @@ def test_the_report_results_json_dashboard_and_console_say_the_same(graded, caps
     assert "carol softmax: 12 / 20 points (held for review)" in said
     assert "dan softmax: 12 / 20 points (CPU only)" in said
     assert "alice vector_add: 16 / 20 points" in said
+
+
+# -- a student's own check: the kit's CI, Classroom 50 and Gradescope say the class side's number ---------------
+
+def _run_of(student: str):
+    """The student's raw result as their own check would have it (the records' tests, no late penalty)."""
+    from grader.results import RunResult
+
+    run = RunResult(f"/checkout/{student}", 3, {"mode": "cpu"})
+    for assignment, tests in CLASS[student][1].items():
+        run.assignments.append(AssignmentResult.from_json(_record(student, assignment, ON_TIME, tests).result))
+    return run
+
+
+def _shipped(root: Path, tmp_path: Path):
+    """course.toml (vector_add for 20 points, deadlines, a late policy) released as a kit and as a
+    Gradescope autograder; the course each ships, as a check there finds it."""
+    import zipfile
+
+    from grader.kit import release
+    from grader.kit.gradescope import build_autograder
+    from grader.spec import Course
+
+    course = load_course(root / "course.toml", COURSE)
+    kit = release.build_kit(tmp_path / "kit", ASSIGNMENTS, requirement="grader==0.1.0", catalogue=COURSE,
+                            ci_score=course.ci_score, points=course.points)
+    zipped = tmp_path / "autograder.zip"
+    build_autograder(zipped, ASSIGNMENTS, catalogue=COURSE, points=course.points)
+    with zipfile.ZipFile(zipped) as z:
+        z.extractall(tmp_path / "source")
+    return Course(kit.root), Course(tmp_path / "source" / "course")
+
+
+def test_a_kit_and_an_autograder_ship_course_tomls_points_and_nothing_else_of_it(tmp_path):
+    import tomllib
+
+    (tmp_path / "course.toml").write_text(COURSE_TOML)
+    kit, autograder = _shipped(tmp_path, tmp_path / "shipped")
+    manifest = tomllib.loads((kit.root / "grader-kit.toml").read_text())
+    assert manifest["points"] == {"vector_add": 20}  # softmax: course.toml sets no points, the spec's stand
+    readme = (kit.root / "README.md").read_text()  # the kit's table of assignments says the course's points
+    assert re.search(r"\| `vector_add` \| 20 \|", readme) and re.search(r"\| `softmax` \| 20 \|", readme)
+    shipped = tomllib.loads((autograder.root / "grader-points.toml").read_text())
+    assert shipped == {"points": {"vector_add": 20}}
+    for folder in (kit.root, autograder.root):  # no deadline, extension or late policy in either
+        text = "".join(p.read_text(errors="replace") for p in folder.rglob("*") if p.is_file() and p.suffix != ".whl")
+        assert "2025-02-01" not in text and "late_policy" not in text and "penalty_per_day" not in text
+    from grader.kit.points import shipped_points
+
+    assert shipped_points(kit) == shipped_points(autograder) == {"vector_add": 20}
+    # without course.toml's points nothing is shipped and nothing changes
+    plain = load_course(tmp_path / "course.toml", COURSE)
+    plain.points.clear()
+    from grader.kit import release
+
+    bare = release.build_kit(tmp_path / "bare", ["vector_add"], requirement="grader==0.1.0", catalogue=COURSE,
+                             points=plain.points)
+    assert "points" not in tomllib.loads((bare.root / "grader-kit.toml").read_text())
+    assert shipped_points(type(kit)(bare.root)) == {}
+
+
+def test_a_hostile_points_table_changes_no_grade_and_stops_nothing(tmp_path):
+    """grader-kit.toml lies in the student's repo: a value that is not a positive number is left out."""
+    from grader.kit.points import shipped_points
+    from grader.spec import Course
+
+    (tmp_path / "grader-kit.toml").write_text('[points]\nvector_add = -3\nsoftmax = "20"\nrelu = true\n'
+                                              'matmul_relu = inf\nlayernorm = 5\n')
+    assert shipped_points(Course(tmp_path)) == {"layernorm": 5}
+    (tmp_path / "grader-kit.toml").write_text("points = 7\n")
+    assert shipped_points(Course(tmp_path)) == {}
+    (tmp_path / "grader-kit.toml").write_text("[points\n")  # not TOML
+    assert shipped_points(Course(tmp_path)) == {}
+
+
+@pytest.mark.parametrize("student", ["alice", "bob", "dan"])
+def test_a_check_in_the_kit_and_the_autograder_says_the_class_sides_number(graded, tmp_path, student, monkeypatch):
+    """The raw result a class grades (alice 8 / 10 and 20 / 20; bob 4 / 10 and 10 / 20, late; dan a
+    CPU-only grade) checked in the kit and by the Gradescope autograder: the terminal's Score line,
+    the report's headline, results.json's score and max_score, Classroom 50's result.json and the
+    GitHub job summary and Points notice show the class side's number of the same maximum (grades.csv's,
+    before the late penalty, which no check applies), vector_add out of course.toml's 20."""
+    from types import SimpleNamespace
+
+    from grader.cli import outputs
+    from grader.cli.check import CheckOptions, sinks_for
+    from grader.kit import classroom50 as c50
+    from grader.kit import github
+    from grader.settings import from_environment
+    from tests.kit.test_classroom50 import runner_env
+
+    out, _ = graded
+    root = tmp_path / "course"
+    root.mkdir()
+    (root / "course.toml").write_text(COURSE_TOML)
+    kit, autograder = _shipped(root, tmp_path / "shipped")
+    row = {r["student"]: r for r in _csv(out, "grades.csv")}[student]
+    penalty = _number(row["late_penalty"])
+    scores = {a: _number(row[a]) for a in ASSIGNMENTS}  # the class side's, before the late penalty
+    total, top = round(sum(scores.values()), 4), 40
+    assert (round(_number(row["final"]) + penalty, 4)) == total
+    possible = _csv(out, "canvas.csv")[0]
+    assert {a: _number(possible[a]) for a in ASSIGNMENTS} == {"vector_add": 20, "softmax": 20}
+    gpu = student == "dan"
+    gradable = {a: scores[a] for a in ASSIGNMENTS} if gpu else {a: 20 for a in ASSIGNMENTS}  # dan: all that ran passed
+    run = _run_of(student)
+
+    for course in (kit, autograder):
+        repo = tmp_path / f"checkout-{course.root.name}"
+        repo.mkdir()
+        monkeypatch.setenv("CLASSROOM", "cs101")
+        options = CheckOptions(repo, json_file=repo / ".grader" / "results.json", html_dir=repo / ".grader",
+                               ci="none" if course is autograder else None, ci_mode=None)
+        sinks = sinks_for(options, from_environment({}), course)
+        setup = SimpleNamespace(sub=SimpleNamespace(root=repo), ctx=SimpleNamespace(device="cpu"), keep=None)
+        for sink in sinks:
+            sink.setup = setup
+        with outputs.console.capture() as captured:
+            for sink in sinks:
+                sink.finished(run)
+        said = " ".join(captured.get().split())
+        assert f"Score: {total:g} / {top} in the course's points" in said, said
+        assert f"vector_add (vector_add.py): {run.assignments[0].score:g} / 10 points = {scores['vector_add']:g} / 20 " \
+               "in the course's points" in said
+        results = json.loads((repo / ".grader" / "results.json").read_text())
+        assert (results["score"], results["max_score"]) == (total, top), course.root
+        assert results["output"].startswith(f"{total:g} / {top} points in the course's points")
+        assert "no late penalty" in results["output"].splitlines()[0]
+        book = results["extra_data"]["gradebook"]
+        assert {a: (book[a]["final"], book[a]["out_of"]) for a in ASSIGNMENTS} == {a: (scores[a], 20)
+                                                                                   for a in ASSIGNMENTS}
+        report = (repo / ".grader" / "report.html").read_text()
+        assert f"{total:g} / {top} points <small>in the course's points" in report
+        assert f"In the course's points: <b>{scores['vector_add']:g} / 20 points" in report
+
+    # Classroom 50 (its autograder embeds the kit's grader-kit.toml) and a GitHub Actions job in the kit
+    repo = tmp_path / "c50"
+    env = runner_env(tmp_path)
+    echoed: list[str] = []
+    assert c50.report(run, repo if repo.mkdir() is None else repo, "cpu", env, echo=echoed.append, catalogue=kit) == 0
+    data = json.loads((repo / "result.json").read_text())
+    parts = {t["test-name"].split(":")[0]: t for t in data["tests"]}
+    for a in ASSIGNMENTS:
+        assert parts[a]["exact-score"] == f"{scores[a]:g}" and parts[a]["exact-max-score"] == f"{gradable[a]:g}"
+    exact = c50.Fraction(repr(total))
+    assert data["score"] == c50.round_half_up(exact)
+    assert data["max-score"] == round(sum(gradable.values()))
+    if gpu:  # out of what this runner can grade, the course's 40 at grading said beside it
+        assert "(of 40 at grading)" in Path(env["GITHUB_OUTPUT"]).read_text()
+    body = (repo / "release-body.md").read_text()
+    assert f"Exact points: {total:g} / {sum(gradable.values()):g}" in body and "No late penalty is applied here" in body
+    notices: list[str] = []
+    summary, output = tmp_path / "summary.md", tmp_path / "output"
+    github.report_github(run, repo, "cpu", {"GITHUB_STEP_SUMMARY": str(summary), "GITHUB_OUTPUT": str(output)},
+                         echo=notices.append, catalogue=kit)
+    import base64
+
+    payload = json.loads(base64.b64decode(output.read_text().strip().split("=", 1)[1]))
+    assert payload["max_score"] == sum(gradable.values())  # classroom-resources' result, in the course's points too
+    notice = next(n for n in notices if n.startswith("::notice title=Points::"))
+    head = f"{total:g} / {sum(gradable.values()):g} points"
+    assert notice.startswith(f"::notice title=Points::{head}"), notice
+    assert summary.read_text().startswith(f"## Triton kernels: {head}")
+    assert f"| {scores['vector_add']:g} / {gradable['vector_add']:g} |" in summary.read_text()
+
+
+@pytest.mark.slow
+def test_grader_check_in_a_released_kit_reports_the_course_points(tmp_path, monkeypatch):
+    """The real command in a student's clone of a kit released from course.toml's 20 points for
+    vector_add: a right kernel on the CPU earns 4 of the spec's 10 (6 need a GPU); the Score line,
+    results.json and the report say the class side's 8 / 20, marked CPU only, with no late penalty."""
+    import shutil
+
+    from grader.batch.course import exact
+    from grader.kit import release
+    from tests.conftest import FIXTURES, run_cli
+
+    (tmp_path / "course.toml").write_text(COURSE_TOML)
+    course = load_course(tmp_path / "course.toml", COURSE)
+    kit = release.build_kit(tmp_path / "kit", ["vector_add"], requirement="grader==0.1.0", catalogue=COURSE,
+                            points=course.points)
+    clone = tmp_path / "clone"
+    shutil.copytree(kit.root, clone)
+    shutil.copy(FIXTURES / "good" / "kernels" / "vector_add.py", clone / "kernels" / "vector_add.py")
+    monkeypatch.setenv("GRADER_COURSE", str(clone))  # the kit's course, as the student's clone finds it
+    monkeypatch.delenv("GRADER_COURSE_SECRET", raising=False)
+    for ci in ("CI", "GITHUB_ACTIONS"):
+        monkeypatch.delenv(ci, raising=False)
+    checked = run_cli(["check", ".", "-a", "vector_add", "--device", "cpu", "--seed", "5"], clone)
+    assert checked.returncode == 0, checked.stdout + checked.stderr
+    results = json.loads((clone / ".grader" / "results.json").read_text())
+    raw = results["extra_data"]["assignments"]["vector_add"]
+    assert (raw["score"], raw["max_score"]) == (4, 10)
+    expected, top = course.scale("vector_add", exact(raw["score"]), exact(raw["max_score"]))  # the class view's
+    grade = round(float(expected), 4)
+    assert (results["score"], results["max_score"]) == (grade, float(top)) == (8, 20)
+    assert results["extra_data"]["gradebook"]["vector_add"]["lacks"] == ["CPU only"]
+    said = " ".join(checked.stdout.split())
+    assert "Score: 8 / 20 in the course's points (course.toml's; CPU only; no late penalty in a check" in said, said
+    assert "8 / 20 points <small>in the course's points" in (clone / ".grader" / "report.html").read_text()
+
+
+def test_the_release_and_gradescope_commands_ship_the_course_points(tmp_path, monkeypatch):
+    """`grader release` and `grader gradescope` (their --no-check fast path) on a course whose
+    course.toml counts vector_add for 20: the kit's grader-kit.toml and the zip's grader-points.toml
+    carry that and nothing else of course.toml."""
+    import shutil
+    import tomllib
+    import zipfile
+
+    from tests.conftest import REPO_ROOT, run_cli
+
+    course = tmp_path / "course"
+    for part in ("assignments", "reference"):
+        shutil.copytree(REPO_ROOT / part, course / part, ignore=shutil.ignore_patterns("__pycache__"))
+    (course / "course.toml").write_text(COURSE_TOML)
+    monkeypatch.setenv("GRADER_COURSE", str(course))
+    made = run_cli(["release", "--out", str(tmp_path / "kit"), "-a", "vector_add", "--no-check",
+                    "--grader-requirement", "grader==0.1.0"], tmp_path)
+    assert made.returncode == 0, made.stdout + made.stderr
+    assert tomllib.loads((tmp_path / "kit" / "grader-kit.toml").read_text())["points"] == {"vector_add": 20}
+    zipped = run_cli(["gradescope", "--out", str(tmp_path / "a.zip"), "-a", "vector_add", "--no-check"], tmp_path)
+    assert zipped.returncode == 0, zipped.stdout + zipped.stderr
+    with zipfile.ZipFile(tmp_path / "a.zip") as z:
+        shipped = z.read("course/grader-points.toml").decode()
+        assert not any(n.endswith("course.toml") for n in z.namelist())
+    assert tomllib.loads(shipped) == {"points": {"vector_add": 20}} and "2025-02-01" not in shipped

@@ -882,6 +882,10 @@ def test_scores_keep_the_latest_per_student_and_assignment(tmp_path):
 
     scaled = c50.score_cells(records, {"alice": "a@uni.edu"}, ["vector_add"], CourseConfig(points={"vector_add": Fraction(20)}))
     assert scaled == {("a@uni.edu", "vector_add"): "Classroom 50: 7 / 10 = 14 / 20 in this course (submit/2026-11-21T00:00:00Z)"}
+    # a kit released with those points reports out of 20 already: shown as it is, not scaled twice
+    ours = [dict(r, score=14, **{"max-score": 20}) for r in records]
+    assert c50.score_cells(ours, {"alice": "a@uni.edu"}, ["vector_add"], CourseConfig(points={"vector_add": Fraction(20)})) \
+        == {("a@uni.edu", "vector_add"): "Classroom 50: 14 / 20 (submit/2026-11-21T00:00:00Z)"}
 
 
 @pytest.mark.parametrize("text, match", [
