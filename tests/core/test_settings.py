@@ -213,6 +213,8 @@ def module_registries(tree: ast.Module) -> list[tuple[int, str]]:
 # are fields of the object a session holds (grader.sandbox.zygote.SandboxState).
 KNOWN_REGISTRIES = {
     ("grader/worker/memcheck.py", "_RANGES"),  # the worker's own process: the tensors it checks accesses against
+    ("grader/worker/memcheck.py", "_ROW_STRIDES"),  # the same launch's row strides and integer arguments, which
+    ("grader/worker/memcheck.py", "_INTS"),  # name the stride a masked access out of bounds was moved by
     ("grader/worker/server.py", "BLOCKS"),  # the worker's own process: what its one student module launched
     ("grader/worker/server.py", "COMPILED"),
     ("grader/worker/server.py", "RECORDING"),

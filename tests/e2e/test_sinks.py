@@ -31,8 +31,11 @@ FORMULA = '=HYPERLINK("http://evil.example","click")'
 CONTROL = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # newline and tab are text
 ANNOTATION = re.compile(r"::error file=[^,:\n]*,line=\d+,title=[^:\n]*::[^\n]*"
                         # the Points notice: numbers and our words alone, no student text
-                        r"|::notice title=Points::[\d.]+ / [\d.]+ points( \([\d.]+ of them need a GPU: graded on the "
-                        r"course's GPU after the deadline\))?")
+                        # (github.score_words: the cpu-gradable basis, the whole one, the course's points)
+                        r"|::notice title=Points::[\d.]+ / [\d.]+ points( gradable here)?"
+                        r"( in the course's points \(no late penalty here: the course applies it at grading\))?"
+                        r"( \(of [\d.]+ at grading: [\d.]+ need a GPU, graded on the course's GPU after the deadline\)"
+                        r"| \([\d.]+ of them need a GPU: graded on the course's GPU after the deadline\))?")
 
 
 def commands(log: str) -> list[str]:
