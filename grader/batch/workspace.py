@@ -279,10 +279,21 @@ def _fetch(url: str, dest: Path, clone_bytes: int = FetchLimits().clone_bytes, s
         try:
             git_cmd = git.Git.GIT_PYTHON_GIT_EXECUTABLE or "git"
             depth = ["--depth", "1"] if shallow else ["--unshallow"] if (dest / ".git" / "shallow").exists() else []
-            repo.git.execute([sys.executable, "-I", "-c", BOUNDED_GIT, str(clone_bytes), git_cmd,
-                              "-c", "fetch.unpackLimit=1", "-c", "transfer.unpackLimit=1", "fetch", "--prune",
-                              "--no-tags", *depth, "origin", "+refs/heads/*:refs/remotes/origin/*"],
-                             kill_after_timeout=FETCH_TIMEOUT_S)
+
+            def fetch(depth: list[str]) -> None:
+                repo.git.execute([sys.executable, "-I", "-c", BOUNDED_GIT, str(clone_bytes), git_cmd,
+                                  "-c", "fetch.unpackLimit=1", "-c", "transfer.unpackLimit=1", "fetch", "--prune",
+                                  "--no-tags", *depth, "origin", "+refs/heads/*:refs/remotes/origin/*"],
+                                 kill_after_timeout=FETCH_TIMEOUT_S)
+
+            try:
+                fetch(depth)
+            except git.GitCommandError as exc:
+                # git refuses a shallow fetch of a repository with no commit at all (exit 1, nothing said):
+                # fetched whole, an empty one fetches nothing and is named as empty when it is pinned
+                if not shallow or "File too large" in str(exc.stderr):
+                    raise
+                fetch([])
         except git.GitCommandError as exc:
             if "File too large" in str(exc.stderr):
                 repo.close()
