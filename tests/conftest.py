@@ -18,6 +18,12 @@ import pytest
 FIXTURES = Path(__file__).parent / "fixtures"
 REPO_ROOT = Path(__file__).parent.parent
 
+# A check is a CI job where CI or GITHUB_ACTIONS is set (grader.settings): set on the machine that runs
+# these tests (CI sets CI=true), every student-side check they start would be one. The tests that
+# test a CI job say so themselves (--ci, or the variables set for that call).
+for _machines_own in ("CI", "GITHUB_ACTIONS"):
+    os.environ.pop(_machines_own, None)
+
 # what `grader check` keeps between runs goes to this test session's own folder, and no warm
 # zygote outlives a command (the tests of both turn them on where they test them)
 _KEPT = tempfile.mkdtemp(prefix="grader-test-kept-")

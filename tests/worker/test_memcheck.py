@@ -65,8 +65,11 @@ def test_up_to_the_last_element_is_allowed(checked):
 def test_one_element_past_the_end_is_refused(checked):
     x, out = torch.arange(10, dtype=torch.float32), torch.zeros(10)
     text = _violation(lambda: load_store[(1,)](x, out, 0, 11, 10, BLOCK=16))
+    # its mask lets 11 of the 16 lanes through, one past the tensor: a mask's bound, not a missing mask
     message = ("out-of-bounds load in program (0, 0, 0): 1 of 16 lanes fall outside the tensor (the first lies "
-               "1 element(s) past the end of x_ptr); mask this load (e.g. mask=offsets < n)")
+               "1 element(s) past the end of x_ptr); the load is masked, and these lanes pass its mask: its addresses "
+               "are wrong, not a missing mask: check the strides the pointer is moved by (each tensor's own) and the "
+               "mask's bound")
     assert message in text
     assert memcheck.LAST_VIOLATION == {"kind": "load", "program": (0, 0, 0), "where": "1 element(s) past the end of x_ptr",
                                        "message": message}
