@@ -277,22 +277,31 @@ def strides_ignored(spec: Assignment, mismatch: Mismatch, part: int | None = Non
             wrong = contiguous_reading(t, keep_row_stride=keep_row)
             if wrong is None:
                 continue
-            args = [(wrong if k == name else v) for k, v in mismatch.inputs.items()]
-            if spec.truth is None:  # no float64 truth to recompute with
-                continue
-            try:
-                guess = spec.truth(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
-            except Exception:  # noqa: BLE001 - a truth that cannot take this reading proves nothing
-                continue
-            if isinstance(guess, (tuple, list)):
-                guess = guess[part or 0]
-            if mismatch.matches(guess):
+            guess = _truth_reading(spec, mismatch, name, wrong, part)
+            if guess is not None and mismatch.matches(guess):
                 strides = ", ".join(f"{name}.stride({d})" for d in range(t.dim()))
                 assumed = "with a step of 1 along its last dimension" if keep_row else "as if it were contiguous"
                 return (f"the result is exactly what reading {name} {assumed} gives, but {name} is a non-contiguous "
                         f"view here ({name}.stride() == {tuple(t.stride())}): the strides are the cause, not a mask or "
                         f"the grid; pass {strides} to the kernel and address every element of {name} with them")
     return None
+
+
+def _truth_reading(spec: Assignment, mismatch: Mismatch, name: str, reading: torch.Tensor,
+                   part: int | None) -> torch.Tensor | None:
+    """The float64 truth of the failing case with input `name` replaced by `reading` (what a kernel
+    with the hypothesised mistake reads), its `part` for a tuple result; None where the spec has no
+    truth or it cannot take that reading (which then proves nothing)."""
+    if spec.truth is None:
+        return None
+    args = [(reading if k == name else v) for k, v in mismatch.inputs.items()]
+    try:
+        guess = spec.truth(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
+    except Exception:  # noqa: BLE001 - a truth that cannot take this reading proves nothing
+        return None
+    if isinstance(guess, (tuple, list)):
+        guess = guess[part or 0]
+    return guess
 
 
 def strides_mixed(spec: Assignment, mismatch: Mismatch, out_stride: list[int] | None,
@@ -314,13 +323,7 @@ def strides_mixed(spec: Assignment, mismatch: Mismatch, out_stride: list[int] | 
         if not isinstance(t, torch.Tensor) or t.dim() != 2 or tuple(t.shape) != tuple(got.shape):
             continue
         read = row_reading(t)
-        args = [(read if k == name else v) for k, v in mismatch.inputs.items()]
-        try:
-            guess = spec.truth(*[a.to(torch.float64) if isinstance(a, torch.Tensor) else a for a in args])
-        except Exception:  # noqa: BLE001 - a truth that cannot take this reading proves nothing
-            continue
-        if isinstance(guess, (tuple, list)):
-            guess = guess[part or 0]
+        guess = _truth_reading(spec, mismatch, name, read, part)
         if not isinstance(guess, torch.Tensor) or tuple(guess.shape) != tuple(got.shape):
             continue
         tried = {(stride[0], 1): "steps", (t.stride(0), 1): "row"}
