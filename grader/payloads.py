@@ -296,7 +296,7 @@ class PerformancePayload(Payload):
     timed_by: str | None = None  # "replay" (grader.judge.replay_stage), "fallback" (the worker's rounds) or "rounds"
     replay_refused: str | None = None  # why the fallback timed it
     replay: ReplayDetails | None = None  # the replay's figures and the records kept for `grader verify`
-    # the function's own calls by the grader's clock against its replayed figure (grader.judge.confirmation)
+    # the function's own calls by the grader's clock against its replayed figure (grader.judge.timing.confirmation)
     confirmation: dict[str, Any] | None = None
     held: str | None = None  # why the figure's points wait for a TA's review (a figure the grader could not verify)
 

@@ -22,6 +22,25 @@ def runnable() -> int | None:
         return None
 
 
+def running_threads(processes: set[int]) -> int:
+    """How many threads of `processes` are running or ready to run now (state R in each task's
+    stat): a process's own share of the host's run queue (`runnable`)."""
+    count = 0
+    for pid in processes:
+        try:
+            tasks = os.listdir(f"/proc/{pid}/task")
+        except OSError:
+            continue
+        for tid in tasks:
+            try:
+                with open(f"/proc/{pid}/task/{tid}/stat") as f:
+                    state = f.read().rsplit(")", 1)[1].split()[0]
+            except (OSError, IndexError):
+                continue
+            count += state == "R"
+    return count
+
+
 def pids() -> list[int]:
     """Every process in this PID namespace's table now."""
     try:

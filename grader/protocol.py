@@ -266,6 +266,9 @@ class PrepareBurst:
     calls: int
     samples: int
     graph: bool = True  # False: eager, synchronized after each call
+    # with graph False: eager and not synchronized per call, the calls queued as an ordinary loop
+    # queues them, behind the gate RunBurst.gate_ms names (grader.worker.timing.Burst)
+    queued: bool = False
 
 
 @dataclass
@@ -290,6 +293,7 @@ class RunBurst:
     contender: str
     seed: int
     last: bool = False  # then let the burst go (its CUDA graph and memory) before the checks that follow
+    gate_ms: float = 0.0  # a queued burst's gate: the GPU held at least this long before its calls run
 
 
 @dataclass

@@ -18,6 +18,6 @@ mutmut run --max-children "${JOBS:-2}" \
   "grader.judge.scoring.*" "grader.judge.activity.*" \
   "grader.judge.perf.x_call_times*" "grader.judge.perf.x_round_ratios*" "grader.judge.perf.x_ratio_estimate*" "grader.judge.perf.x_needs_more_rounds*" \
   "grader.judge.perf.x_floor_ms*" "grader.judge.perf.x__conduct*" "grader.judge.perf.x__verdict*" \
-  "grader.judge.confirmation.*" \
+  "grader.judge.timing.confirmation.*" "grader.judge.timing.decision.*" \
   > mutants.log 2>&1 || true
 mutmut results

@@ -39,12 +39,13 @@ from safetensors.torch import load, save_file
 
 from grader import proctable, sanitize
 from grader.codec import floating_dtypes
-from grader.judge import activity, confirmation, replay_process, replay_stage, slowness, witness
+from grader.judge import activity, replay_process, replay_stage, slowness, witness
 from grader.judge.context import GradingContext
 from grader.judge.devicelock import device_id
 from grader.judge.plan import derive_seed
 from grader.judge.resources import Resources
 from grader.judge.runcache import write_perf_set
+from grader.judge.timing import confirmation, decision
 from grader.judge.workers import StudentWorker
 from grader.payloads import Ceilings, Figures, FindingNote, Kind, PerformancePayload, ReplayInputs, Witnessed
 from grader.protocol import (
@@ -322,7 +323,8 @@ def _by_rounds(stage: Stage, trusted: WorkerProcess, contenders: dict[str, Conte
     workers = {"student": student, "torch": trusted, "reference": trusted}
     has_reference = "reference" in contenders
     order = ["student"] + [c for c in ("reference", "torch") if c in contenders]
-    t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order})
+    t = Timings(times={c: [] for c in order}, event_ms={c: [] for c in order}, host_ms={c: [] for c in order},
+                witness=witness.Witness(student=lambda: replay_stage.student_pids(stage.student)))
     compiled: dict = {}  # what the compiler made of the student's kernels (the untimed call after timing)
     if has_reference and spec.performance is not None and spec.performance.score_on == "gpu":
         _warm_bursts(stage, workers, timed_files[0])
@@ -375,7 +377,7 @@ def _hold(verdict: TestResult, details: PerformancePayload, why: str, text: str)
     confirm) earns no points on its own: they wait for a TA's `grader review --clear` (the
     curve's share stays in the details, which is what a clearing restores:
     grader.judge.scoring.points_without_findings); `text` tells the student why, and for the
-    fallback what to change to be replayed (grader.judge.confirmation.held)."""
+    fallback what to change to be replayed (grader.judge.timing.confirmation.held)."""
     details.held = why
     details.evidence = [text]
     details.findings = [Finding(Severity.REVIEW, text).note()]
@@ -435,7 +437,7 @@ def _by_replay(stage: Stage, trusted: WorkerProcess, timed_files: list[str],
     prepared = prep.prepared
     assert prepared is not None  # no error, finding or fallback: prepared
     try:
-        burst = _confirming_bursts(stage, trusted, timed_files[0], layout)
+        burst = _confirming_bursts(stage, trusted, timed_files[0], layout, prepared.launches)
     except BaseException:
         _cancel(pending)
         raise
@@ -467,9 +469,10 @@ def _by_replay(stage: Stage, trusted: WorkerProcess, timed_files: list[str],
     return _replay_verdict(stage, prepared, r, t, burst), ""
 
 
-def _confirming_bursts(stage: Stage, trusted: WorkerProcess, inputs: str, layout: dict) -> witness.Witness | TestResult:
+def _confirming_bursts(stage: Stage, trusted: WorkerProcess, inputs: str, layout: dict,
+                       launches: int = 1) -> witness.Witness | TestResult:
     """The student's own calls at the timing size, timed by the grading process's clock while its
-    worker is alone on the GPU and still alive (grader.judge.confirmation): BURST_ROUNDS bursts of
+    worker is alone on the GPU and still alive (grader.judge.timing.confirmation): BURST_ROUNDS bursts of
     the student's and the reference's (the trusted worker's), alternating which goes first, on
     inputs drawn from a seed told only then, every call's result sampled and checked against the
     reference's. Returns the brackets, or the result that ends the stage (wrong samples, a reply
@@ -478,7 +481,7 @@ def _confirming_bursts(stage: Stage, trusted: WorkerProcess, inputs: str, layout
     student = stage.student.process
     assert student is not None  # a timing starts only with the student's worker running (_not_timed)
     workers = {"student": student, "reference": trusted}
-    w = witness.Witness()
+    w = witness.Witness(student=lambda: replay_stage.student_pids(stage.student))
     with stage.session.alone_on_gpu():
         stage.phase("waiting_for_gpu")
         stage.roofline = stage.roofline or _roofline(stage.session, trusted)
@@ -493,7 +496,7 @@ def _confirming_bursts(stage: Stage, trusted: WorkerProcess, inputs: str, layout
             if failed is None:
                 failed = _confirm_rounds(spec, workers, w, stage.timeout)
             if failed is None and not w.wrong and not w.eager:
-                failed = _eager_round(spec, workers, w, inputs, layout, stage.timeout)
+                failed = _queued_rounds(spec, workers, w, inputs, layout, stage.timeout, launches)
         except witness.WitnessRefused as exc:
             return _flagged(stage.test, [Finding(Severity.CONCLUSIVE, str(exc))], {"timed_by": "replay"})
     if failed:
@@ -510,42 +513,52 @@ def _confirming_bursts(stage: Stage, trusted: WorkerProcess, inputs: str, layout
     return w
 
 
-def _eager_round(spec: Assignment, workers: dict[str, WorkerProcess], w: witness.Witness, inputs: str, layout: dict,
-                 timeout: float) -> tuple[str, Failure] | None:
-    """EAGER_ROUNDS more bursts of each contender after the graph's rounds, eager: a CUDA graph
-    replays the kernels its capture launched, so the function's own Python runs only at the
-    capture; here it runs at every call, on fresh inputs, its samples checked every round (right
-    only for its first calls is wrong here), and the brackets of the round most in the student's
-    favour kept (`checked_s`: faster than the replay there is conclusive too, since host work only
-    lengthens a bracket; faster in that round is faster in every round)."""
+def _queued_rounds(spec: Assignment, workers: dict[str, WorkerProcess], w: witness.Witness, inputs: str,
+                   layout: dict, timeout: float, launches: int) -> tuple[str, Failure] | None:
+    """A CUDA graph replays the kernels its capture launched, so the function's own Python runs
+    only at the capture (a function can ask torch whether it is being captured). Here it runs at
+    every call, as an ordinary loop calls it: eager, never synchronized between calls, on fresh
+    inputs, its samples checked every round (right only for its first calls is wrong here). One
+    round ungated first (its brackets hold each contender's host work: the gate is sized from
+    them), then EAGER_ROUNDS behind a gate (grader.worker.timing.Burst: the host work hidden
+    while the GPU runs it), the brackets of the round most in the student's favour kept
+    (`checked_s`). `checked_host`: the gate was capped below the host work the first round
+    showed, so the student's brackets may hold its host work."""
     started = time.monotonic()
-    w.checked_calls = max(w.calls, confirmation.EAGER_CALLS)
+    w.checked_calls = confirmation.queued_calls(launches)
     for c in ("student", "reference"):
-        ready = workers[c].request(PrepareBurst(c, inputs, layout, w.checked_calls, witness.SAMPLES, graph=False),
-                                   timeout * 4)
+        ready = workers[c].request(PrepareBurst(c, inputs, layout, w.checked_calls, witness.SAMPLES, graph=False,
+                                                queued=True), timeout * 4)
         if isinstance(ready, Failure):
             if c != "student":
                 raise WorkerFailure("infra_error", f"the reference's burst could not be prepared: {ready.message}", "")
             return c, ready
     w.prepare_s += time.monotonic() - started
     tol = spec.tolerance
-    for round_ in range(confirmation.EAGER_ROUNDS):
+    gate_ms = 0.0
+    for round_ in range(confirmation.EAGER_ROUNDS + 1):
         seed, values, seconds = witness.new_seed(), {}, {}
         for c in (("student", "reference") if round_ % 2 == 0 else ("reference", "student")):
             w.note_load()
-            reply, seconds[c] = witness.bracketed(workers[c], c, seed, timeout * 4)
+            reply, seconds[c] = witness.bracketed(workers[c], c, seed, timeout * 4, gate_ms=gate_ms)
             w.note_load()
             if isinstance(reply, Failure):
                 if c != "student":
                     raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
                 return c, reply
             values[c] = reply.values
+        w.wrong = w.wrong or witness.disagreement(values["student"], values["reference"], tol.atol[_dtype(spec)],
+                                                  tol.rtol[_dtype(spec)], oracle=spec.truth is not None)
+        if round_ == 0:  # ungated: what each contender's whole burst of host work (and GPU work) takes
+            wanted = confirmation.GATE_FACTOR * max(seconds.values()) * 1e3
+            gate_ms = min(confirmation.GATE_MAX_MS, wanted)
+            w.checked_host = wanted > confirmation.GATE_MAX_MS
+            w.gate_ms = gate_ms
+            continue
         # the round most in the student's favour is kept (confirmation.EAGER_ROUNDS says why)
         kept = w.checked_s
         if not kept or seconds["student"] - seconds["reference"] > kept["student"] - kept["reference"]:
             w.checked_s = seconds
-        w.wrong = w.wrong or witness.disagreement(values["student"], values["reference"], tol.atol[_dtype(spec)],
-                                                  tol.rtol[_dtype(spec)], oracle=spec.truth is not None)
     return _let_go(workers, timeout)
 
 
@@ -658,67 +671,87 @@ def _replays_timed(stage: Stage, trusted: WorkerProcess, timed_files: list[str],
 def _replay_verdict(stage: Stage, prepared: replay_stage.Prepared, r: replay_stage.Replays, t: Timings,
                     burst: witness.Witness) -> TestResult:
     """What the replay's decision makes of the speed (grader.judge.replay_process.decide), the figure
-    confirmed by the grader's clock on the function's own calls (grader.judge.confirmation)."""
+    confirmed by the grader's clock on the function's own calls (grader.judge.timing.confirmation)."""
     spec, ctx = stage.spec, stage.ctx
     replay = dataclasses.replace(replay_stage.describe(r), kept=replay_stage.keep(prepared, _store(ctx)),
                                  inputs=ReplayInputs(seed=ctx.performance_seed, set=0, case=stage.perf.case.name,
                                                      dtype=stage.perf.dtype))
     details: dict[str, Any] = {"timed_by": "replay", "replay": replay}
-    decision = r.decision
-    if decision.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now ("retry":
+    replayed = r.decision
+    if replayed.kind in ("fallback", "retry"):  # the worker is gone: nothing can time it another way now ("retry":
         # the replay could not be set up, or the student's processes on the GPU after they were found gone)
-        return stage.test("infra_error", f"not scored: {decision.message}", details=details)
-    if decision.kind in ("review", "conclusive"):
-        severity = Severity.CONCLUSIVE if decision.kind == "conclusive" and not prepared.torch_work else Severity.REVIEW
-        text = decision.message
-        if prepared.torch_work and decision.kind == "conclusive":
+        return stage.test("infra_error", f"not scored: {replayed.message}", details=details)
+    if replayed.kind in ("review", "conclusive"):
+        severity = Severity.CONCLUSIVE if replayed.kind == "conclusive" and not prepared.torch_work else Severity.REVIEW
+        text = replayed.message
+        if prepared.torch_work and replayed.kind == "conclusive":
             text = ("your function did part of the work in torch, which is not your kernels' and is not replayed "
                     f"({'; '.join(prepared.torch_work[:3])}): launched again on the grader's own buffers, your Triton "
                     f"kernels alone give wrong results: {r.wrong}")
         return _flagged(stage.test, [Finding(severity, text)], details)
     student_ms, reference_ms = r.student.median_ms, r.reference.median_ms
     assert student_ms is not None and reference_ms is not None  # scored: both replays have their times
-    eager_ms = (confirmation.clock_ms([burst.checked_s["student"]], [burst.checked_s["reference"]],
-                                      burst.checked_calls, reference_ms)[0] if len(burst.checked_s) == 2 else None)
-    agreement = confirmation.decide(confirmation.clock_ms(burst.student_s, burst.reference_s, burst.calls,
-                                                          reference_ms),
-                                    student_ms, r.student.launches, burst.eager, burst.calls, eager_ms)
-    # an accusation needs steady measurements: else the figure is held for a TA's review, the reading kept
-    unsteady = confirmation.unsteady(max(burst.busiest, stage.busiest), os.cpu_count() or 1,
-                                     r.student.placements + r.reference.placements) if agreement.conclusive else ""
-    accused = agreement.verdict
-    agreement = confirmation.steadied(agreement, unsteady)
+    busiest = max(burst.busiest, stage.busiest)  # the student's worker is gone by the replays: none of theirs there
+    evidence = timing_evidence(burst, student_ms, reference_ms, r.student.launches, busiest,
+                               busiest - max(burst.others, stage.busiest), os.cpu_count() or 1,
+                               r.student.placements + r.reference.placements)
+    found = decision.verdict(evidence)
+    eager_ms = next((f.ms for f in evidence.figures if f.source != evidence.figures[0].source), None)
     details["confirmation"] = confirmed = {
-        "verdict": agreement.verdict, "clock_ms": round(agreement.clock_ms, 5), "replay_ms": round(student_ms, 5),
-        "ratio": round(agreement.ratio, 4), "calls": burst.calls, "graph": not burst.eager,
+        "verdict": found.outcome, "clock_ms": round(found.clock_ms, 5), "replay_ms": round(student_ms, 5),
+        "scored_ms": round(found.scored_ms, 5), "scored_from": found.scored_from,
+        "ratio": round(found.ratio, 4), "calls": burst.calls, "graph": not burst.eager,
+        "figures": [{"source": f.source, "ms": round(f.ms, 5), "calls": f.calls, "host_work": f.host_work}
+                    for f in evidence.figures],
         "eager_ms": round(eager_ms, 5) if eager_ms is not None else None, "eager_calls": burst.checked_calls,
+        "gate_ms": round(burst.gate_ms, 3),
         "eager_brackets_ms": {c: round(x * 1e3, 3) for c, x in burst.checked_s.items()},
         "cost_s": round(burst.cost_s(), 3), "prepare_s": round(burst.prepare_s, 3),
         "brackets_ms": {"student": [round(x * 1e3, 3) for x in burst.student_s],
-                        "reference": [round(x * 1e3, 3) for x in burst.reference_s]}}
-    if unsteady:  # what the clock would have said on a steady machine, for the TA who reviews the hold
-        confirmed["unsteady"], confirmed["unsteady_verdict"] = unsteady, accused
-    if agreement.conclusive:
-        return _flagged(stage.test, [Finding(Severity.CONCLUSIVE, agreement.message)], details)
+                        "reference": [round(x * 1e3, 3) for x in burst.reference_s]},
+        "busiest": evidence.busiest, "own_threads": evidence.own_threads}
+    if found.outcome == "unsteady":  # no finding: what the clock would have said on a steady host, for the TA
+        confirmed["unsteady"] = found.unsteady
+    if found.set_aside:
+        confirmed["set_aside"] = list(found.set_aside)
+    if found.conclusive:
+        return _flagged(stage.test, [Finding(Severity.CONCLUSIVE, found.message)], details)
     for c, run in (("student", r.student), ("reference", r.reference)):
         t.times[c] = run.placements
         t.event_ms[c] = list(run.ms)
-    if agreement.verdict == "host":  # the function's calls are slower than its kernels: scored on the slower figure
-        t.times["student"] = [[x * agreement.ratio for x in p] for p in t.times["student"]]
+    if found.scored_ms > student_ms > 0:  # the function's calls are slower than its kernels: scored on the slower
+        t.times["student"] = [[x * found.scored_ms / student_ms for x in p] for p in t.times["student"]]
     assert stage.roofline is not None  # measured before the replays were timed
     verdict = _verdict(spec, stage.roofline, t, len(r.student.placements), [], True, stage.test)
     payload = verdict.details
     assert isinstance(payload, PerformancePayload)  # test() makes a performance result
     payload.timed_by, payload.replay, payload.roofline = "replay", replay, Ceilings.from_json(stage.roofline)
     payload.confirmation = confirmed
-    if agreement.verdict == "unclear" and verdict.outcome == Outcome.PASSED:
-        _hold(verdict, payload, agreement.message,
-              confirmation.unconfirmed(agreement.message, payload.ratio_to_reference or 0.0,
-                                       payload.score_fraction or 0.0))
-    elif agreement.message and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
-        verdict.message += f"; {agreement.message}"
+    if found.held and verdict.outcome == Outcome.PASSED:
+        _hold(verdict, payload, found.message,
+              confirmation.unconfirmed(found.message, payload.ratio_to_reference or 0.0, payload.score_fraction or 0.0))
+    elif found.message and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
+        verdict.message += f"; {found.message}"
     _why_slow(verdict, payload, prepared.compiled, ctx)
     return verdict
+
+
+def timing_evidence(burst: witness.Witness, student_ms: float, reference_ms: float, launches: int, busiest: int,
+                    own_threads: int, cpus: int, placements: list[list[float]]) -> decision.Evidence:
+    """Every measurement of the function's own calls, for grader.judge.timing.decision: the
+    graph's (or a function that cannot be captured: the eager) burst, the median of its rounds;
+    the queued burst, its round most in the student's favour; each by the grader's clock."""
+    first = decision.EAGER if burst.eager else decision.GRAPH
+    figures = [decision.Figure(first, statistics.median(confirmation.clock_ms(burst.student_s, burst.reference_s,
+                                                                              burst.calls, reference_ms)),
+                               burst.calls, host_work=bool(burst.eager))] if burst.student_s else []
+    if len(burst.checked_s) == 2:
+        figures.append(decision.Figure(decision.QUEUED, confirmation.clock_ms(
+            [burst.checked_s["student"]], [burst.checked_s["reference"]], burst.checked_calls, reference_ms)[0],
+            burst.checked_calls, host_work=burst.checked_host))
+    return decision.Evidence(student_ms, launches, tuple(figures), capturable=not burst.eager, why_eager=burst.eager,
+                             busiest=busiest, own_threads=own_threads, cpus=cpus,
+                             placements=tuple(tuple(p) for p in placements))
 
 
 def _store(ctx: GradingContext) -> Path | None:
@@ -920,9 +953,10 @@ def _witnessed(t: Timings, findings: list[Finding]) -> Witnessed | None:
                         brackets_ms={"student": [round(x * 1e3, 3) for x in w.student_s],
                                      "reference": [round(x * 1e3, 3) for x in w.reference_s]},
                         eager=w.eager or None)
-    # an accusation needs steady measurements (grader.judge.confirmation.unsteady): on a busy host the grader's
+    # an accusation needs steady measurements (grader.judge.timing.decision.unsteady): on a busy host the grader's
     # brackets hold the scheduler's queue, and the worker's figures look short beside them
-    unsteady = confirmation.unsteady(w.busiest, os.cpu_count() or 1, []) if c.tampered else ""
+    unsteady = decision.unsteady(decision.Evidence(0.0, 0, (), busiest=w.busiest, own_threads=w.busiest - w.others,
+                                                   cpus=os.cpu_count() or 1)) if c.tampered else ""
     if c.tampered and not unsteady:
         findings.append(Finding(Severity.CONCLUSIVE, c.tampered))
     elif not c.confirmed:  # every round scaled to the grader's clock, by how far it disagreed in its own rounds

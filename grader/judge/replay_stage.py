@@ -76,6 +76,7 @@ class Prepared:
     student_pids: set[int] = field(default_factory=set)
     numel: int = 0  # the truth's elements: what the judge's indices are drawn from (grader.judge.picks)
     picks: Path | None = None  # the judge's indices the replays were told (`settle`)
+    launches: int = 1  # the student's recorded launches per call (sizes the queued burst: timing.confirmation)
 
 
 @dataclass
@@ -286,7 +287,22 @@ def _checked(spec: Assignment, timed_files: list[str], layout: dict, workdir: Pa
     student = staging / "student"
     shutil.rmtree(student, ignore_errors=True)
     (staging / "student-0").rename(student)
-    return Prepare(Prepared(staging, inputs, staging / "layout.json", trusted, torch_work, dict(first.kernels)))
+    recorded = parsed[0].get("launches") if isinstance(parsed[0], dict) else None
+    return Prepare(Prepared(staging, inputs, staging / "layout.json", trusted, torch_work, dict(first.kernels),
+                            launches=len(recorded) if isinstance(recorded, list) else 1))
+
+
+def student_pids(student: StudentWorker) -> set[int]:
+    """The student's processes now: its worker's tree and, where it runs as a lent uid, every
+    process of that uid (a process that left the tree by forking twice is still the student's)."""
+    pids: set[int] = set()
+    if student.process is not None:
+        pids = proctable.tree(student.process.proc.pid)
+        lease = getattr(getattr(student.process, "started", None), "lease", None)
+        uid = getattr(lease, "uid", None)
+        if uid is not None:
+            pids |= proctable.of_uid(uid)
+    return pids
 
 
 def stop_student(student: StudentWorker, grace_s: float = 10.0) -> tuple[str, set[int]]:
@@ -296,13 +312,7 @@ def stop_student(student: StudentWorker, grace_s: float = 10.0) -> tuple[str, se
     there too, but take the GPU only through its lock, which the replay holds). "All it started" is
     the worker's process tree and, where it ran as a lent uid, every process of that uid (a process that left
     the tree by forking twice is still the student's)."""
-    pids: set[int] = set()
-    if student.process is not None:
-        pids = proctable.tree(student.process.proc.pid)
-        lease = getattr(getattr(student.process, "started", None), "lease", None)
-        uid = getattr(lease, "uid", None)
-        if uid is not None:
-            pids |= proctable.of_uid(uid)
+    pids = student_pids(student)
     student.close()
     deadline = time.monotonic() + grace_s
     while True:

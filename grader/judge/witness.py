@@ -35,11 +35,12 @@ elements, fast enough, from inputs it also redraws itself (docs/security.md, "Ti
 from __future__ import annotations
 
 import math
+import os
 import secrets
 import statistics
 import time
 from dataclasses import dataclass, field
-from typing import cast
+from typing import Callable, cast
 
 from grader import proctable
 from grader.protocol import BurstReply, Failure, RunBurst
@@ -80,12 +81,12 @@ def new_seed() -> int:
 
 
 def bracketed(worker: WorkerProcess, contender: str, seed: int, timeout: float,
-              last: bool = False) -> tuple[BurstReply | Failure, float]:
+              last: bool = False, gate_ms: float = 0.0) -> tuple[BurstReply | Failure, float]:
     """The burst's reply and its seconds by the grading process's clock, request to reply."""
     if worker.unasked():
         raise WitnessRefused("the worker wrote a reply before it was asked")
     start = time.perf_counter()
-    reply = worker.request(RunBurst(contender, seed, last), timeout)
+    reply = worker.request(RunBurst(contender, seed, last, gate_ms), timeout)
     elapsed = time.perf_counter() - start
     reply = cast("BurstReply | Failure", reply)  # request(): the reply its request expects, or a Failure
     return reply, elapsed
@@ -129,15 +130,28 @@ class Witness:
     eager: str = ""  # why the student's burst is not a CUDA graph ("" where it is; the reference's then is not either)
     wrong: str = ""  # what was wrong with the student's samples, if anything
     prepare_s: float = 0.0  # preparing both bursts (warm-up and capture), untimed
-    # the replay's confirmation (grader.judge.confirmation): one more burst of each, eager (the function's own
+    # the replay's confirmation (grader.judge.timing.confirmation): one more burst of each, eager (the function's own
     # Python at every call, after the graph's calls), its brackets
     checked_s: dict[str, float] = field(default_factory=dict)
     checked_calls: int = 0  # the calls of that eager burst
+    gate_ms: float = 0.0  # the gate that burst was queued behind (grader.worker.timing.Burst)
+    checked_host: bool = False  # the gate was capped below the host work seen: its brackets may hold host work
     busiest: int = 0  # the most threads the host had ready to run around any bracket (grader.proctable.runnable)
 
+    # the most threads of others than the student's ready to run at once: its own load never excuses it
+    others: int = 0
+    student: Callable[[], set[int]] | None = None  # the student's processes now (its worker's tree, its uid's)
+
     def note_load(self) -> None:
-        """The host's run queue now, kept where it is the longest seen (grader.proctable.runnable)."""
-        self.busiest = max(self.busiest, proctable.runnable() or 0)
+        """The host's run queue now, kept where it is the longest seen (grader.proctable.runnable),
+        and how much of it was not the student's own."""
+        now = proctable.runnable() or 0
+        self.busiest = max(self.busiest, now)
+        # the student's share is read only where it can matter (more ready than CPUs): the process table's scan
+        # costs milliseconds, twice a bracket
+        busy = now > (os.cpu_count() or 1)
+        own = proctable.running_threads(self.student()) if self.student is not None and busy else 0
+        self.others = max(self.others, now - own)
 
     def cost_s(self) -> float:
         """What the witness adds to a job: preparing the bursts and running them."""

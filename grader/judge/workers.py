@@ -13,6 +13,7 @@ from grader.judge.context import GradingContext
 from grader.judge.runcache import TritonKeep
 from grader.protocol import Contender, Failure, Load, Ok, Ping, Reply, Request
 from grader.sandbox.isolation import SandboxError
+from grader.sandbox.launch import Limits, student_cpus
 from grader.sandbox.process import WorkerFailure, WorkerProcess
 from grader.sandbox.zygote import SandboxState
 from grader.settings import Settings
@@ -53,7 +54,8 @@ class StudentWorker:
             self.kept.seed(scratch / "triton-cache")
         try:  # our own start (sandbox, Python, torch, Triton) is not the student's import time, nor their fault
             self.process = WorkerProcess(self.repo, scratch, self.interpret, ctx.gpu,
-                                         isolation=ctx.isolation, writable=[self.repo.parent / "outputs"],
+                                         limits=Limits(cpus=student_cpus()), isolation=ctx.isolation,
+                                         writable=[self.repo.parent / "outputs"],
                                          hide=self.hide, job=self.repo.parent, keep_autotuning=self.kept is not None,
                                          settings=self.settings, sandbox=self.sandbox)
             self.process.request(Ping(), WORKER_START_TIMEOUT)

@@ -105,6 +105,8 @@ def docker_command(name: str, cwd: Path, job: Path, writable: list[Path], env: d
         "--ulimit", f"cpu={limits.cpu_seconds}", "--ulimit", "core=0",
         "--mount", f"type=bind,source={job},target={job},readonly",
     ]
+    if limits.cpus:  # the worker's own CPUs, enforced here by the container's cgroup (cpuset)
+        argv += ["--cpuset-cpus", ",".join(map(str, limits.cpus))]
     for w in writable:
         argv += ["--mount", f"type=bind,source={w},target={w}"]
     for r in readable:

@@ -58,9 +58,16 @@ class Limits:
     processes: int = 512
     address_space: int = field(default_factory=lambda: _memory_default())
     memory: int = field(default_factory=lambda: _memory_default())  # docker: --memory, swap included
+    # the CPUs the worker may run on (sched_setaffinity, inherited by all it starts; None: as the
+    # grader's): a student's worker is kept off the one CPU the grading process times from
+    # (`student_cpus`). An ordinary process may widen its own mask again, so this confines an
+    # honest worker's threads, not a hostile one: what decides a score never rests on it
+    # (grader.judge.timing.decision counts the student's own threads as its own load)
+    cpus: tuple[int, ...] | None = None
 
     def for_worker(self, dedicated_uid: bool, interpret: bool) -> dict:
         return {
+            "cpus": list(self.cpus) if self.cpus else None,
             "file_size": self.file_size,
             "open_files": self.open_files,
             "cpu_seconds": self.cpu_seconds,
@@ -68,6 +75,16 @@ class Limits:
             "processes": self.processes if dedicated_uid else None,
             "address_space": self.address_space if interpret else None,
         }
+
+
+def student_cpus() -> tuple[int, ...] | None:
+    """The grading process's own CPUs less the first, where it has four or more (None: fewer,
+    the worker shares them all): the first is left to the grading process's clock."""
+    try:
+        mine = sorted(os.sched_getaffinity(0))
+    except (AttributeError, OSError):
+        return None
+    return tuple(mine[1:]) if len(mine) >= 4 else None
 
 
 def _memory_default() -> int:

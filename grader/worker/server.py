@@ -9,7 +9,6 @@ Every verdict is made by the judge in the grading process, never here.
 
 from __future__ import annotations
 
-import contextlib
 import importlib
 import os
 import sys
@@ -53,13 +52,16 @@ if TYPE_CHECKING:
 
 
 def _setup_torch():
-    """Poison uninitialized memory (NaN for floats, max int for ints) so that an output
-    allocated with torch.empty and never written cannot pass by holding stale data."""
+    """torch's global flags, set once for the whole worker and never changed around a call:
+    torch's defaults (deterministic algorithms off, and so no filling of uninitialized memory;
+    TF32 and matmul precision untouched), so that no call the grader makes can be told from
+    another by them. An output allocated with torch.empty and never written is still caught:
+    the untimed calls' dispatch mode poisons what they allocate uninitialized (`_OpRecorder`)."""
     import torch
 
-    torch.use_deterministic_algorithms(True, warn_only=True)
+    torch.use_deterministic_algorithms(False)
     # torch defines it as a property of the module's own class, which its stubs do not show
-    torch.utils.deterministic.fill_uninitialized_memory = True  # type: ignore[attr-defined]
+    torch.utils.deterministic.fill_uninitialized_memory = False  # type: ignore[attr-defined]
     return torch
 
 
@@ -68,13 +70,25 @@ LAUNCHES: Counter[str] = Counter()
 BLOCKS: dict[str, int] = {}
 # on a GPU, what the compiler made of each kernel a call launched (protocol.CompiledKernel)
 COMPILED: dict[str, dict] = {}
-RECORDING: list = []  # the grader.worker.launches.Recorder of the call being recorded, if any
 
 
-def _setup_triton(interpret: bool) -> None:
+class Watch:
+    """The recorder of the call being recorded, if any (grader.worker.launches.Recorder): held by
+    the worker and the hooks it installs, never a name of a module, so that no flag a student's
+    module can import says a call is recorded (what a process can still find of it, and why that
+    gains nothing: docs/security.md, "Timing")."""
+
+    __slots__ = ("recorder",)
+
+    def __init__(self) -> None:
+        self.recorder: Any = None
+
+
+def _setup_triton(interpret: bool, watch: Watch | None = None) -> Watch:
     """Count kernel launches (evidence that a Triton kernel really ran), and in the CPU
     interpreter keep only the first config of @triton.autotune (it would time configs with
-    do_bench, which needs a GPU)."""
+    do_bench, which needs a GPU). Returns the Watch its hook reports recorded launches to."""
+    watch = watch if watch is not None else Watch()
     import triton
     from triton.runtime import autotuner
     from triton.runtime.jit import JITFunction
@@ -95,8 +109,8 @@ def _setup_triton(interpret: bool) -> None:
                     if k.upper().startswith("BLOCK") and type(v) is int and k not in BLOCKS:
                         BLOCKS[k] = v
             kernel = __original(self, *args, **kwargs)
-            if RECORDING and not kwargs.get("warmup", False):
-                RECORDING[0].launch(self, kernel, args, kwargs)
+            if watch.recorder is not None and not kwargs.get("warmup", False):
+                watch.recorder.launch(self, kernel, args, kwargs)
             if not interpret and not kwargs.get("warmup", False) and name not in COMPILED and len(COMPILED) < 4:
                 COMPILED[name] = _compiled(kernel, kwargs)
             return kernel
@@ -113,6 +127,7 @@ def _setup_triton(interpret: bool) -> None:
 
         _index_one_element_arrays()
         memcheck.install()
+    return watch
 
 
 def _compiled(kernel, kwargs: dict) -> dict:
@@ -159,6 +174,7 @@ class Worker:
         self.input_cache: dict[str, dict] = {}
         self.bursts: dict[str, timing.Burst] = {}  # by contender
         self.torch = _setup_torch()
+        self.watch = Watch()  # the recorder of a recorded call: the hooks' (_setup_triton), never a module's name
 
     # -- requests ---------------------------------------------------------------------
     def load(self, req: Load) -> Ok | Failure:
@@ -229,9 +245,8 @@ class Worker:
         def timed_loop_ends():
             timed_launches[0] = sum(LAUNCHES.values())
         LAUNCHES.clear()
-        with _timing_mode(self.torch):
-            result = timing.time_function(fn, arg_sets, reps=req.reps, warmup=req.warmup,
-                                          on_timed_start=timed_loop_starts, on_timed_end=timed_loop_ends)
+        result = timing.time_function(fn, arg_sets, reps=req.reps, warmup=req.warmup,
+                                      on_timed_start=timed_loop_starts, on_timed_end=timed_loop_ends)
         launches = timed_launches[0]  # Triton launches in the timed loop alone
         outputs = result.pop("outputs")
         for i, out in enumerate(outputs):
@@ -247,11 +262,11 @@ class Worker:
         began = time.perf_counter()
         args = list(self._load_cuda(req.inputs, req.layout, keep=True).values())
         loaded = time.perf_counter() - began
-        with _timing_mode(self.torch):
-            began = time.perf_counter()
-            burst = timing.Burst(self.functions[req.contender], args, req.calls, req.samples, req.graph)
-            made = time.perf_counter() - began
-            eager = burst.prepare()
+        began = time.perf_counter()
+        burst = timing.Burst(self.functions[req.contender], args, req.calls, req.samples, req.graph,
+                             queued=req.queued)
+        made = time.perf_counter() - began
+        eager = burst.prepare()
         self.bursts[req.contender] = burst
         return BurstReady(eager=eager, steps={"inputs": loaded, "buffers": made, **burst.steps})
 
@@ -271,8 +286,7 @@ class Worker:
         burst = self.bursts.get(req.contender)
         if burst is None:
             return Failure("error", f"no burst prepared for {req.contender}")
-        with _timing_mode(self.torch):
-            values = burst.run(req.seed)
+        values = burst.run(req.seed, req.gate_ms)
         if req.last:
             del self.bursts[req.contender], burst
             self.torch.cuda.empty_cache()
@@ -298,7 +312,7 @@ class Worker:
         ops: Counter[str] = Counter()
         LAUNCHES.clear()
         COMPILED.clear()
-        out = _recorded(fn, args, ops if req.record_ops else None, req.record_launches)
+        out = _recorded(fn, args, ops if req.record_ops else None, req.record_launches, self.watch)
         self.torch.cuda.synchronize()
         self.retained[(req.contender, req.key)] = out
         return CallReply(ops=sorted(ops), launches=sum(LAUNCHES.values()),
@@ -442,43 +456,29 @@ def _open_plain(path: str) -> int:
 THREAD_GRACE_S = 2.0
 
 
-@contextlib.contextmanager
-def _timing_mode(torch):
-    """Poisoning every allocation and deterministic-only algorithms would cost every contender
-    time the kernel does not spend: both off while timing (the fresh untimed call after timing
-    runs with both on)."""
-    torch.use_deterministic_algorithms(False)
-    torch.utils.deterministic.fill_uninitialized_memory = False
-    try:
-        yield
-    finally:
-        torch.use_deterministic_algorithms(True, warn_only=True)
-        torch.utils.deterministic.fill_uninitialized_memory = True
-
-
-def _called(fn, args: dict, ops: Counter | None):
+def _called(fn, args: dict, ops: Counter | None, watch: Watch | None = None):
     """The student's function called on `args` (an untimed call), every tensor it allocates
     uninitialized poisoned with our own NaN (grader.codec.POISON); with `ops`, counting the aten
     ops it dispatched; the threads it started given their grace before its result is taken."""
     threads = set(threading.enumerate())
-    with _OpRecorder(ops):
+    with _OpRecorder(ops, watch):
         out = fn(*args.values())
     _join_new_threads(threads)
     return out
 
 
-def _recorded(fn, args: dict, ops: Counter | None, folder: str):
+def _recorded(fn, args: dict, ops: Counter | None, folder: str, watch: Watch):
     """`_called`, with the call's launches recorded into `folder` when one is given."""
     if not folder:
         return _called(fn, args, ops)
     from grader.worker import launches
 
     recorder = launches.Recorder(args)
-    RECORDING[:] = [recorder]
+    watch.recorder = recorder
     try:
-        out = _called(fn, args, ops)
+        out = _called(fn, args, ops, watch)
     finally:
-        RECORDING.clear()
+        watch.recorder = None
     Path(folder).mkdir(parents=True, exist_ok=True)  # the judge names a new folder in the worker's outputs/
     launches.write(recorder.finish(out, folder), folder)
     return out
@@ -522,7 +522,7 @@ class _OpRecorder:
     so that an element never written is told from a NaN computed. A TorchDispatchMode sees ops
     below autograd and Python."""
 
-    def __init__(self, ops: Counter | None) -> None:
+    def __init__(self, ops: Counter | None, watch: Watch | None = None) -> None:
         import torch
         from torch.utils._python_dispatch import TorchDispatchMode
 
@@ -536,8 +536,8 @@ class _OpRecorder:
                 out = func(*args, **(kwargs or {}))
                 if name.startswith(UNINITIALIZED) and type(out) is torch.Tensor:
                     poison_(out)
-                if RECORDING:
-                    RECORDING[0].op(func, args, kwargs or {}, out)
+                if watch is not None and watch.recorder is not None:
+                    watch.recorder.op(func, args, kwargs or {}, out)
                 return out
 
         self.mode = Mode()
@@ -583,7 +583,7 @@ def _student_traceback(exc: BaseException, roots: list[str]) -> str:
 def serve(rx: int, tx: int) -> None:
     interpret = os.environ.get("TRITON_INTERPRET") == "1"
     worker = Worker()
-    _setup_triton(interpret)
+    _setup_triton(interpret, worker.watch)
     if not interpret:
         from grader.worker import timing
 

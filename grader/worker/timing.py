@@ -47,6 +47,7 @@ _CUDA_ACTIVITY = torch.profiler.ProfilerActivity.CUDA
 # host overhead (a plain Triton launch takes tens of us; an autotuned one that builds three TMA
 # descriptors, over 100 us). It costs 1 ms of GPU time per timed call, outside the events.
 LAUNCH_SHADOW_CYCLES = 2_000_000
+GATE_CYCLES_PER_MS = 2_000_000  # a queued burst's gate (Burst.run): GPU cycles per ms at 2 GHz
 SETTLE_CALLS = 3  # untimed calls after the loop: host wall time, and did the call return finished?
 
 _WATCHED = {
@@ -200,12 +201,20 @@ class Burst:
     bracket and an honest wrapper is timed on its GPU work alone. A function that cannot be
     captured (it synchronizes, say) runs eagerly instead, its host work then in the bracket; the
     reference's burst is then eager too, synchronized after each call (`graph=False`), so that the
-    burst's own host work between calls weighs on both alike."""
+    burst's own host work between calls weighs on both alike.
 
-    def __init__(self, fn: Callable, args: list, calls: int, samples: int, graph: bool = True) -> None:
+    `queued`: eager and never synchronized between calls, as an ordinary loop calls a function,
+    behind a gate (`run`'s gate_ms: a GPU sleep launched first): the function's Python runs at
+    every call while the GPU still runs the gate, so the bracket holds the gate and the calls'
+    GPU work, not their host work (the reference's burst holds the same gate: it cancels). A
+    function that is fast only while captured is timed here at its ordinary speed."""
+
+    def __init__(self, fn: Callable, args: list, calls: int, samples: int, graph: bool = True,
+                 queued: bool = False) -> None:
         self.fn, self.args, self.calls, self.samples = fn, args, calls, samples
         # False: eager, synchronized after each call (the mirror of a burst that could not be captured)
         self.capture = graph
+        self.queued = queued and not graph
         seen, self.buffers = set(), []
         for a in args:  # each storage once: a view's storage is refilled whole
             if isinstance(a, torch.Tensor) and a.is_floating_point() and a.untyped_storage().data_ptr() not in seen:
@@ -228,7 +237,7 @@ class Burst:
             # each call starts from the cache state of the timed loop's calls, not with its inputs in L2
             self.flush.zero_()
             out = self.fn(*self.args)
-            if not self.capture:
+            if not self.capture and not self.queued:
                 _synchronize()
             flat = torch.cat([o.reshape(-1) for o in out]) if isinstance(out, (tuple, list)) else out.reshape(-1)
             self.numel = flat.numel()
@@ -265,10 +274,12 @@ class Burst:
         self.steps["synchronized"] = time.perf_counter() - began
         return why_eager
 
-    def run(self, seed: int) -> list[list[float]]:
+    def run(self, seed: int, gate_ms: float = 0.0) -> list[list[float]]:
         picks = torch.Generator().manual_seed(seed)
         self.seed.copy_(torch.tensor([seed & ((1 << 62) - 1)]))
         self.idx.copy_(torch.randint(0, max(1, self.numel), (self.samples,), generator=picks))
+        if self.queued and gate_ms > 0:  # cycles at 2 GHz: at least gate_ms on any GPU clocked no faster
+            _sleep(int(gate_ms * GATE_CYCLES_PER_MS))
         if self.graph is not None:
             self.graph.replay()
         else:

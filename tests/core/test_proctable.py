@@ -50,3 +50,28 @@ def test_the_hosts_run_queue_is_read_from_loadavg_and_counts_the_reader(monkeypa
     assert proctable.runnable() == 7
     (tmp_path / "loadavg").write_text("garbage\n")
     assert proctable.runnable() is None
+
+
+def test_a_processs_own_share_of_the_run_queue_counts_its_spinning_threads_and_none_of_a_sleeper():
+    """The student's own load is told from other jobs' (grader.judge.timing.decision.unsteady):
+    a process spinning on three CPUs-worth of children is seen running; a sleeping one is not."""
+    spin = "import os, time\nfor _ in range(2):\n    os.fork() or None\nend = time.time() + 20\nwhile time.time() < end: pass\n"
+    busy = subprocess.Popen([sys.executable, "-c", spin])
+    sleeper = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(20)"])
+    try:
+        deadline, seen = time.monotonic() + 10, 0
+        while time.monotonic() < deadline and seen < 1:
+            seen = proctable.running_threads(proctable.tree(busy.pid))
+            time.sleep(0.05)
+        assert seen >= 1  # two CPUs on this machine: at least one of the four spinners is on one at any moment
+        time.sleep(0.5)
+        assert proctable.running_threads({sleeper.pid}) == 0
+        assert proctable.running_threads({2 ** 22 + 7}) == 0  # a process gone: no answer, never an error
+    finally:
+        for p in (busy, sleeper):
+            for pid in sorted(proctable.tree(p.pid), reverse=True):
+                try:
+                    os.kill(pid, 9)
+                except ProcessLookupError:
+                    pass
+            p.wait()

@@ -282,11 +282,8 @@ def _gpu_worker(monkeypatch, tmp_path):
 
     worker = _worker()
     worker.functions = {"s": lambda x: x * 2}
-    worker.retained, worker.input_cache, worker.roots = {}, {}, []
-    worker.torch = types.SimpleNamespace(
-        Tensor=torch.Tensor, use_deterministic_algorithms=lambda *a, **k: None,
-        utils=types.SimpleNamespace(deterministic=types.SimpleNamespace(fill_uninitialized_memory=True)),
-        cuda=types.SimpleNamespace(synchronize=lambda: None))
+    worker.retained, worker.input_cache, worker.roots, worker.watch = {}, {}, [], server.Watch()
+    worker.torch = types.SimpleNamespace(Tensor=torch.Tensor, cuda=types.SimpleNamespace(synchronize=lambda: None))
     monkeypatch.setattr(server.Worker, "_load_cuda", lambda self, path, layout, keep=False: {"x": torch.arange(6.0)})
     return worker
 

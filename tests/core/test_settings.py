@@ -217,7 +217,6 @@ KNOWN_REGISTRIES = {
     ("grader/worker/memcheck.py", "_INTS"),  # name the stride a masked access out of bounds was moved by
     ("grader/worker/server.py", "BLOCKS"),  # the worker's own process: what its one student module launched
     ("grader/worker/server.py", "COMPILED"),
-    ("grader/worker/server.py", "RECORDING"),
 }
 
 

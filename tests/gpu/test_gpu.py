@@ -139,13 +139,12 @@ def test_cheats_against_the_workers_timing_gain_nothing_over_their_honest_twin(s
 
 
 def _held_on_a_busy_host(perf: dict, details: dict) -> bool:
-    """The clock's accusation held for a TA's review, no credit meanwhile, because the host had more
-    threads ready to run than CPUs (the GPU tests run side by side: grader.judge.confirmation.unsteady),
-    with the reading that would have accused kept for the TA: on a steady host it is conclusive."""
+    """A hold for a TA's review, no credit meanwhile, where the grader's clock measured nothing at
+    all (grader.judge.timing.decision: "unclear"); a busy host no longer holds anything, it scores the
+    slower reading (the GPU tests run side by side)."""
     c = details.get("confirmation") or {}
     return (perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review" and perf["score"] == 0
-            and bool(c.get("unsteady")) and c.get("unsteady_verdict") in ("faster", "slower")
-            and "held for a TA's review" in perf["output"])
+            and c.get("verdict") == "unclear" and "held for a TA's review" in perf["output"])
 
 
 def _log_confirmation(name: str, details: dict) -> None:
@@ -178,7 +177,7 @@ def test_honest_kernels_are_timed_whole_and_never_flagged(submission, cli, fixtu
     else:
         assert perf["outcome"] == "passed" and not perf["extra_data"]["severity"], perf["output"]
         assert not any(t["outcome"] == "flagged" for t in run.results["tests"])
-        assert details["confirmation"]["verdict"] in (("agrees", "host") if fixture == "honest_syncs" else ("agrees",))
+        assert details["confirmation"]["verdict"] in (("agrees", "clock") if fixture == "honest_syncs" else ("agrees",))
     figures = details["figures"]["student"]
     low = 1.5 if fixture == "honest_pipeline_scratch" else 0.8  # two passes over the data: about twice the bytes
     assert low * 0.8 < details["ratio_to_reference"] < low + 1.0, perf["output"]
@@ -287,9 +286,9 @@ def test_a_record_that_does_not_describe_the_function_earns_no_speed_credit(subm
     if perf["outcome"] == "flagged" and not _held_on_a_busy_host(perf, details):
         assert perf["extra_data"]["severity"] == "conclusive", perf["output"]
         assert "than the kernels its record names" in perf["output"] and "by the grader's clock" in perf["output"]
-    else:  # the record held what ran: scored at its true speed
+    else:  # the record held what ran, or a busy host withheld the finding: scored at its true speed
         assert details["timed_by"] == "replay" and details["ratio_to_reference"] > 2.5, perf["output"]
-        assert details["confirmation"]["verdict"] == "agrees", details["confirmation"]
+        assert details["confirmation"]["verdict"] in ("agrees", "clock", "unsteady"), details["confirmation"]
 
 
 # issue #51: opting out of the replay (a second stream, a device buffer kept at module level, the result's
@@ -312,3 +311,100 @@ def test_opting_out_of_the_replay_earns_no_speed_points_without_a_review(submiss
     if perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review":
         assert (details["timed_by"] == "fallback" and "held for a TA's review" in perf["output"]) \
             or _held_on_a_busy_host(perf, details), perf["output"]
+
+
+# A function that can tell which of its calls are watched (recorded, captured in a CUDA graph, under a flag the
+# worker toggled, or with the grader's frames on its stack) and is fast only there. Each is run once; its score may
+# beat its true speed (the slow loop, about 3.3x the reference: no points) by no more than the honest spread, and a
+# finding names both figures
+TOLD_APART = ["cheat_fast_while_captured", "cheat_deterministic_flag", "cheat_cpu_hog"]
+
+
+def _no_credit_beyond_the_spread(perf: dict, details: dict) -> None:
+    from grader.judge.timing.decision import MARGINS
+
+    assert perf["score"] == 0, perf["output"]
+    if perf["outcome"] == "flagged":
+        assert perf["extra_data"]["severity"] == "conclusive", perf["output"]
+        assert "by the grader's clock" in perf["output"] and "ms for the kernels your function's record names" \
+            in perf["output"], perf["output"]
+    else:  # scored at the slow figure: the loop's true time, less at most the spread
+        assert details["ratio_to_reference"] > 3.0 / (1 + MARGINS.spread), perf["output"]
+        assert details["confirmation"]["verdict"] in ("clock", "unsteady"), details["confirmation"]
+
+
+@pytest.mark.parametrize("fixture", TOLD_APART)
+def test_a_function_fast_only_while_watched_is_scored_at_its_ordinary_speed(submission, cli, fixture):
+    run = _check(submission, cli, fixture)
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    _log_confirmation(fixture, details)
+    _no_credit_beyond_the_spread(perf, details)
+    if fixture == "cheat_cpu_hog" and perf["outcome"] == "flagged":  # its own load excused nothing
+        assert "unsteady" not in (details.get("confirmation") or {}), details["confirmation"]
+
+
+@pytest.mark.xfail(strict=True, reason="open (docs/security.md, Timing): a function that synchronizes and looks for "
+                   "the grader's frames on its stack is fast in every call the grader times; strict: the day it is "
+                   "scored at its ordinary speed this test says so")
+def test_a_function_that_finds_the_graders_frames_on_its_stack_is_scored_at_its_ordinary_speed(submission, cli):
+    run = _check(submission, cli, "cheat_grader_frames")
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    _log_confirmation("cheat_grader_frames", details)
+    _no_credit_beyond_the_spread(perf, details)
+
+
+@pytest.fixture(scope="module")
+def many_launches(tmp_path_factory):
+    """The margin-rider's honest twin (sixty launches, half an extra pass), graded once for the module."""
+    from tests.conftest import build_submission, run_cli
+
+    repo = build_submission(tmp_path_factory.mktemp("twin") / "repo", "gpu/honest_many_launches")
+    run = run_cli(["check", str(repo), "--seed", "3", "--device", "cuda", "-a", "vector_add", "--case", "n=1048577",
+                   "--json", str(repo.parent / "out" / "results.json")], repo.parent)
+    return _perf(run)
+
+
+def test_an_honest_function_of_sixty_launches_is_scored_and_never_flagged(many_launches):
+    details = many_launches["extra_data"]["details"]
+    _log_confirmation("honest_many_launches", details)
+    assert many_launches["outcome"] in ("passed", "failed") and not many_launches["extra_data"]["severity"], \
+        many_launches["output"]
+    assert details["timed_by"] == "replay" and details["replay"]["student"]["launches"] == 60, details["replay"]
+    assert details["confirmation"]["verdict"] in ("agrees", "clock"), details["confirmation"]
+
+
+def test_the_margin_rider_gains_no_more_than_the_honest_spread_over_its_twin(submission, cli, many_launches):
+    from grader.judge.timing.decision import MARGINS
+
+    run = _check(submission, cli, "cheat_margin_rider")
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    _log_confirmation("cheat_margin_rider", details)
+    twin = many_launches["extra_data"]["details"]["ratio_to_reference"]
+    if perf["outcome"] == "flagged":
+        assert perf["score"] == 0 and perf["extra_data"]["severity"] == "conclusive", perf["output"]
+        return
+    assert details["ratio_to_reference"] >= twin / (1 + MARGINS.spread), (perf["output"], twin)
+    assert perf["score"] <= many_launches["score"] * (1 + MARGINS.spread) + 1e-9, (perf["output"], twin)
+
+
+def test_a_persisting_l2_window_buys_no_speed(submission, cli, twins):
+    from grader.judge.timing.decision import MARGINS
+
+    run = _check(submission, cli, "cheat_l2_window")
+    perf = _perf(run)
+    details = perf["extra_data"]["details"]
+    _log_confirmation("cheat_l2_window", details)
+    if perf["outcome"] == "flagged":  # its bursts ran faster than its replay: conclusive, no credit
+        assert perf["score"] == 0 and perf["extra_data"]["severity"] == "conclusive", perf["output"]
+        return
+    assert details["timed_by"] == "replay" and details["ratio_to_reference"] >= twins["good"] / (1 + MARGINS.spread)
+
+
+def test_a_float32_assignment_computed_in_bfloat16_fails_its_tolerance(submission, cli):
+    run = _check(submission, cli, "cheat_low_precision")
+    t = run.test("vector_add", "n=1048577 [float32]")
+    assert t["outcome"] == "failed" and "elements wrong" in t["output"] and "max abs error" not in t["output"], t["output"]
+    assert run.returncode == 1

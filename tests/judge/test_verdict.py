@@ -349,3 +349,21 @@ def test_inputs_are_checked_whatever_comes_first_and_a_missing_copy_counts_as_mo
     assert "the input y was modified in place" in judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu").message
     saved["input.y"] = storage_of(Y)
     assert judge_call(spec, CASE, "float32", inputs, reply, saved, "cpu").outcome == "passed"
+
+
+@pytest.mark.parametrize("assignment", ["vector_add", "softmax"])
+def test_a_float32_result_computed_in_bfloat16_fails_its_tolerance(assignment):
+    """The field's lower-precision class: a float32 assignment whose kernel computes in bfloat16
+    (inputs and arithmetic rounded to 8 bits of mantissa) is not within float32's error model
+    (GPU: tests/fixtures/gpu/cheat_low_precision)."""
+    spec = COURSE.get(assignment)
+    for case in spec.cases:  # the first with a thousand elements or more (a 1x1 softmax is exact in any precision)
+        inputs = make_inputs(spec, case, "float32", seed=5)
+        if next(iter(inputs.values())).numel() >= 1000:
+            break
+    low = spec.baseline(*[t.bfloat16() if isinstance(t, torch.Tensor) else t for t in inputs.values()]).float()
+    saved = {**{f"input.{k}": storage_of(v) for k, v in inputs.items() if isinstance(v, torch.Tensor)}, "output": low}
+    meta = {"device": "cpu", "dtype": "float32", "shape": list(low.shape), "result_type": "Tensor"}
+    verdict = judge_call(spec, case, "float32", inputs, meta, saved, "cpu")
+    assert verdict.outcome == "failed" and "elements wrong" in verdict.message, verdict.message
+    assert verdict.details.max_abs_error > verdict.details.torch_abs_error

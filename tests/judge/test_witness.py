@@ -138,7 +138,9 @@ def test_a_reply_written_ahead_is_seen_and_refused():
 
 
 def test_the_burst_messages_travel_and_are_checked():
-    for message in (protocol.PrepareBurst("student", "/in/set0.safetensors", {"x": {}}, 20, 16), protocol.RunBurst("student", 7)):
+    for message in (protocol.PrepareBurst("student", "/in/set0.safetensors", {"x": {}}, 20, 16), protocol.RunBurst("student", 7),
+                    protocol.PrepareBurst("student", "/in/set0.safetensors", {}, 64, 16, graph=False, queued=True),
+                    protocol.RunBurst("student", 7, gate_ms=120.5)):
         assert protocol.decode_request(protocol.encode(message)) == message
     reply = protocol.decode_reply(protocol.RunBurst("student", 7), protocol.encode(protocol.BurstReply([[1.0, math.nan]])))
     assert reply.values[0][0] == 1.0 and math.isnan(reply.values[0][1])
@@ -304,15 +306,15 @@ def test_a_busy_host_turns_the_fallbacks_forgery_finding_into_the_clocks_score_w
     comes from the clock (the slower figure), and the note says why there is no finding."""
     monkeypatch.setattr(perf.os, "cpu_count", lambda: 16)
     w = _witness(1.3, 1.0)
-    w.busiest = 40
+    w.busiest = w.others = 40  # other jobs' threads, not the student's
     forged = _timings(1.04, 1.0, w)
     findings: list = []
     details = perf._witnessed(forged, findings)
     assert not findings and details and not details.confirmed
-    assert details.note.startswith("scored on the grader's own clock, no accusation (the host had 40 threads ready to "
+    assert details.note.startswith("scored on the grader's own clock, no accusation (the host had 40 threads of other jobs ready to "
                                    "run on its 16 CPUs while the calls were timed): the worker's timings are")
     assert forged.times["student"][0] == pytest.approx([1.3] * 3)
-    w.busiest = 16  # as many as CPUs: steady, the finding stands
+    w.busiest = w.others = 16  # as many as CPUs: steady, the finding stands
     findings = []
     perf._witnessed(_timings(1.04, 1.0, w), findings)
     assert [f.severity for f in findings] == [Severity.CONCLUSIVE]
@@ -346,3 +348,24 @@ def test_the_fallback_compiles_the_clocks_kernel_in_both_workers_with_the_gpu_sh
     perf._warm_bursts(stage, workers, str(inputs))
     warm = protocol.WarmBurst(["float16", "float32"])  # the set's floating dtypes, from its header: nothing loaded
     assert log == ["shared+", ("student", warm), "shared-", "shared+", ("reference", warm), "shared-"]
+
+
+def test_the_students_own_threads_are_kept_apart_from_the_hosts_run_queue(monkeypatch):
+    """note_load: the host's queue, and how much of it was not the student's own (its threads
+    spinning never make the host look too busy to accuse it: grader.judge.timing.decision)."""
+    from grader.judge import witness as w_
+
+    monkeypatch.setattr(w_.os, "cpu_count", lambda: 16)
+    monkeypatch.setattr(w_.proctable, "runnable", lambda: 40)
+    monkeypatch.setattr(w_.proctable, "running_threads", lambda pids: 30 if pids == {7, 8} else 0)
+    w = w_.Witness(student=lambda: {7, 8})
+    w.note_load()
+    assert (w.busiest, w.others) == (40, 10)
+    monkeypatch.setattr(w_.proctable, "runnable", lambda: 12)  # as many as CPUs or fewer: not read, all "others"
+    monkeypatch.setattr(w_.proctable, "running_threads", lambda pids: pytest.fail("read on a quiet host"))
+    w.note_load()
+    assert (w.busiest, w.others) == (40, 12)
+    alone = w_.Witness()  # no student named (the reference alone): the whole queue is others'
+    monkeypatch.setattr(w_.proctable, "runnable", lambda: 40)
+    alone.note_load()
+    assert alone.others == 40

@@ -338,6 +338,34 @@ def test_docker_command_contains_the_worker(tmp_path):
     assert f"type=tmpfs,target={docker.IMAGE_COURSE},tmpfs-size=65536,tmpfs-mode=0555" in argv  # the image's assignments/
     # the command replaces the image's entrypoint (the grader's CLI)
     assert argv[-5:] == ["--entrypoint", "python", Settings().docker_image, "-c", "pass"]
+    assert "--cpuset-cpus" not in argv  # no CPUs named: the host's
+
+
+def test_a_students_worker_is_confined_to_its_own_cpus_by_the_container_and_by_its_affinity(tmp_path, monkeypatch):
+    job = tmp_path / "job"
+    argv = docker.docker_command("grader-worker-x", job / "repo", job, [job / "repo"],
+                                  launch.worker_env(job / "scratch", False, "2"), "2", Limits(cpus=(1, 2, 3)),
+                                  interpret=False, command=["python", "-c", "pass"], settings=Settings(),
+                                  code=SANDBOX.worker_code())
+    assert argv[argv.index("--cpuset-cpus") + 1] == "1,2,3"  # a cgroup's cpuset: enforced, not advisory
+    assert Limits(cpus=(1, 2)).for_worker(False, False)["cpus"] == [1, 2] and Limits().for_worker(True, False)["cpus"] is None
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda _: {0, 1, 2, 3, 4})
+    assert launch.student_cpus() == (1, 2, 3, 4)  # the first CPU left to the grading process's clock
+    monkeypatch.setattr(launch.os, "sched_getaffinity", lambda _: {0, 1})
+    assert launch.student_cpus() is None  # too few to give one away
+    monkeypatch.undo()  # launch.os is os itself
+    # the mask applied where every backend applies its limits (the sandbox's init, a zygote's fork, the plain preexec)
+    from grader.sandbox.init import apply_limits
+
+    mine = sorted(os.sched_getaffinity(0))
+    child = os.fork()
+    if child == 0:
+        try:
+            apply_limits({"cpus": mine[-1:]})
+            os._exit(0 if sorted(os.sched_getaffinity(0)) == mine[-1:] else 1)
+        except BaseException:
+            os._exit(2)
+    assert os.waitpid(child, 0)[1] == 0
 
 
 FAKE_DOCKER = '''#!{python}

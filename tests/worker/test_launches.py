@@ -32,12 +32,10 @@ def _record(body, inputs: dict):
     def launch(fn, *args, **kwargs):
         recorder.launch(fn, None, args, kwargs)
 
-    server.RECORDING[:] = [recorder]
-    try:
-        with server._OpRecorder(Counter()):
-            out = body(launch, **inputs)
-    finally:
-        server.RECORDING.clear()
+    watch = server.Watch()
+    watch.recorder = recorder
+    with server._OpRecorder(Counter(), watch):
+        out = body(launch, **inputs)
     return recorder.finish(out, None)
 
 
