@@ -90,7 +90,7 @@ class Evidence:
 
 
 @dataclass(frozen=True)
-class Verdict:
+class SpeedVerdict:
     """What the timing is worth: `scored_ms` is the figure the score is computed from."""
 
     outcome: str  # "agrees", "clock", "unsteady", "faster", "slower", "unclear"
@@ -140,7 +140,7 @@ def _words(f: Figure, replay_ms: float) -> str:
             f"{replay_ms:.4f} ms for the kernels your function's record names, replayed")
 
 
-def verdict(e: Evidence, m: Margins = MARGINS) -> Verdict:
+def verdict(e: Evidence, m: Margins = MARGINS) -> SpeedVerdict:
     """The decision table of this module's docstring, row by row."""
     r, slack = e.replay_ms, m.launch_slack_ms * e.launches
     credible, aside = [], []
@@ -152,7 +152,7 @@ def verdict(e: Evidence, m: Margins = MARGINS) -> Verdict:
             credible.append(f)
     set_aside = tuple(aside)
     if not credible:
-        return Verdict("unclear", r, "replay", 0.0, r,
+        return SpeedVerdict("unclear", r, "replay", 0.0, r,
                        "the grader's own clock could not time your function's calls (" + "; ".join(aside) + "), so "
                        f"the replayed figure ({r:.4f} ms) could not be confirmed", set_aside=set_aside)
     why = unsteady(e, m)
@@ -166,28 +166,28 @@ def verdict(e: Evidence, m: Margins = MARGINS) -> Verdict:
         f = min(faster, key=lambda f: f.ms)
         words = _words(f, r)
         if not why:
-            return Verdict("faster", r, "replay", f.ms, r,
+            return SpeedVerdict("faster", r, "replay", f.ms, r,
                            f"your function's own calls are faster than the kernels its record names ({words}): the "
                            "calls did less work than their record says", set_aside=set_aside)
         top = max(r, slowest.ms)
-        return Verdict("unsteady", top, "replay" if top == r else slowest.source, f.ms, r,
+        return SpeedVerdict("unsteady", top, "replay" if top == r else slowest.source, f.ms, r,
                        f"scored at the slower reading ({top:.4f} ms per call): the grader's clock read your calls "
                        f"faster than their record ({words}), but {why}", why, set_aside)
     words = _words(slowest, r)
     if slowest.ms > r * (1 + m.slow) + slack:
         if not why and not slowest.host_work:
             times = slowest.ms / r if r > 0 else float("inf")
-            return Verdict("slower", slowest.ms, slowest.source, slowest.ms, r,
+            return SpeedVerdict("slower", slowest.ms, slowest.source, slowest.ms, r,
                            f"your function's own calls are {times:.2f}x slower than the kernels its record "
                            f"names ({words}): the calls do not run what their record says", set_aside=set_aside)
         if why:
-            return Verdict("unsteady", slowest.ms, slowest.source, slowest.ms, r,
+            return SpeedVerdict("unsteady", slowest.ms, slowest.source, slowest.ms, r,
                            f"scored at the slower reading: {words} ({why}, so no finding, but the slower figure "
                            "counts)", why, set_aside)
     if slowest.ms > r * (1 + m.spread):  # no launch slack here: what a margin-rider gains is the spread alone
         because = ("your function's own calls are slower than its recorded ones" if not slowest.host_work else
                    f"your function could not be captured in a CUDA graph ({e.why_eager}), so its host work counts"
                    if not e.capturable else "your function's own host work outran the grader's gate, so it counts")
-        return Verdict("clock", slowest.ms, slowest.source, slowest.ms, r,
+        return SpeedVerdict("clock", slowest.ms, slowest.source, slowest.ms, r,
                        f"scored on the grader's own clock: {words}; {because}", why, set_aside)
-    return Verdict("agrees", r, "replay", slowest.ms, r, "", why, set_aside)
+    return SpeedVerdict("agrees", r, "replay", slowest.ms, r, "", why, set_aside)

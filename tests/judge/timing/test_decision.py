@@ -198,7 +198,7 @@ def test_each_outcome_reads_exactly(evidence, message):
 
 
 def test_each_verdict_carries_exactly_its_figures():
-    assert verdict(ev(graph(0.5), queued(1.3), **BUSY)) == decision.Verdict(
+    assert verdict(ev(graph(0.5), queued(1.3), **BUSY)) == decision.SpeedVerdict(
         "unsteady", 1.3, QUEUED, 0.5, 1.0, verdict(ev(graph(0.5), queued(1.3), **BUSY)).message, BUSY_WORDS, ())
     assert verdict(ev(graph(0.5), **BUSY)).scored_from == "replay"  # the replay the slower reading there
     agrees = verdict(ev(graph(1.05), queued(0.98)))
