@@ -162,6 +162,9 @@ class BurstReply:
     ok: ClassVar[bool] = True
     nonfinite: ClassVar[tuple[str, ...]] = ("values",)  # the kernel's own NaN or inf, sampled
     values: list[list[float]]
+    # a queued burst's: the worker's own reading of how long its calls took to queue after the gate. Its word only,
+    # used only to lengthen a gate its host work outran (then the round is redone): never scored, never an accusation
+    queued_ms: float = 0.0
 
 
 @dataclass

@@ -521,9 +521,10 @@ def _queued_rounds(spec: Assignment, workers: dict[str, WorkerProcess], w: witne
     inputs, its samples checked every round (right only for its first calls is wrong here). One
     round ungated first (its brackets hold each contender's host work: the gate is sized from
     them), then EAGER_ROUNDS behind a gate (grader.worker.timing.Burst: the host work hidden
-    while the GPU runs it), the brackets of the round most in the student's favour kept
-    (`checked_s`). `checked_host`: the gate was capped below the host work the first round
-    showed, so the student's brackets may hold its host work."""
+    while the GPU runs it); a round whose calls took longer to queue than the gate held the GPU
+    is redone behind a longer one (confirmation.gate_outran, GATE_RETRIES). `checked_s`: the
+    median round's brackets (confirmation.kept_round); `checked_host`: no round's host work was
+    hidden, so the student's brackets may hold its host work."""
     started = time.monotonic()
     w.checked_calls = confirmation.queued_calls(launches)
     for c in ("student", "reference"):
@@ -536,9 +537,12 @@ def _queued_rounds(spec: Assignment, workers: dict[str, WorkerProcess], w: witne
     w.prepare_s += time.monotonic() - started
     tol = spec.tolerance
     gate_ms = 0.0
-    for round_ in range(confirmation.EAGER_ROUNDS + 1):
-        seed, values, seconds = witness.new_seed(), {}, {}
-        for c in (("student", "reference") if round_ % 2 == 0 else ("reference", "student")):
+    rounds: list[tuple[dict[str, float], bool]] = []  # each gated round's brackets, and whether its host work outran
+    attempt = 0
+    while sum(not outran for _, outran in rounds) < confirmation.EAGER_ROUNDS \
+            and len(rounds) < confirmation.EAGER_ROUNDS + confirmation.GATE_RETRIES:
+        seed, values, seconds, queued = witness.new_seed(), {}, {}, {}
+        for c in (("student", "reference") if attempt % 2 == 0 else ("reference", "student")):
             w.note_load()
             reply, seconds[c] = witness.bracketed(workers[c], c, seed, timeout * 4, gate_ms=gate_ms)
             w.note_load()
@@ -546,19 +550,18 @@ def _queued_rounds(spec: Assignment, workers: dict[str, WorkerProcess], w: witne
                 if c != "student":
                     raise WorkerFailure("infra_error", f"the reference's burst failed: {reply.message}", "")
                 return c, reply
-            values[c] = reply.values
+            values[c], queued[c] = reply.values, reply.queued_ms
         w.wrong = w.wrong or witness.disagreement(values["student"], values["reference"], tol.atol[_dtype(spec)],
                                                   tol.rtol[_dtype(spec)], oracle=spec.truth is not None)
-        if round_ == 0:  # ungated: what each contender's whole burst of host work (and GPU work) takes
-            wanted = confirmation.GATE_FACTOR * max(seconds.values()) * 1e3
-            gate_ms = min(confirmation.GATE_MAX_MS, wanted)
-            w.checked_host = wanted > confirmation.GATE_MAX_MS
-            w.gate_ms = gate_ms
+        attempt += 1
+        if attempt == 1:  # ungated: what each contender's whole burst of host work (and GPU work) takes
+            gate_ms = w.gate_ms = min(confirmation.GATE_MAX_MS, confirmation.GATE_FACTOR * max(seconds.values()) * 1e3)
             continue
-        # the round most in the student's favour is kept (confirmation.EAGER_ROUNDS says why)
-        kept = w.checked_s
-        if not kept or seconds["student"] - seconds["reference"] > kept["student"] - kept["reference"]:
-            w.checked_s = seconds
+        outran = confirmation.gate_outran(queued, gate_ms)
+        rounds.append((seconds, outran))
+        if outran and gate_ms < confirmation.GATE_MAX_MS:  # its host work was not all hidden: a longer gate next
+            gate_ms = w.gate_ms = min(confirmation.GATE_MAX_MS, confirmation.GATE_FACTOR * max(queued.values()))
+    w.checked_s, w.checked_host = confirmation.kept_round(rounds)
     return _let_go(workers, timeout)
 
 

@@ -286,11 +286,11 @@ class Worker:
         burst = self.bursts.get(req.contender)
         if burst is None:
             return Failure("error", f"no burst prepared for {req.contender}")
-        values = burst.run(req.seed, req.gate_ms)
+        values, queued_ms = burst.run(req.seed, req.gate_ms)
         if req.last:
             del self.bursts[req.contender], burst
             self.torch.cuda.empty_cache()
-        return BurstReply(values=values)
+        return BurstReply(values=values, queued_ms=queued_ms)
 
     def drop_burst(self, req: DropBurst) -> Ok:
         """A prepared burst let go, not run again (its graph and memory freed)."""

@@ -60,7 +60,10 @@ CHEATS = {
 
 
 def _perf(run, assignment="vector_add") -> dict:
-    return [t for t in run.tests_of(assignment) if t["tags"][1] == "performance"][0]
+    assert run.results is not None, run.stdout[-2000:] + run.stderr[-2000:]
+    found = [t for t in run.tests_of(assignment) if t["tags"][1] == "performance"]
+    assert found, [(t["name"], t["outcome"], t["output"][:300]) for t in run.results["tests"]]
+    return found[0]
 
 
 def _check(submission, cli, fixture):

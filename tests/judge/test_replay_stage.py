@@ -211,10 +211,11 @@ def stage(tmp_path, monkeypatch):
         events.append(f"{lock}-")
 
     def run(student, trusted=None, replays=None, store=None, cache=None, clock_ms=None, samples=None,
-            eager_ms=None, eager_samples=None):
+            eager_ms=None, eager_samples=None, queued_ms=None):
         """`clock_ms`: the student's time per call by the grader's clock (its bursts' brackets), by
         default its replayed median; `samples`: what its bursts' samples are (the reference's: 1.0);
-        `eager_*`: the same of the eager round after the graph's (by default as the graph's)."""
+        `eager_*`: the same of the eager round after the graph's (by default as the graph's);
+        `queued_ms`: what the student's worker says its calls took to queue, per gated round (0)."""
         trusted = trusted or FakeWorker(truth)
         for worker, name in ((student, "student"), (trusted, "trusted")):
             if isinstance(worker, FakeWorker):
@@ -236,7 +237,12 @@ def stage(tmp_path, monkeypatch):
             values = [[1.0] * 4] * calls if c == "reference" or samples is None else samples
             if checked and eager_samples is not None and c == "student":
                 values = eager_samples
-            return p.BurstReply(values=values), 0.05 + gate_ms / 1e3 + per_call * calls / 1e3
+            said = 0.0
+            if checked and queued_ms is not None and c == "student" and gate_ms > 0:
+                gated = sum(1 for b in brackets[2 * confirmation.BURST_ROUNDS:] if b[0] == "student") - 2
+                said = queued_ms[min(gated, len(queued_ms) - 1)]
+            run.gates.append(gate_ms) if checked and c == "student" else None
+            return p.BurstReply(values=values, queued_ms=said), 0.05 + gate_ms / 1e3 + per_call * calls / 1e3
 
         monkeypatch.setattr(witness, "bracketed", fake_bracketed)
         monkeypatch.setattr(witness, "burst_calls", lambda *a: CALLS)
@@ -255,6 +261,7 @@ def stage(tmp_path, monkeypatch):
         return got if got is not None else fallback
 
     run.truth, run.asked, run.events, run.spawned, run.brackets = truth, asked, events, spawned, brackets
+    run.gates = []  # the gate of each of the student's queued bursts, in order (0: the ungated one)
     run.load = 1
     return run
 
@@ -698,13 +705,37 @@ def test_one_eager_round_slowed_by_a_busy_host_accuses_no_one(stage):
     bracket holds every call's host work, which the scheduler can lengthen for either contender.
     Faster in one round of three is noise; faster in every round is less work (the test above)."""
     got = stage(FakeWorker(stage.truth), replays={"student": {"placements": [[3.0] * 8] * 6}},
-                eager_ms=[1.0, 3.0, 1.0])
+                eager_ms=[1.0, 3.0, 3.0])
     # scored on its replay (3x the reference's time: no speed points), never flagged
     assert got.outcome == Outcome.FAILED and not got.severity and "3.000x the reference" in got.message, got.message
     eager_rounds = [b for b in stage.brackets[2 * confirmation.BURST_ROUNDS:] if not b[1]]
     assert len(eager_rounds) == 2 * (confirmation.EAGER_ROUNDS + 1)  # every round, the ungated one too
     assert [c for c, _ in eager_rounds[:4]] == ["student", "reference", "reference", "student"]  # order alternating
-    assert got.details.confirmation["eager_ms"] == 3.0  # the round most in the student's favour decided
+    assert got.details.confirmation["eager_ms"] == 3.0  # the median round decided (confirmation.kept_round)
+
+
+def test_a_round_whose_host_work_outran_its_gate_is_redone_behind_a_longer_gate(stage):
+    """On a busy host an honest function's Python slows, its calls take longer to queue than the
+    gate holds the GPU, and its bracket holds host work: that round is redone behind a gate sized
+    from what the worker said, and the figure comes from the rounds whose host work was hidden."""
+    got = stage(FakeWorker(stage.truth), eager_ms=[9.0, 1.0, 1.0, 1.0], queued_ms=[10_000.0, 0.0])
+    assert got.outcome == Outcome.PASSED and not got.severity, got.message
+    first_gate = stage.gates[1]
+    assert stage.gates[0] == 0 and first_gate < confirmation.GATE_MAX_MS
+    assert stage.gates[2] == min(confirmation.GATE_MAX_MS, confirmation.GATE_FACTOR * 10_000.0) > first_gate
+    assert len(stage.gates) == 1 + 1 + confirmation.EAGER_ROUNDS  # ungated, the outrun one, three hidden
+    c = got.details.confirmation
+    assert c["eager_ms"] == 1.0 and not [f for f in c["figures"] if f["source"] == "queued burst"][0]["host_work"]
+
+
+def test_host_work_that_outruns_even_the_longest_gate_is_counted_as_host_work(stage):
+    """Never hidden: the figure says its bracket holds host work (never an accusation), after at
+    most GATE_RETRIES more rounds."""
+    got = stage(FakeWorker(stage.truth), eager_ms=5.0, queued_ms=[1e9])
+    c = got.details.confirmation
+    queued = [f for f in c["figures"] if f["source"] == "queued burst"][0]
+    assert queued["host_work"] and c["verdict"] == "clock" and not got.severity, (c, got.message)
+    assert len(stage.gates) == 1 + confirmation.EAGER_ROUNDS + confirmation.GATE_RETRIES
 
 
 def test_a_clock_that_measured_nothing_holds_the_replayed_points_for_review(stage):

@@ -25,14 +25,38 @@ QUEUED_LAUNCHES = 768  # launches a queued burst may hold behind its gate (the d
 # the burst's own launches per call (grader.worker.timing.Burst._body): the inputs redrawn (one per buffer, two or
 # three), the cache flushed, the sample gathered and copied
 BURST_LAUNCHES = 6
-# Eager bursts of each contender, alternating which goes first: the round most in the student's favour is its
-# figure (a busy machine's scheduler can lengthen either contender's bracket at random), every round's samples
-# checked
+# Gated queued bursts of each contender, alternating which goes first: the median round is its figure
+# (confirmation.kept_round: a busy machine's scheduler can lengthen either contender's bracket at random), every
+# round's samples checked
 EAGER_ROUNDS = 3
 # The gate before a queued burst: at least this many times the longest ungated bracket seen, so that the
 # function's host work of the whole burst happens while the GPU still runs the gate; at most GATE_MAX_MS
 GATE_FACTOR = 1.5
 GATE_MAX_MS = 3000.0
+# Gated rounds redone, at most, where a contender's calls took longer to queue than the gate held the GPU (its host
+# work then in the bracket: on a busy host an honest function's Python slows, and its queued figure with it)
+GATE_RETRIES = 2
+GATE_OUTRAN = 0.9  # a contender's calls queued in more than this share of the gate: its host work may have outrun it
+
+
+def gate_outran(queued_ms: dict[str, float], gate_ms: float) -> bool:
+    """Whether a gated round's host work may have outrun its gate: by the workers' own readings of
+    how long their calls took to queue (`BurstReply.queued_ms`). A student's worker that says so
+    falsely only has its round redone, or its figure counted as holding host work, which is never
+    an accusation; one that hides it only keeps its own host work in its own figure."""
+    return any(q > GATE_OUTRAN * gate_ms for q in queued_ms.values())
+
+
+def kept_round(rounds: list[tuple[dict[str, float], bool]]) -> tuple[dict[str, float], bool]:
+    """The queued burst's figure: the median round (the lower of two) by the student's bracket
+    less the reference's, among the rounds whose host work the gate hid, else among all; and
+    whether its bracket may hold host work. The median, not the fastest or the slowest: one round
+    another job lengthened, on either contender's side, moves it neither way."""
+    if not rounds:
+        return {}, False
+    hidden = [s for s, outran in rounds if not outran]
+    pool = sorted(hidden or [s for s, _ in rounds], key=lambda s: s["student"] - s["reference"])
+    return pool[(len(pool) - 1) // 2], not hidden
 
 
 def clock_ms(student_s: list[float], reference_s: list[float], calls: int, reference_ms: float) -> list[float]:

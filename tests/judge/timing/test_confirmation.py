@@ -18,6 +18,22 @@ from grader.payloads import PerformancePayload
 from grader.results import AssignmentResult, Outcome, TestResult
 
 
+def test_a_gate_is_outrun_where_either_contender_took_most_of_it_to_queue_its_calls():
+    assert not confirmation.gate_outran({"student": 80.0, "reference": 2.0}, 100.0)
+    assert confirmation.gate_outran({"student": 95.0, "reference": 2.0}, 100.0)
+    assert confirmation.gate_outran({"student": 1.0, "reference": 120.0}, 100.0)
+
+
+def test_the_kept_round_is_the_median_of_the_hidden_rounds_else_of_all():
+    r = [({"student": s, "reference": 1.0}, outran) for s, outran in ((9.0, True), (3.0, False), (2.0, False),
+                                                                       (5.0, False))]
+    assert confirmation.kept_round(r) == ({"student": 3.0, "reference": 1.0}, False)
+    assert confirmation.kept_round(r[:1] + r[2:3]) == ({"student": 2.0, "reference": 1.0}, False)  # hidden first
+    both = [({"student": 4.0, "reference": 1.0}, True), ({"student": 6.0, "reference": 1.0}, True)]
+    assert confirmation.kept_round(both) == ({"student": 4.0, "reference": 1.0}, True)  # the lower of two
+    assert confirmation.kept_round([]) == ({}, False)
+
+
 def test_the_clock_is_the_references_time_plus_the_brackets_difference_per_call():
     # 100 calls: the student's bracket 30 ms longer than the reference's is 0.3 ms more per call
     assert clock_ms([0.130, 0.120], [0.100, 0.100], 100, 0.5) == pytest.approx([0.8, 0.7])
