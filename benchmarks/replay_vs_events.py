@@ -37,7 +37,7 @@ from grader.protocol import Call, Contender, Load, Time
 from grader.worker import server, timing
 root, module, function, inputs, layout, folder, out, reps = sys.argv[1:9]
 worker = server.Worker()
-server._setup_triton(False)
+server._setup_triton(False, worker.watch)
 timing.tampered()
 layout = json.load(open(layout))
 loaded = worker.load(Load({"c": Contender(root, module, function)}))

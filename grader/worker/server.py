@@ -84,11 +84,11 @@ class Watch:
         self.recorder: Any = None
 
 
-def _setup_triton(interpret: bool, watch: Watch | None = None) -> Watch:
+def _setup_triton(interpret: bool, watch: Watch) -> Watch:
     """Count kernel launches (evidence that a Triton kernel really ran), and in the CPU
     interpreter keep only the first config of @triton.autotune (it would time configs with
-    do_bench, which needs a GPU). Returns the Watch its hook reports recorded launches to."""
-    watch = watch if watch is not None else Watch()
+    do_bench, which needs a GPU). `watch`: the worker's (Worker.watch), which its hook reports
+    recorded launches to; required, since hooks given another record nothing of its calls."""
     import triton
     from triton.runtime import autotuner
     from triton.runtime.jit import JITFunction

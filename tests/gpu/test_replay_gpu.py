@@ -31,7 +31,7 @@ from grader.protocol import Call, Contender, Load, Time
 from grader.worker import server, timing
 root, module, function, inputs, layout, folder, out = sys.argv[1:8]
 worker = server.Worker()
-server._setup_triton(False)
+server._setup_triton(False, worker.watch)
 timing.tampered()
 layout = json.load(open(layout))
 assert worker.load(Load({"c": Contender(root, module, function)})).ok
