@@ -215,7 +215,7 @@ def test_figures_forged_inside_the_worker_earn_no_speed_credit(tmp_path, cli, fo
         assert perf["score"] == 0, perf["output"]
         return
     details = perf["extra_data"]["details"]
-    assert details["timed_by"] == "replay", perf["output"]
+    assert perf["outcome"] in ("passed", "failed") and details.get("timed_by") == "replay", perf["output"]
     assert details["ratio_to_reference"] > 0.95 * twins["gpu/forged"], (perf["output"], twins)
 
 
@@ -389,8 +389,14 @@ def test_the_margin_rider_gains_no_more_than_the_honest_spread_over_its_twin(sub
     if perf["outcome"] == "flagged":
         assert perf["score"] == 0 and perf["extra_data"]["severity"] == "conclusive", perf["output"]
         return
-    assert details["ratio_to_reference"] >= twin / (1 + MARGINS.spread), (perf["output"], twin)
-    assert perf["score"] <= many_launches["score"] * (1 + MARGINS.spread) + 1e-9, (perf["output"], twin)
+    # the rule: scored at no less than its own slowest figure of its calls, less the spread
+    c = details["confirmation"]
+    slowest = max(f["ms"] for f in c["figures"])
+    assert c["scored_ms"] >= slowest / (1 + MARGINS.spread), c
+    # against its twin, graded in another check: each check's figures are within the spread of its calls' own
+    # time (on an H200 the rider's queued burst read 1.105 ms per call, its twin's 1.121), so the two checks' spreads
+    assert details["ratio_to_reference"] >= twin / (1 + MARGINS.spread) ** 2, (perf["output"], twin)
+    assert perf["score"] <= many_launches["score"] * (1 + MARGINS.spread) ** 2 + 1e-9, (perf["output"], twin)
 
 
 def test_a_persisting_l2_window_buys_no_speed(submission, cli, twins):
