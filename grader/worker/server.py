@@ -45,7 +45,10 @@ from grader.protocol import (
     TimeReply,
     WarmBurst,
 )
-from grader.worker import memcheck  # bound here, before any student module could replace it in sys.modules
+from grader.worker import (
+    calling,  # the one path a contender's function is called by (bound here, as memcheck)
+    memcheck,  # bound here, before any student module could replace it in sys.modules
+)
 
 if TYPE_CHECKING:
     from grader.worker import timing
@@ -460,9 +463,9 @@ def _called(fn, args: dict, ops: Counter | None, watch: Watch | None = None):
     """The student's function called on `args` (an untimed call), every tensor it allocates
     uninitialized poisoned with our own NaN (grader.codec.POISON); with `ops`, counting the aten
     ops it dispatched; the threads it started given their grace before its result is taken."""
+    calls = calling.caller()  # started before the threads are counted: it is the worker's, not the call's
     threads = set(threading.enumerate())
-    with _OpRecorder(ops, watch):
-        out = fn(*args.values())
+    out = calls.call(fn, list(args.values()), _OpRecorder(ops, watch))
     _join_new_threads(threads)
     return out
 

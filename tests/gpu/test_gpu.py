@@ -347,15 +347,21 @@ def test_a_function_fast_only_while_watched_is_scored_at_its_ordinary_speed(subm
         assert "unsteady" not in (details.get("confirmation") or {}), details["confirmation"]
 
 
-@pytest.mark.xfail(strict=True, reason="open (docs/security.md, Timing): a function that synchronizes and looks for "
-                   "the grader's frames on its stack is fast in every call the grader times; strict: the day it is "
-                   "scored at its ordinary speed this test says so")
 def test_a_function_that_finds_the_graders_frames_on_its_stack_is_scored_at_its_ordinary_speed(submission, cli):
+    """Every call of it has the same frames above it (grader.worker.calling): the recorded call,
+    every burst's and the untimed ones alike, so it runs its slow loop in all of them, the record
+    included, and is scored at that speed (no finding is needed: nothing differs)."""
+    from grader.judge.timing.decision import MARGINS
+
     run = _check(submission, cli, "cheat_grader_frames")
     perf = _perf(run)
     details = perf["extra_data"]["details"]
     _log_confirmation("cheat_grader_frames", details)
-    _no_credit_beyond_the_spread(perf, details)
+    assert perf["score"] == 0, perf["output"]
+    if perf["outcome"] == "flagged":
+        assert perf["extra_data"]["severity"] == "conclusive", perf["output"]
+    else:
+        assert details["ratio_to_reference"] > 3.0 / (1 + MARGINS.spread), perf["output"]
 
 
 @pytest.fixture(scope="module")
