@@ -697,7 +697,7 @@ def _replay_verdict(stage: Stage, prepared: replay_stage.Prepared, r: replay_sta
     busiest = max(burst.busiest, stage.busiest)  # the student's worker is gone by the replays: none of theirs there
     evidence = timing_evidence(burst, student_ms, reference_ms, r.student.launches, busiest,
                                busiest - max(burst.others, stage.busiest), os.cpu_count() or 1,
-                               r.student.placements + r.reference.placements)
+                               r.student.placements + r.reference.placements, prepared.streams)
     found = decision.verdict(evidence)
     eager_ms = next((f.ms for f in evidence.figures if f.source != evidence.figures[0].source), None)
     details["confirmation"] = confirmed = {
@@ -735,15 +735,19 @@ def _replay_verdict(stage: Stage, prepared: replay_stage.Prepared, r: replay_sta
               confirmation.unconfirmed(found.message, payload.ratio_to_reference or 0.0, payload.score_fraction or 0.0))
     elif found.message and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
         verdict.message += f"; {found.message}"
+    if prepared.streams > 1 and verdict.outcome in (Outcome.PASSED, Outcome.FAILED):
+        verdict.message += (f"; your launches on {prepared.streams} streams were replayed one after another on one "
+                            "stream, so any overlap between them is not counted")
     _why_slow(verdict, payload, prepared.compiled, ctx)
     return verdict
 
 
 def timing_evidence(burst: witness.Witness, student_ms: float, reference_ms: float, launches: int, busiest: int,
-                    own_threads: int, cpus: int, placements: list[list[float]]) -> decision.Evidence:
+                    own_threads: int, cpus: int, placements: list[list[float]], streams: int = 1) -> decision.Evidence:
     """Every measurement of the function's own calls, for grader.judge.timing.decision: the
     graph's (or a function that cannot be captured: the eager) burst, the median of its rounds;
-    the queued burst, its round most in the student's favour; each by the grader's clock."""
+    the queued burst, its median round (confirmation.kept_round); each by the grader's clock.
+    `streams`: the streams the record's launches were on (replayed one after another)."""
     first = decision.EAGER if burst.eager else decision.GRAPH
     figures = [decision.Figure(first, statistics.median(confirmation.clock_ms(burst.student_s, burst.reference_s,
                                                                               burst.calls, reference_ms)),
@@ -754,7 +758,7 @@ def timing_evidence(burst: witness.Witness, student_ms: float, reference_ms: flo
             burst.checked_calls, host_work=burst.checked_host))
     return decision.Evidence(student_ms, launches, tuple(figures), capturable=not burst.eager, why_eager=burst.eager,
                              busiest=busiest, own_threads=own_threads, cpus=cpus,
-                             placements=tuple(tuple(p) for p in placements))
+                             placements=tuple(tuple(p) for p in placements), streams=streams)
 
 
 def _store(ctx: GradingContext) -> Path | None:

@@ -77,6 +77,7 @@ class Prepared:
     numel: int = 0  # the truth's elements: what the judge's indices are drawn from (grader.judge.picks)
     picks: Path | None = None  # the judge's indices the replays were told (`settle`)
     launches: int = 1  # the student's recorded launches per call (sizes the queued burst: timing.confirmation)
+    streams: int = 1  # the streams they were launched on (replayed one after another on one stream)
 
 
 @dataclass
@@ -288,8 +289,10 @@ def _checked(spec: Assignment, timed_files: list[str], layout: dict, workdir: Pa
     shutil.rmtree(student, ignore_errors=True)
     (staging / "student-0").rename(student)
     recorded = parsed[0].get("launches") if isinstance(parsed[0], dict) else None
+    recorded = recorded if isinstance(recorded, list) else []
+    streams = len({launch.get("stream") for launch in recorded if isinstance(launch, dict)}) or 1
     return Prepare(Prepared(staging, inputs, staging / "layout.json", trusted, torch_work, dict(first.kernels),
-                            launches=len(recorded) if isinstance(recorded, list) else 1))
+                            launches=len(recorded) or 1, streams=streams))
 
 
 def student_pids(student: StudentWorker) -> set[int]:

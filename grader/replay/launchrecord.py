@@ -32,6 +32,9 @@ MAX_SCRATCH = 32
 MAX_SCRATCH_BYTES = 8 << 30
 MAX_FILLS = 64
 MAX_GRID = (2**31 - 1, 65535, 65535)
+# streams a call's launches may name: replayed one after another on one stream, in the record's order (a
+# multi-stream call's host order, which every wait between its streams respects), so the overlap is not credited
+MAX_STREAMS = 8
 MAX_SHARED = 232448  # bytes per block, an H100's opt-in limit
 WARPS = (1, 2, 4, 8, 16, 32)
 DTYPES = {"float16": 2, "bfloat16": 2, "float32": 4, "float64": 8, "int8": 1, "uint8": 1, "int16": 2, "int32": 4,
@@ -288,7 +291,7 @@ def _launch(d: dict, i: int, kernels: dict, sizes: dict) -> RecordedLaunch:
     _need(len(raw_grid) == 3, f"{what}: grid is not three numbers")
     grid = cast("tuple[int, int, int]",  # three, checked above
                 tuple(_int(g, 1, hi, f"{what}: grid") for g, hi in zip(raw_grid, MAX_GRID)))
-    _int(d.get("stream"), 0, 0, f"{what}: stream")
+    _int(d.get("stream"), 0, MAX_STREAMS - 1, f"{what}: stream")
     _need(d.get("num_warps") == kernel.metadata.get("num_warps") and d.get("shared") == kernel.metadata.get("shared"),
           f"{what}: warps or shared memory differ from its compiled kernel's")
     args = _list(d.get("args"), MAX_ARGS, f"{what}: args")

@@ -170,25 +170,22 @@ def test_honest_kernels_are_timed_whole_and_never_flagged(submission, cli, fixtu
     perf = _perf(run)
     details = perf["extra_data"]["details"]
     _log_confirmation(fixture, details)
-    if fixture == "honest_two_streams":  # launches on two streams: the fallback times it, says why, and holds its
-        # points for a TA's review (a figure the grader could not verify), telling the student what to change
-        assert perf["outcome"] == "flagged" and perf["extra_data"]["severity"] == "review", perf["output"]
-        assert "held for a TA's review (not an accusation)" in perf["output"] and "caller's stream" in perf["output"]
-        assert details["timed_by"] == "fallback" and "launches on 2 streams" in details["replay_refused"], details
-        assert details["witness"]["confirmed"] and details["held"] and details["score_fraction"] > 0.5, details
-        assert perf["score"] == 0
-    else:
-        assert perf["outcome"] == "passed" and not perf["extra_data"]["severity"], perf["output"]
-        assert not any(t["outcome"] == "flagged" for t in run.results["tests"])
-        assert details["confirmation"]["verdict"] in (("agrees", "clock") if fixture == "honest_syncs" else ("agrees",))
+    # every one replayed and scored, the two-stream one too (its two launches one after another: it earns what
+    # its one-stream twin earns), never flagged or held
+    assert perf["outcome"] == "passed" and not perf["extra_data"]["severity"], perf["output"]
+    assert not any(t["outcome"] == "flagged" for t in run.results["tests"])
+    assert details["confirmation"]["verdict"] in (("agrees", "clock") if fixture == "honest_syncs" else ("agrees",))
+    assert not details.get("held"), details
+    if fixture == "honest_two_streams":
+        assert "launches on 2 streams were replayed one after another" in perf["output"], perf["output"]
     figures = details["figures"]["student"]
     low = 1.5 if fixture == "honest_pipeline_scratch" else 0.8  # two passes over the data: about twice the bytes
     assert low * 0.8 < details["ratio_to_reference"] < low + 1.0, perf["output"]
     assert figures["median_ms"] >= details["floor_ms"] / 1.15
-    if fixture != "honest_two_streams":
-        assert details["timed_by"] == "replay", perf["output"]
-        assert details["replay"]["student"]["reps"] >= 40 and len(details["replay"]["student"]["placements_ms"]) == 4
-        assert details["replay"]["student"]["launches"] == (2 if fixture == "honest_pipeline_scratch" else 1), details["replay"]
+    assert details["timed_by"] == "replay", perf["output"]
+    assert details["replay"]["student"]["reps"] >= 40 and len(details["replay"]["student"]["placements_ms"]) == 4
+    assert details["replay"]["student"]["launches"] == (1 if fixture in ("honest_slow_wrapper", "honest_syncs") else 2), \
+        details["replay"]
 
 
 def _forged(tmp_path, forgery: str):

@@ -387,6 +387,24 @@ def test_a_record_that_cannot_be_replayed_leaves_the_worker_alive_for_the_fallba
     assert not student.closed and stage.asked == []
 
 
+def _on_two_streams(raw, i):
+    second = json.loads(json.dumps(raw["launches"][0]))
+    second["stream"] = 1
+    raw["launches"].append(second)
+    raw["sequence"].append({"launch": len(raw["launches"]) - 1})
+
+
+def test_a_record_of_two_streams_is_replayed_and_its_overlap_neither_accused_nor_credited(stage):
+    """An honest kernel split over two streams joined back to the caller's: replayed whole, one
+    launch after another; its own calls, which overlap the two, read faster than that (graph and
+    queued at 0.5 ms against 1 ms replayed), which accuses nobody: scored at the replay."""
+    got = stage(FakeWorker(stage.truth, edit=_on_two_streams), clock_ms=0.5, eager_ms=0.5)
+    assert got.outcome in (Outcome.PASSED, Outcome.FAILED) and not got.severity, got.message
+    assert "launches on 2 streams were replayed one after another" in got.message
+    c = _d(got)["confirmation"]
+    assert c["verdict"] == "agrees" and c["scored_from"] == "replay", c
+
+
 def test_the_students_processes_on_the_gpu_twice_is_not_scored_and_other_jobs_workers_are_not_counted(stage):
     got = stage(FakeWorker(stage.truth), replays={"student": {"others": [777]}})  # another job's idle worker: fine
     assert got.outcome in (Outcome.PASSED, Outcome.FAILED), got.message

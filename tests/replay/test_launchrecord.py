@@ -61,6 +61,19 @@ def test_a_well_formed_record_becomes_the_plan_in_the_calls_order(tmp_path):
     assert launch.kernel.files["add_kernel.cubin"].read_bytes() == CUBIN
 
 
+def test_launches_on_several_streams_are_accepted_and_replayed_in_the_records_order(tmp_path):
+    """A call that splits its work over streams (joined back to the caller's) is replayed: every
+    launch on one stream, in the order the call made them, so its overlap is not credited."""
+    raw = _record(tmp_path)
+    second = json.loads(json.dumps(_launch(raw)))
+    second["stream"] = 1
+    raw["launches"].append(second)
+    raw["sequence"].append({"launch": 1})
+    plan = launchrecord.check(raw, tmp_path, INPUTS, 90)
+    launches = [s for s in plan.steps if isinstance(s, RecordedLaunch)]
+    assert len(launches) == 2 and isinstance(plan.steps[0], Fill)  # the fill, then both launches, in order
+
+
 def _refused(tmp_path, change, inputs=INPUTS, arch=90) -> str:
     raw = _record(tmp_path)
     change(raw)
@@ -89,7 +102,9 @@ def _kernel(raw):
     (lambda r: _launch(r)["args"][2].update(value=2**40), "n does not fit i32"),
     (lambda r: _launch(r)["args"][2].update(kind="tensor", role="input", ref="x", offset=0), "n is a tensor where the kernel takes i32"),
     (lambda r: _launch(r).update(num_warps=8), "warps or shared memory differ"),
-    (lambda r: _launch(r).update(stream=1), "stream is not an integer"),
+    (lambda r: _launch(r).update(stream=launchrecord.MAX_STREAMS), "stream is not an integer"),
+    (lambda r: _launch(r).update(stream=-1), "stream is not an integer"),
+    (lambda r: _launch(r).update(stream="1"), "stream is not an integer"),
     (lambda r: _kernel(r)["signature"].update(n="i32); system(\"sh\""), "signature has a type the replay refuses"),
     (lambda r: _kernel(r).update(name="../../etc"), "name is not an identifier"),
     (lambda r: r["outputs"][0].update(dtype="complex128"), "dtype 'complex128' is not one the replay knows"),

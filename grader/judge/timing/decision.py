@@ -29,10 +29,15 @@ function of many launches that does less only while recorded gains the spread al
 | graph, queued  | some F < R(1 - fast)          | steady   | nothing           | faster, conclusive |
 | host work in F | some F < R(1 - eager_fast)    | steady   | nothing           | faster, conclusive |
 | any            | faster as above               | unsteady | slowest of R, F   | unsteady           |
+| many streams   | faster as above               | any      | (the rows below)  | (never faster)     |
 | no host work   | max F > R(1 + slow)           | steady   | nothing           | slower, conclusive |
 | any            | max F > R(1 + slow)           | unsteady | max F             | unsteady           |
 | any            | max F > R(1 + spread)         | any      | max F             | clock              |
 | any            | within the spread             | any      | R                 | agrees             |
+
+A record whose launches were on several streams (`Evidence.streams`) is replayed one after another
+on one stream, so calls that overlap them are faster than the replay with nothing left out: no
+"faster" there, the replay (the slower) scored.
 
 `unsteady` is never a hold: the slower reading is scored and the finding's figures are kept for
 a TA. A hold (`unclear`) names the clock's failure first and the replayed figure after it."""
@@ -87,6 +92,9 @@ class Evidence:
     own_threads: int = 0  # of them, the student's own (its worker's and its children's)
     cpus: int = 1
     placements: tuple[tuple[float, ...], ...] = ()  # each replay's reps on one placement of its buffers
+    # the streams the record's launches were on: the replay runs them one after another on one stream, so calls
+    # that overlap them are faster than their replay with no work left out (never "faster", scored at the replay)
+    streams: int = 1
 
 
 @dataclass(frozen=True)
@@ -161,7 +169,7 @@ def verdict(e: Evidence, m: Margins = MARGINS) -> SpeedVerdict:
     def fast_edge(f: Figure) -> float:
         return r * (1 - (m.eager_fast if f.host_work else m.fast)) - slack
 
-    faster = [f for f in credible if f.ms < fast_edge(f)]
+    faster = [f for f in credible if f.ms < fast_edge(f)] if e.streams == 1 else []
     if faster:
         f = min(faster, key=lambda f: f.ms)
         words = _words(f, r)

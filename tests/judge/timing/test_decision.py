@@ -15,9 +15,9 @@ STEADY_REPS = ((1.0, 1.02, 0.99),) * 4
 
 
 def ev(*figures: Figure, replay: float = 1.0, launches: int = 1, capturable: bool = True, busiest: int = 4,
-       own: int = 0, cpus: int = 16, placements=STEADY_REPS) -> Evidence:
+       own: int = 0, cpus: int = 16, placements=STEADY_REPS, streams: int = 1) -> Evidence:
     return Evidence(replay, launches, figures, capturable=capturable, why_eager="" if capturable else "it synchronizes",
-                    busiest=busiest, own_threads=own, cpus=cpus, placements=placements)
+                    busiest=busiest, own_threads=own, cpus=cpus, placements=placements, streams=streams)
 
 
 def graph(ms: float) -> Figure:
@@ -41,6 +41,8 @@ ROWS = [
     pytest.param(ev(graph(0.5), queued(1.0)), "faster", 1.0, "replay", id="graph faster: conclusive"),
     pytest.param(ev(eager(0.4), capturable=False), "faster", 1.0, "replay", id="eager faster: conclusive"),
     pytest.param(ev(graph(0.5), queued(1.3), **BUSY), "unsteady", 1.3, QUEUED, id="faster, unsteady: slowest"),
+    pytest.param(ev(graph(0.5), queued(0.6), streams=2), "agrees", 1.0, "replay",
+                 id="many streams, faster: their overlap, the replay scored"),
     pytest.param(ev(graph(1.0), queued(2.0)), "slower", 2.0, QUEUED, id="queued slower: conclusive"),
     pytest.param(ev(graph(1.0), queued(2.0), **BUSY), "unsteady", 2.0, QUEUED, id="slower, unsteady: slower"),
     pytest.param(ev(graph(1.2)), "clock", 1.2, GRAPH, id="beyond the spread: the clock's"),
@@ -253,3 +255,11 @@ def test_every_verdict_keeps_its_figures_its_reason_and_what_measured_nothing(ev
     got = verdict(evidence)
     assert (got.outcome, got.scored_ms, got.scored_from, got.clock_ms, got.replay_ms, got.unsteady, got.set_aside) \
         == expected, got
+
+
+def test_streams_replayed_one_after_another_still_score_slower_calls_slower():
+    """Overlap explains calls faster than a serialized replay, never slower ones."""
+    got = verdict(ev(graph(1.0), queued(2.0), streams=2))
+    assert (got.outcome, got.scored_ms) == ("slower", 2.0), got
+    got = verdict(ev(graph(1.0), queued(1.2), streams=2))
+    assert (got.outcome, got.scored_ms) == ("clock", 1.2), got
