@@ -24,6 +24,21 @@ def test_a_gate_is_outrun_where_either_contender_took_most_of_it_to_queue_its_ca
     assert confirmation.gate_outran({"student": 1.0, "reference": 120.0}, 100.0)
 
 
+def test_a_gate_held_exactly_its_share_is_not_outrun():
+    assert not confirmation.gate_outran({"student": confirmation.GATE_OUTRAN * 100.0, "reference": 0.0}, 100.0)
+
+
+def test_the_kept_round_is_ordered_by_the_difference_of_the_brackets_not_their_sum():
+    rounds = [({"student": 5.0, "reference": 4.5}, False), ({"student": 3.0, "reference": 1.0}, False),
+              ({"student": 9.0, "reference": 8.0}, False)]  # differences 0.5, 2.0, 1.0: the median is 1.0
+    assert confirmation.kept_round(rounds)[0] == {"student": 9.0, "reference": 8.0}
+
+
+def test_a_queued_burst_of_many_launches_holds_a_whole_number_of_calls_within_the_queue():
+    calls = confirmation.queued_calls(60)
+    assert calls == confirmation.QUEUED_LAUNCHES // (60 + confirmation.BURST_LAUNCHES) and type(calls) is int
+
+
 def test_the_kept_round_is_the_median_of_the_hidden_rounds_else_of_all():
     r = [({"student": s, "reference": 1.0}, outran) for s, outran in ((9.0, True), (3.0, False), (2.0, False),
                                                                        (5.0, False))]
