@@ -199,7 +199,7 @@ def test_the_protocol_imports_the_standard_library_only_and_the_worker_only_code
     protocol_imports, worker_imports = out.splitlines()
     assert eval(protocol_imports) == ["grader", "grader.protocol"]
     assert set(eval(worker_imports)) == {"grader", "grader.protocol", "grader.codec", "grader.worker", "grader.worker.server",
-                                         "grader.worker.memcheck", "grader.worker.timing"}
+                                         "grader.worker.memcheck", "grader.worker.timing", "grader.worker.calling"}
 
 
 # -- a forged reply, through a real worker ------------------------------------------------------
