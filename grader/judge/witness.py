@@ -135,7 +135,7 @@ class Witness:
     checked_s: dict[str, float] = field(default_factory=dict)
     checked_calls: int = 0  # the calls of that eager burst
     gate_ms: float = 0.0  # the gate that burst was queued behind (grader.worker.timing.Burst)
-    checked_host: bool = False  # the gate was capped below the host work seen: its brackets may hold host work
+    checked_host: bool = False  # no gated round's host work was hidden (confirmation.kept_round): it may be in them
     busiest: int = 0  # the most threads the host had ready to run around any bracket (grader.proctable.runnable)
 
     # the most threads of others than the student's ready to run at once: its own load never excuses it
